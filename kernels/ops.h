@@ -1,0 +1,126 @@
+/* The compute-backend interface: one table of function pointers per backend
+ * (cpu, cuda), chosen once at start-up by name. The model calls only these. */
+#ifndef SHLM_OPS_H
+#define SHLM_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Element types a backend may store tensors in. */
+typedef enum shlm_dtype { SHLM_F32 = 0, SHLM_BF16 = 1 } shlm_dtype;
+
+static inline size_t shlm_dtype_size(shlm_dtype t) { return t == SHLM_BF16 ? 2 : 4; }
+const char *shlm_dtype_name(shlm_dtype t);
+
+/*
+ * Conventions (every member):
+ * - All pointers are in the backend's memory (host for cpu, device for cuda).
+ * - "act" tensors (activations and gathered parameters) are `void *` holding
+ *   `act_dtype` elements: fp32 on the cpu backend, bf16 on cuda. Arithmetic
+ *   accumulates in fp32 either way. Weight gradients, master weights, optimizer
+ *   moments, losses, norms' rstd and attention's logsumexp are always fp32.
+ * - Row-major. N = number of token rows (B*T). Linear weights use the Hugging Face
+ *   layout (out_features, in_features): y = x · Wᵀ.
+ * - "+=" in a comment means the op accumulates into its output (gradients sum over
+ *   micro-batches and over the residual stream); "=" means it overwrites.
+ * - Token ids are int32; a target < 0 is ignored by the loss.
+ * - Ops are asynchronous on backends that have a stream; `sync` waits for them.
+ */
+typedef struct shlm_ops {
+    const char *name;      /* "cpu" or "cuda" */
+    shlm_dtype act_dtype;  /* element type of every "act" tensor */
+    /* 1 when the backend can run on this machine (cuda: a GPU is visible) */
+    int (*available)(void);
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */
+    void (*free)(void *p);                              /* NULL is fine */
+    void (*zero)(void *p, size_t bytes);
+    void (*copy)(void *dst, const void *src, size_t bytes);           /* within the backend */
+    void (*to_device)(void *dst, const void *host_src, size_t bytes); /* host -> backend */
+    void (*to_host)(void *host_dst, const void *src, size_t bytes);   /* backend -> host */
+    void (*sync)(void);
+
+    /* ---- dtype conversion ---- */
+    /* act[i] = (act_dtype) f32[i], round-to-nearest-even when act is bf16 */
+    void (*f32_to_act)(void *act, const float *f32, size_t n);
+    /* f32[i] = act[i] */
+    void (*act_to_f32)(float *f32, const void *act, size_t n);
+    /* x[i] = bf16(x[i]) kept in fp32 storage: emulates bf16 collectives on fp32 backends */
+    void (*round_to_bf16)(float *x, size_t n);
+
+    /* ---- layers (fwd / bwd) ---- */
+    /* out(N,C) = wte[tokens[i]] ; wte (V,C) act */
+    void (*embedding_fwd)(void *out, const int32_t *tokens, const void *wte, int N, int C);
+    /* dwte(V,C) += scatter-add of dout(N,C) rows by token */
+    void (*embedding_bwd)(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
+
+    /* out(N,C) = inp / rms(inp) * weight(C); rstd(N) = 1/sqrt(mean(inp²)+eps) */
+    void (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const void *weight,
+                        int N, int C, float eps);
+    /* dinp(N,C) += ; dweight(C) += */
+    void (*rmsnorm_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
+                        const void *weight, const float *rstd, int N, int C);
+
+    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ, or += when accumulate != 0 */
+    void (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int C, int OC,
+                       int accumulate);
+    /* dinp(N,C) += dout · weight (skipped when dinp is NULL);
+     * dweight(OC,C) += doutᵀ · inp (skipped when dweight is NULL) */
+    void (*matmul_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
+                       const void *weight, int N, int C, int OC);
+
+    /* Rotary embedding, Hugging Face rotate-half layout, in place on the first
+     * n_heads heads (each head_dim wide) of every row of x, rows of `stride`
+     * elements, row i at position i % T. inverse != 0 rotates by -angle, which is
+     * the backward pass (the rotation is orthogonal). */
+    void (*rope)(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
+                 int inverse);
+
+    /* Causal grouped-query attention. qkv (N, (nh + 2·nkv)·hd) rows hold
+     * [q heads | k heads | v heads] of token (b,t), N = B·T; query head h uses kv head
+     * h / (nh/nkv). out (N, nh·hd) = softmax(q·kᵀ/√hd, causal) · v;
+     * lse (B, nh, T) = logsumexp of each score row (kept for the backward). */
+    void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv,
+                          int hd);
+    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv */
+    void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
+                          const float *lse, int B, int T, int nh, int nkv, int hd);
+
+    /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up */
+    void (*swiglu_fwd)(void *out, const void *gu, int N, int F);
+    /* dgu (N, 2F) = */
+    void (*swiglu_bwd)(void *dgu, const void *dout, const void *gu, int N, int F);
+
+    /* out(n) = a + b (out may alias a or b) */
+    void (*add)(void *out, const void *a, const void *b, size_t n);
+
+    /* Softmax cross-entropy over logits (N,V) with targets (N):
+     * losses[i] = -log softmax(logits_i)[targets[i]], 0 for ignored rows;
+     * if dlogits is non-NULL, dlogits_i = (softmax(logits_i) - onehot) * dscale
+     * (0 for ignored rows). dlogits may alias logits. */
+    void (*xent_fwd_bwd)(float *losses, void *dlogits, const void *logits,
+                         const int32_t *targets, int N, int V, float dscale);
+
+    /* ---- optimizer and reductions over flat fp32 buffers ---- */
+    /* AdamW with decoupled weight decay on n elements; g = grad * grad_scale;
+     * step is 1-based (bias correction). param -= lr·(m̂/(√v̂+eps) + wd·param). */
+    void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                  int step);
+    /* Σ x[i]², accumulated in double, returned to the host */
+    double (*sum_squares)(const float *x, size_t n);
+    /* x[i] *= s */
+    void (*scale)(float *x, float s, size_t n);
+} shlm_ops;
+
+/* Backends compiled into this build, NULL-terminated. */
+extern const shlm_ops *const shlm_backends[];
+
+/* The backend named `name` ("cpu", "cuda"), or NULL if it is not built in. */
+const shlm_ops *shlm_ops_find(const char *name);
+
+/* The cpu backend (always built). */
+extern const shlm_ops shlm_ops_cpu;
+
+#endif

@@ -1,0 +1,64 @@
+/* The job configuration: every key of a job file, its default, its validation, and
+ * `--set section.key=value` overrides. */
+#ifndef SHLM_CONFIG_H
+#define SHLM_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/llama.h"
+
+typedef struct job_config {
+    /* [model] */
+    char preset[64];         /* shape preset; other [model] keys override it */
+    llama_config model;
+
+    /* [train] */
+    int seq_len;             /* T */
+    int micro_batch;         /* sequences per rank per micro-batch */
+    int global_batch;        /* sequences per optimizer step, over all ranks */
+    int steps;               /* optimizer steps */
+    float lr, min_lr;        /* peak and final learning rate */
+    int warmup_steps;        /* linear warm-up, then cosine decay to min_lr at `steps` */
+    float weight_decay, beta1, beta2, eps;
+    float grad_clip;         /* max global gradient L2 norm; 0 = off */
+    uint64_t seed;           /* init, data order, sampling */
+    int eval_every;          /* steps between validation passes; 0 = only at the end */
+    int eval_batches;        /* micro-batches per validation pass; 0 = whole val set */
+    int sample_tokens;       /* tokens sampled after training; 0 = none */
+    char sample_prompt[256];
+    float sample_temperature; /* 0 = greedy */
+    float sample_top_p;
+
+    /* [data] */
+    char data_train[1024];   /* token file (shardlm data prepare) */
+    char data_val[1024];     /* token file; empty = no validation */
+    int shuffle;             /* 1: windows permuted per epoch from (seed, epoch) */
+
+    /* [log] */
+    int log_every;
+    char run_dir[1024];      /* metrics.jsonl goes here */
+
+    /* [runtime] */
+    char backend[16];        /* auto | cpu | cuda */
+    int threads;             /* CPU threads per rank; 0 = cores / ranks on the node */
+
+    /* the job's text and where it came from, kept for messages and checkpoints */
+    char path[1024];
+    char *text;              /* file contents followed by the --set lines */
+} job_config;
+
+/* Reads a job file and applies overrides ("section.key=value"), then validates
+ * everything. On error, writes one line naming the file, line (or --set) and key
+ * into err and returns -1; 0 on success. */
+int job_config_load(job_config *cfg, const char *path, int n_overrides,
+                    char *const *overrides, char *err, size_t errlen);
+void job_config_free(job_config *cfg);
+
+/* Prints the resolved configuration as a table (rank 0 calls it once). */
+void job_config_print(const job_config *cfg, int world_size);
+
+/* 64-bit FNV-1a hash of the job's text, to check all ranks run the same job. */
+uint64_t job_config_hash(const job_config *cfg);
+
+#endif

@@ -1,0 +1,43 @@
+/* Gives each data-parallel rank its own training sequences. The data is cut into
+ * windows of seq_len+1 tokens (window w starts at token w·seq_len); the position of
+ * the whole run is one global sample index, so it survives a change of world size.
+ *
+ * Global sample g maps to window perm_epoch(g mod n_windows), epoch = g / n_windows,
+ * where perm is the identity (shuffle off) or a permutation drawn from (seed, epoch).
+ * Optimizer step s covers samples [s·G, (s+1)·G) of a global batch G; inside it,
+ * micro-batch m, row b of rank r of W takes sample s·G + (m·mb + b)·W + r: with
+ * shuffle off, rank r takes windows r, r+W, r+2W, ... */
+#ifndef SHLM_DATA_LOADER_H
+#define SHLM_DATA_LOADER_H
+
+#include <stdint.h>
+
+#include "io/tokens.h"
+
+typedef struct data_loader {
+    const token_file *tf;
+    int seq_len;
+    uint64_t n_windows;
+    int shuffle;
+    uint64_t seed;
+    int rank, world;        /* data-parallel rank and size */
+    int micro_batch;        /* rows per micro-batch on this rank */
+    uint64_t cached_epoch;  /* epoch of perm below (UINT64_MAX = none) */
+    uint64_t *perm;         /* window permutation of cached_epoch (shuffle only) */
+} data_loader;
+
+/* Fails (returns -1, message in err) when the file holds fewer than seq_len+1 tokens. */
+int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shuffle,
+                     uint64_t seed, int rank, int world, int micro_batch, char *err,
+                     size_t errlen);
+void data_loader_free(data_loader *dl);
+
+/* Window index of global sample g. */
+uint64_t data_loader_window(data_loader *dl, uint64_t g);
+
+/* Fills inputs and targets (micro_batch × seq_len each) for micro-batch m of the
+ * optimizer step whose first global sample is `step_start` (= s·G). */
+void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
+                       int32_t *targets);
+
+#endif

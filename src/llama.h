@@ -1,0 +1,123 @@
+/* The Llama-2 model: shape presets, the parameter layout (one flat buffer per FSDP
+ * unit, tensors under Hugging Face names), forward and backward over the ops table. */
+#ifndef SHLM_LLAMA_H
+#define SHLM_LLAMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+typedef struct llama_config {
+    int dim;          /* d: model width */
+    int n_layers;     /* L */
+    int n_heads;      /* query heads */
+    int n_kv_heads;   /* key/value heads (GQA); divides n_heads */
+    int head_dim;     /* dim / n_heads */
+    int ffn_dim;      /* F: SwiGLU hidden width */
+    int vocab_size;   /* V */
+    int max_seq_len;  /* longest sequence the job may use */
+    float norm_eps;   /* RMSNorm epsilon */
+    float rope_theta; /* RoPE base */
+    float init_std;   /* std of the normal init of every matrix */
+} llama_config;
+
+/* Fills *cfg from a preset name; returns 0, or -1 if the name is unknown. */
+int llama_preset(const char *name, llama_config *cfg);
+/* Space-separated list of preset names, for messages. */
+const char *llama_preset_names(void);
+/* Checks the shape; on failure writes a message into err and returns -1. */
+int llama_config_validate(const llama_config *cfg, char *err, size_t errlen);
+/* Total parameter count (embedding, blocks, final norm, output projection). */
+int64_t llama_param_count(const llama_config *cfg);
+
+/* ---- parameter layout ----
+ * Units: 0 = embedding; 1..L = transformer block l-1; L+1 = final norm + lm_head.
+ * Inside a block the tensors sit in this order, so that q,k,v form one fused
+ * (nh+2·nkv)·hd × d matrix and gate,up one 2F × d matrix:
+ *   input_layernorm (d) | q_proj | k_proj | v_proj | o_proj |
+ *   post_attention_layernorm (d) | gate_proj | up_proj | down_proj            */
+enum { LLAMA_MAX_UNIT_TENSORS = 9 };
+
+typedef struct llama_tensor {
+    char name[96];     /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];  /* HF shape */
+    size_t offset;     /* element offset inside its unit's flat buffer */
+    size_t numel;
+    int weight_decay;  /* 1 for matrices, 0 for norm weights */
+} llama_tensor;
+
+typedef struct llama_unit {
+    int n_tensors;
+    llama_tensor tensors[LLAMA_MAX_UNIT_TENSORS];
+    size_t numel; /* unpadded element count of the unit's flat buffer */
+} llama_unit;
+
+typedef struct llama_layout {
+    int n_units; /* L + 2 */
+    llama_unit *units;
+    size_t total_numel;
+} llama_layout;
+
+void llama_layout_init(llama_layout *lay, const llama_config *cfg);
+void llama_layout_free(llama_layout *lay);
+/* Unit index of transformer block l, of the embedding, of the head. */
+static inline int llama_unit_block(int l) { return 1 + l; }
+enum { LLAMA_UNIT_EMBED = 0 };
+static inline int llama_unit_head(const llama_config *c) { return c->n_layers + 1; }
+
+/* Writes the initial values of elements [begin, end) of unit u's flat buffer into
+ * out (host fp32, end-begin elements). A pure function of (seed, unit, element): any
+ * rank can initialise exactly the slice it owns, and every world size gets the same
+ * model. Matrices ~ N(0, init_std²), norm weights = 1. */
+void llama_init_slice(const llama_layout *lay, const llama_config *cfg, uint64_t seed, int u,
+                      size_t begin, size_t end, float *out);
+
+/* ---- where the model gets parameters from ----
+ * The model asks for "unit u's parameters, gathered" and hands back "unit u's
+ * gradients": the FSDP engine decides what to gather, keep, free, prefetch and
+ * reduce. Phases tell the engine which pass is asking. */
+typedef enum llama_phase { LLAMA_FWD = 0, LLAMA_BWD = 1 } llama_phase;
+
+typedef struct llama_param_source {
+    void *ctx;
+    /* Unit u's full parameters (act dtype, unit layout), valid until release(). */
+    const void *(*acquire)(void *ctx, int u, llama_phase phase);
+    /* The model is done reading unit u's parameters in this phase. */
+    void (*release)(void *ctx, int u, llama_phase phase);
+    /* Unit u's full fp32 gradient buffer, which the backward pass accumulates into
+     * (+=); valid from the first call in a backward until grad_ready(). */
+    float *(*grad)(void *ctx, int u);
+    /* The backward pass has finished accumulating unit u's gradient for this
+     * micro-batch. */
+    void (*grad_ready)(void *ctx, int u);
+} llama_param_source;
+
+/* ---- the model ---- */
+typedef struct llama_model llama_model;
+
+/* Creates a model for batches of at most B sequences of at most T tokens on the
+ * given backend; allocates activations only (parameters come from the source). */
+llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, int T,
+                          llama_param_source src);
+void llama_destroy(llama_model *m);
+const llama_layout *llama_get_layout(const llama_model *m);
+/* Bytes of activation memory this model allocated. */
+size_t llama_activation_bytes(const llama_model *m);
+
+/* Training pass over one micro-batch: forward, loss, and backward, with gradients
+ * accumulated (+=) into the source's grad buffers, scaled by grad_scale (the loss
+ * gradient is grad_scale / number of non-ignored targets). tokens and targets are
+ * host arrays of B·T ids (B ≤ the created B, T ≤ the created T). Returns the mean
+ * loss over non-ignored targets, and their count in *n_valid (may be NULL). */
+float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_t *targets,
+                             int B, int T, float grad_scale, int *n_valid);
+
+/* Forward only. With targets: returns the mean loss over non-ignored targets (count
+ * in *n_valid). With logits_out (host, B·T·V fp32): writes every position's logits.
+ * With last_logits_out (host, B·V fp32): writes position T-1's logits of each row. */
+float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                    int T, int *n_valid, float *logits_out, float *last_logits_out);
+
+#endif
