@@ -1,0 +1,55 @@
+/* cpu backend optimizer and reductions over flat fp32 buffers: fused AdamW with
+ * decoupled weight decay, the sum of squares (for the gradient norm), and scaling. */
+#include "kernels/cpu/cpu.h"
+
+#include <math.h>
+
+#include "kernels/check.h"
+
+void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int step) {
+    if (step < 1) SHLM_FATAL("adamw: step %d, but steps count from 1", step);
+    /* bias corrections in double: 1 − β2^t is ~1e-3 at t = 1, where fp32 pow loses digits */
+    const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
+    const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi * bc1, vhat = vi * bc2;
+        /* decay uses the weight before this step's update, as torch.optim.AdamW does */
+        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
+    }
+}
+
+/* Fixed block boundaries (a function of n only) and a sequential sum of the block
+ * partials make the result bit-identical for any thread count: the gradient norm, and
+ * so clipping, must not depend on how many threads a rank runs. */
+enum { SS_MAX_BLOCKS = 1024, SS_MIN_BLOCK = 4096 };
+
+double shlm_cpu_sum_squares(const float *x, size_t n) {
+    if (n == 0) return 0.0;
+    size_t bs = (n + SS_MAX_BLOCKS - 1) / SS_MAX_BLOCKS;
+    if (bs < SS_MIN_BLOCK) bs = SS_MIN_BLOCK;
+    const int nb = (int)((n + bs - 1) / bs);
+    double part[SS_MAX_BLOCKS];
+#pragma omp parallel for schedule(static)
+    for (int blk = 0; blk < nb; blk++) {
+        size_t i0 = (size_t)blk * bs, i1 = i0 + bs < n ? i0 + bs : n;
+        double s = 0.0;
+        for (size_t i = i0; i < i1; i++) s += (double)x[i] * x[i];
+        part[blk] = s;
+    }
+    double total = 0.0;
+    for (int blk = 0; blk < nb; blk++) total += part[blk];
+    return total;
+}
+
+void shlm_cpu_scale(float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}

@@ -1,0 +1,138 @@
+/* cpu backend causal grouped-query attention over a fused qkv buffer: forward keeps the
+ * logsumexp of every score row; backward recomputes the probabilities from it. */
+#include "kernels/cpu/cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/check.h"
+
+static float dot_f32(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    for (int i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static void check_heads(const char *what, int nh, int nkv, int hd) {
+    if (nh <= 0 || nkv <= 0 || nh % nkv != 0 || hd <= 0)
+        SHLM_FATAL("%s: need n_heads %% n_kv_heads == 0 and positive sizes (nh=%d nkv=%d hd=%d)",
+                   what, nh, nkv, hd);
+}
+
+void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int nh,
+                            int nkv, int hd) {
+    float *out = out_;
+    const float *qkv = qkv_;
+    if (B <= 0 || T <= 0) return;
+    check_heads("attention_fwd", nh, nkv, hd);
+    const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
+    const int group = nh / nkv;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+
+#pragma omp parallel
+    {
+        /* one score row and one output accumulator per thread: memory O(T), never the
+         * T×T matrix of a (batch, head) */
+        float *att = malloc((size_t)T * sizeof(float));
+        float *acc = malloc((size_t)hd * sizeof(float));
+        SHLM_CHECK_ALLOC(att);
+        SHLM_CHECK_ALLOC(acc);
+        /* causal rows cost ∝ t: dynamic chunks keep threads balanced; each row is
+         * computed whole by one thread, so results do not depend on the schedule */
+#pragma omp for collapse(3) schedule(dynamic, 8)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < nh; h++) {
+                for (int t = 0; t < T; t++) {
+                    const int kvh = h / group;
+                    const float *q = qkv + (size_t)(b * T + t) * C3 + (size_t)h * hd;
+                    const float *kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * hd;
+                    const float *vbase = kbase + (size_t)nkv * hd;
+                    float mx = -INFINITY;
+                    for (int s = 0; s <= t; s++) {
+                        att[s] = dot_f32(q, kbase + (size_t)s * C3, hd) * scale;
+                        if (att[s] > mx) mx = att[s];
+                    }
+                    double sum = 0.0;
+                    for (int s = 0; s <= t; s++) {
+                        att[s] = expf(att[s] - mx);
+                        sum += att[s];
+                    }
+                    memset(acc, 0, (size_t)hd * sizeof(float));
+                    for (int s = 0; s <= t; s++) {
+                        const float *v = vbase + (size_t)s * C3;
+                        const float p = att[s];
+                        for (int d = 0; d < hd; d++) acc[d] += p * v[d];
+                    }
+                    const float inv = (float)(1.0 / sum);
+                    float *o = out + (size_t)(b * T + t) * CO + (size_t)h * hd;
+                    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+                    lse[((size_t)b * nh + h) * T + t] = (float)(mx + log(sum));
+                }
+            }
+        }
+        free(acc);
+        free(att);
+    }
+}
+
+void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out_,
+                            const float *lse, int B, int T, int nh, int nkv, int hd) {
+    float *dqkv = dqkv_;
+    const float *dout = dout_, *qkv = qkv_, *out = out_;
+    if (B <= 0 || T <= 0) return;
+    check_heads("attention_bwd", nh, nkv, hd);
+    const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
+    const int group = nh / nkv;
+    const float scale = (float)(1.0 / sqrt((double)hd));
+
+#pragma omp parallel
+    {
+        float *dq = malloc((size_t)hd * sizeof(float));
+        SHLM_CHECK_ALLOC(dq);
+        /* One task per (batch, kv head): it owns that kv head's dk/dv rows and the dq rows
+         * of its query heads, so no two threads write the same element and each sum runs
+         * in a fixed order (deterministic, no atomics). */
+#pragma omp for collapse(2) schedule(dynamic, 1)
+        for (int b = 0; b < B; b++) {
+            for (int kvh = 0; kvh < nkv; kvh++) {
+                const size_t koff = (size_t)(nh + kvh) * hd, voff = koff + (size_t)nkv * hd;
+                const float *kbase = qkv + (size_t)b * T * C3 + koff;
+                const float *vbase = qkv + (size_t)b * T * C3 + voff;
+                float *dkbase = dqkv + (size_t)b * T * C3 + koff;
+                float *dvbase = dqkv + (size_t)b * T * C3 + voff;
+                /* dqkv is overwritten: clear this task's dk/dv rows, then accumulate */
+                for (int s = 0; s < T; s++) {
+                    memset(dkbase + (size_t)s * C3, 0, (size_t)hd * sizeof(float));
+                    memset(dvbase + (size_t)s * C3, 0, (size_t)hd * sizeof(float));
+                }
+                for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                    for (int t = 0; t < T; t++) {
+                        const size_t row = (size_t)(b * T + t);
+                        const float *q = qkv + row * C3 + (size_t)h * hd;
+                        const float *dO = dout + row * CO + (size_t)h * hd;
+                        const float *O = out + row * CO + (size_t)h * hd;
+                        const float L = lse[((size_t)b * nh + h) * T + t];
+                        /* D = Σ_s p_s dp_s = dO·O: the softmax Jacobian's row term */
+                        const float D = dot_f32(dO, O, hd);
+                        memset(dq, 0, (size_t)hd * sizeof(float));
+                        for (int s = 0; s <= t; s++) {
+                            const float *k = kbase + (size_t)s * C3, *v = vbase + (size_t)s * C3;
+                            float *dk = dkbase + (size_t)s * C3, *dv = dvbase + (size_t)s * C3;
+                            const float p = expf(dot_f32(q, k, hd) * scale - L);
+                            const float dp = dot_f32(dO, v, hd);
+                            const float ds = p * (dp - D) * scale;
+                            for (int d = 0; d < hd; d++) {
+                                dq[d] += ds * k[d];
+                                dk[d] += ds * q[d];
+                                dv[d] += p * dO[d];
+                            }
+                        }
+                        memcpy(dqkv + row * C3 + (size_t)h * hd, dq, (size_t)hd * sizeof(float));
+                    }
+                }
+            }
+        }
+        free(dq);
+    }
+}

@@ -1,0 +1,79 @@
+/* The cpu backend's functions (reference C with OpenMP and OpenBLAS): the members of
+ * shlm_ops_cpu under their own names, plus bf16 helpers that other host code may use. */
+#ifndef SHLM_KERNELS_CPU_H
+#define SHLM_KERNELS_CPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+/* Sets the OpenMP and the OpenBLAS thread counts of this process (n >= 1). Each MPI
+ * rank calls it once at start-up so that ranks sharing a node do not oversubscribe. */
+void shlm_cpu_set_threads(int n);
+
+/* ---- bf16 helpers (host, usable by any code) ----
+ * fp32 -> bf16 rounds to nearest, ties to even; NaN stays a (quiet) NaN of the same
+ * sign; finite values beyond the bf16 range round to ±inf, as IEEE rounding does. */
+uint16_t shlm_f32_to_bf16(float x);
+float shlm_bf16_to_f32(uint16_t b);
+
+/* ---- memory (memory.c) ---- */
+int shlm_cpu_available(void);
+void *shlm_cpu_alloc(size_t bytes); /* zeroed, 64-byte aligned */
+void shlm_cpu_free(void *p);
+void shlm_cpu_zero(void *p, size_t bytes);
+void shlm_cpu_copy(void *dst, const void *src, size_t bytes);
+void shlm_cpu_to_device(void *dst, const void *host_src, size_t bytes);
+void shlm_cpu_to_host(void *host_dst, const void *src, size_t bytes);
+void shlm_cpu_sync(void);
+
+/* ---- conversion (convert.c); act is fp32 on this backend ---- */
+void shlm_cpu_f32_to_act(void *act, const float *f32, size_t n);
+void shlm_cpu_act_to_f32(float *f32, const void *act, size_t n);
+void shlm_cpu_round_to_bf16(float *x, size_t n);
+
+/* ---- layers; shapes and semantics as in kernels/ops.h ---- */
+void shlm_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C);
+void shlm_cpu_embedding_bwd(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
+
+void shlm_cpu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N,
+                          int C, float eps);
+/* dinp may alias dout (every read of dout happens before the row's write). */
+void shlm_cpu_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
+                          const void *weight, const float *rstd, int N, int C);
+
+void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int C, int OC,
+                         int accumulate);
+void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
+                         const void *weight, int N, int C, int OC);
+
+/* head_dim must be even (aborts otherwise). */
+void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
+                   int inverse);
+
+/* nh must be a multiple of nkv (aborts otherwise). */
+void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
+                            int nkv, int hd);
+void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                            const float *lse, int B, int T, int nh, int nkv, int hd);
+
+void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F);
+/* dgu may alias gu (each gate/up pair is read before it is written). */
+void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
+void shlm_cpu_add(void *out, const void *a, const void *b, size_t n);
+
+/* Aborts on a target >= V. */
+void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
+                           const int32_t *targets, int N, int V, float dscale);
+
+/* ---- optimizer and reductions (adamw.c) ---- */
+/* Aborts when step < 1. */
+void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                    int step);
+/* Deterministic for any thread count: fixed blocks, summed in a fixed order. */
+double shlm_cpu_sum_squares(const float *x, size_t n);
+void shlm_cpu_scale(float *x, float s, size_t n);
+
+#endif

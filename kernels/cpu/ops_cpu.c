@@ -1,0 +1,53 @@
+/* The cpu compute backend's ops table (reference C, OpenMP, OpenBLAS) and its thread
+ * setting. Activations are fp32 here; bf16 collectives are emulated by round_to_bf16. */
+#include "kernels/cpu/cpu.h"
+
+#include <cblas.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+void shlm_cpu_set_threads(int n) {
+    if (n < 1) n = 1;
+#ifdef _OPENMP
+    omp_set_num_threads(n);
+#endif
+    /* OpenBLAS keeps its own pool (pthreads build) and does not follow omp_set_num_threads */
+    openblas_set_num_threads(n);
+}
+
+const shlm_ops shlm_ops_cpu = {
+    .name = "cpu",
+    .act_dtype = SHLM_F32,
+    .available = shlm_cpu_available,
+
+    .alloc = shlm_cpu_alloc,
+    .free = shlm_cpu_free,
+    .zero = shlm_cpu_zero,
+    .copy = shlm_cpu_copy,
+    .to_device = shlm_cpu_to_device,
+    .to_host = shlm_cpu_to_host,
+    .sync = shlm_cpu_sync,
+
+    .f32_to_act = shlm_cpu_f32_to_act,
+    .act_to_f32 = shlm_cpu_act_to_f32,
+    .round_to_bf16 = shlm_cpu_round_to_bf16,
+
+    .embedding_fwd = shlm_cpu_embedding_fwd,
+    .embedding_bwd = shlm_cpu_embedding_bwd,
+    .rmsnorm_fwd = shlm_cpu_rmsnorm_fwd,
+    .rmsnorm_bwd = shlm_cpu_rmsnorm_bwd,
+    .matmul_fwd = shlm_cpu_matmul_fwd,
+    .matmul_bwd = shlm_cpu_matmul_bwd,
+    .rope = shlm_cpu_rope,
+    .attention_fwd = shlm_cpu_attention_fwd,
+    .attention_bwd = shlm_cpu_attention_bwd,
+    .swiglu_fwd = shlm_cpu_swiglu_fwd,
+    .swiglu_bwd = shlm_cpu_swiglu_bwd,
+    .add = shlm_cpu_add,
+    .xent_fwd_bwd = shlm_cpu_xent_fwd_bwd,
+
+    .adamw = shlm_cpu_adamw,
+    .sum_squares = shlm_cpu_sum_squares,
+    .scale = shlm_cpu_scale,
+};

@@ -1,0 +1,43 @@
+/* cpu backend SwiGLU: out = silu(gate) * up over rows of [gate | up], its backward, and
+ * the elementwise add used by the residual stream. */
+#include "kernels/cpu/cpu.h"
+
+#include <math.h>
+
+static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+void shlm_cpu_swiglu_fwd(void *out_, const void *gu_, int N, int F) {
+    float *out = out_;
+    const float *gu = gu_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = gu + (size_t)i * 2 * F, *u = g + F;
+        float *o = out + (size_t)i * F;
+        for (int j = 0; j < F; j++) o[j] = g[j] * sigmoidf(g[j]) * u[j];
+    }
+}
+
+void shlm_cpu_swiglu_bwd(void *dgu_, const void *dout_, const void *gu_, int N, int F) {
+    float *dgu = dgu_;
+    const float *dout = dout_, *gu = gu_;
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+        const float *g = gu + (size_t)i * 2 * F, *u = g + F;
+        const float *dy = dout + (size_t)i * F;
+        float *dg = dgu + (size_t)i * 2 * F, *du = dg + F;
+        for (int j = 0; j < F; j++) {
+            /* read both inputs first so that dgu may alias gu */
+            float gj = g[j], uj = u[j], s = sigmoidf(gj);
+            /* silu'(g) = σ(g)·(1 + g·(1 − σ(g))) */
+            dg[j] = dy[j] * uj * s * (1.0f + gj * (1.0f - s));
+            du[j] = dy[j] * gj * s;
+        }
+    }
+}
+
+void shlm_cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
+    float *out = out_;
+    const float *a = a_, *b = b_;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}

@@ -1,0 +1,54 @@
+/* Command-line dispatch: `shardlm train|eval|data ...`, MPI start-up and shutdown
+ * around the commands that run on ranks. */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/check.h"
+#include "shlm_config.h"
+#include "src/commands.h"
+#include "src/shardlm.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: shardlm <command> [args]\n"
+            "  train JOB.ini [--set section.key=value ...]   train (run on every rank)\n"
+            "  eval  JOB.ini [--set section.key=value ...]   mean loss and perplexity on [data] val\n"
+            "  data  prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
+            "                                                make a token file\n"
+            "  --version, --help\n");
+}
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    int uses_mpi; /* runs on every rank of an MPI job */
+} command;
+
+static const command commands[] = {
+    {"train", cmd_train, 1},
+    {"eval", cmd_eval, 1},
+    {"data", cmd_data, 0},
+};
+
+int shardlm_main(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("shardlm %s\n", PACKAGE_VERSION);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) != 0) continue;
+        if (!commands[i].uses_mpi) return commands[i].run(argc - 1, argv + 1);
+        MPI_CHECK(MPI_Init(&argc, &argv));
+        int rc = commands[i].run(argc - 1, argv + 1);
+        MPI_CHECK(MPI_Finalize());
+        return rc;
+    }
+    fprintf(stderr, "shardlm: error: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

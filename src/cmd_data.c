@@ -1,0 +1,116 @@
+/* `shardlm data prepare`: turns a text file into a token file with the byte tokenizer
+ * (token = byte, vocab 256). A plain process: it needs no MPI. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/tokens.h"
+#include "src/commands.h"
+
+static void data_usage(FILE *out) {
+    fprintf(out, "usage: shardlm data prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
+                 "  --tokenizer bytes   token = byte value, vocab 256 (the only one so far)\n"
+                 "  --width 2|4         bytes per token in OUT (default 2)\n");
+}
+
+/* Prints the one-line error; usage problems exit 2, everything else 1. */
+static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "shardlm: error: data: ");
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return status;
+}
+
+/* Reads a whole file; returns a malloc'd buffer (NULL with errno set on failure). */
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        unsigned char *grown = realloc(buf, cap * 2);
+        if (!grown) free(buf);
+        buf = grown;
+        cap *= 2;
+    }
+    int bad = !buf || ferror(f);
+    int saved = buf ? errno : ENOMEM;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = saved;
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+int cmd_data(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        data_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "prepare") != 0)
+        return fail(2, "unknown subcommand '%s' (try: shardlm data prepare --help)", argv[1]);
+
+    const char *tokenizer = NULL, *width_arg = "2", *paths[2] = {NULL, NULL};
+    int n_paths = 0;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        const char **dst = NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            data_usage(stdout);
+            return 0;
+        } else if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--width") == 0) {
+            dst = a[2] == 't' ? &tokenizer : &width_arg;
+            if (i + 1 >= argc) return fail(2, "%s needs a value", a);
+            *dst = argv[++i];
+        } else if (strncmp(a, "--tokenizer=", 12) == 0) {
+            tokenizer = a + 12;
+        } else if (strncmp(a, "--width=", 8) == 0) {
+            width_arg = a + 8;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return fail(2, "unknown option '%s'", a);
+        } else if (n_paths < 2) {
+            paths[n_paths++] = a;
+        } else {
+            return fail(2, "unexpected argument '%s' (takes IN.txt OUT.bin)", a);
+        }
+    }
+    if (!tokenizer) return fail(2, "--tokenizer is required (known: bytes)");
+    if (strcmp(tokenizer, "bytes") != 0)
+        return fail(2, "unknown tokenizer '%s' (known: bytes)", tokenizer);
+    int width = strcmp(width_arg, "2") == 0 ? 2 : strcmp(width_arg, "4") == 0 ? 4 : 0;
+    if (!width) return fail(2, "--width must be 2 or 4, not '%s'", width_arg);
+    if (n_paths != 2) return fail(2, "prepare needs IN.txt and OUT.bin");
+
+    size_t n = 0;
+    unsigned char *text = read_all(paths[0], &n);
+    if (!text) return fail(1, "%s: cannot read: %s", paths[0], strerror(errno));
+    if (n == 0) {
+        free(text);
+        return fail(1, "%s: empty file, nothing to tokenize", paths[0]);
+    }
+    int32_t *tokens = malloc(n * sizeof *tokens);
+    if (!tokens) {
+        free(text);
+        return fail(1, "%s: out of memory for the tokens", paths[0]);
+    }
+    for (size_t i = 0; i < n; i++) tokens[i] = text[i]; /* the byte tokenizer */
+    free(text);
+
+    char err[1536];
+    int rc = token_file_write(paths[1], tokens, n, width, BYTE_VOCAB_SIZE, err, sizeof err);
+    free(tokens);
+    if (rc != 0) return fail(1, "%s", err);
+    printf("wrote %zu tokens (vocab %d) to %s\n", n, (int)BYTE_VOCAB_SIZE, paths[1]);
+    return 0;
+}

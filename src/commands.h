@@ -1,0 +1,15 @@
+/* The subcommands of `shardlm`, one function each; src/cli.c dispatches to them.
+ * Each takes the arguments after `shardlm` (argv[0] is the command's own name) and
+ * returns the process exit status. */
+#ifndef SHLM_COMMANDS_H
+#define SHLM_COMMANDS_H
+
+/* shardlm train JOB.ini [--set section.key=value ...]   (src/train.c; every rank) */
+int cmd_train(int argc, char **argv);
+/* shardlm eval JOB.ini [--set section.key=value ...]    (src/train.c; every rank) */
+int cmd_eval(int argc, char **argv);
+/* shardlm data prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin
+ * (src/cmd_data.c; a plain process, needs no MPI) */
+int cmd_data(int argc, char **argv);
+
+#endif

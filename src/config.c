@@ -1,0 +1,726 @@
+/* The job configuration (see config.h): one table of every key drives parsing, defaults,
+ * range checks and printing; cross-key checks and derived defaults follow the table. */
+#include "src/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "io/config_file.h"
+
+typedef enum key_type {
+    KT_INT,    /* int */
+    KT_FLOAT,  /* float */
+    KT_U64,    /* uint64_t, decimal or 0x-hex */
+    KT_BOOL,   /* int 0/1: true/false, yes/no, on/off, 1/0 */
+    KT_STRING, /* char[size]; may be "quoted" with \" \\ \n \t escapes */
+    KT_ENUM,   /* char[size]; one of `choices` ("a|b|c") */
+} key_type;
+
+enum key_flags {
+    KF_REQUIRED = 1 << 0, /* no default: the job must set it */
+    KF_MODEL = 1 << 1,    /* a model shape field: its default comes from the preset */
+    KF_SHAPE = 1 << 2,    /* required when no preset is given */
+    KF_DERIVED = 1 << 3,  /* default computed from other keys (see resolve_derived) */
+    KF_PATH = 1 << 4,     /* a file: relative to the job file's directory when set there */
+    KF_PRESET = 1 << 5,   /* must name a preset of llama_preset() */
+    KF_MIN_OPEN = 1 << 6, /* value must be > min (not >=) */
+    KF_MAX_OPEN = 1 << 7, /* value must be < max (not <=) */
+};
+
+typedef struct key_def {
+    const char *section, *key;
+    key_type type;
+    size_t offset, size;  /* of the field in job_config */
+    const char *def;      /* default, as text, parsed like a value; NULL: see flags */
+    double min, max;      /* inclusive bounds of numbers unless KF_*_OPEN */
+    const char *choices;  /* KT_ENUM only */
+    unsigned flags;
+} key_def;
+
+#define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
+#define NOLIM 0, 0
+#define IMAX ((double)INT_MAX)
+#define FMAX ((double)FLT_MAX)
+
+static const key_def keys[] = {
+    /* [model]: a preset is applied first, then these override it */
+    {"model", "preset", KT_STRING, F(preset), "", NOLIM, NULL, KF_PRESET},
+    {"model", "dim", KT_INT, F(model.dim), NULL, 1, 1 << 20, NULL, KF_MODEL | KF_SHAPE},
+    {"model", "n_layers", KT_INT, F(model.n_layers), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE},
+    {"model", "n_heads", KT_INT, F(model.n_heads), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE},
+    /* without a preset: n_kv_heads = n_heads (no GQA) */
+    {"model", "n_kv_heads", KT_INT, F(model.n_kv_heads), NULL, 1, 1 << 16, NULL,
+     KF_MODEL | KF_DERIVED},
+    {"model", "ffn_dim", KT_INT, F(model.ffn_dim), NULL, 1, 1 << 24, NULL, KF_MODEL | KF_SHAPE},
+    {"model", "vocab_size", KT_INT, F(model.vocab_size), NULL, 2, 1 << 30, NULL,
+     KF_MODEL | KF_SHAPE},
+    /* without a preset: max_seq_len = train.seq_len */
+    {"model", "max_seq_len", KT_INT, F(model.max_seq_len), NULL, 1, 1 << 24, NULL,
+     KF_MODEL | KF_DERIVED},
+    {"model", "norm_eps", KT_FLOAT, F(model.norm_eps), "1e-5", 0, 1, NULL, KF_MODEL | KF_MIN_OPEN},
+    {"model", "rope_theta", KT_FLOAT, F(model.rope_theta), "10000", 0, 1e12, NULL,
+     KF_MODEL | KF_MIN_OPEN},
+    {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN},
+
+    /* [train] */
+    {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED},
+    {"train", "micro_batch", KT_INT, F(micro_batch), "1", 1, 1 << 20, NULL, 0},
+    /* default: global_batch = micro_batch (one micro-batch per step on one rank) */
+    {"train", "global_batch", KT_INT, F(global_batch), NULL, 1, 1 << 30, NULL, KF_DERIVED},
+    {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED},
+    {"train", "lr", KT_FLOAT, F(lr), "3e-4", 0, 10, NULL, 0},
+    /* default: min_lr = lr / 10 */
+    {"train", "min_lr", KT_FLOAT, F(min_lr), NULL, 0, 10, NULL, KF_DERIVED},
+    {"train", "warmup_steps", KT_INT, F(warmup_steps), "0", 0, IMAX, NULL, 0},
+    {"train", "weight_decay", KT_FLOAT, F(weight_decay), "0.1", 0, 10, NULL, 0},
+    {"train", "beta1", KT_FLOAT, F(beta1), "0.9", 0, 1, NULL, KF_MAX_OPEN},
+    {"train", "beta2", KT_FLOAT, F(beta2), "0.95", 0, 1, NULL, KF_MAX_OPEN},
+    {"train", "eps", KT_FLOAT, F(eps), "1e-8", 0, 1, NULL, KF_MIN_OPEN},
+    {"train", "grad_clip", KT_FLOAT, F(grad_clip), "1.0", 0, FMAX, NULL, 0},
+    {"train", "seed", KT_U64, F(seed), "1337", NOLIM, NULL, 0},
+    {"train", "eval_every", KT_INT, F(eval_every), "0", 0, IMAX, NULL, 0},
+    {"train", "eval_batches", KT_INT, F(eval_batches), "0", 0, IMAX, NULL, 0},
+    {"train", "sample_tokens", KT_INT, F(sample_tokens), "0", 0, 1 << 24, NULL, 0},
+    {"train", "sample_prompt", KT_STRING, F(sample_prompt), "", NOLIM, NULL, 0},
+    {"train", "sample_temperature", KT_FLOAT, F(sample_temperature), "0.8", 0, 100, NULL, 0},
+    {"train", "sample_top_p", KT_FLOAT, F(sample_top_p), "0.9", 0, 1, NULL, KF_MIN_OPEN},
+
+    /* [data] */
+    {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
+    {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
+    {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
+
+    /* [log] */
+    {"log", "every", KT_INT, F(log_every), "1", 1, IMAX, NULL, 0},
+    /* default: runs/<job file name without .ini>, relative to the working directory */
+    {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED},
+
+    /* [runtime] */
+    {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
+    {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0},
+};
+#define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
+
+static const char *const sections[] = {"model", "train", "data", "log", "runtime"};
+#define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
+
+/* Where a key's value came from, for messages. */
+typedef struct key_state {
+    int set;      /* 0: default (or preset / derived) */
+    int line;     /* > 0: line of the job file; 0 with set: a --set override */
+    char *value;  /* the raw text, parsed again when the config is resolved */
+} key_state;
+
+typedef struct loader {
+    job_config *cfg;
+    key_state st[N_KEYS];
+    const char *set_arg; /* the --set argument being applied, NULL while in the file */
+} loader;
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* A value as shown in a message: at most 60 characters, control characters as '?',
+ * so an error stays one line whatever was typed. */
+static const char *show(const char *v, char buf[72]) {
+    size_t n = 0;
+    for (; v[n] && n < 60; n++) buf[n] = iscntrl((unsigned char)v[n]) ? '?' : v[n];
+    strcpy(buf + n, v[n] ? "..." : "");
+    return buf;
+}
+
+/* ---- finding keys ---- */
+
+static int find_key(const char *section, const char *key) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].key, key) == 0) return i;
+    return -1;
+}
+
+static int known_section(const char *s) {
+    for (int i = 0; i < N_SECTIONS; i++)
+        if (strcmp(sections[i], s) == 0) return 1;
+    return 0;
+}
+
+/* Edit distance with adjacent transpositions (optimal string alignment), for "did you
+ * mean": typos are mostly one dropped, doubled or swapped letter. */
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int d[64][64];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        for (size_t j = 1; j <= lb; j++) {
+            int cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+            int v = d[i - 1][j] + 1;
+            if (d[i][j - 1] + 1 < v) v = d[i][j - 1] + 1;
+            if (d[i - 1][j - 1] + cost < v) v = d[i - 1][j - 1] + cost;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    }
+    return d[la][lb];
+}
+
+/* " (did you mean ...?)" for an unknown key, or "" when nothing is close. */
+static void suggest_key(const char *section, const char *key, char *out, size_t outlen) {
+    out[0] = '\0';
+    int best = -1, best_d = 3;
+    for (int i = 0; i < N_KEYS; i++) {
+        if (strcmp(keys[i].section, section) != 0) continue;
+        int d = edit_distance(key, keys[i].key);
+        if (d < best_d) best_d = d, best = i;
+    }
+    if (best >= 0) {
+        snprintf(out, outlen, " (did you mean '%s'?)", keys[best].key);
+        return;
+    }
+    /* the right key in the wrong section */
+    for (int i = 0; i < N_KEYS; i++) {
+        if (strcmp(keys[i].key, key) == 0) {
+            snprintf(out, outlen, " (it belongs in [%s])", keys[i].section);
+            return;
+        }
+    }
+}
+
+/* ---- values ---- */
+
+/* Strips surrounding double quotes and decodes \" \\ \n \t inside them. */
+static int unquote(const char *v, char *out, size_t outlen, char *why, size_t whylen) {
+    size_t len = strlen(v);
+    if (len < 2 || v[0] != '"' || v[len - 1] != '"') {
+        if (len >= outlen) {
+            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            return -1;
+        }
+        memcpy(out, v, len + 1);
+        return 0;
+    }
+    size_t n = 0;
+    for (size_t i = 1; i < len - 1; i++) {
+        char c = v[i];
+        if (c == '\\') {
+            char e = i + 1 < len - 1 ? v[++i] : '\0';
+            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == '"' ? '"' : e == '\\' ? '\\' : 0;
+            if (!c) {
+                set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
+                return -1;
+            }
+        }
+        if (n + 1 >= outlen) {
+            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            return -1;
+        }
+        out[n++] = c;
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+static void range_text(const key_def *k, char *out, size_t outlen) {
+    int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
+    if (inf)
+        snprintf(out, outlen, "must be %s %g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
+    else
+        snprintf(out, outlen, "must be in %c%g, %g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
+                 k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
+}
+
+static int in_range(const key_def *k, double v) {
+    if (k->flags & KF_MIN_OPEN ? !(v > k->min) : !(v >= k->min)) return 0;
+    if (k->flags & KF_MAX_OPEN ? !(v < k->max) : !(v <= k->max)) return 0;
+    return 1;
+}
+
+/* Parses `v` as key k's type into cfg's field. On error writes the reason ("not an
+ * integer", "must be in [0, 1)", ...) into why and returns -1, leaving cfg alone. */
+static int parse_value(const key_def *k, const char *v, job_config *cfg, char *why,
+                       size_t whylen) {
+    char *field = (char *)cfg + k->offset;
+    char *end;
+    char range[96];
+    errno = 0;
+    switch (k->type) {
+    case KT_INT: {
+        long long x = strtoll(v, &end, 10);
+        if (end == v || *end || isspace((unsigned char)*v)) {
+            set_err(why, whylen, "not an integer");
+            return -1;
+        }
+        if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
+            range_text(k, range, sizeof range);
+            set_err(why, whylen, "out of range, %s", range);
+            return -1;
+        }
+        *(int *)field = (int)x;
+        return 0;
+    }
+    case KT_FLOAT: {
+        double x = strtod(v, &end);
+        if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
+            strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
+            set_err(why, whylen, "not a number");
+            return -1;
+        }
+        /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
+        float f = (float)x;
+        if (fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
+            range_text(k, range, sizeof range);
+            set_err(why, whylen, "out of range, %s", range);
+            return -1;
+        }
+        *(float *)field = f;
+        return 0;
+    }
+    case KT_U64: {
+        int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
+        unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
+        if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
+            set_err(why, whylen, "not an unsigned integer");
+            return -1;
+        }
+        if (errno == ERANGE) {
+            set_err(why, whylen, "out of range, must be < 2^64");
+            return -1;
+        }
+        *(uint64_t *)field = (uint64_t)x;
+        return 0;
+    }
+    case KT_BOOL: {
+        static const char *const yes[] = {"true", "yes", "on", "1"};
+        static const char *const no[] = {"false", "no", "off", "0"};
+        for (int i = 0; i < 4; i++) {
+            if (strcasecmp(v, yes[i]) == 0) return *(int *)field = 1, 0;
+            if (strcasecmp(v, no[i]) == 0) return *(int *)field = 0, 0;
+        }
+        set_err(why, whylen, "not a boolean (true or false)");
+        return -1;
+    }
+    case KT_STRING: {
+        char buf[1024];
+        if (unquote(v, buf, k->size < sizeof buf ? k->size : sizeof buf, why, whylen) != 0)
+            return -1;
+        if (k->flags & KF_PRESET && buf[0]) {
+            llama_config probe;
+            if (llama_preset(buf, &probe) != 0) {
+                set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
+                return -1;
+            }
+        }
+        memcpy(field, buf, strlen(buf) + 1);
+        return 0;
+    }
+    case KT_ENUM: {
+        size_t n = strlen(v);
+        for (const char *c = k->choices; *c;) {
+            size_t len = strcspn(c, "|");
+            if (len == n && strncmp(c, v, n) == 0 && n < k->size) {
+                memcpy(field, v, n + 1);
+                return 0;
+            }
+            c += len + (c[len] == '|');
+        }
+        set_err(why, whylen, "not one of %s", k->choices);
+        return -1;
+    }
+    }
+    set_err(why, whylen, "internal error: bad key type");
+    return -1;
+}
+
+static void format_value(const key_def *k, const job_config *cfg, char *out, size_t outlen) {
+    const char *field = (const char *)cfg + k->offset;
+    switch (k->type) {
+    case KT_INT: snprintf(out, outlen, "%d", *(const int *)field); break;
+    case KT_FLOAT: snprintf(out, outlen, "%g", *(const float *)field); break;
+    case KT_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case KT_BOOL: snprintf(out, outlen, "%s", *(const int *)field ? "true" : "false"); break;
+    case KT_STRING:
+    case KT_ENUM: {
+        /* quote only what would not read back as itself */
+        const char *s = field;
+        int plain = s[0] && !isspace((unsigned char)s[0]) && !isspace((unsigned char)s[strlen(s) - 1]) &&
+                    s[0] != '"' && !strpbrk(s, "\n\t;");
+        if (plain) {
+            snprintf(out, outlen, "%s", s);
+        } else {
+            size_t n = 0;
+            if (n + 1 < outlen) out[n++] = '"';
+            for (; *s && n + 3 < outlen; s++) {
+                char esc = *s == '\n' ? 'n' : *s == '\t' ? 't' : *s == '"' ? '"' : *s == '\\' ? '\\' : 0;
+                if (esc) out[n++] = '\\', out[n++] = esc;
+                else out[n++] = *s;
+            }
+            if (n + 1 < outlen) out[n++] = '"';
+            out[n] = '\0';
+        }
+        break;
+    }
+    }
+}
+
+/* ---- origins, for messages: "FILE:LINE", "--set section.key" or just "FILE" ---- */
+
+static void origin(const loader *ld, int i, char *out, size_t outlen) {
+    const key_state *s = &ld->st[i];
+    if (s->set && s->line > 0)
+        snprintf(out, outlen, "%s:%d", ld->cfg->path, s->line);
+    else if (s->set)
+        snprintf(out, outlen, "--set %s.%s", keys[i].section, keys[i].key);
+    else
+        snprintf(out, outlen, "%s", ld->cfg->path);
+}
+
+/* The origin of a check between keys a and b: the first one the job set. */
+static void origin2(const loader *ld, int a, int b, char *out, size_t outlen) {
+    origin(ld, ld->st[a].set || !ld->st[b].set ? a : b, out, outlen);
+}
+
+/* ---- entries (file lines and --set overrides) ---- */
+
+/* The message prefix of the entry being applied. */
+static void here(const loader *ld, const char *section, const char *key, int line, char *out,
+                 size_t outlen) {
+    if (ld->set_arg)
+        snprintf(out, outlen, "--set %s.%s", section, key ? key : "");
+    else
+        snprintf(out, outlen, "%s:%d", ld->cfg->path, line);
+}
+
+static int on_entry(void *user, const char *section, const char *key, const char *value,
+                    int line, char *err, size_t errlen) {
+    loader *ld = user;
+    char at[1100], shown[72], hint[96] = "";
+    here(ld, section, key, line, at, sizeof at);
+
+    if (!known_section(section)) {
+        if (!section[0] && key) {
+            for (int i = 0; i < N_KEYS; i++)
+                if (strcmp(keys[i].key, key) == 0) {
+                    snprintf(hint, sizeof hint, " (put it under [%s])", keys[i].section);
+                    break;
+                }
+            set_err(err, errlen, "%s: key '%s' is outside any section%s", at, show(key, shown),
+                    hint);
+            return -1;
+        }
+        for (int i = 0; i < N_SECTIONS; i++)
+            if (edit_distance(section, sections[i]) <= 2) {
+                snprintf(hint, sizeof hint, "did you mean [%s]? ", sections[i]);
+                break;
+            }
+        set_err(err, errlen, "%s: unknown section [%s] (%sknown: model train data log runtime)",
+                at, show(section, shown), hint);
+        return -1;
+    }
+    if (!key) return 0; /* a section header */
+
+    int i = find_key(section, key);
+    if (i < 0) {
+        suggest_key(section, key, hint, sizeof hint);
+        set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
+                hint);
+        return -1;
+    }
+    key_state *s = &ld->st[i];
+    /* a --set may override the file once; the same key twice in one place is a mistake */
+    if (s->set && (s->line > 0) == !ld->set_arg) {
+        if (s->line > 0)
+            set_err(err, errlen, "%s: duplicate key '%s' in [%s] (first set on line %d)", at,
+                    key, section, s->line);
+        else
+            set_err(err, errlen, "%s: given twice", at);
+        return -1;
+    }
+
+    job_config scratch;
+    char why[512];
+    if (parse_value(&keys[i], value, &scratch, why, sizeof why) != 0) {
+        set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
+                why);
+        return -1;
+    }
+    char *copy = strdup(value);
+    if (!copy) {
+        set_err(err, errlen, "%s: out of memory", at);
+        return -1;
+    }
+    free(s->value);
+    s->value = copy;
+    s->set = 1;
+    s->line = ld->set_arg ? 0 : line;
+    return 0;
+}
+
+/* Applies one "section.key=value" override. */
+static int apply_override(loader *ld, const char *arg, char *err, size_t errlen) {
+    char buf[2048], shown[72];
+    const char *eq = strchr(arg, '=');
+    const char *dot = strchr(arg, '.');
+    if (!eq || !dot || dot > eq || strlen(arg) >= sizeof buf) {
+        set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
+        return -1;
+    }
+    /* trim blanks around the section, the key and the value, like the file parser */
+    strcpy(buf, arg);
+    char *section = buf, *key = buf + (dot - arg) + 1, *value = buf + (eq - arg) + 1;
+    key[-1] = '\0';
+    value[-1] = '\0';
+    char *parts[3] = {section, key, value};
+    for (int p = 0; p < 3; p++) {
+        char *s = parts[p];
+        while (isspace((unsigned char)*s)) s++;
+        size_t n = strlen(s);
+        while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+        parts[p] = s;
+    }
+    ld->set_arg = arg;
+    int rc = on_entry(ld, parts[0], parts[1], parts[2], 0, err, errlen);
+    ld->set_arg = NULL;
+    return rc;
+}
+
+/* ---- resolution: defaults, preset, explicit values, derived values, checks ---- */
+
+static int idx(const char *section, const char *key) {
+    int i = find_key(section, key);
+    if (i < 0) abort(); /* a misspelt key in this file: a programming error */
+    return i;
+}
+
+static int resolve(loader *ld, char *err, size_t errlen) {
+    job_config *c = ld->cfg;
+    const key_state *st = ld->st;
+    char at[1100];
+
+    /* defaults: the table's text, through the same parser as a job file's values */
+    char why[512];
+    for (int i = 0; i < N_KEYS; i++) {
+        if (keys[i].def && !(keys[i].flags & KF_MODEL) &&
+            parse_value(&keys[i], keys[i].def, c, why, sizeof why) != 0) {
+            set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
+                    keys[i].key, why);
+            return -1;
+        }
+    }
+
+    /* the model: a preset first, or else every shape key must be given */
+    int i_preset = idx("model", "preset");
+    int have_preset = st[i_preset].set && st[i_preset].value[0];
+    if (have_preset) {
+        parse_value(&keys[i_preset], st[i_preset].value, c, why, sizeof why);
+        llama_preset(c->preset, &c->model);
+    } else {
+        char missing[256] = "", all[256] = "";
+        for (int i = 0; i < N_KEYS; i++) {
+            if (!(keys[i].flags & KF_SHAPE)) continue;
+            size_t n = strlen(all);
+            snprintf(all + n, sizeof all - n, "%s%s", n ? ", " : "", keys[i].key);
+            if (st[i].set) continue;
+            n = strlen(missing);
+            snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", keys[i].key);
+        }
+        if (missing[0]) {
+            set_err(err, errlen,
+                    "%s: [model] needs a preset (%s) or all of %s; missing: %s", c->path,
+                    llama_preset_names(), all, missing);
+            return -1;
+        }
+        for (int i = 0; i < N_KEYS; i++)
+            if (keys[i].flags & KF_MODEL && keys[i].def)
+                parse_value(&keys[i], keys[i].def, c, why, sizeof why);
+    }
+
+    /* what the job says, over the defaults (already validated when read) */
+    for (int i = 0; i < N_KEYS; i++)
+        if (st[i].set) parse_value(&keys[i], st[i].value, c, why, sizeof why);
+
+    /* required keys (an empty string, quoted or not, counts as missing) */
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *field = (const char *)c + keys[i].offset;
+        if (keys[i].flags & KF_REQUIRED &&
+            (!st[i].set || (keys[i].type == KT_STRING && !field[0]))) {
+            set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
+                    keys[i].key);
+            return -1;
+        }
+    }
+
+    /* derived defaults */
+    const int i_kv = idx("model", "n_kv_heads"), i_msl = idx("model", "max_seq_len");
+    const int i_gb = idx("train", "global_batch"), i_min_lr = idx("train", "min_lr");
+    const int i_run_dir = idx("log", "run_dir");
+    if (!have_preset && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
+    if (!have_preset && !st[i_msl].set) c->model.max_seq_len = c->seq_len;
+    if (!st[i_gb].set) c->global_batch = c->micro_batch;
+    if (!st[i_min_lr].set) c->min_lr = c->lr / 10;
+    if (!st[i_run_dir].set) {
+        const char *base = strrchr(c->path, '/');
+        base = base ? base + 1 : c->path;
+        size_t n = strlen(base);
+        if (n > 4 && strcmp(base + n - 4, ".ini") == 0) n -= 4;
+        snprintf(c->run_dir, sizeof c->run_dir, "runs/%.*s", (int)n, base);
+    }
+
+    /* cross-key checks */
+    const int i_dim = idx("model", "dim"), i_nh = idx("model", "n_heads");
+    const int i_seq = idx("train", "seq_len"), i_mb = idx("train", "micro_batch");
+    const int i_lr = idx("train", "lr"), i_warm = idx("train", "warmup_steps");
+    const int i_steps = idx("train", "steps");
+    const llama_config *m = &c->model;
+    if (m->dim % m->n_heads != 0) {
+        origin2(ld, i_dim, i_nh, at, sizeof at);
+        set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
+                m->dim, m->n_heads);
+        return -1;
+    }
+    if (m->n_heads % m->n_kv_heads != 0) {
+        origin2(ld, i_kv, i_nh, at, sizeof at);
+        set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
+                m->n_kv_heads, m->n_heads);
+        return -1;
+    }
+    c->model.head_dim = m->dim / m->n_heads;
+    if (c->seq_len > m->max_seq_len) {
+        origin2(ld, i_seq, i_msl, at, sizeof at);
+        set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
+                at, c->seq_len, m->max_seq_len);
+        return -1;
+    }
+    if (c->global_batch % c->micro_batch != 0) {
+        origin2(ld, i_gb, i_mb, at, sizeof at);
+        set_err(err, errlen,
+                "%s: [train] global_batch = %d is not a multiple of micro_batch = %d", at,
+                c->global_batch, c->micro_batch);
+        return -1;
+    }
+    if (c->min_lr > c->lr) {
+        origin2(ld, i_min_lr, i_lr, at, sizeof at);
+        set_err(err, errlen, "%s: [train] min_lr = %g is larger than lr = %g", at, c->min_lr,
+                c->lr);
+        return -1;
+    }
+    if (c->warmup_steps > c->steps) {
+        origin2(ld, i_warm, i_steps, at, sizeof at);
+        set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
+                c->warmup_steps, c->steps);
+        return -1;
+    }
+    char why2[512];
+    if (llama_config_validate(&c->model, why2, sizeof why2) != 0) {
+        set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
+        return -1;
+    }
+
+    /* data paths written in the job file are relative to its directory, so a job runs
+     * the same from any working directory; a --set path is the shell's, relative to
+     * the working directory */
+    const char *slash = strrchr(c->path, '/');
+    for (int i = 0; i < N_KEYS; i++) {
+        if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
+        char *field = (char *)c + keys[i].offset;
+        if (!field[0] || field[0] == '/' || !slash) continue;
+        char joined[2100];
+        int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - c->path), c->path,
+                         field);
+        if (n < 0 || (size_t)n >= keys[i].size) {
+            origin(ld, i, at, sizeof at);
+            set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
+                    "to the job file's directory", at, keys[i].section, keys[i].key,
+                    keys[i].size - 1);
+            return -1;
+        }
+        memcpy(field, joined, (size_t)n + 1);
+    }
+    return 0;
+}
+
+int job_config_load(job_config *cfg, const char *path, int n_overrides,
+                    char *const *overrides, char *err, size_t errlen) {
+    memset(cfg, 0, sizeof *cfg);
+    if (strlen(path) >= sizeof cfg->path) {
+        set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
+                sizeof cfg->path - 1);
+        return -1;
+    }
+    strcpy(cfg->path, path);
+    char *file_text;
+    if (config_file_read(path, &file_text, err, errlen) != 0) return -1;
+
+    /* the job's text: the file, then each --set on a line of its own */
+    size_t len = strlen(file_text);
+    for (int i = 0; i < n_overrides; i++) len += strlen(overrides[i]) + 7;
+    cfg->text = malloc(len + 1);
+    if (!cfg->text) {
+        free(file_text);
+        set_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    char *p = stpcpy(cfg->text, file_text);
+    for (int i = 0; i < n_overrides; i++) p += sprintf(p, "\n--set %s", overrides[i]);
+
+    loader ld = {.cfg = cfg};
+    int rc = config_file_parse(file_text, path, on_entry, &ld, err, errlen);
+    free(file_text);
+    for (int i = 0; rc == 0 && i < n_overrides; i++)
+        rc = apply_override(&ld, overrides[i], err, errlen);
+    if (rc == 0) rc = resolve(&ld, err, errlen);
+    for (int i = 0; i < N_KEYS; i++) free(ld.st[i].value);
+    if (rc != 0) {
+        job_config_free(cfg);
+        return -1;
+    }
+    return 0;
+}
+
+void job_config_free(job_config *cfg) {
+    free(cfg->text);
+    cfg->text = NULL;
+}
+
+void job_config_print(const job_config *cfg, int world_size) {
+    char name[64], value[1100];
+    printf("# job %s (hash %016llx), world size %d\n", cfg->path,
+           (unsigned long long)job_config_hash(cfg), world_size);
+    for (int i = 0; i < N_KEYS; i++) {
+        snprintf(name, sizeof name, "%s.%s", keys[i].section, keys[i].key);
+        format_value(&keys[i], cfg, value, sizeof value);
+        printf("  %-26s = %s\n", name, value);
+        if (strcmp(keys[i].key, "n_heads") == 0 && strcmp(keys[i].section, "model") == 0)
+            printf("  %-26s = %d (dim / n_heads)\n", "model.head_dim", cfg->model.head_dim);
+    }
+    int per_step = cfg->micro_batch * (world_size > 0 ? world_size : 1);
+    printf("  %-26s = %lld\n", "params", (long long)llama_param_count(&cfg->model));
+    printf("  %-26s = %lld\n", "tokens_per_step", (long long)cfg->global_batch * cfg->seq_len);
+    if (cfg->global_batch % per_step == 0)
+        printf("  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
+    fflush(stdout);
+}
+
+uint64_t job_config_hash(const job_config *cfg) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
+    for (const unsigned char *p = (const unsigned char *)(cfg->text ? cfg->text : ""); *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ull; /* FNV prime */
+    }
+    return h;
+}

@@ -1,0 +1,104 @@
+/* The data loader: windows of seq_len+1 tokens, a per-epoch permutation drawn from
+ * (seed, epoch), and the global-sample-to-rank mapping documented in data_loader.h. */
+#include "src/data_loader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/rng.h"
+
+/* Domain separator, so the data order never shares a stream with the model init or the
+ * sampler even when they are keyed by the same seed. */
+#define DATA_RNG_DOMAIN 0x646174616f726465ull /* "dataorde" */
+
+/* The key of epoch e's permutation. Everything below is part of the on-disk contract
+ * (a checkpoint stores only the global sample index), so changing it changes which
+ * windows a resumed run sees. */
+static uint64_t perm_key(uint64_t seed, uint64_t epoch) {
+    return rng_hash64(rng_hash64(seed ^ DATA_RNG_DOMAIN) + epoch);
+}
+
+/* Fisher–Yates from the top: position i swaps with a uniform j in [0, i]. Draw i is
+ * rng_hash64(key ^ i), mapped to [0, i] by a 64×64→128-bit multiply (bias < n/2^64). */
+static void build_perm(uint64_t *perm, uint64_t n, uint64_t seed, uint64_t epoch) {
+    uint64_t key = perm_key(seed, epoch);
+    for (uint64_t i = 0; i < n; i++) perm[i] = i;
+    for (uint64_t i = n; i-- > 1;) {
+        uint64_t x = rng_hash64(key ^ i);
+        uint64_t j = (uint64_t)(((unsigned __int128)x * (i + 1)) >> 64);
+        uint64_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+}
+
+int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shuffle,
+                     uint64_t seed, int rank, int world, int micro_batch, char *err,
+                     size_t errlen) {
+    memset(dl, 0, sizeof *dl);
+    dl->cached_epoch = UINT64_MAX;
+    if (seq_len < 1 || world < 1 || rank < 0 || rank >= world || micro_batch < 1) {
+        snprintf(err, errlen,
+                 "data loader: bad arguments seq_len %d, rank %d of %d, micro_batch %d",
+                 seq_len, rank, world, micro_batch);
+        return -1;
+    }
+    if (tf->count < (uint64_t)seq_len + 1) {
+        snprintf(err, errlen,
+                 "%s: holds %llu tokens, fewer than seq_len+1 = %llu needed for one "
+                 "training window (seq_len %d)",
+                 tf->path, (unsigned long long)tf->count, (unsigned long long)seq_len + 1,
+                 seq_len);
+        return -1;
+    }
+    dl->tf = tf;
+    dl->seq_len = seq_len;
+    /* windows overlap by one token (the last target of w is the first input of w+1),
+     * so the final token can only ever be a target */
+    dl->n_windows = (tf->count - 1) / (uint64_t)seq_len;
+    dl->shuffle = shuffle != 0;
+    dl->seed = seed;
+    dl->rank = rank;
+    dl->world = world;
+    dl->micro_batch = micro_batch;
+    if (dl->shuffle) {
+        dl->perm = malloc(dl->n_windows * sizeof *dl->perm);
+        if (!dl->perm) {
+            snprintf(err, errlen, "%s: out of memory for a permutation of %llu windows",
+                     tf->path, (unsigned long long)dl->n_windows);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void data_loader_free(data_loader *dl) {
+    free(dl->perm);
+    dl->perm = NULL;
+    dl->cached_epoch = UINT64_MAX;
+}
+
+uint64_t data_loader_window(data_loader *dl, uint64_t g) {
+    uint64_t epoch = g / dl->n_windows, i = g % dl->n_windows;
+    if (!dl->shuffle) return i;
+    /* one cached epoch is enough: a rank visits its samples in increasing order, so
+     * each epoch's permutation is built once */
+    if (dl->cached_epoch != epoch) {
+        build_perm(dl->perm, dl->n_windows, dl->seed, epoch);
+        dl->cached_epoch = epoch;
+    }
+    return dl->perm[i];
+}
+
+void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
+                       int32_t *targets) {
+    const int T = dl->seq_len;
+    for (int b = 0; b < dl->micro_batch; b++) {
+        uint64_t g = step_start +
+                     ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
+        const int32_t *w = dl->tf->tokens + data_loader_window(dl, g) * (uint64_t)T;
+        memcpy(inputs + (size_t)b * T, w, (size_t)T * sizeof *w);
+        memcpy(targets + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
+    }
+}

@@ -1,0 +1,343 @@
+/* `shardlm train` and `shardlm eval`: set-up from the job file, the training loop
+ * (micro-batches, accumulation, clipping, AdamW, schedule), validation, sampling. */
+#include "src/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/check.h"
+#include "kernels/cpu/cpu.h"
+#include "src/commands.h"
+#include "src/metrics.h"
+#include "src/optim.h"
+#include "src/sample.h"
+
+int all_ranks_ok(int ok, const char *msg) {
+    int rank = 0, world = 1;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
+    int first_bad = ok ? world : rank;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (first_bad == world) return 0;
+    if (rank == first_bad) {
+        if (world > 1) fprintf(stderr, "shardlm: error: %s (rank %d)\n", msg, rank);
+        else fprintf(stderr, "shardlm: error: %s\n", msg);
+        fflush(stderr);
+    }
+    return -1;
+}
+
+static const shlm_ops *pick_backend(const char *name, char *err, size_t errlen) {
+    if (strcmp(name, "auto") == 0) {
+        const shlm_ops *cuda = shlm_ops_find("cuda");
+        return cuda && cuda->available() ? cuda : &shlm_ops_cpu;
+    }
+    const shlm_ops *o = shlm_ops_find(name);
+    if (!o) snprintf(err, errlen, "runtime.backend = %s: this build has no such backend", name);
+    else if (!o->available()) {
+        snprintf(err, errlen, "runtime.backend = %s: no usable device on this machine", name);
+        return NULL;
+    }
+    return o;
+}
+
+static int open_data(run *r, char *err, size_t errlen, int need_train) {
+    const job_config *c = &r->cfg;
+    if (need_train) {
+        if (token_file_open(&r->train_tf, c->data_train, err, errlen) != 0) return -1;
+        if ((int)r->train_tf.vocab_size > c->model.vocab_size) {
+            snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d",
+                     c->data_train, r->train_tf.vocab_size, c->model.vocab_size);
+            return -1;
+        }
+    }
+    if (c->data_val[0]) {
+        if (token_file_open(&r->val_tf, c->data_val, err, errlen) != 0) return -1;
+        if ((int)r->val_tf.vocab_size > c->model.vocab_size) {
+            snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d",
+                     c->data_val, r->val_tf.vocab_size, c->model.vocab_size);
+            return -1;
+        }
+        r->have_val = 1;
+    }
+    return 0;
+}
+
+int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
+    memset(r, 0, sizeof *r);
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r->rank));
+    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &r->world));
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, r->rank, MPI_INFO_NULL,
+                                  &node));
+    MPI_CHECK(MPI_Comm_rank(node, &r->local_rank));
+    MPI_CHECK(MPI_Comm_size(node, &r->local_size));
+    MPI_CHECK(MPI_Comm_free(&node));
+
+    char err[1536] = "";
+    int ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    job_config *c = &r->cfg;
+
+    /* every rank must run the same job: compare the hash of the job text */
+    unsigned long long h = job_config_hash(c), h0 = h;
+    MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
+    snprintf(err, sizeof err, "job file %s differs from rank 0's (hash %016llx vs %016llx)",
+             c->path, h, h0);
+    if (all_ranks_ok(h == h0, err)) return -1;
+
+    ok = 1;
+    if (r->world > 1) {
+        snprintf(err, sizeof err,
+                 "this build trains on one rank; got %d (the sharded engine is not built yet)",
+                 r->world);
+        ok = 0;
+    }
+    int per_step = c->micro_batch * r->world;
+    if (ok && c->global_batch % per_step != 0) {
+        snprintf(err, sizeof err,
+                 "train.global_batch (%d) must be a multiple of train.micro_batch (%d) x ranks (%d)",
+                 c->global_batch, c->micro_batch, r->world);
+        ok = 0;
+    }
+    r->grad_accum = ok ? c->global_batch / per_step : 0;
+    if (ok) r->ops = pick_backend(c->backend, err, sizeof err), ok = r->ops != NULL;
+    if (all_ranks_ok(ok, err)) return -1;
+
+    int threads = c->threads;
+    if (threads <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = (int)(cores / r->local_size);
+        if (threads < 1) threads = 1;
+    }
+    shlm_cpu_set_threads(threads);
+
+    ok = open_data(r, err, sizeof err, need_train) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    if (need_train) {
+        data_loader probe;
+        ok = data_loader_init(&probe, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank,
+                              r->world, c->micro_batch, err, sizeof err) == 0;
+        if (ok) data_loader_free(&probe);
+        if (all_ranks_ok(ok, err)) return -1;
+    }
+    if (r->have_val) {
+        data_loader probe;
+        ok = data_loader_init(&probe, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
+                              c->micro_batch, err, sizeof err) == 0;
+        if (ok) data_loader_free(&probe);
+        if (all_ranks_ok(ok, err)) return -1;
+    }
+
+    if (r->rank == 0) job_config_print(c, r->world);
+    fsdp_options opt = {.param_dtype = SHLM_F32};
+    r->engine = fsdp_create(&c->model, r->ops, &opt, c->seed);
+    r->model = llama_create(&c->model, r->ops, c->micro_batch, c->seq_len,
+                            fsdp_param_source(r->engine));
+    return 0;
+}
+
+void run_teardown(run *r) {
+    llama_destroy(r->model);
+    fsdp_destroy(r->engine);
+    token_file_close(&r->train_tf);
+    if (r->have_val) token_file_close(&r->val_tf);
+    job_config_free(&r->cfg);
+}
+
+double run_validate(run *r) {
+    const job_config *c = &r->cfg;
+    data_loader dl;
+    char err[512];
+    if (data_loader_init(&dl, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
+                         c->micro_batch, err, sizeof err) != 0)
+        SHLM_FATAL("%s", err);
+    const uint64_t per_batch = (uint64_t)c->micro_batch * r->world;
+    uint64_t batches = dl.n_windows / per_batch;
+    if (batches == 0) batches = 1; /* fewer windows than ranks: wrap around */
+    if (c->eval_batches > 0 && (uint64_t)c->eval_batches < batches) batches = c->eval_batches;
+    const size_t n = (size_t)c->micro_batch * c->seq_len;
+    int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
+    SHLM_CHECK_ALLOC(in);
+    SHLM_CHECK_ALLOC(tg);
+    double sums[2] = {0, 0}; /* loss·count, count */
+    for (uint64_t b = 0; b < batches; b++) {
+        data_loader_batch(&dl, b * per_batch, 0, in, tg);
+        int valid = 0;
+        float loss = llama_forward(r->model, in, tg, c->micro_batch, c->seq_len, &valid, NULL,
+                                   NULL);
+        sums[0] += (double)loss * valid;
+        sums[1] += valid;
+    }
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    free(in);
+    free(tg);
+    data_loader_free(&dl);
+    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+}
+
+static void print_sample(run *r) {
+    const job_config *c = &r->cfg;
+    const char *prompt = c->sample_prompt[0] ? c->sample_prompt : "\n";
+    int n_prompt = (int)strlen(prompt);
+    int32_t *ids = malloc((size_t)(n_prompt + c->sample_tokens) * sizeof(int32_t));
+    SHLM_CHECK_ALLOC(ids);
+    for (int i = 0; i < n_prompt; i++) ids[i] = (unsigned char)prompt[i] % c->model.vocab_size;
+    sample_generate(r->model, c->seq_len, ids, n_prompt, c->sample_tokens,
+                    c->sample_temperature, c->sample_top_p, c->seed, ids);
+    if (r->rank == 0) {
+        printf("--- sample: %d tokens, temperature %.2f, top_p %.2f ---\n", c->sample_tokens,
+               c->sample_temperature, c->sample_top_p);
+        for (int i = 0; i < n_prompt + c->sample_tokens; i++) {
+            int ch = ids[i];
+            putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '?');
+        }
+        printf("\n---\n");
+        fflush(stdout);
+    }
+    free(ids);
+}
+
+static int train_loop(run *r) {
+    const job_config *c = &r->cfg;
+    char err[1200] = "";
+    metrics_log log = {0};
+    int ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+
+    data_loader dl;
+    if (data_loader_init(&dl, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank, r->world,
+                         c->micro_batch, err, sizeof err) != 0)
+        SHLM_FATAL("%s", err);
+    const size_t n = (size_t)c->micro_batch * c->seq_len;
+    int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
+    SHLM_CHECK_ALLOC(in);
+    SHLM_CHECK_ALLOC(tg);
+    const lr_schedule sch = {c->lr, c->min_lr, c->warmup_steps, c->steps};
+    const adamw_hparams hp = {c->beta1, c->beta2, c->eps, c->weight_decay};
+    const double flops_tok = model_flops_per_token(&c->model, c->seq_len);
+    const long long tokens_per_step = (long long)c->global_batch * c->seq_len;
+    if (r->rank == 0) {
+        printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
+               "per step; run dir %s\n",
+               (long long)llama_param_count(&c->model), flops_tok, r->grad_accum,
+               c->micro_batch, c->seq_len, c->run_dir);
+        metrics_print_header(stdout);
+    }
+    for (int s = 0; s < c->steps; s++) {
+        double t0 = MPI_Wtime();
+        fsdp_zero_grad(r->engine);
+        double sums[2] = {0, 0};
+        for (int m = 0; m < r->grad_accum; m++) {
+            data_loader_batch(&dl, (uint64_t)s * c->global_batch, m, in, tg);
+            int valid = 0;
+            float loss = llama_forward_backward(r->model, in, tg, c->micro_batch, c->seq_len,
+                                                1.0f / (float)r->grad_accum, &valid);
+            sums[0] += (double)loss * valid;
+            sums[1] += valid;
+        }
+        double norm = fsdp_grad_norm(r->engine);
+        float lr = lr_at(&sch, s);
+        fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp, s + 1);
+        r->ops->sync();
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        double step_s = MPI_Wtime() - t0;
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &step_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+
+        int last = s == c->steps - 1;
+        double val = NAN;
+        if (r->have_val && (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
+            val = run_validate(r);
+        if (r->rank == 0 && (last || (s + 1) % c->log_every == 0 || !isnan(val))) {
+            step_metrics sm = {.step = s + 1, .loss = sums[1] > 0 ? sums[0] / sums[1] : NAN,
+                               .val_loss = val, .lr = lr, .grad_norm = norm,
+                               .step_ms = 1000 * step_s, .comm_exposed_ms = 0,
+                               .tokens_seen = tokens_per_step * (s + 1)};
+            sm.tokens_per_s = tokens_per_step / step_s;
+            sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
+            sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
+            sm.mem_peak_bytes = peak_rss_bytes();
+            metrics_print_step(stdout, &sm);
+            metrics_write_json(&log, &sm);
+        }
+    }
+    free(in);
+    free(tg);
+    data_loader_free(&dl);
+    metrics_close(&log);
+    if (c->sample_tokens > 0) print_sample(r);
+    return 0;
+}
+
+/* Splits "JOB.ini [--set section.key=value ...]" ; returns 0 or -1 with err. */
+static int parse_job_args(int argc, char **argv, const char **job, int *n_sets, char ***sets,
+                          char *err, size_t errlen) {
+    *job = NULL;
+    *n_sets = 0;
+    *sets = calloc((size_t)argc + 1, sizeof(char *));
+    SHLM_CHECK_ALLOC(*sets);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--set") == 0) {
+            if (i + 1 >= argc) {
+                snprintf(err, errlen, "--set needs an argument section.key=value");
+                return -1;
+            }
+            (*sets)[(*n_sets)++] = argv[++i];
+        } else if (strncmp(argv[i], "--set=", 6) == 0) {
+            (*sets)[(*n_sets)++] = argv[i] + 6;
+        } else if (argv[i][0] == '-') {
+            snprintf(err, errlen, "unknown option '%s' (usage: shardlm %s JOB.ini [--set "
+                     "section.key=value ...])", argv[i], argv[0]);
+            return -1;
+        } else if (*job) {
+            snprintf(err, errlen, "more than one job file given ('%s' and '%s')", *job, argv[i]);
+            return -1;
+        } else {
+            *job = argv[i];
+        }
+    }
+    if (!*job) {
+        snprintf(err, errlen, "no job file given (usage: shardlm %s JOB.ini [--set "
+                 "section.key=value ...])", argv[0]);
+        return -1;
+    }
+    return 0;
+}
+
+static int job_command(int argc, char **argv, int training) {
+    const char *job;
+    int n_sets;
+    char **sets;
+    char err[1536] = "";
+    int ok = parse_job_args(argc, argv, &job, &n_sets, &sets, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) {
+        free(sets);
+        return 2;
+    }
+    run r;
+    if (run_setup(&r, job, n_sets, sets, training) != 0) {
+        free(sets);
+        return 1;
+    }
+    free(sets);
+    int rc = 0;
+    if (training) {
+        rc = train_loop(&r) == 0 ? 0 : 1;
+    } else if (!r.have_val) {
+        snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
+        rc = all_ranks_ok(0, err) ? 1 : 0;
+    } else {
+        double loss = run_validate(&r);
+        if (r.rank == 0)
+            printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
+                   exp(loss));
+    }
+    run_teardown(&r);
+    return rc;
+}
+
+int cmd_train(int argc, char **argv) { return job_command(argc, argv, 1); }
+int cmd_eval(int argc, char **argv) { return job_command(argc, argv, 0); }

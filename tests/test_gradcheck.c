@@ -1,0 +1,121 @@
+/* Whole-model gradient check: the backward pass of a tiny Llama (GQA, odd sizes)
+ * against central finite differences of the loss, per coordinate and per direction. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/ops.h"
+#include "src/llama.h"
+#include "src/rng.h"
+
+typedef struct resident {
+    llama_layout lay;
+    float **params, **grads;
+} resident;
+
+static const void *acquire(void *ctx, int u, llama_phase ph) { return ((resident *)ctx)->params[u]; }
+static void release(void *ctx, int u, llama_phase ph) {}
+static float *grad(void *ctx, int u) { return ((resident *)ctx)->grads[u]; }
+static void grad_ready(void *ctx, int u) {}
+
+static float loss_of(llama_model *m, const int32_t *x, const int32_t *y, int B, int T) {
+    return llama_forward(m, x, y, B, T, NULL, NULL, NULL);
+}
+
+int main(void) {
+    printf("# reproduce: tests/test_gradcheck\n");
+    llama_config c = {.dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 6,
+                      .ffn_dim = 19, .vocab_size = 23, .max_seq_len = 16, .norm_eps = 1e-5f,
+                      .rope_theta = 10000.0f, .init_std = 0.3f};
+    const int B = 2, T = 7, N = B * T;
+    resident r;
+    llama_layout_init(&r.lay, &c);
+    r.params = calloc(r.lay.n_units, sizeof(float *));
+    r.grads = calloc(r.lay.n_units, sizeof(float *));
+    for (int u = 0; u < r.lay.n_units; u++) {
+        size_t n = r.lay.units[u].numel;
+        r.params[u] = malloc(n * sizeof(float));
+        r.grads[u] = calloc(n, sizeof(float));
+        llama_init_slice(&r.lay, &c, 7, u, 0, n, r.params[u]);
+        /* norm weights away from 1 so their gradients are exercised in general position */
+        for (size_t i = 0; i < n; i++)
+            if (r.params[u][i] == 1.0f) r.params[u][i] = 1.0f + 0.3f * (float)rng_normal_at(99, i + 1000 * u);
+    }
+    llama_param_source src = {&r, acquire, release, grad, grad_ready};
+    llama_model *m = llama_create(&c, &shlm_ops_cpu, B, T, src);
+    int32_t x[14], y[14];
+    for (int i = 0; i < N; i++) {
+        x[i] = (int32_t)(rng_hash64(i) % c.vocab_size);
+        y[i] = i % 5 == 3 ? -1 : (int32_t)(rng_hash64(i + 100) % c.vocab_size); /* some ignored */
+    }
+    float loss = llama_forward_backward(m, x, y, B, T, 1.0f, NULL);
+    float loss2 = loss_of(m, x, y, B, T);
+    int fails = 0;
+    printf("loss fwd+bwd %.7f, fwd only %.7f\n", loss, loss2);
+    if (fabsf(loss - loss2) > 1e-6f * fabsf(loss)) {
+        printf("FAIL: forward_backward and forward disagree on the loss\n");
+        fails++;
+    }
+
+    /* per coordinate: a few entries of every tensor */
+    const float eps = 1e-2f;
+    double worst = 0;
+    for (int u = 0; u < r.lay.n_units; u++) {
+        const llama_unit *lu = &r.lay.units[u];
+        for (int k = 0; k < lu->n_tensors; k++) {
+            const llama_tensor *t = &lu->tensors[k];
+            double tensor_worst = 0, gmax = 0;
+            for (size_t i = 0; i < t->numel; i++)
+                gmax = fmax(gmax, fabs(r.grads[u][t->offset + i]));
+            for (int s = 0; s < 6; s++) {
+                size_t i = t->offset + rng_hash64(s * 7919 + k * 31 + u * 1000003) % t->numel;
+                float keep = r.params[u][i];
+                r.params[u][i] = keep + eps;
+                double lp = loss_of(m, x, y, B, T);
+                r.params[u][i] = keep - eps;
+                double lm = loss_of(m, x, y, B, T);
+                r.params[u][i] = keep;
+                double fd = (lp - lm) / (2 * eps), an = r.grads[u][i];
+                double err = fabs(fd - an) / fmax(gmax, 1e-3);
+                tensor_worst = fmax(tensor_worst, err);
+            }
+            int ok = tensor_worst < 2e-3;
+            fails += !ok;
+            worst = fmax(worst, tensor_worst);
+            printf("%s %-45s max |fd-analytic|/max|g| = %.2e (max|g| %.2e)\n", ok ? "ok  " : "FAIL",
+                   t->name, tensor_worst, gmax);
+        }
+    }
+
+    /* one random direction over all parameters at once */
+    double dot = 0, vnorm = 0;
+    float **dir = calloc(r.lay.n_units, sizeof(float *));
+    for (int u = 0; u < r.lay.n_units; u++) {
+        size_t n = r.lay.units[u].numel;
+        dir[u] = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            dir[u][i] = (float)rng_normal_at(4242 + u, i);
+            dot += (double)dir[u][i] * r.grads[u][i];
+            vnorm += (double)dir[u][i] * dir[u][i];
+        }
+    }
+    const float h = 1e-3f / (float)sqrt(vnorm / 1000);
+    double l[2];
+    for (int side = 0; side < 2; side++) {
+        for (int u = 0; u < r.lay.n_units; u++)
+            for (size_t i = 0; i < r.lay.units[u].numel; i++)
+                r.params[u][i] += (side == 0 ? h : -2 * h) * dir[u][i];
+        l[side] = loss_of(m, x, y, B, T);
+    }
+    double fd = (l[0] - l[1]) / (2 * h);
+    double rel = fabs(fd - dot) / fabs(dot);
+    int ok = rel < 2e-3;
+    fails += !ok;
+    printf("%s directional derivative: finite difference %.6f, analytic %.6f, rel err %.2e\n",
+           ok ? "ok  " : "FAIL", fd, dot, rel);
+    llama_destroy(m);
+    printf("%s: %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS", fails,
+           worst);
+    return fails ? 1 : 0;
+}
