@@ -207,7 +207,7 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
     }
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
     unsigned char hdr[TOKENS_HEADER_BYTES] = {0};

@@ -48,6 +48,12 @@ typedef struct shlm_ops {
     void (*act_to_f32)(float *f32, const void *act, size_t n);
     /* x[i] = bf16(x[i]) kept in fp32 storage: emulates bf16 collectives on fp32 backends */
     void (*round_to_bf16)(float *x, size_t n);
+    /* bf16[i] = bf16(f32[i]), round-to-nearest-even: casts for bf16 collectives */
+    void (*f32_to_bf16)(uint16_t *bf16, const float *f32, size_t n);
+    /* f32[i] = bf16[i] (exact) */
+    void (*bf16_to_f32)(float *f32, const uint16_t *bf16, size_t n);
+    /* y[i] += x[i] over fp32 buffers (accumulating reduced gradient shards) */
+    void (*accumulate)(float *y, const float *x, size_t n);
 
     /* ---- layers (fwd / bwd) ---- */
     /* out(N,C) = wte[tokens[i]] ; wte (V,C) act */

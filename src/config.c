@@ -100,8 +100,9 @@ static const key_def keys[] = {
 
     /* [log] */
     {"log", "every", KT_INT, F(log_every), "1", 1, IMAX, NULL, 0},
-    /* default: runs/<job file name without .ini>, relative to the working directory */
-    {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED},
+    /* default: runs/<job file name without .ini>, relative to the working directory;
+     * when the job file sets it, relative to the job file like every path in it */
+    {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH},
 
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
@@ -631,9 +632,9 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         return -1;
     }
 
-    /* data paths written in the job file are relative to its directory, so a job runs
-     * the same from any working directory; a --set path is the shell's, relative to
-     * the working directory */
+    /* paths written in the job file are relative to its directory, so a job runs the
+     * same from any working directory; a --set path is the shell's, relative to the
+     * working directory */
     const char *slash = strrchr(c->path, '/');
     for (int i = 0; i < N_KEYS; i++) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;

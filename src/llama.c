@@ -102,6 +102,7 @@ struct llama_model {
     llama_param_source src;
     llama_layout lay;
     int B, T;             /* capacity */
+    llama_ac ac;          /* activation checkpointing mode */
     size_t esz;           /* bytes per act element */
     int qkv_dim, att_dim; /* (nh+2nkv)·hd, nh·hd */
     void **x;             /* L+1 residual streams (N, d): x[0] embedding out, x[l+1] block l out */
@@ -119,21 +120,112 @@ struct llama_model {
     size_t act_bytes;
 };
 
-static void *act_alloc(llama_model *m, size_t elems) {
-    size_t bytes = elems * m->esz;
-    m->act_bytes += bytes;
-    return m->ops->alloc(bytes);
-}
-
-static float *f32_alloc(llama_model *m, size_t elems) {
-    m->act_bytes += elems * sizeof(float);
-    return m->ops->alloc(elems * sizeof(float));
-}
-
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Every activation buffer of a model, in one list, so allocation, freeing and the
+ * plan's byte count come from the same description. `per_layer` buffers exist once
+ * per block when kept for the backward, once in all (scratch) when recomputed. */
+typedef enum buf_kind { BUF_ACT, BUF_F32, BUF_I32 } buf_kind;
+
+typedef struct act_sizes {
+    size_t N, d, F, qkv, att, lse, chunk_rows, V;
+} act_sizes;
+
+static act_sizes sizes_of(const llama_config *c, int B, int T) {
+    act_sizes z;
+    z.N = (size_t)B * T;
+    z.d = c->dim;
+    z.F = c->ffn_dim;
+    z.qkv = (size_t)(c->n_heads + 2 * c->n_kv_heads) * c->head_dim;
+    z.att = (size_t)c->n_heads * c->head_dim;
+    z.lse = (size_t)B * c->n_heads * T;
+    z.V = c->vocab_size;
+    /* never hold the whole (N, V) logits: 16M elements per chunk at most */
+    size_t rows = ((size_t)1 << 24) / z.V;
+    z.chunk_rows = rows < 1 ? 1 : rows > z.N ? z.N : rows;
+    return z;
+}
+
+/* Which block_acts fields a mode keeps per layer (1) or recomputes in scratch (0). */
+typedef struct keep_set { int ln1, rstd1, qkv, att, lse, xmid, ln2, rstd2, gu, h; } keep_set;
+
+static keep_set kept_by(llama_ac ac) {
+    switch (ac) {
+    case LLAMA_AC_FULL: return (keep_set){0};
+    case LLAMA_AC_SELECTIVE: return (keep_set){.qkv = 1, .xmid = 1, .gu = 1};
+    default: return (keep_set){1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    }
+}
+
+/* Allocation (when m != NULL) or counting (m == NULL) of one buffer. */
+static void *buf(llama_model *m, size_t *bytes, size_t esz, buf_kind k, size_t elems) {
+    size_t b = elems * (k == BUF_ACT ? esz : 4);
+    *bytes += b;
+    return m ? m->ops->alloc(b) : NULL;
+}
+
+/* Walks every buffer of the model: allocates into m, or only counts (m == NULL). */
+static size_t layout_acts(llama_model *m, const llama_config *c, size_t esz, int B, int T,
+                          llama_ac ac) {
+    const act_sizes z = sizes_of(c, B, T);
+    const size_t L = (size_t)c->n_layers, N = z.N;
+    const keep_set keep = kept_by(ac);
+    size_t bytes = 0;
+    block_acts scratch = {0};
+#define FIELD(name, kind, elems)                                                      \
+    do {                                                                              \
+        if (!keep.name) scratch.name = buf(m, &bytes, esz, kind, elems);              \
+        for (size_t l = 0; l < L; l++) {                                              \
+            void *p_ = keep.name ? buf(m, &bytes, esz, kind, elems) : scratch.name;   \
+            if (m) m->acts[l].name = p_;                                              \
+        }                                                                             \
+    } while (0)
+    FIELD(ln1, BUF_ACT, N * z.d);
+    FIELD(rstd1, BUF_F32, N);
+    FIELD(qkv, BUF_ACT, N * z.qkv);
+    FIELD(att, BUF_ACT, N * z.att);
+    FIELD(lse, BUF_F32, z.lse);
+    FIELD(xmid, BUF_ACT, N * z.d);
+    FIELD(ln2, BUF_ACT, N * z.d);
+    FIELD(rstd2, BUF_F32, N);
+    FIELD(gu, BUF_ACT, N * 2 * z.F);
+    FIELD(h, BUF_ACT, N * z.F);
+#undef FIELD
+    for (size_t l = 0; l <= L; l++) {
+        void *p = buf(m, &bytes, esz, BUF_ACT, N * z.d);
+        if (m) m->x[l] = p;
+    }
+#define ONE(field, kind, elems)                             \
+    do {                                                    \
+        void *p_ = buf(m, &bytes, esz, kind, elems);        \
+        if (m) m->field = p_;                               \
+    } while (0)
+    ONE(lnf, BUF_ACT, N * z.d);
+    ONE(rstdf, BUF_F32, N);
+    ONE(logits, BUF_ACT, z.chunk_rows * z.V);
+    ONE(losses, BUF_F32, N);
+    ONE(dx, BUF_ACT, N * z.d);
+    ONE(dln, BUF_ACT, N * z.d);
+    ONE(dwide1, BUF_ACT, N * max_sz(z.F, z.att));
+    ONE(dwide2, BUF_ACT, N * max_sz(2 * z.F, z.qkv));
+    ONE(tokens_dev, BUF_I32, N);
+    ONE(targets_dev, BUF_I32, N);
+#undef ONE
+    return bytes;
+}
+
+size_t llama_activation_bytes_for(const llama_config *cfg, shlm_dtype act, int B, int T,
+                                  llama_ac ac) {
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac);
+}
 
 llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                           llama_param_source src) {
+    return llama_create_ac(cfg, ops, B, T, LLAMA_AC_NONE, src);
+}
+
+llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B, int T,
+                             llama_ac ac, llama_param_source src) {
     llama_model *m = calloc(1, sizeof *m);
     SHLM_CHECK_ALLOC(m);
     m->cfg = *cfg;
@@ -141,55 +233,34 @@ llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, i
     m->src = src;
     m->B = B;
     m->T = T;
+    m->ac = ac;
     m->esz = shlm_dtype_size(ops->act_dtype);
     llama_layout_init(&m->lay, cfg);
-    const size_t N = (size_t)B * T, d = cfg->dim, F = cfg->ffn_dim, L = cfg->n_layers;
     m->qkv_dim = (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
     m->att_dim = cfg->n_heads * cfg->head_dim;
-    m->x = calloc(L + 1, sizeof(void *));
-    m->acts = calloc(L, sizeof(block_acts));
+    m->chunk_rows = (int)sizes_of(cfg, B, T).chunk_rows;
+    m->x = calloc((size_t)cfg->n_layers + 1, sizeof(void *));
+    m->acts = calloc((size_t)cfg->n_layers, sizeof(block_acts));
     SHLM_CHECK_ALLOC(m->x);
     SHLM_CHECK_ALLOC(m->acts);
-    for (size_t l = 0; l <= L; l++) m->x[l] = act_alloc(m, N * d);
-    for (size_t l = 0; l < L; l++) {
-        block_acts *a = &m->acts[l];
-        a->ln1 = act_alloc(m, N * d);
-        a->rstd1 = f32_alloc(m, N);
-        a->qkv = act_alloc(m, N * m->qkv_dim);
-        a->att = act_alloc(m, N * m->att_dim);
-        a->lse = f32_alloc(m, (size_t)B * cfg->n_heads * T);
-        a->xmid = act_alloc(m, N * d);
-        a->ln2 = act_alloc(m, N * d);
-        a->rstd2 = f32_alloc(m, N);
-        a->gu = act_alloc(m, N * 2 * F);
-        a->h = act_alloc(m, N * F);
-    }
-    m->lnf = act_alloc(m, N * d);
-    m->rstdf = f32_alloc(m, N);
-    /* never hold the whole (N, V) logits: 16M elements per chunk at most */
-    size_t rows = ((size_t)1 << 24) / (size_t)cfg->vocab_size;
-    m->chunk_rows = (int)(rows < 1 ? 1 : rows > N ? N : rows);
-    m->logits = act_alloc(m, (size_t)m->chunk_rows * cfg->vocab_size);
-    m->losses = f32_alloc(m, N);
-    m->dx = act_alloc(m, N * d);
-    m->dln = act_alloc(m, N * d);
-    m->dwide1 = act_alloc(m, N * max_sz(F, (size_t)m->att_dim));
-    m->dwide2 = act_alloc(m, N * max_sz(2 * F, (size_t)m->qkv_dim));
-    m->tokens_dev = ops->alloc(N * sizeof(int32_t));
-    m->targets_dev = ops->alloc(N * sizeof(int32_t));
-    m->act_bytes += 2 * N * sizeof(int32_t);
+    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac);
     return m;
 }
 
 void llama_destroy(llama_model *m) {
     if (!m) return;
     const shlm_ops *o = m->ops;
-    for (int l = 0; l <= m->cfg.n_layers; l++) o->free(m->x[l]);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        block_acts *a = &m->acts[l];
-        void *p[] = {a->ln1, a->rstd1, a->qkv, a->att, a->lse, a->xmid, a->ln2, a->rstd2, a->gu, a->h};
-        for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
-    }
+    const keep_set keep = kept_by(m->ac);
+    const int L = m->cfg.n_layers;
+    for (int l = 0; l <= L; l++) o->free(m->x[l]);
+#define FIELD(name)                                                     \
+    do {                                                                \
+        if (keep.name) for (int l = 0; l < L; l++) o->free(m->acts[l].name); \
+        else if (L > 0) o->free(m->acts[0].name);                       \
+    } while (0)
+    FIELD(ln1); FIELD(rstd1); FIELD(qkv); FIELD(att); FIELD(lse);
+    FIELD(xmid); FIELD(ln2); FIELD(rstd2); FIELD(gu); FIELD(h);
+#undef FIELD
     void *p[] = {m->lnf, m->rstdf, m->logits, m->losses, m->dx, m->dln, m->dwide1, m->dwide2,
                  m->tokens_dev, m->targets_dev};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
@@ -215,7 +286,7 @@ static float *gptr(const llama_model *m, float *grad, int u, int k) {
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 enum { HD_NORM = 0, HD_LM = 1 };
 
-static void block_forward(llama_model *m, int l, const void *p, int B, int T) {
+static void block_forward(llama_model *m, int l, const void *p, int B, int T, int write_out) {
     const shlm_ops *o = m->ops;
     const llama_config *c = &m->cfg;
     const int u = llama_unit_block(l), N = B * T, d = c->dim, F = c->ffn_dim;
@@ -234,8 +305,25 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T) {
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
     o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, 0);
     o->swiglu_fwd(a->h, a->gu, N, F);
+    if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
     o->copy(xout, a->xmid, (size_t)N * d * m->esz);
     o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, 1);
+}
+
+/* Restores what the checkpointing mode did not keep of block l's activations. */
+static void recompute(llama_model *m, int l, const void *p, int B, int T) {
+    const shlm_ops *o = m->ops;
+    const llama_config *c = &m->cfg;
+    const int u = llama_unit_block(l), N = B * T, d = c->dim;
+    block_acts *a = &m->acts[l];
+    if (m->ac == LLAMA_AC_FULL) {
+        block_forward(m, l, p, B, T, 0);
+    } else if (m->ac == LLAMA_AC_SELECTIVE) {
+        o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps);
+        o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim);
+        o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps);
+        o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim);
+    }
 }
 
 /* m->dx holds dL/dx[l+1] on entry and dL/dx[l] on return. */
@@ -244,6 +332,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int B
     const llama_config *c = &m->cfg;
     const int u = llama_unit_block(l), N = B * T, d = c->dim, F = c->ffn_dim;
     block_acts *a = &m->acts[l];
+    recompute(m, l, p, B, T);
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
     o->zero(dh, (size_t)N * F * m->esz);
@@ -292,7 +381,7 @@ static void trunk_forward(llama_model *m, const int32_t *tokens, int B, int T) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         int u = llama_unit_block(l);
         p = m->src.acquire(m->src.ctx, u, LLAMA_FWD);
-        block_forward(m, l, p, B, T);
+        block_forward(m, l, p, B, T, 1);
         m->src.release(m->src.ctx, u, LLAMA_FWD);
     }
 }

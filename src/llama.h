@@ -97,10 +97,23 @@ typedef struct llama_param_source {
 /* ---- the model ---- */
 typedef struct llama_model llama_model;
 
+/* Activation checkpointing: what a block keeps from its forward for its backward.
+ * NONE keeps everything; SELECTIVE keeps the block input and the matmul outputs (qkv,
+ * the residual after attention, gate|up) and recomputes the norms, attention and
+ * SwiGLU; FULL keeps only the block input and recomputes the whole block. */
+typedef enum llama_ac { LLAMA_AC_NONE = 0, LLAMA_AC_FULL = 1, LLAMA_AC_SELECTIVE = 2 } llama_ac;
+
 /* Creates a model for batches of at most B sequences of at most T tokens on the
  * given backend; allocates activations only (parameters come from the source). */
 llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                           llama_param_source src);
+/* The same with an activation-checkpointing mode. */
+llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B, int T,
+                             llama_ac ac, llama_param_source src);
+/* Bytes of activation memory a model of this shape allocates (what llama_create
+ * would), without allocating it: for `shardlm plan`. */
+size_t llama_activation_bytes_for(const llama_config *cfg, shlm_dtype act, int B, int T,
+                                  llama_ac ac);
 void llama_destroy(llama_model *m);
 const llama_layout *llama_get_layout(const llama_model *m);
 /* Bytes of activation memory this model allocated. */

@@ -1,0 +1,324 @@
+/* Tests of token data files (io/tokens.c) and `shardlm data prepare` (src/cmd_data.c):
+ * round trips, every validation error naming the file, and garbage that must not crash. */
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/tokens.h"
+#include "src/commands.h"
+#include "src/rng.h"
+
+static int n_checks, n_failed;
+
+static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void check(int ok, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%s - ", ok ? "ok  " : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    n_checks++;
+    n_failed += !ok;
+}
+
+static char dir[256];
+
+static const char *tmp_path(const char *name) {
+    static char buf[4][512];
+    static int next;
+    char *p = buf[next++ % 4];
+    snprintf(p, 512, "%s/%s", dir, name);
+    return p;
+}
+
+static void write_bytes(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || fwrite(data, 1, n, f) != n) {
+        perror(path);
+        exit(1);
+    }
+    fclose(f);
+}
+
+static unsigned char *read_bytes(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = malloc(1 << 20);
+    *n = fread(buf, 1, 1 << 20, f);
+    fclose(f);
+    return buf;
+}
+
+/* A header as token_file_write would make it, fields given explicitly. */
+static void make_header(unsigned char *h, uint32_t version, uint32_t width, uint64_t count,
+                        uint32_t vocab) {
+    memset(h, 0, TOKENS_HEADER_BYTES);
+    memcpy(h, TOKENS_MAGIC, 8);
+    for (int i = 0; i < 4; i++) h[8 + i] = (unsigned char)(version >> (8 * i));
+    for (int i = 0; i < 4; i++) h[12 + i] = (unsigned char)(width >> (8 * i));
+    for (int i = 0; i < 8; i++) h[16 + i] = (unsigned char)(count >> (8 * i));
+    for (int i = 0; i < 4; i++) h[24 + i] = (unsigned char)(vocab >> (8 * i));
+}
+
+/* Opens a file expected to be rejected; checks the message names the file and contains
+ * `problem`. */
+static void expect_open_error(const char *path, const char *problem, const char *what) {
+    token_file tf;
+    char err[1024] = "";
+    int rc = token_file_open(&tf, path, err, sizeof err);
+    check(rc == -1 && strstr(err, path) == err && strstr(err, problem) && !strchr(err, '\n'),
+          "%s: rc %d, message \"%s\" (want the path, then \"%s\")", what, rc, err, problem);
+}
+
+static void test_round_trip(int width, uint32_t vocab, uint64_t n) {
+    int32_t *tok = malloc(n * sizeof *tok);
+    for (uint64_t i = 0; i < n; i++) tok[i] = (int32_t)(rng_hash64(i) % vocab);
+    tok[0] = 0;
+    tok[n - 1] = (int32_t)vocab - 1; /* both ends of the id range */
+    const char *path = tmp_path("round.bin");
+    char err[1024] = "";
+    int rc = token_file_write(path, tok, n, width, vocab, err, sizeof err);
+    check(rc == 0, "write %llu tokens width %d vocab %u: rc %d %s", (unsigned long long)n,
+          width, vocab, rc, err);
+    struct stat sb;
+    size_t bytes = stat(path, &sb) == 0 ? (size_t)sb.st_size : 0;
+    check(bytes == TOKENS_HEADER_BYTES + n * width, "file size %zu = 32 + %llu x %d", bytes,
+          (unsigned long long)n, width);
+    token_file tf;
+    rc = token_file_open(&tf, path, err, sizeof err);
+    check(rc == 0 && tf.width == width && tf.count == n && tf.vocab_size == vocab &&
+              strcmp(tf.path, path) == 0,
+          "reopen: rc %d width %d count %llu vocab %u %s", rc, tf.width,
+          (unsigned long long)tf.count, tf.vocab_size, err);
+    int same = rc == 0 && memcmp(tf.tokens, tok, n * sizeof *tok) == 0;
+    check(same, "width %d: tokens read back equal tokens written", width);
+    if (rc == 0) token_file_close(&tf);
+    free(tok);
+}
+
+/* Runs cmd_data with stderr captured into `msg`; returns its status. */
+static int run_cmd_data(char *msg, size_t msglen, int argc, ...) {
+    char *argv[16];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++) argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+    const char *cap = tmp_path("stderr.txt");
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(cap, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(fd, 2);
+    close(fd);
+    int rc = cmd_data(argc, argv);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    size_t n = 0;
+    unsigned char *text = read_bytes(cap, &n);
+    n = n < msglen - 1 ? n : msglen - 1;
+    while (n > 0 && text[n - 1] == '\n') n--; /* compared and printed without it */
+    memcpy(msg, text, n);
+    msg[n] = '\0';
+    free(text);
+    return rc;
+}
+
+static void test_cmd_data(void) {
+    const char *txt = tmp_path("in.txt");
+    const char *text = "To be, or not to be\xe2\x80\x94that is the question.\n";
+    write_bytes(txt, text, strlen(text));
+    char out[512], msg[1024];
+    snprintf(out, sizeof out, "%s", tmp_path("out.bin"));
+    fflush(stdout);
+    int rc = run_cmd_data(msg, sizeof msg, 6, "data", "prepare", "--tokenizer", "bytes",
+                          (char *)txt, out);
+    token_file tf;
+    char err[1024] = "";
+    int orc = token_file_open(&tf, out, err, sizeof err);
+    int same = orc == 0 && tf.count == strlen(text) && tf.vocab_size == 256 && tf.width == 2;
+    for (size_t i = 0; same && i < tf.count; i++) same = tf.tokens[i] == (unsigned char)text[i];
+    check(rc == 0 && same, "data prepare --tokenizer bytes: rc %d, file holds the bytes %s",
+          rc, err);
+    if (orc == 0) token_file_close(&tf);
+
+    rc = run_cmd_data(msg, sizeof msg, 7, "data", "prepare", "--tokenizer=bytes", "--width",
+                      "4", (char *)txt, out);
+    orc = token_file_open(&tf, out, err, sizeof err);
+    check(rc == 0 && orc == 0 && tf.width == 4, "data prepare --width 4: rc %d width %d", rc,
+          orc == 0 ? tf.width : -1);
+    if (orc == 0) token_file_close(&tf);
+
+    rc = run_cmd_data(msg, sizeof msg, 6, "data", "prepare", "--tokenizer", "sentencepiece",
+                      (char *)txt, out);
+    check(rc == 2 && strstr(msg, "unknown tokenizer 'sentencepiece'") && !strchr(msg, '\n'),
+          "unknown tokenizer: rc %d, one line: %s", rc, msg);
+    rc = run_cmd_data(msg, sizeof msg, 8, "data", "prepare", "--tokenizer", "bytes", "--width",
+                      "3", (char *)txt, out);
+    check(rc == 2 && strstr(msg, "--width must be 2 or 4"), "--width 3: rc %d: %s", rc, msg);
+    rc = run_cmd_data(msg, sizeof msg, 5, "data", "prepare", "--tokenizer", "bytes",
+                      (char *)txt);
+    check(rc == 2 && strstr(msg, "IN.txt and OUT.bin"), "one path: rc %d: %s", rc, msg);
+    rc = run_cmd_data(msg, sizeof msg, 5, "data", "prepare", "--frobnicate", (char *)txt, out);
+    check(rc == 2 && strstr(msg, "unknown option '--frobnicate'"), "bad flag: rc %d: %s", rc,
+          msg);
+    rc = run_cmd_data(msg, sizeof msg, 4, "data", "prepare", (char *)txt, out);
+    check(rc == 2 && strstr(msg, "--tokenizer is required"), "no tokenizer: rc %d: %s", rc, msg);
+    const char *missing = tmp_path("no-such.txt");
+    rc = run_cmd_data(msg, sizeof msg, 6, "data", "prepare", "--tokenizer", "bytes",
+                      (char *)missing, out);
+    check(rc == 1 && strstr(msg, missing) && strstr(msg, "cannot read"),
+          "unreadable input: rc %d: %s", rc, msg);
+    rc = run_cmd_data(msg, sizeof msg, 2, "data", "shuffle");
+    check(rc == 2 && strstr(msg, "unknown subcommand 'shuffle'"), "bad subcommand: rc %d: %s",
+          rc, msg);
+}
+
+int main(int argc, char **argv) {
+    char cwd[512];
+    printf("# reproduce: cd %s && %s\n", getcwd(cwd, sizeof cwd) ? cwd : ".", argv[0]);
+    (void)argc;
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, sizeof dir, "%s/shlm-test-tokens-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
+
+    test_round_trip(2, 256, 1000);
+    test_round_trip(2, 65536, 70001);
+    test_round_trip(4, 32000, 5000);
+    test_round_trip(4, 1u << 20, 3000000); /* more than one read chunk */
+
+    char err[1024];
+    token_file tf;
+    /* an empty token file is valid (the data loader is what needs enough tokens) */
+    int32_t one = 3;
+    int rc = token_file_write(tmp_path("empty.bin"), &one, 0, 2, 4, err, sizeof err);
+    rc = rc == 0 ? token_file_open(&tf, tmp_path("empty.bin"), err, sizeof err) : rc;
+    check(rc == 0 && tf.count == 0, "zero tokens: write and open (rc %d %s)", rc, rc ? err : "");
+    if (rc == 0) token_file_close(&tf);
+
+    /* writing refuses bad ids and widths, and leaves no file behind */
+    int32_t bad[3] = {1, 7, 2};
+    const char *w = tmp_path("refused.bin");
+    rc = token_file_write(w, bad, 3, 2, 4, err, sizeof err);
+    check(rc == -1 && strstr(err, w) && strstr(err, "token 7 at index 1") && access(w, F_OK) != 0,
+          "write of id 7 with vocab 4 refused, no file: %s", err);
+    rc = token_file_write(w, bad, 3, 3, 256, err, sizeof err);
+    check(rc == -1 && strstr(err, "unsupported token width 3"), "write width 3 refused: %s",
+          err);
+    rc = token_file_write(tmp_path("no-dir/x.bin"), bad, 3, 2, 256, err, sizeof err);
+    check(rc == -1 && strstr(err, "no-dir") && strstr(err, "cannot create"),
+          "write into a missing directory: %s", err);
+
+    /* wrong magic: a text file */
+    const char *p = tmp_path("text.bin");
+    write_bytes(p, "hello, this is not a token file at all\n", 39);
+    expect_open_error(p, "bad magic (not a shardlm token file)", "text file");
+    write_bytes(p, "", 0);
+    expect_open_error(p, "empty file", "empty file");
+    write_bytes(p, "SHLMTOK\0\1\0", 10);
+    expect_open_error(p, "truncated header: 10 of 32 bytes", "header cut short");
+
+    unsigned char buf[TOKENS_HEADER_BYTES + 4000];
+    /* truncated body: the header says 1000 tokens, 998 are there */
+    make_header(buf, 1, 2, 1000, 256);
+    memset(buf + TOKENS_HEADER_BYTES, 0, 2000);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 1996);
+    expect_open_error(p, "truncated: header says 1000 tokens, body holds 998", "truncated body");
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 1997);
+    expect_open_error(p, "truncated: header says 1000 tokens, body holds 998 and 1 stray bytes",
+                      "truncated mid-token");
+    make_header(buf, 1, 2, 999, 256);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 2000);
+    expect_open_error(p, "trailing data: header says 999 tokens, body holds 1000",
+                      "trailing data");
+    /* a count so large that count x width overflows must not be believed */
+    make_header(buf, 1, 4, UINT64_MAX / 2, 256);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 8);
+    expect_open_error(p, "truncated: header says 9223372036854775807 tokens, body holds 2",
+                      "absurd count");
+
+    /* id >= vocab: the example of the spec */
+    make_header(buf, 1, 2, 2000, 4);
+    memset(buf + TOKENS_HEADER_BYTES, 0, 4000);
+    buf[TOKENS_HEADER_BYTES + 2 * 1234] = 5;
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 4000);
+    expect_open_error(p, "token 5 at index 1234 is >= vocab_size 4", "id >= vocab (width 2)");
+    make_header(buf, 1, 4, 1000, 70000);
+    memset(buf + TOKENS_HEADER_BYTES, 0, 4000);
+    buf[TOKENS_HEADER_BYTES + 4 * 999 + 0] = 0x70; /* 70000 = 0x011170, little-endian */
+    buf[TOKENS_HEADER_BYTES + 4 * 999 + 1] = 0x11;
+    buf[TOKENS_HEADER_BYTES + 4 * 999 + 2] = 0x01;
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 4000);
+    expect_open_error(p, "token 70000 at index 999 is >= vocab_size 70000",
+                      "id >= vocab (width 4, last token)");
+
+    make_header(buf, 2, 2, 10, 256);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 20);
+    expect_open_error(p, "unsupported version 2", "version 2");
+    make_header(buf, 1, 3, 10, 256);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 30);
+    expect_open_error(p, "unsupported token width 3", "width 3");
+    make_header(buf, 1, 2, 10, 0);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 20);
+    expect_open_error(p, "bad vocab size 0", "vocab 0");
+    make_header(buf, 1, 2, 10, 100000);
+    write_bytes(p, buf, TOKENS_HEADER_BYTES + 20);
+    expect_open_error(p, "does not fit 2-byte tokens", "vocab 100000 with width 2");
+
+    expect_open_error(tmp_path("missing.bin"), "cannot open: No such file or directory",
+                      "missing file");
+    expect_open_error(dir, "cannot read", "a directory");
+
+    /* garbage: random corruptions of a valid file are rejected or read, never crash, and
+     * an accepted file always satisfies the header's promises */
+    int32_t tok[500];
+    for (int i = 0; i < 500; i++) tok[i] = i % 300;
+    const char *g = tmp_path("garbage.bin");
+    int garbage_ok = 1, accepted = 0;
+    for (uint64_t trial = 0; trial < 500; trial++) {
+        int width = trial % 2 ? 4 : 2;
+        token_file_write(g, tok, 500, width, 300, err, sizeof err);
+        size_t n = 0;
+        unsigned char *b = read_bytes(g, &n);
+        int flips = 1 + (int)(rng_hash64(trial) % 4);
+        for (int f = 0; f < flips; f++) {
+            uint64_t r = rng_hash64(trial * 16 + f + 1);
+            /* bias towards the header, where the interesting damage is */
+            size_t at = r % 2 ? (r >> 8) % TOKENS_HEADER_BYTES : (r >> 8) % n;
+            b[at] = (unsigned char)(r >> 40);
+        }
+        if (trial % 5 == 0) n = rng_hash64(~trial) % (n + 1);
+        write_bytes(g, b, n);
+        free(b);
+        err[0] = '\0';
+        rc = token_file_open(&tf, g, err, sizeof err);
+        if (rc == 0) {
+            accepted++;
+            for (uint64_t i = 0; i < tf.count; i++)
+                if (tf.tokens[i] < 0 || (uint32_t)tf.tokens[i] >= tf.vocab_size) garbage_ok = 0;
+            if (tf.width != 2 && tf.width != 4) garbage_ok = 0;
+            token_file_close(&tf);
+        } else if (rc != -1 || strstr(err, g) != err || strchr(err, '\n')) {
+            garbage_ok = 0;
+            printf("     garbage trial %llu: rc %d \"%s\"\n", (unsigned long long)trial, rc, err);
+        }
+    }
+    check(garbage_ok, "500 corrupted files: each rejected with a one-line message naming the "
+                      "file, or read consistently (%d read)", accepted);
+
+    test_cmd_data();
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("# could not remove %s\n", dir);
+    printf("# %d checks, %d failed\n", n_checks, n_failed);
+    return n_failed ? 1 : 0;
+}
