@@ -1,11 +1,12 @@
-/* The compute backends compiled into this build (a NULL-terminated list), lookup by
- * name, and dtype names for messages. */
+/* The compute and comm backends compiled into this build (NULL-terminated lists),
+ * lookup by name, and dtype names for messages. */
 #ifdef HAVE_CONFIG_H
 #include "shlm_config.h"
 #endif
 
 #include <string.h>
 
+#include "kernels/comm.h"
 #include "kernels/ops.h"
 
 #ifdef SHLM_HAVE_CUDA
@@ -34,4 +35,17 @@ const char *shlm_dtype_name(shlm_dtype t) {
     case SHLM_BF16: return "bf16";
     }
     return "unknown";
+}
+
+/* The comm backends compiled into this build; mpi is always there. */
+const shlm_comm *const shlm_comm_backends[] = {
+    &shlm_comm_mpi,
+    NULL,
+};
+
+const shlm_comm *shlm_comm_find(const char *name) {
+    if (name == NULL) return NULL;
+    for (int i = 0; shlm_comm_backends[i] != NULL; i++)
+        if (strcmp(shlm_comm_backends[i]->name, name) == 0) return shlm_comm_backends[i];
+    return NULL;
 }

@@ -1,5 +1,5 @@
 /* The communication-backend interface: one table of collectives over opaque groups
- * per backend (mpi, nccl), chosen once at start-up by name. Only src/fsdp calls it. */
+ * per backend (mpi, nccl), chosen once at start-up by name; the FSDP engine drives it. */
 #ifndef SHLM_COMM_H
 #define SHLM_COMM_H
 

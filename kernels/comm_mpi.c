@@ -107,8 +107,9 @@ static void check_args(const shlm_comm_group *g, const char *what, size_t count,
                    "split the buffer", what, count, INT_MAX);
 }
 
-/* x[i] /= S, in fp32 (bf16 widened and rounded back). Division, not multiplication by
- * 1/S, so that a sum of S equal values averages back to exactly that value. */
+/* x[i] /= S, in fp32 (bf16 widened and rounded back). Division rather than a product
+ * with 1/S: correctly rounded, so exact whenever the average is representable, which
+ * a rounded 1/S (S = 3, 6, ...) would not guarantee. */
 static void divide_by(void *x, size_t n, shlm_dtype dt, int S) {
     float s = (float)S;
     if (dt == SHLM_F32) {

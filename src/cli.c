@@ -1,4 +1,4 @@
-/* Command-line dispatch: `shardlm train|eval|data ...`, MPI start-up and shutdown
+/* Command-line dispatch: `shardlm train|eval|data|plan ...`, MPI start-up and shutdown
  * around the commands that run on ranks. */
 #include <mpi.h>
 #include <stdio.h>
@@ -16,6 +16,8 @@ static void usage(FILE *out) {
             "  eval  JOB.ini [--set section.key=value ...]   mean loss and perplexity on [data] val\n"
             "  data  prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
             "                                                make a token file\n"
+            "  plan  JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
+            "                                                per-rank memory and traffic, no allocation\n"
             "  --version, --help\n");
 }
 
@@ -29,6 +31,7 @@ static const command commands[] = {
     {"train", cmd_train, 1},
     {"eval", cmd_eval, 1},
     {"data", cmd_data, 0},
+    {"plan", cmd_plan, 0},
 };
 
 int shardlm_main(int argc, char **argv) {

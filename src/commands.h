@@ -12,4 +12,7 @@ int cmd_eval(int argc, char **argv);
  * (src/cmd_data.c; a plain process, needs no MPI) */
 int cmd_data(int argc, char **argv);
 
+/* shardlm plan JOB.ini --ranks N [--ranks-per-node M]   (src/plan.c; a plain process) */
+int cmd_plan(int argc, char **argv);
+
 #endif

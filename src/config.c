@@ -73,8 +73,8 @@ static const key_def keys[] = {
     /* [train] */
     {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED},
     {"train", "micro_batch", KT_INT, F(micro_batch), "1", 1, 1 << 20, NULL, 0},
-    /* default: global_batch = micro_batch (one micro-batch per step on one rank) */
-    {"train", "global_batch", KT_INT, F(global_batch), NULL, 1, 1 << 30, NULL, KF_DERIVED},
+    /* default 0: micro_batch x ranks, one micro-batch per rank per step */
+    {"train", "global_batch", KT_INT, F(global_batch), "0", 0, 1 << 30, NULL, 0},
     {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED},
     {"train", "lr", KT_FLOAT, F(lr), "3e-4", 0, 10, NULL, 0},
     /* default: min_lr = lr / 10 */
@@ -94,6 +94,16 @@ static const key_def keys[] = {
     {"train", "sample_top_p", KT_FLOAT, F(sample_top_p), "0.9", 0, 1, NULL, KF_MIN_OPEN},
 
     /* [data] */
+    {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
+     "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD", 0},
+    {"fsdp", "param_dtype", KT_ENUM, F(param_dtype), "fp32", NOLIM, "fp32|bf16", 0},
+    {"fsdp", "reduce_dtype", KT_ENUM, F(reduce_dtype), "fp32", NOLIM, "fp32|bf16", 0},
+    {"fsdp", "prefetch", KT_BOOL, F(prefetch), "true", NOLIM, NULL, 0},
+    {"fsdp", "activation_checkpointing", KT_ENUM, F(activation_checkpointing), "none", NOLIM,
+     "none|full|selective", 0},
+    {"fsdp", "shard_group_size", KT_INT, F(shard_group_size), "0", 0, 1 << 24, NULL, 0},
+    {"fsdp", "trace", KT_BOOL, F(trace), "false", NOLIM, NULL, 0},
+
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
     {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
@@ -107,10 +117,12 @@ static const key_def keys[] = {
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0},
+    {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0},
+    {"runtime", "comm_delay_us", KT_INT, F(comm_delay_us), "0", 0, 60000000, NULL, 0},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
-static const char *const sections[] = {"model", "train", "data", "log", "runtime"};
+static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "runtime"};
 #define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
 /* Where a key's value came from, for messages. */
@@ -572,7 +584,6 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const int i_run_dir = idx("log", "run_dir");
     if (!have_preset && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
     if (!have_preset && !st[i_msl].set) c->model.max_seq_len = c->seq_len;
-    if (!st[i_gb].set) c->global_batch = c->micro_batch;
     if (!st[i_min_lr].set) c->min_lr = c->lr / 10;
     if (!st[i_run_dir].set) {
         const char *base = strrchr(c->path, '/');
@@ -607,7 +618,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
                 at, c->seq_len, m->max_seq_len);
         return -1;
     }
-    if (c->global_batch % c->micro_batch != 0) {
+    if (c->global_batch > 0 && c->global_batch % c->micro_batch != 0) {
         origin2(ld, i_gb, i_mb, at, sizeof at);
         set_err(err, errlen,
                 "%s: [train] global_batch = %d is not a multiple of micro_batch = %d", at,

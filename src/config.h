@@ -16,7 +16,8 @@ typedef struct job_config {
     /* [train] */
     int seq_len;             /* T */
     int micro_batch;         /* sequences per rank per micro-batch */
-    int global_batch;        /* sequences per optimizer step, over all ranks */
+    int global_batch;        /* sequences per optimizer step, over all ranks;
+                              * 0 = micro_batch x ranks (resolved at start-up) */
     int steps;               /* optimizer steps */
     float lr, min_lr;        /* peak and final learning rate */
     int warmup_steps;        /* linear warm-up, then cosine decay to min_lr at `steps` */
@@ -30,6 +31,15 @@ typedef struct job_config {
     float sample_temperature; /* 0 = greedy */
     float sample_top_p;
 
+    /* [fsdp] */
+    char strategy[16];       /* FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD */
+    char param_dtype[8];     /* fp32 | bf16: dtype of gathered parameters */
+    char reduce_dtype[8];    /* fp32 | bf16: dtype of gradient reductions */
+    int prefetch;            /* gather the next unit while the current one computes */
+    char activation_checkpointing[16]; /* none | full | selective */
+    int shard_group_size;    /* 0 = the strategy's own group */
+    int trace;               /* write the per-rank schedule trace to run_dir */
+
     /* [data] */
     char data_train[1024];   /* token file (shardlm data prepare) */
     char data_val[1024];     /* token file; empty = no validation */
@@ -42,6 +52,8 @@ typedef struct job_config {
     /* [runtime] */
     char backend[16];        /* auto | cpu | cuda */
     int threads;             /* CPU threads per rank; 0 = cores / ranks on the node */
+    int ranks_per_node;      /* 0 = real nodes; > 0 = blocks of ranks act as nodes */
+    long comm_delay_us;      /* benchmarks only: every collective takes at least this long */
 
     /* the job's text and where it came from, kept for messages and checkpoints */
     char path[1024];

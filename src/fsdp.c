@@ -1,139 +1,514 @@
-/* The FSDP engine, single-rank form: every unit's master weights, gradient and
- * AdamW moments live whole on this rank; gathered copies exist only when the
- * compute dtype differs from fp32 or bf16 parameters are emulated. */
+/* The FSDP engine (see fsdp.h): flat padded units, shard ranges, gathered-buffer slots
+ * with prefetch, gradient reduce-scatter and replica all-reduce, AdamW on shards. */
 #include "src/fsdp.h"
 
-#include <stdlib.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/check.h"
+#include "src/shard.h"
+
+enum { N_SLOTS = 2 }; /* FULL_SHARD and HYBRID_SHARD keep at most two gathered units */
+
+typedef enum trace_kind {
+    EV_GATHER_ISSUE, EV_GATHER_WAIT, EV_COMPUTE, EV_RELEASE, EV_FREE, EV_REDUCE_ISSUE,
+    EV_REDUCE_DONE, EV_N
+} trace_kind;
+static const char *const trace_names[EV_N] = {"gather_issue", "gather_wait", "compute",
+                                              "release", "free", "reduce_issue", "reduce_done"};
+
+typedef struct trace_event {
+    double t_us;
+    int unit;
+    trace_kind kind;
+} trace_event;
+
+/* A gathered-parameter buffer: a whole padded unit in the act dtype. */
+typedef struct gather_slot {
+    void *buf;
+    int unit;             /* unit held, -1 when free */
+    shlm_comm_req *req;   /* gather in flight */
+} gather_slot;
+
+/* A full-unit gradient buffer whose reduce-scatter may be in flight. */
+typedef struct grad_slot {
+    float *buf;           /* (padded) fp32, the model accumulates here */
+    uint16_t *bf16;       /* (padded) staging when reduce_dtype is bf16 */
+    int unit;             /* -1 when free */
+    shlm_comm_req *req;
+} grad_slot;
 
 typedef struct unit_state {
-    size_t numel;
-    float *master, *grad, *m, *v; /* (numel) fp32, backend memory */
-    void *gathered;               /* (numel) act dtype; NULL when master serves directly */
-    int gathered_valid;           /* gathered matches master */
+    size_t numel, padded;           /* logical and padded flat length */
+    size_t begin, end, n;           /* this rank's shard [begin, end), n = end - begin */
+    float *master, *grad, *m, *v;   /* (n) fp32 shards */
+    void *own;                      /* SHARD_GRAD_OP / NO_SHARD: the unit's own gathered buffer */
+    int gathered;                   /* own buffer / slot holds current parameters */
+    int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
+    int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
 } unit_state;
 
 struct fsdp_engine {
     llama_config mc;
     llama_layout lay;
     const shlm_ops *ops;
+    const shlm_comm *comm;
     fsdp_options opt;
+    fsdp_strategy strategy;
+    shlm_comm_group *shard_g, *replica_g;
+    MPI_Comm shard_mpi;             /* the topology's shard communicator (not owned) */
+    int S, R, shard_rank;
+    size_t esz;                     /* act element size */
     unit_state *units;
+    int n_units;
+    int keep_gathered;              /* SHARD_GRAD_OP and NO_SHARD: per-unit buffers */
+    int direct;                     /* one shard, fp32 everywhere: master is the gathered unit */
+    gather_slot slots[N_SLOTS];
+    grad_slot gslots[N_SLOTS];
+    int gslot_next;                 /* round-robin victim */
+    int with_backward;
+    size_t state_bytes, buffer_bytes;
+    uint64_t blocked_seen[2];       /* blocked_ns of the shard, replica group at last take */
+    uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
+    trace_event *trace;
+    size_t n_trace, cap_trace;
+    double t0;
 };
 
-fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops,
-                         const fsdp_options *opt, uint64_t seed) {
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static void trace(fsdp_engine *e, int unit, trace_kind k) {
+    if (!e->opt.trace) return;
+    if (e->n_trace == e->cap_trace) {
+        e->cap_trace = e->cap_trace ? 2 * e->cap_trace : 1024;
+        e->trace = realloc(e->trace, e->cap_trace * sizeof *e->trace);
+        SHLM_CHECK_ALLOC(e->trace);
+    }
+    e->trace[e->n_trace++] = (trace_event){1e6 * (now_s() - e->t0), unit, k};
+}
+
+static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
+    *counter += bytes;
+    return e->ops->alloc(bytes);
+}
+
+/* Waits on a request (the comm backend counts the blocked time). */
+static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
+    if (!*req) return;
+    e->comm->wait(*req);
+    *req = NULL;
+}
+
+fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
+                         const topology *topo, const fsdp_options *opt, uint64_t seed) {
     fsdp_engine *e = calloc(1, sizeof *e);
     SHLM_CHECK_ALLOC(e);
     e->mc = *mc;
     e->ops = ops;
+    e->comm = comm;
     e->opt = *opt;
+    e->strategy = topo->strategy;
+    e->t0 = now_s();
+    e->esz = shlm_dtype_size(ops->act_dtype);
     llama_layout_init(&e->lay, mc);
-    e->units = calloc((size_t)e->lay.n_units, sizeof(unit_state));
+    e->n_units = e->lay.n_units;
+    e->shard_g = comm->group_create(topo->shard);
+    e->replica_g = comm->group_create(topo->replica);
+    e->shard_mpi = topo->shard;
+    e->S = topo->shard_size;
+    e->R = topo->replica_size;
+    e->shard_rank = topo->shard_rank;
+    e->keep_gathered = e->strategy == FSDP_SHARD_GRAD_OP || e->strategy == FSDP_NO_SHARD;
+    e->units = calloc((size_t)e->n_units, sizeof(unit_state));
     SHLM_CHECK_ALLOC(e->units);
-    const int needs_copy = ops->act_dtype != SHLM_F32 || opt->param_dtype != SHLM_F32;
-    for (int u = 0; u < e->lay.n_units; u++) {
+    /* fp32 compute with fp32 parameters on one shard: the master serves directly */
+    const int direct = e->S == 1 && ops->act_dtype == SHLM_F32 && opt->param_dtype == SHLM_F32;
+    e->direct = direct;
+    size_t max_padded = 0, max_shard = 0;
+    for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         s->numel = e->lay.units[u].numel;
-        size_t bytes = s->numel * sizeof(float);
-        s->master = ops->alloc(bytes);
-        s->grad = ops->alloc(bytes);
-        s->m = ops->alloc(bytes);
-        s->v = ops->alloc(bytes);
-        if (needs_copy) s->gathered = ops->alloc(s->numel * shlm_dtype_size(ops->act_dtype));
-        float *host = malloc(bytes);
+        s->padded = shard_padded_size(s->numel, e->S);
+        shard_range(s->numel, e->S, e->shard_rank, &s->begin, &s->end);
+        s->n = s->end - s->begin;
+        s->slot = -1;
+        s->grad_slot = -1;
+        size_t bytes = s->n * sizeof(float);
+        s->master = balloc(e, bytes, &e->state_bytes);
+        s->grad = balloc(e, bytes, &e->state_bytes);
+        s->m = balloc(e, bytes, &e->state_bytes);
+        s->v = balloc(e, bytes, &e->state_bytes);
+        if (e->keep_gathered && !direct)
+            s->own = balloc(e, s->padded * e->esz, &e->buffer_bytes);
+        float *host = malloc(bytes ? bytes : 1);
         SHLM_CHECK_ALLOC(host);
-        llama_init_slice(&e->lay, mc, seed, u, 0, s->numel, host);
+        llama_init_slice(&e->lay, mc, seed, u, s->begin, s->end, host);
         ops->to_device(s->master, host, bytes);
         free(host);
+        if (s->padded > max_padded) max_padded = s->padded;
+        if (s->n > max_shard) max_shard = s->n;
     }
+    for (int k = 0; k < N_SLOTS; k++) {
+        e->slots[k].unit = -1;
+        e->gslots[k].unit = -1;
+        if (!e->keep_gathered && !direct)
+            e->slots[k].buf = balloc(e, max_padded * e->esz, &e->buffer_bytes);
+        if (e->S > 1) {
+            e->gslots[k].buf = balloc(e, max_padded * sizeof(float), &e->buffer_bytes);
+            if (opt->reduce_dtype == SHLM_BF16)
+                e->gslots[k].bf16 = balloc(e, max_padded * 2, &e->buffer_bytes);
+        }
+    }
+    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16)
+        e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
+    e->with_backward = 1;
     return e;
 }
 
 void fsdp_destroy(fsdp_engine *e) {
     if (!e) return;
-    for (int u = 0; u < e->lay.n_units; u++) {
+    for (int k = 0; k < N_SLOTS; k++) {
+        wait_req(e, &e->slots[k].req);
+        wait_req(e, &e->gslots[k].req);
+        e->ops->free(e->slots[k].buf);
+        e->ops->free(e->gslots[k].buf);
+        e->ops->free(e->gslots[k].bf16);
+    }
+    for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         e->ops->free(s->master);
         e->ops->free(s->grad);
         e->ops->free(s->m);
         e->ops->free(s->v);
-        e->ops->free(s->gathered);
+        e->ops->free(s->own);
     }
+    e->ops->free(e->replica_bf16);
+    e->comm->group_free(e->shard_g);
+    e->comm->group_free(e->replica_g);
     free(e->units);
+    free(e->trace);
     llama_layout_free(&e->lay);
     free(e);
 }
 
-static const void *acquire(void *ctx, int u, llama_phase phase) {
+/* ---------------------------------------------------------------- gathering */
+
+/* The buffer unit u's gathered parameters live in (own buffer, slot, or master). */
+static void *gathered_buf(fsdp_engine *e, int u) {
+    unit_state *s = &e->units[u];
+    if (s->own) return s->own;
+    if (s->slot >= 0) return e->slots[s->slot].buf;
+    return s->master; /* direct: fp32, one shard */
+}
+
+/* Writes this rank's shard, cast to the gathered dtype, at its offset of buf and
+ * starts the all-gather of the rest (nothing to gather when S == 1). */
+static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
+    unit_state *s = &e->units[u];
+    void *mine = (char *)buf + s->begin * e->esz;
+    if (e->ops->act_dtype == SHLM_F32) {
+        e->ops->copy(mine, s->master, s->n * sizeof(float));
+        if (e->opt.param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
+    } else {
+        e->ops->f32_to_act(mine, s->master, s->n);
+    }
+    trace(e, u, EV_GATHER_ISSUE);
+    if (e->S == 1) return NULL;
+    return e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
+}
+
+static int free_slot(fsdp_engine *e) {
+    for (int k = 0; k < N_SLOTS; k++)
+        if (e->slots[k].unit < 0) return k;
+    return -1;
+}
+
+/* Issues unit u's gather if it is neither gathered nor in flight and a buffer is free. */
+static void issue_gather(fsdp_engine *e, int u) {
+    unit_state *s = &e->units[u];
+    if (u < 0 || u >= e->n_units || s->gathered || s->slot >= 0) return;
+    if (s->own) {
+        /* per-unit buffers (SHARD_GRAD_OP, NO_SHARD): reuse the slot's request field */
+        int k = free_slot(e);
+        if (k < 0) return;
+        e->slots[k].unit = u;
+        e->slots[k].req = start_gather(e, u, s->own);
+        s->slot = k;
+        return;
+    }
+    int k = free_slot(e);
+    if (k < 0) return;
+    e->slots[k].unit = u;
+    s->slot = k;
+    e->slots[k].req = start_gather(e, u, e->slots[k].buf);
+}
+
+/* The unit the model will ask for after (u, phase), or -1. */
+static int next_unit(const fsdp_engine *e, int u, llama_phase phase) {
+    const int head = e->n_units - 1;
+    if (phase == LLAMA_FWD) {
+        if (u < head) return u + 1;
+        return e->with_backward && head - 1 >= 1 ? head - 1 : -1;
+    }
+    return u - 1 >= 1 ? u - 1 : -1; /* the embedding's backward needs no parameters */
+}
+
+static const void *src_acquire(void *ctx, int u, llama_phase phase) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
-    if (!s->gathered) return s->master;
-    if (!s->gathered_valid) {
-        if (e->ops->act_dtype == SHLM_F32) {
-            /* fp32 compute with bf16 parameters: round a copy, keep the master exact */
-            e->ops->copy(s->gathered, s->master, s->numel * sizeof(float));
-            e->ops->round_to_bf16(s->gathered, s->numel);
-        } else {
-            e->ops->f32_to_act(s->gathered, s->master, s->numel);
-        }
-        s->gathered_valid = 1;
+    if (e->direct) {
+        trace(e, u, EV_COMPUTE);
+        return s->master;
     }
-    return s->gathered;
+    if (!s->gathered) {
+        if (s->slot < 0) issue_gather(e, u);
+        if (s->slot < 0) {
+            /* both slots busy with units other than the one asked for: a pass was
+             * abandoned midway; drop what is gathered */
+            for (int k = 0; k < N_SLOTS; k++) {
+                gather_slot *g = &e->slots[k];
+                wait_req(e, &g->req);
+                if (g->unit >= 0) {
+                    e->units[g->unit].slot = -1;
+                    e->units[g->unit].gathered = 0;
+                }
+                g->unit = -1;
+            }
+            issue_gather(e, u);
+        }
+        if (s->slot >= 0) {
+            wait_req(e, &e->slots[s->slot].req);
+            if (s->own) { /* own buffer: the slot only carried the request */
+                e->slots[s->slot].unit = -1;
+                s->slot = -1;
+            }
+        }
+        s->gathered = 1;
+        trace(e, u, EV_GATHER_WAIT);
+    }
+    if (e->opt.prefetch) issue_gather(e, next_unit(e, u, phase));
+    trace(e, u, EV_COMPUTE);
+    return gathered_buf(e, u);
 }
 
-static void release(void *ctx, int u, llama_phase phase) {}
+static void src_release(void *ctx, int u, llama_phase phase) {
+    fsdp_engine *e = ctx;
+    unit_state *s = &e->units[u];
+    trace(e, u, EV_RELEASE);
+    /* SHARD_GRAD_OP keeps a block from its forward until its backward ends */
+    int keep = e->strategy == FSDP_NO_SHARD ||
+               (e->strategy == FSDP_SHARD_GRAD_OP && phase == LLAMA_FWD && e->with_backward &&
+                u != 0 && u != e->n_units - 1);
+    if (keep || e->direct) return;
+    s->gathered = 0;
+    if (s->slot >= 0) {
+        e->slots[s->slot].unit = -1;
+        s->slot = -1;
+    }
+    trace(e, u, EV_FREE);
+    /* the freed slot can take the prefetch that found none free */
+    if (e->opt.prefetch) issue_gather(e, next_unit(e, u, phase));
+}
 
-static float *grad(void *ctx, int u) { return ((fsdp_engine *)ctx)->units[u].grad; }
+/* ---------------------------------------------------------------- gradients */
 
-static void grad_ready(void *ctx, int u) {}
+/* Adds the reduced slice of grad slot k into its unit's gradient shard, frees it. */
+static void complete_grad_slot(fsdp_engine *e, int k) {
+    grad_slot *g = &e->gslots[k];
+    if (g->unit < 0) return;
+    wait_req(e, &g->req);
+    unit_state *s = &e->units[g->unit];
+    if (e->opt.reduce_dtype == SHLM_BF16) {
+        /* widen the bf16 result into the fp32 buffer's slice, then accumulate */
+        e->ops->bf16_to_f32(g->buf + s->begin, g->bf16 + s->begin, s->n);
+    }
+    e->ops->accumulate(s->grad, g->buf + s->begin, s->n);
+    trace(e, g->unit, EV_REDUCE_DONE);
+    s->grad_slot = -1;
+    g->unit = -1;
+}
+
+static float *src_grad(void *ctx, int u) {
+    fsdp_engine *e = ctx;
+    unit_state *s = &e->units[u];
+    if (e->S == 1) return s->grad; /* nothing to scatter: accumulate in place */
+    if (s->grad_slot >= 0) return e->gslots[s->grad_slot].buf;
+    int k = -1;
+    for (int i = 0; i < N_SLOTS; i++)
+        if (e->gslots[i].unit < 0) k = i;
+    if (k < 0) { /* both in flight: finish the older one */
+        k = e->gslot_next;
+        complete_grad_slot(e, k);
+    }
+    e->gslot_next = (k + 1) % N_SLOTS;
+    grad_slot *g = &e->gslots[k];
+    g->unit = u;
+    s->grad_slot = k;
+    e->ops->zero(g->buf, s->padded * sizeof(float));
+    return g->buf;
+}
+
+static void src_grad_ready(void *ctx, int u) {
+    fsdp_engine *e = ctx;
+    unit_state *s = &e->units[u];
+    if (e->S == 1 || s->grad_slot < 0) return;
+    grad_slot *g = &e->gslots[s->grad_slot];
+    trace(e, u, EV_REDUCE_ISSUE);
+    /* in place: the rank's reduced slice lands at its own offset of the buffer */
+    if (e->opt.reduce_dtype == SHLM_BF16) {
+        e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
+        g->req = e->comm->ireduce_scatter(e->shard_g, g->bf16, g->bf16 + s->begin, s->n,
+                                          SHLM_BF16, SHLM_COMM_AVG);
+    } else {
+        g->req = e->comm->ireduce_scatter(e->shard_g, g->buf, g->buf + s->begin, s->n, SHLM_F32,
+                                          SHLM_COMM_AVG);
+    }
+}
+
+static void src_progress(void *ctx) {
+    fsdp_engine *e = ctx;
+    e->comm->progress();
+}
 
 llama_param_source fsdp_param_source(fsdp_engine *e) {
-    return (llama_param_source){
-        .ctx = e, .acquire = acquire, .release = release, .grad = grad, .grad_ready = grad_ready};
+    return (llama_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
+                                .grad = src_grad, .grad_ready = src_grad_ready,
+                                .progress = src_progress};
 }
+
+void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }
 
 void fsdp_zero_grad(fsdp_engine *e) {
-    for (int u = 0; u < e->lay.n_units; u++)
-        e->ops->zero(e->units[u].grad, e->units[u].numel * sizeof(float));
+    for (int u = 0; u < e->n_units; u++)
+        e->ops->zero(e->units[u].grad, e->units[u].n * sizeof(float));
 }
 
-double fsdp_grad_norm(fsdp_engine *e) {
+double fsdp_finish_grads(fsdp_engine *e) {
+    for (int k = 0; k < N_SLOTS; k++) complete_grad_slot(e, k);
+    if (e->R > 1) {
+        /* replicas hold the same shard position: average their shards. In bf16 the
+         * shards go one at a time through the staging buffer. */
+        shlm_comm_req **reqs = calloc((size_t)e->n_units, sizeof *reqs);
+        SHLM_CHECK_ALLOC(reqs);
+        for (int u = 0; u < e->n_units; u++) {
+            unit_state *s = &e->units[u];
+            if (e->opt.reduce_dtype == SHLM_BF16) {
+                e->ops->f32_to_bf16(e->replica_bf16, s->grad, s->n);
+                e->comm->all_reduce(e->replica_g, NULL, e->replica_bf16, s->n, SHLM_BF16,
+                                    SHLM_COMM_AVG);
+                e->ops->bf16_to_f32(s->grad, e->replica_bf16, s->n);
+            } else {
+                reqs[u] = e->comm->iall_reduce(e->replica_g, NULL, s->grad, s->n, SHLM_F32,
+                                               SHLM_COMM_AVG);
+            }
+        }
+        for (int u = 0; u < e->n_units; u++) wait_req(e, &reqs[u]);
+        free(reqs);
+    }
+    /* every replica now holds the same shard: count each shard once (shard group) */
     double sq = 0;
-    for (int u = 0; u < e->lay.n_units; u++)
-        sq += e->ops->sum_squares(e->units[u].grad, e->units[u].numel);
+    for (int u = 0; u < e->n_units; u++) sq += e->ops->sum_squares(e->units[u].grad, e->units[u].n);
+    /* a host double over MPI whatever the comm backend: exact to the last bits */
+    if (e->S > 1)
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, e->shard_mpi));
     return sqrt(sq);
 }
 
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step) {
-    for (int u = 0; u < e->lay.n_units; u++) {
+    for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         const llama_unit *lu = &e->lay.units[u];
         for (int k = 0; k < lu->n_tensors; k++) {
             const llama_tensor *t = &lu->tensors[k];
-            e->ops->adamw(s->master + t->offset, s->grad + t->offset, s->m + t->offset,
-                          s->v + t->offset, t->numel, lr, h->beta1, h->beta2, h->eps,
-                          t->weight_decay ? h->weight_decay : 0.0f, grad_scale, step);
+            shard_overlap ov;
+            if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
+            size_t o = ov.shard_offset;
+            e->ops->adamw(s->master + o, s->grad + o, s->m + o, s->v + o, ov.count, lr,
+                          h->beta1, h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f,
+                          grad_scale, step);
         }
-        s->gathered_valid = 0;
+        /* gathered copies are stale now */
+        if (s->own || s->slot >= 0) s->gathered = 0;
     }
 }
 
-size_t fsdp_state_bytes(const fsdp_engine *e) {
-    size_t n = 0;
-    for (int u = 0; u < e->lay.n_units; u++) n += 4 * e->units[u].numel * sizeof(float);
-    return n;
+size_t fsdp_state_bytes(const fsdp_engine *e) { return e->state_bytes; }
+size_t fsdp_buffer_bytes(const fsdp_engine *e) { return e->buffer_bytes; }
+
+double fsdp_take_exposed_ms(fsdp_engine *e) {
+    /* the comm backend counts time blocked in waits and blocking collectives */
+    shlm_comm_stats a, b;
+    e->comm->stats(e->shard_g, &a);
+    e->comm->stats(e->replica_g, &b);
+    double ms = 1e-6 * (double)(a.blocked_ns - e->blocked_seen[0] + b.blocked_ns - e->blocked_seen[1]);
+    e->blocked_seen[0] = a.blocked_ns;
+    e->blocked_seen[1] = b.blocked_ns;
+    return ms;
 }
 
-void fsdp_get_unit(fsdp_engine *e, int u, float *out) {
-    e->ops->to_host(out, e->units[u].master, e->units[u].numel * sizeof(float));
+void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica) {
+    e->comm->stats(e->shard_g, shard);
+    e->comm->stats(e->replica_g, replica);
 }
 
-void fsdp_set_unit(fsdp_engine *e, int u, const float *in) {
-    e->ops->to_device(e->units[u].master, in, e->units[u].numel * sizeof(float));
-    e->units[u].gathered_valid = 0;
+void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
+    *begin = e->units[u].begin;
+    *end = e->units[u].end;
+}
+
+void fsdp_get_shard(fsdp_engine *e, int u, float *out) {
+    e->ops->to_host(out, e->units[u].master, e->units[u].n * sizeof(float));
+}
+
+void fsdp_set_shard(fsdp_engine *e, int u, const float *in) {
+    unit_state *s = &e->units[u];
+    e->ops->to_device(s->master, in, s->n * sizeof(float));
+    if (s->own || s->slot >= 0) s->gathered = 0;
+}
+
+void fsdp_trace_write(const fsdp_engine *e, FILE *out) {
+    for (size_t i = 0; i < e->n_trace; i++)
+        fprintf(out, "{\"seq\": %zu, \"t_us\": %.1f, \"unit\": %d, \"event\": \"%s\"}\n", i,
+                e->trace[i].t_us, e->trace[i].unit, trace_names[e->trace[i].kind]);
+}
+
+void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, int S, int R,
+               const fsdp_options *opt, fsdp_plan_bytes *out) {
+    memset(out, 0, sizeof *out);
+    llama_layout lay;
+    llama_layout_init(&lay, mc);
+    const size_t es = shlm_dtype_size(act);
+    const size_t rs = shlm_dtype_size(opt->reduce_dtype);
+    const int keep = strategy == FSDP_SHARD_GRAD_OP || strategy == FSDP_NO_SHARD;
+    const int direct = S == 1 && act == SHLM_F32 && opt->param_dtype == SHLM_F32;
+    size_t max_padded = 0, max_shard = 0, sum_padded = 0, sum_shard = 0, block_padded = 0;
+    for (int u = 0; u < lay.n_units; u++) {
+        size_t padded = shard_padded_size(lay.units[u].numel, S), n = shard_numel(lay.units[u].numel, S);
+        sum_padded += padded;
+        sum_shard += n;
+        if (padded > max_padded) max_padded = padded;
+        if (n > max_shard) max_shard = n;
+        if (u >= 1 && u <= mc->n_layers) block_padded += padded;
+    }
+    out->master = out->grad = sum_shard * 4;
+    out->moments = 2 * sum_shard * 4;
+    if (keep && !direct) out->gathered = sum_padded * es;
+    if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
+    if (S > 1) out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
+    if (R > 1 && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
+    /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */
+    if (S > 1) {
+        size_t gathers = sum_padded; /* every unit's forward */
+        if (strategy != FSDP_SHARD_GRAD_OP) gathers += block_padded; /* again for backward */
+        out->shard_wire_per_micro = (gathers * es + sum_padded * rs) / (size_t)S * (size_t)(S - 1);
+    }
+    if (R > 1) out->replica_wire_per_step = 2 * sum_shard * rs / (size_t)R * (size_t)(R - 1);
+    llama_layout_free(&lay);
 }

@@ -1,42 +1,85 @@
-/* The FSDP engine: owns the sharded fp32 master weights, gradients and AdamW
- * moments of every unit, and serves the model gathered parameters (see DESIGN.md). */
+/* The FSDP engine: owns each rank's shard of the fp32 master weights, gradients and
+ * AdamW moments of every unit, and serves the model gathered parameters according
+ * to the strategy (DESIGN.md "Strategies"): gather, keep, free, prefetch, reduce. */
 #ifndef SHLM_FSDP_H
 #define SHLM_FSDP_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "kernels/comm.h"
 #include "kernels/ops.h"
 #include "src/llama.h"
 #include "src/optim.h"
+#include "src/topology.h"
 
 typedef struct fsdp_options {
-    shlm_dtype param_dtype;  /* dtype the gathered parameters are rounded to */
+    shlm_dtype param_dtype;  /* gathered parameters are rounded to this (master stays fp32) */
+    shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
+    int prefetch;            /* 1: gather the next unit while the current one computes */
+    int trace;               /* 1: record the schedule (fsdp_trace_write) */
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;
 
-/* Creates the engine and initialises the parameters from `seed`. */
-fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops,
-                         const fsdp_options *opt, uint64_t seed);
+/* Creates the engine over the topology's shard and replica groups (collective over
+ * the world) and initialises this rank's shards from `seed`. */
+fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
+                         const topology *topo, const fsdp_options *opt, uint64_t seed);
 void fsdp_destroy(fsdp_engine *e);
 
 /* The source the model pulls parameters from and pushes gradients to. */
 llama_param_source fsdp_param_source(fsdp_engine *e);
 
-/* Zeroes the gradients before the first micro-batch of a step. */
+/* Announces the next pass of the model so the engine can prefetch in its order:
+ * with_backward = 0 for evaluation and sampling (forward only). */
+void fsdp_begin_pass(fsdp_engine *e, int with_backward);
+
+/* Zeroes the gradient shards before the first micro-batch of a step. */
 void fsdp_zero_grad(fsdp_engine *e);
-/* Global L2 norm of the (reduced) gradient. */
-double fsdp_grad_norm(fsdp_engine *e);
-/* One AdamW step (1-based `step`) on every owned element, gradients scaled by
+/* Completes the gradient reduction of the step (outstanding reduce-scatters, then the
+ * all-reduce across replicas) and returns the global L2 norm of the gradient. */
+double fsdp_finish_grads(fsdp_engine *e);
+/* One AdamW step (1-based `step`) on this rank's shards, gradients scaled by
  * grad_scale (clipping); weight decay only on matrices. */
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step);
-/* Bytes of sharded state on this rank: master weights, gradients and moments. */
+
+/* Bytes of sharded state on this rank (master weights, gradients, two moments), as
+ * allocated. */
 size_t fsdp_state_bytes(const fsdp_engine *e);
-/* Copies unit u's full fp32 master weights to host memory `out` (numel elements). */
-void fsdp_get_unit(fsdp_engine *e, int u, float *out);
-/* Overwrites unit u's master weights from host fp32 `in` (numel elements). */
-void fsdp_set_unit(fsdp_engine *e, int u, const float *in);
+/* Bytes of gathered-parameter and gradient buffers this rank allocated. */
+size_t fsdp_buffer_bytes(const fsdp_engine *e);
+/* Milliseconds spent waiting on collectives since the last call (exposed comm). */
+double fsdp_take_exposed_ms(fsdp_engine *e);
+
+/* Counters of the shard and replica groups' collectives on this rank. */
+void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);
+
+/* This rank's shard of unit u: [*begin, *end) of the padded flat buffer. */
+void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end);
+/* Copies this rank's shard of unit u's master weights to host `out`. */
+void fsdp_get_shard(fsdp_engine *e, int u, float *out);
+/* Overwrites this rank's shard of unit u's master weights from host `in`. */
+void fsdp_set_shard(fsdp_engine *e, int u, const float *in);
+
+/* What fsdp_create allocates per rank and what a rank sends, computed without
+ * allocating anything: for `shardlm plan`. */
+typedef struct fsdp_plan_bytes {
+    size_t master, grad, moments;   /* sharded fp32 state */
+    size_t gathered;                /* gathered-parameter buffers (act dtype) */
+    size_t grad_buffers;            /* full-unit gradient buffers and bf16 staging */
+    size_t shard_wire_per_micro;    /* all-gathers + reduce-scatters, per micro-batch */
+    size_t replica_wire_per_step;   /* replica all-reduce of the gradient shards, per step */
+} fsdp_plan_bytes;
+
+void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, int S, int R,
+               const fsdp_options *opt, fsdp_plan_bytes *out);
+
+/* Schedule trace: one JSON object per event ({"seq", "t_us", "unit", "event"}) with
+ * events gather_issue, gather_wait, compute, release, free, reduce_issue, reduce_done.
+ * No-op unless opt->trace. */
+void fsdp_trace_write(const fsdp_engine *e, FILE *out);
 
 #endif

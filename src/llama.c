@@ -282,6 +282,11 @@ static float *gptr(const llama_model *m, float *grad, int u, int k) {
     return grad + m->lay.units[u].tensors[k].offset;
 }
 
+/* Lets the engine's collectives in flight advance between ops. */
+static void progress(const llama_model *m) {
+    if (m->src.progress) m->src.progress(m->src.ctx);
+}
+
 /* Tensor indices inside a block unit (see the layout comment in llama.h). */
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 enum { HD_NORM = 0, HD_LM = 1 };
@@ -296,18 +301,23 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps);
     /* q, k, v are contiguous in the unit: one fused GEMM */
     o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, 0);
+    progress(m);
     o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0);
     o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim);
+    progress(m);
     /* residual: xmid = x + att·Woᵀ, accumulated by the GEMM itself */
     o->copy(a->xmid, x, (size_t)N * d * m->esz);
     o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, 1);
+    progress(m);
     o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps);
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
     o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, 0);
+    progress(m);
     o->swiglu_fwd(a->h, a->gu, N, F);
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
     o->copy(xout, a->xmid, (size_t)N * d * m->esz);
     o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, 1);
+    progress(m);
 }
 
 /* Restores what the checkpointing mode did not keep of block l's activations. */
@@ -337,10 +347,12 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int B
     void *dh = m->dwide1, *dgu = m->dwide2;
     o->zero(dh, (size_t)N * F * m->esz);
     o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d);
+    progress(m);
     o->swiglu_bwd(dgu, dh, a->gu, N, F);
     o->zero(m->dln, (size_t)N * d * m->esz);
     o->matmul_bwd(m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
                   2 * F);
+    progress(m);
     o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d);
     /* attention: xmid = x + att·Woᵀ */
@@ -348,13 +360,16 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int B
     o->zero(datt, (size_t)N * m->att_dim * m->esz);
     o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
                   d);
+    progress(m);
     o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim);
+    progress(m);
     /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one */
     o->rope(dqkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 1);
     o->zero(m->dln, (size_t)N * d * m->esz);
     o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
                   m->qkv_dim);
+    progress(m);
     o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
                    a->rstd1, N, d);
 }

@@ -92,6 +92,9 @@ typedef struct llama_param_source {
     /* The backward pass has finished accumulating unit u's gradient for this
      * micro-batch. */
     void (*grad_ready)(void *ctx, int u);
+    /* Optional (may be NULL): called between the ops of a block so collectives in
+     * flight advance while the model computes (MPI progresses inside MPI calls). */
+    void (*progress)(void *ctx);
 } llama_param_source;
 
 /* ---- the model ---- */

@@ -30,6 +30,20 @@ int all_ranks_ok(int ok, const char *msg) {
     return -1;
 }
 
+/* Rank 0 prints every rank's topology line, in rank order. */
+static void print_topology(const run *r) {
+    enum { LINE = 256 };
+    char line[LINE];
+    topology_describe(&r->topo, shlm_host(), r->ops->name, line, LINE);
+    char *all = r->rank == 0 ? malloc((size_t)LINE * r->world) : NULL;
+    MPI_CHECK(MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (r->rank == 0) {
+        for (int i = 0; i < r->world; i++) printf("%s\n", all + (size_t)i * LINE);
+        fflush(stdout);
+        free(all);
+    }
+}
+
 static const shlm_ops *pick_backend(const char *name, char *err, size_t errlen) {
     if (strcmp(name, "auto") == 0) {
         const shlm_ops *cuda = shlm_ops_find("cuda");
@@ -89,22 +103,36 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
              c->path, h, h0);
     if (all_ranks_ok(h == h0, err)) return -1;
 
+    /* the rank topology of the strategy */
+    topology_options topt = {.ranks_per_node = c->ranks_per_node,
+                             .shard_group_size = c->shard_group_size};
+    ok = strategy_from_name(c->strategy, &topt.strategy, err, sizeof err) == 0;
+    if (ok) ok = topology_check(r->world, &topt, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    ok = topology_create(&r->topo, MPI_COMM_WORLD, &topt, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+
+    const int per_step = c->micro_batch * r->world;
+    if (c->global_batch == 0) c->global_batch = per_step;
     ok = 1;
-    if (r->world > 1) {
+    if (c->global_batch % per_step != 0) {
         snprintf(err, sizeof err,
-                 "this build trains on one rank; got %d (the sharded engine is not built yet)",
-                 r->world);
-        ok = 0;
-    }
-    int per_step = c->micro_batch * r->world;
-    if (ok && c->global_batch % per_step != 0) {
-        snprintf(err, sizeof err,
-                 "train.global_batch (%d) must be a multiple of train.micro_batch (%d) x ranks (%d)",
-                 c->global_batch, c->micro_batch, r->world);
+                 "%s: train.global_batch (%d) must be a multiple of train.micro_batch (%d) x "
+                 "ranks (%d)", c->path, c->global_batch, c->micro_batch, r->world);
         ok = 0;
     }
     r->grad_accum = ok ? c->global_batch / per_step : 0;
     if (ok) r->ops = pick_backend(c->backend, err, sizeof err), ok = r->ops != NULL;
+    if (ok && r->ops == &shlm_ops_cpu) r->comm = &shlm_comm_mpi;
+    if (ok && !r->comm) {
+        const shlm_comm *nccl = shlm_comm_find("nccl");
+        r->comm = nccl && nccl->available() ? nccl : NULL;
+        if (!r->comm) {
+            snprintf(err, sizeof err, "runtime.backend = %s needs the NCCL comm backend, which "
+                     "this build lacks", r->ops->name);
+            ok = 0;
+        }
+    }
     if (all_ranks_ok(ok, err)) return -1;
 
     int threads = c->threads;
@@ -133,16 +161,26 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     }
 
     if (r->rank == 0) job_config_print(c, r->world);
-    fsdp_options opt = {.param_dtype = SHLM_F32};
-    r->engine = fsdp_create(&c->model, r->ops, &opt, c->seed);
-    r->model = llama_create(&c->model, r->ops, c->micro_batch, c->seq_len,
-                            fsdp_param_source(r->engine));
+    print_topology(r);
+    r->comm->set_delay_us(NULL, c->comm_delay_us);
+    fsdp_options opt = {
+        .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
+        .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
+        .prefetch = c->prefetch,
+        .trace = c->trace};
+    r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
+    llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
+                  : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
+                                                                          : LLAMA_AC_NONE;
+    r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
+                               fsdp_param_source(r->engine));
     return 0;
 }
 
 void run_teardown(run *r) {
     llama_destroy(r->model);
     fsdp_destroy(r->engine);
+    topology_free(&r->topo);
     token_file_close(&r->train_tf);
     if (r->have_val) token_file_close(&r->val_tf);
     job_config_free(&r->cfg);
@@ -164,6 +202,7 @@ double run_validate(run *r) {
     SHLM_CHECK_ALLOC(in);
     SHLM_CHECK_ALLOC(tg);
     double sums[2] = {0, 0}; /* loss·count, count */
+    fsdp_begin_pass(r->engine, 0);
     for (uint64_t b = 0; b < batches; b++) {
         data_loader_batch(&dl, b * per_batch, 0, in, tg);
         int valid = 0;
@@ -186,6 +225,7 @@ static void print_sample(run *r) {
     int32_t *ids = malloc((size_t)(n_prompt + c->sample_tokens) * sizeof(int32_t));
     SHLM_CHECK_ALLOC(ids);
     for (int i = 0; i < n_prompt; i++) ids[i] = (unsigned char)prompt[i] % c->model.vocab_size;
+    fsdp_begin_pass(r->engine, 0);
     sample_generate(r->model, c->seq_len, ids, n_prompt, c->sample_tokens,
                     c->sample_temperature, c->sample_top_p, c->seed, ids);
     if (r->rank == 0) {
@@ -199,6 +239,17 @@ static void print_sample(run *r) {
         fflush(stdout);
     }
     free(ids);
+}
+
+/* Each rank writes its schedule trace to <run_dir>/trace.rank<R>.jsonl. */
+static void write_trace(run *r) {
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* rank 0 created run_dir */
+    char path[1200];
+    snprintf(path, sizeof path, "%s/trace.rank%d.jsonl", r->cfg.run_dir, r->rank);
+    FILE *f = fopen(path, "w");
+    if (!f) SHLM_FATAL("cannot write %s", path);
+    fsdp_trace_write(r->engine, f);
+    fclose(f);
 }
 
 static int train_loop(run *r) {
@@ -230,6 +281,7 @@ static int train_loop(run *r) {
     for (int s = 0; s < c->steps; s++) {
         double t0 = MPI_Wtime();
         fsdp_zero_grad(r->engine);
+        fsdp_begin_pass(r->engine, 1);
         double sums[2] = {0, 0};
         for (int m = 0; m < r->grad_accum; m++) {
             data_loader_batch(&dl, (uint64_t)s * c->global_batch, m, in, tg);
@@ -239,13 +291,14 @@ static int train_loop(run *r) {
             sums[0] += (double)loss * valid;
             sums[1] += valid;
         }
-        double norm = fsdp_grad_norm(r->engine);
+        double norm = fsdp_finish_grads(r->engine);
         float lr = lr_at(&sch, s);
         fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp, s + 1);
         r->ops->sync();
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-        double step_s = MPI_Wtime() - t0;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &step_s, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        double times[2] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine)};
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        double step_s = times[0];
 
         int last = s == c->steps - 1;
         double val = NAN;
@@ -254,7 +307,7 @@ static int train_loop(run *r) {
         if (r->rank == 0 && (last || (s + 1) % c->log_every == 0 || !isnan(val))) {
             step_metrics sm = {.step = s + 1, .loss = sums[1] > 0 ? sums[0] / sums[1] : NAN,
                                .val_loss = val, .lr = lr, .grad_norm = norm,
-                               .step_ms = 1000 * step_s, .comm_exposed_ms = 0,
+                               .step_ms = 1000 * step_s, .comm_exposed_ms = times[1],
                                .tokens_seen = tokens_per_step * (s + 1)};
             sm.tokens_per_s = tokens_per_step / step_s;
             sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
@@ -268,6 +321,7 @@ static int train_loop(run *r) {
     free(tg);
     data_loader_free(&dl);
     metrics_close(&log);
+    if (c->trace) write_trace(r);
     if (c->sample_tokens > 0) print_sample(r);
     return 0;
 }

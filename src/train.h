@@ -11,12 +11,15 @@
 #include "src/data_loader.h"
 #include "src/fsdp.h"
 #include "src/llama.h"
+#include "src/topology.h"
 
 typedef struct run {
     job_config cfg;
     int rank, world;          /* MPI_COMM_WORLD */
     int local_rank, local_size;
     const shlm_ops *ops;
+    const shlm_comm *comm;
+    topology topo;
     token_file train_tf, val_tf;
     int have_val;
     fsdp_engine *engine;

@@ -220,7 +220,7 @@ static void check_random_all_reduce(shlm_comm_group *g, const char *gname) {
         for (int q = 0; q < S; q++) {
             srand(1234 + q);
             for (size_t i = 0; i < n; i++) {
-                float v = (float)rand() / RAND_MAX * 2 - 1;
+                float v = (float)((double)rand() / RAND_MAX * 2 - 1);
                 if (dt == SHLM_BF16) v = from_bf16(to_bf16(v)); /* inputs exact in bf16 */
                 if (q == r) put(x, dt, i, v);
                 exact[i] += v;

@@ -116,12 +116,12 @@ static void test_valid(void) {
     check(c.seq_len == 64 && c.steps == 10 && c.lr == 1e-3f && c.log_every == 5,
           "explicit values: seq_len %d steps %d lr %g log.every %d", c.seq_len, c.steps, c.lr,
           c.log_every);
-    check(c.micro_batch == 1 && c.global_batch == 1 && c.min_lr == 1e-3f / 10 &&
+    check(c.micro_batch == 1 && c.global_batch == 0 && c.min_lr == 1e-3f / 10 &&
               c.warmup_steps == 0 && c.beta1 == 0.9f && c.beta2 == 0.95f && c.eps == 1e-8f &&
               c.weight_decay == 0.1f && c.grad_clip == 1.0f && c.seed == 1337 && c.shuffle == 1 &&
               c.sample_temperature == 0.8f && c.sample_top_p == 0.9f &&
               strcmp(c.backend, "auto") == 0 && c.threads == 0,
-          "defaults: micro_batch %d global_batch %d min_lr %g (lr/10) seed %llu backend %s",
+          "defaults: micro_batch %d global_batch %d (0 = micro_batch x ranks) min_lr %g (lr/10) seed %llu backend %s",
           c.micro_batch, c.global_batch, c.min_lr, (unsigned long long)c.seed, c.backend);
     snprintf(want, sizeof want, "%s/jobs/data/train.bin", dir);
     check(strcmp(c.data_train, want) == 0, "data.train relative to the job's directory: %s",

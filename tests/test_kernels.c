@@ -1,7 +1,7 @@
 /* Unit test of a compute backend's ops table (the cpu backend by default): every op,
- * forward and backward, against naive double-precision references written here.
- *
- * Usage: test_kernels [backend [seed]]
+ * forward and backward, against naive double-precision references written here. */
+
+/* Usage: test_kernels [backend [seed]]
  *
  * Criterion, per output tensor: max_i |a_i - b_i| / max(max_i |b_i|, 1e-30) < tol, where a
  * is the backend's result and b the double reference computed from the same (fp32)
@@ -27,8 +27,8 @@
 #define FD_COORDS 12
 
 static const shlm_ops *ops;
-static int is_cpu;      /* cpu-only properties (thread invariance, documented aliasing) */
-static double tol_act;  /* tolerance of results computed from act tensors */
+static int is_cpu;     /* cpu-only properties (thread invariance, documented aliasing) */
+static double tol_act; /* tolerance of results computed from act tensors */
 static int n_checks, n_failed;
 
 /* ------------------------------------------------------------------------------------
@@ -49,8 +49,25 @@ static double rnd_normal(void) {
 static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
 
 /* ------------------------------------------------------------------------------------
- * host buffers */
-static void *xcalloc(size_t n, size_t size) {
+ * buffers: every host and backend buffer a test makes is remembered and released by
+ * release_all() when the test ends, so the tests read as straight-line code */
+enum { MAX_LIVE = 1024 };
+static void *live_host[MAX_LIVE], *live_dev[MAX_LIVE];
+static int n_live_host, n_live_dev;
+
+static void *remember(void **list, int *n, void *p) {
+    if (*n == MAX_LIVE) {
+        fprintf(stderr, "test_kernels: more than %d live buffers\n", MAX_LIVE);
+        exit(1);
+    }
+    return list[(*n)++] = p;
+}
+static void release_all(void) {
+    while (n_live_host) free(live_host[--n_live_host]);
+    while (n_live_dev) ops->free(live_dev[--n_live_dev]);
+}
+/* untracked: for the references' own scratch, which they free themselves */
+static void *calloc_or_die(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size);
     if (!p) {
         fprintf(stderr, "test_kernels: out of memory\n");
@@ -58,6 +75,10 @@ static void *xcalloc(size_t n, size_t size) {
     }
     return p;
 }
+static void *xcalloc(size_t n, size_t size) {
+    return remember(live_host, &n_live_host, calloc_or_die(n, size));
+}
+static void *dalloc(size_t bytes) { return remember(live_dev, &n_live_dev, ops->alloc(bytes)); }
 static float *hf(size_t n) { return xcalloc(n, sizeof(float)); }
 static double *hd(size_t n) { return xcalloc(n, sizeof(double)); }
 
@@ -91,19 +112,20 @@ static float *dup_f(const float *a, size_t n) {
 /* ------------------------------------------------------------------------------------
  * backend buffers: everything goes through the table, so other backends can run this */
 static void *up_f32(const float *h, size_t n) {
-    void *d = ops->alloc(n * sizeof(float));
+    void *d = dalloc(n * sizeof(float));
     ops->to_device(d, h, n * sizeof(float));
     return d;
 }
 static void *up_i32(const int32_t *h, size_t n) {
-    void *d = ops->alloc(n * sizeof(int32_t));
+    void *d = dalloc(n * sizeof(int32_t));
     ops->to_device(d, h, n * sizeof(int32_t));
     return d;
 }
 static void *up_act(const float *h, size_t n) {
     if (ops->act_dtype == SHLM_F32) return up_f32(h, n);
-    void *d = ops->alloc(n * shlm_dtype_size(ops->act_dtype));
-    float *tmp = up_f32(h, n);
+    void *d = dalloc(n * shlm_dtype_size(ops->act_dtype));
+    float *tmp = ops->alloc(n * sizeof(float));
+    ops->to_device(tmp, h, n * sizeof(float));
     ops->f32_to_act(d, tmp, n);
     ops->sync();
     ops->free(tmp);
@@ -155,7 +177,6 @@ static int check_same(const char *name, const float *a, const float *b, size_t n
     double *bd = dup_d(b, n);
     double err = memcmp(a, b, n * sizeof(float)) == 0 ? 0.0 : max_rel_err(a, bd, n);
     if (err == 0.0 && memcmp(a, b, n * sizeof(float)) != 0) err = 1e-300; /* e.g. -0 vs +0 */
-    free(bd);
     return report(name, err, 0.0);
 }
 
@@ -291,10 +312,12 @@ typedef struct attn_shape {
 } attn_shape;
 
 /* element d of query head h / key head kh / value head kh of token (b,t) in qkv */
-#define QI(s, b, t, h, d) ((size_t)((b) * (s).T + (t)) * ((s).nh + 2 * (s).nkv) * (s).hd + (size_t)(h) * (s).hd + (d))
+#define QI(s, b, t, h, d)                                                                          \
+    ((size_t)((b) * (s).T + (t)) * ((s).nh + 2 * (s).nkv) * (s).hd + (size_t)(h) * (s).hd + (d))
 #define KI(s, b, t, kh, d) QI(s, b, t, (s).nh + (kh), d)
 #define VI(s, b, t, kh, d) QI(s, b, t, (s).nh + (s).nkv + (kh), d)
-#define OI(s, b, t, h, d) ((size_t)((b) * (s).T + (t)) * (s).nh * (s).hd + (size_t)(h) * (s).hd + (d))
+#define OI(s, b, t, h, d)                                                                          \
+    ((size_t)((b) * (s).T + (t)) * (s).nh * (s).hd + (size_t)(h) * (s).hd + (d))
 
 /* P (T,T) of (b,h): causal softmax of the scaled scores; returns nothing but fills lse */
 static void ref_attn_probs(double *P, double *lse_row, const double *qkv, attn_shape s, int b,
@@ -317,7 +340,7 @@ static void ref_attn_probs(double *P, double *lse_row, const double *qkv, attn_s
     }
 }
 static void ref_attention_fwd(double *out, double *lse, const double *qkv, attn_shape s) {
-    double *P = hd((size_t)s.T * s.T);
+    double *P = calloc_or_die((size_t)s.T * s.T, sizeof(double));
     int g = s.nh / s.nkv;
     for (int b = 0; b < s.B; b++)
         for (int h = 0; h < s.nh; h++) {
@@ -334,11 +357,11 @@ static void ref_attention_fwd(double *out, double *lse, const double *qkv, attn_
 }
 /* dqkv = (overwritten): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)),
  * dQ = dS K / √hd, dK = dSᵀ Q / √hd; kv heads sum over their query heads */
-static void ref_attention_bwd(double *dqkv, const double *dout, const double *qkv,
-                              attn_shape s) {
+static void ref_attention_bwd(double *dqkv, const double *dout, const double *qkv, attn_shape s) {
     size_t n = (size_t)s.B * s.T * (s.nh + 2 * s.nkv) * s.hd;
     memset(dqkv, 0, n * sizeof(double));
-    double *P = hd((size_t)s.T * s.T), *dP = hd((size_t)s.T * s.T);
+    double *P = calloc_or_die((size_t)s.T * s.T, sizeof(double));
+    double *dP = calloc_or_die((size_t)s.T * s.T, sizeof(double));
     double sc = 1.0 / sqrt((double)s.hd);
     int g = s.nh / s.nkv;
     for (int b = 0; b < s.B; b++)
@@ -348,12 +371,14 @@ static void ref_attention_bwd(double *dqkv, const double *dout, const double *qk
             for (int i = 0; i < s.T; i++)
                 for (int j = 0; j < s.T; j++) {
                     double v = 0.0;
-                    for (int d = 0; d < s.hd; d++) v += dout[OI(s, b, i, h, d)] * qkv[VI(s, b, j, kh, d)];
+                    for (int d = 0; d < s.hd; d++)
+                        v += dout[OI(s, b, i, h, d)] * qkv[VI(s, b, j, kh, d)];
                     dP[(size_t)i * s.T + j] = v;
                 }
             for (int i = 0; i < s.T; i++) {
                 double rs = 0.0;
-                for (int j = 0; j < s.T; j++) rs += P[(size_t)i * s.T + j] * dP[(size_t)i * s.T + j];
+                for (int j = 0; j < s.T; j++)
+                    rs += P[(size_t)i * s.T + j] * dP[(size_t)i * s.T + j];
                 for (int j = 0; j < s.T; j++) {
                     double p = P[(size_t)i * s.T + j], dS = p * (dP[(size_t)i * s.T + j] - rs);
                     for (int d = 0; d < s.hd; d++) {
@@ -423,7 +448,8 @@ static void ref_adamw(double *p, const double *grad, double *m, double *v, size_
 
 static void test_backends(void) {
     check_true("backends: shlm_ops_find(name) finds this backend", shlm_ops_find(ops->name) == ops);
-    check_true("backends: shlm_ops_find(\"cpu\") is shlm_ops_cpu", shlm_ops_find("cpu") == &shlm_ops_cpu);
+    check_true("backends: shlm_ops_find(\"cpu\") is shlm_ops_cpu",
+               shlm_ops_find("cpu") == &shlm_ops_cpu);
     check_true("backends: unknown name gives NULL", shlm_ops_find("no-such-backend") == NULL);
     int n = 0, has_cpu = 0, distinct = 1;
     for (; shlm_backends[n]; n++) {
@@ -431,15 +457,18 @@ static void test_backends(void) {
         for (int k = 0; k < n; k++)
             distinct &= strcmp(shlm_backends[k]->name, shlm_backends[n]->name) != 0;
     }
-    check_true("backends: list holds cpu, names distinct, NULL-terminated", has_cpu && distinct && n < 16);
-    check_true("backends: dtype names fp32 / bf16", strcmp(shlm_dtype_name(SHLM_F32), "fp32") == 0 &&
-                                                   strcmp(shlm_dtype_name(SHLM_BF16), "bf16") == 0);
+    check_true("backends: list holds cpu, names distinct, NULL-terminated",
+               has_cpu && distinct && n < 16);
+    check_true("backends: dtype names fp32 / bf16",
+               strcmp(shlm_dtype_name(SHLM_F32), "fp32") == 0 &&
+                   strcmp(shlm_dtype_name(SHLM_BF16), "bf16") == 0);
     int all = ops->name && ops->available && ops->alloc && ops->free && ops->zero && ops->copy &&
               ops->to_device && ops->to_host && ops->sync && ops->f32_to_act && ops->act_to_f32 &&
               ops->round_to_bf16 && ops->embedding_fwd && ops->embedding_bwd && ops->rmsnorm_fwd &&
               ops->rmsnorm_bwd && ops->matmul_fwd && ops->matmul_bwd && ops->rope &&
               ops->attention_fwd && ops->attention_bwd && ops->swiglu_fwd && ops->swiglu_bwd &&
-              ops->add && ops->xent_fwd_bwd && ops->adamw && ops->sum_squares && ops->scale;
+              ops->add && ops->xent_fwd_bwd && ops->adamw && ops->sum_squares && ops->scale &&
+              ops->f32_to_bf16 && ops->bf16_to_f32 && ops->accumulate;
     check_true("backends: every member of the table is set", all);
     check_true("backends: available() is 1", ops->available() == 1);
     if (is_cpu) check_true("backends: cpu act dtype is fp32", ops->act_dtype == SHLM_F32);
@@ -461,7 +490,6 @@ static void test_memory(void) {
             ops->sync();
             ops->free(t);
         }
-        free(dirt);
         void *d = ops->alloc(n), *d2 = ops->alloc(n);
         if (d == NULL || d2 == NULL) zeroed = 0;
         if (is_cpu) aligned &= ((uintptr_t)d % 64 == 0) && ((uintptr_t)d2 % 64 == 0);
@@ -481,8 +509,6 @@ static void test_memory(void) {
         for (size_t i = 0; i < n; i++) zero_ok &= h2[i] == 0;
         ops->free(d);
         ops->free(d2);
-        free(h);
-        free(h2);
     }
     ops->free(NULL);
     check_true("memory: alloc returns zero-filled memory (0 B .. 1 MiB)", zeroed);
@@ -522,7 +548,10 @@ static int bf16_is_nan(uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F)
 
 static void test_convert(void) {
     /* hand-picked patterns: ties go to the even neighbour; overflow rounds to inf */
-    static const struct { uint32_t in; uint16_t want; } cases[] = {
+    static const struct {
+        uint32_t in;
+        uint16_t want;
+    } cases[] = {
         {0x3F800000u, 0x3F80}, /* 1.0 exact */
         {0x3F808000u, 0x3F80}, /* tie, kept bit even: down */
         {0x3F818000u, 0x3F82}, /* tie, kept bit odd: up */
@@ -544,7 +573,8 @@ static void test_convert(void) {
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         uint16_t got = shlm_f32_to_bf16(bits_f32(cases[k].in));
         if (got != cases[k].want) {
-            printf("     f32 0x%08" PRIX32 " -> bf16 0x%04X, want 0x%04X\n", cases[k].in, got, cases[k].want);
+            printf("     f32 0x%08" PRIX32 " -> bf16 0x%04X, want 0x%04X\n", cases[k].in, got,
+                   cases[k].want);
             bad++;
         }
         if (ref_bf16(cases[k].in) != cases[k].want) {
@@ -555,7 +585,8 @@ static void test_convert(void) {
     check_true("bf16: ties-to-even, carries, subnormals, overflow, inf", bad == 0);
 
     /* NaN stays NaN (signalling ones with only low payload bits included), sign kept */
-    static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFF800001u, 0x7FFFFFFFu, 0x7F80FFFFu};
+    static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u,
+                                    0xFF800001u, 0x7FFFFFFFu, 0x7F80FFFFu};
     bad = 0;
     for (size_t k = 0; k < sizeof nans / sizeof nans[0]; k++) {
         uint16_t b = shlm_f32_to_bf16(bits_f32(nans[k]));
@@ -609,6 +640,20 @@ static void test_convert(void) {
     down_f32(got, d, 1);
     check_true("bf16: round_to_bf16 keeps NaN", isnan(got[0]));
 
+    /* f32_to_bf16 / bf16_to_f32 on backend buffers: the same bits as the scalar helper */
+    uint16_t *bits = ops->alloc(n * sizeof(uint16_t)), *hbits = malloc(n * sizeof(uint16_t));
+    ops->to_device(d, x, n * sizeof(float));
+    ops->f32_to_bf16(bits, d, n);
+    ops->to_host(hbits, bits, n * sizeof(uint16_t));
+    int bad_bits = 0;
+    for (size_t i = 0; i < n; i++) bad_bits += hbits[i] != shlm_f32_to_bf16(x[i]);
+    check_true("bf16: f32_to_bf16 == scalar round-to-nearest-even, every element", bad_bits == 0);
+    ops->bf16_to_f32(d, bits, n);
+    down_f32(got, d, n);
+    check_same("bf16: bf16_to_f32(f32_to_bf16(x)) == round_to_bf16(x)", got, want, n);
+    ops->free(bits);
+    free(hbits);
+
     /* f32 -> act -> f32: a copy for fp32 activations, bf16 rounding otherwise */
     void *act = ops->alloc(n * shlm_dtype_size(ops->act_dtype));
     float *back = ops->alloc(n * sizeof(float));
@@ -619,10 +664,6 @@ static void test_convert(void) {
     check_same("convert: act_to_f32(f32_to_act(x))", got, ops->act_dtype == SHLM_F32 ? x : want, n);
     ops->free(act);
     ops->free(back);
-    ops->free(d);
-    free(x);
-    free(want);
-    free(got);
 }
 
 /* ---- embedding ---- */
@@ -665,10 +706,6 @@ static void test_embedding(void) {
     double *g = hd((size_t)V * C);
     ref_embedding_bwd(g, c.dout, tok, N, C);
     check_fd("embedding dwte", emb_loss, &c, c.wte, (size_t)V * C, g);
-
-    ops->free(d_tok); ops->free(d_wte); ops->free(d_out); ops->free(d_dout); ops->free(d_dwte);
-    free(tok); free(wte); free(dout); free(dwte0); free(got); free(ref); free(dref); free(junk);
-    free(c.wte); free(c.dout); free(g);
 }
 
 /* ---- rmsnorm ---- */
@@ -699,7 +736,7 @@ static void test_rmsnorm(void) {
 
     void *d_x = up_act(x, n), *d_w = up_act(w, C), *d_dout = up_act(dout, n);
     void *d_out = up_act(dx0, n), *d_dx = up_act(dx0, n);
-    float *d_rstd = ops->alloc(N * sizeof(float)), *d_dw = up_f32(dw0, C);
+    float *d_rstd = dalloc(N * sizeof(float)), *d_dw = up_f32(dw0, C);
 
     ops->rmsnorm_fwd(d_out, d_rstd, d_x, d_w, N, C, eps);
     ref_rmsnorm_fwd(ref, rstd, c.x, c.w, N, C, eps);
@@ -727,13 +764,7 @@ static void test_rmsnorm(void) {
         ref_rmsnorm_bwd(want, wdw, c.dout, c.x, c.w, N, C, eps);
         ops->rmsnorm_bwd(buf, dw, buf, x, w, (float *)d_rstd, N, C);
         check_close("rmsnorm_bwd cpu: dinp aliasing dout", buf, want, n, tol_act);
-        free(buf); free(dw); free(want); free(wdw);
     }
-
-    ops->free(d_x); ops->free(d_w); ops->free(d_dout); ops->free(d_out); ops->free(d_dx);
-    ops->free(d_rstd); ops->free(d_dw);
-    free(x); free(w); free(dout); free(dx0); free(dw0); free(got); free(ref); free(rstd);
-    free(rdx); free(rdw); free(c.x); free(c.w); free(c.dout); free(c.out); free(gx); free(gw);
 }
 
 /* ---- matmul ---- */
@@ -764,7 +795,6 @@ static void test_matmul(void) {
     down_act(got, d_y, ny);
     check_close("matmul_fwd out (=, accumulate 0)", got, ref, ny, tol_act);
 
-    ops->free(d_y);
     d_y = up_act(y0, ny);
     ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, 1);
     for (size_t i = 0; i < ny; i++) ref[i] += y0[i];
@@ -793,11 +823,6 @@ static void test_matmul(void) {
     ref_matmul_bwd(gx, gw, c.dout, c.x, c.w, N, C, OC);
     check_fd("matmul dinp", mm_loss, &c, c.x, nx, gx);
     check_fd("matmul dweight", mm_loss, &c, c.w, nw, gw);
-
-    ops->free(d_x); ops->free(d_w); ops->free(d_dout); ops->free(d_y); ops->free(d_dx);
-    ops->free(d_dw);
-    free(x); free(w); free(dout); free(y0); free(dx0); free(dw0); free(got); free(ref);
-    free(rdx); free(rdw); free(gx); free(gw); free(c.x); free(c.w); free(c.dout); free(c.out);
 }
 
 /* ---- rope ---- */
@@ -812,8 +837,8 @@ static double rope_loss(void *p) {
     return dot_d(c->out, c->dout, (size_t)c->N * c->stride);
 }
 
-static void rope_case(const char *tag, int N, int T, int stride, int n_heads, int hdim,
-                      float theta, double tol, int with_fd) {
+static void rope_case(const char *tag, int N, int T, int stride, int n_heads, int hdim, float theta,
+                      double tol, int with_fd) {
     const size_t n = (size_t)N * stride;
     char name[160];
     float *x = rnd_act(n, 1.0), *dout = rnd_act(n, 1.0), *got = hf(n);
@@ -829,7 +854,8 @@ static void rope_case(const char *tag, int N, int T, int stride, int n_heads, in
     if (stride > n_heads * hdim) { /* heads past n_heads (the v heads) stay untouched */
         int same = 1;
         for (int r = 0; r < N; r++)
-            same &= memcmp(got + (size_t)r * stride + n_heads * hdim, x + (size_t)r * stride + n_heads * hdim,
+            same &= memcmp(got + (size_t)r * stride + n_heads * hdim,
+                           x + (size_t)r * stride + n_heads * hdim,
                            (size_t)(stride - n_heads * hdim) * sizeof(float)) == 0;
         snprintf(name, sizeof name, "rope leaves heads >= n_heads alone %s", tag);
         check_true(name, same);
@@ -839,10 +865,9 @@ static void rope_case(const char *tag, int N, int T, int stride, int n_heads, in
     ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
     down_act(got, d_x, n);
     snprintf(name, sizeof name, "rope inverse(forward(x)) == x %s", tag);
-    check_close(name, got, c.x, n, tol_act > tol ? tol_act * 2 : tol);
+    check_close(name, got, c.x, n, 2 * tol); /* two rotations */
 
     /* inverse applied to dout is the backward pass Jᵀ·dout */
-    ops->free(d_x);
     d_x = up_act(dout, n);
     ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
     ref_rope_bwd(ref, c.dout, N, T, stride, n_heads, hdim, theta);
@@ -850,9 +875,6 @@ static void rope_case(const char *tag, int N, int T, int stride, int n_heads, in
     snprintf(name, sizeof name, "rope inverse == backward %s", tag);
     check_close(name, got, ref, n, tol);
     if (with_fd) check_fd("rope dx", rope_loss, &c, c.x, n, ref);
-
-    ops->free(d_x);
-    free(x); free(dout); free(got); free(ref); free(c.x); free(c.dout); free(c.out);
 }
 
 static void test_rope(void) {
@@ -908,10 +930,6 @@ static void attention_case(attn_shape s) {
 
     snprintf(name, sizeof name, "attention dqkv %s", tag);
     check_fd(name, attn_loss, &c, c.qkv, nqkv, dref);
-
-    ops->free(d_qkv); ops->free(d_dout); ops->free(d_out); ops->free(d_dqkv); ops->free(d_lse);
-    free(qkv); free(dout); free(junk); free(got); free(ref); free(lse); free(dref);
-    free(c.qkv); free(c.dout); free(c.out);
 }
 
 static void test_attention(void) {
@@ -937,7 +955,7 @@ static void test_swiglu(void) {
     const int N = 7 * 13, F = 23;
     const size_t ng = (size_t)N * 2 * F, no = (size_t)N * F;
     float *gu = rnd_act(ng, 2.0), *dout = rnd_act(no, 1.0), *junk = rnd_act(ng, 1e3);
-    gu[0] = 30.0f;   /* saturated gate */
+    gu[0] = 30.0f; /* saturated gate */
     gu[1] = -30.0f;
     gu[2] = -100.0f; /* exp(100) overflows fp32 in a naive sigmoid */
     float *got = hf(ng);
@@ -961,7 +979,6 @@ static void test_swiglu(void) {
         float *buf = dup_f(gu, ng);
         ops->swiglu_bwd(buf, dout, buf, N, F);
         check_close("swiglu_bwd cpu: dgu aliasing gu", buf, dref, ng, tol_act);
-        free(buf);
     }
 
     /* add: out = a + b, also in place */
@@ -976,11 +993,6 @@ static void test_swiglu(void) {
     ops->add(d_a, d_a, d_b, n);
     down_act(got, d_a, n);
     check_close("add in place (out == a)", got, sum, n, tol_act);
-
-    ops->free(d_gu); ops->free(d_dout); ops->free(d_out); ops->free(d_dgu);
-    ops->free(d_a); ops->free(d_b); ops->free(d_o);
-    free(gu); free(dout); free(junk); free(got); free(ref); free(dref); free(a); free(b);
-    free(sum); free(c.gu); free(c.dout); free(c.out);
 }
 
 /* ---- cross-entropy ---- */
@@ -1048,9 +1060,6 @@ static void test_xent(void) {
     check_close("xent dlogits == logits (in place)", got, dref, n, tol_act);
 
     check_fd("xent dlogits", xent_loss, &c, c.x, n, dref);
-
-    ops->free(d_x); ops->free(d_dx); ops->free(d_t); ops->free(d_l);
-    free(x); free(junk); free(got); free(tgt); free(loss); free(dref); free(c.x); free(c.losses);
 }
 
 /* ---- optimizer and reductions ---- */
@@ -1058,7 +1067,8 @@ static void test_adamw(void) {
     const size_t n = 1003;
     const float lr = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.37f;
     const int steps[] = {1, 2, 3, 10, 1000}; /* bias correction from large to ~none */
-    float *p = rnd_f(n, 1.0), *m = hf(n), *v = hf(n), *got = hf(n);
+    /* weights ~ N(0, 0.25): the update check then resolves lr-sized steps well */
+    float *p = rnd_f(n, 0.5), *m = hf(n), *v = hf(n), *got = hf(n);
     float *d_p = up_f32(p, n), *d_m = up_f32(m, n), *d_v = up_f32(v, n);
     for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
         float *g = rnd_f(n, 0.5 + k);
@@ -1090,11 +1100,7 @@ static void test_adamw(void) {
         down_f32(got, d_v, n);
         snprintf(name, sizeof name, "adamw v (step %d)", steps[k]);
         check_close(name, got, rv, n, TOL_F32);
-        ops->free(d_g);
-        free(g); free(rp); free(rm); free(rv); free(rg); free(delta); free(rdelta);
     }
-    ops->free(d_p); ops->free(d_m); ops->free(d_v);
-    free(p); free(m); free(v); free(got);
 }
 
 static void test_reductions(void) {
@@ -1109,8 +1115,6 @@ static void test_reductions(void) {
         char name[96];
         snprintf(name, sizeof name, "sum_squares n=%zu (double accumulation, tol 1e-12)", n);
         report(name, fabs(got - (double)want) / (double)want, 1e-12);
-        ops->free(d);
-        free(x);
     }
     check_true("sum_squares n=0 is 0", ops->sum_squares(NULL, 0) == 0.0);
 
@@ -1122,15 +1126,21 @@ static void test_reductions(void) {
     ops->scale(d, -0.731f, n);
     down_f32(got, d, n);
     check_close("scale x *= s", got, want, n, TOL_F32);
-    ops->free(d);
-    free(x); free(got); free(want);
+
+    float *y = rnd_f(n, 1.0);
+    for (size_t i = 0; i < n; i++) want[i] = (double)y[i] + (double)x[i];
+    float *dy = up_f32(y, n);
+    ops->to_device(d, x, n * sizeof(float));
+    ops->accumulate(dy, d, n);
+    down_f32(got, dy, n);
+    check_close("accumulate y += x", got, want, n, TOL_F32);
 }
 
 /* ---- cpu: same inputs give bit-identical results, whatever the thread count ---- */
 enum { DET_N_OUT = 9 };
 static const char *const det_names[DET_N_OUT] = {
     "embedding_bwd", "rmsnorm_fwd", "rmsnorm_bwd dinp+dweight", "rope", "attention_fwd out+lse",
-    "attention_bwd", "swiglu_bwd", "xent", "adamw"};
+    "attention_bwd", "swiglu_bwd",  "xent",                     "adamw"};
 
 /* runs the ops on inputs drawn from `seed`; out[k] gets op k's results (det_len[k] floats) */
 static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_OUT]) {
@@ -1146,8 +1156,9 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     float *x = rnd_f((size_t)N * C, 1.0), *w = rnd_f(C, 1.0), *dy = rnd_f((size_t)N * C, 1.0);
     float *qkv = rnd_f(nq, 1.5), *dout = rnd_f(no, 1.0), *gu = rnd_f((size_t)N * 2 * F, 1.0);
     float *logits = rnd_f((size_t)N * V, 3.0), *g = rnd_f((size_t)N * C, 1.0);
-    size_t len[DET_N_OUT] = {(size_t)V * C, (size_t)N * C + N, (size_t)N * C + C, nq, no + (size_t)B * nh * T,
-                             nq, (size_t)N * 2 * F, (size_t)N * V + N, 3 * (size_t)N * C};
+    size_t len[DET_N_OUT] = {
+        (size_t)V * C,     (size_t)N * C + N, (size_t)N * C + C, nq, no + (size_t)B * nh * T, nq,
+        (size_t)N * 2 * F, (size_t)N * V + N, 3 * (size_t)N * C};
     for (int k = 0; k < DET_N_OUT; k++) {
         det_len[k] = len[k];
         out[k] = hf(len[k]);
@@ -1164,7 +1175,6 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;
     memcpy(p, x, (size_t)N * C * sizeof(float));
     ops->adamw(p, g, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1);
-    free(tok); free(tgt); free(x); free(w); free(dy); free(qkv); free(dout); free(gu); free(logits); free(g);
 }
 
 static void test_determinism(void) {
@@ -1178,8 +1188,6 @@ static void test_determinism(void) {
     for (int k = 0; k < DET_N_OUT; k++) {
         snprintf(name, sizeof name, "cpu: %s identical with 1 and 3 threads", det_names[k]);
         check_same(name, b[k], a[k], len[k]);
-        free(a[k]);
-        free(b[k]);
     }
     /* sum_squares over many blocks */
     size_t n = 3000017;
@@ -1198,7 +1206,6 @@ static void test_determinism(void) {
     ops->matmul_fwd(y2, xx, ww, M, K, OC, 0);
     check_same("cpu: matmul_fwd repeatable with 3 threads", y2, y1, (size_t)M * OC);
     shlm_cpu_set_threads(1);
-    free(x); free(xx); free(ww); free(y1); free(y2);
 }
 
 int main(int argc, char **argv) {
@@ -1207,8 +1214,8 @@ int main(int argc, char **argv) {
     /* the thread counts are part of the reproduction: name them when they were set */
     const char *omp = getenv("OMP_NUM_THREADS"), *blas = getenv("OPENBLAS_NUM_THREADS");
     printf("# reproduce:%s%s%s%s %s %s %" PRIu64 "\n", omp ? " OMP_NUM_THREADS=" : "",
-           omp ? omp : "", blas ? " OPENBLAS_NUM_THREADS=" : "", blas ? blas : "", argv[0],
-           backend, seed);
+           omp ? omp : "", blas ? " OPENBLAS_NUM_THREADS=" : "", blas ? blas : "", argv[0], backend,
+           seed);
     ops = shlm_ops_find(backend);
     if (ops == NULL) {
         fprintf(stderr, "test_kernels: backend '%s' is not built in\n", backend);
@@ -1224,19 +1231,17 @@ int main(int argc, char **argv) {
            shlm_dtype_name(ops->act_dtype));
     rng_state = seed;
 
-    test_backends();
-    test_memory();
-    test_convert();
-    test_embedding();
-    test_rmsnorm();
-    test_matmul();
-    test_rope();
-    test_attention();
-    test_swiglu();
-    test_xent();
-    test_adamw();
-    test_reductions();
-    if (is_cpu) test_determinism();
+    void (*const tests[])(void) = {test_backends, test_memory, test_convert, test_embedding,
+                                   test_rmsnorm,  test_matmul, test_rope,    test_attention,
+                                   test_swiglu,   test_xent,   test_adamw,   test_reductions};
+    for (size_t k = 0; k < sizeof tests / sizeof tests[0]; k++) {
+        tests[k]();
+        release_all();
+    }
+    if (is_cpu) {
+        test_determinism();
+        release_all();
+    }
 
     printf("# %d checks, %d failed: %s\n", n_checks, n_failed, n_failed ? "FAIL" : "PASS");
     return n_failed ? 1 : 0;

@@ -53,3 +53,8 @@ void shlm_cpu_scale(float *x, float s, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
+
+void shlm_cpu_accumulate(float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) y[i] += x[i];
+}

@@ -36,3 +36,13 @@ void shlm_cpu_round_to_bf16(float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = shlm_bf16_to_f32(shlm_f32_to_bf16(x[i]));
 }
+
+void shlm_cpu_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) bf16[i] = shlm_f32_to_bf16(f32[i]);
+}
+
+void shlm_cpu_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) f32[i] = shlm_bf16_to_f32(bf16[i]);
+}

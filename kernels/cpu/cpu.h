@@ -32,6 +32,8 @@ void shlm_cpu_sync(void);
 void shlm_cpu_f32_to_act(void *act, const float *f32, size_t n);
 void shlm_cpu_act_to_f32(float *f32, const void *act, size_t n);
 void shlm_cpu_round_to_bf16(float *x, size_t n);
+void shlm_cpu_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n);
+void shlm_cpu_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n);
 
 /* ---- layers; shapes and semantics as in kernels/ops.h ---- */
 void shlm_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C);
@@ -52,7 +54,10 @@ void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const voi
 void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
                    int inverse);
 
-/* nh must be a multiple of nkv (aborts otherwise). */
+/* nh must be a multiple of nkv (aborts otherwise). Memory O(T) per thread: one score row
+ * at a time, never a T×T matrix. The backward recomputes probabilities from lse, runs one
+ * task per (batch, kv head) so no two threads write the same dk/dv, and requires that
+ * dqkv alias none of its inputs. */
 void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                             int nkv, int hd);
 void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
@@ -75,5 +80,6 @@ void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t 
 /* Deterministic for any thread count: fixed blocks, summed in a fixed order. */
 double shlm_cpu_sum_squares(const float *x, size_t n);
 void shlm_cpu_scale(float *x, float s, size_t n);
+void shlm_cpu_accumulate(float *y, const float *x, size_t n);
 
 #endif

@@ -32,6 +32,9 @@ const shlm_ops shlm_ops_cpu = {
     .f32_to_act = shlm_cpu_f32_to_act,
     .act_to_f32 = shlm_cpu_act_to_f32,
     .round_to_bf16 = shlm_cpu_round_to_bf16,
+    .f32_to_bf16 = shlm_cpu_f32_to_bf16,
+    .bf16_to_f32 = shlm_cpu_bf16_to_f32,
+    .accumulate = shlm_cpu_accumulate,
 
     .embedding_fwd = shlm_cpu_embedding_fwd,
     .embedding_bwd = shlm_cpu_embedding_bwd,

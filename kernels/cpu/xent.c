@@ -16,7 +16,8 @@ void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits_, const void *logits_,
         const float *x = logits + (size_t)i * V;
         float *dx = dlogits ? dlogits + (size_t)i * V : NULL;
         const int32_t tgt = targets[i];
-        if (tgt >= V) SHLM_FATAL("xent: target %d of row %d is outside the vocabulary (%d)", tgt, i, V);
+        if (tgt >= V)
+            SHLM_FATAL("xent: target %d of row %d is outside the vocabulary (%d)", tgt, i, V);
         if (tgt < 0) { /* ignored row: no loss and no gradient */
             losses[i] = 0.0f;
             if (dx) memset(dx, 0, (size_t)V * sizeof(float));
@@ -27,13 +28,22 @@ void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits_, const void *logits_,
         float mx = -INFINITY;
         for (int j = 0; j < V; j++)
             if (x[j] > mx) mx = x[j];
+        const float xt = x[tgt]; /* read before dx (which may be x) is written */
         double sum = 0.0;
-        for (int j = 0; j < V; j++) sum += exp((double)x[j] - mx);
-        const double lse = mx + log(sum);
-        /* read the target logit before dx (which may be x) is written */
-        losses[i] = (float)(lse - x[tgt]);
         if (dx) {
-            for (int j = 0; j < V; j++) dx[j] = (float)exp((double)x[j] - lse) * dscale;
+            /* one exp per logit: keep exp(x - max) in dx and normalise it below */
+            for (int j = 0; j < V; j++) {
+                float e = expf(x[j] - mx);
+                dx[j] = e;
+                sum += e;
+            }
+        } else {
+            for (int j = 0; j < V; j++) sum += expf(x[j] - mx);
+        }
+        losses[i] = (float)((double)mx + log(sum) - xt);
+        if (dx) {
+            const float k = (float)(dscale / sum);
+            for (int j = 0; j < V; j++) dx[j] *= k;
             dx[tgt] -= dscale;
         }
     }

@@ -1,0 +1,109 @@
+/* cuda backend dtype conversion: fp32 <-> bf16 (round to nearest even, bit-identical to
+ * the cpu backend's shlm_f32_to_bf16) and the in-place bf16 rounding of fp32 buffers. */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* ------------------------------------------------------------------ kernels */
+
+/* Written out rather than __float2bfloat16_rn so that NaN payloads come out as the cpu
+ * backend's do: both backends must produce the same bits from the same fp32 input. */
+__device__ __forceinline__ uint16_t f32_to_bf16_bits(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float bf16_bits_to_f32(uint16_t b) {
+    return __uint_as_float((uint32_t)b << 16);
+}
+
+/* 4 elements per thread when every pointer allows it (16-byte fp32 loads); the tail and
+ * unaligned buffers go element by element. */
+__global__ void f32_to_bf16_kernel(uint16_t *out, const float *in, size_t n, bool vec) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t v = i; v < nv; v += stride) {
+            float4 f = reinterpret_cast<const float4 *>(in)[v];
+            uint2 o;
+            o.x = (uint32_t)f32_to_bf16_bits(f.x) | ((uint32_t)f32_to_bf16_bits(f.y) << 16);
+            o.y = (uint32_t)f32_to_bf16_bits(f.z) | ((uint32_t)f32_to_bf16_bits(f.w) << 16);
+            reinterpret_cast<uint2 *>(out)[v] = o;
+        }
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) out[k] = f32_to_bf16_bits(in[k]);
+}
+
+__global__ void bf16_to_f32_kernel(float *out, const uint16_t *in, size_t n, bool vec) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t v = i; v < nv; v += stride) {
+            uint2 b = reinterpret_cast<const uint2 *>(in)[v];
+            float4 f;
+            f.x = bf16_bits_to_f32((uint16_t)(b.x & 0xFFFFu));
+            f.y = bf16_bits_to_f32((uint16_t)(b.x >> 16));
+            f.z = bf16_bits_to_f32((uint16_t)(b.y & 0xFFFFu));
+            f.w = bf16_bits_to_f32((uint16_t)(b.y >> 16));
+            reinterpret_cast<float4 *>(out)[v] = f;
+        }
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) out[k] = bf16_bits_to_f32(in[k]);
+}
+
+__global__ void round_bf16_kernel(float *x, size_t n, bool vec) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t v = i; v < nv; v += stride) {
+            float4 f = reinterpret_cast<float4 *>(x)[v];
+            f.x = bf16_bits_to_f32(f32_to_bf16_bits(f.x));
+            f.y = bf16_bits_to_f32(f32_to_bf16_bits(f.y));
+            f.z = bf16_bits_to_f32(f32_to_bf16_bits(f.z));
+            f.w = bf16_bits_to_f32(f32_to_bf16_bits(f.w));
+            reinterpret_cast<float4 *>(x)[v] = f;
+        }
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) x[k] = bf16_bits_to_f32(f32_to_bf16_bits(x[k]));
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+enum { CONV_THREADS = 256 };
+
+static unsigned int conv_blocks(size_t n) {
+    /* a grid-stride loop: enough blocks to fill the GPU several times over, no more */
+    return shlm_cuda_blocks((n + 3) / 4, CONV_THREADS, (size_t)shlm_cuda_sm_count() * 32);
+}
+
+extern "C" void shlm_cuda_f32_to_act(void *act, const float *f32, size_t n) {
+    if (n == 0) return;
+    bool vec = shlm_aligned(act, 8) && shlm_aligned(f32, 16);
+    f32_to_bf16_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(
+        (uint16_t *)act, f32, n, vec);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n) {
+    if (n == 0) return;
+    bool vec = shlm_aligned(act, 8) && shlm_aligned(f32, 16);
+    bf16_to_f32_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(
+        f32, (const uint16_t *)act, n, vec);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_round_to_bf16(float *x, size_t n) {
+    if (n == 0) return;
+    round_bf16_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(
+        x, n, shlm_aligned(x, 16));
+    CUDA_CHECK_LAST();
+}

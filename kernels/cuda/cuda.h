@@ -1,0 +1,95 @@
+/* The cuda backend's C launchers: the members of shlm_ops_cuda under their own names,
+ * in the cpu backend's argument order (kernels/cpu/cpu.h), callable from C and CUDA. */
+#ifndef SHLM_KERNELS_CUDA_H
+#define SHLM_KERNELS_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The one stream every op of this backend is queued on (a cudaStream_t, created on
+ * first use on the current device, non-blocking so that it never waits for the legacy
+ * default stream). The NCCL comm backend and the benchmarks order their own work
+ * against it with events. */
+void *shlm_cuda_stream_handle(void);
+
+/* ---- memory (memory.cu); see kernels/ops.h for each member's contract ---- */
+int shlm_cuda_available(void);
+void *shlm_cuda_alloc(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
+void shlm_cuda_free(void *p);
+void shlm_cuda_zero(void *p, size_t bytes);
+/* dst == src is a no-op (an in-place all-gather copies a shard onto its own slot);
+ * otherwise the ranges must not overlap */
+void shlm_cuda_copy(void *dst, const void *src, size_t bytes);
+/* returns once host_src may be reused (synchronises the stream) */
+void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes);
+void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes); /* synchronises */
+void shlm_cuda_sync(void);
+
+/* ---- conversion (convert.cu); act is bf16 on this backend, rounding as the cpu
+ * backend's shlm_f32_to_bf16 (nearest-even, NaN stays a quiet NaN of the same sign) ---- */
+void shlm_cuda_f32_to_act(void *act, const float *f32, size_t n);
+void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n);
+void shlm_cuda_round_to_bf16(float *x, size_t n);
+
+/* ---- layers; shapes and semantics as in kernels/ops.h ---- */
+void shlm_cuda_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C);
+/* deterministic: every dwte element sums its rows in token order, no float atomics */
+void shlm_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
+
+void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N,
+                           int C, float eps);
+/* dinp may alias dout; dweight is summed in a fixed order (deterministic) */
+void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
+                           const void *weight, const float *rstd, int N, int C);
+
+/* cuBLASLt, bf16 operands, fp32 accumulation. With accumulate, the bf16 out is read,
+ * added in fp32 and rounded back to bf16 (the residual stream lives in bf16). */
+void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N, int C, int OC,
+                          int accumulate);
+/* dinp (bf16) += ; dweight (fp32) += with bf16 operands */
+void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
+                          const void *weight, int N, int C, int OC);
+
+/* head_dim must be even (aborts otherwise) */
+void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
+                    int inverse);
+
+/* Flash attention on tensor cores (mma.sync bf16, fp32 accumulation); any head_dim up
+ * to 128; nh must be a multiple of nkv (aborts otherwise). The backward is deterministic
+ * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. */
+void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
+                             int nkv, int hd);
+void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                             const float *lse, int B, int T, int nh, int nkv, int hd);
+
+void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
+/* dgu may alias gu */
+void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
+void shlm_cuda_add(void *out, const void *a, const void *b, size_t n);
+
+/* A target >= V cannot abort from the device: its row's loss is NaN (so the step's
+ * loss shows it) and its gradient row is zero. */
+void shlm_cuda_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
+                            const int32_t *targets, int N, int V, float dscale);
+
+/* ---- optimizer and reductions (adamw.cu) ---- */
+/* Bit-identical to the cpu backend's (same operation order, no fused multiply-adds).
+ * Aborts when step < 1. */
+void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
+                     int step);
+/* Deterministic: fixed blocks (a function of n only) summed in a fixed order. */
+double shlm_cuda_sum_squares(const float *x, size_t n);
+void shlm_cuda_scale(float *x, float s, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

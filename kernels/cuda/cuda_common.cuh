@@ -1,0 +1,139 @@
+/* Shared by every kernels/cuda/*.cu file: the CUDA_CHECK / CUBLAS_CHECK macros, the
+ * backend's stream and scratch memory, bf16 vector helpers and block reductions. */
+#ifndef SHLM_KERNELS_CUDA_COMMON_CUH
+#define SHLM_KERNELS_CUDA_COMMON_CUH
+
+/* the C headers first, outside extern "C": libstdc++'s <stdlib.h> wrapper declares C++
+ * overloads that must not get C linkage; check.h's own includes are then no-ops */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "kernels/check.h"
+}
+#include "kernels/cuda/cuda.h" /* has its own extern "C" */
+
+/* ------------------------------------------------------------------ checks */
+
+/* One failure path for both libraries: the call text, the library's own name and text
+ * for the status, the device, then shlm_fatal_at (file:line, rank, host, MPI_Abort). */
+[[noreturn]] static inline void shlm_cuda_fail_(const char *file, int line, const char *call,
+                                               const char *status) {
+    int dev = -1;
+    /* after a sticky error this may fail too; dev then stays -1 */
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = -1;
+    shlm_fatal_at(file, line, "%s failed: %s (device %d)", call, status, dev);
+}
+
+/* Evaluates `call` (a cudaError_t expression) once. */
+#define CUDA_CHECK(call)                                                                  \
+    do {                                                                                  \
+        cudaError_t cuda_check_rc_ = (call);                                              \
+        if (cuda_check_rc_ != cudaSuccess) {                                              \
+            char cuda_check_msg_[256];                                                    \
+            snprintf(cuda_check_msg_, sizeof cuda_check_msg_, "%s: %s",                   \
+                     cudaGetErrorName(cuda_check_rc_), cudaGetErrorString(cuda_check_rc_)); \
+            shlm_cuda_fail_(__FILE__, __LINE__, #call, cuda_check_msg_);                  \
+        }                                                                                 \
+    } while (0)
+
+/* Evaluates `call` (a cublasStatus_t expression: cuBLAS or cuBLASLt) once. */
+#define CUBLAS_CHECK(call)                                                                \
+    do {                                                                                  \
+        cublasStatus_t cublas_check_rc_ = (call);                                         \
+        if (cublas_check_rc_ != CUBLAS_STATUS_SUCCESS) {                                  \
+            char cublas_check_msg_[256];                                                  \
+            snprintf(cublas_check_msg_, sizeof cublas_check_msg_, "cuBLAS status %d: %s", \
+                     (int)cublas_check_rc_, cublasGetStatusString(cublas_check_rc_));     \
+            shlm_cuda_fail_(__FILE__, __LINE__, #call, cublas_check_msg_);                \
+        }                                                                                 \
+    } while (0)
+
+/* Every launcher ends with this: a bad launch configuration is reported here, at the
+ * launcher that made it, not at some later synchronising call. */
+#define CUDA_CHECK_LAST() CUDA_CHECK(cudaGetLastError())
+
+/* ---------------------------------------------------- stream and scratch (memory.cu) */
+
+/* The backend's stream (see shlm_cuda_stream_handle in cuda.h). */
+cudaStream_t shlm_cuda_stream(void);
+
+/* A device buffer of at least `bytes`, shared by all ops: every op runs on the one
+ * stream, so an op may use it freely between its first and last launch. Growing it
+ * synchronises the stream first (the old buffer may still be in use). Contents are
+ * undefined. */
+void *shlm_cuda_scratch(size_t bytes);
+
+/* Multiprocessor count of the current device (cached). */
+int shlm_cuda_sm_count(void);
+
+/* ------------------------------------------------------------------ helpers */
+
+typedef __nv_bfloat16 bf16;
+
+static inline unsigned int shlm_cuda_blocks(size_t work, int per_block, size_t cap) {
+    size_t b = (work + (size_t)per_block - 1) / (size_t)per_block;
+    if (b < 1) b = 1;
+    if (b > cap) b = cap;
+    return (unsigned int)b;
+}
+
+/* True when p is aligned to `a` bytes (a power of two). */
+static inline bool shlm_aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+/* 8 bf16 = 16 bytes: the unit of every vectorised load and store of act tensors. */
+struct alignas(16) bf16x8 {
+    __nv_bfloat162 h[4];
+};
+
+__device__ __forceinline__ void load_bf16x8(float f[8], const bf16 *p) {
+    bf16x8 v = *reinterpret_cast<const bf16x8 *>(p);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 t = __bfloat1622float2(v.h[i]);
+        f[2 * i] = t.x;
+        f[2 * i + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ void store_bf16x8(bf16 *p, const float f[8]) {
+    bf16x8 v;
+#pragma unroll
+    for (int i = 0; i < 4; i++) v.h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    *reinterpret_cast<bf16x8 *>(p) = v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum over the block, returned to every thread. blockDim.x must be a multiple of 32 (at
+ * most 1024); `shared` holds 32 floats. Ends with a barrier-protected read, so the
+ * caller may reuse `shared` after it returns only behind another __syncthreads. The
+ * reduction order is fixed, so results are deterministic. */
+__device__ __forceinline__ float block_sum(float v, float *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* an earlier call's readers are done with `shared` */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+#endif

@@ -1,0 +1,122 @@
+/* cuda backend memory: device allocations (cudaMalloc for now; one up-front arena later),
+ * copies, the backend's single stream, and a growable scratch buffer shared by the ops. */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* One process drives one GPU (the rank binds it with cudaSetDevice before the first op),
+ * so the stream and the scratch buffer are process-wide and created on first use. */
+static cudaStream_t g_stream;
+static bool g_stream_made;
+static void *g_scratch;
+static size_t g_scratch_bytes;
+static int g_sm_count;
+
+cudaStream_t shlm_cuda_stream(void) {
+    if (!g_stream_made) {
+        /* non-blocking: the legacy default stream (which other libraries may use
+         * implicitly) must never serialise against the compute stream */
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+        g_stream_made = true;
+    }
+    return g_stream;
+}
+
+extern "C" void *shlm_cuda_stream_handle(void) { return (void *)shlm_cuda_stream(); }
+
+int shlm_cuda_sm_count(void) {
+    if (g_sm_count == 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return g_sm_count;
+}
+
+void *shlm_cuda_scratch(size_t bytes) {
+    if (bytes <= g_scratch_bytes) return g_scratch;
+    cudaStream_t s = shlm_cuda_stream();
+    /* the old buffer may still be read by queued kernels */
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaFree(g_scratch));
+    /* grow geometrically so that a few sizes seen in turn do not reallocate every time */
+    size_t want = bytes < 2 * g_scratch_bytes ? 2 * g_scratch_bytes : bytes;
+    want = (want + 4095) / 4096 * 4096;
+    g_scratch = NULL;
+    g_scratch_bytes = 0;
+    cudaError_t rc = cudaMalloc(&g_scratch, want);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        SHLM_FATAL("out of device memory: scratch buffer of %zu bytes (%s)", want,
+                   cudaGetErrorString(rc));
+    }
+    g_scratch_bytes = want;
+    return g_scratch;
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+extern "C" int shlm_cuda_available(void) {
+    int n = 0;
+    /* no driver or no GPU is an answer here, not an error: the cpu backend must stay
+     * usable on machines that have the toolkit but no GPU (CI) */
+    cudaError_t rc = cudaGetDeviceCount(&n);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError(); /* clear it so that later checks do not report it */
+        return 0;
+    }
+    return n > 0;
+}
+
+extern "C" void *shlm_cuda_alloc(size_t bytes) {
+    /* at least one granule, so that a 0-byte request still returns a unique pointer
+     * that free() accepts, as on the cpu backend */
+    size_t rounded = bytes == 0 ? 256 : bytes;
+    void *p = NULL;
+    cudaError_t rc = cudaMalloc(&p, rounded);
+    if (rc != cudaSuccess || p == NULL) {
+        (void)cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        SHLM_FATAL("out of device memory allocating %zu bytes (%s; %zu of %zu bytes free)",
+                   bytes, cudaGetErrorString(rc), free_b, total_b);
+    }
+    cudaStream_t s = shlm_cuda_stream();
+    CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, s));
+    /* allocations happen at set-up; waiting here makes the zeros visible to any stream
+     * (the comm backend's too), not only to ops queued after this one */
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    return p;
+}
+
+extern "C" void shlm_cuda_free(void *p) {
+    if (p == NULL) return;
+    /* cudaFree waits for the device, so kernels still reading p finish first */
+    CUDA_CHECK(cudaFree(p));
+}
+
+extern "C" void shlm_cuda_zero(void *p, size_t bytes) {
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, shlm_cuda_stream()));
+}
+
+extern "C" void shlm_cuda_copy(void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, shlm_cuda_stream()));
+}
+
+extern "C" void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes) {
+    if (bytes == 0) return;
+    cudaStream_t s = shlm_cuda_stream();
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
+    /* the caller may reuse host_src as soon as this returns (it may be pinned, when the
+     * copy would otherwise still be in flight); uploads are once per micro-batch */
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+extern "C" void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    cudaStream_t s = shlm_cuda_stream();
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+extern "C" void shlm_cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(shlm_cuda_stream())); }

@@ -1,0 +1,162 @@
+/* cuda backend RMSNorm: out = x / sqrt(mean(x²) + eps) * weight (bf16, fp32 rstd), and
+ * its backward into dinp (+=) and dweight (+=, fp32, deterministic two-stage sum). */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* ------------------------------------------------------------------ kernels */
+
+enum { RMS_THREADS = 256 };
+
+/* One block per row. The row is read twice (sum of squares, then the scaled write); the
+ * second read hits L1/L2, so device memory sees it once. */
+__global__ void __launch_bounds__(RMS_THREADS)
+    rmsnorm_fwd_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
+                       float eps, bool vec) {
+    __shared__ float red[32];
+    const size_t row = blockIdx.x;
+    const bf16 *x = inp + row * C;
+    bf16 *y = out + row * C;
+    float ss = 0.0f;
+    if (vec) {
+        for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+            float f[8];
+            load_bf16x8(f, x + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) ss += f[k] * f[k];
+        }
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            float f = __bfloat162float(x[c]);
+            ss += f * f;
+        }
+    }
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / (float)C + eps);
+    if (vec) {
+        for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+            float f[8], w[8];
+            load_bf16x8(f, x + c);
+            load_bf16x8(w, weight + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) f[k] = f[k] * r * w[k];
+            store_bf16x8(y + c, f);
+        }
+    } else {
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            y[c] = __float2bfloat16_rn(__bfloat162float(x[c]) * r * __bfloat162float(weight[c]));
+    }
+    if (threadIdx.x == 0) rstd[row] = r;
+}
+
+/* Stage 1 of the backward. Block g takes rows g, g + G, g + 2G, ... (G = gridDim.x, a
+ * function of N only). Per row: dot = Σ_c dy·w·x, then
+ *   dx += r·w·dy − r³/C·dot·x   and   part[c] += dy·x·r,
+ * where each thread owns fixed columns of `part` (in shared memory), so the partial sums
+ * run in a fixed order. Each element of dx is read and written by one thread after the
+ * row's dot is complete, which is what lets dinp alias dout. The block's partial goes
+ * to partials[g][C]. */
+__global__ void __launch_bounds__(RMS_THREADS)
+    rmsnorm_bwd_kernel(bf16 *dinp, float *partials, const bf16 *dout, const bf16 *inp,
+                       const bf16 *weight, const float *rstd, int N, int C, bool vec) {
+    extern __shared__ float part[]; /* C */
+    __shared__ float red[32];
+    for (int c = threadIdx.x; c < C; c += blockDim.x) part[c] = 0.0f;
+    /* the vector path gives a thread other columns (8 at a time) than this loop did */
+    __syncthreads();
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        bf16 *dx = dinp + (size_t)row * C;
+        const float r = rstd[row];
+        float dot = 0.0f;
+        if (vec) {
+            for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+                float fx[8], fy[8], fw[8];
+                load_bf16x8(fx, x + c);
+                load_bf16x8(fy, dy + c);
+                load_bf16x8(fw, weight + c);
+#pragma unroll
+                for (int k = 0; k < 8; k++) dot += fy[k] * fw[k] * fx[k];
+            }
+        } else {
+            for (int c = threadIdx.x; c < C; c += blockDim.x)
+                dot += __bfloat162float(dy[c]) * __bfloat162float(weight[c]) *
+                       __bfloat162float(x[c]);
+        }
+        dot = block_sum(dot, red);
+        const float k = r * r * r * dot / (float)C;
+        if (vec) {
+            for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
+                float fx[8], fy[8], fw[8], fd[8];
+                load_bf16x8(fx, x + c);
+                load_bf16x8(fy, dy + c);
+                load_bf16x8(fw, weight + c);
+                load_bf16x8(fd, dx + c);
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    part[c + j] += fy[j] * fx[j] * r;
+                    fd[j] += r * fw[j] * fy[j] - k * fx[j];
+                }
+                store_bf16x8(dx + c, fd);
+            }
+        } else {
+            for (int c = threadIdx.x; c < C; c += blockDim.x) {
+                float fx = __bfloat162float(x[c]), fy = __bfloat162float(dy[c]);
+                float fw = __bfloat162float(weight[c]), fd = __bfloat162float(dx[c]);
+                part[c] += fy * fx * r;
+                dx[c] = __float2bfloat16_rn(fd + r * fw * fy - k * fx);
+            }
+        }
+    }
+    __syncthreads();
+    float *dst = partials + (size_t)blockIdx.x * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dst[c] = part[c];
+}
+
+/* Stage 2: dweight[c] += Σ_g partials[g][c], g in order. */
+__global__ void rmsnorm_dweight_kernel(float *dweight, const float *partials, int G, int C) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float s = 0.0f;
+    for (int g = 0; g < G; g++) s += partials[(size_t)g * C + c];
+    dweight[c] += s;
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+/* Row groups of the backward: fixed (not a function of the device) so that dweight has
+ * the same bits on every GPU model. 256 blocks fill 132 SMs twice over. */
+enum { RMS_BWD_GROUPS = 256 };
+
+extern "C" void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
+                                      int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && shlm_aligned(out, 16) && shlm_aligned(inp, 16) &&
+               shlm_aligned(weight, 16);
+    rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, shlm_cuda_stream()>>>(
+        (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *dout,
+                                      const void *inp, const void *weight, const float *rstd,
+                                      int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    bool vec = C % 8 == 0 && shlm_aligned(dinp, 16) && shlm_aligned(dout, 16) &&
+               shlm_aligned(inp, 16) && shlm_aligned(weight, 16);
+    const int G = N < RMS_BWD_GROUPS ? N : RMS_BWD_GROUPS;
+    float *partials = (float *)shlm_cuda_scratch((size_t)G * C * sizeof(float));
+    size_t smem = (size_t)C * sizeof(float);
+    static size_t smem_set = 48 * 1024;
+    if (smem > smem_set) { /* above 48 KiB a kernel must opt in */
+        CUDA_CHECK(cudaFuncSetAttribute(rmsnorm_bwd_kernel,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)smem));
+        smem_set = smem;
+    }
+    cudaStream_t s = shlm_cuda_stream();
+    rmsnorm_bwd_kernel<<<G, RMS_THREADS, smem, s>>>((bf16 *)dinp, partials, (const bf16 *)dout,
+                                                    (const bf16 *)inp, (const bf16 *)weight,
+                                                    rstd, N, C, vec);
+    CUDA_CHECK_LAST();
+    rmsnorm_dweight_kernel<<<(C + 255) / 256, 256, 0, s>>>(dweight, partials, G, C);
+    CUDA_CHECK_LAST();
+}
