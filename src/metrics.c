@@ -59,13 +59,13 @@ void metrics_print_step(FILE *out, const step_metrics *s) {
 void metrics_write_json(metrics_log *log, const step_metrics *s) {
     if (!log->jsonl) return;
     fprintf(log->jsonl,
-            "{\"step\": %d, \"loss\": %.6f, \"lr\": %.6e, \"grad_norm\": %.6f, "
+            "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6e, \"grad_norm\": %.9g, "
             "\"tokens_per_s\": %.1f, \"tflops_per_gpu\": %.6f, \"mfu\": %.6f, "
             "\"step_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"mem_peak_bytes\": %zu, "
             "\"tokens_seen\": %lld",
             s->step, s->loss, s->lr, s->grad_norm, s->tokens_per_s, s->tflops_per_gpu, s->mfu,
             s->step_ms, s->comm_exposed_ms, s->mem_peak_bytes, s->tokens_seen);
-    if (!isnan(s->val_loss)) fprintf(log->jsonl, ", \"val_loss\": %.6f", s->val_loss);
+    if (!isnan(s->val_loss)) fprintf(log->jsonl, ", \"val_loss\": %.9g", s->val_loss);
     fprintf(log->jsonl, "}\n");
     fflush(log->jsonl);
 }

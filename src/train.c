@@ -174,6 +174,10 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                                                                           : LLAMA_AC_NONE;
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));
+    if (r->rank == 0)
+        printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
+               "activation_bytes=%zu\n", fsdp_state_bytes(r->engine),
+               fsdp_buffer_bytes(r->engine), llama_activation_bytes(r->model));
     return 0;
 }
 
@@ -193,10 +197,14 @@ double run_validate(run *r) {
     if (data_loader_init(&dl, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
                          c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
+    /* the same windows whatever the world size: eval_batches global batches (or as many
+     * whole global batches as the set holds), split over ranks like training data, so
+     * every rank runs the same number of forward passes */
     const uint64_t per_batch = (uint64_t)c->micro_batch * r->world;
-    uint64_t batches = dl.n_windows / per_batch;
-    if (batches == 0) batches = 1; /* fewer windows than ranks: wrap around */
-    if (c->eval_batches > 0 && (uint64_t)c->eval_batches < batches) batches = c->eval_batches;
+    uint64_t windows = c->eval_batches > 0 ? (uint64_t)c->eval_batches * c->global_batch
+                                           : dl.n_windows / c->global_batch * c->global_batch;
+    uint64_t batches = windows / per_batch;
+    if (batches == 0) batches = 1; /* a set smaller than one global batch wraps around */
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
@@ -278,7 +286,10 @@ static int train_loop(run *r) {
                c->micro_batch, c->seq_len, c->run_dir);
         metrics_print_header(stdout);
     }
+    uint64_t wire[2] = {0, 0}; /* bytes sent in the shard, replica group by training steps */
     for (int s = 0; s < c->steps; s++) {
+        shlm_comm_stats before[2], after[2];
+        fsdp_comm_stats(r->engine, &before[0], &before[1]);
         double t0 = MPI_Wtime();
         fsdp_zero_grad(r->engine);
         fsdp_begin_pass(r->engine, 1);
@@ -297,6 +308,9 @@ static int train_loop(run *r) {
         r->ops->sync();
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double times[2] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine)};
+        fsdp_comm_stats(r->engine, &after[0], &after[1]);
+        for (int g = 0; g < 2; g++)
+            for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         double step_s = times[0];
 
@@ -317,6 +331,10 @@ static int train_loop(run *r) {
             metrics_write_json(&log, &sm);
         }
     }
+    if (r->rank == 0)
+        printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
+               (unsigned long long)(wire[0] / (uint64_t)c->steps),
+               (unsigned long long)(wire[1] / (uint64_t)c->steps));
     free(in);
     free(tg);
     data_loader_free(&dl);

@@ -1,0 +1,175 @@
+/* cuda backend linear layer without bias, Hugging Face weight layout (OC,C): forward
+ * y = x·Wᵀ and the two backward products through cuBLASLt (bf16 operands, fp32 compute). */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <string.h>
+
+/* No kernels of our own here: the launchers describe each product to cuBLASLt.
+ *
+ * Row-major to column-major: a row-major (R, K) matrix is a column-major (K, R) one, so
+ * every product below is written for its transpose:
+ *   out(N,OC)  = inp·Wᵀ      ->  outᵀ(OC,N)  = op_T(W as (C,OC)) · inpᵀ(C,N)
+ *   dinp(N,C) += dout·W      ->  dinpᵀ(C,N) += W as (C,OC) · doutᵀ(OC,N)
+ *   dW(OC,C)  += doutᵀ·inp   ->  dWᵀ(C,OC)  += inpᵀ(C,N) · op_T(doutᵀ as (OC,N))
+ *
+ * Accumulation (beta = 1) is cuBLASLt's own C input: D = A·B + C computed in fp32. For
+ * the forward's residual (accumulate != 0) C and D are the bf16 residual stream, so the
+ * sum is rounded to bf16 once per layer: the same as the bf16 residual stream of other
+ * FSDP implementations (PyTorch FSDP with bf16 params adds in bf16), and what lets the
+ * GEMM replace a separate add kernel. dinp is bf16 the same way; dweight is fp32 (bf16
+ * A and B with fp32 C/D is a supported cuBLASLt combination), so micro-batch gradient
+ * sums do not lose bits. */
+
+enum { LT_WORKSPACE_BYTES = 32 << 20, LT_MAX_PLANS = 128 };
+
+/* Everything cuBLASLt needs for one product shape, made once: the operation and layout
+ * descriptors and the heuristic's algorithm. The key includes the pointers' alignments
+ * (capped at 256 bytes), because an algorithm chosen for aligned operands may reject a
+ * pointer into the middle of a unit (a tensor of a gathered unit starts wherever the one
+ * before it ended). */
+typedef struct lt_key {
+    int transa, transb;
+    int64_t m, n, k, lda, ldb, ldc;
+    int c_f32; /* C/D in fp32 (weight gradients), else bf16 */
+    int align_a, align_b, align_c;
+} lt_key;
+
+typedef struct lt_plan {
+    lt_key key;
+    int valid;
+    int use_gemmex; /* cuBLASLt's heuristic offered nothing: cublasGemmEx */
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
+static cublasLtHandle_t g_lt;
+static cublasHandle_t g_blas;
+static void *g_workspace;
+static lt_plan g_plans[LT_MAX_PLANS];
+static int g_next_plan; /* round-robin replacement once the table is full */
+
+static void lt_init(void) {
+    if (g_lt) return;
+    CUBLAS_CHECK(cublasLtCreate(&g_lt));
+    CUBLAS_CHECK(cublasCreate(&g_blas));
+    CUDA_CHECK(cudaMalloc(&g_workspace, LT_WORKSPACE_BYTES));
+    CUBLAS_CHECK(cublasSetStream(g_blas, shlm_cuda_stream()));
+    CUBLAS_CHECK(cublasSetWorkspace(g_blas, g_workspace, LT_WORKSPACE_BYTES));
+}
+
+static int align_of(const void *p) {
+    uintptr_t u = (uintptr_t)p;
+    int a = 256;
+    while (a > 1 && (u & (uintptr_t)(a - 1))) a >>= 1;
+    return a;
+}
+
+static void plan_destroy(lt_plan *p) {
+    if (!p->valid) return;
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    cublasLtMatmulDescDestroy(p->desc);
+    p->valid = 0;
+}
+
+static lt_plan *plan_get(const lt_key *key) {
+    for (int i = 0; i < LT_MAX_PLANS; i++)
+        if (g_plans[i].valid && memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
+    lt_plan *p = &g_plans[g_next_plan];
+    g_next_plan = (g_next_plan + 1) % LT_MAX_PLANS;
+    plan_destroy(p);
+    memset(p, 0, sizeof *p);
+    p->key = *key;
+
+    const cudaDataType_t ctype = key->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    /* stored shapes: op(A) is (m,k), op(B) is (k,n) */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, key->transa ? key->k : key->m,
+                                            key->transa ? key->m : key->k, key->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, key->transb ? key->n : key->k,
+                                            key->transb ? key->k : key->n, key->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ctype, key->m, key->n, key->ldc));
+
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    uint64_t ws = LT_WORKSPACE_BYTES;
+    uint32_t aa = (uint32_t)key->align_a, ab = (uint32_t)key->align_b, ac = (uint32_t)key->align_c;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof aa));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof ab));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof ac));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof ac));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c,
+                                                       pref, 1, &res, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+        p->algo = res.algo;
+    } else {
+        /* odd shapes or 2-byte-aligned operands: plain cuBLAS takes anything */
+        p->use_gemmex = 1;
+    }
+    p->valid = 1;
+    return p;
+}
+
+/* D(m,n) = op(A)·op(B) + beta·D, column-major, A and B bf16, D bf16 or fp32. */
+static void lt_matmul(int transa, int transb, int m, int n, int k, const void *A, int lda,
+                      const void *B, int ldb, void *D, int ldc, int c_f32, float beta) {
+    lt_init();
+    lt_key key;
+    memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding */
+    key.transa = transa;
+    key.transb = transb;
+    key.m = m;
+    key.n = n;
+    key.k = k;
+    key.lda = lda;
+    key.ldb = ldb;
+    key.ldc = ldc;
+    key.c_f32 = c_f32;
+    key.align_a = align_of(A);
+    key.align_b = align_of(B);
+    key.align_c = align_of(D);
+    lt_plan *p = plan_get(&key);
+    const float alpha = 1.0f;
+    cudaStream_t s = shlm_cuda_stream();
+    if (!p->use_gemmex) {
+        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->c, D,
+                                    p->c, &p->algo, g_workspace, LT_WORKSPACE_BYTES, s));
+    } else {
+        CUBLAS_CHECK(cublasGemmEx(g_blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                  transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A,
+                                  CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, D,
+                                  c_f32 ? CUDA_R_32F : CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+extern "C" void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N,
+                                     int C, int OC, int accumulate) {
+    if (N <= 0 || OC <= 0) return;
+    if (C <= 0) { /* an empty sum; cuBLAS would be handed a zero leading dimension */
+        if (!accumulate) shlm_cuda_zero(out, (size_t)N * OC * sizeof(bf16));
+        return;
+    }
+    lt_matmul(1, 0, OC, N, C, weight, C, inp, C, out, OC, 0, accumulate ? 1.0f : 0.0f);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout,
+                                     const void *inp, const void *weight, int N, int C, int OC) {
+    if (N <= 0 || C <= 0 || OC <= 0) return;
+    if (dinp) lt_matmul(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0, 1.0f);
+    if (dweight) lt_matmul(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1, 1.0f);
+    CUDA_CHECK_LAST();
+}

@@ -1,0 +1,141 @@
+/* cuda backend SwiGLU: out = silu(gate) * up over rows of [gate | up], its backward, and
+ * the elementwise add used by the residual stream (all bf16, fp32 arithmetic). */
+#include "kernels/cuda/cuda_common.cuh"
+
+/* ------------------------------------------------------------------ kernels */
+
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
+
+/* One thread per 8 consecutive features of a row when F % 8 == 0 (16-byte accesses), else
+ * one per feature. Grid-stride over N·F/VEC items. */
+template <int VEC>
+__global__ void swiglu_fwd_kernel(bf16 *out, const bf16 *gu, int N, int F) {
+    const int per_row = F / VEC;
+    const size_t total = (size_t)N * per_row;
+    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = it / per_row;
+        const int j = (int)(it % per_row) * VEC;
+        const bf16 *g = gu + r * 2 * F + j, *u = g + F;
+        bf16 *o = out + r * F + j;
+        if (VEC == 8) {
+            float fg[8], fu[8];
+            load_bf16x8(fg, g);
+            load_bf16x8(fu, u);
+#pragma unroll
+            for (int k = 0; k < 8; k++) fg[k] = fg[k] * sigmoid_f(fg[k]) * fu[k];
+            store_bf16x8(o, fg);
+        } else {
+            const float fg = __bfloat162float(g[0]), fu = __bfloat162float(u[0]);
+            o[0] = __float2bfloat16_rn(fg * sigmoid_f(fg) * fu);
+        }
+    }
+}
+
+/* dgate = dy·up·σ(g)·(1 + g·(1 − σ(g))),  dup = dy·g·σ(g). Both inputs of a pair are read
+ * before either output is written, by the same thread, so dgu may alias gu. */
+template <int VEC>
+__global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int F) {
+    const int per_row = F / VEC;
+    const size_t total = (size_t)N * per_row;
+    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
+         it += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = it / per_row;
+        const int j = (int)(it % per_row) * VEC;
+        const bf16 *g = gu + r * 2 * F + j, *u = g + F;
+        const bf16 *dy = dout + r * F + j;
+        bf16 *dg = dgu + r * 2 * F + j, *du = dg + F;
+        if (VEC == 8) {
+            float fg[8], fu[8], fy[8];
+            load_bf16x8(fg, g);
+            load_bf16x8(fu, u);
+            load_bf16x8(fy, dy);
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const float s = sigmoid_f(fg[k]);
+                const float dgk = fy[k] * fu[k] * s * (1.0f + fg[k] * (1.0f - s));
+                fu[k] = fy[k] * fg[k] * s;
+                fg[k] = dgk;
+            }
+            store_bf16x8(dg, fg);
+            store_bf16x8(du, fu);
+        } else {
+            const float fg = __bfloat162float(g[0]), fu = __bfloat162float(u[0]);
+            const float fy = __bfloat162float(dy[0]), s = sigmoid_f(fg);
+            dg[0] = __float2bfloat16_rn(fy * fu * s * (1.0f + fg * (1.0f - s)));
+            du[0] = __float2bfloat16_rn(fy * fg * s);
+        }
+    }
+}
+
+template <int VEC>
+__global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n) {
+    const size_t nv = n / VEC;
+    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < nv;
+         it += (size_t)gridDim.x * blockDim.x) {
+        if (VEC == 8) {
+            float fa[8], fb[8];
+            load_bf16x8(fa, a + it * 8);
+            load_bf16x8(fb, b + it * 8);
+#pragma unroll
+            for (int k = 0; k < 8; k++) fa[k] += fb[k];
+            store_bf16x8(out + it * 8, fa);
+        } else {
+            out[it] = __float2bfloat16_rn(__bfloat162float(a[it]) + __bfloat162float(b[it]));
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+enum { EW_THREADS = 256 };
+
+static unsigned int ew_blocks(size_t work) {
+    return shlm_cuda_blocks(work, EW_THREADS, (size_t)shlm_cuda_sm_count() * 32);
+}
+
+extern "C" void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F) {
+    if (N <= 0 || F <= 0) return;
+    cudaStream_t s = shlm_cuda_stream();
+    if (F % 8 == 0 && shlm_aligned(out, 16) && shlm_aligned(gu, 16))
+        swiglu_fwd_kernel<8><<<ew_blocks((size_t)N * F / 8), EW_THREADS, 0, s>>>(
+            (bf16 *)out, (const bf16 *)gu, N, F);
+    else
+        swiglu_fwd_kernel<1><<<ew_blocks((size_t)N * F), EW_THREADS, 0, s>>>(
+            (bf16 *)out, (const bf16 *)gu, N, F);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F) {
+    if (N <= 0 || F <= 0) return;
+    cudaStream_t s = shlm_cuda_stream();
+    if (F % 8 == 0 && shlm_aligned(dgu, 16) && shlm_aligned(dout, 16) && shlm_aligned(gu, 16))
+        swiglu_bwd_kernel<8><<<ew_blocks((size_t)N * F / 8), EW_THREADS, 0, s>>>(
+            (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, F);
+    else
+        swiglu_bwd_kernel<1><<<ew_blocks((size_t)N * F), EW_THREADS, 0, s>>>(
+            (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, F);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_add(void *out, const void *a, const void *b, size_t n) {
+    if (n == 0) return;
+    cudaStream_t s = shlm_cuda_stream();
+    if (shlm_aligned(out, 16) && shlm_aligned(a, 16) && shlm_aligned(b, 16)) {
+        const size_t nv = n / 8 * 8;
+        if (nv) {
+            add_kernel<8><<<ew_blocks(nv / 8), EW_THREADS, 0, s>>>((bf16 *)out, (const bf16 *)a,
+                                                                  (const bf16 *)b, nv);
+            CUDA_CHECK_LAST();
+        }
+        if (n > nv) { /* the last n % 8 elements */
+            add_kernel<1><<<1, 32, 0, s>>>((bf16 *)out + nv, (const bf16 *)a + nv,
+                                            (const bf16 *)b + nv, n - nv);
+            CUDA_CHECK_LAST();
+        }
+    } else {
+        add_kernel<1><<<ew_blocks(n), EW_THREADS, 0, s>>>((bf16 *)out, (const bf16 *)a,
+                                                         (const bf16 *)b, n);
+        CUDA_CHECK_LAST();
+    }
+}
