@@ -52,11 +52,12 @@ demo)
             ./shardlm data prepare --tokenizer bytes jobs/data/shakespeare-$split.txt \
                 jobs/data/shakespeare-$split.bin
     done
-    np=${SHLM_DEMO_RANKS:-1}
-    echo "+ mpirun -np $np $(mpirun_flags "$np") ./shardlm train jobs/tiny.ini"
+    # 4 ranks acting as 2 nodes x 2: sharded inside a "node", replicated across them
+    set -- --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2
+    echo "+ mpirun -np 4 $(mpirun_flags 4) ./shardlm train jobs/tiny.ini $*"
     start=$(date +%s)
     # shellcheck disable=SC2046
-    mpirun -np "$np" $(mpirun_flags "$np") ./shardlm train jobs/tiny.ini
+    mpirun -np 4 $(mpirun_flags 4) ./shardlm train jobs/tiny.ini "$@"
     echo "demo: finished in $(( $(date +%s) - start )) s"
     ;;
 check)

@@ -38,8 +38,15 @@ const char *shlm_dtype_name(shlm_dtype t) {
 }
 
 /* The comm backends compiled into this build; mpi is always there. */
+#ifdef SHLM_HAVE_NCCL
+extern const shlm_comm shlm_comm_nccl;
+#endif
+
 const shlm_comm *const shlm_comm_backends[] = {
     &shlm_comm_mpi,
+#ifdef SHLM_HAVE_NCCL
+    &shlm_comm_nccl,
+#endif
     NULL,
 };
 

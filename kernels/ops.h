@@ -31,6 +31,10 @@ typedef struct shlm_ops {
     shlm_dtype act_dtype;  /* element type of every "act" tensor */
     /* 1 when the backend can run on this machine (cuda: a GPU is visible) */
     int (*available)(void);
+    /* Optional (NULL on cpu): devices visible to this process, and binding the process
+     * to one of them before anything is allocated. */
+    int (*device_count)(void);
+    void (*set_device)(int device);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */

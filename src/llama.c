@@ -460,7 +460,6 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
                    m->rstdf, N, d);
     m->src.release(m->src.ctx, hu, LLAMA_FWD);
     m->src.grad_ready(m->src.ctx, hu);
-    double loss_sum = sum_losses(m, N);
 
     for (int l = L - 1; l >= 0; l--) {
         int u = llama_unit_block(l);
@@ -474,6 +473,8 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED);
     o->embedding_bwd(g, m->dx, m->tokens_dev, N, d);
     m->src.grad_ready(m->src.ctx, LLAMA_UNIT_EMBED);
+    /* read the losses back only now: a copy to the host mid-pass would stall a GPU */
+    double loss_sum = sum_losses(m, N);
     return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
 }
 

@@ -31,10 +31,10 @@ int all_ranks_ok(int ok, const char *msg) {
 }
 
 /* Rank 0 prints every rank's topology line, in rank order. */
-static void print_topology(const run *r) {
+static void print_topology(const run *r, const char *device) {
     enum { LINE = 256 };
     char line[LINE];
-    topology_describe(&r->topo, shlm_host(), r->ops->name, line, LINE);
+    topology_describe(&r->topo, shlm_host(), device, line, LINE);
     char *all = r->rank == 0 ? malloc((size_t)LINE * r->world) : NULL;
     MPI_CHECK(MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (r->rank == 0) {
@@ -160,8 +160,14 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         if (all_ranks_ok(ok, err)) return -1;
     }
 
+    char device[32] = "cpu";
+    if (r->ops->set_device) {
+        int dev = topology_device(&r->topo, r->ops->device_count());
+        r->ops->set_device(dev);
+        snprintf(device, sizeof device, "%s:%d", r->ops->name, dev);
+    }
     if (r->rank == 0) job_config_print(c, r->world);
-    print_topology(r);
+    print_topology(r, device);
     r->comm->set_delay_us(NULL, c->comm_delay_us);
     fsdp_options opt = {
         .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
@@ -305,6 +311,9 @@ static int train_loop(run *r) {
         double norm = fsdp_finish_grads(r->engine);
         float lr = lr_at(&sch, s);
         fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp, s + 1);
+        /* poll until every collective has finished: the comm watchdog turns a stuck or
+         * failed one into an abort instead of a hang in sync() */
+        while (r->comm->progress() > 0) usleep(20);
         r->ops->sync();
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double times[2] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine)};

@@ -6,11 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kernels/ops.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+#include "kernels/ops.h" /* a C header without its own extern "C" */
 
 /* The one stream every op of this backend is queued on (a cudaStream_t, created on
  * first use on the current device, non-blocking so that it never waits for the legacy

@@ -1,0 +1,353 @@
+/* The NCCL comm backend: each MPI group twinned with an NCCL communicator, collectives
+ * on a per-group stream ordered against the cuda backend's stream with events, and a
+ * watchdog that turns an NCCL error or a stuck collective into a clear abort. */
+#ifdef HAVE_CONFIG_H
+#include "shlm_config.h"
+#endif
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include "kernels/check.h"
+#include "kernels/comm.h"
+#include "kernels/cuda/cuda.h"
+
+#define NCCL_CHECK(call)                                                                  \
+    do {                                                                                  \
+        ncclResult_t nccl_check_rc_ = (call);                                             \
+        if (nccl_check_rc_ != ncclSuccess)                                                \
+            SHLM_FATAL("%s failed: %s", #call, ncclGetErrorString(nccl_check_rc_));       \
+    } while (0)
+
+#define CUDART_CHECK(call)                                                                \
+    do {                                                                                  \
+        cudaError_t cuda_check_rc_ = (call);                                              \
+        if (cuda_check_rc_ != cudaSuccess)                                                \
+            SHLM_FATAL("%s failed: %s", #call, cudaGetErrorString(cuda_check_rc_));       \
+    } while (0)
+
+struct shlm_comm_group {
+    MPI_Comm mpi;
+    ncclComm_t nccl;
+    int rank, size;
+    cudaStream_t stream; /* this group's collectives run here, in issue order */
+    shlm_comm_stats stats;
+    long delay_us;       /* -1: follow the backend-wide delay */
+};
+
+/* One collective in flight, watched until its completion event fires: the request
+ * handed to the caller points at it; wait() detaches the request but the entry stays
+ * until the GPU is done, so a stuck collective is caught even after wait(). */
+typedef struct watch {
+    cudaEvent_t done;
+    double issued_s;
+    shlm_comm_op op;
+    shlm_comm_group *g;
+    int detached;        /* wait() was called */
+    struct watch *next;
+} watch;
+
+struct shlm_comm_req {
+    watch *w;
+};
+
+/* Compute-stream stall spans (events around a stream wait), read back by stats(). */
+typedef struct stall {
+    cudaEvent_t begin, end;
+    shlm_comm_group *g;
+    struct stall *next;
+} stall;
+
+static watch *g_watch;
+static stall *g_stalls;
+static long g_delay_us;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+/* Seconds a collective may stay unfinished before the job is aborted
+ * (SHLM_COMM_TIMEOUT_S, default 600). */
+static double timeout_s(void) {
+    static double t = -1;
+    if (t < 0) {
+        const char *e = getenv("SHLM_COMM_TIMEOUT_S");
+        t = e && atof(e) > 0 ? atof(e) : 600.0;
+    }
+    return t;
+}
+
+static cudaStream_t compute_stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
+
+static ncclDataType_t nccl_type(shlm_dtype dt) { return dt == SHLM_BF16 ? ncclBfloat16 : ncclFloat32; }
+static ncclRedOp_t nccl_op(shlm_comm_redop op) { return op == SHLM_COMM_AVG ? ncclAvg : ncclSum; }
+
+static int nccl_available(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
+    shlm_comm_group *g = calloc(1, sizeof *g);
+    SHLM_CHECK_ALLOC(g);
+    MPI_CHECK(MPI_Comm_dup(comm, &g->mpi));
+    MPI_CHECK(MPI_Comm_rank(g->mpi, &g->rank));
+    MPI_CHECK(MPI_Comm_size(g->mpi, &g->size));
+    ncclUniqueId id;
+    if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+    MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
+    NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
+    CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    g->delay_us = -1;
+    return g;
+}
+
+static int nccl_progress(void);
+
+static void nccl_group_free(shlm_comm_group *g) {
+    if (!g) return;
+    for (watch *w = g_watch; w; w = w->next)
+        if (w->g == g && !w->detached)
+            SHLM_FATAL("comm group freed with a request outstanding (every request must be waited)");
+    CUDART_CHECK(cudaStreamSynchronize(g->stream));
+    nccl_progress(); /* retire this group's finished entries */
+    NCCL_CHECK(ncclCommDestroy(g->nccl));
+    CUDART_CHECK(cudaStreamDestroy(g->stream));
+    MPI_CHECK(MPI_Comm_free(&g->mpi));
+    free(g);
+}
+
+static int nccl_group_rank(const shlm_comm_group *g) { return g->rank; }
+static int nccl_group_size(const shlm_comm_group *g) { return g->size; }
+
+static void sleep_fn(void *arg) { usleep((useconds_t)(long)arg); }
+
+/* Orders the group's stream after the compute stream's work so far (the send buffer
+ * was written there), applies the test delay, and counts the bytes. */
+static void begin(shlm_comm_group *g, shlm_comm_op op, size_t count, shlm_dtype dt) {
+    cudaEvent_t ready;
+    CUDART_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDART_CHECK(cudaEventRecord(ready, compute_stream()));
+    CUDART_CHECK(cudaStreamWaitEvent(g->stream, ready, 0));
+    CUDART_CHECK(cudaEventDestroy(ready)); /* released once the wait is satisfied */
+    long delay = g->delay_us >= 0 ? g->delay_us : g_delay_us;
+    if (delay > 0) CUDART_CHECK(cudaLaunchHostFunc(g->stream, sleep_fn, (void *)delay));
+    const uint64_t es = shlm_dtype_size(dt), S = (uint64_t)g->size;
+    uint64_t bytes = (op == SHLM_COMM_ALL_GATHER || op == SHLM_COMM_REDUCE_SCATTER)
+                         ? S * count * es : count * es;
+    uint64_t wire = 0;
+    if (S > 1) {
+        if (op == SHLM_COMM_ALL_REDUCE) wire = 2 * bytes * (S - 1) / S;
+        else if (op == SHLM_COMM_BROADCAST) wire = bytes;
+        else wire = bytes * (S - 1) / S;
+    }
+    g->stats.calls[op]++;
+    g->stats.bytes[op] += bytes;
+    g->stats.wire[op] += wire;
+}
+
+static shlm_comm_req *finish(shlm_comm_group *g, shlm_comm_op op) {
+    watch *w = calloc(1, sizeof *w);
+    shlm_comm_req *r = calloc(1, sizeof *r);
+    SHLM_CHECK_ALLOC(w);
+    SHLM_CHECK_ALLOC(r);
+    CUDART_CHECK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
+    CUDART_CHECK(cudaEventRecord(w->done, g->stream));
+    w->issued_s = now_s();
+    w->op = op;
+    w->g = g;
+    w->next = g_watch;
+    g_watch = w;
+    r->w = w;
+    return r;
+}
+
+static void check_count(size_t count) {
+    if (count > (size_t)1 << 40) SHLM_FATAL("collective of %zu elements is too large", count);
+}
+
+static shlm_comm_req *nccl_iall_gather(shlm_comm_group *g, const void *send, void *recv,
+                                       size_t count, shlm_dtype dt) {
+    check_count(count);
+    begin(g, SHLM_COMM_ALL_GATHER, count, dt);
+    /* in place: NCCL detects send == recv + rank·count itself */
+    const void *src = send ? send : (const char *)recv + (size_t)g->rank * count * shlm_dtype_size(dt);
+    NCCL_CHECK(ncclAllGather(src, recv, count, nccl_type(dt), g->nccl, g->stream));
+    return finish(g, SHLM_COMM_ALL_GATHER);
+}
+
+static shlm_comm_req *nccl_ireduce_scatter(shlm_comm_group *g, const void *send, void *recv,
+                                           size_t count, shlm_dtype dt, shlm_comm_redop op) {
+    check_count(count);
+    begin(g, SHLM_COMM_REDUCE_SCATTER, count, dt);
+    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->nccl, g->stream));
+    return finish(g, SHLM_COMM_REDUCE_SCATTER);
+}
+
+static shlm_comm_req *nccl_iall_reduce(shlm_comm_group *g, const void *send, void *recv,
+                                       size_t count, shlm_dtype dt, shlm_comm_redop op) {
+    check_count(count);
+    begin(g, SHLM_COMM_ALL_REDUCE, count, dt);
+    NCCL_CHECK(ncclAllReduce(send ? send : recv, recv, count, nccl_type(dt), nccl_op(op), g->nccl,
+                             g->stream));
+    return finish(g, SHLM_COMM_ALL_REDUCE);
+}
+
+static shlm_comm_req *nccl_ibroadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dtype dt,
+                                      int root) {
+    check_count(count);
+    begin(g, SHLM_COMM_BROADCAST, count, dt);
+    NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, g->nccl, g->stream));
+    return finish(g, SHLM_COMM_BROADCAST);
+}
+
+/* "Complete" on this backend means ordered before the compute stream's next op: the
+ * compute stream waits on the collective's event; the host does not block. The span
+ * the compute stream stalls is measured with a pair of timed events. */
+static void nccl_wait(shlm_comm_req *r) {
+    if (!r) return;
+    stall *s = calloc(1, sizeof *s);
+    SHLM_CHECK_ALLOC(s);
+    cudaStream_t cs = compute_stream();
+    CUDART_CHECK(cudaEventCreate(&s->begin));
+    CUDART_CHECK(cudaEventCreate(&s->end));
+    CUDART_CHECK(cudaEventRecord(s->begin, cs));
+    CUDART_CHECK(cudaStreamWaitEvent(cs, r->w->done, 0));
+    CUDART_CHECK(cudaEventRecord(s->end, cs));
+    s->g = r->w->g;
+    s->next = g_stalls;
+    g_stalls = s;
+    r->w->detached = 1;
+    free(r);
+}
+
+static int nccl_test(shlm_comm_req *r) {
+    if (!r) return 1;
+    cudaError_t e = cudaEventQuery(r->w->done);
+    if (e == cudaErrorNotReady) return 0;
+    CUDART_CHECK(e);
+    return 1;
+}
+
+static void blocking(shlm_comm_req *r) { nccl_wait(r); }
+
+static void nccl_all_gather(shlm_comm_group *g, const void *send, void *recv, size_t count,
+                            shlm_dtype dt) {
+    blocking(nccl_iall_gather(g, send, recv, count, dt));
+}
+static void nccl_reduce_scatter(shlm_comm_group *g, const void *send, void *recv, size_t count,
+                                shlm_dtype dt, shlm_comm_redop op) {
+    blocking(nccl_ireduce_scatter(g, send, recv, count, dt, op));
+}
+static void nccl_all_reduce(shlm_comm_group *g, const void *send, void *recv, size_t count,
+                            shlm_dtype dt, shlm_comm_redop op) {
+    blocking(nccl_iall_reduce(g, send, recv, count, dt, op));
+}
+static void nccl_broadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dtype dt, int root) {
+    blocking(nccl_ibroadcast(g, buf, count, dt, root));
+}
+
+static const char *op_name(shlm_comm_op op) { return shlm_comm_op_name(op); }
+
+/* Retires finished collectives; aborts on an NCCL error or one unfinished past the
+ * timeout. Returns how many are still unfinished. */
+static int nccl_progress(void) {
+    int pending = 0;
+    watch **pp = &g_watch;
+    while (*pp) {
+        watch *w = *pp;
+        cudaError_t e = cudaEventQuery(w->done);
+        if (e == cudaSuccess && w->detached) {
+            *pp = w->next;
+            cudaEventDestroy(w->done);
+            free(w);
+            continue;
+        }
+        if (e != cudaSuccess && e != cudaErrorNotReady)
+            SHLM_FATAL("%s on a group of %d ranks failed on the GPU: %s", op_name(w->op),
+                       w->g->size, cudaGetErrorString(e));
+        if (e == cudaErrorNotReady) {
+            pending++;
+            ncclResult_t async = ncclSuccess;
+            NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl, &async));
+            if (async != ncclSuccess && async != ncclInProgress) {
+                ncclCommAbort(w->g->nccl);
+                SHLM_FATAL("NCCL %s on a group of %d ranks failed: %s", op_name(w->op),
+                           w->g->size, ncclGetErrorString(async));
+            }
+            if (now_s() - w->issued_s > timeout_s()) {
+                ncclCommAbort(w->g->nccl);
+                SHLM_FATAL("NCCL %s on a group of %d ranks did not finish within %.0f s (a rank "
+                           "died or hangs; SHLM_COMM_TIMEOUT_S sets the limit)",
+                           op_name(w->op), w->g->size, timeout_s());
+            }
+        }
+        pp = &w->next;
+    }
+    return pending;
+}
+
+static void nccl_set_delay_us(shlm_comm_group *g, long delay_us) {
+    if (g) g->delay_us = delay_us;
+    else g_delay_us = delay_us;
+}
+
+/* Adds the finished stall spans of every group to their blocked_ns. */
+static void collect_stalls(void) {
+    stall **pp = &g_stalls;
+    while (*pp) {
+        stall *s = *pp;
+        if (cudaEventQuery(s->end) != cudaSuccess) {
+            pp = &s->next;
+            continue;
+        }
+        float ms = 0;
+        CUDART_CHECK(cudaEventElapsedTime(&ms, s->begin, s->end));
+        s->g->stats.blocked_ns += (uint64_t)(ms * 1e6);
+        cudaEventDestroy(s->begin);
+        cudaEventDestroy(s->end);
+        *pp = s->next;
+        free(s);
+    }
+}
+
+static void nccl_stats(const shlm_comm_group *g, shlm_comm_stats *out) {
+    collect_stalls();
+    *out = g->stats;
+}
+
+static void nccl_stats_reset(shlm_comm_group *g) {
+    collect_stalls();
+    memset(&g->stats, 0, sizeof g->stats);
+}
+
+const shlm_comm shlm_comm_nccl = {
+    .name = "nccl",
+    .available = nccl_available,
+    .group_create = nccl_group_create,
+    .group_free = nccl_group_free,
+    .group_rank = nccl_group_rank,
+    .group_size = nccl_group_size,
+    .all_gather = nccl_all_gather,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_reduce = nccl_all_reduce,
+    .broadcast = nccl_broadcast,
+    .iall_gather = nccl_iall_gather,
+    .ireduce_scatter = nccl_ireduce_scatter,
+    .iall_reduce = nccl_iall_reduce,
+    .ibroadcast = nccl_ibroadcast,
+    .wait = nccl_wait,
+    .test = nccl_test,
+    .progress = nccl_progress,
+    .set_delay_us = nccl_set_delay_us,
+    .stats = nccl_stats,
+    .stats_reset = nccl_stats_reset,
+};

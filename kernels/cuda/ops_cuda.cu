@@ -1,0 +1,46 @@
+/* The cuda compute backend's ops table (Hopper: bf16 activations on tensor cores, fp32
+ * accumulation, cuBLASLt GEMMs); its members are the C launchers of kernels/cuda/. */
+#include "kernels/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "kernels/ops.h"
+}
+
+/* Designated initialisers in declaration order (what C++ accepts). act tensors are
+ * bf16; weight gradients, master weights, moments, losses, rstd and lse are fp32, as
+ * ops.h's conventions say. */
+extern "C" const shlm_ops shlm_ops_cuda = {
+    .name = "cuda",
+    .act_dtype = SHLM_BF16,
+    .available = shlm_cuda_available,
+
+    .alloc = shlm_cuda_alloc,
+    .free = shlm_cuda_free,
+    .zero = shlm_cuda_zero,
+    .copy = shlm_cuda_copy,
+    .to_device = shlm_cuda_to_device,
+    .to_host = shlm_cuda_to_host,
+    .sync = shlm_cuda_sync,
+
+    .f32_to_act = shlm_cuda_f32_to_act,
+    .act_to_f32 = shlm_cuda_act_to_f32,
+    .round_to_bf16 = shlm_cuda_round_to_bf16,
+
+    .embedding_fwd = shlm_cuda_embedding_fwd,
+    .embedding_bwd = shlm_cuda_embedding_bwd,
+    .rmsnorm_fwd = shlm_cuda_rmsnorm_fwd,
+    .rmsnorm_bwd = shlm_cuda_rmsnorm_bwd,
+    .matmul_fwd = shlm_cuda_matmul_fwd,
+    .matmul_bwd = shlm_cuda_matmul_bwd,
+    .rope = shlm_cuda_rope,
+    .attention_fwd = shlm_cuda_attention_fwd,
+    .attention_bwd = shlm_cuda_attention_bwd,
+    .swiglu_fwd = shlm_cuda_swiglu_fwd,
+    .swiglu_bwd = shlm_cuda_swiglu_bwd,
+    .add = shlm_cuda_add,
+    .xent_fwd_bwd = shlm_cuda_xent_fwd_bwd,
+
+    .adamw = shlm_cuda_adamw,
+    .sum_squares = shlm_cuda_sum_squares,
+    .scale = shlm_cuda_scale,
+};
