@@ -463,15 +463,24 @@ void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
     *end = e->units[u].end;
 }
 
-void fsdp_get_shard(fsdp_engine *e, int u, float *out) {
-    e->ops->to_host(out, e->units[u].master, e->units[u].n * sizeof(float));
+static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
+    unit_state *s = &e->units[u];
+    return kind == FSDP_STATE_EXP_AVG ? s->m : kind == FSDP_STATE_EXP_AVG_SQ ? s->v : s->master;
 }
 
-void fsdp_set_shard(fsdp_engine *e, int u, const float *in) {
-    unit_state *s = &e->units[u];
-    e->ops->to_device(s->master, in, s->n * sizeof(float));
-    if (s->own || s->slot >= 0) s->gathered = 0;
+void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
+    e->ops->to_host(out, state_ptr(e, u, kind), e->units[u].n * sizeof(float));
 }
+
+void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in) {
+    unit_state *s = &e->units[u];
+    e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
+    if (kind == FSDP_STATE_MASTER && (s->own || s->slot >= 0)) s->gathered = 0;
+}
+
+void fsdp_get_shard(fsdp_engine *e, int u, float *out) { fsdp_get_state(e, u, FSDP_STATE_MASTER, out); }
+void fsdp_set_shard(fsdp_engine *e, int u, const float *in) { fsdp_set_state(e, u, FSDP_STATE_MASTER, in); }
+const llama_layout *fsdp_layout(const fsdp_engine *e) { return &e->lay; }
 
 void fsdp_trace_write(const fsdp_engine *e, FILE *out) {
     for (size_t i = 0; i < e->n_trace; i++)

@@ -59,10 +59,23 @@ void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_sta
 
 /* This rank's shard of unit u: [*begin, *end) of the padded flat buffer. */
 void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end);
-/* Copies this rank's shard of unit u's master weights to host `out`. */
+/* The per-rank fp32 state a checkpoint holds, shard by shard. */
+typedef enum fsdp_state_kind {
+    FSDP_STATE_MASTER = 0,  /* master weights */
+    FSDP_STATE_EXP_AVG,     /* AdamW first moment */
+    FSDP_STATE_EXP_AVG_SQ,  /* AdamW second moment */
+    FSDP_STATE_N
+} fsdp_state_kind;
+
+/* Copies this rank's shard of unit u's state `kind` to host `out` (shard length). */
+void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out);
+/* Overwrites this rank's shard of unit u's state `kind` from host `in`. */
+void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in);
+/* Shorthands for the master weights. */
 void fsdp_get_shard(fsdp_engine *e, int u, float *out);
-/* Overwrites this rank's shard of unit u's master weights from host `in`. */
 void fsdp_set_shard(fsdp_engine *e, int u, const float *in);
+/* The layout the engine shards (units and tensors under Hugging Face names). */
+const llama_layout *fsdp_layout(const fsdp_engine *e);
 
 /* What fsdp_create allocates per rank and what a rank sends, computed without
  * allocating anything: for `shardlm plan`. */
