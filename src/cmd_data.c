@@ -1,5 +1,6 @@
 /* `shardlm data prepare`: turns a text file into a token file with the byte tokenizer
- * (token = byte, vocab 256). A plain process: it needs no MPI. */
+ * (token = byte, vocab 256); `shardlm data random`: uniform random tokens for
+ * benchmarks at any vocabulary. A plain process: it needs no MPI. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,11 +9,14 @@
 
 #include "io/tokens.h"
 #include "src/commands.h"
+#include "src/rng.h"
 
 static void data_usage(FILE *out) {
     fprintf(out, "usage: shardlm data prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
                  "  --tokenizer bytes   token = byte value, vocab 256 (the only one so far)\n"
-                 "  --width 2|4         bytes per token in OUT (default 2)\n");
+                 "  --width 2|4         bytes per token in OUT (default 2)\n"
+                 "       shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
+                 "  uniform random token ids in [0, V), for benchmarks (width 2 if V <= 65536)\n");
 }
 
 /* Prints the one-line error; usage problems exit 2, everything else 1. */
@@ -53,11 +57,59 @@ static unsigned char *read_all(const char *path, size_t *len) {
     return buf;
 }
 
+static int parse_u64(const char *s, unsigned long long *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*s == '-' || *s == 0 || *end != 0 || errno) return -1;
+    *out = v;
+    return 0;
+}
+
+/* shardlm data random --vocab V --tokens N [--seed S] OUT.bin */
+static int data_random(int argc, char **argv) {
+    unsigned long long vocab = 0, count = 0, seed = 1;
+    const char *out = NULL;
+    for (int i = 2; i < argc; i++) {
+        const char *a = argv[i];
+        unsigned long long *dst = strcmp(a, "--vocab") == 0    ? &vocab
+                                  : strcmp(a, "--tokens") == 0 ? &count
+                                  : strcmp(a, "--seed") == 0   ? &seed
+                                                               : NULL;
+        if (dst) {
+            if (i + 1 >= argc || parse_u64(argv[i + 1], dst) != 0)
+                return fail(2, "%s needs a non-negative integer", a);
+            i++;
+        } else if (a[0] == '-') {
+            return fail(2, "unknown option '%s'", a);
+        } else if (!out) {
+            out = a;
+        } else {
+            return fail(2, "unexpected argument '%s' (takes OUT.bin)", a);
+        }
+    }
+    if (vocab < 2 || vocab > 0x7fffffffull) return fail(2, "--vocab must be in [2, 2^31)");
+    if (count < 2) return fail(2, "--tokens must be at least 2");
+    if (!out) return fail(2, "random needs OUT.bin");
+    int32_t *tokens = malloc(count * sizeof *tokens);
+    if (!tokens) return fail(1, "out of memory for %llu tokens", count);
+    for (unsigned long long i = 0; i < count; i++)
+        tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ i) % vocab);
+    char err[1536];
+    int rc = token_file_write(out, tokens, count, vocab <= 65536 ? 2 : 4, (uint32_t)vocab, err,
+                              sizeof err);
+    free(tokens);
+    if (rc != 0) return fail(1, "%s", err);
+    printf("wrote %llu random tokens (vocab %llu) to %s\n", count, vocab, out);
+    return 0;
+}
+
 int cmd_data(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         data_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "random") == 0) return data_random(argc, argv);
     if (strcmp(argv[1], "prepare") != 0)
         return fail(2, "unknown subcommand '%s' (try: shardlm data prepare --help)", argv[1]);
 
