@@ -16,6 +16,7 @@ static void usage(FILE *out) {
             "  eval  JOB.ini [--set section.key=value ...]   mean loss and perplexity on [data] val\n"
             "  data  prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
             "                                                make a token file\n"
+            "  data  random --vocab V --tokens N OUT.bin       random tokens, for benchmarks\n"
             "  plan  JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
             "                                                per-rank memory and traffic, no allocation\n"
             "  --version, --help\n");
