@@ -52,7 +52,9 @@ int shardlm_main(int argc, char **argv) {
         MPI_CHECK(MPI_Finalize());
         return rc;
     }
-    fprintf(stderr, "shardlm: error: unknown command '%s'\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "shardlm: error: unknown command '%s' (commands:", argv[1]);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(stderr, " %s", commands[i].name);
+    fprintf(stderr, "; see shardlm --help)\n");
     return 2;
 }

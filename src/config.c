@@ -441,8 +441,12 @@ static int on_entry(void *user, const char *section, const char *key, const char
                 snprintf(hint, sizeof hint, "did you mean [%s]? ", sections[i]);
                 break;
             }
-        set_err(err, errlen, "%s: unknown section [%s] (%sknown: model train data log runtime)",
-                at, show(section, shown), hint);
+        char known[128] = "";
+        for (int i = 0; i < N_SECTIONS; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? " " : "",
+                     sections[i]);
+        set_err(err, errlen, "%s: unknown section [%s] (%sknown: %s)", at, show(section, shown),
+                hint, known);
         return -1;
     }
     if (!key) return 0; /* a section header */

@@ -39,37 +39,37 @@ int topology_check(int world_size, const topology_options *opt, char *err, size_
         return -1;
     }
     if (rpn < 0) {
-        snprintf(err, errlen, "ranks_per_node=%d must be 0 (real nodes) or positive", rpn);
+        snprintf(err, errlen, "runtime.ranks_per_node=%d must be 0 (real nodes) or positive", rpn);
         return -1;
     }
     if (rpn > world_size) {
-        snprintf(err, errlen, "ranks_per_node=%d is larger than the world size %d", rpn,
+        snprintf(err, errlen, "runtime.ranks_per_node=%d is larger than the world size %d", rpn,
                  world_size);
         return -1;
     }
     if (rpn > 0 && world_size % rpn != 0) {
-        snprintf(err, errlen, "world size %d is not divisible by ranks_per_node=%d",
+        snprintf(err, errlen, "world size %d is not divisible by runtime.ranks_per_node=%d",
                  world_size, rpn);
         return -1;
     }
     if (sgs < 0) {
-        snprintf(err, errlen, "shard_group_size=%d must be 0 (the strategy's own) or positive",
+        snprintf(err, errlen, "fsdp.shard_group_size=%d must be 0 (the strategy's own) or positive",
                  sgs);
         return -1;
     }
     if (sgs > world_size) {
-        snprintf(err, errlen, "shard_group_size=%d is larger than the world size %d", sgs,
+        snprintf(err, errlen, "fsdp.shard_group_size=%d is larger than the world size %d", sgs,
                  world_size);
         return -1;
     }
     if (sgs > 0 && world_size % sgs != 0) {
-        snprintf(err, errlen, "world size %d is not divisible by shard_group_size=%d",
+        snprintf(err, errlen, "world size %d is not divisible by fsdp.shard_group_size=%d",
                  world_size, sgs);
         return -1;
     }
     if (opt->strategy == FSDP_NO_SHARD && sgs > 1) {
         snprintf(err, errlen,
-                 "NO_SHARD keeps a full copy on every rank: shard_group_size=%d must be 0 or 1",
+                 "NO_SHARD keeps a full copy on every rank: fsdp.shard_group_size=%d must be 0 or 1",
                  sgs);
         return -1;
     }

@@ -106,10 +106,12 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     /* the rank topology of the strategy */
     topology_options topt = {.ranks_per_node = c->ranks_per_node,
                              .shard_group_size = c->shard_group_size};
-    ok = strategy_from_name(c->strategy, &topt.strategy, err, sizeof err) == 0;
-    if (ok) ok = topology_check(r->world, &topt, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
-    ok = topology_create(&r->topo, MPI_COMM_WORLD, &topt, err, sizeof err) == 0;
+    char terr[1024] = "";
+    ok = strategy_from_name(c->strategy, &topt.strategy, terr, sizeof terr) == 0;
+    if (ok) ok = topology_check(r->world, &topt, terr, sizeof terr) == 0;
+    if (ok) ok = topology_create(&r->topo, MPI_COMM_WORLD, &topt, terr, sizeof terr) == 0;
+    /* topology messages name the keys; say which job set them */
+    snprintf(err, sizeof err, "%s: %s", c->path, terr);
     if (all_ranks_ok(ok, err)) return -1;
 
     const int per_step = c->micro_batch * r->world;

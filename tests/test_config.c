@@ -184,7 +184,7 @@ static void test_errors(void) {
                  "PATH:5: unknown section [trian] (did you mean [train]? known: model train "
                  "data log runtime)");
     expect_error("unknown empty section", variant(0, NULL, "[optimizer]\n"), 0, NULL,
-                 "PATH:13: unknown section [optimizer] (known: model train data log runtime)");
+                 "PATH:13: unknown section [optimizer] (known: model train fsdp data log runtime)");
     expect_error("unknown key", variant(8, "lrr = 1e-3", NULL), 0, NULL,
                  "PATH:8: unknown key 'lrr' in [train] (did you mean 'lr'?)");
     expect_error("unknown key, swapped letters", variant(7, "setps = 10", NULL), 0, NULL,

@@ -170,16 +170,16 @@ int main(int argc, char **argv) {
     }
 
     /* errors: one line naming the numbers, the same on every rank */
-    expect_error(FSDP_FULL_SHARD, 3, 0, "world size 4 is not divisible by ranks_per_node=3");
-    expect_error(FSDP_HYBRID_SHARD, 8, 0, "ranks_per_node=8 is larger than the world size 4");
-    expect_error(FSDP_FULL_SHARD, 0, 3, "world size 4 is not divisible by shard_group_size=3");
-    expect_error(FSDP_HYBRID_SHARD, 2, 8, "shard_group_size=8 is larger than the world size 4");
+    expect_error(FSDP_FULL_SHARD, 3, 0, "world size 4 is not divisible by runtime.ranks_per_node=3");
+    expect_error(FSDP_HYBRID_SHARD, 8, 0, "runtime.ranks_per_node=8 is larger than the world size 4");
+    expect_error(FSDP_FULL_SHARD, 0, 3, "world size 4 is not divisible by fsdp.shard_group_size=3");
+    expect_error(FSDP_HYBRID_SHARD, 2, 8, "fsdp.shard_group_size=8 is larger than the world size 4");
     expect_error(FSDP_NO_SHARD, 2, 2, "NO_SHARD keeps a full copy on every rank: "
-                                      "shard_group_size=2 must be 0 or 1");
-    expect_error(FSDP_FULL_SHARD, -1, 0, "ranks_per_node=-1 must be 0 (real nodes) or positive");
+                                      "fsdp.shard_group_size=2 must be 0 or 1");
+    expect_error(FSDP_FULL_SHARD, -1, 0, "runtime.ranks_per_node=-1 must be 0 (real nodes) or positive");
     topology_options six = {.strategy = FSDP_FULL_SHARD, .ranks_per_node = 4};
     EXPECT(topology_check(6, &six, err, sizeof err) == -1 &&
-               strcmp(err, "world size 6 is not divisible by ranks_per_node=4") == 0,
+               strcmp(err, "world size 6 is not divisible by runtime.ranks_per_node=4") == 0,
            "world 6: '%s'", err);
     topology_options twelve = {.strategy = FSDP_HYBRID_SHARD, .ranks_per_node = 4,
                                .shard_group_size = 8};

@@ -1,5 +1,5 @@
-/* cuda backend optimizer and reductions over flat fp32 buffers: fused AdamW with
- * decoupled weight decay, the sum of squares (for the gradient norm), and scaling. */
+/* cuda backend optimizer and reductions over flat fp32 buffers: fused AdamW with decoupled
+ * weight decay, the sum of squares (for the gradient norm), scaling and accumulation. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -101,6 +101,26 @@ __global__ void scale_kernel(float *x, float s, size_t n, bool vec) {
     for (size_t k = done + i; k < n; k += stride) x[k] *= s;
 }
 
+__global__ void accumulate_kernel(float *y, const float *x, size_t n, bool vec) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t k = i; k < nv; k += stride) {
+            float4 a = reinterpret_cast<float4 *>(y)[k];
+            const float4 b = reinterpret_cast<const float4 *>(x)[k];
+            a.x += b.x;
+            a.y += b.y;
+            a.z += b.z;
+            a.w += b.w;
+            reinterpret_cast<float4 *>(y)[k] = a;
+        }
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) y[k] += x[k];
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 enum { OPT_THREADS = 256 };
@@ -145,5 +165,12 @@ extern "C" void shlm_cuda_scale(float *x, float s, size_t n) {
     if (n == 0) return;
     scale_kernel<<<opt_blocks(n), OPT_THREADS, 0, shlm_cuda_stream()>>>(x, s, n,
                                                                          shlm_aligned(x, 16));
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_accumulate(float *y, const float *x, size_t n) {
+    if (n == 0) return;
+    accumulate_kernel<<<opt_blocks(n), OPT_THREADS, 0, shlm_cuda_stream()>>>(
+        y, x, n, shlm_aligned(y, 16) && shlm_aligned(x, 16));
     CUDA_CHECK_LAST();
 }

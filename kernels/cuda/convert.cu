@@ -1,5 +1,5 @@
 /* cuda backend dtype conversion: fp32 <-> bf16 (round to nearest even, bit-identical to
- * the cpu backend's shlm_f32_to_bf16) and the in-place bf16 rounding of fp32 buffers. */
+ * the cpu backend's shlm_f32_to_bf16) for act tensors and collectives, in-place rounding. */
 #include "kernels/cuda/cuda_common.cuh"
 
 /* ------------------------------------------------------------------ kernels */
@@ -99,6 +99,14 @@ extern "C" void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n) {
     bf16_to_f32_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(
         f32, (const uint16_t *)act, n, vec);
     CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n) {
+    shlm_cuda_f32_to_act(bf16, f32, n);
+}
+
+extern "C" void shlm_cuda_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n) {
+    shlm_cuda_act_to_f32(f32, bf16, n);
 }
 
 extern "C" void shlm_cuda_round_to_bf16(float *x, size_t n) {

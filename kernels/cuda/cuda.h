@@ -18,8 +18,11 @@ extern "C" {
  * against it with events. */
 void *shlm_cuda_stream_handle(void);
 
-/* ---- memory (memory.cu); see kernels/ops.h for each member's contract ---- */
+/* ---- devices and memory (memory.cu); see kernels/ops.h for each member's contract ---- */
 int shlm_cuda_available(void);
+int shlm_cuda_device_count(void); /* 0 when there is no driver or no GPU */
+/* cudaSetDevice; must come before the first op (the stream belongs to one device) */
+void shlm_cuda_set_device(int device);
 void *shlm_cuda_alloc(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
 void shlm_cuda_free(void *p);
 void shlm_cuda_zero(void *p, size_t bytes);
@@ -36,6 +39,9 @@ void shlm_cuda_sync(void);
 void shlm_cuda_f32_to_act(void *act, const float *f32, size_t n);
 void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n);
 void shlm_cuda_round_to_bf16(float *x, size_t n);
+/* the casts of bf16 collectives: the same two conversions with explicit types */
+void shlm_cuda_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n);
+void shlm_cuda_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n);
 
 /* ---- layers; shapes and semantics as in kernels/ops.h ---- */
 void shlm_cuda_embedding_fwd(void *out, const int32_t *tokens, const void *wte, int N, int C);
@@ -87,6 +93,8 @@ void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t
 /* Deterministic: fixed blocks (a function of n only) summed in a fixed order. */
 double shlm_cuda_sum_squares(const float *x, size_t n);
 void shlm_cuda_scale(float *x, float s, size_t n);
+/* y[i] += x[i] */
+void shlm_cuda_accumulate(float *y, const float *x, size_t n);
 
 #ifdef __cplusplus
 }

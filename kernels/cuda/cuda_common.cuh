@@ -1,4 +1,4 @@
-/* Shared by every kernels/cuda/*.cu file: the CUDA_CHECK / CUBLAS_CHECK macros, the
+/* Shared by every .cu file of kernels/cuda: the CUDA_CHECK / CUBLAS_CHECK macros, the
  * backend's stream and scratch memory, bf16 vector helpers and block reductions. */
 #ifndef SHLM_KERNELS_CUDA_COMMON_CUH
 #define SHLM_KERNELS_CUDA_COMMON_CUH

@@ -6,6 +6,7 @@
  * so the stream and the scratch buffer are process-wide and created on first use. */
 static cudaStream_t g_stream;
 static bool g_stream_made;
+static int g_stream_device = -1;
 static void *g_scratch;
 static size_t g_scratch_bytes;
 static int g_sm_count;
@@ -14,6 +15,7 @@ cudaStream_t shlm_cuda_stream(void) {
     if (!g_stream_made) {
         /* non-blocking: the legacy default stream (which other libraries may use
          * implicitly) must never serialise against the compute stream */
+        CUDA_CHECK(cudaGetDevice(&g_stream_device));
         CUDA_CHECK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
         g_stream_made = true;
     }
@@ -64,6 +66,28 @@ extern "C" int shlm_cuda_available(void) {
         return 0;
     }
     return n > 0;
+}
+
+extern "C" int shlm_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" void shlm_cuda_set_device(int device) {
+    const int n = shlm_cuda_device_count();
+    if (device < 0 || device >= n)
+        SHLM_FATAL("cuda: device %d requested, but %d visible (CUDA_VISIBLE_DEVICES?)", device, n);
+    /* the stream, scratch buffer, cuBLASLt handle and workspace belong to the device
+     * that was current when they were made: binding must come first */
+    if (g_stream_made && device != g_stream_device)
+        SHLM_FATAL("cuda: set_device(%d) after the backend started work on device %d", device,
+                   g_stream_device);
+    CUDA_CHECK(cudaSetDevice(device));
+    g_sm_count = 0;
 }
 
 extern "C" void *shlm_cuda_alloc(size_t bytes) {

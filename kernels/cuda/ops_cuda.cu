@@ -13,6 +13,8 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .name = "cuda",
     .act_dtype = SHLM_BF16,
     .available = shlm_cuda_available,
+    .device_count = shlm_cuda_device_count,
+    .set_device = shlm_cuda_set_device,
 
     .alloc = shlm_cuda_alloc,
     .free = shlm_cuda_free,
@@ -25,6 +27,9 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .f32_to_act = shlm_cuda_f32_to_act,
     .act_to_f32 = shlm_cuda_act_to_f32,
     .round_to_bf16 = shlm_cuda_round_to_bf16,
+    .f32_to_bf16 = shlm_cuda_f32_to_bf16,
+    .bf16_to_f32 = shlm_cuda_bf16_to_f32,
+    .accumulate = shlm_cuda_accumulate,
 
     .embedding_fwd = shlm_cuda_embedding_fwd,
     .embedding_bwd = shlm_cuda_embedding_bwd,

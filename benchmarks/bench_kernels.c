@@ -1,0 +1,647 @@
+/* Kernel microbenchmark of the cuda backend at Llama-2-7B shapes: every op's TFLOP/s or
+ * GB/s against ceilings measured in the same run; a wrong result fails the run. */
+
+/* Usage: bench_kernels [--mb N] [--iters N]
+ *
+ * Shapes: N = 4096·mb tokens (mb sequences of T = 4096), d = 4096, F = 11008, nh = nkv = 32,
+ * hd = 128, V = 32000, the lm_head/loss chunk of src/llama.c (2^24 / V = 524 rows), and
+ * AdamW over one transformer block's parameters (202M). Ceilings, measured first: an
+ * 8192³ bf16 cuBLASLt matmul (through the backend's own matmul_fwd) and a 1 GiB
+ * device-to-device copy (bytes read + written).
+ *
+ * Each op runs once from a known state and its output is checked against the cpu
+ * backend (row-wise ops on the whole tensor; matmuls on their first rows; attention on
+ * the first 64 positions of sequence 0, whose results depend on nothing after them), then
+ * runs 2 + iters times; the time is the median of the iters, each between CUDA events
+ * on the backend's stream. Counted work: matmul 2·M·N·K FLOP (backward 4·M·N·K);
+ * attention the causal pairs only, 4·hd per pair forward and 10·hd backward (the five
+ * products of the standard count; the deterministic backward does seven); memory-bound
+ * ops the fewest bytes they must move (each input read once, each output written once).
+ * Exit status: 0, or 1 when any check failed (the #wrong column), 77 without a GPU. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/cuda/cuda.h"
+#include "kernels/ops.h"
+
+extern const shlm_ops shlm_ops_cuda;
+static const shlm_ops *gpu = &shlm_ops_cuda, *cpu = &shlm_ops_cpu;
+
+enum { D = 4096, FF = 11008, NH = 32, NKV = 32, HD = 128, SEQ = 4096, VOCAB = 32000 };
+
+static int g_iters = 20;
+static int g_wrong_total;
+static double g_ceil_tflops, g_ceil_gbs;
+
+/* ------------------------------------------------------------------ host data */
+static void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "bench_kernels: out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+
+/* Device buffers are filled from one pool of 2^24 bf16-representable N(0,1) values:
+ * element i of a buffer filled at offset `off` is pool[(off + i) mod 2^24], so the host
+ * can rebuild any part of any input for the cpu check without keeping copies. */
+#define POOL_BITS 24
+#define POOL ((size_t)1 << POOL_BITS)
+static float *g_pool;
+static uint16_t *g_pool_bf;
+
+static uint64_t rng_state = 20251130u;
+static uint64_t rnd_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void pool_init(void) {
+    g_pool = xmalloc(POOL * sizeof(float));
+    g_pool_bf = xmalloc(POOL * sizeof(uint16_t));
+    for (size_t i = 0; i < POOL; i += 2) {
+        double u1 = 1.0 - (double)(rnd_u64() >> 11) * 0x1.0p-53;
+        double u2 = (double)(rnd_u64() >> 11) * 0x1.0p-53, r = sqrt(-2.0 * log(u1));
+        g_pool_bf[i] = shlm_f32_to_bf16((float)(r * cos(6.283185307179586 * u2)));
+        g_pool_bf[i + 1] = shlm_f32_to_bf16((float)(r * sin(6.283185307179586 * u2)));
+        g_pool[i] = shlm_bf16_to_f32(g_pool_bf[i]);
+        g_pool[i + 1] = shlm_bf16_to_f32(g_pool_bf[i + 1]);
+    }
+}
+
+/* host fp32 copy of elements [0, n) of a buffer filled at `off`, times `scale` */
+static float *host_vals(size_t off, size_t n, float scale) {
+    float *h = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = g_pool[(off + i) & (POOL - 1)] * scale;
+    return h;
+}
+
+/* a bf16 act buffer of n elements filled at `off` */
+static void fill_act(void *d, size_t n, size_t off) {
+    for (size_t i = 0; i < n;) {
+        size_t start = (off + i) & (POOL - 1), len = POOL - start;
+        if (len > n - i) len = n - i;
+        gpu->to_device((uint16_t *)d + i, g_pool_bf + start, len * sizeof(uint16_t));
+        i += len;
+    }
+}
+static void *dev_act(size_t n, size_t off) {
+    void *d = gpu->alloc(n * 2);
+    fill_act(d, n, off);
+    return d;
+}
+static float *dev_f32_from(const float *h, size_t n) {
+    float *d = gpu->alloc(n * sizeof(float));
+    gpu->to_device(d, h, n * sizeof(float));
+    return d;
+}
+static float *down_act(const void *d, size_t n) {
+    uint16_t *b = xmalloc(n * 2);
+    gpu->to_host(b, d, n * 2);
+    float *h = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) h[i] = shlm_bf16_to_f32(b[i]);
+    free(b);
+    return h;
+}
+static float *down_f32(const void *d, size_t n) {
+    float *h = xmalloc(n * sizeof(float));
+    gpu->to_host(h, d, n * sizeof(float));
+    return h;
+}
+
+static double rel_l2(const float *a, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(ref[i])) return NAN;
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+}
+/* 1 (wrong) unless err < tol; NaN is wrong */
+static int wrong(double err, double tol, const char *what) {
+    int w = !(err < tol);
+    if (w) fprintf(stderr, "# WRONG: %s rel_l2 %.3e (tol %.0e)\n", what, err, tol);
+    return w;
+}
+
+/* ------------------------------------------------------------------ timing, output */
+static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
+
+static void cuda_ok(cudaError_t rc, const char *what) {
+    if (rc != cudaSuccess) {
+        fprintf(stderr, "bench_kernels: %s failed: %s\n", what, cudaGetErrorString(rc));
+        exit(1);
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* median microseconds of fn() over g_iters timed runs after 2 warm-ups */
+static double time_us(void (*fn)(void)) {
+    fn();
+    fn();
+    cudaEvent_t *ev = xmalloc(2 * (size_t)g_iters * sizeof(cudaEvent_t));
+    double *t = xmalloc((size_t)g_iters * sizeof(double));
+    for (int i = 0; i < 2 * g_iters; i++) cuda_ok(cudaEventCreate(&ev[i]), "cudaEventCreate");
+    for (int i = 0; i < g_iters; i++) {
+        cuda_ok(cudaEventRecord(ev[2 * i], stream()), "cudaEventRecord");
+        fn();
+        cuda_ok(cudaEventRecord(ev[2 * i + 1], stream()), "cudaEventRecord");
+    }
+    cuda_ok(cudaEventSynchronize(ev[2 * g_iters - 1]), "cudaEventSynchronize");
+    for (int i = 0; i < g_iters; i++) {
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]), "cudaEventElapsedTime");
+        t[i] = ms * 1e3;
+    }
+    for (int i = 0; i < 2 * g_iters; i++) cudaEventDestroy(ev[i]);
+    qsort(t, (size_t)g_iters, sizeof(double), cmp_double);
+    double med = t[g_iters / 2];
+    free(ev);
+    free(t);
+    return med;
+}
+
+/* one output line; flops or bytes is 0 when the other one is the op's measure */
+static void row(const char *op, const char *shape, double us, double flops, double bytes,
+                int nwrong) {
+    double tf = flops > 0 ? flops / us * 1e-6 : 0, gbs = bytes > 0 ? bytes / us * 1e-3 : 0;
+    double pct = flops > 0 ? 100.0 * tf / g_ceil_tflops : 100.0 * gbs / g_ceil_gbs;
+    char tfs[16] = "-", gbss[16] = "-", pcts[16] = "-";
+    if (flops > 0) snprintf(tfs, sizeof tfs, "%.1f", tf);
+    if (bytes > 0) snprintf(gbss, sizeof gbss, "%.0f", gbs);
+    if (g_ceil_tflops > 0 && g_ceil_gbs > 0) snprintf(pcts, sizeof pcts, "%.1f", pct);
+    printf("  %-22s %-30s %10.1f %9s %9s %9s %7d\n", op, shape, us, tfs, gbss, pcts, nwrong);
+    fflush(stdout);
+    g_wrong_total += nwrong;
+}
+
+/* ------------------------------------------------------------------ the ops */
+/* the operands of the op being timed (fn() takes no arguments) */
+static struct {
+    void *a, *b, *c, *d, *e;
+    float *f0, *f1, *f2, *f3;
+    int32_t *tok;
+    int N, C, OC, acc, B, T, V;
+    size_t n;
+} cur;
+
+static void run_matmul_fwd(void) { gpu->matmul_fwd(cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC, cur.acc); }
+static void run_matmul_bwd(void) {
+    gpu->matmul_bwd(cur.d, cur.f0, cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC);
+}
+static void run_copy(void) { gpu->copy(cur.b, cur.a, cur.n); }
+
+enum { CHECK_ROWS = 8 };
+
+static void bench_matmul(const char *name, int N, int C, int OC, int acc) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%d%s", N, C, OC, acc ? " +=" : "");
+    const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    cur.a = dev_act(nin, 11);
+    cur.b = dev_act(nw, 2222);
+    cur.c = dev_act(nout, 333333);
+    cur.N = N, cur.C = C, cur.OC = OC, cur.acc = acc;
+    run_matmul_fwd();
+    /* check the first rows */
+    float *x = host_vals(11, (size_t)CHECK_ROWS * C, 1.0f), *w = host_vals(2222, nw, 1.0f);
+    float *ref = host_vals(333333, (size_t)CHECK_ROWS * OC, 1.0f);
+    cpu->matmul_fwd(ref, x, w, CHECK_ROWS, C, OC, acc);
+    float *got = down_act(cur.c, (size_t)CHECK_ROWS * OC);
+    int nwrong = wrong(rel_l2(got, ref, (size_t)CHECK_ROWS * OC), 1e-2, name);
+    free(x), free(w), free(ref), free(got);
+    double us = time_us(run_matmul_fwd);
+    char op[48];
+    snprintf(op, sizeof op, "%s", name);
+    row(op, shape, us, 2.0 * N * C * OC, 0, nwrong);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c);
+}
+
+static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%dx%dx%d", N, C, OC);
+    const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
+    cur.a = dev_act(nin, 11);     /* inp */
+    cur.b = dev_act(nw, 2222);    /* weight */
+    cur.c = dev_act(nout, 44444); /* dout */
+    cur.d = gpu->alloc(nin * 2);  /* dinp, from zero */
+    cur.f0 = gpu->alloc(nw * sizeof(float));
+    cur.N = N, cur.C = C, cur.OC = OC;
+    run_matmul_bwd();
+    /* dinp: first rows; dweight: first rows (output features) */
+    float *dy = host_vals(44444, (size_t)CHECK_ROWS * OC, 1.0f), *w = host_vals(2222, nw, 1.0f);
+    float *ref = calloc((size_t)CHECK_ROWS * C, sizeof(float));
+    cpu->matmul_bwd(ref, NULL, dy, NULL, w, CHECK_ROWS, C, OC);
+    float *got = down_act(cur.d, (size_t)CHECK_ROWS * C);
+    int nwrong = wrong(rel_l2(got, ref, (size_t)CHECK_ROWS * C), 1e-2, "matmul_bwd dinp");
+    free(dy), free(w), free(ref), free(got);
+    float *x = host_vals(11, nin, 1.0f), *dyf = host_vals(44444, nout, 1.0f);
+    float *dys = xmalloc((size_t)N * CHECK_ROWS * sizeof(float));
+    for (int i = 0; i < N; i++)
+        memcpy(dys + (size_t)i * CHECK_ROWS, dyf + (size_t)i * OC, CHECK_ROWS * sizeof(float));
+    float *refw = calloc((size_t)CHECK_ROWS * C, sizeof(float));
+    cpu->matmul_bwd(NULL, refw, dys, x, NULL, N, C, CHECK_ROWS);
+    float *gotw = down_f32(cur.f0, (size_t)CHECK_ROWS * C);
+    nwrong += wrong(rel_l2(gotw, refw, (size_t)CHECK_ROWS * C), 1e-4, "matmul_bwd dweight");
+    free(x), free(dyf), free(dys), free(refw), free(gotw);
+    double us = time_us(run_matmul_bwd);
+    row(name, shape, us, 4.0 * N * C * OC, 0, nwrong);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
+}
+
+/* ---- attention: B sequences of T, nh = nkv = 32, hd = 128 */
+static void run_att_fwd(void) {
+    gpu->attention_fwd(cur.b, cur.f0, cur.a, cur.B, cur.T, NH, NKV, HD);
+}
+static void run_att_bwd(void) {
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD);
+}
+
+static void bench_attention(int B, int T) {
+    const int N = B * T, C3 = (NH + 2 * NKV) * HD, CO = NH * HD, TC = 64;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d T=%d nh=%d hd=%d", B, T, NH, HD);
+    cur.a = dev_act((size_t)N * C3, 555);                          /* qkv */
+    cur.b = gpu->alloc((size_t)N * CO * 2);                        /* out */
+    cur.f0 = gpu->alloc((size_t)B * NH * T * sizeof(float));      /* lse */
+    cur.c = dev_act((size_t)N * CO, 6666);                         /* dout */
+    cur.d = gpu->alloc((size_t)N * C3 * 2);                        /* dqkv */
+    cur.B = B, cur.T = T;
+    const double pairs = (double)B * NH * ((double)T * (T + 1) / 2);
+
+    run_att_fwd();
+    /* positions 0..63 of sequence 0 depend only on themselves */
+    float *qkv = host_vals(555, (size_t)TC * C3, 1.0f);
+    float *ref = xmalloc((size_t)TC * CO * sizeof(float)), *rl = xmalloc((size_t)NH * TC * sizeof(float));
+    cpu->attention_fwd(ref, rl, qkv, 1, TC, NH, NKV, HD);
+    float *got = down_act(cur.b, (size_t)TC * CO);
+    int nwrong = wrong(rel_l2(got, ref, (size_t)TC * CO), 1e-2, "attention_fwd");
+    double us = time_us(run_att_fwd);
+    row("attention_fwd", shape, us, 4.0 * HD * pairs, 0, nwrong);
+
+    run_att_fwd(); /* out and lse as the backward expects them */
+    run_att_bwd();
+    /* dq of positions 0..63: their own keys, lse and D only; out and lse are the GPU's */
+    float *out = down_act(cur.b, (size_t)TC * CO), *lse_all = down_f32(cur.f0, (size_t)NH * T);
+    float *lse = xmalloc((size_t)NH * TC * sizeof(float));
+    for (int h = 0; h < NH; h++) memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T, TC * sizeof(float));
+    float *dout = host_vals(6666, (size_t)TC * CO, 1.0f);
+    float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD);
+    float *gdq = down_act(cur.d, (size_t)TC * C3);
+    float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
+    for (int i = 0; i < TC; i++) {
+        memcpy(a + (size_t)i * CO, gdq + (size_t)i * C3, CO * sizeof(float));
+        memcpy(r + (size_t)i * CO, rdq + (size_t)i * C3, CO * sizeof(float));
+    }
+    nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd dq");
+    us = time_us(run_att_bwd);
+    row("attention_bwd", shape, us, 10.0 * HD * pairs, 0, nwrong);
+    free(qkv), free(ref), free(rl), free(got), free(out), free(lse_all), free(lse), free(dout);
+    free(rdq), free(gdq), free(a), free(r);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
+}
+
+/* ---- memory-bound ops, checked whole on the cpu */
+static void run_rms_fwd(void) { gpu->rmsnorm_fwd(cur.b, cur.f0, cur.a, cur.c, cur.N, cur.C, 1e-5f); }
+static void run_rms_bwd(void) {
+    gpu->rmsnorm_bwd(cur.d, cur.f1, cur.e, cur.a, cur.c, cur.f0, cur.N, cur.C);
+}
+
+static void bench_rmsnorm(int N, int C) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d", N, C);
+    const size_t n = (size_t)N * C;
+    cur.a = dev_act(n, 77);            /* inp */
+    cur.c = dev_act(C, 888);           /* weight */
+    cur.b = gpu->alloc(n * 2);         /* out */
+    cur.f0 = gpu->alloc((size_t)N * 4); /* rstd */
+    cur.N = N, cur.C = C;
+    run_rms_fwd();
+    float *x = host_vals(77, n, 1.0f), *w = host_vals(888, C, 1.0f);
+    float *ref = xmalloc(n * sizeof(float)), *rstd = xmalloc((size_t)N * sizeof(float));
+    cpu->rmsnorm_fwd(ref, rstd, x, w, N, C, 1e-5f);
+    float *got = down_act(cur.b, n);
+    int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "rmsnorm_fwd");
+    double us = time_us(run_rms_fwd);
+    row("rmsnorm_fwd", shape, us, 0, 2.0 * n * 2 + C * 2 + N * 4.0, nwrong);
+
+    cur.e = dev_act(n, 999);            /* dout */
+    cur.d = gpu->alloc(n * 2);          /* dinp, from zero */
+    cur.f1 = gpu->alloc((size_t)C * 4); /* dweight */
+    gpu->to_device(cur.f0, rstd, (size_t)N * 4);
+    run_rms_bwd();
+    float *dy = host_vals(999, n, 1.0f), *dx = calloc(n, sizeof(float)), *dw = calloc(C, sizeof(float));
+    cpu->rmsnorm_bwd(dx, dw, dy, x, w, rstd, N, C);
+    float *gdx = down_act(cur.d, n), *gdw = down_f32(cur.f1, C);
+    nwrong = wrong(rel_l2(gdx, dx, n), 1e-2, "rmsnorm_bwd dinp") +
+             wrong(rel_l2(gdw, dw, C), 1e-4, "rmsnorm_bwd dweight");
+    us = time_us(run_rms_bwd);
+    /* read dout, inp, dinp; write dinp */
+    row("rmsnorm_bwd", shape, us, 0, 4.0 * n * 2 + C * 2 + N * 4.0, nwrong);
+    free(x), free(w), free(ref), free(rstd), free(got), free(dy), free(dx), free(dw), free(gdx);
+    free(gdw);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.e);
+    gpu->free(cur.f0), gpu->free(cur.f1);
+}
+
+static void run_rope(void) {
+    gpu->rope(cur.a, cur.N, cur.T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, cur.acc);
+}
+
+static void bench_rope(int N, int T, int inverse) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d heads=%d hd=%d", N, NH + NKV, HD);
+    const size_t n = (size_t)N * (NH + 2 * NKV) * HD;
+    cur.a = dev_act(n, 1212);
+    cur.N = N, cur.T = T, cur.acc = inverse;
+    run_rope();
+    float *ref = host_vals(1212, n, 1.0f);
+    cpu->rope(ref, N, T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, inverse);
+    float *got = down_act(cur.a, n);
+    int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "rope");
+    double us = time_us(run_rope);
+    row(inverse ? "rope (inverse)" : "rope", shape, us, 0,
+        2.0 * N * (NH + NKV) * HD * 2, nwrong);
+    free(ref), free(got);
+    gpu->free(cur.a);
+}
+
+static void run_swiglu_fwd(void) { gpu->swiglu_fwd(cur.b, cur.a, cur.N, cur.C); }
+static void run_swiglu_bwd(void) { gpu->swiglu_bwd(cur.d, cur.c, cur.a, cur.N, cur.C); }
+
+static void bench_swiglu(int N, int F) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d F=%d", N, F);
+    const size_t ngu = (size_t)N * 2 * F, nf = (size_t)N * F;
+    cur.a = dev_act(ngu, 3434);
+    cur.b = gpu->alloc(nf * 2);
+    cur.c = dev_act(nf, 5656);
+    cur.d = gpu->alloc(ngu * 2);
+    cur.N = N, cur.C = F;
+    run_swiglu_fwd();
+    run_swiglu_bwd();
+    float *gu = host_vals(3434, ngu, 1.0f), *dy = host_vals(5656, nf, 1.0f);
+    float *ref = xmalloc(nf * sizeof(float)), *rdgu = xmalloc(ngu * sizeof(float));
+    cpu->swiglu_fwd(ref, gu, N, F);
+    cpu->swiglu_bwd(rdgu, dy, gu, N, F);
+    float *got = down_act(cur.b, nf), *gdgu = down_act(cur.d, ngu);
+    int w1 = wrong(rel_l2(got, ref, nf), 1e-2, "swiglu_fwd");
+    int w2 = wrong(rel_l2(gdgu, rdgu, ngu), 1e-2, "swiglu_bwd");
+    double us = time_us(run_swiglu_fwd);
+    row("swiglu_fwd", shape, us, 0, (ngu + nf) * 2.0, w1);
+    us = time_us(run_swiglu_bwd);
+    row("swiglu_bwd", shape, us, 0, (2.0 * ngu + nf) * 2.0, w2);
+    free(gu), free(dy), free(ref), free(rdgu), free(got), free(gdgu);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d);
+}
+
+static void run_xent(void) {
+    gpu->xent_fwd_bwd(cur.f0, cur.a, cur.a, cur.tok, cur.N, cur.V, 1.0f / (float)cur.N);
+}
+
+static void bench_xent(int N, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d V=%d in-place", N, V);
+    const size_t n = (size_t)N * V;
+    int32_t *tgt = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tgt[i] = (int32_t)(rnd_u64() % (uint64_t)V);
+    cur.a = dev_act(n, 7878);
+    cur.tok = gpu->alloc((size_t)N * sizeof(int32_t));
+    gpu->to_device(cur.tok, tgt, (size_t)N * sizeof(int32_t));
+    cur.f0 = gpu->alloc((size_t)N * sizeof(float));
+    cur.N = N, cur.V = V;
+    run_xent();
+    float *x = host_vals(7878, n, 1.0f), *loss = xmalloc((size_t)N * sizeof(float));
+    cpu->xent_fwd_bwd(loss, x, x, tgt, N, V, 1.0f / (float)N);
+    float *got = down_act(cur.a, n), *gl = down_f32(cur.f0, N);
+    int nwrong = wrong(rel_l2(gl, loss, N), 1e-4, "xent losses") +
+                 wrong(rel_l2(got, x, n), 1e-2, "xent dlogits");
+    double us = time_us(run_xent);
+    row("xent_fwd_bwd", shape, us, 0, 2.0 * n * 2, nwrong);
+    free(tgt), free(x), free(loss), free(got), free(gl);
+    gpu->free(cur.a), gpu->free(cur.tok), gpu->free(cur.f0);
+}
+
+static void run_emb_fwd(void) { gpu->embedding_fwd(cur.b, cur.tok, cur.a, cur.N, cur.C); }
+static void run_emb_bwd(void) { gpu->embedding_bwd(cur.f0, cur.c, cur.tok, cur.N, cur.C); }
+
+static void bench_embedding(int N, int C, int V) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "N=%d C=%d V=%d", N, C, V);
+    int32_t *tok = xmalloc((size_t)N * sizeof(int32_t));
+    for (int i = 0; i < N; i++) tok[i] = (int32_t)(rnd_u64() % (uint64_t)V);
+    cur.tok = gpu->alloc((size_t)N * sizeof(int32_t));
+    gpu->to_device(cur.tok, tok, (size_t)N * sizeof(int32_t));
+    cur.a = dev_act((size_t)V * C, 9090);            /* wte */
+    cur.b = gpu->alloc((size_t)N * C * 2);           /* out */
+    cur.c = dev_act((size_t)N * C, 1313);            /* dout */
+    cur.f0 = gpu->alloc((size_t)V * C * sizeof(float)); /* dwte, from zero */
+    cur.N = N, cur.C = C;
+    run_emb_fwd();
+    run_emb_bwd();
+    float *wte = host_vals(9090, (size_t)V * C, 1.0f), *ref = xmalloc((size_t)N * C * sizeof(float));
+    cpu->embedding_fwd(ref, tok, wte, N, C);
+    float *got = down_act(cur.b, (size_t)N * C);
+    int w1 = wrong(rel_l2(got, ref, (size_t)N * C), 1e-6, "embedding_fwd");
+    float *dout = host_vals(1313, (size_t)N * C, 1.0f), *dw = calloc((size_t)V * C, sizeof(float));
+    cpu->embedding_bwd(dw, dout, tok, N, C);
+    float *gdw = down_f32(cur.f0, (size_t)V * C);
+    int w2 = wrong(rel_l2(gdw, dw, (size_t)V * C), 1e-6, "embedding_bwd");
+    double us = time_us(run_emb_fwd);
+    row("embedding_fwd", shape, us, 0, 2.0 * N * C * 2 + N * 4.0, w1);
+    us = time_us(run_emb_bwd);
+    /* read dout and the touched dwte rows, write those rows */
+    row("embedding_bwd", shape, us, 0, (double)N * C * (2 + 4 + 4) + N * 4.0, w2);
+    free(tok), free(wte), free(ref), free(got), free(dout), free(dw), free(gdw);
+    gpu->free(cur.tok), gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
+}
+
+static void run_add(void) { gpu->add(cur.c, cur.a, cur.b, cur.n); }
+static void run_f32_to_act(void) { gpu->f32_to_act(cur.a, cur.f0, cur.n); }
+
+static void bench_add_convert(size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    cur.a = dev_act(n, 2424);
+    cur.b = dev_act(n, 3535);
+    cur.c = gpu->alloc(n * 2);
+    cur.n = n;
+    run_add();
+    float *a = host_vals(2424, n, 1.0f), *b = host_vals(3535, n, 1.0f), *ref = xmalloc(n * 4);
+    cpu->add(ref, a, b, n);
+    float *got = down_act(cur.c, n);
+    int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "add");
+    double us = time_us(run_add);
+    row("add", shape, us, 0, 3.0 * n * 2, nwrong);
+    free(got);
+
+    cur.f0 = dev_f32_from(ref, n);
+    run_f32_to_act();
+    got = down_act(cur.a, n);
+    shlm_cpu_round_to_bf16(ref, n);
+    nwrong = memcmp(got, ref, n * sizeof(float)) != 0;
+    if (nwrong) fprintf(stderr, "# WRONG: f32_to_act differs from the cpu's rounding\n");
+    us = time_us(run_f32_to_act);
+    row("f32_to_act", shape, us, 0, n * 6.0, nwrong);
+    free(a), free(b), free(ref), free(got);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
+}
+
+static void run_adamw(void) {
+    gpu->adamw(cur.f0, cur.f1, cur.f2, cur.f3, cur.n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10);
+}
+static double g_ss;
+static void run_sum_squares(void) { g_ss = gpu->sum_squares(cur.f1, cur.n); }
+static void run_scale(void) { gpu->scale(cur.f1, 1.0f, cur.n); }
+static void run_accumulate(void) { gpu->accumulate(cur.f2, cur.f1, cur.n); }
+
+static void bench_optimizer(size_t n) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "n=%zu", n);
+    float *p = host_vals(111, n, 0.02f), *g = host_vals(222, n, 0.01f);
+    float *m = host_vals(333, n, 1e-3f), *v = host_vals(444, n, 1e-3f);
+    for (size_t i = 0; i < n; i++) v[i] *= v[i];
+    cur.f0 = dev_f32_from(p, n), cur.f1 = dev_f32_from(g, n);
+    cur.f2 = dev_f32_from(m, n), cur.f3 = dev_f32_from(v, n);
+    cur.n = n;
+    run_adamw();
+    cpu->adamw(p, g, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10);
+    float *gp = down_f32(cur.f0, n);
+    int nwrong = memcmp(gp, p, n * sizeof(float)) != 0;
+    if (nwrong) fprintf(stderr, "# WRONG: adamw differs from the cpu's (rel_l2 %.3e)\n", rel_l2(gp, p, n));
+    double us = time_us(run_adamw);
+    row("adamw", shape, us, 0, 28.0 * n, nwrong);
+    free(gp);
+
+    run_sum_squares();
+    double ref = cpu->sum_squares(g, n);
+    nwrong = wrong(fabs(g_ss - ref) / ref, 1e-10, "sum_squares");
+    us = time_us(run_sum_squares); /* includes the copy of the result to the host */
+    row("sum_squares", shape, us, 0, 4.0 * n, nwrong);
+    us = time_us(run_scale);
+    row("scale", shape, us, 0, 8.0 * n, 0);
+
+    gpu->to_device(cur.f2, m, n * sizeof(float)); /* the cpu's m after its step */
+    run_accumulate();
+    cpu->accumulate(m, g, n);
+    float *gm = down_f32(cur.f2, n);
+    nwrong = memcmp(gm, m, n * sizeof(float)) != 0;
+    if (nwrong) fprintf(stderr, "# WRONG: accumulate differs from the cpu's\n");
+    free(gm);
+    us = time_us(run_accumulate);
+    row("accumulate", shape, us, 0, 12.0 * n, nwrong);
+    free(p), free(g), free(m), free(v);
+    gpu->free(cur.f0), gpu->free(cur.f1), gpu->free(cur.f2), gpu->free(cur.f3);
+}
+
+/* ------------------------------------------------------------------ ceilings */
+static void ceilings(void) {
+    /* 8192³ bf16 GEMM through the backend (cuBLASLt, fp32 accumulation) */
+    const int M = 8192;
+    cur.a = dev_act((size_t)M * M, 1);
+    cur.b = dev_act((size_t)M * M, 5000);
+    cur.c = gpu->alloc((size_t)M * M * 2);
+    cur.N = cur.C = cur.OC = M, cur.acc = 0;
+    run_matmul_fwd();
+    float *x = host_vals(1, (size_t)4 * M, 1.0f), *w = host_vals(5000, (size_t)M * M, 1.0f);
+    float *ref = xmalloc((size_t)4 * M * sizeof(float));
+    cpu->matmul_fwd(ref, x, w, 4, M, M, 0);
+    float *got = down_act(cur.c, (size_t)4 * M);
+    int w1 = wrong(rel_l2(got, ref, (size_t)4 * M), 1e-2, "matmul 8192^3");
+    double us = time_us(run_matmul_fwd);
+    g_ceil_tflops = 2.0 * M * M * (double)M / us * 1e-6;
+    free(x), free(w), free(ref), free(got);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c);
+
+    /* 1 GiB device-to-device copy, bytes read + written */
+    const size_t n = (size_t)1 << 29; /* bf16 elements */
+    cur.a = dev_act(n, 77777);
+    cur.b = gpu->alloc(n * 2);
+    cur.n = n * 2;
+    run_copy();
+    float *cp = down_act(cur.b, (size_t)1 << 20), *cr = host_vals(77777, (size_t)1 << 20, 1.0f);
+    int w2 = memcmp(cp, cr, ((size_t)1 << 20) * sizeof(float)) != 0;
+    free(cp), free(cr);
+    double us2 = time_us(run_copy);
+    g_ceil_gbs = 2.0 * (double)cur.n / us2 * 1e-3;
+    gpu->free(cur.a), gpu->free(cur.b);
+    row("ceiling: matmul bf16", "8192x8192x8192", us, 2.0 * M * M * (double)M, 0, w1);
+    row("ceiling: copy d2d", "1 GiB", us2, 0, 2.0 * (double)n * 2, w2);
+}
+
+/* ------------------------------------------------------------------ main */
+int main(int argc, char **argv) {
+    int mb = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = atoi(argv[++i]);
+        else {
+            fprintf(stderr, "usage: %s [--mb N] [--iters N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (mb < 1 || g_iters < 1) {
+        fprintf(stderr, "%s: --mb and --iters must be >= 1\n", argv[0]);
+        return 2;
+    }
+    if (!gpu->available()) {
+        printf("# bench_kernels: no CUDA device visible: skipped\n");
+        return 77;
+    }
+    const int N = SEQ * mb;
+    const int chunk = (1 << 24) / VOCAB; /* src/llama.c's logits chunk */
+    struct cudaDeviceProp prop;
+    int dev = 0;
+    cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
+    cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+    pool_init();
+    printf("# bench_kernels: cuda backend on %s (%d SMs), Llama-2-7B shapes, mb=%d (N=%d tokens), "
+           "median of %d runs\n", prop.name, prop.multiProcessorCount, mb, N, g_iters);
+    printf("# %%ceiling: TFLOP/s over the bf16 matmul ceiling, or GB/s over the copy ceiling, "
+           "both measured below\n");
+    printf("#  %-22s %-30s %10s %9s %9s %9s %7s\n", "op", "shape", "time(us)", "TFLOP/s", "GB/s",
+           "%ceiling", "#wrong");
+    ceilings();
+
+    bench_embedding(N, D, VOCAB);
+    bench_rmsnorm(N, D);
+    bench_matmul("matmul_fwd qkv", N, D, 3 * D, 0);
+    bench_rope(N, SEQ, 0);
+    bench_attention(mb, SEQ);
+    bench_matmul("matmul_fwd o", N, D, D, 1);
+    bench_matmul("matmul_fwd gate_up", N, D, 2 * FF, 0);
+    bench_swiglu(N, FF);
+    bench_matmul("matmul_fwd down", N, FF, D, 1);
+    bench_matmul("matmul_fwd lm_head", chunk, D, VOCAB, 0);
+    bench_xent(chunk, VOCAB);
+    bench_matmul_bwd("matmul_bwd lm_head", chunk, D, VOCAB);
+    bench_matmul_bwd("matmul_bwd down", N, FF, D);
+    bench_matmul_bwd("matmul_bwd gate_up", N, D, 2 * FF);
+    bench_matmul_bwd("matmul_bwd o", N, D, D);
+    bench_rope(N, SEQ, 1);
+    bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
+    bench_add_convert((size_t)N * D);
+    bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D); /* one block */
+
+    printf("# ceilings: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s\n", g_ceil_tflops,
+           g_ceil_gbs);
+    printf("# %d wrong\n", g_wrong_total);
+    free(g_pool);
+    free(g_pool_bf);
+    return g_wrong_total ? 1 : 0;
+}

@@ -1,0 +1,663 @@
+/* The checkpoint file format over parallel HDF5 (see ckpt_hdf5.h): MPI-IO file access,
+ * flat-range hyperslab transfers, attributes, the sum64-pos checksum, HDF5 error text. */
+#include "io/ckpt_hdf5.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------- errors */
+
+/* The innermost (most specific) message of HDF5's error stack, found by a walk. */
+typedef struct h5_walk {
+    char desc[512];
+    char func[64];
+} h5_walk;
+
+static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    h5_walk *w = data;
+    (void)n;
+    /* downward walk: the last entry visited is the deepest, most specific one */
+    snprintf(w->desc, sizeof w->desc, "%s", e->desc ? e->desc : "");
+    snprintf(w->func, sizeof w->func, "%s", e->func_name ? e->func_name : "");
+    return 0;
+}
+
+/* HDF5's innermost message, shortened to its system error where it carries one
+ * ("... error message = 'File too large' ..."), then the stack cleared. */
+static void h5_message(char *out, size_t outlen) {
+    h5_walk w = {"", ""};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &w);
+    H5Eclear2(H5E_DEFAULT);
+    const char *sys = strstr(w.desc, "error message = '");
+    if (sys) {
+        sys += strlen("error message = '");
+        const char *end = strchr(sys, '\'');
+        snprintf(out, outlen, "%.*s", end ? (int)(end - sys) : 200, sys);
+    } else if (w.desc[0]) {
+        snprintf(out, outlen, "%.300s%s%s%s", w.desc, w.func[0] ? " (in " : "", w.func,
+                 w.func[0] ? ")" : "");
+    } else {
+        snprintf(out, outlen, "unknown HDF5 error");
+    }
+}
+
+/* "<what>: H5Dwrite failed: <message> (io/ckpt_hdf5.c:123)" into err. */
+static void h5_fail(char *err, size_t errlen, const char *what, const char *call,
+                    const char *file, int line) {
+    char msg[400];
+    h5_message(msg, sizeof msg);
+    /* the call's function name: from "H5" to the first '(' of the call text */
+    const char *fn = strstr(call, "H5");
+    if (!fn) fn = call;
+    int fn_len = (int)strcspn(fn, "(");
+    snprintf(err, errlen, "%s: %.*s failed: %s (%s:%d)", what, fn_len, fn, msg, file, line);
+}
+
+/* Evaluates an HDF5 call once; on a negative result writes err (naming `what`, the call
+ * and HDF5's message) and jumps to the function's `fail` label. */
+#define H5_CHECK(call)                                                                    \
+    do {                                                                                  \
+        if ((call) < 0) {                                                                 \
+            h5_fail(err, errlen, what, #call, __FILE__, __LINE__);                        \
+            goto fail;                                                                    \
+        }                                                                                 \
+    } while (0)
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Turns off HDF5's printing of its error stack: errors reach the user as one line
+ * through err instead. Idempotent. */
+static void quiet_hdf5(void) {
+    static int done = 0;
+    if (done) return;
+    H5open();
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    done = 1;
+}
+
+/* ---------------------------------------------------------------- files */
+
+void ckpt_h5_default_options(ckpt_h5_options *opt) {
+    opt->collective_io = 0;
+    opt->align_threshold = 1u << 20;
+    opt->alignment = 1u << 20;
+    const char *v = getenv("SHLM_CKPT_COLLECTIVE_IO");
+    if (v && *v) opt->collective_io = atoi(v) != 0;
+    v = getenv("SHLM_CKPT_ALIGNMENT");
+    if (v && *v) {
+        opt->alignment = strtoull(v, NULL, 10);
+        opt->align_threshold = opt->alignment;
+    }
+}
+
+/* File access: MPI-IO over comm with collective metadata (one rank reads metadata and
+ * broadcasts it, writes are collective), v1.8 object formats (attributes of any size,
+ * readable by every HDF5 since 1.8), alignment. */
+static hid_t make_fapl(MPI_Comm comm, const ckpt_h5_options *opt, char *err, size_t errlen,
+                       const char *what) {
+    hid_t fapl = -1;
+    MPI_Info info;
+    MPI_Info_create(&info);
+    /* ROMIO hints (ignored by OMPIO): big collective buffers, and let the file system
+     * decide data sieving for writes, which only helps sparse patterns */
+    MPI_Info_set(info, "cb_buffer_size", "16777216");
+    MPI_Info_set(info, "romio_ds_write", "disable");
+    MPI_Info_set(info, "romio_cb_write", opt->collective_io ? "enable" : "automatic");
+    H5_CHECK(fapl = H5Pcreate(H5P_FILE_ACCESS));
+    H5_CHECK(H5Pset_fapl_mpio(fapl, comm, info));
+    H5_CHECK(H5Pset_all_coll_metadata_ops(fapl, 1));
+    H5_CHECK(H5Pset_coll_metadata_write(fapl, 1));
+    H5_CHECK(H5Pset_libver_bounds(fapl, H5F_LIBVER_V18, H5F_LIBVER_V18));
+    if (opt->alignment > 1)
+        H5_CHECK(H5Pset_alignment(fapl, opt->align_threshold, opt->alignment));
+    /* metadata in blocks of 1 MiB, not scattered between the datasets' data */
+    H5_CHECK(H5Pset_meta_block_size(fapl, 1u << 20));
+    MPI_Info_free(&info);
+    return fapl;
+fail:
+    MPI_Info_free(&info);
+    if (fapl >= 0) H5Pclose(fapl);
+    return -1;
+}
+
+static int init_file(ckpt_h5_file *f, const char *path, MPI_Comm comm,
+                     const ckpt_h5_options *opt, char *err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->file = -1;
+    f->dxpl = -1;
+    f->comm = comm;
+    MPI_Comm_rank(comm, &f->rank);
+    MPI_Comm_size(comm, &f->size);
+    snprintf(f->path, sizeof f->path, "%s", path);
+    const char *what = f->path;
+    H5_CHECK(f->dxpl = H5Pcreate(H5P_DATASET_XFER));
+    H5_CHECK(H5Pset_dxpl_mpio(f->dxpl, H5FD_MPIO_COLLECTIVE));
+    if (!opt->collective_io)
+        H5_CHECK(H5Pset_dxpl_mpio_collective_opt(f->dxpl, H5FD_MPIO_INDIVIDUAL_IO));
+    return 0;
+fail:
+    return -1;
+}
+
+int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
+                   const ckpt_h5_options *opt, char *err, size_t errlen) {
+    quiet_hdf5();
+    const char *what = path;
+    hid_t fapl = -1;
+    if (init_file(f, path, comm, opt, err, errlen) != 0) goto fail;
+    if ((fapl = make_fapl(comm, opt, err, errlen, what)) < 0) goto fail;
+    H5_CHECK(f->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    H5Pclose(fapl);
+    return 0;
+fail:
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f->dxpl >= 0) H5Pclose(f->dxpl);
+    f->dxpl = -1;
+    return -1;
+}
+
+int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, size_t errlen) {
+    quiet_hdf5();
+    const char *what = path;
+    hid_t fapl = -1;
+    ckpt_h5_options opt;
+    ckpt_h5_default_options(&opt);
+    if (init_file(f, path, comm, &opt, err, errlen) != 0) goto fail;
+    if (access(path, R_OK) != 0) {
+        set_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));
+        goto fail;
+    }
+    if ((fapl = make_fapl(comm, &opt, err, errlen, what)) < 0) goto fail;
+    f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl);
+    if (f->file < 0) {
+        char msg[400];
+        h5_message(msg, sizeof msg);
+        set_err(err, errlen, "%s: not a readable HDF5 file (H5Fopen: %s)", path, msg);
+        goto fail;
+    }
+    H5Pclose(fapl);
+    return 0;
+fail:
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f->dxpl >= 0) H5Pclose(f->dxpl);
+    f->dxpl = -1;
+    return -1;
+}
+
+int ckpt_h5_close(ckpt_h5_file *f, char *err, size_t errlen) {
+    const char *what = f->path;
+    int rc = 0;
+    if (f->dxpl > 0) H5Pclose(f->dxpl);
+    f->dxpl = -1;
+    if (f->file > 0) {
+        hid_t file = f->file;
+        f->file = -1;
+        H5_CHECK(H5Fclose(file));
+    }
+    return rc;
+fail:
+    return -1;
+}
+
+int ckpt_h5_create_group(ckpt_h5_file *f, const char *path, char *err, size_t errlen) {
+    const char *what = path;
+    hid_t lcpl = -1, g = -1;
+    H5_CHECK(lcpl = H5Pcreate(H5P_LINK_CREATE));
+    H5_CHECK(H5Pset_create_intermediate_group(lcpl, 1));
+    H5_CHECK(g = H5Gcreate2(f->file, path, lcpl, H5P_DEFAULT, H5P_DEFAULT));
+    H5Gclose(g);
+    H5Pclose(lcpl);
+    return 0;
+fail:
+    if (lcpl >= 0) H5Pclose(lcpl);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- datasets */
+
+int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const int64_t *shape,
+                           ckpt_h5_dataset *d, char *err, size_t errlen) {
+    const char *what = path;
+    hid_t space = -1, dcpl = -1;
+    memset(d, 0, sizeof *d);
+    d->id = -1;
+    if (ndim < 1 || ndim > 2) {
+        set_err(err, errlen, "%s: %d dimensions (checkpoint datasets have 1 or 2)", path, ndim);
+        return -1;
+    }
+    hsize_t dims[2];
+    d->ndim = ndim;
+    d->numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        dims[i] = (hsize_t)shape[i];
+        d->shape[i] = shape[i];
+        d->numel *= (uint64_t)shape[i];
+    }
+    snprintf(d->path, sizeof d->path, "%s", path);
+    H5_CHECK(space = H5Screate_simple(ndim, dims, NULL));
+    H5_CHECK(dcpl = H5Pcreate(H5P_DATASET_CREATE));
+    H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+    /* every byte is written by some rank: writing a fill value first would double the
+     * I/O. Early allocation is what parallel HDF5 requires anyway. */
+    H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+    H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+    H5_CHECK(d->id = H5Dcreate2(f->file, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
+                                H5P_DEFAULT));
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    return 0;
+fail:
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    return -1;
+}
+
+int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, char *err,
+                         size_t errlen) {
+    const char *what = path;
+    hid_t space = -1, type = -1;
+    memset(d, 0, sizeof *d);
+    d->id = -1;
+    snprintf(d->path, sizeof d->path, "%s", path);
+    if (!ckpt_h5_exists(f, path)) {
+        set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
+        return -1;
+    }
+    H5_CHECK(d->id = H5Dopen2(f->file, path, H5P_DEFAULT));
+    H5_CHECK(type = H5Dget_type(d->id));
+    if (H5Tget_class(type) != H5T_FLOAT) {
+        set_err(err, errlen, "%s: dataset %s is not floating-point", f->path, path);
+        goto fail;
+    }
+    H5_CHECK(space = H5Dget_space(d->id));
+    int nd = H5Sget_simple_extent_ndims(space);
+    if (nd < 1 || nd > 2) {
+        set_err(err, errlen, "%s: dataset %s has %d dimensions (expected 1 or 2)", f->path, path,
+                nd);
+        goto fail;
+    }
+    hsize_t dims[2];
+    H5_CHECK(H5Sget_simple_extent_dims(space, dims, NULL));
+    d->ndim = nd;
+    d->numel = 1;
+    for (int i = 0; i < nd; i++) {
+        d->shape[i] = (int64_t)dims[i];
+        d->numel *= dims[i];
+    }
+    H5Sclose(space);
+    H5Tclose(type);
+    return 0;
+fail:
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (d->id >= 0) H5Dclose(d->id);
+    d->id = -1;
+    return -1;
+}
+
+void ckpt_h5_close_dataset(ckpt_h5_dataset *d) {
+    if (d->id >= 0) H5Dclose(d->id);
+    d->id = -1;
+}
+
+int ckpt_h5_exists(ckpt_h5_file *f, const char *path) {
+    /* every link of the path must exist for H5Lexists not to fail */
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (H5Lexists(f->file, buf, H5P_DEFAULT) <= 0) {
+                H5Eclear2(H5E_DEFAULT);
+                return 0;
+            }
+            *p = c;
+            if (!c) break;
+        }
+    }
+    return 1;
+}
+
+int ckpt_h5_range_blocks(int ndim, const int64_t *shape, uint64_t first, uint64_t count,
+                         uint64_t start[3][2], uint64_t block[3][2]) {
+    if (count == 0) return 0;
+    if (ndim == 1) {
+        start[0][0] = first, start[0][1] = 0;
+        block[0][0] = count, block[0][1] = 1;
+        return 1;
+    }
+    const uint64_t C = (uint64_t)shape[1], end = first + count;
+    uint64_t r0 = first / C, c0 = first % C, r1 = end / C, c1 = end % C;
+    int n = 0;
+    if (r0 == r1) { /* inside one row */
+        start[0][0] = r0, start[0][1] = c0;
+        block[0][0] = 1, block[0][1] = c1 - c0;
+        return 1;
+    }
+    if (c0 > 0) { /* the tail of the first row */
+        start[n][0] = r0, start[n][1] = c0;
+        block[n][0] = 1, block[n][1] = C - c0;
+        n++, r0++;
+    }
+    if (r1 > r0) { /* whole rows */
+        start[n][0] = r0, start[n][1] = 0;
+        block[n][0] = r1 - r0, block[n][1] = C;
+        n++;
+    }
+    if (c1 > 0) { /* the head of the last row */
+        start[n][0] = r1, start[n][1] = 0;
+        block[n][0] = 1, block[n][1] = c1;
+        n++;
+    }
+    return n;
+}
+
+/* Selects [first, first + count) of the dataset in its file space (none when count is
+ * 0) and a matching 1-D memory space. */
+static int select_range(ckpt_h5_dataset *d, uint64_t first, uint64_t count, hid_t *fspace,
+                        hid_t *mspace, char *err, size_t errlen) {
+    const char *what = d->path;
+    *fspace = *mspace = -1;
+    if (first + count > d->numel) {
+        set_err(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
+                (unsigned long long)first, (unsigned long long)(first + count),
+                (unsigned long long)d->numel);
+        return -1;
+    }
+    H5_CHECK(*fspace = H5Dget_space(d->id));
+    hsize_t mdim = count ? count : 1;
+    H5_CHECK(*mspace = H5Screate_simple(1, &mdim, NULL));
+    if (count == 0) {
+        H5_CHECK(H5Sselect_none(*fspace));
+        H5_CHECK(H5Sselect_none(*mspace));
+        return 0;
+    }
+    uint64_t start[3][2], block[3][2];
+    int n = ckpt_h5_range_blocks(d->ndim, d->shape, first, count, start, block);
+    for (int b = 0; b < n; b++) {
+        hsize_t st[2] = {start[b][0], start[b][1]}, cnt[2] = {block[b][0], block[b][1]};
+        H5_CHECK(H5Sselect_hyperslab(*fspace, b == 0 ? H5S_SELECT_SET : H5S_SELECT_OR, st,
+                                     NULL, cnt, NULL));
+    }
+    return 0;
+fail:
+    if (*fspace >= 0) H5Sclose(*fspace);
+    if (*mspace >= 0) H5Sclose(*mspace);
+    *fspace = *mspace = -1;
+    return -1;
+}
+
+int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                        const float *buf, char *err, size_t errlen) {
+    const char *what = d->path;
+    hid_t fs, ms;
+    static const float dummy = 0; /* HDF5 wants a buffer even for an empty selection */
+    if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;
+    H5_CHECK(H5Dwrite(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    H5Sclose(fs);
+    H5Sclose(ms);
+    return 0;
+fail:
+    H5Sclose(fs);
+    H5Sclose(ms);
+    return -1;
+}
+
+int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                       float *buf, char *err, size_t errlen) {
+    const char *what = d->path;
+    hid_t fs, ms;
+    float dummy;
+    if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;
+    H5_CHECK(H5Dread(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    H5Sclose(fs);
+    H5Sclose(ms);
+    return 0;
+fail:
+    H5Sclose(fs);
+    H5Sclose(ms);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- attributes */
+
+/* Writes a scalar attribute of file type ftype from memory type mtype. */
+static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t ftype,
+                      hid_t mtype, const void *v, char *err, size_t errlen) {
+    char what[400];
+    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    hid_t space = -1, a = -1;
+    htri_t exists;
+    H5_CHECK(exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT));
+    if (exists) H5_CHECK(H5Adelete_by_name(f->file, obj, name, H5P_DEFAULT));
+    H5_CHECK(space = H5Screate(H5S_SCALAR));
+    H5_CHECK(a = H5Acreate_by_name(f->file, obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT,
+                                   H5P_DEFAULT));
+    H5_CHECK(H5Awrite(a, mtype, v));
+    H5Aclose(a);
+    H5Sclose(space);
+    return 0;
+fail:
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    return -1;
+}
+
+int ckpt_h5_attr_write_i64(ckpt_h5_file *f, const char *obj, const char *name, int64_t v,
+                           char *err, size_t errlen) {
+    long long x = v;
+    return attr_write(f, obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, &x, err, errlen);
+}
+
+int ckpt_h5_attr_write_u64(ckpt_h5_file *f, const char *obj, const char *name, uint64_t v,
+                           char *err, size_t errlen) {
+    unsigned long long x = v;
+    return attr_write(f, obj, name, H5T_STD_U64LE, H5T_NATIVE_ULLONG, &x, err, errlen);
+}
+
+int ckpt_h5_attr_write_f64(ckpt_h5_file *f, const char *obj, const char *name, double v,
+                           char *err, size_t errlen) {
+    return attr_write(f, obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, err, errlen);
+}
+
+int ckpt_h5_attr_write_str(ckpt_h5_file *f, const char *obj, const char *name, const char *v,
+                           char *err, size_t errlen) {
+    char what[400];
+    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    hid_t type = -1;
+    /* fixed length (h5py reads it as bytes, h5dump as a string); at least one byte */
+    H5_CHECK(type = H5Tcopy(H5T_C_S1));
+    H5_CHECK(H5Tset_size(type, strlen(v) + 1));
+    H5_CHECK(H5Tset_strpad(type, H5T_STR_NULLTERM));
+    H5_CHECK(H5Tset_cset(type, H5T_CSET_UTF8));
+    int rc = attr_write(f, obj, name, type, type, v, err, errlen);
+    H5Tclose(type);
+    return rc;
+fail:
+    if (type >= 0) H5Tclose(type);
+    return -1;
+}
+
+static int attr_open(ckpt_h5_file *f, const char *obj, const char *name, hid_t *a, char *err,
+                     size_t errlen) {
+    htri_t exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT);
+    if (exists <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        set_err(err, errlen, "%s: %s has no attribute '%s' (not a shardlm checkpoint?)",
+                f->path, obj, name);
+        return -1;
+    }
+    *a = H5Aopen_by_name(f->file, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+    if (*a < 0) {
+        char msg[400];
+        h5_message(msg, sizeof msg);
+        set_err(err, errlen, "%s: attribute %s of %s: %s", f->path, name, obj, msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int attr_read(ckpt_h5_file *f, const char *obj, const char *name, hid_t mtype, void *v,
+                     char *err, size_t errlen) {
+    char what[400];
+    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    hid_t a = -1;
+    if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
+    H5_CHECK(H5Aread(a, mtype, v));
+    H5Aclose(a);
+    return 0;
+fail:
+    H5Aclose(a);
+    return -1;
+}
+
+int ckpt_h5_attr_read_i64(ckpt_h5_file *f, const char *obj, const char *name, int64_t *v,
+                          char *err, size_t errlen) {
+    long long x = 0;
+    int rc = attr_read(f, obj, name, H5T_NATIVE_LLONG, &x, err, errlen);
+    *v = x;
+    return rc;
+}
+
+int ckpt_h5_attr_read_u64(ckpt_h5_file *f, const char *obj, const char *name, uint64_t *v,
+                          char *err, size_t errlen) {
+    unsigned long long x = 0;
+    int rc = attr_read(f, obj, name, H5T_NATIVE_ULLONG, &x, err, errlen);
+    *v = x;
+    return rc;
+}
+
+int ckpt_h5_attr_read_f64(ckpt_h5_file *f, const char *obj, const char *name, double *v,
+                          char *err, size_t errlen) {
+    return attr_read(f, obj, name, H5T_NATIVE_DOUBLE, v, err, errlen);
+}
+
+int ckpt_h5_attr_read_str(ckpt_h5_file *f, const char *obj, const char *name, char **v,
+                          char *err, size_t errlen) {
+    char what[400];
+    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    hid_t a = -1, type = -1, mtype = -1;
+    *v = NULL;
+    if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
+    H5_CHECK(type = H5Aget_type(a));
+    if (H5Tget_class(type) != H5T_STRING) {
+        set_err(err, errlen, "%s: not a string", what);
+        goto fail;
+    }
+    if (H5Tis_variable_str(type) > 0) {
+        char *s = NULL;
+        H5_CHECK(mtype = H5Tcopy(H5T_C_S1));
+        H5_CHECK(H5Tset_size(mtype, H5T_VARIABLE));
+        H5_CHECK(H5Aread(a, mtype, &s));
+        *v = strdup(s ? s : "");
+        H5free_memory(s);
+    } else {
+        size_t n = H5Tget_size(type);
+        *v = calloc(n + 1, 1);
+        if (!*v) {
+            set_err(err, errlen, "%s: out of memory", what);
+            goto fail;
+        }
+        H5_CHECK(H5Aread(a, type, *v));
+    }
+    if (mtype >= 0) H5Tclose(mtype);
+    H5Tclose(type);
+    H5Aclose(a);
+    return 0;
+fail:
+    free(*v);
+    *v = NULL;
+    if (mtype >= 0) H5Tclose(mtype);
+    if (type >= 0) H5Tclose(type);
+    H5Aclose(a);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- listing */
+
+int ckpt_h5_list(ckpt_h5_file *f, const char *group, char ***names, int *n, char *err,
+                 size_t errlen) {
+    const char *what = group;
+    hid_t g = -1;
+    *names = NULL;
+    *n = 0;
+    if (!ckpt_h5_exists(f, group)) {
+        set_err(err, errlen, "%s: no group %s (not a shardlm checkpoint?)", f->path, group);
+        return -1;
+    }
+    H5G_info_t info;
+    H5_CHECK(g = H5Gopen2(f->file, group, H5P_DEFAULT));
+    H5_CHECK(H5Gget_info(g, &info));
+    *names = calloc(info.nlinks ? info.nlinks : 1, sizeof(char *));
+    if (!*names) {
+        set_err(err, errlen, "%s: out of memory", group);
+        goto fail;
+    }
+    for (hsize_t i = 0; i < info.nlinks; i++) {
+        ssize_t len;
+        H5_CHECK(len = H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, NULL, 0,
+                                          H5P_DEFAULT));
+        char *s = malloc((size_t)len + 1);
+        if (!s) {
+            set_err(err, errlen, "%s: out of memory", group);
+            goto fail;
+        }
+        (*names)[(*n)++] = s;
+        H5_CHECK(H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, s, (size_t)len + 1,
+                                    H5P_DEFAULT));
+    }
+    H5Gclose(g);
+    return 0;
+fail:
+    if (g >= 0) H5Gclose(g);
+    ckpt_h5_free_names(*names, *n);
+    *names = NULL;
+    *n = 0;
+    return -1;
+}
+
+void ckpt_h5_free_names(char **names, int n) {
+    if (!names) return;
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* ---------------------------------------------------------------- checksum */
+
+uint64_t ckpt_h5_mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+void ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count) {
+    /* sum_i (first + i)·w_i = first·sum_i w_i + sum_i i·w_i: the loop keeps 32-bit-sized
+     * products in four lanes so the compiler can vectorise it */
+    uint64_t s1 = 0, s2 = 0;
+    const unsigned char *p = (const unsigned char *)x;
+    for (uint64_t i = 0; i < count; i++) {
+        uint32_t w;
+        memcpy(&w, p + 4 * i, 4);
+        s1 += w;
+        s2 += i * (uint64_t)w;
+    }
+    acc->s1 += s1;
+    acc->s2 += s2 + first * s1;
+}
+
+uint64_t ckpt_h5_sum_final(const ckpt_h5_sum *s, uint64_t n) {
+    return ckpt_h5_mix(s->s1 ^ ckpt_h5_mix(s->s2 + n));
+}

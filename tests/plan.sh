@@ -1,0 +1,253 @@
+#!/bin/sh
+# `shardlm plan` against the paper arithmetic and against what `shardlm train` really
+# allocates and sends: (a) llama2-7b's sharded state is 16 P / S; (b) the start-up memory
+# line and the per-step comm line of small FULL_SHARD / HYBRID_SHARD runs on 2 and 4 ranks
+# equal plan's rows; (c) activation checkpointing none > selective > full, each equal to
+# plan's row, with identical losses; (d) llama2-70b on 1024 ranks plans in under 2 s;
+# (e) plan's own errors.
+#   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
+set -u
+: "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/shlm-plan.XXXXXX") || exit 99
+# SHLM_KEEP_TMP=1 keeps the job and token files, so a printed command can be rerun
+trap '[ -n "${SHLM_KEEP_TMP:-}" ] || rm -rf "$T"' EXIT
+trap 'exit 130' INT TERM
+limit=${SHLM_TEST_TIMEOUT:-60}
+wrap=""
+command -v timeout >/dev/null 2>&1 && wrap="timeout -k 5 $limit"
+n_fail=0
+n_ok=0
+fail() { echo "FAIL: $*"; n_fail=$((n_fail + 1)); }
+ok() { echo "ok: $*"; n_ok=$((n_ok + 1)); }
+
+# run CMD...: one command (under timeout), stdout to $T/out, stderr to $T/err, sets $rc
+run() {
+    echo "+ $*"
+    # shellcheck disable=SC2086
+    $wrap "$@" >"$T/out" 2>"$T/err" </dev/null
+    rc=$?
+}
+# row KEY: the bytes column of plan's row KEY in $T/out
+row() { awk -v k="$1" '$1 == k { print $2; exit }' "$T/out"; }
+# field KEY FILE: N from "KEY=N" in FILE
+field() { sed -n "s/.*[ :]$1=\([0-9][0-9]*\).*/\1/p" "$2" | head -n 1; }
+# near A B: |A - B| <= 1% of B (both non-negative integers; 0 only matches 0)
+near() {
+    awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "") exit 1
+        d = a - b; if (d < 0) d = -d; exit !(d <= 0.01 * b) }'
+}
+# check NAME MEASURED PLANNED: within 1%
+check() {
+    if near "$2" "$3"; then
+        ok "$1: $2 vs $3"
+    else
+        fail "$1: $2, expected $3 (within 1%)"
+    fi
+}
+now_ms() {
+    t=$(date +%s%N 2>/dev/null)
+    case $t in *[!0-9]* | '') echo $(($(date +%s) * 1000)) ;; *) echo $((t / 1000000)) ;; esac
+}
+
+# ---- (a) llama2-7b on 16 ranks: 16 P / S with S = 16 is P bytes per rank ----
+P7=6738415616
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 16
+cat "$T/out"
+if [ $rc -ne 0 ]; then
+    cat "$T/err"
+    fail "plan llama2-7b --ranks 16 exited $rc"
+else
+    p=$(sed -n 's/.*16 P \/ S with P = \([0-9]*\), S = \([0-9]*\).*/\1 \2/p' "$T/out")
+    if [ "$p" = "$P7 16" ]; then ok "llama2-7b: P = $P7, S = 16"; else
+        fail "llama2-7b: the 16P/S row says 'P S' = '$p', expected '$P7 16'"
+    fi
+    check "llama2-7b FULL_SHARD on 16 ranks: sharded_state_bytes ~ 16 P / 16" \
+        "$(row sharded_state_bytes)" $((16 * P7 / 16))
+    s=$(row sharded_state_bytes)
+    m=$(row master_bytes) g=$(row grad_bytes) o=$(row moments_bytes)
+    if [ -n "$s" ] && [ -n "$m" ] && [ $((m + g + o)) -eq "$s" ]; then
+        ok "llama2-7b: master + grad + moments = sharded_state_bytes"
+    else
+        fail "llama2-7b: master $m + grad $g + moments $o != sharded_state_bytes $s"
+    fi
+fi
+
+# ---- the small model, trained for 2 steps on the bundled corpus ----
+run "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
+    "$T/train.bin"
+if [ $rc -ne 0 ]; then
+    cat "$T/err"
+    echo "FAIL: cannot prepare the corpus"
+    exit 1
+fi
+cat >"$T/small.ini" <<'EOF'
+[model]
+dim = 64
+n_layers = 2
+n_heads = 4
+n_kv_heads = 2
+ffn_dim = 96
+vocab_size = 256
+
+[train]
+seq_len = 32
+micro_batch = 1
+steps = 2
+
+[data]
+train = train.bin
+EOF
+
+# train_vs_plan NAME NP ARGS...: trains small.ini on NP ranks with ARGS (--set ...), plans
+# the same job for NP ranks, and compares the start-up memory line and the comm line
+# with plan's rows. Leaves the train output in $T/NAME.train, plan's in $T/NAME.plan.
+train_vs_plan() {
+    name=$1 np=$2
+    shift 2
+    SHLM_TEST_TIMEOUT=$limit sh "$SHLM_SRCDIR/tests/mpi_test.sh" "$np" "$SHLM" train \
+        "$T/small.ini" --set log.run_dir="$T/run.$name" "$@" >"$T/$name.train" 2>&1 </dev/null
+    rc=$?
+    grep -e '^+ ' -e '^memory per rank' -e '^comm per step' "$T/$name.train"
+    if [ $rc -eq 77 ]; then
+        echo "plan: SKIP: no MPI launcher"
+        exit 77
+    fi
+    if [ $rc -ne 0 ]; then
+        tail -n 20 "$T/$name.train"
+        fail "$name: training on $np ranks exited $rc"
+        return 1
+    fi
+    run "$SHLM" plan "$T/small.ini" --ranks "$np" "$@"
+    cp "$T/out" "$T/$name.plan"
+    grep -e '_bytes' "$T/out"
+    if [ $rc -ne 0 ]; then
+        cat "$T/err"
+        fail "$name: plan --ranks $np exited $rc"
+        return 1
+    fi
+    mem="$T/$name.train"
+    check "$name: sharded_state_bytes" "$(field sharded_state_bytes "$mem")" \
+        "$(row sharded_state_bytes)"
+    check "$name: buffer_bytes = plan's gathered_bytes + grad_buffer_bytes" \
+        "$(field buffer_bytes "$mem")" $(($(row gathered_bytes) + $(row grad_buffer_bytes)))
+    check "$name: activation_bytes" "$(field activation_bytes "$mem")" \
+        "$(row activation_bytes)"
+    check "$name: comm shard_group_bytes" "$(field shard_group_bytes "$mem")" \
+        "$(row shard_group_bytes)"
+    check "$name: comm replica_group_bytes" "$(field replica_group_bytes "$mem")" \
+        "$(row replica_group_bytes)"
+    return 0
+}
+
+# ---- (b) measured vs planned ----
+train_vs_plan full2 2
+train_vs_plan full4 4
+s2=$(field sharded_state_bytes "$T/full2.train")
+s4=$(field sharded_state_bytes "$T/full4.train")
+if [ -n "$s2" ] && [ -n "$s4" ]; then
+    check "FULL_SHARD: sharded_state_bytes halves from 2 to 4 ranks" "$s4" $((s2 / 2))
+else
+    fail "FULL_SHARD: no sharded_state_bytes in the 2- or 4-rank start-up output"
+fi
+# two micro-batches per step: the shard-group traffic is per step, not per micro-batch
+train_vs_plan full4accum 4 --set train.global_batch=8
+train_vs_plan hybrid4 4 --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2
+train_vs_plan hybrid4accum 4 --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2 \
+    --set train.global_batch=8
+if grep -q 'shard group 2 x replica group 2' "$T/hybrid4.plan" &&
+    [ "$(row replica_group_bytes)" -gt 0 ] 2>/dev/null; then
+    ok "HYBRID_SHARD on 4 ranks, 2 per node: shard group 2 x replica group 2, replica traffic"
+else
+    fail "HYBRID_SHARD on 4 ranks, 2 per node: expected shard group 2 x replica group 2 and" \
+        "non-zero replica_group_bytes"
+fi
+
+# ---- (c) activation checkpointing: less memory, the same losses ----
+for ac in none selective full; do
+    train_vs_plan "ac_$ac" 2 --set fsdp.activation_checkpointing="$ac"
+done
+a_none=$(field activation_bytes "$T/ac_none.train")
+a_sel=$(field activation_bytes "$T/ac_selective.train")
+a_full=$(field activation_bytes "$T/ac_full.train")
+if [ -n "$a_none" ] && [ -n "$a_sel" ] && [ -n "$a_full" ] &&
+    [ "$a_none" -gt "$a_sel" ] && [ "$a_sel" -gt "$a_full" ]; then
+    ok "activation_bytes none $a_none > selective $a_sel > full $a_full"
+else
+    fail "activation_bytes: none '$a_none', selective '$a_sel', full '$a_full':" \
+        "expected none > selective > full"
+fi
+losses() { sed -n 's/.*"step": *\([0-9]*\),.*"loss": *\([^,]*\),.*/\1 \2/p' "$1"; }
+ref=$(losses "$T/run.ac_none/metrics.jsonl" 2>/dev/null)
+echo "losses (none): $(echo "$ref" | tr '\n' ' ')"
+if [ "$(echo "$ref" | grep -c .)" -ne 2 ]; then
+    fail "activation checkpointing none: expected 2 steps in metrics.jsonl, got '$ref'"
+else
+    for ac in selective full; do
+        got=$(losses "$T/run.ac_$ac/metrics.jsonl" 2>/dev/null)
+        if [ "$got" = "$ref" ]; then
+            ok "activation checkpointing $ac: losses identical to none"
+        else
+            fail "activation checkpointing $ac: losses '$(echo "$got" | tr '\n' ' ')'" \
+                "differ from none's"
+        fi
+    done
+fi
+
+# ---- (d) llama2-70b on 1024 ranks, 8 per node, plans fast; the job's global batch (64)
+# is below 1024 ranks x micro_batch 1, so the run sets one that fits ----
+for strategy in FULL_SHARD HYBRID_SHARD; do
+    t0=$(now_ms)
+    run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-70b.ini" --ranks 1024 --ranks-per-node 8 \
+        --set train.global_batch=1024 --set fsdp.strategy=$strategy
+    ms=$(($(now_ms) - t0))
+    cat "$T/out" "$T/err"
+    total=$(row total_bytes)
+    if [ $rc -ne 0 ] || [ -z "$total" ] || [ "$total" -le 0 ] 2>/dev/null; then
+        fail "llama2-70b $strategy on 1024 ranks: exit $rc, total_bytes '$total'"
+    elif [ $ms -ge 2000 ]; then
+        fail "llama2-70b $strategy on 1024 ranks: took $ms ms, expected under 2 s"
+    else
+        ok "llama2-70b $strategy on 1024 ranks (8 per node): total_bytes $total in $ms ms"
+    fi
+done
+if grep -q 'shard group 8 x replica group 128' "$T/out"; then
+    ok "llama2-70b HYBRID_SHARD: shard group 8 x replica group 128"
+else
+    fail "llama2-70b HYBRID_SHARD with 8 ranks per node: expected shard group 8 x replica group 128"
+fi
+
+# ---- (e) plan's errors: one line, non-zero exit ----
+# expect_error NAME PATTERN...
+expect_error() {
+    name=$1
+    shift
+    sed 's/^/    stderr: /' "$T/err"
+    lines=$(wc -l <"$T/err" | tr -d ' ')
+    if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then
+        fail "$name: exit status $rc, expected a non-zero status below 124"
+        return
+    fi
+    if [ "$lines" -ne 1 ] || ! grep -q '^shardlm: error: ' "$T/err"; then
+        fail "$name: expected exactly one 'shardlm: error: ...' line on stderr, got $lines"
+        return
+    fi
+    for p in "$@"; do
+        if ! grep -q -F -e "$p" "$T/err"; then
+            fail "$name: error line does not name '$p'"
+            return
+        fi
+    done
+    ok "$name (exit $rc)"
+}
+run "$SHLM" plan "$T/small.ini"
+expect_error "plan without --ranks" "--ranks"
+run "$SHLM" plan "$T/small.ini" --ranks 3 --ranks-per-node 2
+expect_error "plan --ranks 3 --ranks-per-node 2" small.ini ranks_per_node "world size 3"
+run "$SHLM" plan "$T/small.ini" --ranks 3 --set runtime.ranks_per_node=2
+expect_error "plan --ranks 3 --set runtime.ranks_per_node=2" small.ini ranks_per_node
+run "$SHLM" plan "$T/small.ini" --ranks 0
+expect_error "plan --ranks 0" "not a positive integer" 0
+
+echo "plan: $n_ok passed, $n_fail failed"
+[ $n_fail -eq 0 ]
