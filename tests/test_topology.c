@@ -184,7 +184,7 @@ int main(int argc, char **argv) {
     topology_options twelve = {.strategy = FSDP_HYBRID_SHARD, .ranks_per_node = 4,
                                .shard_group_size = 8};
     EXPECT(topology_check(12, &twelve, err, sizeof err) == -1 &&
-               strcmp(err, "world size 12 is not divisible by shard_group_size=8") == 0,
+               strcmp(err, "world size 12 is not divisible by fsdp.shard_group_size=8") == 0,
            "world 12: '%s'", err);
 
     int total = 0;
