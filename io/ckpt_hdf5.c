@@ -644,8 +644,8 @@ uint64_t ckpt_h5_mix(uint64_t x) {
 }
 
 void ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count) {
-    /* sum_i (first + i)·w_i = first·sum_i w_i + sum_i i·w_i: the loop keeps 32-bit-sized
-     * products in four lanes so the compiler can vectorise it */
+    /* sum_i (first + i)·w_i = first·sum_i w_i + sum_i i·w_i, so the loop does not
+     * depend on where the range starts; memcpy reads the bits without aliasing games */
     uint64_t s1 = 0, s2 = 0;
     const unsigned char *p = (const unsigned char *)x;
     for (uint64_t i = 0; i < count; i++) {

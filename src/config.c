@@ -69,6 +69,9 @@ static const key_def keys[] = {
     {"model", "rope_theta", KT_FLOAT, F(model.rope_theta), "10000", 0, 1e12, NULL,
      KF_MODEL | KF_MIN_OPEN},
     {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN},
+    /* a Hugging Face directory (config.json + safetensors) or a shardlm checkpoint whose
+     * weights start the run; a resumed checkpoint wins over it */
+    {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH},
 
     /* [train] */
     {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED},
@@ -92,6 +95,9 @@ static const key_def keys[] = {
     {"train", "sample_prompt", KT_STRING, F(sample_prompt), "", NOLIM, NULL, 0},
     {"train", "sample_temperature", KT_FLOAT, F(sample_temperature), "0.8", 0, 100, NULL, 0},
     {"train", "sample_top_p", KT_FLOAT, F(sample_top_p), "0.9", 0, 1, NULL, KF_MIN_OPEN},
+    /* 0: run to `steps`; N: stop after step N (saving a checkpoint when checkpoint.dir is
+     * set), with the learning-rate schedule of `steps` */
+    {"train", "stop_after", KT_INT, F(stop_after), "0", 0, IMAX, NULL, 0},
 
     /* [data] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
@@ -114,6 +120,13 @@ static const key_def keys[] = {
      * when the job file sets it, relative to the job file like every path in it */
     {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH},
 
+    /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
+    {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH},
+    {"checkpoint", "every", KT_INT, F(ckpt_every), "0", 0, IMAX, NULL, 0},
+    {"checkpoint", "keep", KT_INT, F(ckpt_keep), "0", 0, IMAX, NULL, 0},
+    /* auto: <dir>/latest when it exists; none; or a checkpoint file or directory */
+    {"checkpoint", "resume", KT_STRING, F(ckpt_resume), "auto", NOLIM, NULL, KF_PATH},
+
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0},
@@ -122,7 +135,8 @@ static const key_def keys[] = {
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
-static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "runtime"};
+static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "checkpoint",
+                                       "runtime"};
 #define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
 /* Where a key's value came from, for messages. */
@@ -641,6 +655,19 @@ static int resolve(loader *ld, char *err, size_t errlen) {
                 c->warmup_steps, c->steps);
         return -1;
     }
+    const int i_stop = idx("train", "stop_after"), i_every = idx("checkpoint", "every");
+    if (c->stop_after > c->steps) {
+        origin2(ld, i_stop, i_steps, at, sizeof at);
+        set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
+                c->stop_after, c->steps);
+        return -1;
+    }
+    if (c->ckpt_every > 0 && !c->ckpt_dir[0]) {
+        origin(ld, i_every, at, sizeof at);
+        set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
+                c->ckpt_every);
+        return -1;
+    }
     char why2[512];
     if (llama_config_validate(&c->model, why2, sizeof why2) != 0) {
         set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
@@ -655,6 +682,9 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
         char *field = (char *)c + keys[i].offset;
         if (!field[0] || field[0] == '/' || !slash) continue;
+        /* checkpoint.resume is a path or one of two words */
+        if (i == idx("checkpoint", "resume") && (!strcmp(field, "auto") || !strcmp(field, "none")))
+            continue;
         char joined[2100];
         int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - c->path), c->path,
                          field);

@@ -12,6 +12,8 @@ typedef struct job_config {
     /* [model] */
     char preset[64];         /* shape preset; other [model] keys override it */
     llama_config model;
+    char init_from[1024];    /* initial weights: a Hugging Face directory or a shardlm
+                              * checkpoint (weights only); empty = init from seed */
 
     /* [train] */
     int seq_len;             /* T */
@@ -30,6 +32,8 @@ typedef struct job_config {
     char sample_prompt[256];
     float sample_temperature; /* 0 = greedy */
     float sample_top_p;
+    int stop_after;          /* stop after this step (0 = at `steps`); the schedule still
+                              * spans `steps`: for time-sliced jobs and resume tests */
 
     /* [fsdp] */
     char strategy[16];       /* FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD */
@@ -48,6 +52,13 @@ typedef struct job_config {
     /* [log] */
     int log_every;
     char run_dir[1024];      /* metrics.jsonl goes here */
+
+    /* [checkpoint] */
+    char ckpt_dir[1024];     /* step_<N>.h5 and `latest` go here; empty = no checkpoints */
+    int ckpt_every;          /* save every N steps, and at the end; 0 = only at the end */
+    int ckpt_keep;           /* keep the newest K checkpoints; 0 = keep all */
+    char ckpt_resume[1024];  /* auto | none | PATH (a checkpoint file, or a directory
+                              * whose `latest` names one) */
 
     /* [runtime] */
     char backend[16];        /* auto | cpu | cuda */

@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* the events of fsdp_trace_write, in the order of fsdp.c's trace_names */
 enum { EV_GATHER_ISSUE, EV_GATHER_WAIT, EV_COMPUTE, EV_RELEASE, EV_FREE, EV_REDUCE_ISSUE,
        EV_REDUCE_DONE, EV_N };
 static const char *const ev_names[EV_N] = {"gather_issue", "gather_wait", "compute", "release",

@@ -1,0 +1,363 @@
+/* Hugging Face model directories (see hf_model.h): config.json through cJSON, the
+ * safetensors weights of one file or of an index's shards, index writing for exports. */
+#include "io/hf_model.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* Reads a whole (small) text file; NULL with err on failure. */
+static char *read_text(const char *path, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 65536;
+            char *g = realloc(buf, cap);
+            if (!g) {
+                free(buf);
+                fclose(f);
+                set_err(err, errlen, "%s: out of memory", path);
+                return NULL;
+            }
+            buf = g;
+        }
+        size_t got = fread(buf + n, 1, 4096, f);
+        n += got;
+        if (got < 4096) break;
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        set_err(err, errlen, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* A number member as int; absent -> def (or an error when def < 0 means required). */
+static int get_int(const cJSON *o, const char *key, int def, int *out, const char *path,
+                   char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        if (def < 0) {
+            set_err(err, errlen, "%s: \"%s\" is missing", path, key);
+            return -1;
+        }
+        *out = def;
+        return 0;
+    }
+    double d = v->valuedouble;
+    if (!cJSON_IsNumber(v) || d != floor(d) || d < 0 || d > 2147483647.0) {
+        set_err(err, errlen, "%s: \"%s\" must be a non-negative integer", path, key);
+        return -1;
+    }
+    *out = (int)d;
+    return 0;
+}
+
+static int get_double(const cJSON *o, const char *key, double def, double *out,
+                      const char *path, char *err, size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v)) {
+        set_err(err, errlen, "%s: \"%s\" must be a number", path, key);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int is_true(const cJSON *o, const char *key) {
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = read_text(path, err, errlen);
+    if (!text) return -1;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        set_err(err, errlen, "%s: not a JSON object", path);
+        cJSON_Delete(j);
+        return -1;
+    }
+    memset(c, 0, sizeof *c);
+    int rc = -1;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
+    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0) {
+        set_err(err, errlen, "%s: model_type \"%s\" is not \"llama\"", path, mt->valuestring);
+        goto done;
+    }
+    if (get_int(j, "hidden_size", -1, &c->hidden_size, path, err, errlen) ||
+        get_int(j, "num_hidden_layers", -1, &c->num_hidden_layers, path, err, errlen) ||
+        get_int(j, "num_attention_heads", -1, &c->num_attention_heads, path, err, errlen) ||
+        get_int(j, "intermediate_size", -1, &c->intermediate_size, path, err, errlen) ||
+        get_int(j, "vocab_size", -1, &c->vocab_size, path, err, errlen) ||
+        get_int(j, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads, path,
+                err, errlen) ||
+        get_int(j, "max_position_embeddings", 2048, &c->max_position_embeddings, path, err,
+                errlen) ||
+        get_double(j, "rms_norm_eps", 1e-6, &c->rms_norm_eps, path, err, errlen))
+        goto done;
+    if (c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads != 0) {
+        set_err(err, errlen, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
+                path, c->hidden_size, c->num_attention_heads);
+        goto done;
+    }
+    if (get_int(j, "head_dim", c->hidden_size / c->num_attention_heads, &c->head_dim, path, err,
+                errlen))
+        goto done;
+    /* newer transformers keep rope_theta inside rope_parameters */
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (get_double(j, "rope_theta", 10000.0, &c->rope_theta, path, err, errlen)) goto done;
+    if (cJSON_IsObject(rp)) {
+        if (get_double(rp, "rope_theta", c->rope_theta, &c->rope_theta, path, err, errlen))
+            goto done;
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") != 0) {
+            set_err(err, errlen, "%s: rope_parameters.rope_type \"%s\" is not supported (only "
+                    "plain RoPE)", path, rt->valuestring);
+            goto done;
+        }
+    }
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE)", path);
+        goto done;
+    }
+    if (is_true(j, "attention_bias") || is_true(j, "mlp_bias")) {
+        set_err(err, errlen, "%s: attention_bias / mlp_bias are not supported", path);
+        goto done;
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
+        set_err(err, errlen, "%s: hidden_act \"%s\" is not supported (only silu)", path,
+                act->valuestring);
+        goto done;
+    }
+    c->tie_word_embeddings = is_true(j, "tie_word_embeddings");
+    rc = 0;
+done:
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* Writes text to path through path.tmp + fsync + rename. */
+static int write_text_atomic(const char *path, const char *text, char *err, size_t errlen) {
+    char tmp[1200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    size_t n = strlen(text);
+    int bad = fwrite(text, 1, n, f) != n;
+    bad |= fflush(f) != 0;
+    bad |= fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad) {
+        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
+        set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
+                    size_t errlen) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
+    cJSON_AddStringToObject(j, "model_type", "llama");
+    cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
+    cJSON_AddNumberToObject(j, "intermediate_size", c->intermediate_size);
+    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_hidden_layers);
+    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_attention_heads);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_key_value_heads);
+    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
+    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
+    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
+    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
+    cJSON_AddNullToObject(j, "rope_scaling");
+    cJSON_AddStringToObject(j, "hidden_act", "silu");
+    cJSON_AddBoolToObject(j, "attention_bias", 0);
+    cJSON_AddBoolToObject(j, "mlp_bias", 0);
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddNumberToObject(j, "pretraining_tp", 1);
+    cJSON_AddBoolToObject(j, "use_cache", 1);
+    cJSON_AddStringToObject(j, "torch_dtype", torch_dtype);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) {
+        set_err(err, errlen, "%s/config.json: out of memory", dir);
+        return -1;
+    }
+    char path[1100];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t n = strlen(text);
+    char *withnl = malloc(n + 2);
+    int rc = -1;
+    if (withnl) {
+        memcpy(withnl, text, n);
+        strcpy(withnl + n, "\n");
+        rc = write_text_atomic(path, withnl, err, errlen);
+    } else {
+        set_err(err, errlen, "%s: out of memory", path);
+    }
+    free(withnl);
+    free(text);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- weights */
+
+static int add_file(hf_weights *w, const char *name, char *err, size_t errlen) {
+    for (int i = 0; i < w->n_files; i++) {
+        const char *base = strrchr(w->files[i].path, '/');
+        if (strcmp(base ? base + 1 : w->files[i].path, name) == 0) return 0;
+    }
+    if (strchr(name, '/') || strcmp(name, "..") == 0) {
+        set_err(err, errlen, "%s: index names a file outside the directory: %s", w->dir, name);
+        return -1;
+    }
+    safetensors_file *g = realloc(w->files, (size_t)(w->n_files + 1) * sizeof *g);
+    if (!g) {
+        set_err(err, errlen, "%s: out of memory", w->dir);
+        return -1;
+    }
+    w->files = g;
+    char path[2200];
+    snprintf(path, sizeof path, "%s/%s", w->dir, name);
+    if (safetensors_open(&w->files[w->n_files], path, err, errlen) != 0) return -1;
+    w->n_files++;
+    return 0;
+}
+
+int hf_weights_open(hf_weights *w, const char *dir, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (access(path, F_OK) == 0) {
+        char *text = read_text(path, err, errlen);
+        if (!text) return -1;
+        cJSON *j = cJSON_Parse(text);
+        free(text);
+        const cJSON *map = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
+        if (!cJSON_IsObject(map)) {
+            set_err(err, errlen, "%s: no \"weight_map\" object", path);
+            cJSON_Delete(j);
+            return -1;
+        }
+        const cJSON *e;
+        cJSON_ArrayForEach(e, map) {
+            if (!cJSON_IsString(e)) {
+                set_err(err, errlen, "%s: weight_map[\"%s\"] is not a file name", path,
+                        e->string);
+                cJSON_Delete(j);
+                hf_weights_close(w);
+                return -1;
+            }
+            if (add_file(w, e->valuestring, err, errlen) != 0) {
+                cJSON_Delete(j);
+                hf_weights_close(w);
+                return -1;
+            }
+        }
+        cJSON_Delete(j);
+        if (w->n_files == 0) {
+            set_err(err, errlen, "%s: weight_map is empty", path);
+            return -1;
+        }
+        return 0;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (access(path, F_OK) != 0) {
+        set_err(err, errlen, "%s: neither model.safetensors nor model.safetensors.index.json "
+                "is there", dir);
+        return -1;
+    }
+    if (add_file(w, "model.safetensors", err, errlen) != 0) {
+        hf_weights_close(w);
+        return -1;
+    }
+    return 0;
+}
+
+void hf_weights_close(hf_weights *w) {
+    for (int i = 0; i < w->n_files; i++) safetensors_close(&w->files[i]);
+    free(w->files);
+    w->files = NULL;
+    w->n_files = 0;
+}
+
+int hf_weights_find(hf_weights *w, const char *name, safetensors_file **file,
+                    const safetensors_tensor **t, char *err, size_t errlen) {
+    for (int i = 0; i < w->n_files; i++) {
+        const safetensors_tensor *x = safetensors_find(&w->files[i], name);
+        if (x) {
+            *file = &w->files[i];
+            *t = x;
+            return 0;
+        }
+    }
+    set_err(err, errlen, "%s: no tensor %s in its safetensors", w->dir, name);
+    return -1;
+}
+
+int hf_index_write(const char *dir, int n, const char *const *names,
+                   const char *const *files, unsigned long long total_size, char *err,
+                   size_t errlen) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(j, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total_size);
+    cJSON *map = cJSON_AddObjectToObject(j, "weight_map");
+    for (int i = 0; i < n; i++) cJSON_AddStringToObject(map, names[i], files[i]);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    if (!text) {
+        set_err(err, errlen, "%s: out of memory", dir);
+        return -1;
+    }
+    char path[1200];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    int rc = write_text_atomic(path, text, err, errlen);
+    free(text);
+    return rc;
+}

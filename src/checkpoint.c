@@ -1,0 +1,800 @@
+/* Checkpoints (see checkpoint.h): shard-to-tensor slices for save and load, the commit
+ * protocol and `latest`, keep-K pruning, resume resolution, Hugging Face import. */
+#include "src/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "io/ckpt_hdf5.h"
+#include "io/hf_model.h"
+#include "kernels/check.h"
+#include "shlm_config.h"
+#include "src/shard.h"
+
+enum { CKPT_FORMAT_VERSION = 1, N_KINDS = 3 };
+
+const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
+                                                     "/optim/exp_avg_sq"};
+#define kind_group checkpoint_groups
+
+#define CKPT_CHECKSUM_DOC                                                                  \
+    "sum64-pos: w_i = 32-bit word of element i (row-major), n elements, mod 2^64: "       \
+    "s1 = sum w_i, s2 = sum i*w_i, checksum = mix(s1 ^ mix(s2 + n)), mix = splitmix64 "   \
+    "finaliser (x += 0x9E3779B97F4A7C15; x = (x ^ x>>30) * 0xBF58476D1CE4E5B9; "          \
+    "x = (x ^ x>>27) * 0x94D049BB133111EB; x ^ x>>31)"
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_err(char *err, size_t errlen, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* All ranks of comm agree on success: 0 when every rank passed ok, else -1 on every rank
+ * with the lowest failing rank's message copied into every rank's err. */
+static int agree(MPI_Comm comm, int ok, char *err, size_t errlen) {
+    int rank, size;
+    MPI_CHECK(MPI_Comm_rank(comm, &rank));
+    MPI_CHECK(MPI_Comm_size(comm, &size));
+    int first = ok ? size : rank;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
+    if (first == size) return 0;
+    char buf[1536];
+    snprintf(buf, sizeof buf, "%s", rank == first ? err : "");
+    MPI_CHECK(MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, first, comm));
+    snprintf(err, errlen, "%s", buf);
+    return -1;
+}
+
+static int mkdir_p(const char *path, char *err, size_t errlen) {
+    char tmp[1024];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
+    return 0;
+fail:
+    set_err(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
+    return -1;
+}
+
+/* fsync of a file or directory by path (what rename-based commits need to be durable). */
+static int fsync_path(const char *path, int is_dir, char *err, size_t errlen) {
+    int fd = open(path, (is_dir ? O_DIRECTORY : 0) | O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) {
+        set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* The piece of this rank's shard of unit u that it writes on save and checksums on
+ * load: the shard split into replica_size pieces, so that replicas, which hold the same
+ * shard, move each byte once. */
+static void my_piece(fsdp_engine *e, const topology *t, int u, size_t *begin, size_t *end) {
+    size_t b, en;
+    fsdp_shard_range(e, u, &b, &en);
+    const size_t n = en - b, R = (size_t)t->replica_size, j = (size_t)t->replica_rank;
+    *begin = b + n * j / R;
+    *end = b + n * (j + 1) / R;
+}
+
+/* Every tensor of the layout in (unit, tensor) order, as a flat list. */
+typedef struct tensor_ref {
+    int unit;
+    const llama_tensor *t;
+} tensor_ref;
+
+static tensor_ref *list_tensors(const llama_layout *lay, int *n) {
+    int total = 0;
+    for (int u = 0; u < lay->n_units; u++) total += lay->units[u].n_tensors;
+    tensor_ref *r = malloc((size_t)total * sizeof *r);
+    SHLM_CHECK_ALLOC(r);
+    int k = 0;
+    for (int u = 0; u < lay->n_units; u++)
+        for (int i = 0; i < lay->units[u].n_tensors; i++) r[k++] = (tensor_ref){u, &lay->units[u].tensors[i]};
+    *n = total;
+    return r;
+}
+
+static size_t max_shard_numel(fsdp_engine *e) {
+    size_t m = 1;
+    for (int u = 0; u < fsdp_layout(e)->n_units; u++) {
+        size_t b, en;
+        fsdp_shard_range(e, u, &b, &en);
+        if (en - b > m) m = en - b;
+    }
+    return m;
+}
+
+/* ---------------------------------------------------------------- shape */
+
+static int read_shape(ckpt_h5_file *f, llama_config *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    struct {
+        const char *name;
+        int *field;
+    } ints[] = {{"model.dim", &out->dim},         {"model.n_layers", &out->n_layers},
+                {"model.n_heads", &out->n_heads}, {"model.n_kv_heads", &out->n_kv_heads},
+                {"model.head_dim", &out->head_dim}, {"model.ffn_dim", &out->ffn_dim},
+                {"model.vocab_size", &out->vocab_size},
+                {"model.max_seq_len", &out->max_seq_len}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        int64_t v;
+        if (ckpt_h5_attr_read_i64(f, "/", ints[i].name, &v, err, errlen) != 0) return -1;
+        *ints[i].field = (int)v;
+    }
+    double eps, theta, std;
+    if (ckpt_h5_attr_read_f64(f, "/", "model.norm_eps", &eps, err, errlen) != 0 ||
+        ckpt_h5_attr_read_f64(f, "/", "model.rope_theta", &theta, err, errlen) != 0 ||
+        ckpt_h5_attr_read_f64(f, "/", "model.init_std", &std, err, errlen) != 0)
+        return -1;
+    out->norm_eps = (float)eps;
+    out->rope_theta = (float)theta;
+    out->init_std = (float)std;
+    return 0;
+}
+
+int checkpoint_check_shape(const char *path, const llama_config *s, const llama_config *m,
+                           char *err, size_t errlen) {
+    struct {
+        const char *key;
+        int stored, job;
+    } f[] = {{"dim", s->dim, m->dim},
+             {"n_layers", s->n_layers, m->n_layers},
+             {"n_heads", s->n_heads, m->n_heads},
+             {"n_kv_heads", s->n_kv_heads, m->n_kv_heads},
+             {"ffn_dim", s->ffn_dim, m->ffn_dim},
+             {"vocab_size", s->vocab_size, m->vocab_size}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (f[i].stored == f[i].job) continue;
+        set_err(err, errlen,
+                "%s holds a different model: [model] %s = %d there, %d in this job (checkpoint: "
+                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d); "
+                "refusing to load it", path, f[i].key, f[i].stored, f[i].job, s->dim,
+                s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim, s->vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- save */
+
+/* Writes the root attributes: training state, job, topology, model shape. */
+static int write_state_attrs(ckpt_h5_file *f, const topology *topo, const job_config *cfg,
+                             const ckpt_state *st, char *err, size_t errlen) {
+    const llama_config *m = &cfg->model;
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    unsigned maj = 0, min = 0, rel = 0;
+    H5get_libversion(&maj, &min, &rel);
+    char h5v[32];
+    snprintf(h5v, sizeof h5v, "%u.%u.%u", maj, min, rel);
+#define I64(name, v) if (ckpt_h5_attr_write_i64(f, "/", name, (int64_t)(v), err, errlen)) return -1
+#define U64(name, v) if (ckpt_h5_attr_write_u64(f, "/", name, (uint64_t)(v), err, errlen)) return -1
+#define F64(name, v) if (ckpt_h5_attr_write_f64(f, "/", name, (double)(v), err, errlen)) return -1
+#define STR(name, v) if (ckpt_h5_attr_write_str(f, "/", name, (v), err, errlen)) return -1
+    STR("format", "shardlm-checkpoint");
+    I64("format_version", CKPT_FORMAT_VERSION);
+    STR("shardlm_version", PACKAGE_VERSION);
+    STR("hdf5_version", h5v);
+    STR("created_utc", when);
+    STR("checksum_algorithm", CKPT_CHECKSUM_DOC);
+    /* where training stands */
+    I64("step", st->step);
+    I64("tokens_seen", st->tokens_seen);
+    U64("data_position", st->data_position);
+    F64("lr_last", st->lr_last);
+    I64("adamw_step", st->step);
+    /* the sharding it was saved with (informative: any other loads it) */
+    STR("fsdp.strategy", strategy_name(topo->strategy));
+    I64("world_size", topo->world_size);
+    I64("shard_group_size", topo->shard_size);
+    I64("replica_group_size", topo->replica_size);
+    /* the job: what the schedule, data order and optimizer were */
+    U64("train.seed", st->seed);
+    I64("data.shuffle", st->shuffle);
+    I64("train.global_batch", st->global_batch);
+    I64("train.seq_len", st->seq_len);
+    I64("train.micro_batch", cfg->micro_batch);
+    I64("train.steps", cfg->steps);
+    F64("train.lr", cfg->lr);
+    F64("train.min_lr", cfg->min_lr);
+    I64("train.warmup_steps", cfg->warmup_steps);
+    F64("train.beta1", cfg->beta1);
+    F64("train.beta2", cfg->beta2);
+    F64("train.eps", cfg->eps);
+    F64("train.weight_decay", cfg->weight_decay);
+    F64("train.grad_clip", cfg->grad_clip);
+    STR("job_path", cfg->path);
+    STR("job_text", cfg->text ? cfg->text : "");
+    /* the model's shape */
+    I64("model.dim", m->dim);
+    I64("model.n_layers", m->n_layers);
+    I64("model.n_heads", m->n_heads);
+    I64("model.n_kv_heads", m->n_kv_heads);
+    I64("model.head_dim", m->head_dim);
+    I64("model.ffn_dim", m->ffn_dim);
+    I64("model.vocab_size", m->vocab_size);
+    I64("model.max_seq_len", m->max_seq_len);
+    F64("model.norm_eps", m->norm_eps);
+    F64("model.rope_theta", m->rope_theta);
+    F64("model.init_std", m->init_std);
+    I64("model.param_count", llama_param_count(m));
+#undef I64
+#undef U64
+#undef F64
+#undef STR
+    return 0;
+}
+
+/* SHLM_TEST_KILL_IN_SAVE=RANK[:STEP]: whether this rank dies in the save of `step`. */
+static int kill_requested(int rank, int64_t step) {
+    const char *v = getenv("SHLM_TEST_KILL_IN_SAVE");
+    if (!v || !*v) return 0;
+    long r = -1;
+    long long s = -1;
+    int n = sscanf(v, "%ld:%lld", &r, &s);
+    return n >= 1 && r == rank && (n == 1 || s == step);
+}
+
+/* Renames tmp into place, fsyncs, and points <dir>/latest at it (rank 0 only). */
+static int commit(const char *dir, const char *tmp, const char *final, const char *name,
+                  char *err, size_t errlen) {
+    if (fsync_path(tmp, 0, err, errlen) != 0) return -1;
+    if (rename(tmp, final) != 0) {
+        set_err(err, errlen, "renaming %s to %s: %s", tmp, final, strerror(errno));
+        return -1;
+    }
+    if (fsync_path(dir, 1, err, errlen) != 0) return -1;
+    char latest[1100], latest_tmp[1200];
+    snprintf(latest, sizeof latest, "%s/latest", dir);
+    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
+    FILE *lf = fopen(latest_tmp, "w");
+    if (!lf) {
+        set_err(err, errlen, "%s: %s", latest_tmp, strerror(errno));
+        return -1;
+    }
+    int bad = fprintf(lf, "%s\n", name) < 0;
+    bad |= fflush(lf) != 0;
+    bad |= fsync(fileno(lf)) != 0;
+    bad |= fclose(lf) != 0;
+    if (bad || rename(latest_tmp, latest) != 0) {
+        set_err(err, errlen, "updating %s: %s", latest, strerror(errno));
+        unlink(latest_tmp);
+        return -1;
+    }
+    return fsync_path(dir, 1, err, errlen);
+}
+
+static int cmp_i64_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* keep > 0: removes step_*.h5 beyond the newest `keep` (never `saved`), and the
+ * step_*.h5.tmp of failed saves. Rank 0 only; problems are printed, not fatal. */
+static void prune(const char *dir, int keep, int64_t saved) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int64_t *steps = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    char path[2100];
+    while ((de = readdir(d))) {
+        long long s;
+        int used = 0;
+        if (sscanf(de->d_name, "step_%lld.h5%n", &s, &used) != 1) continue;
+        char canon[64];
+        snprintf(canon, sizeof canon, "step_%lld.h5", s);
+        if (strcmp(de->d_name, canon) == 0) {
+            if (n == cap) {
+                cap = cap ? 2 * cap : 64;
+                int64_t *g = realloc(steps, cap * sizeof *steps);
+                if (!g) break;
+                steps = g;
+            }
+            steps[n++] = s;
+        } else if (keep > 0 && strcmp(de->d_name + used, ".tmp") == 0 && s != saved) {
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            if (unlink(path) == 0) printf("checkpoint: removed %s (left by a failed save)\n", path);
+        }
+    }
+    closedir(d);
+    if (keep > 0 && n > (size_t)keep) {
+        qsort(steps, n, sizeof *steps, cmp_i64_desc);
+        for (size_t i = (size_t)keep; i < n; i++) {
+            if (steps[i] == saved) continue;
+            snprintf(path, sizeof path, "%s/step_%lld.h5", dir, (long long)steps[i]);
+            if (unlink(path) == 0) printf("checkpoint: removed %s (checkpoint.keep = %d)\n", path, keep);
+            else fprintf(stderr, "shardlm: warning: cannot remove %s: %s\n", path, strerror(errno));
+        }
+    }
+    free(steps);
+}
+
+int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen) {
+    /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
+    signal(SIGXFSZ, SIG_IGN);
+    MPI_Comm comm = topo->world;
+    const int rank = topo->world_rank;
+    const double t0 = MPI_Wtime();
+    const llama_layout *lay = fsdp_layout(e);
+    char name[64], final[1100], tmp[1200];
+    snprintf(name, sizeof name, "step_%lld.h5", (long long)st->step);
+    snprintf(final, sizeof final, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", final);
+
+    int ok = rank != 0 || mkdir_p(dir, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) return -1;
+
+    int nt;
+    tensor_ref *tl = list_tensors(lay, &nt);
+    const int nd = N_KINDS * nt;
+    ckpt_h5_dataset *ds = calloc((size_t)nd, sizeof *ds);
+    uint64_t *sums = calloc((size_t)nd * 2, sizeof *sums);
+    float *buf = malloc(max_shard_numel(e) * sizeof(float));
+    SHLM_CHECK_ALLOC(ds);
+    SHLM_CHECK_ALLOC(sums);
+    SHLM_CHECK_ALLOC(buf);
+    for (int i = 0; i < nd; i++) ds[i].id = -1;
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    ckpt_h5_options opt;
+    ckpt_h5_default_options(&opt);
+    double t_data = 0, t_close = 0;
+    uint64_t bytes = 0;
+
+    ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail;
+    for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
+    for (int i = 0; ok && i < nd; i++) {
+        const llama_tensor *t = tl[i % nt].t;
+        char path[256];
+        snprintf(path, sizeof path, "%s/%s", kind_group[i / nt], t->name);
+        ok = ckpt_h5_create_dataset(&f, path, t->ndim, t->shape, &ds[i], err, errlen) == 0;
+        bytes += t->numel * sizeof(float);
+    }
+    if (agree(comm, ok, err, errlen)) goto fail;
+    t_data = MPI_Wtime();
+
+    /* the data: per state kind and unit, this rank's shard once from the engine, then
+     * its piece of every tensor the shard overlaps */
+    const int kill_me = kill_requested(rank, st->step);
+    int done = 0;
+    for (int k = 0; k < N_KINDS; k++) {
+        for (int u = 0; u < lay->n_units; u++) {
+            size_t sb, se, pb, pe;
+            fsdp_shard_range(e, u, &sb, &se);
+            my_piece(e, topo, u, &pb, &pe);
+            fsdp_get_state(e, u, (fsdp_state_kind)k, buf);
+            for (int i = 0; i < nt; i++) {
+                if (tl[i].unit != u) continue;
+                const int di = k * nt + i;
+                const llama_tensor *t = tl[i].t;
+                shard_overlap ov;
+                shard_intersect(pb, pe, t->offset, t->numel, &ov);
+                const float *src = buf + (ov.count ? ov.flat_offset - sb : 0);
+                ok = ckpt_h5_write_range(&f, &ds[di], ov.tensor_offset, ov.count, src, err,
+                                         errlen) == 0;
+                ckpt_h5_sum s = {0, 0};
+                ckpt_h5_sum_add(&s, src, ov.tensor_offset, ov.count);
+                sums[2 * di] = s.s1;
+                sums[2 * di + 1] = s.s2;
+                if (agree(comm, ok, err, errlen)) goto fail;
+                if (kill_me && ++done == nd / 2) {
+                    fprintf(stderr, "shardlm: SHLM_TEST_KILL_IN_SAVE: rank %d raises SIGKILL "
+                            "after %d of %d datasets of %s\n", rank, done, nd, tmp);
+                    fflush(stderr);
+                    raise(SIGKILL);
+                }
+            }
+        }
+    }
+    /* complete the checksums: every element was summed by exactly one rank */
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
+    ok = 1;
+    for (int i = 0; ok && i < nd; i++) {
+        ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
+        ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum",
+                                    ckpt_h5_sum_final(&s, ds[i].numel), err, errlen) == 0;
+    }
+    if (ok) ok = write_state_attrs(&f, topo, cfg, st, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail;
+    t_close = MPI_Wtime();
+    for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
+    ok = ckpt_h5_close(&f, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail;
+
+    /* commit: only now does the checkpoint exist under its name and in `latest` */
+    const double t_commit = MPI_Wtime();
+    ok = rank != 0 || commit(dir, tmp, final, name, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail_closed;
+    const double t1 = MPI_Wtime();
+    if (rank == 0) {
+        printf("checkpoint: saved step %lld to %s: %.3f GB in %.3f s = %.2f GB/s (create %.3f s, "
+               "data %.3f s, close %.3f s, fsync+rename %.3f s; %d ranks, %s)\n",
+               (long long)st->step, final, bytes / 1e9,
+               t1 - t0, bytes / 1e9 / (t1 - t0), t_data - t0, t_close - t_data,
+               t_commit - t_close, t1 - t_commit, topo->world_size,
+               opt.collective_io ? "collective I/O" : "independent I/O");
+        prune(dir, keep, st->step);
+        fflush(stdout);
+    }
+    free(tl);
+    free(ds);
+    free(sums);
+    free(buf);
+    return 0;
+
+fail:
+    for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
+    {
+        char ignored[256];
+        ckpt_h5_close(&f, ignored, sizeof ignored);
+    }
+fail_closed:
+    MPI_Barrier(comm);
+    if (rank == 0) unlink(tmp);
+    {
+        char why[1536];
+        snprintf(why, sizeof why, "%s", err);
+        set_err(err, errlen, "checkpoint save of step %lld failed, %s removed, earlier "
+                "checkpoints and %s/latest untouched: %s", (long long)st->step, tmp, dir, why);
+    }
+    free(tl);
+    free(ds);
+    free(sums);
+    free(buf);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static int read_state_attrs(ckpt_h5_file *f, ckpt_state *st, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    int64_t v;
+    char *s = NULL;
+    double lr;
+    if (ckpt_h5_attr_read_i64(f, "/", "step", &st->step, err, errlen) ||
+        ckpt_h5_attr_read_i64(f, "/", "tokens_seen", &st->tokens_seen, err, errlen) ||
+        ckpt_h5_attr_read_u64(f, "/", "data_position", &st->data_position, err, errlen) ||
+        ckpt_h5_attr_read_u64(f, "/", "train.seed", &st->seed, err, errlen) ||
+        ckpt_h5_attr_read_f64(f, "/", "lr_last", &lr, err, errlen))
+        return -1;
+    st->lr_last = lr;
+    struct {
+        const char *name;
+        int *field;
+    } ints[] = {{"data.shuffle", &st->shuffle},       {"train.global_batch", &st->global_batch},
+                {"train.seq_len", &st->seq_len},      {"world_size", &st->world_size},
+                {"shard_group_size", &st->shard_size}, {"replica_group_size", &st->replica_size}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ckpt_h5_attr_read_i64(f, "/", ints[i].name, &v, err, errlen)) return -1;
+        *ints[i].field = (int)v;
+    }
+    if (ckpt_h5_attr_read_str(f, "/", "fsdp.strategy", &s, err, errlen)) return -1;
+    snprintf(st->strategy, sizeof st->strategy, "%s", s);
+    free(s);
+    return 0;
+}
+
+int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_config *shape,
+                    ckpt_state *st, char *err, size_t errlen) {
+    if (ckpt_h5_open(f, path, comm, err, errlen) != 0) return -1;
+    char *fmt = NULL;
+    int64_t ver = 0;
+    if (ckpt_h5_attr_read_str(f, "/", "format", &fmt, err, errlen) != 0 ||
+        strcmp(fmt, "shardlm-checkpoint") != 0 ||
+        ckpt_h5_attr_read_i64(f, "/", "format_version", &ver, err, errlen) != 0) {
+        set_err(err, errlen, "%s: not a shardlm checkpoint (no format attribute)", path);
+        free(fmt);
+        return -1;
+    }
+    free(fmt);
+    if (ver != CKPT_FORMAT_VERSION) {
+        set_err(err, errlen, "%s: checkpoint format version %lld, this shardlm reads %d", path,
+                (long long)ver, CKPT_FORMAT_VERSION);
+        return -1;
+    }
+    llama_config sh;
+    ckpt_state s;
+    if (read_shape(f, shape ? shape : &sh, err, errlen) != 0 ||
+        read_state_attrs(f, st ? st : &s, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
+int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                    const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
+                    size_t errlen) {
+    MPI_Comm comm = topo->world;
+    const int rank = topo->world_rank;
+    const double t0 = MPI_Wtime();
+    const llama_layout *lay = fsdp_layout(e);
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    int nt;
+    tensor_ref *tl = list_tensors(lay, &nt);
+    const int nk = what == CKPT_LOAD_ALL ? N_KINDS : 1, nd = nk * nt;
+    uint64_t *sums = calloc((size_t)nd * 2, sizeof *sums), *stored = calloc((size_t)nd, 8);
+    float *buf = malloc(max_shard_numel(e) * sizeof(float));
+    SHLM_CHECK_ALLOC(sums);
+    SHLM_CHECK_ALLOC(stored);
+    SHLM_CHECK_ALLOC(buf);
+    ckpt_state st;
+    llama_config shape;
+    uint64_t bytes = 0;
+    int rc = -1;
+
+    int ok = checkpoint_open(&f, path, comm, &shape, &st, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto done;
+    ok = checkpoint_check_shape(path, &shape, mc, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto done;
+
+    for (int k = 0; k < nk; k++) {
+        for (int u = 0; u < lay->n_units; u++) {
+            size_t sb, se, pb, pe;
+            fsdp_shard_range(e, u, &sb, &se);
+            my_piece(e, topo, u, &pb, &pe);
+            memset(buf, 0, (se - sb) * sizeof(float)); /* padding stays zero */
+            for (int i = 0; i < nt; i++) {
+                if (tl[i].unit != u) continue;
+                const int di = k * nt + i;
+                const llama_tensor *t = tl[i].t;
+                char dpath[256];
+                snprintf(dpath, sizeof dpath, "%s/%s", kind_group[k], t->name);
+                ckpt_h5_dataset d = {.id = -1};
+                ok = ckpt_h5_open_dataset(&f, dpath, &d, err, errlen) == 0;
+                if (ok && (d.ndim != t->ndim || d.shape[0] != t->shape[0] ||
+                           (t->ndim == 2 && d.shape[1] != t->shape[1]))) {
+                    set_err(err, errlen, "%s: dataset %s has shape [%lld%s%lld], the model "
+                            "needs [%lld%s%lld]", path, dpath, (long long)d.shape[0],
+                            d.ndim == 2 ? ", " : "", d.ndim == 2 ? (long long)d.shape[1] : 0LL,
+                            (long long)t->shape[0], t->ndim == 2 ? ", " : "",
+                            t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+                    ok = 0;
+                }
+                if (ok) ok = ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored[di], err, errlen) == 0;
+                /* read what the whole shard needs; sum only this rank's piece of it */
+                shard_overlap ov, pv;
+                shard_intersect(sb, se, t->offset, t->numel, &ov);
+                shard_intersect(pb, pe, t->offset, t->numel, &pv);
+                if (ok)
+                    ok = ckpt_h5_read_range(&f, &d, ov.tensor_offset, ov.count,
+                                            buf + (ov.count ? ov.flat_offset - sb : 0), err,
+                                            errlen) == 0;
+                if (ok && pv.count) {
+                    ckpt_h5_sum s = {0, 0};
+                    ckpt_h5_sum_add(&s, buf + (pv.flat_offset - sb), pv.tensor_offset, pv.count);
+                    sums[2 * di] = s.s1;
+                    sums[2 * di + 1] = s.s2;
+                }
+                ckpt_h5_close_dataset(&d);
+                bytes += t->numel * sizeof(float);
+                if (agree(comm, ok, err, errlen)) goto done;
+            }
+            fsdp_set_state(e, u, (fsdp_state_kind)k, buf);
+        }
+    }
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
+    for (int i = 0; i < nd; i++) {
+        ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
+        uint64_t got = ckpt_h5_sum_final(&s, tl[i % nt].t->numel);
+        if (got != stored[i]) {
+            set_err(err, errlen, "%s: dataset %s/%s is corrupt: checksum 0x%016llx, stored "
+                    "0x%016llx", path, kind_group[i / nt], tl[i % nt].t->name,
+                    (unsigned long long)got, (unsigned long long)stored[i]);
+            goto done; /* the same verdict on every rank: the sums are global */
+        }
+    }
+    ok = ckpt_h5_close(&f, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto done;
+    if (rank == 0) {
+        double dt = MPI_Wtime() - t0;
+        printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %.3f GB in %.3f s "
+               "= %.2f GB/s, checksums ok\n", what == CKPT_LOAD_ALL ? "weights and optimizer" :
+               "weights", path, (long long)st.step, st.world_size, st.strategy, bytes / 1e9, dt,
+               bytes / 1e9 / dt);
+        fflush(stdout);
+    }
+    if (st_out) *st_out = st;
+    rc = 0;
+done:
+    if (f.file >= 0) {
+        char ignored[256];
+        ckpt_h5_close(&f, ignored, sizeof ignored);
+    }
+    free(tl);
+    free(sums);
+    free(stored);
+    free(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- resolve */
+
+/* The file <dir>/latest names, as a path. Rank 0's side of checkpoint_resolve. */
+static int read_latest(const char *dir, char *path, size_t pathlen, int must, char *err,
+                       size_t errlen) {
+    char lp[1100];
+    snprintf(lp, sizeof lp, "%s/latest", dir);
+    FILE *f = fopen(lp, "r");
+    if (!f) {
+        if (errno == ENOENT && !must) {
+            path[0] = '\0';
+            return 0;
+        }
+        set_err(err, errlen, "%s: %s (no checkpoint to resume from there)", lp, strerror(errno));
+        return -1;
+    }
+    char name[512] = "";
+    if (!fgets(name, sizeof name, f)) name[0] = '\0';
+    fclose(f);
+    name[strcspn(name, "\r\n")] = '\0';
+    if (!name[0] || strchr(name, '/')) {
+        set_err(err, errlen, "%s: expected the name of a checkpoint file, got '%.100s'", lp, name);
+        return -1;
+    }
+    snprintf(path, pathlen, "%s/%s", dir, name);
+    if (access(path, R_OK) != 0) {
+        set_err(err, errlen, "%s names %s, which cannot be read: %s", lp, path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
+                       char *err, size_t errlen) {
+    int rank;
+    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    char found[2048] = "";
+    int ok = 1;
+    if (rank == 0) {
+        struct stat sb;
+        if (strcmp(resume, "none") == 0) {
+            found[0] = '\0';
+        } else if (strcmp(resume, "auto") == 0) {
+            if (dir[0]) ok = read_latest(dir, found, sizeof found, 0, err, errlen) == 0;
+        } else if (stat(resume, &sb) != 0) {
+            set_err(err, errlen, "checkpoint.resume = %s: %s", resume, strerror(errno));
+            ok = 0;
+        } else if (S_ISDIR(sb.st_mode)) {
+            ok = read_latest(resume, found, sizeof found, 1, err, errlen) == 0;
+        } else {
+            snprintf(found, sizeof found, "%s", resume);
+        }
+    }
+    if (agree(MPI_COMM_WORLD, ok, err, errlen)) return -1;
+    MPI_CHECK(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, MPI_COMM_WORLD));
+    if (strlen(found) >= pathlen) {
+        set_err(err, errlen, "checkpoint path too long: %s", found);
+        return -1;
+    }
+    snprintf(path, pathlen, "%s", found);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- Hugging Face */
+
+static int close_enough(double a, double b) { return fabs(a - b) <= 1e-6 * fabs(b); }
+
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                         const char *dir, char *err, size_t errlen) {
+    MPI_Comm comm = topo->world;
+    const double t0 = MPI_Wtime();
+    hf_config hc;
+    int ok = hf_config_read(dir, &hc, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) return -1;
+    struct {
+        const char *hf, *ours;
+        int theirs, mine;
+    } f[] = {{"hidden_size", "dim", hc.hidden_size, mc->dim},
+             {"num_hidden_layers", "n_layers", hc.num_hidden_layers, mc->n_layers},
+             {"num_attention_heads", "n_heads", hc.num_attention_heads, mc->n_heads},
+             {"num_key_value_heads", "n_kv_heads", hc.num_key_value_heads, mc->n_kv_heads},
+             {"head_dim", "dim / n_heads", hc.head_dim, mc->head_dim},
+             {"intermediate_size", "ffn_dim", hc.intermediate_size, mc->ffn_dim},
+             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size}};
+    for (size_t i = 0; ok && i < sizeof f / sizeof f[0]; i++) {
+        if (f[i].theirs == f[i].mine) continue;
+        set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
+                "must describe the same model", dir, f[i].hf, f[i].theirs, f[i].ours, f[i].mine);
+        ok = 0;
+    }
+    if (ok && !close_enough(hc.rms_norm_eps, mc->norm_eps)) {
+        set_err(err, errlen, "%s/config.json: rms_norm_eps = %g but [model] norm_eps = %g (set "
+                "norm_eps = %g)", dir, hc.rms_norm_eps, mc->norm_eps, hc.rms_norm_eps);
+        ok = 0;
+    }
+    if (ok && !close_enough(hc.rope_theta, mc->rope_theta)) {
+        set_err(err, errlen, "%s/config.json: rope_theta = %g but [model] rope_theta = %g (set "
+                "rope_theta = %g)", dir, hc.rope_theta, mc->rope_theta, hc.rope_theta);
+        ok = 0;
+    }
+    if (agree(comm, ok, err, errlen)) return -1;
+
+    hf_weights w;
+    ok = hf_weights_open(&w, dir, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) return -1;
+    const llama_layout *lay = fsdp_layout(e);
+    float *buf = malloc(max_shard_numel(e) * sizeof(float));
+    SHLM_CHECK_ALLOC(buf);
+    uint64_t bytes = 0;
+    for (int u = 0; u < lay->n_units; u++) {
+        size_t sb, se;
+        fsdp_shard_range(e, u, &sb, &se);
+        memset(buf, 0, (se - sb) * sizeof(float));
+        const llama_unit *lu = &lay->units[u];
+        for (int i = 0; ok && i < lu->n_tensors; i++) {
+            const llama_tensor *t = &lu->tensors[i];
+            shard_overlap ov;
+            if (!shard_intersect(sb, se, t->offset, t->numel, &ov)) continue;
+            const char *name = t->name;
+            /* a tied head is the embedding: shardlm keeps its own copy of it */
+            if (hc.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
+                name = "model.embed_tokens.weight";
+            safetensors_file *sf;
+            const safetensors_tensor *st;
+            ok = hf_weights_find(&w, name, &sf, &st, err, errlen) == 0;
+            if (ok && (st->ndim != t->ndim || st->shape[0] != t->shape[0] ||
+                       (t->ndim == 2 && st->shape[1] != t->shape[1]))) {
+                set_err(err, errlen, "%s: tensor %s has shape [%lld, %lld], the model needs "
+                        "[%lld, %lld]", sf->path, name, (long long)st->shape[0],
+                        st->ndim > 1 ? (long long)st->shape[1] : 0LL, (long long)t->shape[0],
+                        (long long)t->shape[1]);
+                ok = 0;
+            }
+            if (ok)
+                ok = safetensors_read_f32(sf, st, ov.tensor_offset, ov.count,
+                                          buf + (ov.flat_offset - sb), err, errlen) == 0;
+            bytes += ov.count * sizeof(float);
+        }
+        if (agree(comm, ok, err, errlen)) {
+            ok = 0;
+            break;
+        }
+        fsdp_set_state(e, u, FSDP_STATE_MASTER, buf);
+    }
+    hf_weights_close(&w);
+    free(buf);
+    if (!ok) return -1;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UINT64_T, MPI_SUM, comm));
+    if (topo->world_rank == 0) {
+        double dt = MPI_Wtime() - t0;
+        printf("checkpoint: imported Hugging Face weights from %s: %.3f GB read by %d ranks in "
+               "%.3f s = %.2f GB/s\n", dir, bytes / 1e9, topo->world_size, dt, bytes / 1e9 / dt);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+int checkpoint_init_from(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                         const char *src, char *err, size_t errlen) {
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", src);
+    int hf = access(cfg, R_OK) == 0;
+    MPI_CHECK(MPI_Bcast(&hf, 1, MPI_INT, 0, topo->world));
+    if (hf) return checkpoint_import_hf(e, topo, mc, src, err, errlen);
+    char path[2048];
+    if (checkpoint_resolve("", src, path, sizeof path, err, errlen) != 0) return -1;
+    return checkpoint_load(e, topo, mc, path, CKPT_LOAD_WEIGHTS, NULL, err, errlen);
+}

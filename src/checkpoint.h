@@ -1,0 +1,107 @@
+/* Checkpoints of a training run: which rank writes and reads which slice of which
+ * Hugging Face tensor, the commit protocol (temporary name, rename, `latest`), resume. */
+#ifndef SHLM_CHECKPOINT_H
+#define SHLM_CHECKPOINT_H
+
+/*
+ * A checkpoint is <dir>/step_<N>.h5 (io/ckpt_hdf5.h has the layout). Saving:
+ *   1. all ranks create <dir>/step_<N>.h5.tmp with parallel HDF5 and write, per dataset,
+ *      the part of the tensor their shard covers (padding is not stored). Replicas
+ *      (HYBRID_SHARD, NO_SHARD, shard_group_size < world) split their common shard
+ *      into replica_size pieces, one each, so no byte is written twice;
+ *   2. the checksums (partial sums over what each rank wrote, one MPI_Allreduce) and
+ *      the training state go in as attributes; every rank closes the file;
+ *   3. rank 0 fsyncs the file, renames it to step_<N>.h5, fsyncs the directory, then
+ *      writes <dir>/latest.tmp (one line: the file name, "step_<N>.h5") and renames it
+ *      to <dir>/latest;
+ *   4. with keep = K > 0, rank 0 removes the oldest step_*.h5 beyond the newest K, and
+ *      leftover step_*.h5.tmp files of failed saves.
+ * A failure anywhere (one rank or all) fails the save on every rank with one message,
+ * removes the temporary file, and leaves `latest` and earlier checkpoints as they were.
+ *
+ * Loading reads, per dataset, the part the rank's (new) shard needs, so any world size
+ * and strategy loads a checkpoint of any other; every element is also summed by exactly
+ * one rank and the checksums compared, naming the first dataset that differs.
+ *
+ * Test hook: SHLM_TEST_KILL_IN_SAVE=RANK[:STEP] makes world rank RANK raise SIGKILL
+ * after writing half of the datasets of the save of step STEP (of any save without
+ * :STEP), to test that a crash mid-save leaves the previous checkpoint in charge.
+ *
+ * All functions are collective over the world and return the same status on every
+ * rank; on failure err holds the same one-line message on every rank.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "src/config.h"
+#include "src/fsdp.h"
+#include "src/topology.h"
+
+/* Training state kept beside the tensors. */
+typedef struct ckpt_state {
+    int64_t step;             /* optimizer steps done (= AdamW's step count) */
+    int64_t tokens_seen;
+    uint64_t data_position;   /* next global sample index of the data loader */
+    uint64_t seed;            /* train.seed: init, data order (with shuffle), sampling */
+    int shuffle;
+    int global_batch, seq_len;
+    double lr_last;           /* learning rate of the last step taken */
+    /* read back only: */
+    char strategy[16];
+    int world_size, shard_size, replica_size;
+} ckpt_state;
+
+/* What a load takes from the file. */
+typedef enum ckpt_load_what {
+    CKPT_LOAD_WEIGHTS = 0, /* /model only: moments stay as they are (zero when fresh) */
+    CKPT_LOAD_ALL = 1      /* /model and /optim: resuming a run */
+} ckpt_load_what;
+
+/* Saves the engine's state and *st as <dir>/step_<st->step>.h5 (protocol above); keep
+ * as checkpoint.keep. Rank 0 prints one line with the size, time and GB/s. */
+int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen);
+
+/* Loads path into the engine (collective), checking the model shape and every
+ * checksum of what it reads; fills *st (may be NULL). Rank 0 prints one line. */
+int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                    const char *path, ckpt_load_what what, ckpt_state *st, char *err,
+                    size_t errlen);
+
+/* Where to resume from: resume = "none" -> ""; "auto" -> the file <dir>/latest names,
+ * or "" when dir is empty or has no `latest`; otherwise a checkpoint file, or a
+ * directory whose `latest` is used. path receives "" or a file path. */
+int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
+                       char *err, size_t errlen);
+
+/* Loads the weights of a Hugging Face model directory (config.json, model.safetensors
+ * or model.safetensors.index.json + shards) into the engine, each rank reading only the
+ * ranges its shard needs; refuses a config.json whose shape differs from mc. */
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                         const char *dir, char *err, size_t errlen);
+
+/* model.init_from: a Hugging Face directory, or a shardlm checkpoint file/directory
+ * (weights only). */
+int checkpoint_init_from(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                         const char *src, char *err, size_t errlen);
+
+/* ---- for `shardlm ckpt` and tests ---- */
+struct ckpt_h5_file;
+
+/* The groups of the state kinds, in fsdp_state_kind order: "/model", "/optim/exp_avg",
+ * "/optim/exp_avg_sq". */
+extern const char *const checkpoint_groups[FSDP_STATE_N];
+
+/* Opens a checkpoint read-only over comm (collective), checks that it is a shardlm
+ * checkpoint of a format version this build reads, and reads its model shape and
+ * training state (either may be NULL). */
+int checkpoint_open(struct ckpt_h5_file *f, const char *path, MPI_Comm comm,
+                    llama_config *shape, ckpt_state *st, char *err, size_t errlen);
+
+/* 0 when the stored shape equals mc's, else -1 with a message naming the first [model]
+ * key that differs (a different model is refused, never loaded). Local. */
+int checkpoint_check_shape(const char *path, const llama_config *stored,
+                           const llama_config *mc, char *err, size_t errlen);
+
+#endif
