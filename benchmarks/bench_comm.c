@@ -31,6 +31,7 @@ typedef struct options {
     int ranks_per_node;
     const char *json;
     double min_busbw;           /* GB/s; 0: no threshold */
+    int corrupt;                /* tests only: the last rank spoils one result before checking */
 } options;
 
 /* One measured row, both placements (0: out of place, 1: in place). */
@@ -62,6 +63,8 @@ static void usage(FILE *out) {
             "  -c, --check 0|1           check every result (default 1)\n"
             "  --json FILE               also write the results as JSON (rank 0)\n"
             "  --min-busbw GBPS          exit 1 when the average bus bandwidth is lower\n"
+            "  --corrupt                 tests only: spoil one received value on the last rank,\n"
+            "                            so the check must count it and the exit status fail\n"
             "Exit status: 0; 1 when a result is wrong or the bandwidth is under --min-busbw;\n"
             "2 on bad arguments.\n");
 }
@@ -141,8 +144,9 @@ static int parse_args(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
-        if (strcmp(a, "--nonblocking") == 0) {
-            o->nonblocking = 1;
+        if (strcmp(a, "--nonblocking") == 0 || strcmp(a, "--corrupt") == 0) {
+            if (a[2] == 'n') o->nonblocking = 1;
+            else o->corrupt = 1;
             continue;
         }
         if (i + 1 >= argc) return bad_arg("missing value after", a);
@@ -306,6 +310,16 @@ static void run_once(const bench *b, shlm_comm_op op, shlm_dtype dt, size_t coun
     if (req) c->wait(req);
 }
 
+/* --corrupt: the last rank overwrites element 0 of its result with a value no
+ * collective here produces, as a broken transport would. */
+static void spoil(const bench *b, void *dev, size_t off, shlm_dtype dt) {
+    if (!b->o->corrupt || b->rank != b->S - 1) return;
+    float bad = 1000.0f;
+    uint16_t badh = bf16_of(bad);
+    const size_t es = shlm_dtype_size(dt);
+    b->ops->to_device((char *)dev + off * es, dt == SHLM_F32 ? (void *)&bad : (void *)&badh, es);
+}
+
 /* Fills the inputs, runs once and counts wrong elements on this rank. */
 static long long check_once(const bench *b, shlm_comm_op op, shlm_dtype dt, size_t count,
                             int inplace) {
@@ -319,6 +333,7 @@ static long long check_once(const bench *b, shlm_comm_op op, shlm_dtype dt, size
         fill(b->ops, inplace ? b->recv : b->send, inplace ? (size_t)r * count : 0, dt, r, 0,
              count, stage);
         run_once(b, op, dt, count, inplace);
+        spoil(b, b->recv, 0, dt);
         long long wrong = 0;
         for (int q = 0; q < S; q++)
             wrong += count_wrong(b->ops, b->recv, (size_t)q * count, dt, count, q, 0, NULL, tol,
@@ -328,11 +343,13 @@ static long long check_once(const bench *b, shlm_comm_op op, shlm_dtype dt, size
     case SHLM_COMM_REDUCE_SCATTER:
         fill(b->ops, inplace ? b->recv : b->send, 0, dt, r, 0, (size_t)S * count, stage);
         run_once(b, op, dt, count, inplace);
+        spoil(b, b->recv, inplace ? (size_t)r * count : 0, dt);
         return count_wrong(b->ops, b->recv, inplace ? (size_t)r * count : 0, dt, count, 0,
                            (size_t)r * count, &red, tol, stage);
     default:
         fill(b->ops, inplace ? b->recv : b->send, 0, dt, r, 0, count, stage);
         run_once(b, op, dt, count, inplace);
+        spoil(b, b->recv, 0, dt);
         return count_wrong(b->ops, b->recv, 0, dt, count, 0, 0, &red, tol, stage);
     }
 }

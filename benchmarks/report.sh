@@ -46,23 +46,25 @@ table() {
             printf "# mode weak: global batch grows with the ranks (%s sequences x %s tokens at the largest); efficiency = T_b / T_N\n", gb, seq
         else
             printf "# mode strong: global batch %s sequences x %s tokens at every world size; efficiency = T_b x N_b / (N x T_N)\n", gb, seq
-        printf "# T = mean step time after the warm-up, b = the smallest world size of the strategy; spread = slowest - fastest step\n#\n"
-        printf "# %6s %14s %12s %13s %10s %10s %12s %10s %7s %11s\n", "ranks", "strategy", "tokens/s",
-            "tokens/s/GPU", "step", "spread", "exposed comm", "peak mem", "MFU", "efficiency"
-        printf "# %6s %14s %12s %13s %10s %10s %12s %10s %7s %11s\n", "(N)", "", "(1/s)", "(1/s)",
-            "(ms)", "(ms)", "(ms)", "(MiB)", "(%)", "(%)"
+        printf "# T = mean step time after the warm-up, b = the smallest world size of the strategy; spread = slowest - fastest step;\n"
+        printf "# runs: repeats of the point (the median run is shown) and their spread, (slowest - fastest) / median\n#\n"
+        printf "# %6s %14s %12s %13s %10s %10s %12s %10s %7s %11s %10s\n", "ranks", "strategy", "tokens/s",
+            "tokens/s/GPU", "step", "spread", "exposed comm", "peak mem", "MFU", "efficiency", "runs"
+        printf "# %6s %14s %12s %13s %10s %10s %12s %10s %7s %11s %10s\n", "(N)", "", "(1/s)", "(1/s)",
+            "(ms)", "(ms)", "(ms)", "(MiB)", "(%)", "(%)", "(n, %)"
         for (i = 1; i <= k; i++) {
             split(row[i], f, ",")
             s = S[i]; n = N[i]; t = T[i]
             eff = (mode == "weak") ? bt[s] / t : bt[s] * bn[s] / (n * t)
             spread = ("step_ms_max" in col) ? f[col["step_ms_max"]] - f[col["step_ms_min"]] : 0
-            printf "  %6d %14s %12.1f %13.1f %10.2f %10.2f %12.2f %10.1f %7.3f %11.1f\n", n, s,
+            runs = ("repeats" in col) ? sprintf("%d, %.1f", f[col["repeats"]], f[col["repeat_spread_pct"]]) : "1"
+            printf "  %6d %14s %12.1f %13.1f %10.2f %10.2f %12.2f %10.1f %7.3f %11.1f %10s\n", n, s,
                 f[col["tokens_per_s"]], f[col["tokens_per_s_per_gpu"]], t, spread,
                 f[col["comm_exposed_ms"]], f[col["mem_peak_bytes"]] / 1048576, 100 * f[col["mfu"]],
-                100 * eff
+                100 * eff, runs
             if (data != "") {
                 x = gpn > 0 ? n / gpn : n
-                ideal = (mode == "weak") ? bx[s] * n / bn[s] : bx[s] * n / bn[s]
+                ideal = bx[s] * n / bn[s] # both modes: throughput in proportion to ranks
                 printf "%s %d %g %s %g %g\n", s, n, x, f[col["tokens_per_s"]], ideal, 100 * eff > data
             }
         }
@@ -105,6 +107,7 @@ term=png
 gnuplot -e 'set terminal' 2>/dev/null | grep -q pngcairo && term=pngcairo
 gnuplot <<EOF || die "gnuplot failed"
 set terminal $term size 960,400 font ",10"
+set termoption noenhanced
 set output '$png'
 set multiplot layout 1,2 title "$title"
 set logscale x 2
@@ -113,10 +116,12 @@ set grid
 set key top left
 set xlabel "$xlabel"
 set ylabel "tokens/s (whole job)"
+set logscale y 2
 set title "throughput"
 plot ${plot_x%,}
 set ylabel "scaling efficiency (%)"
 set title "efficiency"
+unset logscale y
 set yrange [0:110]
 set key bottom left
 plot ${plot_e%,}, 100 with lines dt 2 lc rgb 'gray40' title 'ideal'

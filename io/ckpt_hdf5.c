@@ -437,7 +437,7 @@ fail:
 static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t ftype,
                       hid_t mtype, const void *v, char *err, size_t errlen) {
     char what[400];
-    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t space = -1, a = -1;
     htri_t exists;
     H5_CHECK(exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT));
@@ -475,7 +475,7 @@ int ckpt_h5_attr_write_f64(ckpt_h5_file *f, const char *obj, const char *name, d
 int ckpt_h5_attr_write_str(ckpt_h5_file *f, const char *obj, const char *name, const char *v,
                            char *err, size_t errlen) {
     char what[400];
-    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t type = -1;
     /* fixed length (h5py reads it as bytes, h5dump as a string); at least one byte */
     H5_CHECK(type = H5Tcopy(H5T_C_S1));
@@ -512,7 +512,7 @@ static int attr_open(ckpt_h5_file *f, const char *obj, const char *name, hid_t *
 static int attr_read(ckpt_h5_file *f, const char *obj, const char *name, hid_t mtype, void *v,
                      char *err, size_t errlen) {
     char what[400];
-    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t a = -1;
     if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
     H5_CHECK(H5Aread(a, mtype, v));
@@ -547,7 +547,7 @@ int ckpt_h5_attr_read_f64(ckpt_h5_file *f, const char *obj, const char *name, do
 int ckpt_h5_attr_read_str(ckpt_h5_file *f, const char *obj, const char *name, char **v,
                           char *err, size_t errlen) {
     char what[400];
-    snprintf(what, sizeof what, "%s: attribute %s of %s", f->path, name, obj);
+    snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t a = -1, type = -1, mtype = -1;
     *v = NULL;
     if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;

@@ -675,7 +675,7 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
         } else if (strcmp(resume, "auto") == 0) {
             if (dir[0]) ok = read_latest(dir, found, sizeof found, 0, err, errlen) == 0;
         } else if (stat(resume, &sb) != 0) {
-            set_err(err, errlen, "checkpoint.resume = %s: %s", resume, strerror(errno));
+            set_err(err, errlen, "no checkpoint at %s: %s", resume, strerror(errno));
             ok = 0;
         } else if (S_ISDIR(sb.st_mode)) {
             ok = read_latest(resume, found, sizeof found, 1, err, errlen) == 0;

@@ -15,4 +15,9 @@ int cmd_data(int argc, char **argv);
 /* shardlm plan JOB.ini --ranks N [--ranks-per-node M]   (src/plan.c; a plain process) */
 int cmd_plan(int argc, char **argv);
 
+/* shardlm ckpt info|verify|export CKPT ...   (src/cmd_ckpt.c; one rank or many) */
+int cmd_ckpt(int argc, char **argv);
+/* shardlm generate JOB.ini --ckpt CKPT --prompt TEXT ...   (src/cmd_generate.c; every rank) */
+int cmd_generate(int argc, char **argv);
+
 #endif

@@ -10,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cpu/cpu.h"
+#include "src/checkpoint.h"
 #include "src/commands.h"
 #include "src/metrics.h"
 #include "src/optim.h"
@@ -268,17 +269,47 @@ static void write_trace(run *r) {
     fclose(f);
 }
 
-static int train_loop(run *r) {
+/* The state a run starts from: checkpoint.resume (weights, moments, step, data position
+ * when training; weights only for eval), else model.init_from (weights), else the seed's
+ * init and step 0. Returns 0, or -1 with the message printed. */
+static int load_initial(run *r, int training, ckpt_state *st) {
     const job_config *c = &r->cfg;
-    char err[1200] = "";
+    char err[1536] = "", path[2048];
+    *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle};
+    if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
+        return all_ranks_ok(0, err);
+    if (path[0]) {
+        if (r->rank == 0 && c->init_from[0])
+            printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
+                   c->init_from);
+        if (checkpoint_load(r->engine, &r->topo, &c->model, path,
+                            training ? CKPT_LOAD_ALL : CKPT_LOAD_WEIGHTS, st, err, sizeof err) != 0)
+            return all_ranks_ok(0, err);
+        if (r->rank == 0 && training && (st->seed != c->seed || st->shuffle != c->shuffle))
+            printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
+                   "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
+                   st->shuffle, (unsigned long long)c->seed, c->shuffle);
+        return 0;
+    }
+    if (c->init_from[0] &&
+        checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+        return all_ranks_ok(0, err);
+    return 0;
+}
+
+static int train_loop(run *r, const ckpt_state *st0) {
+    const job_config *c = &r->cfg;
+    char err[1536] = "";
     metrics_log log = {0};
     int ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
 
+    /* a resumed run continues the checkpoint's data stream: same order, next sample */
     data_loader dl;
-    if (data_loader_init(&dl, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank, r->world,
-                         c->micro_batch, err, sizeof err) != 0)
+    if (data_loader_init(&dl, &r->train_tf, c->seq_len, st0->shuffle, st0->seed, r->rank,
+                         r->world, c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
+    const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
@@ -294,8 +325,12 @@ static int train_loop(run *r) {
                c->micro_batch, c->seq_len, c->run_dir);
         metrics_print_header(stdout);
     }
+    if (r->rank == 0 && first >= end)
+        printf("checkpoint: step %d reached already (train.%s = %d): nothing to train\n", first,
+               c->stop_after > 0 ? "stop_after" : "steps", end);
     uint64_t wire[2] = {0, 0}; /* bytes sent in the shard, replica group by training steps */
-    for (int s = 0; s < c->steps; s++) {
+    int rc = 0;
+    for (int s = first; s < end; s++) {
         shlm_comm_stats before[2], after[2];
         fsdp_comm_stats(r->engine, &before[0], &before[1]);
         double t0 = MPI_Wtime();
@@ -303,7 +338,8 @@ static int train_loop(run *r) {
         fsdp_begin_pass(r->engine, 1);
         double sums[2] = {0, 0};
         for (int m = 0; m < r->grad_accum; m++) {
-            data_loader_batch(&dl, (uint64_t)s * c->global_batch, m, in, tg);
+            data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
+                              m, in, tg);
             int valid = 0;
             float loss = llama_forward_backward(r->model, in, tg, c->micro_batch, c->seq_len,
                                                 1.0f / (float)r->grad_accum, &valid);
@@ -325,7 +361,7 @@ static int train_loop(run *r) {
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         double step_s = times[0];
 
-        int last = s == c->steps - 1;
+        int last = s == end - 1;
         double val = NAN;
         if (r->have_val && (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
             val = run_validate(r);
@@ -333,7 +369,7 @@ static int train_loop(run *r) {
             step_metrics sm = {.step = s + 1, .loss = sums[1] > 0 ? sums[0] / sums[1] : NAN,
                                .val_loss = val, .lr = lr, .grad_norm = norm,
                                .step_ms = 1000 * step_s, .comm_exposed_ms = times[1],
-                               .tokens_seen = tokens_per_step * (s + 1)};
+                               .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first)};
             sm.tokens_per_s = tokens_per_step / step_s;
             sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
             sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
@@ -341,15 +377,32 @@ static int train_loop(run *r) {
             metrics_print_step(stdout, &sm);
             metrics_write_json(&log, &sm);
         }
+        /* checkpoint every N steps and at the end (a failed save ends the run) */
+        if (c->ckpt_dir[0] && (last || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0))) {
+            ckpt_state st = *st0;
+            st.step = s + 1;
+            st.tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first);
+            st.data_position = st0->data_position + (uint64_t)(s + 1 - first) * c->global_batch;
+            st.global_batch = c->global_batch;
+            st.seq_len = c->seq_len;
+            st.lr_last = lr;
+            if (checkpoint_save(r->engine, &r->topo, c, &st, c->ckpt_dir, c->ckpt_keep, err,
+                                sizeof err) != 0) {
+                all_ranks_ok(0, err);
+                rc = -1;
+                break;
+            }
+        }
     }
-    if (r->rank == 0)
+    const uint64_t ran = end > first ? (uint64_t)(end - first) : 1;
+    if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
-               (unsigned long long)(wire[0] / (uint64_t)c->steps),
-               (unsigned long long)(wire[1] / (uint64_t)c->steps));
+               (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
     free(in);
     free(tg);
     data_loader_free(&dl);
     metrics_close(&log);
+    if (rc != 0) return rc;
     if (c->trace) write_trace(r);
     if (c->sample_tokens > 0) print_sample(r);
     return 0;
@@ -407,8 +460,11 @@ static int job_command(int argc, char **argv, int training) {
     }
     free(sets);
     int rc = 0;
-    if (training) {
-        rc = train_loop(&r) == 0 ? 0 : 1;
+    ckpt_state st;
+    if (load_initial(&r, training, &st) != 0) {
+        rc = 1;
+    } else if (training) {
+        rc = train_loop(&r, &st) == 0 ? 0 : 1;
     } else if (!r.have_val) {
         snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
         rc = all_ranks_ok(0, err) ? 1 : 0;

@@ -53,14 +53,26 @@ __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v
 enum { SS_THREADS = 256, SS_MAX_BLOCKS = 1024, SS_MIN_BLOCK = 4096 };
 
 /* Stage 1: block b sums x[b·bs, (b+1)·bs) in double (each thread a strided part, then a
- * fixed tree), writing part[b]. The block size bs is a function of n only. */
+ * fixed tree), writing part[b]. The block size bs is a function of n only (a multiple
+ * of 4, so that every block starts 16-byte aligned when x does: 16-byte loads keep
+ * enough bytes in flight for the memory system). */
 __global__ void __launch_bounds__(SS_THREADS)
-    sum_squares_kernel(double *part, const float *x, size_t n, size_t bs) {
+    sum_squares_kernel(double *part, const float *x, size_t n, size_t bs, bool vec) {
     __shared__ double red[SS_THREADS / 32];
     const size_t i0 = (size_t)blockIdx.x * bs;
     const size_t i1 = i0 + bs < n ? i0 + bs : n;
     double s = 0.0;
-    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
+    size_t tail = i0;
+    if (vec) {
+        const size_t nv = (i1 - i0) / 4;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x + i0);
+        for (size_t k = threadIdx.x; k < nv; k += blockDim.x) {
+            const float4 f = x4[k];
+            s += (double)f.x * f.x + (double)f.y * f.y + (double)f.z * f.z + (double)f.w * f.w;
+        }
+        tail = i0 + nv * 4;
+    }
+    for (size_t i = tail + threadIdx.x; i < i1; i += blockDim.x) {
         const double d = (double)x[i];
         s += d * d;
     }
@@ -148,10 +160,11 @@ extern "C" double shlm_cuda_sum_squares(const float *x, size_t n) {
     if (n == 0) return 0.0;
     size_t bs = (n + SS_MAX_BLOCKS - 1) / SS_MAX_BLOCKS;
     if (bs < SS_MIN_BLOCK) bs = SS_MIN_BLOCK;
+    bs = (bs + 3) / 4 * 4;
     const int nb = (int)((n + bs - 1) / bs);
     double *part = (double *)shlm_cuda_scratch((size_t)(nb + 1) * sizeof(double));
     cudaStream_t s = shlm_cuda_stream();
-    sum_squares_kernel<<<nb, SS_THREADS, 0, s>>>(part, x, n, bs);
+    sum_squares_kernel<<<nb, SS_THREADS, 0, s>>>(part, x, n, bs, shlm_aligned(x, 16));
     CUDA_CHECK_LAST();
     sum_partials_kernel<<<1, 1, 0, s>>>(part + nb, part, nb);
     CUDA_CHECK_LAST();

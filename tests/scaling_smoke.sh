@@ -1,0 +1,44 @@
+#!/bin/sh
+# The scaling suite end to end on 1 and 2 ranks, 2 steps of a 2-layer tiny model: the
+# CSV has a row per world size with numbers in it, the report prints both with their
+# efficiency, and the performance model calibrates against the CSV.
+set -u
+src=$SHLM_SRCDIR
+out=$(mktemp -d "${TMPDIR:-/tmp}/scaling_smoke.XXXXXX") || exit 99
+trap 'rm -rf "$out"' EXIT
+# no MPI launcher here: skip like the other MPI tests
+sh "$src/tests/mpi_test.sh" 1 true >/dev/null 2>&1
+[ $? -eq 77 ] && { echo "scaling_smoke: SKIP: no MPI launcher"; exit 77; }
+
+"$SHLM" data prepare --tokenizer bytes "$src/jobs/data/shakespeare-val.txt" "$out/train.bin" >/dev/null || exit 99
+set -- --ranks 1,2 --steps 2 --warmup 1 --threads 1 --shardlm "$SHLM" --out "$out/run" \
+    "$src/jobs/tiny.ini" --set "data.train=$out/train.bin" --set model.n_layers=2 \
+    --set train.seq_len=64 --set train.micro_batch=2 --set train.global_batch=4
+echo "+ sh $src/benchmarks/strong_scaling.sh $*"
+sh "$src/benchmarks/strong_scaling.sh" "$@"
+rc=$?
+csv=$out/run/scaling.csv
+[ -f "$csv" ] && cat "$csv"
+fail=0
+[ $rc -eq 0 ] || { echo "FAIL: strong_scaling.sh exited $rc" >&2; fail=1; }
+# header names the columns; one row per world size, positive numbers where numbers go
+awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+    { n++; ws[$c["world_size"]] = 1
+      for (k in want) if (!($c[k] + 0 > 0)) { print "FAIL: row " NR ": " k " = " $c[k]; bad = 1 }
+      if ($c["comm_exposed_ms"] == "" || $c["strategy"] != "FULL_SHARD") { print "FAIL: row " NR ": strategy/comm"; bad = 1 } }
+    BEGIN { split("tokens_per_s tokens_per_s_per_gpu step_ms mem_peak_bytes mfu global_batch", w, " ")
+            for (i in w) want[w[i]] = 1 }
+    END { if (n != 2 || !(1 in ws) || !(2 in ws)) { print "FAIL: want rows for 1 and 2 ranks, got " n; bad = 1 }
+          exit bad }' "$csv" >&2 || fail=1
+# global batch fixed: 4 sequences at both sizes
+[ "$(awk -F, 'NR > 1 { print $10 }' "$csv" | sort -u)" = 4 ] || { echo "FAIL: global batch not fixed at 4" >&2; fail=1; }
+report=$(sh "$src/benchmarks/report.sh" "$csv") || { echo "FAIL: report.sh failed" >&2; fail=1; }
+echo "$report"
+echo "$report" | awk '$1 == 1 && $10 == "100.0" { one = 1 } $1 == 2 && $10 + 0 > 0 { two = 1 }
+    END { exit !(one && two) }' || { echo "FAIL: report rows or efficiency missing" >&2; fail=1; }
+model=$("$SHLM_BUILDDIR/benchmarks/perf_model" --calibrate "$csv" --intra-gbs 5 --inter-gbs 5 --overlap 0) ||
+    { echo "FAIL: perf_model --calibrate failed" >&2; fail=1; }
+echo "$model"
+echo "$model" | grep -q '^ *2 *FULL_SHARD .* predicted$' || { echo "FAIL: no model row for 2 ranks" >&2; fail=1; }
+[ $fail -eq 0 ] && echo "scaling_smoke: OK"
+exit $fail
