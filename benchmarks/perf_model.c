@@ -276,7 +276,6 @@ static void sim_issue_gather(sim *s, int u) {
     x->slot = k;
     /* the rank's shard cast into the buffer: fp32 copy (+ bf16 rounding) or a cast */
     double es = shlm_dtype_size(s->j->act);
-    compute(s, 0); /* keeps the clock's slowdown in one place */
     s->t += mem_us(s, x->n * (s->j->act == SHLM_F32 ? (s->j->param_bf16 ? 16 : 8) : 4 + es));
     double us = coll_us(s->m, SHLM_COMM_ALL_GATHER, s->j->act, x->padded * es, s->shard_g);
     s->slots[k].end = s->S > 1 ? issue(s, &s->q_shard, us) : s->t;

@@ -35,6 +35,9 @@ typedef struct shlm_ops {
      * to one of them before anything is allocated. */
     int (*device_count)(void);
     void (*set_device)(int device);
+    /* Optional (NULL on cpu): device memory in use (all of this device, as the driver
+     * reports it) and its total, in bytes. Returns 0 on success. */
+    int (*mem_info)(size_t *used, size_t *total);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */

@@ -72,6 +72,8 @@ void llama_init_slice(const llama_layout *lay, const llama_config *cfg, uint64_t
         const llama_tensor *t = &unit->tensors[k];
         size_t lo = t->offset > begin ? t->offset : begin;
         size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        /* a pure function of the index: threads split it freely (7B on one rank is 7e9 draws) */
+#pragma omp parallel for schedule(static)
         for (size_t i = lo; i < hi; i++)
             out[i - begin] = t->ndim == 1 ? 1.0f
                                           : (float)(cfg->init_std * rng_normal_at(key, i));

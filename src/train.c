@@ -177,10 +177,33 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .prefetch = c->prefetch,
         .trace = c->trace};
-    r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
                   : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
                                                                           : LLAMA_AC_NONE;
+    /* on a device, refuse before allocating anything if the plan does not fit */
+    size_t used = 0, total = 0;
+    ok = 1;
+    if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
+        fsdp_plan_bytes pb;
+        fsdp_plan(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
+                  r->topo.replica_size, &opt, &pb);
+        size_t acts = llama_activation_bytes_for(&c->model, r->ops->act_dtype, c->micro_batch,
+                                                 c->seq_len, ac);
+        size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
+        if (need > total - used) {
+            snprintf(err, sizeof err,
+                     "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
+                     "activations %.2f) but %.2f GiB of %.2f is free: add ranks, lower "
+                     "train.micro_batch or use fsdp.activation_checkpointing", c->path,
+                     need / 1073741824.0, r->ops->name,
+                     (pb.master + pb.grad + pb.moments) / 1073741824.0,
+                     (pb.gathered + pb.grad_buffers) / 1073741824.0, acts / 1073741824.0,
+                     (total - used) / 1073741824.0, total / 1073741824.0);
+            ok = 0;
+        }
+    }
+    if (all_ranks_ok(ok, err)) return -1;
+    r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));
     if (r->rank == 0)
@@ -318,6 +341,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     const adamw_hparams hp = {c->beta1, c->beta2, c->eps, c->weight_decay};
     const double flops_tok = model_flops_per_token(&c->model, c->seq_len);
     const long long tokens_per_step = (long long)c->global_batch * c->seq_len;
+    size_t device_peak = 0; /* all allocations are made at set-up: sampled after each step */
     if (r->rank == 0) {
         printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
                "per step; run dir %s\n",
@@ -353,6 +377,9 @@ static int train_loop(run *r, const ckpt_state *st0) {
          * failed one into an abort instead of a hang in sync() */
         while (r->comm->progress() > 0) usleep(20);
         r->ops->sync();
+        size_t used = 0, total = 0;
+        if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
+            device_peak = used;
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         double times[2] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine)};
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
@@ -373,7 +400,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
             sm.tokens_per_s = tokens_per_step / step_s;
             sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
             sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
-            sm.mem_peak_bytes = peak_rss_bytes();
+            sm.mem_peak_bytes = r->ops->mem_info ? device_peak : peak_rss_bytes();
             metrics_print_step(stdout, &sm);
             metrics_write_json(&log, &sm);
         }

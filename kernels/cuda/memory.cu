@@ -90,6 +90,17 @@ extern "C" void shlm_cuda_set_device(int device) {
     g_sm_count = 0;
 }
 
+extern "C" int shlm_cuda_mem_info(size_t *used, size_t *total) {
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    *used = total_b - free_b;
+    *total = total_b;
+    return 0;
+}
+
 extern "C" void *shlm_cuda_alloc(size_t bytes) {
     /* at least one granule, so that a 0-byte request still returns a unique pointer
      * that free() accepts, as on the cpu backend */

@@ -15,6 +15,7 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .available = shlm_cuda_available,
     .device_count = shlm_cuda_device_count,
     .set_device = shlm_cuda_set_device,
+    .mem_info = shlm_cuda_mem_info,
 
     .alloc = shlm_cuda_alloc,
     .free = shlm_cuda_free,

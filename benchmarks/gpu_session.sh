@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The GPU machine's work in as few calls as possible: op and whole-model tests, the
+# training-step benchmark, and the PyTorch FSDP2 anchor measured in the same session.
+#
+#   bash benchmarks/gpu_session.sh test     # test_ops_cuda + tests/gpu/model_steps.sh
+#   bash benchmarks/gpu_session.sh bench    # shardlm training steps, Llama-2-7B and 1.1B
+#   bash benchmarks/gpu_session.sh anchor   # torch_fsdp_bench.py, same shapes
+#
+# Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
+# bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
+# recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
+# Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
+set -u
+phase=${1:?usage: gpu_session.sh test|bench|anchor}
+BIN=${SHLM_BIN:-.gpu/bin}
+OUT=${OUT:-/tmp/shlm-out}
+mkdir -p "$OUT"
+export NCCL_NVLS_ENABLE=0
+ngpu=$(nvidia-smi -L | grep -c '^GPU')
+
+setup_libs() {
+    # Debian's OpenBLAS, inih, cJSON (and the Fortran runtime OpenBLAS needs), unpacked
+    # beside the toolchain's /opt/deb, never into /
+    mkdir -p /opt/shlm-libs
+    for f in .gpu/extra-debs/*.deb; do dpkg-deb -x "$f" /opt/shlm-libs; done
+    export LD_LIBRARY_PATH=/opt/shlm-libs/usr/lib/x86_64-linux-gnu/openblas-pthread:/opt/shlm-libs/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+}
+setup_libs
+export SHLM=$BIN/shardlm SHLM_SRCDIR=$PWD MPIRUN="mpirun --bind-to none"
+
+case "$phase" in
+test)
+    echo "== test_ops_cuda"
+    "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; tail -2 "$OUT/ops.log"
+    echo "== model_steps"
+    sh tests/gpu/model_steps.sh 2>&1 | tee "$OUT/model_steps.log" | grep -v '^+'
+    ;;
+bench)
+    T=/tmp/shlm-bench
+    mkdir -p $T
+    "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
+    summary=$OUT/bench.tsv
+    printf 'config\tgpus\tmb\tac\tstrategy\ttok_s_gpu\tstep_ms\texposed_ms\tmfu\tmem_gib\n' > "$summary"
+    run() { # name gpus job mb ac strategy steps
+        local name=$1 np=$2 job=$3 mb=$4 ac=$5 st=$6 steps=$7
+        echo "+ mpirun -np $np $SHLM train jobs/$job.ini --set train.micro_batch=$mb --set train.global_batch=$((mb * np)) --set fsdp.activation_checkpointing=$ac --set fsdp.strategy=$st --set train.steps=$steps ..."
+        # shellcheck disable=SC2086
+        $MPIRUN -np "$np" "$SHLM" train "jobs/$job.ini" --set data.train=$T/rand.bin \
+            --set train.steps="$steps" --set train.warmup_steps=1 --set train.micro_batch="$mb" \
+            --set train.global_batch=$((mb * np)) --set fsdp.param_dtype=bf16 \
+            --set fsdp.reduce_dtype=fp32 --set fsdp.strategy="$st" \
+            --set fsdp.activation_checkpointing="$ac" --set log.every=1 \
+            --set log.run_dir="$T/$name" > "$OUT/$name.log" 2>&1 || { tail -5 "$OUT/$name.log"; return; }
+        cp "$T/$name/metrics.jsonl" "$OUT/$name.jsonl"
+        # mean over the steps after the first two (warm-up: cuBLASLt plans, NCCL set-up)
+        awk -v n="$name" -v g="$np" -v mb="$mb" -v ac="$ac" -v st="$st" -F'[:,}]' '
+            { for (i = 1; i < NF; i++) { k = $i; gsub(/[ "{]/, "", k); v[k] = $(i+1) }
+              if (v["step"] > 2) { c++; tok += v["tokens_per_s"]; ms += v["step_ms"];
+                                   ex += v["comm_exposed_ms"]; mfu += v["mfu"];
+                                   if (v["mem_peak_bytes"] > mem) mem = v["mem_peak_bytes"] } }
+            END { if (c) printf "%s\t%d\t%d\t%s\t%s\t%.0f\t%.1f\t%.1f\t%.1f%%\t%.1f\n", n, g, mb, ac, st,
+                         tok / c / g, ms / c, ex / c, 100 * mfu / c, mem / 1073741824 }' \
+            "$T/$name/metrics.jsonl" >> "$summary"
+    }
+    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
+    run 7b_sgo_mb2_none 2 llama2-7b 2 none SHARD_GRAD_OP 6
+    run 7b_fs_mb4_full 2 llama2-7b 4 full FULL_SHARD 5
+    run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
+    run 1b_1gpu_mb8_none 1 tinyllama-1b 8 none FULL_SHARD 8
+    echo "== shardlm training steps (mean of steps 3..N; tokens/s per GPU; MFU at 989 TFLOP/s)"
+    column -t -s $'\t' "$summary"
+    ;;
+anchor)
+    summary=$OUT/anchor.txt
+    : > "$summary"
+    a() { # name args
+        local name=$1; shift
+        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
+        PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node=2 \
+            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$summary"
+    }
+    a 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
+    a 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
+    a 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
+    ;;
+*)
+    echo "unknown phase $phase" >&2; exit 2 ;;
+esac
