@@ -11,45 +11,66 @@
 
 /* ---------------------------------------------------------------- errors */
 
-/* The innermost (most specific) message of HDF5's error stack, found by a walk. */
+/* What HDF5's error stack says, found by a walk from the API call down to the function
+ * that detected the error: the innermost message, and a system or MPI error text when
+ * some entry carries one ("error message = 'File too large'", "MPI error string is
+ * '...'"), which says more to a user than "file write failed". */
 typedef struct h5_walk {
     char desc[512];
     char func[64];
+    char cause[256];
 } h5_walk;
+
+/* Copies the quoted text after `key` in s into out, if s has it. */
+static int quoted_after(const char *s, const char *key, char *out, size_t outlen) {
+    const char *p = strstr(s, key);
+    if (!p) return 0;
+    p += strlen(key);
+    const char *end = strchr(p, '\'');
+    snprintf(out, outlen, "%.*s", end ? (int)(end - p) : 200, p);
+    return 1;
+}
 
 static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *data) {
     h5_walk *w = data;
     (void)n;
-    /* downward walk: the last entry visited is the deepest, most specific one */
-    snprintf(w->desc, sizeof w->desc, "%s", e->desc ? e->desc : "");
+    const char *d = e->desc ? e->desc : "";
+    /* downward: the last entry visited is the innermost, most specific one */
+    snprintf(w->desc, sizeof w->desc, "%s", d);
     snprintf(w->func, sizeof w->func, "%s", e->func_name ? e->func_name : "");
+    if (!w->cause[0] && !quoted_after(d, "error message = '", w->cause, sizeof w->cause))
+        quoted_after(d, "MPI error string is '", w->cause, sizeof w->cause);
     return 0;
 }
 
-/* HDF5's innermost message, shortened to its system error where it carries one
- * ("... error message = 'File too large' ..."), then the stack cleared. */
+/* One line from HDF5's error stack, then the stack cleared. */
 static void h5_message(char *out, size_t outlen) {
-    h5_walk w = {"", ""};
+    h5_walk w = {"", "", ""};
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_cb, &w);
     H5Eclear2(H5E_DEFAULT);
-    const char *sys = strstr(w.desc, "error message = '");
-    if (sys) {
-        sys += strlen("error message = '");
-        const char *end = strchr(sys, '\'');
-        snprintf(out, outlen, "%.*s", end ? (int)(end - sys) : 200, sys);
-    } else if (w.desc[0]) {
-        snprintf(out, outlen, "%.300s%s%s%s", w.desc, w.func[0] ? " (in " : "", w.func,
-                 w.func[0] ? ")" : "");
-    } else {
+    if (!w.desc[0]) {
         snprintf(out, outlen, "unknown HDF5 error");
+        return;
     }
+    /* a raw system error text: what the caller most needs ("No space left on device") */
+    if (w.cause[0] && !strstr(w.desc, w.cause))
+        snprintf(out, outlen, "%.150s: %.150s (in %.60s)", w.desc, w.cause, w.func);
+    else
+        snprintf(out, outlen, "%.300s (in %.60s)", w.desc, w.func);
 }
 
-/* "<what>: H5Dwrite failed: <message> (io/ckpt_hdf5.c:123)" into err. */
+/* "<what>: H5Dwrite failed: <message> (io/ckpt_hdf5.c:123)" into err. sys_errno is
+ * errno right after the call: MPI-IO may report a short write as a plain failure, while
+ * the write(2) underneath left the reason (ENOSPC, EFBIG, ...) in errno. */
 static void h5_fail(char *err, size_t errlen, const char *what, const char *call,
-                    const char *file, int line) {
+                    const char *file, int line, int sys_errno) {
     char msg[400];
     h5_message(msg, sizeof msg);
+    if (sys_errno == ENOSPC || sys_errno == EFBIG || sys_errno == EDQUOT || sys_errno == EIO ||
+        sys_errno == EROFS) {
+        size_t n = strlen(msg);
+        snprintf(msg + n, sizeof msg - n, " [%s]", strerror(sys_errno));
+    }
     /* the call's function name: from "H5" to the first '(' of the call text */
     const char *fn = strstr(call, "H5");
     if (!fn) fn = call;
@@ -61,8 +82,9 @@ static void h5_fail(char *err, size_t errlen, const char *what, const char *call
  * and HDF5's message) and jumps to the function's `fail` label. */
 #define H5_CHECK(call)                                                                    \
     do {                                                                                  \
+        errno = 0;                                                                        \
         if ((call) < 0) {                                                                 \
-            h5_fail(err, errlen, what, #call, __FILE__, __LINE__);                        \
+            h5_fail(err, errlen, what, #call, __FILE__, __LINE__, errno);                 \
             goto fail;                                                                    \
         }                                                                                 \
     } while (0)
@@ -206,6 +228,14 @@ int ckpt_h5_close(ckpt_h5_file *f, char *err, size_t errlen) {
         H5_CHECK(H5Fclose(file));
     }
     return rc;
+fail:
+    return -1;
+}
+
+int ckpt_h5_flush(ckpt_h5_file *f, char *err, size_t errlen) {
+    const char *what = f->path;
+    H5_CHECK(H5Fflush(f->file, H5F_SCOPE_GLOBAL));
+    return 0;
 fail:
     return -1;
 }
@@ -433,7 +463,9 @@ fail:
 
 /* ---------------------------------------------------------------- attributes */
 
-/* Writes a scalar attribute of file type ftype from memory type mtype. */
+/* Writes a scalar attribute of file type ftype from memory type mtype. An existing
+ * numeric attribute is overwritten in place: its bytes are already allocated in the
+ * file, so the update needs no new space (see ckpt_h5_flush). */
 static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t ftype,
                       hid_t mtype, const void *v, char *err, size_t errlen) {
     char what[400];
@@ -441,6 +473,15 @@ static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t 
     hid_t space = -1, a = -1;
     htri_t exists;
     H5_CHECK(exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT));
+    if (exists && H5Tget_class(ftype) != H5T_STRING) {
+        hid_t o;
+        H5_CHECK(o = H5Oopen(f->file, obj, H5P_DEFAULT));
+        H5_CHECK(a = H5Aopen(o, name, H5P_DEFAULT));
+        H5_CHECK(H5Awrite(a, mtype, v));
+        H5Aclose(a);
+        H5Oclose(o);
+        return 0;
+    }
     if (exists) H5_CHECK(H5Adelete_by_name(f->file, obj, name, H5P_DEFAULT));
     H5_CHECK(space = H5Screate(H5S_SCALAR));
     H5_CHECK(a = H5Acreate_by_name(f->file, obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT,

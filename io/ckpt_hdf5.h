@@ -66,9 +66,17 @@ int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen);
 /* Opens path read-only. Fails with a clear message if it is not an HDF5 file. */
 int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, size_t errlen);
-/* Closes everything (also after a failure; then errors are ignored and 0 returned only
- * if the close itself succeeded). Safe on a zeroed struct. */
+/* Closes the file (also after a failed write). Safe on a zeroed struct or twice. A
+ * failed close of a file opened for writing leaves HDF5 1.10 unable to shut down
+ * cleanly (see ckpt_h5_flush): callers should treat it as fatal. */
 int ckpt_h5_close(ckpt_h5_file *f, char *err, size_t errlen);
+
+/* Writes every piece of metadata and sets the file's size to its allocated end (a
+ * sparse extension). After this, data writes into created datasets and in-place
+ * attribute updates need no new metadata space, so when a data write fails (full
+ * disk) the close still succeeds: HDF5 1.10 cannot recover from a failed H5Fclose
+ * (the file's ID is left dangling and the library crashes when it shuts down). */
+int ckpt_h5_flush(ckpt_h5_file *f, char *err, size_t errlen);
 
 /* Creates the group at path (e.g. "/optim/exp_avg"; parents created as needed). */
 int ckpt_h5_create_group(ckpt_h5_file *f, const char *path, char *err, size_t errlen);

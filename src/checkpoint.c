@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -291,8 +293,9 @@ static int cmp_i64_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* keep > 0: removes step_*.h5 beyond the newest `keep` (never `saved`), and the
- * step_*.h5.tmp of failed saves. Rank 0 only; problems are printed, not fatal. */
+/* Removes the step_*.h5.tmp of failed saves and, with keep > 0, the step_*.h5 beyond the
+ * newest `keep` (never `saved`). Rank 0 only, after a commit; problems are printed, not
+ * fatal. */
 static void prune(const char *dir, int keep, int64_t saved) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -314,7 +317,7 @@ static void prune(const char *dir, int keep, int64_t saved) {
                 steps = g;
             }
             steps[n++] = s;
-        } else if (keep > 0 && strcmp(de->d_name + used, ".tmp") == 0 && s != saved) {
+        } else if (strcmp(de->d_name + used, ".tmp") == 0 && s != saved) {
             snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
             if (unlink(path) == 0) printf("checkpoint: removed %s (left by a failed save)\n", path);
         }
@@ -330,6 +333,47 @@ static void prune(const char *dir, int keep, int64_t saved) {
         }
     }
     free(steps);
+}
+
+/* An upper bound of the file's size: data, alignment gaps, metadata. */
+static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_options *opt,
+                                    size_t job_len) {
+    /* metadata comes in blocks of 1 MiB (make_fapl): ~2 KiB per dataset (object header,
+     * checksum, group links) and the root attributes, rounded up, plus a spare block */
+    const uint64_t mib = 1u << 20;
+    uint64_t meta = 64 * 1024 + 2 * job_len + (uint64_t)N_KINDS * nt * 2048;
+    uint64_t b = (meta + mib - 1) / mib * mib + mib;
+    for (int k = 0; k < N_KINDS; k++) {
+        for (int i = 0; i < nt; i++) {
+            uint64_t n = tl[i].t->numel * sizeof(float);
+            b += n;
+            if (opt->alignment > 1 && n >= opt->align_threshold) b += opt->alignment;
+        }
+    }
+    return b;
+}
+
+/* Whether the file fits before a byte is written: the file-size limit of this process
+ * (ulimit -f) on every rank, free space on rank 0. A disk that fills up during the save
+ * still fails it cleanly (ckpt_h5_flush); this only says so sooner and more clearly.
+ * SHLM_CKPT_SPACE_CHECK=0 turns it off (tests use that to fill a disk mid-save). */
+static int check_space(const char *dir, int rank, uint64_t need, char *err, size_t errlen) {
+    const char *v = getenv("SHLM_CKPT_SPACE_CHECK");
+    if (v && strcmp(v, "0") == 0) return 0;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (uint64_t)rl.rlim_cur < need) {
+        set_err(err, errlen, "the checkpoint needs about %.3f GB but this process may write "
+                "files of at most %.3f GB (ulimit -f)", need / 1e9, (double)rl.rlim_cur / 1e9);
+        return -1;
+    }
+    struct statvfs sv;
+    if (rank == 0 && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < need) {
+        set_err(err, errlen, "not enough space in %s: the checkpoint needs about %.3f GB, %.3f "
+                "GB are free", dir, need / 1e9, (double)sv.f_bavail * sv.f_frsize / 1e9);
+        return -1;
+    }
+    return 0;
 }
 
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
@@ -363,7 +407,14 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     ckpt_h5_default_options(&opt);
     double t_data = 0, t_close = 0;
     uint64_t bytes = 0;
+    int close_failed = 0;
 
+    const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
+    ok = check_space(dir, rank, need, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail_closed;
+
+    /* all metadata first, flushed, so that a failing data write leaves a file that
+     * closes cleanly (ckpt_h5_flush); checksums are placeholders updated in place */
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
@@ -371,9 +422,12 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         const llama_tensor *t = tl[i % nt].t;
         char path[256];
         snprintf(path, sizeof path, "%s/%s", kind_group[i / nt], t->name);
-        ok = ckpt_h5_create_dataset(&f, path, t->ndim, t->shape, &ds[i], err, errlen) == 0;
+        ok = ckpt_h5_create_dataset(&f, path, t->ndim, t->shape, &ds[i], err, errlen) == 0 &&
+             ckpt_h5_attr_write_u64(&f, path, "checksum", 0, err, errlen) == 0;
         bytes += t->numel * sizeof(float);
     }
+    if (ok) ok = write_state_attrs(&f, topo, cfg, st, err, errlen) == 0;
+    if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     t_data = MPI_Wtime();
 
@@ -418,12 +472,14 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum",
                                     ckpt_h5_sum_final(&s, ds[i].numel), err, errlen) == 0;
     }
-    if (ok) ok = write_state_attrs(&f, topo, cfg, st, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     t_close = MPI_Wtime();
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     ok = ckpt_h5_close(&f, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail;
+    if (agree(comm, ok, err, errlen)) {
+        close_failed = 1;
+        goto fail_closed;
+    }
 
     /* commit: only now does the checkpoint exist under its name and in `latest` */
     const double t_commit = MPI_Wtime();
@@ -448,19 +504,28 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
 fail:
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
-    {
-        char ignored[256];
-        ckpt_h5_close(&f, ignored, sizeof ignored);
+    if (f.file >= 0) {
+        char why[512];
+        close_failed = agree(comm, ckpt_h5_close(&f, why, sizeof why) == 0, why, sizeof why) != 0;
     }
 fail_closed:
-    MPI_Barrier(comm);
+    MPI_CHECK(MPI_Barrier(comm));
     if (rank == 0) unlink(tmp);
     {
-        char why[1536];
+        /* MPI-IO reports a full disk as a short write: say how full the disk is */
+        char why[1536], space[96] = "";
         snprintf(why, sizeof why, "%s", err);
-        set_err(err, errlen, "checkpoint save of step %lld failed, %s removed, earlier "
-                "checkpoints and %s/latest untouched: %s", (long long)st->step, tmp, dir, why);
+        struct statvfs sv;
+        if (statvfs(dir, &sv) == 0)
+            snprintf(space, sizeof space, " [%.3f GB free in %s]",
+                     (double)sv.f_bavail * sv.f_frsize / 1e9, dir);
+        set_err(err, errlen, "checkpoint save of step %lld failed (earlier checkpoints and "
+                "%s/latest untouched): %s%s", (long long)st->step, dir, why, space);
     }
+    /* HDF5 1.10 cannot shut down after a failed close of a file being written (its ID
+     * dangles and MPI_Finalize would crash in H5F__close_cb): end the job here, with
+     * the message, instead of returning to a clean exit that cannot happen */
+    if (close_failed) SHLM_FATAL("%s; HDF5 could not close the file, so the job ends here", err);
     free(tl);
     free(ds);
     free(sums);

@@ -14,8 +14,12 @@
  *   3. rank 0 fsyncs the file, renames it to step_<N>.h5, fsyncs the directory, then
  *      writes <dir>/latest.tmp (one line: the file name, "step_<N>.h5") and renames it
  *      to <dir>/latest;
- *   4. with keep = K > 0, rank 0 removes the oldest step_*.h5 beyond the newest K, and
- *      leftover step_*.h5.tmp files of failed saves.
+ *   4. rank 0 removes leftover step_*.h5.tmp files of failed (killed) saves and, with
+ *      keep = K > 0, the oldest step_*.h5 beyond the newest K.
+ * Before anything is written, the file's size (an upper bound) is checked against the
+ * free space and the file-size limit (ulimit -f); SHLM_CKPT_SPACE_CHECK=0 skips that.
+ * Metadata is written and flushed before the data, so a disk that fills up during the
+ * data still leaves a file HDF5 can close (io/ckpt_hdf5.h, ckpt_h5_flush).
  * A failure anywhere (one rank or all) fails the save on every rank with one message,
  * removes the temporary file, and leaves `latest` and earlier checkpoints as they were.
  *
