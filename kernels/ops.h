@@ -38,6 +38,10 @@ typedef struct shlm_ops {
     /* Optional (NULL on cpu): device memory in use (all of this device, as the driver
      * reports it) and its total, in bytes. Returns 0 on success. */
     int (*mem_info)(size_t *used, size_t *total);
+    /* Optional (NULL on cpu): open and close a named range on the profiler's timeline
+     * (NVTX on cuda), so Nsight Systems shows units, collectives and the optimizer. */
+    void (*range_push)(const char *name);
+    void (*range_pop)(void);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */
@@ -126,6 +130,14 @@ typedef struct shlm_ops {
     /* x[i] *= s */
     void (*scale)(float *x, float s, size_t n);
 } shlm_ops;
+
+/* Profiler ranges, no-ops on backends without them. */
+static inline void shlm_range_push(const shlm_ops *o, const char *name) {
+    if (o->range_push) o->range_push(name);
+}
+static inline void shlm_range_pop(const shlm_ops *o) {
+    if (o->range_pop) o->range_pop();
+}
 
 /* Backends compiled into this build, NULL-terminated. */
 extern const shlm_ops *const shlm_backends[];

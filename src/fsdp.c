@@ -93,6 +93,14 @@ static void trace(fsdp_engine *e, int unit, trace_kind k) {
     e->trace[e->n_trace++] = (trace_event){1e6 * (now_s() - e->t0), unit, k};
 }
 
+/* Names a profiler range after a unit: "all-gather unit 3". */
+static void range(const fsdp_engine *e, const char *what, int u) {
+    if (!e->ops->range_push) return;
+    char name[48];
+    snprintf(name, sizeof name, "%s %d", what, u);
+    e->ops->range_push(name);
+}
+
 static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
     *counter += bytes;
     return e->ops->alloc(bytes);
@@ -220,7 +228,10 @@ static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
     }
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
-    return e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
+    range(e, "all-gather unit", u);
+    shlm_comm_req *req = e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
+    shlm_range_pop(e->ops);
+    return req;
 }
 
 static int free_slot(fsdp_engine *e) {
@@ -283,7 +294,9 @@ static const void *src_acquire(void *ctx, int u, llama_phase phase) {
             issue_gather(e, u);
         }
         if (s->slot >= 0) {
+            range(e, "wait gather unit", u);
             wait_req(e, &e->slots[s->slot].req);
+            shlm_range_pop(e->ops);
             if (s->own) { /* own buffer: the slot only carried the request */
                 e->slots[s->slot].unit = -1;
                 s->slot = -1;
@@ -360,6 +373,7 @@ static void src_grad_ready(void *ctx, int u) {
     if (e->S == 1 || s->grad_slot < 0) return;
     grad_slot *g = &e->gslots[s->grad_slot];
     trace(e, u, EV_REDUCE_ISSUE);
+    range(e, "reduce-scatter unit", u);
     /* in place: the rank's reduced slice lands at its own offset of the buffer */
     if (e->opt.reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
@@ -369,6 +383,7 @@ static void src_grad_ready(void *ctx, int u) {
         g->req = e->comm->ireduce_scatter(e->shard_g, g->buf, g->buf + s->begin, s->n, SHLM_F32,
                                           SHLM_COMM_AVG);
     }
+    shlm_range_pop(e->ops);
 }
 
 static void src_progress(void *ctx) {
@@ -390,6 +405,7 @@ void fsdp_zero_grad(fsdp_engine *e) {
 }
 
 double fsdp_finish_grads(fsdp_engine *e) {
+    shlm_range_push(e->ops, "finish gradients");
     for (int k = 0; k < N_SLOTS; k++) complete_grad_slot(e, k);
     if (e->R > 1) {
         /* replicas hold the same shard position: average their shards. In bf16 the
@@ -417,11 +433,13 @@ double fsdp_finish_grads(fsdp_engine *e) {
     /* a host double over MPI whatever the comm backend: exact to the last bits */
     if (e->S > 1)
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, e->shard_mpi));
+    shlm_range_pop(e->ops);
     return sqrt(sq);
 }
 
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step) {
+    shlm_range_push(e->ops, "optimizer");
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         const llama_unit *lu = &e->lay.units[u];
@@ -437,6 +455,7 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
         /* gathered copies are stale now */
         if (s->own || s->slot >= 0) s->gathered = 0;
     }
+    shlm_range_pop(e->ops);
 }
 
 size_t fsdp_state_bytes(const fsdp_engine *e) { return e->state_bytes; }

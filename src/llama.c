@@ -293,6 +293,14 @@ static void progress(const llama_model *m) {
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 enum { HD_NORM = 0, HD_LM = 1 };
 
+/* Names a profiler range after a unit: "fwd block 3". */
+static void range_unit(const llama_model *m, const char *what, int l) {
+    if (!m->ops->range_push) return;
+    char name[48];
+    snprintf(name, sizeof name, "%s block %d", what, l);
+    m->ops->range_push(name);
+}
+
 static void block_forward(llama_model *m, int l, const void *p, int B, int T, int write_out) {
     const shlm_ops *o = m->ops;
     const llama_config *c = &m->cfg;
@@ -398,7 +406,9 @@ static void trunk_forward(llama_model *m, const int32_t *tokens, int B, int T) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         int u = llama_unit_block(l);
         p = m->src.acquire(m->src.ctx, u, LLAMA_FWD);
+        range_unit(m, "fwd", l);
         block_forward(m, l, p, B, T, 1);
+        shlm_range_pop(m->ops);
         m->src.release(m->src.ctx, u, LLAMA_FWD);
     }
 }
@@ -467,7 +477,9 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
         int u = llama_unit_block(l);
         p = m->src.acquire(m->src.ctx, u, LLAMA_BWD);
         g = m->src.grad(m->src.ctx, u);
+        range_unit(m, "bwd", l);
         block_backward(m, l, p, g, B, T);
+        shlm_range_pop(m->ops);
         m->src.release(m->src.ctx, u, LLAMA_BWD);
         m->src.grad_ready(m->src.ctx, u);
     }

@@ -23,6 +23,9 @@ int shlm_cuda_available(void);
 int shlm_cuda_device_count(void); /* 0 when there is no driver or no GPU */
 /* cudaSetDevice; must come before the first op (the stream belongs to one device) */
 void shlm_cuda_set_device(int device);
+/* NVTX ranges for Nsight Systems */
+void shlm_cuda_range_push(const char *name);
+void shlm_cuda_range_pop(void);
 /* device memory in use and total (cudaMemGetInfo); 0 on success */
 int shlm_cuda_mem_info(size_t *used, size_t *total);
 void *shlm_cuda_alloc(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */

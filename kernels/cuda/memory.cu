@@ -2,6 +2,8 @@
  * copies, the backend's single stream, and a growable scratch buffer shared by the ops. */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <nvtx3/nvToolsExt.h>
+
 /* One process drives one GPU (the rank binds it with cudaSetDevice before the first op),
  * so the stream and the scratch buffer are process-wide and created on first use. */
 static cudaStream_t g_stream;
@@ -89,6 +91,10 @@ extern "C" void shlm_cuda_set_device(int device) {
     CUDA_CHECK(cudaSetDevice(device));
     g_sm_count = 0;
 }
+
+/* NVTX ranges (header-only NVTX 3 in the CUDA toolkit: no library to link) */
+extern "C" void shlm_cuda_range_push(const char *name) { nvtxRangePushA(name); }
+extern "C" void shlm_cuda_range_pop(void) { nvtxRangePop(); }
 
 extern "C" int shlm_cuda_mem_info(size_t *used, size_t *total) {
     size_t free_b = 0, total_b = 0;

@@ -16,6 +16,8 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .device_count = shlm_cuda_device_count,
     .set_device = shlm_cuda_set_device,
     .mem_info = shlm_cuda_mem_info,
+    .range_push = shlm_cuda_range_push,
+    .range_pop = shlm_cuda_range_pop,
 
     .alloc = shlm_cuda_alloc,
     .free = shlm_cuda_free,
