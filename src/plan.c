@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/ops.h"
 #include "shlm_config.h"
 #include "src/commands.h"
 #include "src/config.h"
@@ -66,11 +67,10 @@ int cmd_plan(int argc, char **argv) {
     free(sets);
     if (!backend) backend = cfg.backend;
     if (strcmp(backend, "auto") == 0) {
-#ifdef SHLM_HAVE_CUDA
-        backend = "cuda";
-#else
-        backend = "cpu";
-#endif
+        /* as `train` resolves it on this machine: cuda when built and a GPU is visible
+         * (plan for GPUs from a login node with --backend cuda) */
+        const shlm_ops *cuda = shlm_ops_find("cuda");
+        backend = cuda && cuda->available() ? "cuda" : "cpu";
     }
     if (strcmp(backend, "cpu") != 0 && strcmp(backend, "cuda") != 0) {
         job_config_free(&cfg);
