@@ -132,6 +132,7 @@ static const key_def keys[] = {
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0},
     {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0},
     {"runtime", "comm_delay_us", KT_INT, F(comm_delay_us), "0", 0, 60000000, NULL, 0},
+    {"runtime", "profile", KT_BOOL, F(profile), "false", NOLIM, NULL, 0},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 

@@ -64,7 +64,8 @@ typedef struct job_config {
     char backend[16];        /* auto | cpu | cuda */
     int threads;             /* CPU threads per rank; 0 = cores / ranks on the node */
     int ranks_per_node;      /* 0 = real nodes; > 0 = blocks of ranks act as nodes */
-    long comm_delay_us;      /* benchmarks only: every collective takes at least this long */
+    int comm_delay_us;       /* benchmarks only: every collective takes at least this long */
+    int profile;             /* time every op (synchronising) and print a breakdown */
 
     /* the job's text and where it came from, kept for messages and checkpoints */
     char path[1024];

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels/check.h"
 #include "src/rng.h"
@@ -105,6 +106,8 @@ struct llama_model {
     llama_layout lay;
     int B, T;             /* capacity */
     llama_ac ac;          /* activation checkpointing mode */
+    int profile;          /* time every op (llama_set_profile) */
+    double prof_s[LLAMA_PROF_N];
     size_t esz;           /* bytes per act element */
     int qkv_dim, att_dim; /* (nh+2nkv)·hd, nh·hd */
     void **x;             /* L+1 residual streams (N, d): x[0] embedding out, x[l+1] block l out */
@@ -284,6 +287,40 @@ static float *gptr(const llama_model *m, float *grad, int u, int k) {
     return grad + m->lay.units[u].tensors[k].offset;
 }
 
+/* ---- profile mode: every op timed with a synchronisation on each side (slows the
+ * step, attributes it). Categories as in llama_prof_names. ---- */
+static double prof_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+#define PROF(m, cat, call)                                           \
+    do {                                                             \
+        double prof_t0_ = 0;                                         \
+        if ((m)->profile) {                                          \
+            (m)->ops->sync();                                        \
+            prof_t0_ = prof_now();                                   \
+        }                                                            \
+        call;                                                        \
+        if ((m)->profile) {                                          \
+            (m)->ops->sync();                                        \
+            (m)->prof_s[cat] += prof_now() - prof_t0_;               \
+        }                                                            \
+    } while (0)
+
+void llama_set_profile(llama_model *m, int on) { m->profile = on; }
+
+void llama_take_profile(llama_model *m, double *seconds) {
+    for (int k = 0; k < LLAMA_PROF_N; k++) {
+        seconds[k] = m->prof_s[k];
+        m->prof_s[k] = 0;
+    }
+}
+
+const char *const llama_prof_names[LLAMA_PROF_N] = {
+    "matmul fwd", "matmul bwd", "attention fwd", "attention bwd", "rmsnorm", "rope",
+    "swiglu", "copy/zero", "loss", "embedding", "engine (gather waits, grad slots)"};
+
 /* Lets the engine's collectives in flight advance between ops. */
 static void progress(const llama_model *m) {
     if (m->src.progress) m->src.progress(m->src.ctx);
@@ -308,25 +345,25 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     block_acts *a = &m->acts[l];
     const void *x = m->x[l];
     void *xout = m->x[l + 1];
-    o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps);
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, 0);
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, 0));
     progress(m);
-    o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0);
-    o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim);
+    PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
+    PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, accumulated by the GEMM itself */
-    o->copy(a->xmid, x, (size_t)N * d * m->esz);
-    o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, 1);
+    PROF(m, PROF_COPY, o->copy(a->xmid, x, (size_t)N * d * m->esz));
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, 1));
     progress(m);
-    o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps);
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, 0);
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, 0));
     progress(m);
-    o->swiglu_fwd(a->h, a->gu, N, F);
+    PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    o->copy(xout, a->xmid, (size_t)N * d * m->esz);
-    o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, 1);
+    PROF(m, PROF_COPY, o->copy(xout, a->xmid, (size_t)N * d * m->esz));
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, 1));
     progress(m);
 }
 
@@ -339,10 +376,10 @@ static void recompute(llama_model *m, int l, const void *p, int B, int T) {
     if (m->ac == LLAMA_AC_FULL) {
         block_forward(m, l, p, B, T, 0);
     } else if (m->ac == LLAMA_AC_SELECTIVE) {
-        o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps);
-        o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim);
-        o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps);
-        o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim);
+        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
+        PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
+        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
+        PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim));
     }
 }
 
@@ -355,33 +392,33 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int B
     recompute(m, l, p, B, T);
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    o->zero(dh, (size_t)N * F * m->esz);
-    o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d);
+    PROF(m, PROF_COPY, o->zero(dh, (size_t)N * F * m->esz));
+    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d));
     progress(m);
-    o->swiglu_bwd(dgu, dh, a->gu, N, F);
-    o->zero(m->dln, (size_t)N * d * m->esz);
-    o->matmul_bwd(m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
-                  2 * F);
+    PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
+    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
+    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
+                  2 * F));
     progress(m);
-    o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
-                   a->rstd2, N, d);
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
+                   a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    o->zero(datt, (size_t)N * m->att_dim * m->esz);
-    o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
-                  d);
+    PROF(m, PROF_COPY, o->zero(datt, (size_t)N * m->att_dim * m->esz));
+    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
+                  d));
     progress(m);
-    o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
-                     c->head_dim);
+    PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
+                     c->head_dim));
     progress(m);
     /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one */
-    o->rope(dqkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 1);
-    o->zero(m->dln, (size_t)N * d * m->esz);
-    o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
-                  m->qkv_dim);
+    PROF(m, PROF_ROPE, o->rope(dqkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 1));
+    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
+    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
+                  m->qkv_dim));
     progress(m);
-    o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
-                   a->rstd1, N, d);
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
+                   a->rstd1, N, d));
 }
 
 static void check_shape(const llama_model *m, int B, int T) {
@@ -400,16 +437,17 @@ static void trunk_forward(llama_model *m, const int32_t *tokens, int B, int T) {
     const shlm_ops *o = m->ops;
     const int N = B * T;
     o->to_device(m->tokens_dev, tokens, (size_t)N * sizeof(int32_t));
-    const void *p = m->src.acquire(m->src.ctx, LLAMA_UNIT_EMBED, LLAMA_FWD);
-    o->embedding_fwd(m->x[0], m->tokens_dev, p, N, m->cfg.dim);
-    m->src.release(m->src.ctx, LLAMA_UNIT_EMBED, LLAMA_FWD);
+    const void *p;
+    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, LLAMA_UNIT_EMBED, LLAMA_FWD));
+    PROF(m, PROF_EMBED, o->embedding_fwd(m->x[0], m->tokens_dev, p, N, m->cfg.dim));
+    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, LLAMA_UNIT_EMBED, LLAMA_FWD));
     for (int l = 0; l < m->cfg.n_layers; l++) {
         int u = llama_unit_block(l);
-        p = m->src.acquire(m->src.ctx, u, LLAMA_FWD);
+        PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, u, LLAMA_FWD));
         range_unit(m, "fwd", l);
         block_forward(m, l, p, B, T, 1);
         shlm_range_pop(m->ops);
-        m->src.release(m->src.ctx, u, LLAMA_FWD);
+        PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, LLAMA_FWD));
     }
 }
 
@@ -453,40 +491,42 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     /* head: final norm, then logits, loss and their gradient chunk by chunk, so the
      * (N, V) logits never exist whole; the head's backward runs right here */
     const int hu = llama_unit_head(c);
-    const void *p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD);
-    float *g = m->src.grad(m->src.ctx, hu);
-    o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps);
+    const void *p;
+    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD));
+    float *g;
+    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps));
     const float dscale = valid > 0 ? grad_scale / (float)valid : 0.0f;
-    o->zero(m->dln, (size_t)N * d * m->esz);
+    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
     for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
         int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-        o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0);
-        o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
-                        dscale);
-        o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, HD_LM), m->logits,
-                      lnf_r, wptr(m, p, hu, HD_LM), rows, d, V);
+        PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0));
+        PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
+                        dscale));
+        PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, HD_LM), m->logits,
+                      lnf_r, wptr(m, p, hu, HD_LM), rows, d, V));
     }
-    o->zero(m->dx, (size_t)N * d * m->esz);
-    o->rmsnorm_bwd(m->dx, gptr(m, g, hu, HD_NORM), m->dln, m->x[L], wptr(m, p, hu, HD_NORM),
-                   m->rstdf, N, d);
-    m->src.release(m->src.ctx, hu, LLAMA_FWD);
-    m->src.grad_ready(m->src.ctx, hu);
+    PROF(m, PROF_COPY, o->zero(m->dx, (size_t)N * d * m->esz));
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, hu, HD_NORM), m->dln, m->x[L], wptr(m, p, hu, HD_NORM),
+                   m->rstdf, N, d));
+    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_FWD));
+    PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, hu));
 
     for (int l = L - 1; l >= 0; l--) {
         int u = llama_unit_block(l);
-        p = m->src.acquire(m->src.ctx, u, LLAMA_BWD);
-        g = m->src.grad(m->src.ctx, u);
+        PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, u, LLAMA_BWD));
+        PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, u));
         range_unit(m, "bwd", l);
         block_backward(m, l, p, g, B, T);
         shlm_range_pop(m->ops);
-        m->src.release(m->src.ctx, u, LLAMA_BWD);
-        m->src.grad_ready(m->src.ctx, u);
+        PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, LLAMA_BWD));
+        PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, u));
     }
     /* the embedding's backward needs no parameters, only the token ids */
-    g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED);
-    o->embedding_bwd(g, m->dx, m->tokens_dev, N, d);
-    m->src.grad_ready(m->src.ctx, LLAMA_UNIT_EMBED);
+    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED));
+    PROF(m, PROF_EMBED, o->embedding_bwd(g, m->dx, m->tokens_dev, N, d));
+    PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, LLAMA_UNIT_EMBED));
     /* read the losses back only now: a copy to the host mid-pass would stall a GPU */
     double loss_sum = sum_losses(m, N);
     return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
@@ -500,8 +540,9 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
     trunk_forward(m, tokens, B, T);
     const int hu = llama_unit_head(c);
-    const void *p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD);
-    o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps);
+    const void *p;
+    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps));
     int valid = 0;
     double loss_sum = 0;
     if (targets || logits_out) {
@@ -509,12 +550,12 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
         for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
             int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
             const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-            o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0);
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0));
             if (logits_out) act_to_host_f32(m, logits_out + (size_t)r0 * V, m->logits,
                                             (size_t)rows * V);
             if (targets)
-                o->xent_fwd_bwd(m->losses + r0, NULL, m->logits, m->targets_dev + r0, rows, V,
-                                0.0f);
+                PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, NULL, m->logits, m->targets_dev + r0, rows, V,
+                                0.0f));
         }
         if (targets) {
             valid = count_valid(targets, N);
@@ -524,11 +565,11 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     if (last_logits_out) {
         for (int b = 0; b < B; b++) {
             const void *row = (const char *)m->lnf + ((size_t)b * T + T - 1) * d * m->esz;
-            o->matmul_fwd(m->logits, row, wptr(m, p, hu, HD_LM), 1, d, V, 0);
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, row, wptr(m, p, hu, HD_LM), 1, d, V, 0));
             act_to_host_f32(m, last_logits_out + (size_t)b * V, m->logits, (size_t)V);
         }
     }
-    m->src.release(m->src.ctx, hu, LLAMA_FWD);
+    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_FWD));
     if (n_valid) *n_valid = valid;
     return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
 }

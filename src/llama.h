@@ -136,4 +136,14 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
 float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *targets, int B,
                     int T, int *n_valid, float *logits_out, float *last_logits_out);
 
+/* ---- profile mode: each op timed between two synchronisations ---- */
+enum {
+    PROF_MATMUL_FWD, PROF_MATMUL_BWD, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE,
+    PROF_SWIGLU, PROF_COPY, PROF_LOSS, PROF_EMBED, PROF_ENGINE, LLAMA_PROF_N
+};
+extern const char *const llama_prof_names[LLAMA_PROF_N];
+void llama_set_profile(llama_model *m, int on);
+/* Seconds spent per category since the last call (then zeroed). */
+void llama_take_profile(llama_model *m, double *seconds);
+
 #endif

@@ -281,6 +281,23 @@ static void print_sample(run *r) {
     free(ids);
 }
 
+/* Rank 0's time per step by op category (runtime.profile), each op timed between two
+ * synchronisations, so the sum is a serialised step, longer than a normal one. */
+static void print_profile(const double *prof_s, double opt_s, double step_s, int steps) {
+    double sum = opt_s;
+    for (int k = 0; k < LLAMA_PROF_N; k++) sum += prof_s[k];
+    printf("# profile (rank 0, mean of %d step(s) after the first; ops timed between syncs)\n", steps);
+    printf("# %-36s %10s %7s\n", "category", "ms/step", "share");
+    for (int k = 0; k < LLAMA_PROF_N; k++)
+        printf("  %-36s %10.2f %6.1f%%\n", llama_prof_names[k], 1e3 * prof_s[k] / steps,
+               100 * prof_s[k] / sum);
+    printf("  %-36s %10.2f %6.1f%%\n", "grad finish + optimizer", 1e3 * opt_s / steps,
+           100 * opt_s / sum);
+    printf("  %-36s %10.2f\n", "sum of the above", 1e3 * sum / steps);
+    printf("  %-36s %10.2f  (the rest: host work outside ops)\n", "measured step (profiled)",
+           1e3 * step_s / steps);
+}
+
 /* Each rank writes its schedule trace to <run_dir>/trace.rank<R>.jsonl. */
 static void write_trace(run *r) {
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* rank 0 created run_dir */
@@ -353,6 +370,10 @@ static int train_loop(run *r, const ckpt_state *st0) {
         printf("checkpoint: step %d reached already (train.%s = %d): nothing to train\n", first,
                c->stop_after > 0 ? "stop_after" : "steps", end);
     uint64_t wire[2] = {0, 0}; /* bytes sent in the shard, replica group by training steps */
+    /* runtime.profile: per-op seconds summed over the steps after the first */
+    double prof_s[LLAMA_PROF_N] = {0}, prof_opt_s = 0, prof_opt_t0 = 0, prof_step_s = 0;
+    int prof_steps = 0;
+    llama_set_profile(r->model, c->profile);
     int rc = 0;
     for (int s = first; s < end; s++) {
         shlm_comm_stats before[2], after[2];
@@ -370,9 +391,20 @@ static int train_loop(run *r, const ckpt_state *st0) {
             sums[0] += (double)loss * valid;
             sums[1] += valid;
         }
+        if (c->profile) r->ops->sync(), prof_opt_t0 = MPI_Wtime();
         double norm = fsdp_finish_grads(r->engine);
         float lr = lr_at(&sch, s);
         fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp, s + 1);
+        if (c->profile) {
+            r->ops->sync();
+            double step_prof[LLAMA_PROF_N];
+            llama_take_profile(r->model, step_prof);
+            if (s > first) { /* the first step warms caches and cuBLASLt plans */
+                for (int k = 0; k < LLAMA_PROF_N; k++) prof_s[k] += step_prof[k];
+                prof_opt_s += MPI_Wtime() - prof_opt_t0;
+                prof_steps++;
+            }
+        }
         /* poll until every collective has finished: the comm watchdog turns a stuck or
          * failed one into an abort instead of a hang in sync() */
         while (r->comm->progress() > 0) usleep(20);
@@ -387,6 +419,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         double step_s = times[0];
+        if (c->profile && s > first) prof_step_s += step_s;
 
         int last = s == end - 1;
         double val = NAN;
@@ -422,6 +455,8 @@ static int train_loop(run *r, const ckpt_state *st0) {
         }
     }
     const uint64_t ran = end > first ? (uint64_t)(end - first) : 1;
+    if (c->profile && r->rank == 0 && prof_steps > 0)
+        print_profile(prof_s, prof_opt_s, prof_step_s, prof_steps);
     if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
