@@ -11,7 +11,8 @@ what=${1:-build}
 case "$what" in build|demo|check) ;; *) echo "usage: $0 [build|demo|check]" >&2; exit 2;; esac
 
 packages=(build-essential autoconf automake pkg-config openmpi-bin libopenmpi-dev
-          libhdf5-openmpi-dev hdf5-tools libopenblas-dev libinih-dev libcjson-dev)
+          libhdf5-openmpi-dev hdf5-tools libopenblas-dev libinih-dev libcjson-dev
+          python3-h5py) # python3-h5py: tests/ckpt_h5py.sh reads a checkpoint without shardlm
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -52,13 +53,20 @@ demo)
             ./shardlm data prepare --tokenizer bytes jobs/data/shakespeare-$split.txt \
                 jobs/data/shakespeare-$split.bin
     done
-    # 4 ranks acting as 2 nodes x 2: sharded inside a "node", replicated across them
-    set -- --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2
+    # 4 ranks acting as 2 nodes x 2: sharded inside a "node", replicated across them;
+    # a fresh run every time (resume=none), its checkpoint saved at the end
+    set -- --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2 \
+        --set checkpoint.dir=runs/tiny/checkpoints --set checkpoint.resume=none
     echo "+ mpirun -np 4 $(mpirun_flags 4) ./shardlm train jobs/tiny.ini $*"
     start=$(date +%s)
     # shellcheck disable=SC2046
     mpirun -np 4 $(mpirun_flags 4) ./shardlm train jobs/tiny.ini "$@"
     echo "demo: finished in $(( $(date +%s) - start )) s"
+    # the saved checkpoint, loaded by 2 ranks with another strategy, samples text
+    set -- --ckpt runs/tiny/checkpoints --prompt "ROMEO:" --tokens 200
+    echo "+ mpirun -np 2 $(mpirun_flags 2) ./shardlm generate jobs/tiny.ini $*"
+    # shellcheck disable=SC2046
+    mpirun -np 2 $(mpirun_flags 2) ./shardlm generate jobs/tiny.ini "$@" | sed -n '/^checkpoint:/p; /^--- generate/,/^---$/p'
     ;;
 check)
     set +e

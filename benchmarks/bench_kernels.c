@@ -1,7 +1,8 @@
 /* Kernel microbenchmark of the cuda backend at Llama-2-7B shapes: every op's TFLOP/s or
  * GB/s against ceilings measured in the same run; a wrong result fails the run. */
 
-/* Usage: bench_kernels [--mb N] [--iters N]
+/* Usage: bench_kernels [--mb N] [--iters N] [--only OP]
+ * (--only: just the ops whose name contains OP, e.g. attention, after the ceilings)
  *
  * Shapes: N = 4096·mb tokens (mb sequences of T = 4096), d = 4096, F = 11008, nh = nkv = 32,
  * hd = 128, V = 32000, the lm_head/loss chunk of src/llama.c (2^24 / V = 524 rows), and
@@ -36,6 +37,8 @@ static const shlm_ops *gpu = &shlm_ops_cuda, *cpu = &shlm_ops_cpu;
 enum { D = 4096, FF = 11008, NH = 32, NKV = 32, HD = 128, SEQ = 4096, VOCAB = 32000 };
 
 static int g_iters = 20;
+static const char *g_only; /* --only: run just the ops whose name contains this */
+static int want(const char *op) { return !g_only || strstr(op, g_only) != NULL; }
 static int g_wrong_total;
 static double g_ceil_tflops, g_ceil_gbs;
 
@@ -590,8 +593,9 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--mb") && i + 1 < argc) mb = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--iters") && i + 1 < argc) g_iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) g_only = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--mb N] [--iters N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--mb N] [--iters N] [--only OP]\n", argv[0]);
             return 2;
         }
     }
@@ -618,25 +622,26 @@ int main(int argc, char **argv) {
            "%ceiling", "#wrong");
     ceilings();
 
-    bench_embedding(N, D, VOCAB);
-    bench_rmsnorm(N, D);
-    bench_matmul("matmul_fwd qkv", N, D, 3 * D, 0);
-    bench_rope(N, SEQ, 0);
-    bench_attention(mb, SEQ);
-    bench_matmul("matmul_fwd o", N, D, D, 1);
-    bench_matmul("matmul_fwd gate_up", N, D, 2 * FF, 0);
-    bench_swiglu(N, FF);
-    bench_matmul("matmul_fwd down", N, FF, D, 1);
-    bench_matmul("matmul_fwd lm_head", chunk, D, VOCAB, 0);
-    bench_xent(chunk, VOCAB);
-    bench_matmul_bwd("matmul_bwd lm_head", chunk, D, VOCAB);
-    bench_matmul_bwd("matmul_bwd down", N, FF, D);
-    bench_matmul_bwd("matmul_bwd gate_up", N, D, 2 * FF);
-    bench_matmul_bwd("matmul_bwd o", N, D, D);
-    bench_rope(N, SEQ, 1);
-    bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
-    bench_add_convert((size_t)N * D);
-    bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D); /* one block */
+    if (want("embedding")) bench_embedding(N, D, VOCAB);
+    if (want("rmsnorm")) bench_rmsnorm(N, D);
+    if (want("matmul_fwd qkv")) bench_matmul("matmul_fwd qkv", N, D, 3 * D, 0);
+    if (want("rope")) bench_rope(N, SEQ, 0);
+    if (want("attention")) bench_attention(mb, SEQ);
+    if (want("matmul_fwd o")) bench_matmul("matmul_fwd o", N, D, D, 1);
+    if (want("matmul_fwd gate_up")) bench_matmul("matmul_fwd gate_up", N, D, 2 * FF, 0);
+    if (want("swiglu")) bench_swiglu(N, FF);
+    if (want("matmul_fwd down")) bench_matmul("matmul_fwd down", N, FF, D, 1);
+    if (want("matmul_fwd lm_head")) bench_matmul("matmul_fwd lm_head", chunk, D, VOCAB, 0);
+    if (want("xent")) bench_xent(chunk, VOCAB);
+    if (want("matmul_bwd lm_head")) bench_matmul_bwd("matmul_bwd lm_head", chunk, D, VOCAB);
+    if (want("matmul_bwd down")) bench_matmul_bwd("matmul_bwd down", N, FF, D);
+    if (want("matmul_bwd gate_up")) bench_matmul_bwd("matmul_bwd gate_up", N, D, 2 * FF);
+    if (want("matmul_bwd o")) bench_matmul_bwd("matmul_bwd o", N, D, D);
+    if (want("rope")) bench_rope(N, SEQ, 1);
+    if (want("matmul_bwd qkv")) bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
+    if (want("add_convert")) bench_add_convert((size_t)N * D);
+    if (want("optimizer")) /* one block */
+        bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D);
 
     printf("# ceilings: bf16 matmul %.1f TFLOP/s, device copy %.0f GB/s\n", g_ceil_tflops,
            g_ceil_gbs);

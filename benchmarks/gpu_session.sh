@@ -5,13 +5,14 @@
 #   bash benchmarks/gpu_session.sh test     # test_ops_cuda + tests/gpu/model_steps.sh
 #   bash benchmarks/gpu_session.sh bench    # shardlm training steps, Llama-2-7B and 1.1B
 #   bash benchmarks/gpu_session.sh anchor   # torch_fsdp_bench.py, same shapes
+#   bash benchmarks/gpu_session.sh all      # the three, in one call
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -28,21 +29,25 @@ setup_libs() {
 setup_libs
 export SHLM=$BIN/shardlm SHLM_SRCDIR=$PWD MPIRUN="mpirun --bind-to none"
 
-case "$phase" in
-test)
+test_phase() {
     echo "== test_ops_cuda"
     "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; tail -2 "$OUT/ops.log"
+    echo "== bench_kernels"
+    "$BIN/bench_kernels" > "$OUT/kernels.txt" 2>&1; echo "rc=$?"; grep -E "attention|ceiling|#wrong|PASS|FAIL" "$OUT/kernels.txt" | head -8
     echo "== model_steps"
     sh tests/gpu/model_steps.sh 2>&1 | tee "$OUT/model_steps.log" | grep -v '^+'
-    ;;
-bench)
+}
+
+bench_phase() {
     T=/tmp/shlm-bench
     mkdir -p $T
     "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
     summary=$OUT/bench.tsv
     printf 'config\tgpus\tmb\tac\tstrategy\ttok_s_gpu\tstep_ms\texposed_ms\tmfu\tmem_gib\n' > "$summary"
-    run() { # name gpus job mb ac strategy steps
+    run() { # name gpus job mb ac strategy steps [--set ...]
         local name=$1 np=$2 job=$3 mb=$4 ac=$5 st=$6 steps=$7
+        shift 7
+        local extra=("$@")
         echo "+ mpirun -np $np $SHLM train jobs/$job.ini --set train.micro_batch=$mb --set train.global_batch=$((mb * np)) --set fsdp.activation_checkpointing=$ac --set fsdp.strategy=$st --set train.steps=$steps ..."
         # shellcheck disable=SC2086
         $MPIRUN -np "$np" "$SHLM" train "jobs/$job.ini" --set data.train=$T/rand.bin \
@@ -50,8 +55,7 @@ bench)
             --set train.global_batch=$((mb * np)) --set fsdp.param_dtype=bf16 \
             --set fsdp.reduce_dtype=fp32 --set fsdp.strategy="$st" \
             --set fsdp.activation_checkpointing="$ac" --set log.every=1 \
-            --set log.run_dir="$T/$name" > "$OUT/$name.log" 2>&1 || { tail -5 "$OUT/$name.log"; return; }
-        cp "$T/$name/metrics.jsonl" "$OUT/$name.jsonl"
+            --set log.run_dir="$T/$name" "${extra[@]}" > "$T/$name.log" 2>&1 || { tail -5 "$T/$name.log"; return; }
         # mean over the steps after the first two (warm-up: cuBLASLt plans, NCCL set-up)
         awk -v n="$name" -v g="$np" -v mb="$mb" -v ac="$ac" -v st="$st" -F'[:,}]' '
             { for (i = 1; i < NF; i++) { k = $i; gsub(/[ "{]/, "", k); v[k] = $(i+1) }
@@ -63,16 +67,22 @@ bench)
             "$T/$name/metrics.jsonl" >> "$summary"
     }
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    # the NCCL kernels' share of the SMs, traded against their speed (issue: limit CTAs)
+    NCCL_MAX_CTAS=8 run 7b_fs_mb2_none_ctas8 2 llama2-7b 2 none FULL_SHARD 6
     run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
     run 7b_sgo_mb2_none 2 llama2-7b 2 none SHARD_GRAD_OP 6
-    run 7b_fs_mb4_full 2 llama2-7b 4 full FULL_SHARD 5
+    run 7b_fs_mb8_full 2 llama2-7b 8 full FULL_SHARD 4
     run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
     run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
     run 1b_1gpu_mb8_none 1 tinyllama-1b 8 none FULL_SHARD 8
+    # where a step's time goes: every op timed between synchronisations (slower step)
+    run 7b_fs_mb2_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true
+    sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_profile.log" | tee "$OUT/profile.txt"
     echo "== shardlm training steps (mean of steps 3..N; tokens/s per GPU; MFU at 989 TFLOP/s)"
-    column -t -s $'\t' "$summary"
-    ;;
-anchor)
+    awk -F'\t' '{ printf "%-22s %5s %3s %5s %14s %10s %8s %10s %7s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$summary"
+}
+
+anchor_phase() {
     summary=$OUT/anchor.txt
     : > "$summary"
     a() { # name args
@@ -85,7 +95,13 @@ anchor)
     a 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
     a 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
     a 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
-    ;;
-*)
-    echo "unknown phase $phase" >&2; exit 2 ;;
+    a 7b_fs_mb8_ac1 --model 7b --mb 8 --reshard 1 --ac 1 --steps 3
+}
+
+case "$phase" in
+test) test_phase ;;
+bench) bench_phase ;;
+anchor) anchor_phase ;;
+all) test_phase; bench_phase; anchor_phase ;;
+*) echo "unknown phase $phase" >&2; exit 2 ;;
 esac

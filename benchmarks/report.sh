@@ -97,9 +97,14 @@ plot_x="" plot_e="" i=0
 for s in $strats; do
     awk -v s="$s" '$1 == s {print $3, $4, $5, $6}' "$tmp/points" >>"$tmp/blocks"
     printf '\n\n' >>"$tmp/blocks"
-    plot_x="$plot_x '$tmp/blocks' index $i using 1:2 with linespoints lw 2 pt 7 title '$s',"
-    plot_x="$plot_x '$tmp/blocks' index $i using 1:3 with lines dt 2 lc rgb 'gray40' title 'ideal ($s)',"
-    plot_e="$plot_e '$tmp/blocks' index $i using 1:4 with linespoints lw 2 pt 7 title '$s',"
+    # one colour per strategy in both panels; the ideal (linear from each strategy's
+    # smallest run) in grey, titled once: the strategies' lines nearly coincide
+    c=$((i + 1))
+    t="notitle"
+    [ $i -eq 0 ] && t="title 'ideal'"
+    plot_x="$plot_x '$tmp/blocks' index $i using 1:3 with lines lw 1 lc rgb 'gray50' $t,"
+    plot_x="$plot_x '$tmp/blocks' index $i using 1:2 with linespoints lw 2 pt 7 lc $c title '$s',"
+    plot_e="$plot_e '$tmp/blocks' index $i using 1:4 with linespoints lw 2 pt 7 lc $c title '$s',"
     i=$((i + 1))
 done
 xtics=$(awk '{print $3}' "$tmp/points" | sort -n | uniq | tr '\n' ',' | sed 's/,$//')
@@ -124,7 +129,7 @@ set title "efficiency"
 unset logscale y
 set yrange [0:110]
 set key bottom left
-plot ${plot_e%,}, 100 with lines dt 2 lc rgb 'gray40' title 'ideal'
+plot 100 with lines lw 1 lc rgb 'gray50' title 'ideal', ${plot_e%,}
 unset multiplot
 EOF
 echo "# plot: $png"

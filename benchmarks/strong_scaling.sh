@@ -13,7 +13,7 @@
 #     --warmup N          first steps left out of the means (default 2)
 #     --repeat K          run each point K times, keep the median run (default 1)
 #     --threads N         runtime.threads of every rank (default: the job's)
-#     --launcher CMD      mpirun (default: with what this machine needs, through
+#     --launcher CMD      $MPIRUN, else mpirun (with what this machine needs, through
 #                         tests/mpi_test.sh), srun, or a command with its options
 #     --shardlm PATH      the binary (default: $SHLM, else ./shardlm, else on PATH)
 #     --out DIR           runs, logs, scaling.csv, report.txt (default: a new dir under
@@ -28,7 +28,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 srcdir=$(dirname "$here")
 die() { echo "strong_scaling.sh: error: $*" >&2; exit 2; }
 
-ranks_list=1,2,4 strategies="" global="" weak=0 steps=6 warmup=2 threads="" launcher="" repeat=1
+ranks_list=1,2,4 strategies="" global="" weak=0 steps=6 warmup=2 threads="" launcher=${MPIRUN:-} repeat=1
 shardlm=${SHLM:-} out="" timeout=3600 png="" gpn=""
 while [ $# -gt 0 ]; do
     case $1 in

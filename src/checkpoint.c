@@ -60,6 +60,18 @@ static int agree(MPI_Comm comm, int ok, char *err, size_t errlen) {
     return -1;
 }
 
+/* A byte count for messages: "2.638 GB", "1.13 MB", "228.5 kB". */
+typedef struct human_t {
+    char s[32];
+} human_t;
+static human_t human(double b) {
+    human_t h;
+    if (b >= 1e9) snprintf(h.s, sizeof h.s, "%.3f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(h.s, sizeof h.s, "%.2f MB", b / 1e6);
+    else snprintf(h.s, sizeof h.s, "%.1f kB", b / 1e3);
+    return h;
+}
+
 static int mkdir_p(const char *path, char *err, size_t errlen) {
     char tmp[1024];
     snprintf(tmp, sizeof tmp, "%s", path);
@@ -363,14 +375,14 @@ static int check_space(const char *dir, int rank, uint64_t need, char *err, size
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (uint64_t)rl.rlim_cur < need) {
-        set_err(err, errlen, "the checkpoint needs about %.3f GB but this process may write "
-                "files of at most %.3f GB (ulimit -f)", need / 1e9, (double)rl.rlim_cur / 1e9);
+        set_err(err, errlen, "the checkpoint needs about %s but this process may write files "
+                "of at most %s (ulimit -f)", human((double)need).s, human((double)rl.rlim_cur).s);
         return -1;
     }
     struct statvfs sv;
     if (rank == 0 && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < need) {
-        set_err(err, errlen, "not enough space in %s: the checkpoint needs about %.3f GB, %.3f "
-                "GB are free", dir, need / 1e9, (double)sv.f_bavail * sv.f_frsize / 1e9);
+        set_err(err, errlen, "not enough space in %s: the checkpoint needs about %s, %s are "
+                "free", dir, human((double)need).s, human((double)sv.f_bavail * sv.f_frsize).s);
         return -1;
     }
     return 0;
@@ -408,6 +420,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     double t_data = 0, t_close = 0;
     uint64_t bytes = 0;
     int close_failed = 0;
+    double prof[4] = {0, 0, 0, 0}; /* this rank's data phase: copy, write, checksum, wait */
 
     const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
     ok = check_space(dir, rank, need, err, errlen) == 0;
@@ -440,7 +453,9 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             size_t sb, se, pb, pe;
             fsdp_shard_range(e, u, &sb, &se);
             my_piece(e, topo, u, &pb, &pe);
+            double tc = MPI_Wtime();
             fsdp_get_state(e, u, (fsdp_state_kind)k, buf);
+            prof[0] += MPI_Wtime() - tc;
             for (int i = 0; i < nt; i++) {
                 if (tl[i].unit != u) continue;
                 const int di = k * nt + i;
@@ -448,13 +463,19 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                 shard_overlap ov;
                 shard_intersect(pb, pe, t->offset, t->numel, &ov);
                 const float *src = buf + (ov.count ? ov.flat_offset - sb : 0);
+                double tw = MPI_Wtime();
                 ok = ckpt_h5_write_range(&f, &ds[di], ov.tensor_offset, ov.count, src, err,
                                          errlen) == 0;
+                double ts = MPI_Wtime();
                 ckpt_h5_sum s = {0, 0};
                 ckpt_h5_sum_add(&s, src, ov.tensor_offset, ov.count);
                 sums[2 * di] = s.s1;
                 sums[2 * di + 1] = s.s2;
+                double ta = MPI_Wtime();
+                prof[1] += ts - tw;
+                prof[2] += ta - ts;
                 if (agree(comm, ok, err, errlen)) goto fail;
+                prof[3] += MPI_Wtime() - ta;
                 if (kill_me && ++done == nd / 2) {
                     fprintf(stderr, "shardlm: SHLM_TEST_KILL_IN_SAVE: rank %d raises SIGKILL "
                             "after %d of %d datasets of %s\n", rank, done, nd, tmp);
@@ -487,10 +508,12 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     if (agree(comm, ok, err, errlen)) goto fail_closed;
     const double t1 = MPI_Wtime();
     if (rank == 0) {
-        printf("checkpoint: saved step %lld to %s: %.3f GB in %.3f s = %.2f GB/s (create %.3f s, "
-               "data %.3f s, close %.3f s, fsync+rename %.3f s; %d ranks, %s)\n",
-               (long long)st->step, final, bytes / 1e9,
-               t1 - t0, bytes / 1e9 / (t1 - t0), t_data - t0, t_close - t_data,
+        printf("checkpoint: saved step %lld to %s: %s in %.3f s = %.2f GB/s (create %.3f s, "
+               "data %.3f s [rank 0: copy %.3f, write %.3f, checksum %.3f, wait %.3f], close %.3f s, "
+               "fsync+rename %.3f s; %d ranks, %s)\n",
+               (long long)st->step, final, human((double)bytes).s,
+               t1 - t0, bytes / 1e9 / (t1 - t0), t_data - t0, t_close - t_data, prof[0],
+               prof[1], prof[2], prof[3],
                t_commit - t_close, t1 - t_commit, topo->world_size,
                opt.collective_io ? "collective I/O" : "independent I/O");
         prune(dir, keep, st->step);
@@ -517,8 +540,8 @@ fail_closed:
         snprintf(why, sizeof why, "%s", err);
         struct statvfs sv;
         if (statvfs(dir, &sv) == 0)
-            snprintf(space, sizeof space, " [%.3f GB free in %s]",
-                     (double)sv.f_bavail * sv.f_frsize / 1e9, dir);
+            snprintf(space, sizeof space, " [%s free there]",
+                     human((double)sv.f_bavail * sv.f_frsize).s);
         set_err(err, errlen, "checkpoint save of step %lld failed (earlier checkpoints and "
                 "%s/latest untouched): %s%s", (long long)st->step, dir, why, space);
     }
@@ -675,9 +698,9 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
     if (agree(comm, ok, err, errlen)) goto done;
     if (rank == 0) {
         double dt = MPI_Wtime() - t0;
-        printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %.3f GB in %.3f s "
+        printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %s in %.3f s "
                "= %.2f GB/s, checksums ok\n", what == CKPT_LOAD_ALL ? "weights and optimizer" :
-               "weights", path, (long long)st.step, st.world_size, st.strategy, bytes / 1e9, dt,
+               "weights", path, (long long)st.step, st.world_size, st.strategy, human((double)bytes).s, dt,
                bytes / 1e9 / dt);
         fflush(stdout);
     }
@@ -845,8 +868,8 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UINT64_T, MPI_SUM, comm));
     if (topo->world_rank == 0) {
         double dt = MPI_Wtime() - t0;
-        printf("checkpoint: imported Hugging Face weights from %s: %.3f GB read by %d ranks in "
-               "%.3f s = %.2f GB/s\n", dir, bytes / 1e9, topo->world_size, dt, bytes / 1e9 / dt);
+        printf("checkpoint: imported Hugging Face weights from %s: %s read by %d ranks in %.3f s "
+               "= %.2f GB/s\n", dir, human((double)bytes).s, topo->world_size, dt, bytes / 1e9 / dt);
         fflush(stdout);
     }
     return 0;

@@ -196,7 +196,7 @@ int cmd_generate(int argc, char **argv) {
         printf("--- generate: %d tokens from %s, temperature %.2f, top_p %.2f, seed %llu, %d "
                "ranks %s (%.1f tokens/s) ---\n", n_new, a.ckpt, temp, top_p,
                (unsigned long long)seed, r.world, c->strategy, dt > 0 ? n_new / dt : 0.0);
-        if (V <= 256) {
+        if (V == 256) { /* the byte tokenizer: show text */
             for (int i = 0; i < n_prompt + n_new; i++) {
                 int ch = out[i];
                 putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '?');

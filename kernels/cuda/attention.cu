@@ -8,29 +8,35 @@
  * out (B·T, nh·hd); lse (B, nh, T) fp32, natural log; query head h reads kv head
  * h / (nh/nkv).
  *
- * Every kernel is a set of 4 warps; a warp owns 16 rows of a tile and multiplies with
- * mma.m16n8k16 (A 16×16 row-major, B 16×8 column-major, C 16×8 fp32). In the C
- * fragment, lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t and 2t+1 of
- * each 8-wide n-tile; the A fragment has the same rows and columns 2t, 2t+1, 2t+8, 2t+9
- * of each 16-wide k-step. So a row of probabilities computed into C fragments is, packed
- * to bf16, already the A fragment of the next product: P never leaves registers.
+ * Products use mma.m16n8k16 (A 16×16 row-major, B 16×8 column-major, C 16×8 fp32). In
+ * the C fragment, lane (g = lane/4, t = lane%4) holds rows g and g+8, columns 2t and 2t+1
+ * of each 8-wide n-tile; the A fragment has the same rows and columns 2t, 2t+1, 2t+8,
+ * 2t+9 of each 16-wide k-step. So a row of probabilities computed into C fragments is,
+ * packed to bf16, already the A fragment of the next product: P never leaves registers.
+ * Every fragment is read from shared memory with ldmatrix (x4: four 8×8 matrices per
+ * instruction; .trans when the stored rows run along k).
+ *
+ * Each warp owns 32 rows (two m16 tiles) of its block's tile, so every B fragment read
+ * from shared memory feeds two products: half the shared-memory traffic per product of
+ * 16-row warps, which is what bounded the earlier kernels (measured on an H200, B=1,
+ * T=4096, 32 heads of 128, causal: forward 721 -> 464 us, backward 2597 -> 1778 us).
  *
  * The head dimension is padded with zeros to HDP ∈ {16, 32, 64, 128} (a zero column
  * adds nothing to q·k and produces an output column nobody stores), so any hd ≤ 128
- * works; hd % 8 == 0 (every Llama) takes 16-byte loads, others go element by element.
- * Tiles are staged in shared memory with rows padded by 8 elements (16 bytes): with
- * that stride the 32-bit fragment loads and the ldmatrix row reads hit 32 distinct
- * banks. Tiles stream in through cp.async, double-buffered, so the next tile's copy
- * overlaps the current tile's products (measured: forward 833 -> 721 us, backward 2943 ->
- * 2597 us at B=1, T=4096, 32 heads of 128 on an H200). Scores are kept in the log2
- * domain (scaled by log2 e) so that exp is exp2.
+ * works; hd % 8 == 0 (every Llama) takes 16-byte loads and stores, others go element by
+ * element. Tiles are staged in shared memory with rows padded by 8 elements (16 bytes):
+ * with that stride the ldmatrix row reads hit 32 distinct banks. Tiles stream in through
+ * cp.async, double-buffered: the copy of tile i+1 is issued right after the barrier that
+ * starts tile i, so it overlaps tile i's products, and one barrier per tile suffices.
+ * Results leave through shared memory as 16-byte row stores. Scores are kept in the log2
+ * domain (scaled by log2 e, folded into one FFMA) so that exp is a bare ex2.
  *
- * Causality: key tiles after a query tile's last row are never visited (no fully
- * masked tile is computed); only tiles that straddle the diagonal apply the mask. */
+ * Causality: key tiles after a query tile's last row are never visited, a warp skips
+ * the tiles that are fully masked for its own 32 rows, and only tiles that straddle the
+ * diagonal apply the mask. Blocks are ordered longest first over the whole grid. */
 
 namespace {
 
-constexpr int ATT_THREADS = 128; /* 4 warps */
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
@@ -45,9 +51,18 @@ __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], uint3
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* Four 8×8 bf16 matrices, transposed: lanes 8i..8i+7 give the row addresses of matrix i;
- * register i receives matrix i's elements (rows 2t, 2t+1; column g) — exactly a B
- * fragment when the stored rows run along k (keys of V, queries of dO or Q). */
+/* Four 8×8 bf16 matrices: lanes 8i..8i+7 give the row addresses of matrix i; register i
+ * receives matrix i's elements, lane (g, t) holding row g, columns 2t and 2t+1. */
+__device__ __forceinline__ void ldsm_x4(uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3,
+                                        const bf16 *p) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* The same, transposed: register i receives matrix i's rows 2t, 2t+1 of column g —
+ * exactly a B fragment when the stored rows run along k (keys of V, queries of dO). */
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t &r0, uint32_t &r1, uint32_t &r2,
                                               uint32_t &r3, const bf16 *p) {
     const uint32_t addr = (uint32_t)__cvta_generic_to_shared(p);
@@ -56,8 +71,31 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t &r0, uint32_t &r1, uint32
                  : "r"(addr));
 }
 
-__device__ __forceinline__ uint32_t lds32(const bf16 *p) {
-    return *reinterpret_cast<const uint32_t *>(p);
+/* Lane offsets (elements) into a shared tile of row stride SS, for ldmatrix.x4:
+ *  a_off: the A fragment of the 16 rows × 16 columns at the offset added to it;
+ *  b_off: the B fragments of two adjacent n-tiles (16 stored rows) × one k-step (16
+ *         stored columns), stored n-major (K for Q·Kᵀ): registers b0, b1 of n-tile 0,
+ *         then b0, b1 of n-tile 1;
+ *  t_off: (.trans) the B fragments of one k-step (16 stored rows) × two adjacent n-tiles
+ *         (16 stored columns), stored k-major (V for P·V): same register order. */
+template <int SS> __device__ __forceinline__ int a_off(int lane) {
+    return (lane & 15) * SS + (lane >> 4) * 8;
+}
+template <int SS> __device__ __forceinline__ int b_off(int lane) {
+    return ((lane & 7) + ((lane >> 4) & 1) * 8) * SS + ((lane >> 3) & 1) * 8;
+}
+template <int SS> __device__ __forceinline__ int t_off(int lane) {
+    return ((lane & 7) + ((lane >> 3) & 1) * 8) * SS + (lane >> 4) * 8;
+}
+
+/* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without
+ * waiting, bar_sync waits for all n; the arriving threads' earlier shared-memory writes
+ * are visible to the waiting ones once it completes. Barrier 0 is __syncthreads'. */
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
@@ -65,14 +103,11 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* A fragment of 16 rows (r0, r0 + 8) × k-step kk of a shared tile with row stride SS. */
-template <int SS>
-__device__ __forceinline__ void load_a_frag(uint32_t a[4], const bf16 *s, int r0, int kk, int t) {
-    const bf16 *p = s + r0 * SS + kk * 16 + 2 * t;
-    a[0] = lds32(p);
-    a[1] = lds32(p + 8 * SS);
-    a[2] = lds32(p + 8);
-    a[3] = lds32(p + 8 * SS + 8);
+/* 2^x: the bare MUFU instruction (2^-inf = 0; subnormal results flush to 0) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* 16 bytes global -> shared without passing through registers (Ampere+), so the next
@@ -88,30 +123,30 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
 __device__ __forceinline__ void cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
-/* waits until at most N of this thread's most recent groups are still in flight */
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* Starts copying ROWS rows × HDP columns from global memory (row stride ld elements) into
  * a shared tile (row stride HDP + 8); rows >= nrows and columns >= hd become zeros. With
  * vec (16-byte aligned rows) the copy is asynchronous and belongs to the caller's next
  * cp_async_commit group; otherwise it is done element by element before returning.
- * Either way the tile may be read only after a barrier that follows the wait. */
-template <int ROWS, int HDP>
+ * Either way the tile may be read only after a barrier that follows the wait. NTHR
+ * threads (the block) share the work. */
+template <int ROWS, int HDP, int NTHR>
 __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int nrows, int hd,
                                           bool vec) {
     constexpr int SS = HDP + 8;
     if (vec) {
         constexpr int CH = HDP / 8;
-        for (int i = threadIdx.x; i < ROWS * CH; i += ATT_THREADS) {
+#pragma unroll 4
+        for (int i = threadIdx.x; i < ROWS * CH; i += NTHR) {
             const int r = i / CH, c = (i % CH) * 8;
             const bool ok = r < nrows && c < hd;
             cp_async16(s + r * SS + c, ok ? g + (size_t)r * ld + c : g, ok);
         }
     } else {
-        for (int i = threadIdx.x; i < ROWS * HDP; i += ATT_THREADS) {
+        for (int i = threadIdx.x; i < ROWS * HDP; i += NTHR) {
             const int r = i / HDP, c = i % HDP;
             bf16 v = __float2bfloat16_rn(0.0f);
             if (r < nrows && c < hd) v = g[(size_t)r * ld + c];
@@ -120,175 +155,240 @@ __device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int
     }
 }
 
-/* Stores columns col, col + 1 of a row (col is even), skipping those >= hd. */
-__device__ __forceinline__ void store_pair(bf16 *p, float a, float b, int col, int hd, bool pair) {
-    if (pair) {
-        if (col < hd) *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+/* Writes a warp's 32-row accumulator (two m16 tiles of C fragments over HDP columns),
+ * row i scaled by mul[i/16][(i/8)%2], as bf16 into rows row0.. of a shared tile. */
+template <int HDP>
+__device__ __forceinline__ void stage_acc(bf16 *s, const float (&acc)[2][HDP / 8][4],
+                                          const float (&mul)[2][2], int row0, int lane) {
+    constexpr int SS = HDP + 8;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            bf16 *p = s + (row0 + 16 * mt + 8 * r + g) * SS + 2 * t;
+#pragma unroll
+            for (int d = 0; d < HDP / 8; d++)
+                *reinterpret_cast<uint32_t *>(p + 8 * d) =
+                    pack_bf16(acc[mt][d][2 * r] * mul[mt][r], acc[mt][d][2 * r + 1] * mul[mt][r]);
+        }
+    }
+}
+
+/* Copies rows < nrows, columns < hd of a shared tile (row stride HDP + 8) to global
+ * memory (row stride ld): 16 bytes at a time with vec, else element by element. */
+template <int ROWS, int HDP, int NTHR>
+__device__ __forceinline__ void store_tile(bf16 *g, size_t ld, const bf16 *s, int nrows, int hd,
+                                           bool vec) {
+    constexpr int SS = HDP + 8;
+    if (vec) {
+        constexpr int CH = HDP / 8;
+        for (int i = threadIdx.x; i < ROWS * CH; i += NTHR) {
+            const int r = i / CH, c = (i % CH) * 8;
+            if (r < nrows && c < hd)
+                *reinterpret_cast<uint4 *>(g + (size_t)r * ld + c) =
+                    *reinterpret_cast<const uint4 *>(s + r * SS + c);
+        }
     } else {
-        if (col < hd) p[0] = __float2bfloat16_rn(a);
-        if (col + 1 < hd) p[1] = __float2bfloat16_rn(b);
+        for (int i = threadIdx.x; i < ROWS * HDP; i += NTHR) {
+            const int r = i / HDP, c = i % HDP;
+            if (r < nrows && c < hd) g[(size_t)r * ld + c] = s[r * SS + c];
+        }
     }
 }
 
 /* ------------------------------------------------------------------ forward */
 
-constexpr int FWD_BR = 64; /* queries per block: 16 per warp */
-constexpr int FWD_BC = 64; /* keys per step */
+constexpr int FWD_THREADS = 128; /* 4 warps */
+constexpr int FWD_BR = 128;      /* queries per block: 32 per warp */
+constexpr int FWD_BC = 64;       /* keys per step (32 measured 10% slower) */
 
-/* Block (query tile, head, batch). Online softmax over key tiles 0..(diagonal tile):
- * running max m and sum l per row, O rescaled by exp2(m_old − m_new) as m grows. K/V
- * tiles are double-buffered: tile kt+1 is in flight while tile kt is multiplied.
- * 173 registers a thread (hd 128) allow 2 blocks per SM; capping them at 168 for a third
- * block made ptxas spill and measured 3% slower (H200, T = 4096), so no cap. */
+/* Block (head, query tile, batch). Online softmax over key tiles 0..(last tile the query
+ * tile sees): running max m and sum l per row, O rescaled by exp2(m_old − m_new) as m
+ * grows. Q stays in shared memory (its fragments are re-read per key tile: 32 rows of Q
+ * plus 64 keys of K and V per warp and tile). K/V tiles are double-buffered. */
 template <int HDP>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(FWD_THREADS)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int nh, int nkv, int hd,
-                    float scale_log2, bool vec, bool pair) {
+                    float scale_log2, bool vec, bool ovec) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, NT = FWD_BC / 8;
-    static_assert(FWD_BR == FWD_BC, "the diagonal tile logic assumes square tiles");
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *const K0 = reinterpret_cast<bf16 *>(smem_raw), *const V0 = K0 + FWD_BC * SS;
-    bf16 *const K1 = V0 + FWD_BC * SS, *const V1 = K1 + FWD_BC * SS;
+    bf16 *const Qs = reinterpret_cast<bf16 *>(smem_raw); /* [FWD_BR][SS] */
+    bf16 *const Kb = Qs + FWD_BR * SS;                    /* [2][FWD_BC][SS] */
+    bf16 *const Vb = Kb + 2 * FWD_BC * SS;                /* [2][FWD_BC][SS] */
 
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest (last) query tiles start first */
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
     const int kvh = h / (nh / nkv);
     const int q0 = qt * FWD_BR;
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r0 = warp * 16 + g; /* the thread's rows in the tile: r0 and r0 + 8 */
+    const int wq0 = q0 + warp * 32; /* the warp's first row */
+    int qrow[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) qrow[mt][r] = wq0 + 16 * mt + 8 * r + g;
 
     const bf16 *const kbase = base + (size_t)(nh + kvh) * hd;
     const bf16 *const vbase = base + (size_t)(nh + nkv + kvh) * hd;
+    const int nq = min(FWD_BR, T - q0);
 
-    /* Q: staged through buffer 1 once, then held as A fragments; tile 0 of K/V goes to
-     * buffer 0 meanwhile */
-    load_tile<FWD_BR, HDP>(K1, base + (size_t)q0 * C3 + (size_t)h * hd, C3, min(FWD_BR, T - q0),
-                           hd, vec);
+    load_tile<FWD_BR, HDP, FWD_THREADS>(Qs, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd,
+                                        vec);
+    load_tile<FWD_BC, HDP, FWD_THREADS>(Kb, kbase, C3, min(FWD_BC, T), hd, vec);
+    load_tile<FWD_BC, HDP, FWD_THREADS>(Vb, vbase, C3, min(FWD_BC, T), hd, vec);
     cp_async_commit();
-    load_tile<FWD_BC, HDP>(K0, kbase, C3, min(FWD_BC, T), hd, vec);
-    load_tile<FWD_BC, HDP>(V0, vbase, C3, min(FWD_BC, T), hd, vec);
-    cp_async_commit();
-    cp_async_wait<1>(); /* Q's group */
-    __syncthreads();
-    uint32_t qa[KS][4];
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) load_a_frag<SS>(qa[kk], K1, r0, kk, t);
-    __syncthreads(); /* every warp holds its Q before buffer 1 is refilled */
 
-    float o[DT][4];
+    float o[2][DT][4];
 #pragma unroll
-    for (int d = 0; d < DT; d++) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const int qrow[2] = {q0 + r0, q0 + r0 + 8};
-    const int kt_end = qt; /* square tiles: the diagonal tile has the same index */
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int d = 0; d < DT; d++) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
+    float l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+
+    const bf16 *const qfrag = Qs + warp * 32 * SS + a_off<SS>(lane);
+    const int koff = b_off<SS>(lane), voff = t_off<SS>(lane);
+    const int kt_end = min((q0 + FWD_BR - 1) / FWD_BC, (T - 1) / FWD_BC);
 
     for (int kt = 0; kt <= kt_end; kt++) {
-        const int k0 = kt * FWD_BC;
-        const bf16 *const Ks = kt & 1 ? K1 : K0, *const Vs = kt & 1 ? V1 : V0;
-        if (kt < kt_end) { /* the next tile into the other buffer, read last iteration */
-            const int k1 = k0 + FWD_BC;
-            load_tile<FWD_BC, HDP>(kt & 1 ? K0 : K1, kbase + (size_t)k1 * C3, C3,
-                                   min(FWD_BC, T - k1), hd, vec);
-            load_tile<FWD_BC, HDP>(kt & 1 ? V0 : V1, vbase + (size_t)k1 * C3, C3,
-                                   min(FWD_BC, T - k1), hd, vec);
+        const int buf = kt & 1;
+        cp_async_wait_all(); /* tile kt (and Q) */
+        __syncthreads();     /* ...visible to all; everyone is done with tile kt-1's buffer */
+        if (kt < kt_end) {
+            const int k1 = (kt + 1) * FWD_BC;
+            load_tile<FWD_BC, HDP, FWD_THREADS>(Kb + (buf ^ 1) * FWD_BC * SS,
+                                                kbase + (size_t)k1 * C3, C3, min(FWD_BC, T - k1),
+                                                hd, vec);
+            load_tile<FWD_BC, HDP, FWD_THREADS>(Vb + (buf ^ 1) * FWD_BC * SS,
+                                                vbase + (size_t)k1 * C3, C3, min(FWD_BC, T - k1),
+                                                hd, vec);
+            cp_async_commit();
         }
-        cp_async_commit(); /* possibly empty: keeps "all but the newest group" = tile kt */
-        cp_async_wait<1>();
-        __syncthreads();
+        const int k0 = kt * FWD_BC;
+        if (k0 > wq0 + 31) continue; /* every key after every row of this warp */
+        const bool diag = k0 + FWD_BC - 1 > wq0;
+        const bf16 *const Ks = Kb + buf * FWD_BC * SS, *const Vs = Vb + buf * FWD_BC * SS;
 
-        /* S = Q·Kᵀ: B(k = dim, n = key) = K[key][dim], two adjacent dims per register */
-        float s[NT][4];
+        /* S = Q·Kᵀ: B(k = dim, n = key) = K[key][dim] */
+        float s[2][NT][4];
 #pragma unroll
-        for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
+            uint32_t qa[2][4];
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const bf16 *kp = Ks + (8 * j + g) * SS + kk * 16 + 2 * t;
-                mma_16816(s[j], qa[kk], lds32(kp), lds32(kp + 8));
+            for (int mt = 0; mt < 2; mt++)
+                ldsm_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], qfrag + mt * 16 * SS + kk * 16);
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t b0, b1, b2, b3;
+                ldsm_x4(b0, b1, b2, b3, Ks + koff + jj * 16 * SS + kk * 16);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_16816(s[mt][2 * jj], qa[mt], b0, b1);
+                    mma_16816(s[mt][2 * jj + 1], qa[mt], b2, b3);
+                }
             }
         }
-        const bool diag = kt == kt_end;
-        float mx[2] = {m[0], m[1]};
+        if (diag) {
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
+            for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float v = s[j][e] * scale_log2;
-                if (diag && k0 + 8 * j + 2 * t + (e & 1) > qrow[e >> 1]) v = -INFINITY;
-                s[j][e] = v;
-                mx[e >> 1] = fmaxf(mx[e >> 1], v);
-            }
+                for (int j = 0; j < NT; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++)
+                        if (k0 + 8 * j + 2 * t + (e & 1) > qrow[mt][e >> 1]) s[mt][j][e] = -INFINITY;
         }
-        float mref[2], alpha[2];
+        float mref[2][2], alpha[2][2];
 #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            /* every row sees key 0 in tile 0, so mx is finite; guard anyway */
-            mref[r] = mx[r] == -INFINITY ? 0.0f : mx[r];
-            alpha[r] = exp2f(m[r] - mref[r]);
-            m[r] = mx[r];
-            l[r] *= alpha[r];
-        }
+        for (int mt = 0; mt < 2; mt++) {
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
+            for (int r = 0; r < 2; r++) {
+                float mx = -INFINITY;
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const float p = exp2f(s[j][e] - mref[e >> 1]);
-                s[j][e] = p;
-                l[e >> 1] += p; /* this thread's columns; the quad is summed at the end */
+                for (int j = 0; j < NT; j++)
+                    mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float mn = fmaxf(m[mt][r], mx * scale_log2); /* scale > 0 */
+                /* every row sees key 0 in tile 0, so mn is finite; guard anyway */
+                mref[mt][r] = mn == -INFINITY ? 0.0f : mn;
+                alpha[mt][r] = ex2(m[mt][r] - mref[mt][r]);
+                m[mt][r] = mn;
+                l[mt][r] *= alpha[mt][r];
             }
         }
 #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            o[d][0] *= alpha[0];
-            o[d][1] *= alpha[0];
-            o[d][2] *= alpha[1];
-            o[d][3] *= alpha[1];
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float p = ex2(fmaf(s[mt][j][e], scale_log2, -mref[mt][e >> 1]));
+                    s[mt][j][e] = p;
+                    l[mt][e >> 1] += p; /* this thread's columns; the quad is summed at the end */
+                }
+        /* once a row's max settles (most tiles of a long row) alpha is exactly 1: skip the
+         * rescale when it is for all of the warp's rows */
+        if (__any_sync(0xffffffffu, alpha[0][0] != 1.0f || alpha[0][1] != 1.0f ||
+                                        alpha[1][0] != 1.0f || alpha[1][1] != 1.0f)) {
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int d = 0; d < DT; d++) {
+                    o[mt][d][0] *= alpha[mt][0];
+                    o[mt][d][1] *= alpha[mt][0];
+                    o[mt][d][2] *= alpha[mt][1];
+                    o[mt][d][3] *= alpha[mt][1];
+                }
         }
         /* O += P·V: P's C fragments of n-tiles 2kk, 2kk+1 form the A fragment of k-step
          * kk; V's B fragments come from ldmatrix.trans (V is stored key-major) */
 #pragma unroll
         for (int kk = 0; kk < FWD_BC / 16; kk++) {
-            uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            const bf16 *vrow = Vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SS +
-                               (lane >> 4) * 8;
+            uint32_t pa[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+            const bf16 *const vrow = Vs + kk * 16 * SS + voff;
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b0, b1, b2, b3;
                 ldsm_x4_trans(b0, b1, b2, b3, vrow + d * 8);
-                mma_16816(o[d], pa, b0, b1);
-                mma_16816(o[d + 1], pa, b2, b3);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_16816(o[mt][d], pa[mt], b0, b1);
+                    mma_16816(o[mt][d + 1], pa[mt], b2, b3);
+                }
             }
         }
-        __syncthreads(); /* done with this buffer before the next iteration refills it */
     }
 
-    float inv[2];
+    float inv[2][2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        inv[r] = 1.0f / l[r];
-    }
+    for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow[r];
-        if (q >= T) continue;
-        bf16 *orow = out + ((size_t)b * T + q) * CO + (size_t)h * hd;
-#pragma unroll
-        for (int d = 0; d < DT; d++) {
-            const int col = d * 8 + 2 * t;
-            store_pair(orow + col, o[d][2 * r] * inv[r], o[d][2 * r + 1] * inv[r], col, hd, pair);
+        for (int r = 0; r < 2; r++) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            inv[mt][r] = 1.0f / lr;
+            const int q = qrow[mt][r];
+            if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[mt][r] + log2f(lr)) * LN2;
         }
-        if (t == 0) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(l[r])) * LN2;
-    }
+    __syncthreads(); /* every warp is done reading Q: its buffer stages O */
+    stage_acc<HDP>(Qs, o, inv, warp * 32, lane);
+    __syncthreads();
+    store_tile<FWD_BR, HDP, FWD_THREADS>(out + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO, Qs,
+                                         nq, hd, ovec);
 }
 
 /* ------------------------------------------------------------------ backward */
@@ -311,51 +411,59 @@ __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
     }
 }
 
-constexpr int KV_BC = 64; /* keys per block: 16 per warp */
-constexpr int KV_BQ = 32; /* queries per step */
+/* Measured on an H200 (B=1, T=4096, 32 heads of 128, whole backward): 128 keys × 64
+ * queries 1778 us; 128 × 48 1805; 128 × 32 1991; 64 × 48 (two blocks per SM) 1894;
+ * 64 × 32 1938. */
+constexpr int KV_BK = 128;             /* keys per block: 32 per warp pair */
+constexpr int KV_NS = KV_BK / 32;      /* key slices (warp pairs) */
+constexpr int KV_THREADS = 64 * KV_NS; /* 2 warps (roles) per slice */
+constexpr int KV_BQ = 64;              /* queries per step */
 
-/* dK, dV. Block (key tile, kv head, batch) owns those keys' dk/dv rows and visits every
+/* dK, dV. Block (kv head, key tile, batch) owns those keys' dk/dv rows and visits every
  * query head of the group and every query tile at or after the key tile: it is the only
- * writer of its rows, and sums in a fixed order (deterministic, no atomics). Per step,
- * a warp computes its 16 keys × 32 queries of Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, then
- *   Pᵀ = exp2(Sᵀ·c − lse₂), dSᵀ = Pᵀ ∘ (dPᵀ − D)·scale,
- *   dV += Pᵀ·dO,  dK += dSᵀ·Q.
- * The steps (query head, query tile) run as one sequence whose Q/dO/lse/D tiles are
- * double-buffered: step s+1's copy is in flight while step s is multiplied. */
+ * writer of its rows, and sums in a fixed order (deterministic, no atomics).
+ *
+ * Warps w and w+4 share key slice w (32 keys) and split the work: warp w ("P") computes
+ * Sᵀ = K·Qᵀ and Pᵀ = exp2(Sᵀ·c − lse₂), hands Pᵀ (fp32, in its fragment order) to its
+ * partner through shared memory, and accumulates dV += Pᵀ·dO; warp w+4 ("dS") computes
+ * dPᵀ = V·dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D)·scale, and accumulates dK += dSᵀ·Q. Each warp
+ * holds one 32×HDP accumulator and reads every B fragment for 32 keys. The steps (query
+ * head, query tile) run as one sequence whose Q/dO/lse/D tiles are double-buffered. */
 template <int HDP>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     attn_bwd_dkv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                         const float *Dv, int T, int nh, int nkv, int hd, float scale,
-                        float scale_log2, bool vec, bool vec_do, bool pair) {
+                        float scale_log2, bool vec, bool vec_do, bool ovec) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, QT = KV_BQ / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *const Ks = reinterpret_cast<bf16 *>(smem_raw);
-    bf16 *const Vs = Ks + KV_BC * SS;
-    bf16 *const Qb = Vs + KV_BC * SS;      /* [2][KV_BQ][SS] */
-    bf16 *const dOb = Qb + 2 * KV_BQ * SS; /* [2][KV_BQ][SS] */
-    float *const lse_b = reinterpret_cast<float *>(dOb + 2 * KV_BQ * SS); /* [2][KV_BQ] */
-    float *const D_b = lse_b + 2 * KV_BQ;                                 /* [2][KV_BQ] */
+    bf16 *const Ks = reinterpret_cast<bf16 *>(smem_raw); /* [KV_BK][SS] */
+    bf16 *const Vs = Ks + KV_BK * SS;                     /* [KV_BK][SS] */
+    bf16 *const Qb = Vs + KV_BK * SS;                     /* [2][KV_BQ][SS] */
+    bf16 *const dOb = Qb + 2 * KV_BQ * SS;                /* [2][KV_BQ][SS] */
+    float4 *const Pex = reinterpret_cast<float4 *>(dOb + 2 * KV_BQ * SS); /* [KV_NS][2·QT][32] */
+    float *const lse_b = reinterpret_cast<float *>(Pex + KV_NS * 2 * QT * 32); /* [2][KV_BQ] */
+    float *const D_b = lse_b + 2 * KV_BQ;                                  /* [2][KV_BQ] */
 
-    const int kt = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
-    const int k0 = kt * KV_BC;
+    const int kvh = blockIdx.x, kt = blockIdx.y, b = blockIdx.z;
+    const int k0 = kt * KV_BK;
     const int group = nh / nkv;
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r0 = warp * 16 + g;
-    const int krow[2] = {k0 + r0, k0 + r0 + 8};
-
-    load_tile<KV_BC, HDP>(Ks, base + (size_t)k0 * C3 + (size_t)(nh + kvh) * hd, C3,
-                          min(KV_BC, T - k0), hd, vec);
-    load_tile<KV_BC, HDP>(Vs, base + (size_t)k0 * C3 + (size_t)(nh + nkv + kvh) * hd, C3,
-                          min(KV_BC, T - k0), hd, vec);
-
-    float dk[DT][4], dv[DT][4];
+    const int kw = warp % KV_NS;         /* key slice */
+    const bool ds_role = warp >= KV_NS; /* warp-uniform */
+    const int klo = k0 + 32 * kw;   /* the slice's first key */
+    int krow[2][2];
 #pragma unroll
-    for (int d = 0; d < DT; d++) {
-        dk[d][0] = dk[d][1] = dk[d][2] = dk[d][3] = 0.0f;
-        dv[d][0] = dv[d][1] = dv[d][2] = dv[d][3] = 0.0f;
-    }
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) krow[mt][r] = klo + 16 * mt + 8 * r + g;
+    const int nk = min(KV_BK, T - k0);
+
+    load_tile<KV_BK, HDP, KV_THREADS>(Ks, base + (size_t)k0 * C3 + (size_t)(nh + kvh) * hd, C3,
+                                      nk, hd, vec);
+    load_tile<KV_BK, HDP, KV_THREADS>(Vs, base + (size_t)k0 * C3 + (size_t)(nh + nkv + kvh) * hd,
+                                      C3, nk, hd, vec);
 
     /* queries before k0 see none of these keys: tiles from k0 to T, for each head */
     const int nqt = (T - k0 + KV_BQ - 1) / KV_BQ, nsteps = group * nqt;
@@ -363,11 +471,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     auto issue = [&](int s, int buf) {
         const int h = kvh * group + s / nqt, q0 = k0 + (s % nqt) * KV_BQ;
         const int nq = min(KV_BQ, T - q0);
-        load_tile<KV_BQ, HDP>(Qb + buf * KV_BQ * SS, base + (size_t)q0 * C3 + (size_t)h * hd, C3,
-                              nq, hd, vec);
-        load_tile<KV_BQ, HDP>(dOb + buf * KV_BQ * SS,
-                              dout + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO, nq, hd,
-                              vec_do);
+        load_tile<KV_BQ, HDP, KV_THREADS>(Qb + buf * KV_BQ * SS,
+                                          base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd, vec);
+        load_tile<KV_BQ, HDP, KV_THREADS>(dOb + buf * KV_BQ * SS,
+                                          dout + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO,
+                                          nq, hd, vec_do);
         if (threadIdx.x < KV_BQ) {
             const int q = q0 + threadIdx.x;
             /* +inf makes every probability of a row past T exactly zero */
@@ -379,220 +487,276 @@ __global__ void __launch_bounds__(ATT_THREADS)
     issue(0, 0);
     cp_async_commit(); /* K, V and step 0 */
 
+    float acc[2][DT][4]; /* dV (P warps) or dK (dS warps) of the slice's 32 keys */
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0.0f;
+
+    /* A operand of the first product: K (P warps) or V (dS warps), the slice's rows */
+    const bf16 *const afrag = (ds_role ? Vs : Ks) + kw * 32 * SS + a_off<SS>(lane);
+    const int boff = b_off<SS>(lane), toff = t_off<SS>(lane);
+    float4 *const pex = Pex + kw * 2 * QT * 32 + lane;
+
     for (int step = 0; step < nsteps; step++) {
         const int cur = step & 1;
         const int q0 = k0 + (step % nqt) * KV_BQ;
-        if (step + 1 < nsteps) issue(step + 1, cur ^ 1); /* buffer read last step */
-        cp_async_commit();
-        cp_async_wait<1>(); /* everything but the newest group: this step's tiles */
-        __syncthreads();
-        {
-            const bf16 *const Qs = Qb + cur * KV_BQ * SS, *const dOs = dOb + cur * KV_BQ * SS;
-            const float *const lse_s = lse_b + cur * KV_BQ, *const D_s = D_b + cur * KV_BQ;
+        cp_async_wait_all(); /* this step's tiles */
+        __syncthreads();     /* ...visible; everyone is done with the other buffer and Pex */
+        if (step + 1 < nsteps) {
+            issue(step + 1, cur ^ 1);
+            cp_async_commit();
+        }
+        const bf16 *const Qs = Qb + cur * KV_BQ * SS, *const dOs = dOb + cur * KV_BQ * SS;
+        const float *const lse_s = lse_b + cur * KV_BQ, *const D_s = D_b + cur * KV_BQ;
+        const bool active = klo <= q0 + KV_BQ - 1; /* some query sees some key of the slice */
+        const bool diag = klo + 31 > q0;           /* some query precedes some key */
 
-            float st[QT][4], dpt[QT][4];
+        /* x: Sᵀ then Pᵀ (P warps) or dPᵀ then dSᵀ (dS warps); rows = keys, cols = queries */
+        float x[2][QT][4];
+        if (active) {
 #pragma unroll
-            for (int j = 0; j < QT; j++) {
-                st[j][0] = st[j][1] = st[j][2] = st[j][3] = 0.0f;
-                dpt[j][0] = dpt[j][1] = dpt[j][2] = dpt[j][3] = 0.0f;
-            }
+            for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                for (int j = 0; j < QT; j++) x[mt][j][0] = x[mt][j][1] = x[mt][j][2] = x[mt][j][3] = 0.0f;
+            /* B(k = dim, n = query) = Q[query][dim] or dO[query][dim] */
+            const bf16 *const bsrc = (ds_role ? dOs : Qs) + boff;
 #pragma unroll
             for (int kk = 0; kk < KS; kk++) {
-                uint32_t ka[4], va[4];
-                load_a_frag<SS>(ka, Ks, r0, kk, t);
-                load_a_frag<SS>(va, Vs, r0, kk, t);
+                uint32_t a[2][4];
 #pragma unroll
-                for (int j = 0; j < QT; j++) {
-                    const bf16 *qp = Qs + (8 * j + g) * SS + kk * 16 + 2 * t;
-                    const bf16 *op = dOs + (8 * j + g) * SS + kk * 16 + 2 * t;
-                    mma_16816(st[j], ka, lds32(qp), lds32(qp + 8));
-                    mma_16816(dpt[j], va, lds32(op), lds32(op + 8));
+                for (int mt = 0; mt < 2; mt++)
+                    ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], afrag + mt * 16 * SS + kk * 16);
+#pragma unroll
+                for (int jj = 0; jj < QT / 2; jj++) {
+                    uint32_t b0, b1, b2, b3;
+                    ldsm_x4(b0, b1, b2, b3, bsrc + jj * 16 * SS + kk * 16);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_16816(x[mt][2 * jj], a[mt], b0, b1);
+                        mma_16816(x[mt][2 * jj + 1], a[mt], b2, b3);
+                    }
                 }
             }
+            if (!ds_role) {
 #pragma unroll
-            for (int j = 0; j < QT; j++) {
+                for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int qi = 8 * j + 2 * t + (e & 1);
-                    const int q = q0 + qi, key = krow[e >> 1];
-                    const float p = key <= q ? exp2f(st[j][e] * scale_log2 - lse_s[qi]) : 0.0f;
-                    dpt[j][e] = p * (dpt[j][e] - D_s[qi]) * scale;
-                    st[j][e] = p;
-                }
+                    for (int j = 0; j < QT; j++) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int qi = 8 * j + 2 * t + (e & 1);
+                            float p = ex2(fmaf(x[mt][j][e], scale_log2, -lse_s[qi]));
+                            if (diag && krow[mt][e >> 1] > q0 + qi) p = 0.0f;
+                            x[mt][j][e] = p;
+                        }
+                        pex[(mt * QT + j) * 32] =
+                            make_float4(x[mt][j][0], x[mt][j][1], x[mt][j][2], x[mt][j][3]);
+                    }
             }
+        }
+        /* Pᵀ handed over within the pair (the next step's barrier keeps the P warp from
+         * overwriting it before its partner has read it) */
+        if (ds_role) bar_sync(1 + kw, 64);
+        else bar_arrive(1 + kw, 64);
+        if (active) {
+            if (ds_role) {
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                    for (int j = 0; j < QT; j++) {
+                        const float4 p = pex[(mt * QT + j) * 32];
+                        const float pv[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int qi = 8 * j + 2 * t + (e & 1);
+                            x[mt][j][e] = pv[e] * (x[mt][j][e] - D_s[qi]) * scale;
+                        }
+                    }
+            }
+            /* dV += Pᵀ·dO or dK += dSᵀ·Q: B(k = query, n = dim), stored query-major */
+            const bf16 *const tsrc = (ds_role ? Qs : dOs) + toff;
 #pragma unroll
             for (int kq = 0; kq < KV_BQ / 16; kq++) {
-                uint32_t pa[4] = {pack_bf16(st[2 * kq][0], st[2 * kq][1]),
-                                  pack_bf16(st[2 * kq][2], st[2 * kq][3]),
-                                  pack_bf16(st[2 * kq + 1][0], st[2 * kq + 1][1]),
-                                  pack_bf16(st[2 * kq + 1][2], st[2 * kq + 1][3])};
-                uint32_t da[4] = {pack_bf16(dpt[2 * kq][0], dpt[2 * kq][1]),
-                                  pack_bf16(dpt[2 * kq][2], dpt[2 * kq][3]),
-                                  pack_bf16(dpt[2 * kq + 1][0], dpt[2 * kq + 1][1]),
-                                  pack_bf16(dpt[2 * kq + 1][2], dpt[2 * kq + 1][3])};
-                const int roff = (kq * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SS + (lane >> 4) * 8;
+                uint32_t xa[2][4];
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    xa[mt][0] = pack_bf16(x[mt][2 * kq][0], x[mt][2 * kq][1]);
+                    xa[mt][1] = pack_bf16(x[mt][2 * kq][2], x[mt][2 * kq][3]);
+                    xa[mt][2] = pack_bf16(x[mt][2 * kq + 1][0], x[mt][2 * kq + 1][1]);
+                    xa[mt][3] = pack_bf16(x[mt][2 * kq + 1][2], x[mt][2 * kq + 1][3]);
+                }
 #pragma unroll
                 for (int d = 0; d < DT; d += 2) {
                     uint32_t b0, b1, b2, b3;
-                    ldsm_x4_trans(b0, b1, b2, b3, dOs + roff + d * 8);
-                    mma_16816(dv[d], pa, b0, b1);
-                    mma_16816(dv[d + 1], pa, b2, b3);
-                    ldsm_x4_trans(b0, b1, b2, b3, Qs + roff + d * 8);
-                    mma_16816(dk[d], da, b0, b1);
-                    mma_16816(dk[d + 1], da, b2, b3);
+                    ldsm_x4_trans(b0, b1, b2, b3, tsrc + kq * 16 * SS + d * 8);
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        mma_16816(acc[mt][d], xa[mt], b0, b1);
+                        mma_16816(acc[mt][d + 1], xa[mt], b2, b3);
+                    }
                 }
             }
         }
-        __syncthreads(); /* done with buffer cur before the next step refills it */
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = krow[r];
-        if (key >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + key) * C3;
-        bf16 *dkrow = row + (size_t)(nh + kvh) * hd, *dvrow = row + (size_t)(nh + nkv + kvh) * hd;
-#pragma unroll
-        for (int d = 0; d < DT; d++) {
-            const int col = d * 8 + 2 * t;
-            store_pair(dkrow + col, dk[d][2 * r], dk[d][2 * r + 1], col, hd, pair);
-            store_pair(dvrow + col, dv[d][2 * r], dv[d][2 * r + 1], col, hd, pair);
-        }
-    }
+    __syncthreads(); /* every warp is done reading K and V: they stage dK and dV */
+    const float one[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+    stage_acc<HDP>(ds_role ? Ks : Vs, acc, one, kw * 32, lane);
+    __syncthreads();
+    bf16 *const rows = dqkv + ((size_t)b * T + k0) * C3;
+    store_tile<KV_BK, HDP, KV_THREADS>(rows + (size_t)(nh + kvh) * hd, C3, Ks, nk, hd, ovec);
+    store_tile<KV_BK, HDP, KV_THREADS>(rows + (size_t)(nh + nkv + kvh) * hd, C3, Vs, nk, hd, ovec);
 }
 
-constexpr int DQ_BR = 64; /* queries per block: 16 per warp */
-constexpr int DQ_BC = 32; /* keys per step */
+constexpr int DQ_THREADS = 128; /* 4 warps */
+constexpr int DQ_BR = 128;      /* queries per block: 32 per warp */
+constexpr int DQ_BC = 32;       /* keys per step */
 
-/* dQ. Block (query tile, head, batch) recomputes S and dP for its rows over the key
+/* dQ. Block (head, query tile, batch) recomputes S and dP for its rows over the key
  * tiles up to the diagonal and accumulates dQ = dS·K in registers: a second pass over
  * QKᵀ and dO·Vᵀ instead of float atomics into dQ, which keeps the backward
- * deterministic (7 products instead of 5). */
+ * deterministic (7 products instead of 5). Q and dO stay in shared memory. */
 template <int HDP>
-__global__ void __launch_bounds__(ATT_THREADS)
+__global__ void __launch_bounds__(DQ_THREADS)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                        const float *Dv, int T, int nh, int nkv, int hd, float scale,
-                       float scale_log2, bool vec, bool vec_do, bool pair) {
+                       float scale_log2, bool vec, bool vec_do, bool ovec) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, NT = DQ_BC / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *const Qst = reinterpret_cast<bf16 *>(smem_raw); /* Q, staged once */
-    bf16 *const dOst = Qst + DQ_BR * SS;                  /* dO, staged once */
-    bf16 *const K0 = dOst + DQ_BR * SS, *const V0 = K0 + DQ_BC * SS; /* K/V, double-buffered */
-    bf16 *const K1 = V0 + DQ_BC * SS, *const V1 = K1 + DQ_BC * SS;
+    bf16 *const Qs = reinterpret_cast<bf16 *>(smem_raw); /* [DQ_BR][SS] */
+    bf16 *const dOs = Qs + DQ_BR * SS;                    /* [DQ_BR][SS] */
+    bf16 *const Kb = dOs + DQ_BR * SS;                    /* [2][DQ_BC][SS] */
+    bf16 *const Vb = Kb + 2 * DQ_BC * SS;                 /* [2][DQ_BC][SS] */
 
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest first */
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
     const int kvh = h / (nh / nkv);
     const int q0 = qt * DQ_BR;
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const bf16 *base = qkv + (size_t)b * T * C3;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int r0 = warp * 16 + g;
-    const int qrow[2] = {q0 + r0, q0 + r0 + 8};
+    const int wq0 = q0 + warp * 32;
+    int qrow[2][2];
+    float lse2[2][2], Drow[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int q = wq0 + 16 * mt + 8 * r + g;
+            qrow[mt][r] = q;
+            lse2[mt][r] = q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
+            Drow[mt][r] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
+        }
 
     const bf16 *const kbase = base + (size_t)(nh + kvh) * hd;
     const bf16 *const vbase = base + (size_t)(nh + nkv + kvh) * hd;
     const int nq = min(DQ_BR, T - q0);
-    load_tile<DQ_BR, HDP>(Qst, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd, vec);
-    load_tile<DQ_BR, HDP>(dOst, dout + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO, nq, hd,
-                          vec_do);
+    load_tile<DQ_BR, HDP, DQ_THREADS>(Qs, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd, vec);
+    load_tile<DQ_BR, HDP, DQ_THREADS>(dOs, dout + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO,
+                                      nq, hd, vec_do);
+    load_tile<DQ_BC, HDP, DQ_THREADS>(Kb, kbase, C3, min(DQ_BC, T), hd, vec);
+    load_tile<DQ_BC, HDP, DQ_THREADS>(Vb, vbase, C3, min(DQ_BC, T), hd, vec);
     cp_async_commit();
-    load_tile<DQ_BC, HDP>(K0, kbase, C3, min(DQ_BC, T), hd, vec); /* key tile 0 meanwhile */
-    load_tile<DQ_BC, HDP>(V0, vbase, C3, min(DQ_BC, T), hd, vec);
-    cp_async_commit();
-    cp_async_wait<1>(); /* Q and dO */
-    __syncthreads();
-    uint32_t qa[KS][4], da[KS][4];
-#pragma unroll
-    for (int kk = 0; kk < KS; kk++) {
-        load_a_frag<SS>(qa[kk], Qst, r0, kk, t);
-        load_a_frag<SS>(da[kk], dOst, r0, kk, t);
-    }
-    float lse2[2], Drow[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow[r];
-        lse2[r] = q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
-        Drow[r] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
-    }
 
-    float dq[DT][4];
+    float dq[2][DT][4];
 #pragma unroll
-    for (int d = 0; d < DT; d++) dq[d][0] = dq[d][1] = dq[d][2] = dq[d][3] = 0.0f;
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int d = 0; d < DT; d++)
+            dq[mt][d][0] = dq[mt][d][1] = dq[mt][d][2] = dq[mt][d][3] = 0.0f;
 
-    const int kt_end = (q0 + DQ_BR - 1) / DQ_BC < (T - 1) / DQ_BC ? (q0 + DQ_BR - 1) / DQ_BC
-                                                                  : (T - 1) / DQ_BC;
+    const int aoff = warp * 32 * SS + a_off<SS>(lane);
+    const int boff = b_off<SS>(lane), toff = t_off<SS>(lane);
+    const int kt_end = min((q0 + DQ_BR - 1) / DQ_BC, (T - 1) / DQ_BC);
+
     for (int kt = 0; kt <= kt_end; kt++) {
-        const int k0 = kt * DQ_BC;
-        const bf16 *const Ks = kt & 1 ? K1 : K0, *const Vs = kt & 1 ? V1 : V0;
-        if (kt < kt_end) { /* the next tile into the other buffer, read last iteration */
-            const int k1 = k0 + DQ_BC;
-            load_tile<DQ_BC, HDP>(kt & 1 ? K0 : K1, kbase + (size_t)k1 * C3, C3,
-                                  min(DQ_BC, T - k1), hd, vec);
-            load_tile<DQ_BC, HDP>(kt & 1 ? V0 : V1, vbase + (size_t)k1 * C3, C3,
-                                  min(DQ_BC, T - k1), hd, vec);
-        }
-        cp_async_commit();
-        cp_async_wait<1>(); /* tile kt */
+        const int buf = kt & 1;
+        cp_async_wait_all();
         __syncthreads();
-
-        float s[NT][4], dp[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-            dp[j][0] = dp[j][1] = dp[j][2] = dp[j][3] = 0.0f;
+        if (kt < kt_end) {
+            const int k1 = (kt + 1) * DQ_BC;
+            load_tile<DQ_BC, HDP, DQ_THREADS>(Kb + (buf ^ 1) * DQ_BC * SS, kbase + (size_t)k1 * C3,
+                                              C3, min(DQ_BC, T - k1), hd, vec);
+            load_tile<DQ_BC, HDP, DQ_THREADS>(Vb + (buf ^ 1) * DQ_BC * SS, vbase + (size_t)k1 * C3,
+                                              C3, min(DQ_BC, T - k1), hd, vec);
+            cp_async_commit();
         }
+        const int k0 = kt * DQ_BC;
+        if (k0 > wq0 + 31) continue;
+        const bool diag = k0 + DQ_BC - 1 > wq0;
+        const bf16 *const Ks = Kb + buf * DQ_BC * SS, *const Vs = Vb + buf * DQ_BC * SS;
+
+        float s[2][NT][4], dp[2][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) s[mt][j][e] = dp[mt][j][e] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < KS; kk++) {
+            uint32_t qa[2][4], da[2][4];
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const bf16 *kp = Ks + (8 * j + g) * SS + kk * 16 + 2 * t;
-                const bf16 *vp = Vs + (8 * j + g) * SS + kk * 16 + 2 * t;
-                mma_16816(s[j], qa[kk], lds32(kp), lds32(kp + 8));
-                mma_16816(dp[j], da[kk], lds32(vp), lds32(vp + 8));
+            for (int mt = 0; mt < 2; mt++) {
+                ldsm_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], Qs + aoff + mt * 16 * SS + kk * 16);
+                ldsm_x4(da[mt][0], da[mt][1], da[mt][2], da[mt][3], dOs + aoff + mt * 16 * SS + kk * 16);
+            }
+#pragma unroll
+            for (int jj = 0; jj < NT / 2; jj++) {
+                uint32_t b0, b1, b2, b3, c0, c1, c2, c3;
+                ldsm_x4(b0, b1, b2, b3, Ks + boff + jj * 16 * SS + kk * 16);
+                ldsm_x4(c0, c1, c2, c3, Vs + boff + jj * 16 * SS + kk * 16);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_16816(s[mt][2 * jj], qa[mt], b0, b1);
+                    mma_16816(s[mt][2 * jj + 1], qa[mt], b2, b3);
+                    mma_16816(dp[mt][2 * jj], da[mt], c0, c1);
+                    mma_16816(dp[mt][2 * jj + 1], da[mt], c2, c3);
+                }
             }
         }
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + 8 * j + 2 * t + (e & 1);
-                const int r = e >> 1;
-                const float p = key <= qrow[r] ? exp2f(s[j][e] * scale_log2 - lse2[r]) : 0.0f;
-                s[j][e] = p * (dp[j][e] - Drow[r]) * scale; /* dS */
-            }
-        }
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int r = e >> 1;
+                    float p = ex2(fmaf(s[mt][j][e], scale_log2, -lse2[mt][r]));
+                    if (diag && k0 + 8 * j + 2 * t + (e & 1) > qrow[mt][r]) p = 0.0f;
+                    s[mt][j][e] = p * (dp[mt][j][e] - Drow[mt][r]) * scale; /* dS */
+                }
         /* dQ += dS·K: B(k = key, n = dim) = K[key][dim], key-major, so ldmatrix.trans */
 #pragma unroll
         for (int kk = 0; kk < DQ_BC / 16; kk++) {
-            uint32_t sa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                              pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-            const bf16 *krow = Ks + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * SS +
-                               (lane >> 4) * 8;
+            uint32_t sa[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                sa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                sa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                sa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                sa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b0, b1, b2, b3;
-                ldsm_x4_trans(b0, b1, b2, b3, krow + d * 8);
-                mma_16816(dq[d], sa, b0, b1);
-                mma_16816(dq[d + 1], sa, b2, b3);
+                ldsm_x4_trans(b0, b1, b2, b3, Ks + kk * 16 * SS + toff + d * 8);
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    mma_16816(dq[mt][d], sa[mt], b0, b1);
+                    mma_16816(dq[mt][d + 1], sa[mt], b2, b3);
+                }
             }
         }
-        __syncthreads(); /* done with this buffer before the next iteration refills it */
     }
 
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int q = qrow[r];
-        if (q >= T) continue;
-        bf16 *row = dqkv + ((size_t)b * T + q) * C3 + (size_t)h * hd;
-#pragma unroll
-        for (int d = 0; d < DT; d++) {
-            const int col = d * 8 + 2 * t;
-            store_pair(row + col, dq[d][2 * r], dq[d][2 * r + 1], col, hd, pair);
-        }
-    }
+    __syncthreads(); /* every warp is done reading Q: its buffer stages dQ */
+    const float one[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
+    stage_acc<HDP>(Qs, dq, one, warp * 32, lane);
+    __syncthreads();
+    store_tile<DQ_BR, HDP, DQ_THREADS>(dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * hd, C3, Qs,
+                                       nq, hd, ovec);
 }
 
 /* ------------------------------------------------------------------ launchers */
@@ -609,17 +773,17 @@ void allow_smem(K kernel, size_t bytes, bool *done) {
 struct attn_args {
     int B, T, nh, nkv, hd;
     float scale, scale_log2;
-    bool vec, vec_do, pair;
+    bool vec, vec_do, ovec;
 };
 
 template <int HDP>
 void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     static bool done = false;
-    const size_t smem = (size_t)4 * FWD_BC * (HDP + 8) * sizeof(bf16); /* K, V twice */
+    const size_t smem = (size_t)(FWD_BR + 4 * FWD_BC) * (HDP + 8) * sizeof(bf16); /* Q; K, V twice */
     allow_smem(attn_fwd_kernel<HDP>, smem, &done);
-    dim3 grid((a.T + FWD_BR - 1) / FWD_BR, a.nh, a.B);
-    attn_fwd_kernel<HDP><<<grid, ATT_THREADS, smem, shlm_cuda_stream()>>>(
-        out, lse, qkv, a.T, a.nh, a.nkv, a.hd, a.scale_log2, a.vec, a.pair);
+    dim3 grid(a.nh, (a.T + FWD_BR - 1) / FWD_BR, a.B);
+    attn_fwd_kernel<HDP><<<grid, FWD_THREADS, smem, shlm_cuda_stream()>>>(
+        out, lse, qkv, a.T, a.nh, a.nkv, a.hd, a.scale_log2, a.vec, a.ovec);
     CUDA_CHECK_LAST();
 }
 
@@ -628,20 +792,21 @@ void bwd_launch(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
                 const float *Dv, const attn_args &a) {
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
-    const size_t smem_kv = (size_t)(2 * KV_BC + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
-                           4 * KV_BQ * sizeof(float); /* K, V; Q, dO, lse, D twice */
+    const size_t smem_kv = (size_t)(2 * KV_BK + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
+                           (size_t)KV_NS * 2 * (KV_BQ / 8) * 32 * sizeof(float4) +
+                           4 * KV_BQ * sizeof(float); /* K, V; Q, dO twice; Pᵀ; lse, D twice */
     allow_smem(attn_bwd_dkv_kernel<HDP>, smem_kv, &done_kv);
-    dim3 grid_kv((a.T + KV_BC - 1) / KV_BC, a.nkv, a.B);
-    attn_bwd_dkv_kernel<HDP><<<grid_kv, ATT_THREADS, smem_kv, s>>>(
+    dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, a.B);
+    attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
         dqkv, dout, qkv, lse, Dv, a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2, a.vec,
-        a.vec_do, a.pair);
+        a.vec_do, a.ovec);
     CUDA_CHECK_LAST();
     const size_t smem_q = (size_t)(2 * DQ_BR + 4 * DQ_BC) * (HDP + 8) * sizeof(bf16);
     allow_smem(attn_bwd_dq_kernel<HDP>, smem_q, &done_q);
-    dim3 grid_q((a.T + DQ_BR - 1) / DQ_BR, a.nh, a.B);
-    attn_bwd_dq_kernel<HDP><<<grid_q, ATT_THREADS, smem_q, s>>>(
+    dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, a.B);
+    attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
         dqkv, dout, qkv, lse, Dv, a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2, a.vec,
-        a.vec_do, a.pair);
+        a.vec_do, a.ovec);
     CUDA_CHECK_LAST();
 }
 
@@ -650,6 +815,8 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
         SHLM_FATAL("%s: need n_heads %% n_kv_heads == 0 and positive sizes (nh=%d nkv=%d hd=%d)",
                    what, nh, nkv, hd);
     if (hd > 128) SHLM_FATAL("%s: head_dim %d > 128 is not supported by the cuda kernels", what, hd);
+    if ((T + FWD_BR - 1) / FWD_BR > 65535)
+        SHLM_FATAL("%s: sequence length %d is too long for the cuda kernels", what, T);
     attn_args a;
     a.B = B;
     a.T = T;
@@ -658,7 +825,7 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
     a.hd = hd;
     a.scale = (float)(1.0 / sqrt((double)hd));
     a.scale_log2 = a.scale * LOG2E;
-    a.vec = a.vec_do = a.pair = false;
+    a.vec = a.vec_do = a.ovec = false;
     return a;
 }
 
@@ -669,7 +836,7 @@ extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, 
     if (B <= 0 || T <= 0) return;
     attn_args a = make_args("attention_fwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
-    a.pair = hd % 2 == 0 && shlm_aligned(out, 4);
+    a.ovec = hd % 8 == 0 && shlm_aligned(out, 16);
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)qkv;
     if (hd <= 16) fwd_launch<16>(o, lse, x, a);
@@ -685,7 +852,7 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
-    a.pair = hd % 2 == 0 && shlm_aligned(dqkv, 4);
+    a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
     float *Dv = (float *)shlm_cuda_scratch((size_t)B * nh * T * sizeof(float));
     const size_t warps = (size_t)B * T * nh;
     attn_bwd_d_kernel<<<(unsigned int)((warps * 32 + 255) / 256), 256, 0, shlm_cuda_stream()>>>(

@@ -404,6 +404,12 @@ static void test_attention(int B, int T, int nh, int nkv, int hd) {
     gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
     float *h_dqkv = h_act(gdqkv, nqkv);
     check("attention_bwd", shape, "dqkv", h_dqkv, c_dqkv, nqkv, TOL_ATT_BWD);
+    /* deterministic: a second run into poisoned memory gives the same bits */
+    poison(gdqkv, nqkv * 2);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
+    float *h_dqkv2 = h_act(gdqkv, nqkv);
+    check("attention_bwd", shape, "rerun", h_dqkv2, h_dqkv, nqkv, 0);
+    free(h_dqkv2);
     /* the q, k and v parts on their own: a wrong one cannot hide behind a large other */
     const int part_off[3] = {0, nh * hd, (nh + nkv) * hd}, part_w[3] = {nh * hd, nkv * hd, nkv * hd};
     const char *part_name[3] = {"dq", "dk", "dv"};
