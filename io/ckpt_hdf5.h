@@ -38,6 +38,13 @@
 
 /* How data moves (ckpt_h5_create / ckpt_h5_open). */
 typedef struct ckpt_h5_options {
+    /* Writes only. 1: once the datasets exist (contiguous, space allocated) each rank
+     * writes its ranges straight to their bytes in the file (H5Dget_offset) with O_DIRECT
+     * pwrite, through an aligned staging buffer, and the unaligned few bytes at either end
+     * of a range with plain pwrite. The page cache is bypassed: no copy into it, no
+     * dirty-page throttling, a near-free fsync. Where the file system refuses O_DIRECT
+     * (any rank), the file falls back to 0. 0: H5Dwrite of hyperslabs through MPI-IO. */
+    int direct_io;
     /* 1: MPI-IO collective transfers with collective buffering (two-phase I/O);
      * 0: the HDF5 calls stay collective but each rank writes its own bytes
      * (H5FD_MPIO_INDIVIDUAL_IO): better when every rank's piece is large and
@@ -48,14 +55,18 @@ typedef struct ckpt_h5_options {
     uint64_t align_threshold, alignment;
 } ckpt_h5_options;
 
-/* Defaults: independent I/O under collective calls, 1 MiB alignment for datasets of at
- * least 1 MiB (see benchmarks/RESULTS.md for why). Overridden by the environment:
+/* Defaults: direct I/O for data written, independent MPI-IO under collective HDF5 calls
+ * otherwise, 1 MiB alignment for datasets of at least 1 MiB (benchmarks/RESULTS.md says
+ * why). Overridden by the environment: SHLM_CKPT_DIRECT_IO=0|1,
  * SHLM_CKPT_COLLECTIVE_IO=0|1, SHLM_CKPT_ALIGNMENT=BYTES. Local. */
 void ckpt_h5_default_options(ckpt_h5_options *opt);
 
 typedef struct ckpt_h5_file {
     hid_t file;
     hid_t dxpl; /* transfer property list of data reads and writes */
+    int direct_fd, plain_fd; /* direct_io: this rank's O_DIRECT and plain descriptors */
+    void *stage;             /* direct_io: aligned staging buffer (CKPT_H5_STAGE bytes) */
+    const char *io_mode;     /* "direct I/O", "independent MPI-IO", "collective MPI-IO" */
     MPI_Comm comm;
     int rank, size;
     char path[1024];

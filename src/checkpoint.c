@@ -445,9 +445,12 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     t_data = MPI_Wtime();
 
     /* the data: per state kind and unit, this rank's shard once from the engine, then
-     * its piece of every tensor the shard overlaps */
+     * its piece of every tensor the shard overlaps. Ranks do not wait for each other
+     * between datasets (they agree once, after the last): a rank whose write failed keeps
+     * joining the calls with nothing to write, as H5Dwrite is collective */
     const int kill_me = kill_requested(rank, st->step);
     int done = 0;
+    ok = 1;
     for (int k = 0; k < N_KINDS; k++) {
         for (int u = 0; u < lay->n_units; u++) {
             size_t sb, se, pb, pe;
@@ -464,8 +467,9 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                 shard_intersect(pb, pe, t->offset, t->numel, &ov);
                 const float *src = buf + (ov.count ? ov.flat_offset - sb : 0);
                 double tw = MPI_Wtime();
-                ok = ckpt_h5_write_range(&f, &ds[di], ov.tensor_offset, ov.count, src, err,
-                                         errlen) == 0;
+                if (ckpt_h5_write_range(&f, &ds[di], ov.tensor_offset, ok ? ov.count : 0, src,
+                                        err, errlen) != 0)
+                    ok = 0;
                 double ts = MPI_Wtime();
                 ckpt_h5_sum s = {0, 0};
                 ckpt_h5_sum_add(&s, src, ov.tensor_offset, ov.count);
@@ -474,8 +478,6 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                 double ta = MPI_Wtime();
                 prof[1] += ts - tw;
                 prof[2] += ta - ts;
-                if (agree(comm, ok, err, errlen)) goto fail;
-                prof[3] += MPI_Wtime() - ta;
                 if (kill_me && ++done == nd / 2) {
                     fprintf(stderr, "shardlm: SHLM_TEST_KILL_IN_SAVE: rank %d raises SIGKILL "
                             "after %d of %d datasets of %s\n", rank, done, nd, tmp);
@@ -485,6 +487,9 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             }
         }
     }
+    double tw = MPI_Wtime();
+    if (agree(comm, ok, err, errlen)) goto fail;
+    prof[3] += MPI_Wtime() - tw;
     /* complete the checksums: every element was summed by exactly one rank */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     ok = 1;
@@ -515,7 +520,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                t1 - t0, bytes / 1e9 / (t1 - t0), t_data - t0, t_close - t_data, prof[0],
                prof[1], prof[2], prof[3],
                t_commit - t_close, t1 - t_commit, topo->world_size,
-               opt.collective_io ? "collective I/O" : "independent I/O");
+               f.io_mode);
         prune(dir, keep, st->step);
         fflush(stdout);
     }

@@ -8,6 +8,7 @@
 #include "shlm_config.h"
 #include "src/commands.h"
 #include "src/shardlm.h"
+#include "src/signals.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -51,6 +52,9 @@ int shardlm_main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         if (!commands[i].uses_mpi) return commands[i].run(argc - 1, argv + 1);
+        /* train: a stop signal (Slurm's warning, scancel) during start-up must not kill
+         * the rank; MPI_Init keeps these handlers (src/signals.h) */
+        if (commands[i].run == cmd_train) shlm_signals_install();
         MPI_CHECK(MPI_Init(&argc, &argv));
         int rc = commands[i].run(argc - 1, argv + 1);
         MPI_CHECK(MPI_Finalize());

@@ -15,6 +15,7 @@
 #include "src/metrics.h"
 #include "src/optim.h"
 #include "src/sample.h"
+#include "src/signals.h"
 
 int all_ranks_ok(int ok, const char *msg) {
     int rank = 0, world = 1;
@@ -374,7 +375,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     double prof_s[LLAMA_PROF_N] = {0}, prof_opt_s = 0, prof_opt_t0 = 0, prof_step_s = 0;
     int prof_steps = 0;
     llama_set_profile(r->model, c->profile);
-    int rc = 0;
+    int rc = 0, stopped_at = 0; /* the step after which a stop signal ended the loop */
     for (int s = first; s < end; s++) {
         shlm_comm_stats before[2], after[2];
         fsdp_comm_stats(r->engine, &before[0], &before[1]);
@@ -413,19 +414,25 @@ static int train_loop(run *r, const ckpt_state *st0) {
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
         MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-        double times[2] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine)};
+        /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
+         * learns that some rank saw one, so all stop after this same step */
+        double times[3] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
+                           (double)shlm_signals_pending()};
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
         for (int g = 0; g < 2; g++)
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         double step_s = times[0];
         if (c->profile && s > first) prof_step_s += step_s;
 
         int last = s == end - 1;
+        /* stopping early on a signal: log this step, skip validation, save, exit */
+        const int stop_sig = last ? 0 : (int)times[2];
         double val = NAN;
-        if (r->have_val && (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
+        if (r->have_val && !stop_sig &&
+            (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
             val = run_validate(r);
-        if (r->rank == 0 && (last || (s + 1) % c->log_every == 0 || !isnan(val))) {
+        if (r->rank == 0 && (last || stop_sig || (s + 1) % c->log_every == 0 || !isnan(val))) {
             step_metrics sm = {.step = s + 1, .loss = sums[1] > 0 ? sums[0] / sums[1] : NAN,
                                .val_loss = val, .lr = lr, .grad_norm = norm,
                                .step_ms = 1000 * step_s, .comm_exposed_ms = times[1],
@@ -437,8 +444,10 @@ static int train_loop(run *r, const ckpt_state *st0) {
             metrics_print_step(stdout, &sm);
             metrics_write_json(&log, &sm);
         }
-        /* checkpoint every N steps and at the end (a failed save ends the run) */
-        if (c->ckpt_dir[0] && (last || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0))) {
+        /* checkpoint every N steps, at the end and on a stop signal (a failed save ends
+         * the run) */
+        if (c->ckpt_dir[0] &&
+            (last || stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0))) {
             ckpt_state st = *st0;
             st.step = s + 1;
             st.tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first);
@@ -453,8 +462,24 @@ static int train_loop(run *r, const ckpt_state *st0) {
                 break;
             }
         }
+        if (stop_sig) {
+            /* without checkpoint.dir there is nowhere to save: stop all the same (cleanly,
+             * not killed mid-step), but exit non-zero since the work since start is lost */
+            if (r->rank == 0 && c->ckpt_dir[0])
+                printf("shardlm: caught %s at step %d: saved %s/step_%d.h5, exiting\n",
+                       shlm_signal_name(stop_sig), s + 1, c->ckpt_dir, s + 1);
+            else if (r->rank == 0)
+                fprintf(stderr, "shardlm: error: caught %s at step %d, but checkpoint.dir is "
+                        "not set: nothing saved, exiting\n", shlm_signal_name(stop_sig), s + 1);
+            fflush(stdout);
+            fflush(stderr);
+            if (!c->ckpt_dir[0]) rc = -1;
+            stopped_at = s + 1;
+            break;
+        }
     }
-    const uint64_t ran = end > first ? (uint64_t)(end - first) : 1;
+    const int done = stopped_at > 0 ? stopped_at : end;
+    const uint64_t ran = done > first ? (uint64_t)(done - first) : 1;
     if (c->profile && r->rank == 0 && prof_steps > 0)
         print_profile(prof_s, prof_opt_s, prof_step_s, prof_steps);
     if (r->rank == 0 && rc == 0)
@@ -466,7 +491,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     metrics_close(&log);
     if (rc != 0) return rc;
     if (c->trace) write_trace(r);
-    if (c->sample_tokens > 0) print_sample(r);
+    if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
     return 0;
 }
 
@@ -506,6 +531,10 @@ static int parse_job_args(int argc, char **argv, const char **job, int *n_sets, 
 }
 
 static int job_command(int argc, char **argv, int training) {
+    /* SIGUSR1/SIGTERM: train finishes its step, saves and exits 0 (src/signals.h);
+     * installed before MPI_Init by the CLI, again here for other callers (idempotent);
+     * eval keeps the default action */
+    if (training) shlm_signals_install();
     const char *job;
     int n_sets;
     char **sets;

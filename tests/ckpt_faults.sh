@@ -201,17 +201,29 @@ train fsize3 2 --set "checkpoint.dir=$d" --set train.stop_after=12 &&
 mnt="$work/mnt"
 mkdir -p "$mnt"
 # 1800 KiB: the first checkpoint takes ~1.1 MB of it (the rest of its 2.2 MB is sparse)
+# both data paths: direct I/O (the default; tmpfs takes O_DIRECT since Linux 6.6, older
+# kernels fall back to MPI-IO by themselves) and H5Dwrite through MPI-IO
 if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=1800k shlm-ckpt-test "$mnt" 2>/dev/null; then
-    d="$mnt/ck"
-    PRE="env SHLM_CKPT_SPACE_CHECK=0" setup_disk "$d" full0
-    PRE="env SHLM_CKPT_SPACE_CHECK=0" train full 2 --set "checkpoint.dir=$d" --set train.stop_after=20
-    expect_fail full "checkpoint save of step 20 failed" "H5Dwrite failed" &&
-        ok "full file system: the save of step 20 failed in the middle of the data, cleanly"
-    grep -q "MPI_ABORT" "$work/full.log" && fail "full file system: the job aborted"
-    intact "$d" "full file system"
-    train full2 2 --set "checkpoint.resume=$d" --set train.stop_after=12 &&
-        grep -q "loaded weights and optimizer of $d/step_10.h5" "$work/full2.log" &&
-        ok "resumed from step_10.h5 on the full file system" || fail "resume from the full disk"
+    for direct in 1 0; do
+        rm -rf "$mnt/ck"
+        d="$mnt/ck"
+        e="env SHLM_CKPT_SPACE_CHECK=0 SHLM_CKPT_DIRECT_IO=$direct"
+        PRE=$e setup_disk "$d" "full0-$direct"
+        PRE=$e train "full-$direct" 2 --set "checkpoint.dir=$d" --set train.stop_after=20
+        if grep -q "direct I/O" "$work/full0-$direct.log"; then
+            why="No space left on device"
+        else
+            why="H5Dwrite failed"
+        fi
+        expect_fail "full-$direct" "checkpoint save of step 20 failed" "$why" &&
+            ok "full file system ($(sed -n 's/.*ranks, \(.*\))$/\1/p' "$work/full0-$direct.log")):" \
+                "the save of step 20 failed in the middle of the data, cleanly ($why)"
+        grep -q "MPI_ABORT" "$work/full-$direct.log" && fail "full file system: the job aborted"
+        intact "$d" "full file system"
+        PRE=$e train "full2-$direct" 2 --set "checkpoint.resume=$d" --set train.stop_after=12 &&
+            grep -q "loaded weights and optimizer of $d/step_10.h5" "$work/full2-$direct.log" &&
+            ok "resumed from step_10.h5 on the full file system" || fail "resume from the full disk"
+    done
     umount "$mnt"
     mnt=""
 else

@@ -1,0 +1,2 @@
+#!/bin/bash
+# (being written: issue 6)

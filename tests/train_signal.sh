@@ -1,0 +1,254 @@
+#!/bin/sh
+# Stop signals on 2 MPI ranks (src/signals.h; what Slurm's --signal and scancel send):
+#
+#  usr1:   SIGUSR1 to the launcher (mpirun forwards it to every rank) in the middle of a
+#          run: exit 0, rank 0 prints "shardlm: caught SIGUSR1 at step N: saved
+#          <dir>/step_N.h5, exiting", <dir>/latest names that committed file, and the
+#          last logged step is N. A resume (checkpoint.resume = auto) continues to step 40:
+#          the loss and gradient-norm strings of all 40 steps (metrics.jsonl, %.9g) and
+#          every checksum of the final checkpoint equal an uninterrupted run's.
+#  one:    SIGTERM to one rank only: every rank stops after the same step (the flag is
+#          combined over ranks at each step's end), exit 0, same checks.
+#  double: two SIGUSR1 to the launcher, 0.3 s apart, early in a long step: the second
+#          aborts at once (non-zero exit, "second stop signal" on stderr, nothing saved,
+#          no further step logged).
+#  nodir:  SIGUSR1 without checkpoint.dir: stops after the step with one error line and a
+#          non-zero exit (nowhere to save).
+#
+# The interrupted runs are slowed with runtime.comm_delay_us (every collective takes at
+# least that long; timing only, the numbers are the same, which the comparison checks)
+# so the signal lands mid-run; the reference and the resumes run at full speed.
+#
+# Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
+#   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/train_signal.sh
+# Exit 0 pass, 1 fail, 77 skip (no MPI launcher). Each command is printed; the work
+# directory is kept when the test fails.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
+SHLM=${SHLM:-./shardlm}
+mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
+job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
+# a hang fails the test instead of blocking it (mpi_test.sh wraps the launch in timeout)
+SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
+export SHLM_TEST_TIMEOUT
+
+sh "$mpi" 1 true >/dev/null 2>&1
+[ $? -eq 77 ] && { echo "train_signal: SKIP: no MPI launcher"; exit 77; }
+
+t_start=$(date +%s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-train-signal.XXXXXX") || exit 99
+echo "train_signal: work directory $work"
+fails=0
+fail() {
+    echo "train_signal: FAIL: $*"
+    fails=$((fails + 1))
+}
+
+if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
+    "$work/train.bin" >"$work/prepare.log" 2>&1; then
+    cat "$work/prepare.log"
+    echo "train_signal: FAIL: could not prepare the data"
+    exit 1
+fi
+
+# the command of run NAME: 2 ranks, its own run and checkpoint directories
+cmd() {
+    name=$1
+    shift
+    set -- sh "$mpi" 2 "$SHLM" train "$job" --set "data.train=$work/train.bin" \
+        --set "log.run_dir=$work/$name" "$@"
+    echo "+ $*" >&2
+    "$@"
+}
+
+# "pid ppid comm" of every process, from /proc (procps may not be installed)
+proc_table() {
+    for f in /proc/[0-9]*/stat; do
+        line=$(cat "$f" 2>/dev/null) || continue
+        comm=${line#*\(}
+        comm=${comm%\)*}
+        # shellcheck disable=SC2086 # split the fields after "(comm) " on purpose
+        set -- ${line##*\) }
+        echo "${f#/proc/}" | sed "s|/stat\$| $2 $comm|"
+    done
+}
+
+# descendants ROOT: "pid comm" of ROOT's descendants
+descendants() {
+    proc_table | awk -v root="$1" '
+        { parent[$1] = $2; comm[$1] = $3 }
+        END {
+            for (p in parent) {
+                q = p
+                while (q in parent && q != root && q > 1) q = parent[q]
+                if (q == root && p != root) print p, comm[p]
+            }
+        }'
+}
+
+# the launcher (mpirun, mpiexec, srun, ...) and the ranks under background job $1
+launcher_pid() {
+    descendants "$1" | awk '$2 ~ /^(mpirun|mpiexec|orterun|prterun|srun|mpiexec\.hydra)$/ { print $1; exit }'
+}
+rank_pids() {
+    descendants "$1" | awk '$2 == "shardlm" { print $1 }' | sort -n
+}
+
+# lines DIR: logged steps so far
+lines() { [ -f "$1/metrics.jsonl" ] && wc -l <"$1/metrics.jsonl" || echo 0; }
+
+# wait_step DIR N PID: until DIR's metrics.jsonl has N lines (0: a step more than now),
+# while PID runs; prints the count
+wait_step() {
+    want=$2
+    [ "$want" -gt 0 ] || want=$(($(lines "$1") + 1))
+    i=0
+    while [ "$(lines "$1")" -lt "$want" ] && kill -0 "$3" 2>/dev/null && [ $i -lt 600 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    lines "$1"
+}
+
+# steps FILE KEY: "step value" lines of metrics.jsonl, value as printed (%.9g)
+steps() {
+    sed -n "s/.*\"step\": \([0-9]*\),.*\"$2\": \([^,}]*\).*/\1 \2/p" "$1"
+}
+
+checksums() {
+    "$SHLM" ckpt info "$1" | grep ' 0x'
+}
+
+# ---- the reference: 40 steps uninterrupted, final checkpoint for its checksums ----
+cmd ref --set "checkpoint.dir=$work/ref/ckpt" >"$work/ref.log" 2>&1 </dev/null ||
+    { tail -n 20 "$work/ref.log"; fail "the reference run failed"; exit 1; }
+
+slow=--set=runtime.comm_delay_us=20000 # ~0.26 s a step: the signal lands mid-run
+
+# check_stop NAME SIGNAME RC: the stopped run's exit, message, checkpoint, resume
+check_stop() {
+    name=$1 sig=$2 rc=$3
+    log=$work/$name.log
+    [ "$rc" -eq 0 ] || { tail -n 20 "$log"; fail "$name: exit $rc after $sig, want 0"; return; }
+    msg=$(grep "^shardlm: caught $sig at step" "$log")
+    [ -n "$msg" ] || { tail -n 20 "$log"; fail "$name: no 'caught $sig' line"; return; }
+    echo "$name: $msg"
+    [ "$(echo "$msg" | wc -l)" -eq 1 ] || fail "$name: the message is printed more than once"
+    n=$(echo "$msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
+    [ -n "$n" ] && [ "$n" -lt 40 ] || { fail "$name: stopped at step '$n', want < 40"; return; }
+    echo "$msg" | grep -q ": saved $work/$name/ckpt/step_$n.h5, exiting\$" ||
+        fail "$name: the message does not name $work/$name/ckpt/step_$n.h5"
+    [ -f "$work/$name/ckpt/step_$n.h5" ] || fail "$name: step_$n.h5 missing"
+    [ "$(cat "$work/$name/ckpt/latest" 2>/dev/null)" = "step_$n.h5" ] ||
+        fail "$name: latest does not name step_$n.h5"
+    ls "$work/$name/ckpt/"*.tmp >/dev/null 2>&1 && fail "$name: a .tmp file is left"
+    last=$(steps "$work/$name/metrics.jsonl" loss | tail -n 1 | cut -d' ' -f1)
+    [ "$last" = "$n" ] || fail "$name: last logged step $last, stopped at $n"
+    # the resume, at full speed, to step 40
+    cmd "$name" --set "checkpoint.dir=$work/$name/ckpt" >"$work/$name-resume.log" 2>&1 \
+        </dev/null || { tail -n 20 "$work/$name-resume.log"; fail "$name: the resume failed"; return; }
+    grep -q "^checkpoint: loaded step $n\|resum.*step_$n.h5\|step_$n.h5" "$work/$name-resume.log" ||
+        fail "$name: the resume did not load step_$n.h5"
+    for key in loss grad_norm; do
+        if ! steps "$work/ref/metrics.jsonl" $key >"$work/ref.$key" ||
+            ! steps "$work/$name/metrics.jsonl" $key >"$work/$name.$key" ||
+            ! cmp -s "$work/ref.$key" "$work/$name.$key"; then
+            diff "$work/ref.$key" "$work/$name.$key" | head -n 6
+            fail "$name: $key of steps 1-40 differs from the uninterrupted run"
+        fi
+    done
+    checksums "$work/ref/ckpt" >"$work/ref.sums"
+    checksums "$work/$name/ckpt" >"$work/$name.sums"
+    if [ ! -s "$work/ref.sums" ] || ! cmp -s "$work/ref.sums" "$work/$name.sums"; then
+        diff "$work/ref.sums" "$work/$name.sums" | head -n 6
+        fail "$name: the step-40 checkpoint differs from the uninterrupted run's"
+    else
+        echo "$name: stopped at step $n, resumed: 40 losses and $(wc -l <"$work/ref.sums") checksums equal the uninterrupted run's"
+    fi
+}
+
+# ---- usr1: SIGUSR1 to the launcher, which forwards it to every rank ----
+cmd usr1 --set "checkpoint.dir=$work/usr1/ckpt" $slow >"$work/usr1.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/usr1" 3 $bg >/dev/null
+lp=$(launcher_pid $bg)
+if [ -z "$lp" ]; then
+    fail "usr1: no launcher process found under $bg"
+    kill $bg 2>/dev/null
+else
+    echo "usr1: kill -USR1 $lp (launcher) after step $(lines "$work/usr1")"
+    kill -USR1 "$lp"
+fi
+wait $bg
+check_stop usr1 SIGUSR1 $?
+
+# ---- one: SIGTERM to one rank only ----
+cmd one --set "checkpoint.dir=$work/one/ckpt" $slow >"$work/one.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/one" 3 $bg >/dev/null
+rp=$(rank_pids $bg | tail -n 1)
+if [ -z "$rp" ] || [ "$(rank_pids $bg | wc -l)" -ne 2 ]; then
+    fail "one: did not find the 2 rank processes under $bg"
+    kill $bg 2>/dev/null
+else
+    echo "one: kill -TERM $rp (one rank of $(rank_pids $bg | tr '\n' ' ')) after step $(lines "$work/one")"
+    kill -TERM "$rp"
+fi
+wait $bg
+check_stop one SIGTERM $?
+
+# ---- double: the second signal aborts at once ----
+cmd double --set "checkpoint.dir=$work/double/ckpt" --set runtime.comm_delay_us=200000 \
+    >"$work/double.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/double" 1 $bg >/dev/null
+at=$(wait_step "$work/double" 0 $bg) # just after a step ended: the next takes ~2.5 s
+lp=$(launcher_pid $bg)
+if [ -z "$lp" ]; then
+    fail "double: no launcher process found under $bg"
+    kill $bg 2>/dev/null
+else
+    echo "double: kill -USR1 $lp twice, 0.3 s apart, after step $at"
+    t0=$(date +%s)
+    kill -USR1 "$lp"
+    sleep 0.3
+    kill -USR1 "$lp"
+fi
+wait $bg
+rc=$?
+t1=$(date +%s)
+if [ $rc -eq 0 ]; then
+    tail -n 20 "$work/double.log"
+    fail "double: exit 0 after two signals, want non-zero"
+fi
+grep -q "second stop signal: aborting without saving" "$work/double.log" ||
+    fail "double: no 'second stop signal' line"
+grep -q "^shardlm: caught" "$work/double.log" && fail "double: it saved instead of aborting"
+ls "$work/double/ckpt/"step_*.h5 >/dev/null 2>&1 && fail "double: a checkpoint was committed"
+[ "$(lines "$work/double")" -eq "$at" ] ||
+    fail "double: a step was logged after the signals (step $(lines "$work/double"), signals after $at)"
+echo "double: exit $rc $((t1 - t0)) s after the first signal, nothing saved"
+
+# ---- nodir: nowhere to save: stop cleanly, say so, exit non-zero ----
+cmd nodir $slow >"$work/nodir.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/nodir" 3 $bg >/dev/null
+lp=$(launcher_pid $bg)
+[ -n "$lp" ] && kill -USR1 "$lp"
+wait $bg
+rc=$?
+[ $rc -ne 0 ] || fail "nodir: exit 0 without a checkpoint.dir, want non-zero"
+grep "checkpoint.dir is not set: nothing saved" "$work/nodir.log" ||
+    { tail -n 20 "$work/nodir.log"; fail "nodir: no 'checkpoint.dir is not set' line"; }
+grep -q "second stop signal\|exited on signal" "$work/nodir.log" && fail "nodir: aborted instead of stopping"
+
+echo "train_signal: $(($(date +%s) - t_start)) s"
+if [ $fails -ne 0 ]; then
+    echo "train_signal: $fails failure(s); work directory kept: $work"
+    exit 1
+fi
+rm -rf "$work"
+echo "train_signal: OK"
+exit 0
