@@ -9,8 +9,10 @@
 # a `shardlm train` of one step whose end-of-run checkpoint is timed by shardlm itself
 # (create + data + close + fsync + rename + `latest`, as printed by rank 0); dd writes
 # the checkpoint file's size from /dev/zero in 16 MiB blocks with conv=fsync, so both
-# sides include the flush to the device. Reported: every trial, then the medians and
-# their ratio (goal >= 0.70), then one load (resume) of the last checkpoint with the page
+# sides include the flush to the device; a second dd with oflag=direct shows what the
+# device takes without the page cache (the save writes with O_DIRECT by default, see
+# io/ckpt_hdf5.h). Reported: every trial, then the medians and the ratio save / plain dd
+# (goal >= 0.70) and save / direct dd, then one load (resume) of the last checkpoint with the page
 # cache dropped first when this machine allows it ("warm" otherwise). Every checkpoint is
 # verified (`shardlm ckpt verify`); a wrong one fails the benchmark (exit 1), a ratio
 # under the goal only with --strict.
@@ -19,8 +21,9 @@
 #                                 [--trials N] [--strict] [--keep]
 #   --dir DIR    where the checkpoints and dd files go (the file system measured);
 #                default ${TMPDIR:-/tmp}/shlm-bench-ckpt.XXXXXX
-# Environment: SHLM_CKPT_COLLECTIVE_IO=1 (collective buffering instead of each rank
-# writing its own bytes), SHLM_CKPT_ALIGNMENT=BYTES (dataset alignment, default 1 MiB).
+# Environment: SHLM_CKPT_DIRECT_IO=0 (H5Dwrite through MPI-IO instead of O_DIRECT),
+# SHLM_CKPT_COLLECTIVE_IO=1 (with it: collective buffering instead of each rank writing
+# its own bytes), SHLM_CKPT_ALIGNMENT=BYTES (dataset alignment, default 1 MiB).
 set -u
 
 shardlm=./shardlm
@@ -76,11 +79,12 @@ backend = cpu
 threads = 1
 EOF
 
-# dd_once BYTES: prints "seconds GB/s" of a sequential write of BYTES with fsync
+# dd_once BYTES [FLAG]: prints "seconds GB/s" of a sequential write of BYTES with fsync
+# (FLAG oflag=direct: the same through O_DIRECT)
 dd_once() {
     mib=$((($1 + 1048575) / 1048576))
     start=$(date +%s.%N)
-    dd if=/dev/zero of="$dir/dd.bin" bs=16M count=$(((mib + 15) / 16)) conv=fsync 2>/dev/null
+    dd if=/dev/zero of="$dir/dd.bin" bs=16M count=$(((mib + 15) / 16)) conv=fsync ${2:-} 2>/dev/null
     end=$(date +%s.%N)
     size=$(stat -c %s "$dir/dd.bin")
     rm -f "$dir/dd.bin"
@@ -98,7 +102,7 @@ save_once() {
         return 1
     }
     line=$(grep '^checkpoint: saved' "$log/save-$1-$2.log")
-    secs=$(echo "$line" | sed -n 's/.* B in \([0-9.]*\) s = .*/\1/p')
+    secs=$(echo "$line" | sed -n 's/.*B in \([0-9.]*\) s = .*/\1/p')
     size=$(stat -c %s "$ck/step_1.h5")
     awk -v s="$secs" -v n="$size" 'BEGIN { printf "%.3f %.3f %.0f\n", s, n / 1e9 / s, n }'
 }
@@ -108,19 +112,24 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 echo "# bench_ckpt: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores; $($shardlm --version)"
 echo "# model: 219702272 parameters (d 1024, 12 layers, F 2816, vocab 32000); checkpoint = fp32"
 echo "#   weights + 2 AdamW moments; file system of $dir: $(df -hT "$dir" | awk 'NR == 2 { print $1 " " $2 ", " $5 " free" }')"
-if [ "${SHLM_CKPT_COLLECTIVE_IO:-0}" = 1 ]; then io="collective buffering (two-phase MPI-IO)"
-else io="each rank writes its own bytes (collective HDF5 calls, independent MPI-IO)"; fi
+if [ "${SHLM_CKPT_DIRECT_IO:-1}" = 1 ]; then io="direct I/O: each rank writes its own bytes with O_DIRECT"
+elif [ "${SHLM_CKPT_COLLECTIVE_IO:-0}" = 1 ]; then io="H5Dwrite, collective buffering (two-phase MPI-IO)"
+else io="H5Dwrite, each rank its own bytes (collective HDF5 calls, independent MPI-IO)"; fi
 echo "# I/O: $io; dataset alignment ${SHLM_CKPT_ALIGNMENT:-1048576} B"
-printf "#%6s %6s %12s %10s %10s %8s %10s\n" ranks trial file_bytes save_s save_GB/s dd_s dd_GB/s
+printf "#%6s %6s %12s %10s %10s %8s %10s %12s\n" ranks trial file_bytes save_s save_GB/s dd_s dd_GB/s \
+    ddirect_GB/s
 summary=""
 wrong=0
 for np in $ranks; do
     : >"$dir/save.$np"
     : >"$dir/dd.$np"
+    : >"$dir/ddd.$np"
     bytes=2640000000
+    x=$(dd_once $bytes oflag=direct)
+    echo "${x#* }" >>"$dir/ddd.$np"
     set -- $(dd_once $bytes)
     echo "$2" >>"$dir/dd.$np"
-    printf "%7s %6s %12s %10s %10s %8s %10s\n" "$np" 0 - - - "$1" "$2"
+    printf "%7s %6s %12s %10s %10s %8s %10s %12s\n" "$np" 0 - - - "$1" "$2" "${x#* }"
     for t in $(seq 1 "$trials"); do
         r=$(save_once "$np" "$t") || exit 1
         set -- $r
@@ -128,9 +137,12 @@ for np in $ranks; do
         echo "$2" >>"$dir/save.$np"
         s_s=$1
         s_b=$2
+        x=$(dd_once "$bytes" oflag=direct)
+        echo "${x#* }" >>"$dir/ddd.$np"
         set -- $(dd_once "$bytes")
         echo "$2" >>"$dir/dd.$np"
-        printf "%7s %6s %12s %10s %10s %8s %10s\n" "$np" "$t" "$bytes" "$s_s" "$s_b" "$1" "$2"
+        printf "%7s %6s %12s %10s %10s %8s %10s %12s\n" "$np" "$t" "$bytes" "$s_s" "$s_b" "$1" "$2" \
+            "${x#* }"
     done
     sh "$mpi" 1 "$shardlm" ckpt verify "$dir/ck$np" >"$log/verify-$np.log" 2>&1 ||
         { cat "$log/verify-$np.log"; wrong=$((wrong + 1)); }
@@ -143,13 +155,17 @@ for np in $ranks; do
     load=$(sed -n 's/^checkpoint: loaded.* = \([0-9.]*\) GB\/s.*/\1/p' "$log/load-$np.log")
     ms=$(median <"$dir/save.$np")
     md=$(median <"$dir/dd.$np")
+    mdd=$(median <"$dir/ddd.$np")
     ratio=$(awk -v a="$ms" -v b="$md" 'BEGIN { printf "%.2f", a / b }')
-    summary="$summary$(printf "%7s %16s %14s %7s %6s %14s" "$np" "$ms" "$md" "$ratio" \
-        "$(awk -v r="$ratio" 'BEGIN { print (r >= 0.70 ? "met" : "MISSED") }')" "${load:-?} ($cache)")
+    ratio2=$(awk -v a="$ms" -v b="$mdd" 'BEGIN { printf "%.2f", a / b }')
+    summary="$summary$(printf "%7s %16s %14s %7s %6s %19s %13s %14s" "$np" "$ms" "$md" "$ratio" \
+        "$(awk -v r="$ratio" 'BEGIN { print (r >= 0.70 ? "met" : "MISSED") }')" "$mdd" "$ratio2" \
+        "${load:-?} ($cache)")
 "
 done
 echo "#"
-printf "#%6s %16s %14s %7s %6s %14s\n" ranks median_save_GB/s median_dd_GB/s ratio goal load_GB/s
+printf "#%6s %16s %14s %7s %6s %19s %13s %14s\n" ranks median_save_GB/s median_dd_GB/s ratio goal \
+    median_ddirect_GB/s ratio_direct load_GB/s
 printf "%s" "$summary"
 echo "# checkpoints verified: $([ $wrong -eq 0 ] && echo "all checksums match" || echo "$wrong WRONG")"
 echo "# save lines (rank 0):"

@@ -6,7 +6,9 @@
 /*
  * A checkpoint is <dir>/step_<N>.h5 (io/ckpt_hdf5.h has the layout). Saving:
  *   1. all ranks create <dir>/step_<N>.h5.tmp with parallel HDF5 and write, per dataset,
- *      the part of the tensor their shard covers (padding is not stored). Replicas
+ *      the part of the tensor their shard covers (padding is not stored), as a flat
+ *      element range of the dataset (io/ckpt_hdf5.h: O_DIRECT to the dataset's bytes, or
+ *      H5Dwrite of the range's hyperslabs through MPI-IO). Replicas
  *      (HYBRID_SHARD, NO_SHARD, shard_group_size < world) split their common shard
  *      into replica_size pieces, one each, so no byte is written twice;
  *   2. the checksums (partial sums over what each rank wrote, one MPI_Allreduce) and
