@@ -5,14 +5,15 @@
 #   bash benchmarks/gpu_session.sh test     # test_ops_cuda + tests/gpu/model_steps.sh
 #   bash benchmarks/gpu_session.sh bench    # shardlm training steps, Llama-2-7B and 1.1B
 #   bash benchmarks/gpu_session.sh anchor   # torch_fsdp_bench.py, same shapes
-#   bash benchmarks/gpu_session.sh all      # the three, in one call
+#   bash benchmarks/gpu_session.sh scaling  # benchmarks/strong_scaling.sh on 1, 2 GPUs + perf_model
+#   bash benchmarks/gpu_session.sh all      # test, bench and anchor in one call
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -98,7 +99,29 @@ anchor_phase() {
     a 7b_fs_mb8_ac1 --model 7b --mb 8 --reshard 1 --ac 1 --steps 3
 }
 
+# the strong-scaling suite itself over 1 and 2 GPUs, then the performance model's error
+scaling_phase() {
+    T=/tmp/shlm-bench
+    mkdir -p $T
+    [ -f $T/rand.bin ] || "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
+    $MPIRUN -np 2 "$BIN/bench_comm" --backend nccl -b 1M -e 1G -n 20 -w 5 --nonblocking \
+        --json "$OUT/nccl-nb-2.json" > "$OUT/bench_comm.txt" 2>&1; echo "bench_comm rc=$?"
+    for m in llama2-7b:1:2 tinyllama-1b:8:16; do
+        IFS=: read -r job mb gb <<< "$m"
+        sh benchmarks/strong_scaling.sh --ranks 1,2 --steps 6 --warmup 2 --shardlm "$SHLM" \
+            --out "$T/scale-$job" --global-batch "$gb" "jobs/$job.ini" --set data.train=$T/rand.bin \
+            --set train.micro_batch="$mb" --set fsdp.param_dtype=bf16 \
+            --set fsdp.reduce_dtype=fp32 > "$OUT/$job.txt" 2>&1
+        echo "strong_scaling $job rc=$?"; tail -8 "$OUT/$job.txt"
+        cp "$T/scale-$job/scaling.csv" "$OUT/$job-scaling.csv"
+    done
+    "$BIN/perf_model" --calibrate "$OUT/llama2-7b-scaling.csv" \
+        --calibrate "$OUT/tinyllama-1b-scaling.csv" --comm-json "$OUT/nccl-nb-2.json" \
+        --mem-gbs 3400 --overlap 0.6 --max-error 10 2>&1 | tee "$OUT/perf_model.txt" | tail -25
+}
+
 case "$phase" in
+scaling) scaling_phase ;;
 test) test_phase ;;
 bench) bench_phase ;;
 anchor) anchor_phase ;;
