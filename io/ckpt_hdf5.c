@@ -182,6 +182,26 @@ fail:
     return -1;
 }
 
+/* Direct I/O descriptors for f (flags O_WRONLY or O_RDONLY): every rank must manage
+ * O_DIRECT, or none uses it (tmpfs before Linux 6.6 and some network file systems
+ * refuse it). Collective. */
+static void open_direct(ckpt_h5_file *f, int flags) {
+    f->direct_fd = open(f->path, flags | O_DIRECT);
+    f->plain_fd = open(f->path, flags);
+    int all = f->direct_fd >= 0 && f->plain_fd >= 0 &&
+              posix_memalign(&f->stage, DIRECT_ALIGN, CKPT_H5_STAGE) == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, f->comm);
+    if (all) {
+        f->io_mode = "direct I/O";
+        return;
+    }
+    if (f->direct_fd >= 0) close(f->direct_fd);
+    if (f->plain_fd >= 0) close(f->plain_fd);
+    free(f->stage);
+    f->stage = NULL;
+    f->direct_fd = f->plain_fd = -1;
+}
+
 int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen) {
     quiet_hdf5();
@@ -191,24 +211,7 @@ int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
     if ((fapl = make_fapl(comm, opt, err, errlen, what)) < 0) goto fail;
     H5_CHECK(f->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
     H5Pclose(fapl);
-    if (opt->direct_io) {
-        /* every rank must manage O_DIRECT, or none uses it (tmpfs before Linux 6.6,
-         * some network file systems refuse it) */
-        f->direct_fd = open(path, O_WRONLY | O_DIRECT);
-        f->plain_fd = open(path, O_WRONLY);
-        int all = f->direct_fd >= 0 && f->plain_fd >= 0 &&
-                  posix_memalign(&f->stage, DIRECT_ALIGN, CKPT_H5_STAGE) == 0;
-        MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, comm);
-        if (all) {
-            f->io_mode = "direct I/O";
-        } else {
-            if (f->direct_fd >= 0) close(f->direct_fd);
-            if (f->plain_fd >= 0) close(f->plain_fd);
-            free(f->stage);
-            f->stage = NULL;
-            f->direct_fd = f->plain_fd = -1;
-        }
-    }
+    if (opt->direct_io) open_direct(f, O_WRONLY);
     return 0;
 fail:
     if (fapl >= 0) H5Pclose(fapl);
@@ -237,6 +240,7 @@ int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, si
         goto fail;
     }
     H5Pclose(fapl);
+    if (opt.direct_io) open_direct(f, O_RDONLY);
     return 0;
 fail:
     if (fapl >= 0) H5Pclose(fapl);
@@ -295,6 +299,7 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
     hid_t space = -1, dcpl = -1;
     memset(d, 0, sizeof *d);
     d->id = -1;
+    d->addr = UINT64_MAX;
     if (ndim < 1 || ndim > 2) {
         set_err(err, errlen, "%s: %d dimensions (checkpoint datasets have 1 or 2)", path, ndim);
         return -1;
@@ -317,6 +322,8 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
     H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
     H5_CHECK(d->id = H5Dcreate2(f->file, path, H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl,
                                 H5P_DEFAULT));
+    d->addr = H5Dget_offset(d->id); /* contiguous, allocated early: one run of bytes */
+    if (d->addr == HADDR_UNDEF) d->addr = UINT64_MAX, H5Eclear2(H5E_DEFAULT);
     H5Pclose(dcpl);
     H5Sclose(space);
     return 0;
@@ -332,6 +339,7 @@ int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, 
     hid_t space = -1, type = -1;
     memset(d, 0, sizeof *d);
     d->id = -1;
+    d->addr = UINT64_MAX;
     snprintf(d->path, sizeof d->path, "%s", path);
     if (!ckpt_h5_exists(f, path)) {
         set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
@@ -358,6 +366,17 @@ int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, 
         d->shape[i] = (int64_t)dims[i];
         d->numel *= dims[i];
     }
+    /* the bytes can be read directly only where they are plain little-endian fp32 in one
+     * run (what shardlm writes); anything else goes through H5Dread's conversion */
+    d->addr = UINT64_MAX;
+    hid_t dcpl = H5Dget_create_plist(d->id);
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
+        H5Tequal(type, H5T_IEEE_F32LE) > 0) {
+        haddr_t a = H5Dget_offset(d->id);
+        if (a != HADDR_UNDEF) d->addr = a;
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
     H5Sclose(space);
     H5Tclose(type);
     return 0;
@@ -481,13 +500,9 @@ static int pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
  * 4096-aligned middle through the staging buffer with O_DIRECT, the ends plainly. */
 static int write_direct(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                         const float *buf, char *err, size_t errlen) {
-    /* contiguous, allocated at creation: its bytes are one run of the file */
-    const haddr_t base = H5Dget_offset(d->id);
-    if (base == HADDR_UNDEF) {
-        char msg[400];
-        h5_message(msg, sizeof msg);
-        snprintf(err, errlen, "%s: H5Dget_offset found no storage in %s: %s", d->path, f->path,
-                 msg);
+    const uint64_t base = d->addr;
+    if (base == UINT64_MAX) {
+        snprintf(err, errlen, "%s: H5Dget_offset found no storage in %s", d->path, f->path);
         return -1;
     }
     const char *src = (const char *)buf;
@@ -519,7 +534,7 @@ fail_sys:
 int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                         const float *buf, char *err, size_t errlen) {
     const char *what = d->path;
-    if (f->direct_fd >= 0) {
+    if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
         if (first + count > d->numel) {
             snprintf(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
                      (unsigned long long)first, (unsigned long long)(first + count),
@@ -541,9 +556,57 @@ fail:
     return -1;
 }
 
+/* pread of all n bytes at off (retrying short reads); -1 with errno on failure. */
+static int pread_all(int fd, void *p, size_t n, uint64_t off) {
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = pread(fd, c, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = EIO; /* the file is shorter than its metadata says */
+            return -1;
+        }
+        c += r, n -= (size_t)r, off += (uint64_t)r;
+    }
+    return 0;
+}
+
+/* The direct path of ckpt_h5_read_range: as write_direct, the other way. */
+static int read_direct(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                       float *buf, char *err, size_t errlen) {
+    char *dst = (char *)buf;
+    const uint64_t a = d->addr + 4 * first, b = a + 4 * count;
+    uint64_t ma = (a + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
+    uint64_t mb = b / DIRECT_ALIGN * DIRECT_ALIGN;
+    if (ma >= mb) ma = mb = b;
+    const char *step = "pread";
+    if (ma > a && pread_all(f->plain_fd, dst, ma - a, a) != 0) goto fail_sys;
+    for (uint64_t o = ma; o < mb; o += CKPT_H5_STAGE) {
+        size_t n = mb - o < CKPT_H5_STAGE ? (size_t)(mb - o) : CKPT_H5_STAGE;
+        step = "pread (O_DIRECT)";
+        if (pread_all(f->direct_fd, f->stage, n, o) != 0) goto fail_sys;
+        memcpy(dst + (o - a), f->stage, n);
+    }
+    step = "pread";
+    if (b > mb && pread_all(f->plain_fd, dst + (mb - a), b - mb, mb) != 0) goto fail_sys;
+    return 0;
+fail_sys:
+    snprintf(err, errlen, "%s: %s of %s failed: %s", d->path, step, f->path, strerror(errno));
+    return -1;
+}
+
 int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                        float *buf, char *err, size_t errlen) {
     const char *what = d->path;
+    if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
+        if (first + count > d->numel) {
+            snprintf(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
+                     (unsigned long long)first, (unsigned long long)(first + count),
+                     (unsigned long long)d->numel);
+            return -1;
+        }
+        return count ? read_direct(f, d, first, count, buf, err, errlen) : 0;
+    }
     hid_t fs, ms;
     float dummy;
     if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;

@@ -38,12 +38,14 @@
 
 /* How data moves (ckpt_h5_create / ckpt_h5_open). */
 typedef struct ckpt_h5_options {
-    /* Writes only. 1: once the datasets exist (contiguous, space allocated) each rank
-     * writes its ranges straight to their bytes in the file (H5Dget_offset) with O_DIRECT
-     * pwrite, through an aligned staging buffer, and the unaligned few bytes at either end
-     * of a range with plain pwrite. The page cache is bypassed: no copy into it, no
-     * dirty-page throttling, a near-free fsync. Where the file system refuses O_DIRECT
-     * (any rank), the file falls back to 0. 0: H5Dwrite of hyperslabs through MPI-IO. */
+    /* 1: once the datasets exist (contiguous, space allocated) each rank writes its
+     * ranges straight to their bytes in the file (H5Dget_offset) with O_DIRECT pwrite,
+     * through an aligned staging buffer, and the unaligned few bytes at either end of a
+     * range with plain pwrite; reads likewise, for every dataset that is contiguous
+     * little-endian fp32 (others, e.g. from another writer, go through H5Dread). The page
+     * cache is bypassed: no copy into it, no dirty-page throttling, a near-free fsync.
+     * Where the file system refuses O_DIRECT (any rank), the file falls back to 0.
+     * 0: H5Dwrite / H5Dread of hyperslabs through MPI-IO. */
     int direct_io;
     /* 1: MPI-IO collective transfers with collective buffering (two-phase I/O);
      * 0: the HDF5 calls stay collective but each rank writes its own bytes
@@ -64,7 +66,8 @@ void ckpt_h5_default_options(ckpt_h5_options *opt);
 typedef struct ckpt_h5_file {
     hid_t file;
     hid_t dxpl; /* transfer property list of data reads and writes */
-    int direct_fd, plain_fd; /* direct_io: this rank's O_DIRECT and plain descriptors */
+    int direct_fd, plain_fd; /* direct_io: this rank's O_DIRECT and plain descriptors
+                              * (write-only from create, read-only from open) */
     void *stage;             /* direct_io: aligned staging buffer (CKPT_H5_STAGE bytes) */
     const char *io_mode;     /* "direct I/O", "independent MPI-IO", "collective MPI-IO" */
     MPI_Comm comm;
@@ -98,6 +101,8 @@ typedef struct ckpt_h5_dataset {
     int ndim;
     int64_t shape[2];
     uint64_t numel;
+    uint64_t addr;  /* file offset of element 0 when contiguous little-endian fp32 with
+                     * storage (direct I/O can move it), else UINT64_MAX */
     char path[256];
 } ckpt_h5_dataset;
 

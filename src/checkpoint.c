@@ -699,14 +699,16 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
             goto done; /* the same verdict on every rank: the sums are global */
         }
     }
+    const char *io_mode = f.io_mode;
     ok = ckpt_h5_close(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
     if (rank == 0) {
         double dt = MPI_Wtime() - t0;
         printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %s in %.3f s "
-               "= %.2f GB/s, checksums ok\n", what == CKPT_LOAD_ALL ? "weights and optimizer" :
-               "weights", path, (long long)st.step, st.world_size, st.strategy, human((double)bytes).s, dt,
-               bytes / 1e9 / dt);
+               "= %.2f GB/s, checksums ok (%d ranks, %s)\n",
+               what == CKPT_LOAD_ALL ? "weights and optimizer" : "weights", path,
+               (long long)st.step, st.world_size, st.strategy, human((double)bytes).s, dt,
+               bytes / 1e9 / dt, topo->world_size, io_mode);
         fflush(stdout);
     }
     if (st_out) *st_out = st;

@@ -183,8 +183,11 @@ static void test_file(const char *dir) {
         ckpt_h5_close_dataset(&d1);
         CHECK(ckpt_h5_close(&f, err, sizeof err) == 0, "%s", err);
 
-        /* read back: every rank a different range, including none */
+        /* read back: every rank a different range, including none; through H5Dread
+         * after modes 0 and 1, directly after mode 2 */
+        setenv("SHLM_CKPT_DIRECT_IO", mode == 2 ? "1" : "0", 1);
         CHECK(ckpt_h5_open(&f, path, MPI_COMM_WORLD, err, sizeof err) == 0, "%s", err);
+        if (rank == 0) printf("mode %d: reading with %s\n", mode, f.io_mode);
         CHECK(ckpt_h5_open_dataset(&f, "/a/b/m.weight", &d2, err, sizeof err) == 0, "%s", err);
         CHECK(d2.ndim == 2 && d2.shape[0] == 7 && d2.shape[1] == 5 && d2.numel == 35, "shape");
         for (uint64_t first = 0; first <= 35; first += 3) {
