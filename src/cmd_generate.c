@@ -150,6 +150,10 @@ int cmd_generate(int argc, char **argv) {
         free(a.sets);
         return 2;
     }
+    /* sampling needs no validation data: do not open the job's (unless asked to) */
+    int val_set = 0;
+    for (int i = 0; i < a.n_sets; i++) val_set |= strncmp(a.sets[i], "data.val", 8) == 0;
+    if (!val_set) a.sets[a.n_sets++] = "data.val=";
     run r;
     if (run_setup(&r, a.job, a.n_sets, a.sets, 0) != 0) {
         free(a.sets);
