@@ -91,26 +91,8 @@ fi
 
 # job NAME: writes $T/NAME.ini, the small model reading train.bin (relative to the job)
 job() {
-    cat >"$T/$1.ini" <<'EOF'
-[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_dim = 96
-vocab_size = 256
-
-[train]
-seq_len = 32
-micro_batch = 1
-steps = 2
-
-[data]
-train = train.bin
-
-[log]
-run_dir = run
-EOF
+    cp "$SHLM_SRCDIR/tests/jobs/small.ini" "$T/$1.ini"
+    printf '\n[log]\nrun_dir = run\n' >>"$T/$1.ini"
 }
 job small
 J=$T/small.ini

@@ -28,26 +28,8 @@ job() {
     name=$1
     shift
     {
-        cat <<'EOF'
-[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_dim = 96
-vocab_size = 256
-
-[train]
-seq_len = 32
-micro_batch = 1
-steps = 2
-
-[data]
-train = train.bin
-
-[log]
-run_dir = run
-EOF
+        cat "$SHLM_SRCDIR/tests/jobs/small.ini"
+        printf '\n[log]\nrun_dir = run\n'
         for l in "$@"; do printf '%s\n' "$l"; done
     } >"$T/$name.ini"
 }

@@ -81,23 +81,7 @@ if [ $rc -ne 0 ]; then
     echo "FAIL: cannot prepare the corpus"
     exit 1
 fi
-cat >"$T/small.ini" <<'EOF'
-[model]
-dim = 64
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_dim = 96
-vocab_size = 256
-
-[train]
-seq_len = 32
-micro_batch = 1
-steps = 2
-
-[data]
-train = train.bin
-EOF
+cp "$SHLM_SRCDIR/tests/jobs/small.ini" "$T/small.ini"
 
 # train_vs_plan NAME NP ARGS...: trains small.ini on NP ranks with ARGS (--set ...), plans
 # the same job for NP ranks, and compares the start-up memory line and the comm line
