@@ -531,16 +531,21 @@ fail_sys:
     return -1;
 }
 
+/* Elements [first, first+count) must lie inside the dataset. */
+static int check_range(const ckpt_h5_dataset *d, uint64_t first, uint64_t count, char *err,
+                       size_t errlen) {
+    if (first + count <= d->numel) return 0;
+    snprintf(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
+             (unsigned long long)first, (unsigned long long)(first + count),
+             (unsigned long long)d->numel);
+    return -1;
+}
+
 int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                         const float *buf, char *err, size_t errlen) {
     const char *what = d->path;
     if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
-        if (first + count > d->numel) {
-            snprintf(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
-                     (unsigned long long)first, (unsigned long long)(first + count),
-                     (unsigned long long)d->numel);
-            return -1;
-        }
+        if (check_range(d, first, count, err, errlen) != 0) return -1;
         return count ? write_direct(f, d, first, count, buf, err, errlen) : 0;
     }
     hid_t fs, ms;
@@ -599,12 +604,7 @@ int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint
                        float *buf, char *err, size_t errlen) {
     const char *what = d->path;
     if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
-        if (first + count > d->numel) {
-            snprintf(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
-                     (unsigned long long)first, (unsigned long long)(first + count),
-                     (unsigned long long)d->numel);
-            return -1;
-        }
+        if (check_range(d, first, count, err, errlen) != 0) return -1;
         return count ? read_direct(f, d, first, count, buf, err, errlen) : 0;
     }
     hid_t fs, ms;
