@@ -427,7 +427,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     if (agree(comm, ok, err, errlen)) goto fail_closed;
 
     /* all metadata first, flushed, so that a failing data write leaves a file that
-     * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end *
+     * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end */
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
