@@ -38,6 +38,10 @@ typedef struct shlm_ops {
     /* Optional (NULL on cpu): device memory in use (all of this device, as the driver
      * reports it) and its total, in bytes. Returns 0 on success. */
     int (*mem_info)(size_t *used, size_t *total);
+    /* Optional (NULL on cpu): reserve one arena of `bytes` that every later alloc is
+     * carved from, so nothing is allocated once training starts. Returns 0; aborts with
+     * the numbers when the device cannot hold it. */
+    int (*reserve)(size_t bytes);
     /* Optional (NULL on cpu): open and close a named range on the profiler's timeline
      * (NVTX on cuda), so Nsight Systems shows units, collectives and the optimizer. */
     void (*range_push)(const char *name);

@@ -182,7 +182,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                   : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
                                                                           : LLAMA_AC_NONE;
     /* on a device, refuse before allocating anything if the plan does not fit */
-    size_t used = 0, total = 0;
+    size_t used = 0, total = 0, arena_bytes = 0;
     ok = 1;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
         fsdp_plan_bytes pb;
@@ -191,6 +191,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         size_t acts = llama_activation_bytes_for(&c->model, r->ops->act_dtype, c->micro_batch,
                                                  c->seq_len, ac);
         size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
+        arena_bytes = need + ((size_t)8 << 20);
         if (need > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
@@ -204,6 +205,8 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         }
     }
     if (all_ranks_ok(ok, err)) return -1;
+    /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
+    if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
     r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));

@@ -28,7 +28,9 @@ void shlm_cuda_range_push(const char *name);
 void shlm_cuda_range_pop(void);
 /* device memory in use and total (cudaMemGetInfo); 0 on success */
 int shlm_cuda_mem_info(size_t *used, size_t *total);
-void *shlm_cuda_alloc(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
+void *shlm_cuda_alloc(size_t bytes);
+/* one device allocation that later allocs are carved from (see ops.h reserve) */
+int shlm_cuda_reserve(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
 void shlm_cuda_free(void *p);
 void shlm_cuda_zero(void *p, size_t bytes);
 /* dst == src is a no-op (an in-place all-gather copies a shard onto its own slot);

@@ -107,18 +107,58 @@ extern "C" int shlm_cuda_mem_info(size_t *used, size_t *total) {
     return 0;
 }
 
+/* The arena: one cudaMalloc sized from the plan at start-up (shlm_cuda_reserve); every
+ * later alloc is a bump of its offset, so a step allocates nothing and fragmentation
+ * cannot grow. Frees inside it are no-ops (buffers live until the process ends). */
+static char *g_arena;
+static size_t g_arena_size, g_arena_used;
+enum { ARENA_ALIGN = 256 };
+
+extern "C" int shlm_cuda_reserve(size_t bytes) {
+    if (g_arena) SHLM_FATAL("cuda: the device arena is reserved already (%zu bytes)", g_arena_size);
+    bytes = (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+    cudaError_t rc = cudaMalloc((void **)&g_arena, bytes);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError();
+        g_arena = NULL;
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        SHLM_FATAL("out of device memory reserving the %zu-byte arena (%s; %zu of %zu bytes free)",
+                   bytes, cudaGetErrorString(rc), free_b, total_b);
+    }
+    g_arena_size = bytes;
+    g_arena_used = 0;
+    return 0;
+}
+
+static int in_arena(const void *p) {
+    return g_arena && (const char *)p >= g_arena && (const char *)p < g_arena + g_arena_size;
+}
+
 extern "C" void *shlm_cuda_alloc(size_t bytes) {
     /* at least one granule, so that a 0-byte request still returns a unique pointer
      * that free() accepts, as on the cpu backend */
-    size_t rounded = bytes == 0 ? 256 : bytes;
+    size_t rounded = bytes == 0 ? ARENA_ALIGN : (bytes + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
     void *p = NULL;
-    cudaError_t rc = cudaMalloc(&p, rounded);
-    if (rc != cudaSuccess || p == NULL) {
-        (void)cudaGetLastError();
-        size_t free_b = 0, total_b = 0;
-        cudaMemGetInfo(&free_b, &total_b);
-        SHLM_FATAL("out of device memory allocating %zu bytes (%s; %zu of %zu bytes free)",
-                   bytes, cudaGetErrorString(rc), free_b, total_b);
+    if (g_arena && g_arena_used + rounded <= g_arena_size) {
+        p = g_arena + g_arena_used;
+        g_arena_used += rounded;
+    } else {
+        if (g_arena) {
+            /* the plan undercounted: say so once, and keep going outside the arena */
+            static int warned;
+            if (!warned++)
+                fprintf(stderr, "shardlm: warning: device arena of %zu bytes full; %zu more "
+                        "allocated outside it (the plan undercounts)\n", g_arena_size, bytes);
+        }
+        cudaError_t rc = cudaMalloc(&p, rounded);
+        if (rc != cudaSuccess || p == NULL) {
+            (void)cudaGetLastError();
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            SHLM_FATAL("out of device memory allocating %zu bytes (%s; %zu of %zu bytes free)",
+                       bytes, cudaGetErrorString(rc), free_b, total_b);
+        }
     }
     cudaStream_t s = shlm_cuda_stream();
     CUDA_CHECK(cudaMemsetAsync(p, 0, rounded, s));
@@ -127,9 +167,8 @@ extern "C" void *shlm_cuda_alloc(size_t bytes) {
     CUDA_CHECK(cudaStreamSynchronize(s));
     return p;
 }
-
 extern "C" void shlm_cuda_free(void *p) {
-    if (p == NULL) return;
+    if (p == NULL || in_arena(p)) return;
     /* cudaFree waits for the device, so kernels still reading p finish first */
     CUDA_CHECK(cudaFree(p));
 }

@@ -16,6 +16,7 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .device_count = shlm_cuda_device_count,
     .set_device = shlm_cuda_set_device,
     .mem_info = shlm_cuda_mem_info,
+    .reserve = shlm_cuda_reserve,
     .range_push = shlm_cuda_range_push,
     .range_pop = shlm_cuda_range_pop,
 
