@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Tokens per fread/fwrite: large enough to stream at disk speed, small enough that the
@@ -120,60 +121,46 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
                     (unsigned long long)count, (unsigned long long)held);
         goto fail;
     }
-    if (count > SIZE_MAX / sizeof(int32_t)) {
-        set_err(err, errlen, "%s: %llu tokens do not fit in memory", path,
-                (unsigned long long)count);
+    /* map the file: the ids are checked in one sequential pass and then read where the
+     * loader needs them, never copied whole into memory */
+    size_t map_len = (size_t)size;
+    void *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fileno(f), 0);
+    if (map == MAP_FAILED) {
+        set_err(err, errlen, "%s: cannot map %llu bytes: %s", path, (unsigned long long)size,
+                strerror(errno));
         goto fail;
     }
-
-    tf->tokens = malloc(count ? count * sizeof(int32_t) : 1);
-    unsigned char *buf = malloc((size_t)TOKENS_CHUNK * width);
-    if (!tf->tokens || !buf) {
-        free(buf);
-        set_err(err, errlen, "%s: out of memory for %llu tokens", path,
-                (unsigned long long)count);
-        goto fail;
-    }
-    for (uint64_t done = 0; done < count;) {
-        size_t n = count - done < TOKENS_CHUNK ? (size_t)(count - done) : TOKENS_CHUNK;
-        size_t r = fread(buf, width, n, f);
-        if (r != n) {
-            /* the length was checked, so this is a read error or a file that shrank */
-            set_err(err, errlen, "%s: read failed after %llu of %llu tokens%s%s", path,
-                    (unsigned long long)(done + r), (unsigned long long)count,
-                    ferror(f) ? ": " : "", ferror(f) ? strerror(errno) : "");
-            free(buf);
-            goto fail;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const unsigned char *p = buf + i * width;
-            uint32_t id = width == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : get_u32(p);
-            if (id >= vocab) {
-                set_err(err, errlen, "%s: token %u at index %llu is >= vocab_size %u", path, id,
-                        (unsigned long long)(done + i), vocab);
-                free(buf);
-                goto fail;
-            }
-            tf->tokens[done + i] = (int32_t)id;
-        }
-        done += n;
-    }
-    free(buf);
     fclose(f);
-    strcpy(tf->path, path);
+    f = NULL;
+    madvise(map, map_len, MADV_SEQUENTIAL);
+    tf->map = map;
+    tf->map_len = map_len;
+    tf->body = (const unsigned char *)map + TOKENS_HEADER_BYTES;
     tf->width = (int)width;
     tf->count = count;
     tf->vocab_size = vocab;
+    for (uint64_t i = 0; i < count; i++) {
+        uint32_t id = (uint32_t)token_at(tf, i);
+        if (id >= vocab) {
+            set_err(err, errlen, "%s: token %u at index %llu is >= vocab_size %u", path, id,
+                    (unsigned long long)i, vocab);
+            goto fail;
+        }
+    }
+    madvise(map, map_len, MADV_RANDOM); /* windows are read in shuffled order */
+    strcpy(tf->path, path);
     return 0;
 
 fail:
-    fclose(f);
+    if (f) fclose(f);
+    if (tf->map) munmap(tf->map, tf->map_len);
     free(tf->tokens);
     memset(tf, 0, sizeof *tf);
     return -1;
 }
 
 void token_file_close(token_file *tf) {
+    if (tf->map) munmap(tf->map, tf->map_len);
     free(tf->tokens);
     memset(tf, 0, sizeof *tf);
 }

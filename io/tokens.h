@@ -23,11 +23,25 @@ typedef struct token_file {
     int width;          /* 2 or 4 */
     uint64_t count;     /* tokens in the file */
     uint32_t vocab_size;
-    int32_t *tokens;    /* all tokens, widened to int32, in memory */
+    /* the body, mapped read-only from the file (token_file_open): pages are read on
+     * demand, so a corpus larger than memory costs no more than the windows in use */
+    const unsigned char *body;
+    void *map;           /* the whole mapping, for munmap */
+    size_t map_len;
+    int32_t *tokens;    /* tokens held in memory instead (tests build these by hand) */
 } token_file;
 
-/* Opens and fully validates a token file: magic, version, width, that the body holds
- * exactly `count` tokens, and that every id is < vocab_size. On error writes one line
+/* Token i of the file (i < count). */
+static inline int32_t token_at(const token_file *tf, uint64_t i) {
+    if (tf->tokens) return tf->tokens[i];
+    const unsigned char *p = tf->body + i * (uint64_t)tf->width;
+    return tf->width == 2 ? (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8)
+                          : (int32_t)((uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                                      (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24);
+}
+
+/* Opens (maps) and fully validates a token file: magic, version, width, that the body
+ * holds exactly `count` tokens, and that every id is < vocab_size. On error writes one line
  * naming the file and the problem into err and returns -1. */
 int token_file_open(token_file *tf, const char *path, char *err, size_t errlen);
 void token_file_close(token_file *tf);

@@ -97,8 +97,10 @@ void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inp
     for (int b = 0; b < dl->micro_batch; b++) {
         uint64_t g = step_start +
                      ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
-        const int32_t *w = dl->tf->tokens + data_loader_window(dl, g) * (uint64_t)T;
-        memcpy(inputs + (size_t)b * T, w, (size_t)T * sizeof *w);
-        memcpy(targets + (size_t)b * T, w + 1, (size_t)T * sizeof *w);
+        const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
+        for (int t = 0; t < T; t++) {
+            inputs[(size_t)b * T + t] = token_at(dl->tf, w + t);
+            targets[(size_t)b * T + t] = token_at(dl->tf, w + t + 1);
+        }
     }
 }

@@ -95,7 +95,8 @@ static void test_round_trip(int width, uint32_t vocab, uint64_t n) {
               strcmp(tf.path, path) == 0,
           "reopen: rc %d width %d count %llu vocab %u %s", rc, tf.width,
           (unsigned long long)tf.count, tf.vocab_size, err);
-    int same = rc == 0 && memcmp(tf.tokens, tok, n * sizeof *tok) == 0;
+    int same = rc == 0;
+    for (uint64_t i = 0; same && i < n; i++) same = token_at(&tf, i) == tok[i];
     check(same, "width %d: tokens read back equal tokens written", width);
     if (rc == 0) token_file_close(&tf);
     free(tok);
@@ -142,7 +143,7 @@ static void test_cmd_data(void) {
     char err[1024] = "";
     int orc = token_file_open(&tf, out, err, sizeof err);
     int same = orc == 0 && tf.count == strlen(text) && tf.vocab_size == 256 && tf.width == 2;
-    for (size_t i = 0; same && i < tf.count; i++) same = tf.tokens[i] == (unsigned char)text[i];
+    for (size_t i = 0; same && i < tf.count; i++) same = token_at(&tf, i) == (unsigned char)text[i];
     check(rc == 0 && same, "data prepare --tokenizer bytes: rc %d, file holds the bytes %s",
           rc, err);
     if (orc == 0) token_file_close(&tf);
@@ -303,7 +304,7 @@ int main(int argc, char **argv) {
         if (rc == 0) {
             accepted++;
             for (uint64_t i = 0; i < tf.count; i++)
-                if (tf.tokens[i] < 0 || (uint32_t)tf.tokens[i] >= tf.vocab_size) garbage_ok = 0;
+                if (token_at(&tf, i) < 0 || (uint32_t)token_at(&tf, i) >= tf.vocab_size) garbage_ok = 0;
             if (tf.width != 2 && tf.width != 4) garbage_ok = 0;
             token_file_close(&tf);
         } else if (rc != -1 || strstr(err, g) != err || strchr(err, '\n')) {
