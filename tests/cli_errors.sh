@@ -18,6 +18,7 @@ command -v timeout >/dev/null 2>&1 && wrap="timeout -k 5 $limit"
 n_fail=0
 n_ok=0
 
+. "$SHLM_SRCDIR/tests/lib.sh"
 fail() { echo "FAIL: $*"; n_fail=$((n_fail + 1)); }
 
 # run CMD...: runs one command (under timeout), stdout to $T/out, stderr to $T/err, $rc
@@ -48,8 +49,6 @@ expect() {
     shift
     sed 's/^/    stderr: /' "$T/err"
     why=$(crashed)
-    lines=$(wc -l <"$T/err" | tr -d ' ')
-    line=$(head -n 1 "$T/err")
     if [ -n "$why" ]; then
         fail "$name: $why"
         return
@@ -58,23 +57,11 @@ expect() {
         fail "$name: exit status 0, expected non-zero"
         return
     fi
-    if [ "$lines" -ne 1 ]; then
-        fail "$name: $lines lines on stderr, expected exactly one 'shardlm: error: ...' line"
+    why=$(error_line_problem "$T/err" "$@")
+    if [ -n "$why" ]; then
+        fail "$name: $why"
         return
     fi
-    case $line in
-    "shardlm: error: "*) ;;
-    *)
-        fail "$name: stderr line does not start with 'shardlm: error: '"
-        return
-        ;;
-    esac
-    for p in "$@"; do
-        if ! printf '%s\n' "$line" | grep -q -F -e "$p"; then
-            fail "$name: error line does not name '$p'"
-            return
-        fi
-    done
     echo "ok: $name (exit $rc)"
     n_ok=$((n_ok + 1))
 }

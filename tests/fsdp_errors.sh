@@ -13,6 +13,7 @@ trap 'exit 130' INT TERM
 limit=${SHLM_TEST_TIMEOUT:-30}
 n_fail=0
 n_ok=0
+. "$SHLM_SRCDIR/tests/lib.sh"
 fail() { echo "FAIL: $*"; n_fail=$((n_fail + 1)); }
 
 echo "+ $SHLM data prepare --tokenizer bytes $SHLM_SRCDIR/jobs/data/shakespeare-train.txt $T/train.bin"
@@ -98,25 +99,11 @@ expect() {
             return
         fi
     done
-    lines=$(wc -l <"$T/err" | tr -d ' ')
-    if [ "$lines" -ne 1 ]; then
-        fail "$name: $lines lines on stderr, expected exactly one 'shardlm: error: ...' line"
+    why=$(error_line_problem "$T/err" "$@")
+    if [ -n "$why" ]; then
+        fail "$name: $why"
         return
     fi
-    line=$(cat "$T/err")
-    case $line in
-    "shardlm: error: "*) ;;
-    *)
-        fail "$name: stderr line does not start with 'shardlm: error: '"
-        return
-        ;;
-    esac
-    for p in "$@"; do
-        if ! printf '%s\n' "$line" | grep -q -F -e "$p"; then
-            fail "$name: error line does not name '$p'"
-            return
-        fi
-    done
     echo "ok: $name"
     n_ok=$((n_ok + 1))
 }
