@@ -5,7 +5,7 @@
  * (--only: just the ops whose name contains OP, e.g. attention, after the ceilings)
  *
  * Shapes: N = 4096·mb tokens (mb sequences of T = 4096), d = 4096, F = 11008, nh = nkv = 32,
- * hd = 128, V = 32000, the lm_head/loss chunk of src/llama.c (2^24 / V = 524 rows), and
+ * hd = 128, V = 32000, the lm_head/loss chunk of src/llama.c (2^26 / V = 2097 rows), and
  * AdamW over one transformer block's parameters (202M). Ceilings, measured first: an
  * 8192³ bf16 cuBLASLt matmul (through the backend's own matmul_fwd) and a 1 GiB
  * device-to-device copy (bytes read + written).
@@ -203,9 +203,13 @@ static struct {
     size_t n;
 } cur;
 
-static void run_matmul_fwd(void) { gpu->matmul_fwd(cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC, cur.acc); }
+/* as the model runs them: the residual a separate input, both backward outputs "=" */
+static void run_matmul_fwd(void) {
+    gpu->matmul_fwd(cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC, cur.acc ? cur.e : NULL);
+}
 static void run_matmul_bwd(void) {
-    gpu->matmul_bwd(cur.d, cur.f0, cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC);
+    gpu->matmul_bwd(cur.d, cur.f0, cur.c, cur.a, cur.b, cur.N, cur.C, cur.OC,
+                    SHLM_MM_SET_DINP | SHLM_MM_SET_DWEIGHT);
 }
 static void run_copy(void) { gpu->copy(cur.b, cur.a, cur.n); }
 
@@ -213,17 +217,18 @@ enum { CHECK_ROWS = 8 };
 
 static void bench_matmul(const char *name, int N, int C, int OC, int acc) {
     char shape[64];
-    snprintf(shape, sizeof shape, "%dx%dx%d%s", N, C, OC, acc ? " +=" : "");
+    snprintf(shape, sizeof shape, "%dx%dx%d%s", N, C, OC, acc ? " +res" : "");
     const size_t nin = (size_t)N * C, nw = (size_t)OC * C, nout = (size_t)N * OC;
     cur.a = dev_act(nin, 11);
     cur.b = dev_act(nw, 2222);
-    cur.c = dev_act(nout, 333333);
+    cur.c = dev_act(nout, 4);
+    cur.e = dev_act(nout, 333333); /* the residual */
     cur.N = N, cur.C = C, cur.OC = OC, cur.acc = acc;
     run_matmul_fwd();
     /* check the first rows */
     float *x = host_vals(11, (size_t)CHECK_ROWS * C, 1.0f), *w = host_vals(2222, nw, 1.0f);
     float *ref = host_vals(333333, (size_t)CHECK_ROWS * OC, 1.0f);
-    cpu->matmul_fwd(ref, x, w, CHECK_ROWS, C, OC, acc);
+    cpu->matmul_fwd(ref, x, w, CHECK_ROWS, C, OC, acc ? ref : NULL);
     float *got = down_act(cur.c, (size_t)CHECK_ROWS * OC);
     int nwrong = wrong(rel_l2(got, ref, (size_t)CHECK_ROWS * OC), 1e-2, name);
     free(x), free(w), free(ref), free(got);
@@ -231,7 +236,7 @@ static void bench_matmul(const char *name, int N, int C, int OC, int acc) {
     char op[48];
     snprintf(op, sizeof op, "%s", name);
     row(op, shape, us, 2.0 * N * C * OC, 0, nwrong);
-    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.e);
 }
 
 static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
@@ -248,7 +253,7 @@ static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
     /* dinp: first rows; dweight: first rows (output features) */
     float *dy = host_vals(44444, (size_t)CHECK_ROWS * OC, 1.0f), *w = host_vals(2222, nw, 1.0f);
     float *ref = calloc((size_t)CHECK_ROWS * C, sizeof(float));
-    cpu->matmul_bwd(ref, NULL, dy, NULL, w, CHECK_ROWS, C, OC);
+    cpu->matmul_bwd(ref, NULL, dy, NULL, w, CHECK_ROWS, C, OC, 0);
     float *got = down_act(cur.d, (size_t)CHECK_ROWS * C);
     int nwrong = wrong(rel_l2(got, ref, (size_t)CHECK_ROWS * C), 1e-2, "matmul_bwd dinp");
     free(dy), free(w), free(ref), free(got);
@@ -257,7 +262,7 @@ static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
     for (int i = 0; i < N; i++)
         memcpy(dys + (size_t)i * CHECK_ROWS, dyf + (size_t)i * OC, CHECK_ROWS * sizeof(float));
     float *refw = calloc((size_t)CHECK_ROWS * C, sizeof(float));
-    cpu->matmul_bwd(NULL, refw, dys, x, NULL, N, C, CHECK_ROWS);
+    cpu->matmul_bwd(NULL, refw, dys, x, NULL, N, C, CHECK_ROWS, 0);
     float *gotw = down_f32(cur.f0, (size_t)CHECK_ROWS * C);
     nwrong += wrong(rel_l2(gotw, refw, (size_t)CHECK_ROWS * C), 1e-4, "matmul_bwd dweight");
     free(x), free(dyf), free(dys), free(refw), free(gotw);
@@ -563,7 +568,7 @@ static void ceilings(void) {
     run_matmul_fwd();
     float *x = host_vals(1, (size_t)4 * M, 1.0f), *w = host_vals(5000, (size_t)M * M, 1.0f);
     float *ref = xmalloc((size_t)4 * M * sizeof(float));
-    cpu->matmul_fwd(ref, x, w, 4, M, M, 0);
+    cpu->matmul_fwd(ref, x, w, 4, M, M, NULL);
     float *got = down_act(cur.c, (size_t)4 * M);
     int w1 = wrong(rel_l2(got, ref, (size_t)4 * M), 1e-2, "matmul 8192^3");
     double us = time_us(run_matmul_fwd);
@@ -608,7 +613,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     const int N = SEQ * mb;
-    const int chunk = (1 << 24) / VOCAB; /* src/llama.c's logits chunk */
+    const int chunk = (1 << 26) / VOCAB; /* src/llama.c's logits chunk */
     struct cudaDeviceProp prop;
     int dev = 0;
     cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");

@@ -26,6 +26,9 @@ const char *shlm_dtype_name(shlm_dtype t);
  * - Token ids are int32; a target < 0 is ignored by the loss.
  * - Ops are asynchronous on backends that have a stream; `sync` waits for them.
  */
+/* matmul_bwd flags */
+enum { SHLM_MM_SET_DINP = 1, SHLM_MM_SET_DWEIGHT = 2 };
+
 typedef struct shlm_ops {
     const char *name;      /* "cpu" or "cuda" */
     shlm_dtype act_dtype;  /* element type of every "act" tensor */
@@ -83,13 +86,17 @@ typedef struct shlm_ops {
     void (*rmsnorm_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
                         const void *weight, const float *rstd, int N, int C);
 
-    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ, or += when accumulate != 0 */
+    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ + residual(N,OC); residual NULL adds nothing
+     * and may alias out (out += ...). The residual add is the GEMM's own C input, so a
+     * block's skip connection costs no separate copy or add. */
     void (*matmul_fwd)(void *out, const void *inp, const void *weight, int N, int C, int OC,
-                       int accumulate);
+                       const void *residual);
     /* dinp(N,C) += dout · weight (skipped when dinp is NULL);
-     * dweight(OC,C) += doutᵀ · inp (skipped when dweight is NULL) */
+     * dweight(OC,C) += doutᵀ · inp (skipped when dweight is NULL);
+     * flags SHLM_MM_SET_DINP / SHLM_MM_SET_DWEIGHT make that output "=" instead of "+=",
+     * which spares zeroing it first and reading it back inside the product. */
     void (*matmul_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
-                       const void *weight, int N, int C, int OC);
+                       const void *weight, int N, int C, int OC, int flags);
 
     /* Rotary embedding, Hugging Face rotate-half layout, in place on the first
      * n_heads heads (each head_dim wide) of every row of x, rows of `stride`

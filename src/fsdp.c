@@ -34,9 +34,10 @@ typedef struct gather_slot {
 
 /* A full-unit gradient buffer whose reduce-scatter may be in flight. */
 typedef struct grad_slot {
-    float *buf;           /* (padded) fp32, the model accumulates here */
+    float *buf;           /* (padded) fp32, the model writes the micro-batch's gradient here */
     uint16_t *bf16;       /* (padded) staging when reduce_dtype is bf16 */
     int unit;             /* -1 when free */
+    int into_shard;       /* the reduction lands in the unit's grad shard itself (fresh) */
     shlm_comm_req *req;
 } grad_slot;
 
@@ -48,6 +49,7 @@ typedef struct unit_state {
     int gathered;                   /* own buffer / slot holds current parameters */
     int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
+    int grad_fresh;                 /* the grad shard holds nothing yet this step */
 } unit_state;
 
 struct fsdp_engine {
@@ -338,19 +340,39 @@ static void complete_grad_slot(fsdp_engine *e, int k) {
     wait_req(e, &g->req);
     unit_state *s = &e->units[g->unit];
     if (e->opt.reduce_dtype == SHLM_BF16) {
-        /* widen the bf16 result into the fp32 buffer's slice, then accumulate */
-        e->ops->bf16_to_f32(g->buf + s->begin, g->bf16 + s->begin, s->n);
+        /* widen the bf16 result: straight into a fresh shard, else into the fp32
+         * buffer's slice and accumulate */
+        if (g->into_shard) {
+            e->ops->bf16_to_f32(s->grad, g->bf16 + s->begin, s->n);
+        } else {
+            e->ops->bf16_to_f32(g->buf + s->begin, g->bf16 + s->begin, s->n);
+            e->ops->accumulate(s->grad, g->buf + s->begin, s->n);
+        }
+    } else if (!g->into_shard) {
+        e->ops->accumulate(s->grad, g->buf + s->begin, s->n);
     }
-    e->ops->accumulate(s->grad, g->buf + s->begin, s->n);
     trace(e, g->unit, EV_REDUCE_DONE);
     s->grad_slot = -1;
     g->unit = -1;
 }
 
-static float *src_grad(void *ctx, int u) {
+/* The padding past the unit's last tensor, which the model never writes: zero, so the
+ * reduced padding (and the gradient norm over the shard) stays zero. */
+static void zero_padding(fsdp_engine *e, const unit_state *s, float *buf) {
+    if (s->padded > s->numel) e->ops->zero(buf + s->numel, (s->padded - s->numel) * sizeof(float));
+}
+
+static float *src_grad(void *ctx, int u, int *overwrite) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
-    if (e->S == 1) return s->grad; /* nothing to scatter: accumulate in place */
+    if (e->S == 1) { /* nothing to scatter: the shard is the whole unit */
+        *overwrite = s->grad_fresh;
+        if (s->grad_fresh) zero_padding(e, s, s->grad);
+        s->grad_fresh = 0;
+        return s->grad;
+    }
+    /* a slot holds one micro-batch's gradient: the model writes it, never adds to it */
+    *overwrite = 1;
     if (s->grad_slot >= 0) return e->gslots[s->grad_slot].buf;
     int k = -1;
     for (int i = 0; i < N_SLOTS; i++)
@@ -363,7 +385,7 @@ static float *src_grad(void *ctx, int u) {
     grad_slot *g = &e->gslots[k];
     g->unit = u;
     s->grad_slot = k;
-    e->ops->zero(g->buf, s->padded * sizeof(float));
+    zero_padding(e, s, g->buf);
     return g->buf;
 }
 
@@ -374,14 +396,18 @@ static void src_grad_ready(void *ctx, int u) {
     grad_slot *g = &e->gslots[s->grad_slot];
     trace(e, u, EV_REDUCE_ISSUE);
     range(e, "reduce-scatter unit", u);
-    /* in place: the rank's reduced slice lands at its own offset of the buffer */
+    /* the first micro-batch of a step reduces straight into the shard (no accumulate
+     * pass, no zeroing); later ones in place, the rank's slice at its own offset */
+    g->into_shard = s->grad_fresh;
+    s->grad_fresh = 0;
     if (e->opt.reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
         g->req = e->comm->ireduce_scatter(e->shard_g, g->bf16, g->bf16 + s->begin, s->n,
                                           SHLM_BF16, SHLM_COMM_AVG);
     } else {
-        g->req = e->comm->ireduce_scatter(e->shard_g, g->buf, g->buf + s->begin, s->n, SHLM_F32,
-                                          SHLM_COMM_AVG);
+        g->req = e->comm->ireduce_scatter(e->shard_g, g->buf,
+                                          g->into_shard ? s->grad : g->buf + s->begin, s->n,
+                                          SHLM_F32, SHLM_COMM_AVG);
     }
     shlm_range_pop(e->ops);
 }
@@ -399,14 +425,21 @@ llama_param_source fsdp_param_source(fsdp_engine *e) {
 
 void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }
 
+/* Nothing is zeroed here: the step's first micro-batch overwrites each shard (the
+ * model writes instead of adding, the reduce-scatter lands in the shard). */
 void fsdp_zero_grad(fsdp_engine *e) {
-    for (int u = 0; u < e->n_units; u++)
-        e->ops->zero(e->units[u].grad, e->units[u].n * sizeof(float));
+    for (int u = 0; u < e->n_units; u++) e->units[u].grad_fresh = 1;
 }
 
 double fsdp_finish_grads(fsdp_engine *e) {
     shlm_range_push(e->ops, "finish gradients");
     for (int k = 0; k < N_SLOTS; k++) complete_grad_slot(e, k);
+    /* a unit no micro-batch reached this step (none does in training) has a zero gradient */
+    for (int u = 0; u < e->n_units; u++)
+        if (e->units[u].grad_fresh) {
+            e->ops->zero(e->units[u].grad, e->units[u].n * sizeof(float));
+            e->units[u].grad_fresh = 0;
+        }
     if (e->R > 1) {
         /* replicas hold the same shard position: average their shards. In bf16 the
          * shards go one at a time through the staging buffer. */

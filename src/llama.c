@@ -145,8 +145,9 @@ static act_sizes sizes_of(const llama_config *c, int B, int T) {
     z.att = (size_t)c->n_heads * c->head_dim;
     z.lse = (size_t)B * c->n_heads * T;
     z.V = c->vocab_size;
-    /* never hold the whole (N, V) logits: 16M elements per chunk at most */
-    size_t rows = ((size_t)1 << 24) / z.V;
+    /* never hold the whole (N, V) logits: 64M elements per chunk at most (128 MB in
+     * bf16; fewer chunks mean fewer passes over the fp32 lm_head gradient) */
+    size_t rows = ((size_t)1 << 26) / z.V;
     z.chunk_rows = rows < 1 ? 1 : rows > z.N ? z.N : rows;
     return z;
 }
@@ -347,23 +348,21 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     void *xout = m->x[l + 1];
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, 0));
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
-    /* residual: xmid = x + att·Woᵀ, accumulated by the GEMM itself */
-    PROF(m, PROF_COPY, o->copy(a->xmid, x, (size_t)N * d * m->esz));
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, 1));
+    /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, 0));
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    PROF(m, PROF_COPY, o->copy(xout, a->xmid, (size_t)N * d * m->esz));
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, 1));
+    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid));
     progress(m);
 }
 
@@ -383,39 +382,44 @@ static void recompute(llama_model *m, int l, const void *p, int B, int T) {
     }
 }
 
-/* m->dx holds dL/dx[l+1] on entry and dL/dx[l] on return. */
-static void block_backward(llama_model *m, int l, const void *p, float *g, int B, int T) {
+/* m->dx holds dL/dx[l+1] on entry and dL/dx[l] on return. g_set: the unit's gradient
+ * buffer holds nothing to keep (the source said so), so every tensor of it is written
+ * once with "=" instead of added to. The activation gradients (dh, dln, datt) are
+ * always written with "=": no zeroing pass before each product. */
+static void block_backward(llama_model *m, int l, const void *p, float *g, int g_set, int B,
+                           int T) {
     const shlm_ops *o = m->ops;
     const llama_config *c = &m->cfg;
     const int u = llama_unit_block(l), N = B * T, d = c->dim, F = c->ffn_dim;
+    const int mm = SHLM_MM_SET_DINP | (g_set ? SHLM_MM_SET_DWEIGHT : 0);
     block_acts *a = &m->acts[l];
     recompute(m, l, p, B, T);
+    if (g_set) { /* the norms' weight gradients are sums (+=): start them at zero */
+        PROF(m, PROF_COPY, o->zero(gptr(m, g, u, BK_LN1), (size_t)d * sizeof(float)));
+        PROF(m, PROF_COPY, o->zero(gptr(m, g, u, BK_LN2), (size_t)d * sizeof(float)));
+    }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_COPY, o->zero(dh, (size_t)N * F * m->esz));
-    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d));
+    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d, mm));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
-    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
-                  2 * F));
+                  2 * F, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    PROF(m, PROF_COPY, o->zero(datt, (size_t)N * m->att_dim * m->esz));
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
-                  d));
+                  d, mm));
     progress(m);
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim));
     progress(m);
     /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one */
     PROF(m, PROF_ROPE, o->rope(dqkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 1));
-    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
-                  m->qkv_dim));
+                  m->qkv_dim, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
                    a->rstd1, N, d));
@@ -494,18 +498,21 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD));
     float *g;
-    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu));
+    int g_set;
+    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
+    if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, HD_NORM), (size_t)d * sizeof(float)));
     PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps));
     const float dscale = valid > 0 ? grad_scale / (float)valid : 0.0f;
-    PROF(m, PROF_COPY, o->zero(m->dln, (size_t)N * d * m->esz));
+    /* each chunk writes its own rows of dln; the first chunk sets a fresh lm_head gradient */
     for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
+        const int mm = SHLM_MM_SET_DINP | (g_set && r0 == 0 ? SHLM_MM_SET_DWEIGHT : 0);
         int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-        PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0));
+        PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, NULL));
         PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
                         dscale));
         PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, HD_LM), m->logits,
-                      lnf_r, wptr(m, p, hu, HD_LM), rows, d, V));
+                      lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, mm));
     }
     PROF(m, PROF_COPY, o->zero(m->dx, (size_t)N * d * m->esz));
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, hu, HD_NORM), m->dln, m->x[L], wptr(m, p, hu, HD_NORM),
@@ -516,15 +523,17 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     for (int l = L - 1; l >= 0; l--) {
         int u = llama_unit_block(l);
         PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, u, LLAMA_BWD));
-        PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, u));
+        PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, u, &g_set));
         range_unit(m, "bwd", l);
-        block_backward(m, l, p, g, B, T);
+        block_backward(m, l, p, g, g_set, B, T);
         shlm_range_pop(m->ops);
         PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, LLAMA_BWD));
         PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, u));
     }
     /* the embedding's backward needs no parameters, only the token ids */
-    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED));
+    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED, &g_set));
+    if (g_set) /* a scatter-add: start a fresh gradient at zero */
+        PROF(m, PROF_COPY, o->zero(g, m->lay.units[LLAMA_UNIT_EMBED].numel * sizeof(float)));
     PROF(m, PROF_EMBED, o->embedding_bwd(g, m->dx, m->tokens_dev, N, d));
     PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, LLAMA_UNIT_EMBED));
     /* read the losses back only now: a copy to the host mid-pass would stall a GPU */
@@ -550,7 +559,7 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
         for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
             int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
             const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, 0));
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, NULL));
             if (logits_out) act_to_host_f32(m, logits_out + (size_t)r0 * V, m->logits,
                                             (size_t)rows * V);
             if (targets)
@@ -565,7 +574,7 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     if (last_logits_out) {
         for (int b = 0; b < B; b++) {
             const void *row = (const char *)m->lnf + ((size_t)b * T + T - 1) * d * m->esz;
-            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, row, wptr(m, p, hu, HD_LM), 1, d, V, 0));
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, row, wptr(m, p, hu, HD_LM), 1, d, V, NULL));
             act_to_host_f32(m, last_logits_out + (size_t)b * V, m->logits, (size_t)V);
         }
     }

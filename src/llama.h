@@ -86,9 +86,11 @@ typedef struct llama_param_source {
     const void *(*acquire)(void *ctx, int u, llama_phase phase);
     /* The model is done reading unit u's parameters in this phase. */
     void (*release)(void *ctx, int u, llama_phase phase);
-    /* Unit u's full fp32 gradient buffer, which the backward pass accumulates into
-     * (+=); valid from the first call in a backward until grad_ready(). */
-    float *(*grad)(void *ctx, int u);
+    /* Unit u's full fp32 gradient buffer, valid from the first call in a backward until
+     * grad_ready(). *overwrite = 0: the backward pass adds into it (+=); 1: it holds
+     * nothing to keep, and the backward writes every element of the unit once (=),
+     * which spares the source a zeroing pass and the products a read. */
+    float *(*grad)(void *ctx, int u, int *overwrite);
     /* The backward pass has finished accumulating unit u's gradient for this
      * micro-batch. */
     void (*grad_ready)(void *ctx, int u);

@@ -25,6 +25,7 @@ typedef struct golden_source {
     int *held;          /* acquired and not yet released */
     int *grad_ready;    /* grad_ready() calls since the last reset */
     int protocol_errors;
+    int overwrite;      /* what grad() tells the model */
 } golden_source;
 
 static const void *src_acquire(void *ctx, int u, llama_phase phase) {
@@ -54,8 +55,9 @@ static void src_release(void *ctx, int u, llama_phase phase) {
     s->held[u] = 0;
 }
 
-static float *src_grad(void *ctx, int u) {
+static float *src_grad(void *ctx, int u, int *overwrite) {
     golden_source *s = ctx;
+    *overwrite = s->overwrite;
     if (u < 0 || u >= s->n_units) {
         fprintf(stderr, "protocol: grad of unit %d (of %d)\n", u, s->n_units);
         s->protocol_errors++;
@@ -310,7 +312,11 @@ int main(int argc, char **argv) {
         }
 
     /* ---- forward + backward: loss and every gradient ---- */
-    for (int u = 0; u < lay.n_units; u++) memset(gs.grads[u], 0, gs.numel[u] * sizeof(float));
+    /* the first pass is told to overwrite: buffers full of NaN must come back holding
+     * exactly the gradients (every element written once, none added to) */
+    for (int u = 0; u < lay.n_units; u++)
+        for (size_t i = 0; i < gs.numel[u]; i++) gs.grads[u][i] = NAN;
+    gs.overwrite = 1;
     n_valid = -1;
     float loss_fb = llama_forward_backward(m, tokens, targets, B, T, 1.0f, &n_valid);
     compare("forward_backward: loss", &loss_fb, gold_loss, 1, 1.0);
@@ -325,6 +331,7 @@ int main(int argc, char **argv) {
         grads1[u] = malloc((gs.numel[u] + 1) * sizeof(float));
         memcpy(grads1[u], gs.grads[u], gs.numel[u] * sizeof(float));
     }
+    gs.overwrite = 0;
     llama_forward_backward(m, tokens, targets, B, T, 0.5f, NULL);
     check_protocol(&gs, "forward_backward (2nd pass): param source protocol");
 

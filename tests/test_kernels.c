@@ -790,19 +790,29 @@ static void test_matmul(void) {
     void *d_y = up_act(y0, ny), *d_dx = up_act(dx0, nx);
     float *d_dw = up_f32(dw0, nw);
 
-    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, 0);
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, NULL);
     ref_matmul_fwd(ref, c.x, c.w, N, C, OC);
     down_act(got, d_y, ny);
-    check_close("matmul_fwd out (=, accumulate 0)", got, ref, ny, tol_act);
+    check_close("matmul_fwd out (=, no residual)", got, ref, ny, tol_act);
 
+    /* a separate residual: out = product + residual, the residual left as it was */
+    void *d_res = up_act(y0, ny);
     d_y = up_act(y0, ny);
-    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, 1);
+    ops->zero(d_y, ny * shlm_dtype_size(ops->act_dtype)); /* anything: it is overwritten */
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, d_res);
     for (size_t i = 0; i < ny; i++) ref[i] += y0[i];
     down_act(got, d_y, ny);
-    check_close("matmul_fwd out (+=, accumulate 1)", got, ref, ny, tol_act);
+    check_close("matmul_fwd out (= product + separate residual)", got, ref, ny, tol_act);
+    down_act(got, d_res, ny);
+    check_same("matmul_fwd residual input unchanged", got, y0, ny);
+
+    d_y = up_act(y0, ny);
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, d_y);
+    down_act(got, d_y, ny);
+    check_close("matmul_fwd out (+=, residual aliases out)", got, ref, ny, tol_act);
 
     double *rdx = dup_d(dx0, nx), *rdw = dup_d(dw0, nw);
-    ops->matmul_bwd(d_dx, d_dw, d_dout, d_x, d_w, N, C, OC);
+    ops->matmul_bwd(d_dx, d_dw, d_dout, d_x, d_w, N, C, OC, 0);
     ref_matmul_bwd(rdx, rdw, c.dout, c.x, c.w, N, C, OC);
     down_act(got, d_dx, nx);
     check_close("matmul_bwd dinp (+=)", got, rdx, nx, tol_act);
@@ -810,14 +820,30 @@ static void test_matmul(void) {
     check_close("matmul_bwd dweight (+=)", got, rdw, nw, tol_act);
 
     /* NULL skips that product and leaves the other buffer alone */
-    ops->matmul_bwd(NULL, d_dw, d_dout, d_x, d_w, N, C, OC);
+    ops->matmul_bwd(NULL, d_dw, d_dout, d_x, d_w, N, C, OC, 0);
     ref_matmul_bwd(NULL, rdw, c.dout, c.x, c.w, N, C, OC);
     down_f32(got, d_dw, nw);
     check_close("matmul_bwd dinp NULL: dweight (+=)", got, rdw, nw, tol_act);
-    ops->matmul_bwd(d_dx, NULL, d_dout, d_x, d_w, N, C, OC);
+    ops->matmul_bwd(d_dx, NULL, d_dout, d_x, d_w, N, C, OC, 0);
     ref_matmul_bwd(rdx, NULL, c.dout, c.x, c.w, N, C, OC);
     down_act(got, d_dx, nx);
     check_close("matmul_bwd dweight NULL: dinp (+=)", got, rdx, nx, tol_act);
+
+    /* "=" flags: whatever the outputs held (here the sums above) is replaced */
+    double *sdx = hd(nx), *sdw = hd(nw);
+    ref_matmul_bwd(sdx, sdw, c.dout, c.x, c.w, N, C, OC);
+    ops->matmul_bwd(d_dx, d_dw, d_dout, d_x, d_w, N, C, OC, SHLM_MM_SET_DINP);
+    down_act(got, d_dx, nx);
+    check_close("matmul_bwd dinp (=, SET_DINP)", got, sdx, nx, tol_act);
+    for (size_t i = 0; i < nw; i++) rdw[i] += sdw[i];
+    down_f32(got, d_dw, nw);
+    check_close("matmul_bwd dweight (+=, with SET_DINP)", got, rdw, nw, tol_act);
+    ops->matmul_bwd(d_dx, d_dw, d_dout, d_x, d_w, N, C, OC, SHLM_MM_SET_DWEIGHT);
+    for (size_t i = 0; i < nx; i++) sdx[i] *= 2;
+    down_act(got, d_dx, nx);
+    check_close("matmul_bwd dinp (+=, with SET_DWEIGHT)", got, sdx, nx, tol_act);
+    down_f32(got, d_dw, nw);
+    check_close("matmul_bwd dweight (=, SET_DWEIGHT)", got, sdw, nw, tol_act);
 
     double *gx = hd(nx), *gw = hd(nw);
     ref_matmul_bwd(gx, gw, c.dout, c.x, c.w, N, C, OC);
@@ -1202,8 +1228,8 @@ static void test_determinism(void) {
     const int M = 91, K = 37, OC = 29;
     float *xx = rnd_f((size_t)M * K, 1.0), *ww = rnd_f((size_t)OC * K, 1.0);
     float *y1 = hf((size_t)M * OC), *y2 = hf((size_t)M * OC);
-    ops->matmul_fwd(y1, xx, ww, M, K, OC, 0);
-    ops->matmul_fwd(y2, xx, ww, M, K, OC, 0);
+    ops->matmul_fwd(y1, xx, ww, M, K, OC, NULL);
+    ops->matmul_fwd(y2, xx, ww, M, K, OC, NULL);
     check_same("cpu: matmul_fwd repeatable with 3 threads", y2, y1, (size_t)M * OC);
     shlm_cpu_set_threads(1);
 }

@@ -46,9 +46,9 @@ void shlm_cpu_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const vo
                           const void *weight, const float *rstd, int N, int C);
 
 void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int C, int OC,
-                         int accumulate);
+                         const void *residual);
 void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
-                         const void *weight, int N, int C, int OC);
+                         const void *weight, int N, int C, int OC, int flags);
 
 /* head_dim must be even (aborts otherwise). */
 void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,

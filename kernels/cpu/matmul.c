@@ -6,27 +6,41 @@
 #include <string.h>
 
 void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, int C, int OC,
-                         int accumulate) {
+                         const void *residual) {
     if (N <= 0 || OC <= 0) return;
+    const size_t n = (size_t)N * OC;
+    /* out = residual first, so beta = 1 adds it inside the product (a no-op when it
+     * aliases out) */
+    if (residual && residual != out) memcpy(out, residual, n * sizeof(float));
     if (C <= 0) {
         /* an empty sum: BLAS would be handed lda = 0, which it rejects */
-        if (!accumulate) memset(out, 0, (size_t)N * OC * sizeof(float));
+        if (!residual) memset(out, 0, n * sizeof(float));
         return;
     }
-    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ (+ out): beta = 1 fuses the residual add */
+    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ (+ out) */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
-                accumulate ? 1.0f : 0.0f, out, OC);
+                residual ? 1.0f : 0.0f, out, OC);
 }
 
 void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
-                         const void *weight, int N, int C, int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) return; /* every product is empty or adds zero */
-    /* dinp(N,C) += dout(N,OC) · weight(OC,C) */
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight,
-                    C, 1.0f, dinp, C);
-    /* dweight(OC,C) += dout(N,OC)ᵀ · inp(N,C) */
-    if (dweight)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dweight, C);
+                         const void *weight, int N, int C, int OC, int flags) {
+    const float beta_x = (flags & SHLM_MM_SET_DINP) ? 0.0f : 1.0f;
+    const float beta_w = (flags & SHLM_MM_SET_DWEIGHT) ? 0.0f : 1.0f;
+    if (C <= 0) return; /* both outputs are empty */
+    /* dinp(N,C) (+)= dout(N,OC) · weight(OC,C); an empty sum (OC = 0) adds nothing */
+    if (dinp && N > 0) {
+        if (OC > 0)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC,
+                        weight, C, beta_x, dinp, C);
+        else if (beta_x == 0.0f)
+            memset(dinp, 0, (size_t)N * C * sizeof(float));
+    }
+    /* dweight(OC,C) (+)= dout(N,OC)ᵀ · inp(N,C) */
+    if (dweight && OC > 0) {
+        if (N > 0)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                        beta_w, dweight, C);
+        else if (beta_w == 0.0f)
+            memset(dweight, 0, (size_t)OC * C * sizeof(float));
+    }
 }

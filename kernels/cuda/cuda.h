@@ -61,13 +61,13 @@ void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *
 void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                            const void *weight, const float *rstd, int N, int C);
 
-/* cuBLASLt, bf16 operands, fp32 accumulation. With accumulate, the bf16 out is read,
- * added in fp32 and rounded back to bf16 (the residual stream lives in bf16). */
+/* cuBLASLt, bf16 operands, fp32 accumulation. A residual (bf16) is the GEMM's C input:
+ * added in fp32 and rounded to bf16 once (the residual stream lives in bf16). */
 void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N, int C, int OC,
-                          int accumulate);
-/* dinp (bf16) += ; dweight (fp32) += with bf16 operands */
+                          const void *residual);
+/* dinp (bf16) and dweight (fp32) += or = (flags), bf16 operands */
 void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
-                          const void *weight, int N, int C, int OC);
+                          const void *weight, int N, int C, int OC, int flags);
 
 /* head_dim must be even (aborts otherwise) */
 void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,

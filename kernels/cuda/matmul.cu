@@ -13,7 +13,7 @@
  *   dW(OC,C)  += doutᵀ·inp   ->  dWᵀ(C,OC)  += inpᵀ(C,N) · op_T(doutᵀ as (OC,N))
  *
  * Accumulation (beta = 1) is cuBLASLt's own C input: D = A·B + C computed in fp32. For
- * the forward's residual (accumulate != 0) C and D are the bf16 residual stream, so the
+ * the forward's residual, C is the bf16 residual stream and D the next one, so the
  * sum is rounded to bf16 once per layer: the same as the bf16 residual stream of other
  * FSDP implementations (PyTorch FSDP with bf16 params adds in bf16), and what lets the
  * GEMM replace a separate add kernel. dinp is bf16 the same way; dweight is fp32 (bf16
@@ -120,9 +120,11 @@ static lt_plan *plan_get(const lt_key *key) {
     return p;
 }
 
-/* D(m,n) = op(A)·op(B) + beta·D, column-major, A and B bf16, D bf16 or fp32. */
+/* D(m,n) = op(A)·op(B) + beta·C, column-major, A and B bf16, C and D (same layout) bf16
+ * or fp32; C may be D. */
 static void lt_matmul(int transa, int transb, int m, int n, int k, const void *A, int lda,
-                      const void *B, int ldb, void *D, int ldc, int c_f32, float beta) {
+                      const void *B, int ldb, const void *C, void *D, int ldc, int c_f32,
+                      float beta) {
     lt_init();
     lt_key key;
     memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding */
@@ -137,14 +139,18 @@ static void lt_matmul(int transa, int transb, int m, int n, int k, const void *A
     key.c_f32 = c_f32;
     key.align_a = align_of(A);
     key.align_b = align_of(B);
-    key.align_c = align_of(D);
+    key.align_c = align_of(D) < align_of(C) ? align_of(D) : align_of(C);
     lt_plan *p = plan_get(&key);
     const float alpha = 1.0f;
     cudaStream_t s = shlm_cuda_stream();
     if (!p->use_gemmex) {
-        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, D, p->c, D,
+        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, D,
                                     p->c, &p->algo, g_workspace, LT_WORKSPACE_BYTES, s));
     } else {
+        /* cublasGemmEx has no separate C: start D from it */
+        if (beta != 0.0f && C != D)
+            CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)ldc * n * (c_f32 ? 4 : 2),
+                                       cudaMemcpyDeviceToDevice, s));
         CUBLAS_CHECK(cublasGemmEx(g_blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
                                   transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A,
                                   CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, D,
@@ -156,20 +162,31 @@ static void lt_matmul(int transa, int transb, int m, int n, int k, const void *A
 /* ------------------------------------------------------------------ launchers */
 
 extern "C" void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N,
-                                     int C, int OC, int accumulate) {
+                                     int C, int OC, const void *residual) {
     if (N <= 0 || OC <= 0) return;
     if (C <= 0) { /* an empty sum; cuBLAS would be handed a zero leading dimension */
-        if (!accumulate) shlm_cuda_zero(out, (size_t)N * OC * sizeof(bf16));
+        if (!residual) shlm_cuda_zero(out, (size_t)N * OC * sizeof(bf16));
+        else if (residual != out) shlm_cuda_copy(out, residual, (size_t)N * OC * sizeof(bf16));
         return;
     }
-    lt_matmul(1, 0, OC, N, C, weight, C, inp, C, out, OC, 0, accumulate ? 1.0f : 0.0f);
+    lt_matmul(1, 0, OC, N, C, weight, C, inp, C, residual ? residual : out, out, OC, 0,
+              residual ? 1.0f : 0.0f);
     CUDA_CHECK_LAST();
 }
 
 extern "C" void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout,
-                                     const void *inp, const void *weight, int N, int C, int OC) {
-    if (N <= 0 || C <= 0 || OC <= 0) return;
-    if (dinp) lt_matmul(0, 0, C, N, OC, weight, C, dout, OC, dinp, C, 0, 1.0f);
-    if (dweight) lt_matmul(0, 1, C, OC, N, inp, C, dout, OC, dweight, C, 1, 1.0f);
+                                     const void *inp, const void *weight, int N, int C, int OC,
+                                     int flags) {
+    const float beta_x = (flags & SHLM_MM_SET_DINP) ? 0.0f : 1.0f;
+    const float beta_w = (flags & SHLM_MM_SET_DWEIGHT) ? 0.0f : 1.0f;
+    if (C <= 0) return; /* both outputs are empty */
+    if (dinp && N > 0) {
+        if (OC > 0) lt_matmul(0, 0, C, N, OC, weight, C, dout, OC, dinp, dinp, C, 0, beta_x);
+        else if (beta_x == 0.0f) shlm_cuda_zero(dinp, (size_t)N * C * sizeof(bf16));
+    }
+    if (dweight && OC > 0) {
+        if (N > 0) lt_matmul(0, 1, C, OC, N, inp, C, dout, OC, dweight, dweight, C, 1, beta_w);
+        else if (beta_w == 0.0f) shlm_cuda_zero(dweight, (size_t)OC * C * sizeof(float));
+    }
     CUDA_CHECK_LAST();
 }

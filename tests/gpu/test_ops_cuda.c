@@ -299,23 +299,32 @@ static void test_matmul(int N, int C, int OC, int off) {
     gpu->copy(gw_o + off, gw, nw * 2);
     uint16_t *gout = gpu->alloc((nout + off) * 2);
 
-    for (int acc = 0; acc < 2; acc++) {
-        char what[16];
-        snprintf(what, sizeof what, "out acc=%d", acc);
+    /* residual: 0 none, 1 aliasing out (out += ...), 2 a separate buffer */
+    uint16_t *gres = gpu->alloc((nout + off) * 2);
+    {
+        void *t = g_act(pre, nout);
+        gpu->copy(gres + off, t, nout * 2);
+        gpu->free(t);
+    }
+    for (int acc = 0; acc < 3; acc++) {
+        char what[24];
+        snprintf(what, sizeof what, "out residual=%d", acc);
         float *c_out = acc ? dup(pre, nout) : xmalloc(nout * sizeof(float));
-        cpu->matmul_fwd(c_out, x, w, N, C, OC, acc);
-        if (acc) {
+        cpu->matmul_fwd(c_out, x, w, N, C, OC, acc ? c_out : NULL);
+        if (acc == 1) {
             void *t = g_act(pre, nout);
             gpu->copy(gout + off, t, nout * 2);
             gpu->free(t);
         } else {
             poison(gout + off, nout * 2);
         }
-        gpu->matmul_fwd(gout + off, gx_o + off, gw_o + off, N, C, OC, acc);
+        gpu->matmul_fwd(gout + off, gx_o + off, gw_o + off, N, C, OC,
+                        acc == 0 ? NULL : acc == 1 ? (void *)(gout + off) : (void *)(gres + off));
         float *h = h_act(gout + off, nout);
         check("matmul_fwd", shape, what, h, c_out, nout, TOL_BF16);
         free(c_out), free(h);
     }
+    gpu->free(gres);
 
     /* backward, both outputs preloaded (+=); then each alone (the other NULL) */
     float *dy = rnd_bf(nout, 1.0), *dx = rnd_bf(nin, 1.0), *dw = rnd_f(nw, 1.0);
@@ -330,13 +339,17 @@ static void test_matmul(int N, int C, int OC, int off) {
         gpu->free(t);
         gpu->to_device(gdw + off, dw, nw * sizeof(float));
     }
-    for (int which = 0; which < 3; which++) { /* 0 both, 1 dinp only, 2 dweight only */
+    /* 0 both, 1 dinp only, 2 dweight only (+=); 3 both with "=" over the preloaded values */
+    for (int which = 0; which < 4; which++) {
+        const int flags = which == 3 ? SHLM_MM_SET_DINP | SHLM_MM_SET_DWEIGHT : 0;
         float *c_dx = dup(dx, nin), *c_dw = dup(dw, nw);
-        cpu->matmul_bwd(which == 2 ? NULL : c_dx, which == 1 ? NULL : c_dw, dy, x, w, N, C, OC);
+        cpu->matmul_bwd(which == 2 ? NULL : c_dx, which == 1 ? NULL : c_dw, dy, x, w, N, C, OC,
+                        flags);
         gpu->matmul_bwd(which == 2 ? NULL : gdx + off, which == 1 ? NULL : gdw + off, gdy + off,
-                        gx_o + off, gw_o + off, N, C, OC);
+                        gx_o + off, gw_o + off, N, C, OC, flags);
         float *h_dx = h_act(gdx + off, nin), *h_dw = h_f32(gdw + off, nw);
-        const char *wx[] = {"dinp", "dinp", "dinp-"}, *ww[] = {"dweight", "dweight-", "dweight"};
+        const char *wx[] = {"dinp", "dinp", "dinp-", "dinp="},
+                   *ww[] = {"dweight", "dweight-", "dweight", "dweight="};
         check("matmul_bwd", shape, wx[which], h_dx, c_dx, nin, TOL_BF16);
         check("matmul_bwd", shape, ww[which], h_dw, c_dw, nw, TOL_F32);
         /* reset both sides to the same state for the next variant */
