@@ -7,13 +7,14 @@
 #   bash benchmarks/gpu_session.sh anchor   # torch_fsdp_bench.py, same shapes
 #   bash benchmarks/gpu_session.sh scaling  # benchmarks/strong_scaling.sh on 1, 2 GPUs + perf_model
 #   bash benchmarks/gpu_session.sh all      # test, bench and anchor in one call
+#   bash benchmarks/gpu_session.sh quick    # op + model tests, four 7B points and a profile
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -39,13 +40,35 @@ test_phase() {
     sh tests/gpu/model_steps.sh 2>&1 | tee "$OUT/model_steps.log" | grep -v '^+'
 }
 
-bench_phase() {
+# SM clock, power and throttle reasons of every GPU once a second while a phase runs
+# (read-only: nothing about the GPUs is changed)
+smi_start() {
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+        --format=csv,noheader -lms 1000 > "$OUT/smi-$1.csv" 2>/dev/null &
+    SMI_PID=$!
+}
+smi_stop() {
+    kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null
+    # mean SM clock and power of the busy samples (power above 300 W), per GPU
+    awk -F', *' '$4+0 > 300 { n[$2]++; c[$2] += $3; p[$2] += $4 }
+        END { for (g in n) printf "gpu %s: %d busy samples, mean SM clock %.0f MHz, mean power %.0f W\n", g, n[g], c[g] / n[g], p[g] / n[g] }' \
+        "$OUT/smi-$1.csv" | sort | tee "$OUT/smi-$1.txt"
+}
+
+bench_setup() {
     T=/tmp/shlm-bench
     mkdir -p $T
-    "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
+    [ -f $T/rand.bin ] || "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
     summary=$OUT/bench.tsv
-    printf 'config\tgpus\tmb\tac\tstrategy\ttok_s_gpu\tstep_ms\texposed_ms\tmfu\tmem_gib\n' > "$summary"
-    run() { # name gpus job mb ac strategy steps [--set ...]
+    [ -f "$summary" ] || printf 'config\tgpus\tmb\tac\tstrategy\ttok_s_gpu\tstep_ms\texposed_ms\tmfu\tmem_gib\n' > "$summary"
+}
+
+bench_table() {
+    echo "== shardlm training steps (mean of steps 3..N; tokens/s per GPU; MFU at 989 TFLOP/s)"
+    awk -F'\t' '{ printf "%-22s %5s %3s %5s %14s %10s %8s %10s %7s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$summary"
+}
+
+run() { # name gpus job mb ac strategy steps [--set ...]
         local name=$1 np=$2 job=$3 mb=$4 ac=$5 st=$6 steps=$7
         shift 7
         local extra=("$@")
@@ -67,6 +90,9 @@ bench_phase() {
                          tok / c / g, ms / c, ex / c, 100 * mfu / c, mem / 1073741824 }' \
             "$T/$name/metrics.jsonl" >> "$summary"
     }
+
+bench_phase() {
+    bench_setup
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
     # the NCCL kernels' share of the SMs, traded against their speed (issue: limit CTAs)
     NCCL_MAX_CTAS=8 run 7b_fs_mb2_none_ctas8 2 llama2-7b 2 none FULL_SHARD 6
@@ -79,8 +105,26 @@ bench_phase() {
     # where a step's time goes: every op timed between synchronisations (slower step)
     run 7b_fs_mb2_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true
     sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_profile.log" | tee "$OUT/profile.txt"
-    echo "== shardlm training steps (mean of steps 3..N; tokens/s per GPU; MFU at 989 TFLOP/s)"
-    awk -F'\t' '{ printf "%-22s %5s %3s %5s %14s %10s %8s %10s %7s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$summary"
+    bench_table
+}
+
+# the checks and the 7B points that decide a change, in one short call
+quick_phase() {
+    echo "== test_ops_cuda"
+    "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
+    echo "== model_steps"
+    sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "PASS|FAIL|failure" "$OUT/model_steps.log"
+    bench_setup
+    smi_start quick
+    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    SHLM_NCCL_CE_ALLGATHER=0 run 7b_fs_mb2_sm_allgather 2 llama2-7b 2 none FULL_SHARD 6
+    run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
+    run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    smi_stop quick
+    run 7b_fs_mb2_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true
+    sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_profile.log" > "$OUT/profile.txt"
+    bench_table
+    cat "$OUT/profile.txt"
 }
 
 anchor_phase() {
@@ -121,6 +165,7 @@ scaling_phase() {
 }
 
 case "$phase" in
+quick) quick_phase ;;
 scaling) scaling_phase ;;
 test) test_phase ;;
 bench) bench_phase ;;

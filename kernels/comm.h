@@ -104,6 +104,16 @@ typedef struct shlm_comm {
     void (*group_free)(shlm_comm_group *g);
     int (*group_rank)(const shlm_comm_group *g);
     int (*group_size)(const shlm_comm_group *g);
+    /* Optional (NULL where unsupported): zero-filled device memory for the receive
+     * buffers of g's all-gathers, registered with every rank of g so that all-gathers
+     * into it run on the copy engines and leave the SMs to compute. Collective over g
+     * (same bytes on every rank). Returns NULL (on every rank) when it cannot; the
+     * caller then allocates as usual. Freed by gather_buffer_free (collective). */
+    void *(*gather_buffer_alloc)(shlm_comm_group *g, size_t bytes);
+    void (*gather_buffer_free)(shlm_comm_group *g, void *p);
+    /* Optional: 1 when gather_buffer_alloc is enabled (the memory it returns is then
+     * not carved from the compute backend's arena). */
+    int (*gather_buffers_enabled)(void);
 
     /* ---- blocking collectives: results are ready on return ---- */
     /* recv (S·count) = concatenation of every rank's send (count), rank order */

@@ -32,9 +32,21 @@
             SHLM_FATAL("%s failed: %s", #call, cudaGetErrorString(cuda_check_rc_));       \
     } while (0)
 
+/* A receive buffer registered for copy-engine all-gathers (gather_buffer_alloc). */
+typedef struct gather_window {
+    void *ptr;
+    size_t bytes;
+#if defined(NCCL_CTA_POLICY_ZERO)
+    ncclWindow_t win;
+#endif
+    struct gather_window *next;
+} gather_window;
+
 struct shlm_comm_group {
     MPI_Comm mpi;
     ncclComm_t nccl;
+    ncclComm_t nccl_ce;     /* zero-CTA policy: all-gathers into registered windows */
+    gather_window *windows;
     int rank, size;
     cudaStream_t stream; /* this group's collectives run here, in issue order */
     shlm_comm_stats stats;
@@ -112,6 +124,80 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
 
 static int nccl_progress(void);
 
+/* ---- copy-engine all-gathers ----
+ * NCCL (2.28 and later) moves an all-gather with the GPUs' copy engines instead of SM
+ * kernels when the communicator's CTA policy is "zero" and the receive buffer is a
+ * symmetric window (registered by every rank, VMM memory from ncclMemAlloc). The
+ * all-gathers of FSDP overlap compute, and SM kernels of NCCL take SMs from every
+ * matmul they overlap; copy engines take none. The reduce-scatters need arithmetic and
+ * stay on g->nccl. SHLM_NCCL_CE_ALLGATHER=0 turns this off. */
+static int ce_enabled(void) {
+#if defined(NCCL_CTA_POLICY_ZERO)
+    const char *e = getenv("SHLM_NCCL_CE_ALLGATHER");
+    return !(e && strcmp(e, "0") == 0);
+#else
+    return 0;
+#endif
+}
+
+static gather_window *find_window(const shlm_comm_group *g, const void *p) {
+    for (gather_window *w = g->windows; w; w = w->next)
+        if ((const char *)p >= (const char *)w->ptr && (const char *)p < (const char *)w->ptr + w->bytes)
+            return w;
+    return NULL;
+}
+
+static void *nccl_gather_buffer_alloc(shlm_comm_group *g, size_t bytes) {
+#if defined(NCCL_CTA_POLICY_ZERO)
+    if (g->size < 2 || bytes == 0 || !ce_enabled()) return NULL;
+    if (!g->nccl_ce) {
+        ncclUniqueId id;
+        if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
+        ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+        cfg.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+        NCCL_CHECK(ncclCommInitRankConfig(&g->nccl_ce, g->size, id, g->rank, &cfg));
+    }
+    /* every rank must register, or none: agree before the collective registration */
+    void *p = NULL;
+    int ok = ncclMemAlloc(&p, bytes) == ncclSuccess, all_ok = 0;
+    MPI_CHECK(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, g->mpi));
+    if (!all_ok) {
+        if (ok) ncclMemFree(p);
+        return NULL;
+    }
+    gather_window *w = calloc(1, sizeof *w);
+    SHLM_CHECK_ALLOC(w);
+    w->ptr = p;
+    w->bytes = bytes;
+    NCCL_CHECK(ncclCommWindowRegister(g->nccl_ce, p, bytes, &w->win, NCCL_WIN_COLL_SYMMETRIC));
+    CUDART_CHECK(cudaMemset(p, 0, bytes));
+    w->next = g->windows;
+    g->windows = w;
+    return p;
+#else
+    (void)g, (void)bytes;
+    return NULL;
+#endif
+}
+
+static void nccl_gather_buffer_free(shlm_comm_group *g, void *p) {
+    if (!p) return;
+    for (gather_window **pp = &g->windows; *pp; pp = &(*pp)->next) {
+        gather_window *w = *pp;
+        if (w->ptr != p) continue;
+        CUDART_CHECK(cudaStreamSynchronize(g->stream));
+#if defined(NCCL_CTA_POLICY_ZERO)
+        NCCL_CHECK(ncclCommWindowDeregister(g->nccl_ce, w->win));
+#endif
+        NCCL_CHECK(ncclMemFree(w->ptr));
+        *pp = w->next;
+        free(w);
+        return;
+    }
+    SHLM_FATAL("gather_buffer_free: %p is not a gather buffer of this group", p);
+}
+
 static void nccl_group_free(shlm_comm_group *g) {
     if (!g) return;
     for (watch *w = g_watch; w; w = w->next)
@@ -119,6 +205,8 @@ static void nccl_group_free(shlm_comm_group *g) {
             SHLM_FATAL("comm group freed with a request outstanding (every request must be waited)");
     CUDART_CHECK(cudaStreamSynchronize(g->stream));
     nccl_progress(); /* retire this group's finished entries */
+    while (g->windows) nccl_gather_buffer_free(g, g->windows->ptr);
+    if (g->nccl_ce) NCCL_CHECK(ncclCommDestroy(g->nccl_ce));
     NCCL_CHECK(ncclCommDestroy(g->nccl));
     CUDART_CHECK(cudaStreamDestroy(g->stream));
     MPI_CHECK(MPI_Comm_free(&g->mpi));
@@ -180,7 +268,9 @@ static shlm_comm_req *nccl_iall_gather(shlm_comm_group *g, const void *send, voi
     begin(g, SHLM_COMM_ALL_GATHER, count, dt);
     /* in place: NCCL detects send == recv + rank·count itself */
     const void *src = send ? send : (const char *)recv + (size_t)g->rank * count * shlm_dtype_size(dt);
-    NCCL_CHECK(ncclAllGather(src, recv, count, nccl_type(dt), g->nccl, g->stream));
+    /* into a registered window: the copy-engine communicator */
+    ncclComm_t c = g->nccl_ce && find_window(g, recv) ? g->nccl_ce : g->nccl;
+    NCCL_CHECK(ncclAllGather(src, recv, count, nccl_type(dt), c, g->stream));
     return finish(g, SHLM_COMM_ALL_GATHER);
 }
 
@@ -257,6 +347,11 @@ static void nccl_broadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dty
 
 static const char *op_name(shlm_comm_op op) { return shlm_comm_op_name(op); }
 
+static void abort_group(shlm_comm_group *g) {
+    if (g->nccl_ce) ncclCommAbort(g->nccl_ce);
+    ncclCommAbort(g->nccl);
+}
+
 /* Retires finished collectives; aborts on an NCCL error or one unfinished past the
  * timeout. Returns how many are still unfinished. */
 static int nccl_progress(void) {
@@ -276,15 +371,17 @@ static int nccl_progress(void) {
                        w->g->size, cudaGetErrorString(e));
         if (e == cudaErrorNotReady) {
             pending++;
-            ncclResult_t async = ncclSuccess;
+            ncclResult_t async = ncclSuccess, async_ce = ncclSuccess;
             NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl, &async));
+            if (w->g->nccl_ce) NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl_ce, &async_ce));
+            if (async == ncclSuccess || async == ncclInProgress) async = async_ce;
             if (async != ncclSuccess && async != ncclInProgress) {
-                ncclCommAbort(w->g->nccl);
+                abort_group(w->g);
                 SHLM_FATAL("NCCL %s on a group of %d ranks failed: %s", op_name(w->op),
                            w->g->size, ncclGetErrorString(async));
             }
             if (now_s() - w->issued_s > timeout_s()) {
-                ncclCommAbort(w->g->nccl);
+                abort_group(w->g);
                 SHLM_FATAL("NCCL %s on a group of %d ranks did not finish within %.0f s (a rank "
                            "died or hangs; SHLM_COMM_TIMEOUT_S sets the limit)",
                            op_name(w->op), w->g->size, timeout_s());
@@ -336,6 +433,9 @@ const shlm_comm shlm_comm_nccl = {
     .group_free = nccl_group_free,
     .group_rank = nccl_group_rank,
     .group_size = nccl_group_size,
+    .gather_buffer_alloc = nccl_gather_buffer_alloc,
+    .gather_buffer_free = nccl_gather_buffer_free,
+    .gather_buffers_enabled = ce_enabled,
     .all_gather = nccl_all_gather,
     .reduce_scatter = nccl_reduce_scatter,
     .all_reduce = nccl_all_reduce,

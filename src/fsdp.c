@@ -28,6 +28,7 @@ typedef struct trace_event {
 /* A gathered-parameter buffer: a whole padded unit in the act dtype. */
 typedef struct gather_slot {
     void *buf;
+    int buf_from_comm;    /* buf came from comm->gather_buffer_alloc */
     int unit;             /* unit held, -1 when free */
     shlm_comm_req *req;   /* gather in flight */
 } gather_slot;
@@ -46,6 +47,7 @@ typedef struct unit_state {
     size_t begin, end, n;           /* this rank's shard [begin, end), n = end - begin */
     float *master, *grad, *m, *v;   /* (n) fp32 shards */
     void *own;                      /* SHARD_GRAD_OP / NO_SHARD: the unit's own gathered buffer */
+    int own_from_comm;              /* own came from comm->gather_buffer_alloc */
     int gathered;                   /* own buffer / slot holds current parameters */
     int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
@@ -108,6 +110,27 @@ static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
     return e->ops->alloc(bytes);
 }
 
+/* A buffer all-gathers land in: from the comm backend when it offers registered memory
+ * (copy-engine all-gathers on NCCL), else a plain allocation. Collective over the shard
+ * group: every rank allocates the same buffers in the same order. */
+static void *gather_alloc(fsdp_engine *e, size_t bytes, int *from_comm) {
+    *from_comm = 0;
+    if (e->S > 1 && e->comm->gather_buffer_alloc) {
+        void *p = e->comm->gather_buffer_alloc(e->shard_g, bytes);
+        if (p) {
+            e->buffer_bytes += bytes;
+            *from_comm = 1;
+            return p;
+        }
+    }
+    return balloc(e, bytes, &e->buffer_bytes);
+}
+
+static void gather_free(fsdp_engine *e, void *p, int from_comm) {
+    if (from_comm) e->comm->gather_buffer_free(e->shard_g, p);
+    else e->ops->free(p);
+}
+
 /* Waits on a request (the comm backend counts the blocked time). */
 static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
     if (!*req) return;
@@ -154,8 +177,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->grad = balloc(e, bytes, &e->state_bytes);
         s->m = balloc(e, bytes, &e->state_bytes);
         s->v = balloc(e, bytes, &e->state_bytes);
-        if (e->keep_gathered && !direct)
-            s->own = balloc(e, s->padded * e->esz, &e->buffer_bytes);
+        if (e->keep_gathered && !direct) s->own = gather_alloc(e, s->padded * e->esz, &s->own_from_comm);
         float *host = malloc(bytes ? bytes : 1);
         SHLM_CHECK_ALLOC(host);
         llama_init_slice(&e->lay, mc, seed, u, s->begin, s->end, host);
@@ -168,7 +190,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         e->slots[k].unit = -1;
         e->gslots[k].unit = -1;
         if (!e->keep_gathered && !direct)
-            e->slots[k].buf = balloc(e, max_padded * e->esz, &e->buffer_bytes);
+            e->slots[k].buf = gather_alloc(e, max_padded * e->esz, &e->slots[k].buf_from_comm);
         if (e->S > 1) {
             e->gslots[k].buf = balloc(e, max_padded * sizeof(float), &e->buffer_bytes);
             if (opt->reduce_dtype == SHLM_BF16)
@@ -186,7 +208,7 @@ void fsdp_destroy(fsdp_engine *e) {
     for (int k = 0; k < N_SLOTS; k++) {
         wait_req(e, &e->slots[k].req);
         wait_req(e, &e->gslots[k].req);
-        e->ops->free(e->slots[k].buf);
+        gather_free(e, e->slots[k].buf, e->slots[k].buf_from_comm);
         e->ops->free(e->gslots[k].buf);
         e->ops->free(e->gslots[k].bf16);
     }
@@ -196,7 +218,7 @@ void fsdp_destroy(fsdp_engine *e) {
         e->ops->free(s->grad);
         e->ops->free(s->m);
         e->ops->free(s->v);
-        e->ops->free(s->own);
+        gather_free(e, s->own, s->own_from_comm);
     }
     e->ops->free(e->replica_bf16);
     e->comm->group_free(e->shard_g);

@@ -192,6 +192,11 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                                                  c->seq_len, ac);
         size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
         arena_bytes = need + ((size_t)8 << 20);
+        /* gathered-parameter buffers the comm backend registers itself (copy-engine
+         * all-gathers) are not carved from the arena */
+        if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
+            r->topo.shard_size > 1)
+            arena_bytes -= pb.gathered;
         if (need > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "

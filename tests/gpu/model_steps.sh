@@ -14,15 +14,16 @@ T=$(mktemp -d)
 "$SHLM" data prepare --tokenizer bytes "$SRC/jobs/data/shakespeare-train.txt" "$T/train.bin" >/dev/null || exit 1
 common="--set data.train=$T/train.bin --set data.val= --set model.dim=256 --set model.n_layers=4
   --set model.n_heads=8 --set model.n_kv_heads=4 --set model.ffn_dim=688 --set train.seq_len=128
-  --set train.micro_batch=4 --set train.global_batch=8 --set train.steps=30 --set train.warmup_steps=5
+  --set train.micro_batch=4 --set train.steps=30 --set train.warmup_steps=5
   --set train.lr=1e-3 --set train.sample_tokens=0 --set train.eval_every=0 --set log.every=1
   --set fsdp.param_dtype=bf16"
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1/metrics.jsonl"; }
 run() { # name np backend extra...
     name=$1 np=$2 backend=$3; shift 3
-    echo "+ $MPIRUN -np $np $SHLM train $SRC/jobs/tiny.ini $common --set runtime.backend=$backend $* --set log.run_dir=$T/$name"
+    echo "+ $MPIRUN -np $np $SHLM train $SRC/jobs/tiny.ini $common --set train.global_batch=${GB:-8} --set runtime.backend=$backend $* --set log.run_dir=$T/$name"
     # shellcheck disable=SC2086
-    $MPIRUN -np "$np" "$SHLM" train "$SRC/jobs/tiny.ini" $common --set runtime.backend="$backend" \
+    $MPIRUN -np "$np" "$SHLM" train "$SRC/jobs/tiny.ini" $common --set train.global_batch="${GB:-8}" \
+        --set runtime.backend="$backend" \
         "$@" --set log.run_dir="$T/$name" > "$T/$name.log" 2>&1 || { tail -20 "$T/$name.log"; return 1; }
     losses "$T/$name" > "$T/$name.loss"
 }
@@ -47,6 +48,31 @@ if [ "$ngpu" -ge 2 ]; then
     done
     run cuda2_ac_bf16reduce 2 cuda --set fsdp.activation_checkpointing=selective --set fsdp.reduce_dtype=bf16 || fails=$((fails + 1))
     compare cuda2_ac_bf16reduce cpu 3e-2
+    # gradient accumulation (2 micro-batches per rank and step): later micro-batches add
+    # to the gradient shard the first one wrote
+    GB=16
+    run cpu_gb16 1 cpu || exit 1
+    run cuda2_accum 2 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
+    compare cuda2_accum cpu_gb16 3e-2
+    run cuda2_accum_sgo 2 cuda --set fsdp.strategy=SHARD_GRAD_OP || fails=$((fails + 1))
+    compare cuda2_accum_sgo cpu_gb16 3e-2
+    GB=8
+    # the same job twice gives the same losses bit for bit (exact resume relies on it),
+    # and so does the job with the all-gathers on SM kernels instead of copy engines
+    run cuda2_again 2 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
+    if cmp -s "$T/cuda2_again.loss" "$T/cuda2_FULL_SHARD.loss"; then
+        echo "cuda2_again            vs cuda2_FULL_SHARD bitwise identical PASS"
+    else
+        echo "cuda2_again            vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
+    fi
+    export SHLM_NCCL_CE_ALLGATHER=0
+    run cuda2_sm_allgather 2 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
+    unset SHLM_NCCL_CE_ALLGATHER
+    if cmp -s "$T/cuda2_sm_allgather.loss" "$T/cuda2_FULL_SHARD.loss"; then
+        echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD bitwise identical PASS"
+    else
+        echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
+    fi
 else
     echo "model_steps: one GPU: the 2-GPU strategies were not run"
 fi
