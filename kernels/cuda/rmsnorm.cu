@@ -47,6 +47,91 @@ __global__ void __launch_bounds__(RMS_THREADS)
     if (threadIdx.x == 0) rstd[row] = r;
 }
 
+/* The same with the row held in registers: C = 8·VPT·blockDim.x, each thread owns VPT
+ * groups of 8 columns, so the row is read from memory once and the block is sized to
+ * the row (every Llama width: 2048 -> 256 threads, 4096 -> 512, 5120 -> 320·2). */
+template <int VPT>
+__global__ void __launch_bounds__(1024)
+    rmsnorm_fwd_reg_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
+                           float eps) {
+    __shared__ float red[32];
+    const size_t row = blockIdx.x;
+    const bf16 *x = inp + row * C;
+    bf16 *y = out + row * C;
+    float f[VPT][8];
+    float ss = 0.0f;
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        load_bf16x8(f[v], x + (threadIdx.x + v * blockDim.x) * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) ss += f[v][k] * f[v][k];
+    }
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / (float)C + eps);
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        const int c = (threadIdx.x + v * blockDim.x) * 8;
+        float w[8];
+        load_bf16x8(w, weight + c);
+#pragma unroll
+        for (int k = 0; k < 8; k++) f[v][k] = f[v][k] * r * w[k];
+        store_bf16x8(y + c, f[v]);
+    }
+    if (threadIdx.x == 0) rstd[row] = r;
+}
+
+/* Stage 1 of the backward with the row in registers (layout as rmsnorm_fwd_reg_kernel):
+ * x, dy and the dx being added to are loaded once, before the row's reduction; each
+ * thread's dweight partial stays in registers across its block's rows (same fixed
+ * order as rmsnorm_bwd_kernel below). */
+template <int VPT>
+__global__ void __launch_bounds__(1024)
+    rmsnorm_bwd_reg_kernel(bf16 *dinp, float *partials, const bf16 *dout, const bf16 *inp,
+                           const bf16 *weight, const float *rstd, int N, int C) {
+    __shared__ float red[32];
+    float w[VPT][8], part[VPT][8];
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        load_bf16x8(w[v], weight + (threadIdx.x + v * blockDim.x) * 8);
+#pragma unroll
+        for (int k = 0; k < 8; k++) part[v][k] = 0.0f;
+    }
+    for (int row = blockIdx.x; row < N; row += gridDim.x) {
+        const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
+        bf16 *dx = dinp + (size_t)row * C;
+        const float r = rstd[row];
+        float fx[VPT][8], fy[VPT][8], fd[VPT][8];
+        float dot = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VPT; v++) {
+            const int c = (threadIdx.x + v * blockDim.x) * 8;
+            load_bf16x8(fx[v], x + c);
+            load_bf16x8(fy[v], dy + c);
+            load_bf16x8(fd[v], dx + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) dot += fy[v][k] * w[v][k] * fx[v][k];
+        }
+        dot = block_sum(dot, red);
+        const float kk = r * r * r * dot / (float)C;
+#pragma unroll
+        for (int v = 0; v < VPT; v++) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                part[v][k] += fy[v][k] * fx[v][k] * r;
+                fd[v][k] += r * w[v][k] * fy[v][k] - kk * fx[v][k];
+            }
+            store_bf16x8(dx + (threadIdx.x + v * blockDim.x) * 8, fd[v]);
+        }
+    }
+    float *dst = partials + (size_t)blockIdx.x * C;
+#pragma unroll
+    for (int v = 0; v < VPT; v++) {
+        const int c = (threadIdx.x + v * blockDim.x) * 8;
+#pragma unroll
+        for (int k = 0; k < 8; k++) dst[c + k] = part[v][k];
+    }
+}
+
 /* Stage 1 of the backward. Block g takes rows g, g + G, g + 2G, ... (G = gridDim.x, a
  * function of N only). Per row: dot = Σ_c dy·w·x, then
  *   dx += r·w·dy − r³/C·dot·x   and   part[c] += dy·x·r,
@@ -144,11 +229,39 @@ __global__ void __launch_bounds__(RMS_DW_WARPS * 32)
  * faster (H200, N = C = 4096) and quadruples the partials the second stage reads. */
 enum { RMS_BWD_GROUPS = 256 };
 
+/* Threads per row for the register kernels with VPT groups of 8 per thread: C/(8·VPT)
+ * when that is a whole number of warps within 64..1024, else 0 (use the loop kernels). */
+static int reg_threads(int C, int VPT) {
+    if (C % (8 * VPT) != 0) return 0;
+    const int t = C / (8 * VPT);
+    return t % 32 == 0 && t >= 64 && t <= 1024 ? t : 0;
+}
+
+/* The register layout for C, or 0: one group per thread up to 512 threads, else two. */
+static int reg_vpt(int C) {
+    if (reg_threads(C, 1) && C / 8 <= 512) return 1;
+    if (reg_threads(C, 2)) return 2;
+    return 0;
+}
+
 extern "C" void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
                                       int N, int C, float eps) {
     if (N <= 0 || C <= 0) return;
     bool vec = C % 8 == 0 && shlm_aligned(out, 16) && shlm_aligned(inp, 16) &&
                shlm_aligned(weight, 16);
+    const int vpt = vec ? reg_vpt(C) : 0;
+    if (vpt == 1) {
+        rmsnorm_fwd_reg_kernel<1><<<N, reg_threads(C, 1), 0, shlm_cuda_stream()>>>(
+            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps);
+        CUDA_CHECK_LAST();
+        return;
+    }
+    if (vpt == 2) {
+        rmsnorm_fwd_reg_kernel<2><<<N, reg_threads(C, 2), 0, shlm_cuda_stream()>>>(
+            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps);
+        CUDA_CHECK_LAST();
+        return;
+    }
     rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, shlm_cuda_stream()>>>(
         (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec);
     CUDA_CHECK_LAST();
@@ -162,6 +275,22 @@ extern "C" void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *do
                shlm_aligned(inp, 16) && shlm_aligned(weight, 16);
     const int G = N < RMS_BWD_GROUPS ? N : RMS_BWD_GROUPS;
     float *partials = (float *)shlm_cuda_scratch((size_t)G * C * sizeof(float));
+    cudaStream_t s = shlm_cuda_stream();
+    const int vpt = vec ? reg_vpt(C) : 0;
+    if (vpt) {
+        if (vpt == 1)
+            rmsnorm_bwd_reg_kernel<1><<<G, reg_threads(C, 1), 0, s>>>(
+                (bf16 *)dinp, partials, (const bf16 *)dout, (const bf16 *)inp,
+                (const bf16 *)weight, rstd, N, C);
+        else
+            rmsnorm_bwd_reg_kernel<2><<<G, reg_threads(C, 2), 0, s>>>(
+                (bf16 *)dinp, partials, (const bf16 *)dout, (const bf16 *)inp,
+                (const bf16 *)weight, rstd, N, C);
+        CUDA_CHECK_LAST();
+        rmsnorm_dweight_kernel<<<(C + 31) / 32, RMS_DW_WARPS * 32, 0, s>>>(dweight, partials, G, C);
+        CUDA_CHECK_LAST();
+        return;
+    }
     size_t smem = (size_t)C * sizeof(float);
     static size_t smem_set = 48 * 1024;
     if (smem > smem_set) { /* above 48 KiB a kernel must opt in */
@@ -170,7 +299,6 @@ extern "C" void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *do
                                         (int)smem));
         smem_set = smem;
     }
-    cudaStream_t s = shlm_cuda_stream();
     rmsnorm_bwd_kernel<<<G, RMS_THREADS, smem, s>>>((bf16 *)dinp, partials, (const bf16 *)dout,
                                                     (const bf16 *)inp, (const bf16 *)weight,
                                                     rstd, N, C, vec);

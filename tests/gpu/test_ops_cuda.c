@@ -609,6 +609,8 @@ int main(int argc, char **argv) {
         test_rmsnorm(37, 129);
         test_rmsnorm(64, 256);
         test_rmsnorm(1024, 4096);
+        test_rmsnorm(300, 2048); /* the register kernels: 256 threads, 1 group each */
+        test_rmsnorm(257, 5120); /* 320 threads, 2 groups each */
     }
     if (want("matmul")) {
         test_matmul(33, 47, 65, 1);
