@@ -73,6 +73,22 @@ if [ "$ngpu" -ge 2 ]; then
     else
         echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
     fi
+    # exact resume on GPUs: B stops after step 15 and saves, C resumes from it; steps
+    # 16-30 and the final state (every dataset's checksum) must equal the straight run A
+    ck="--set fsdp.strategy=FULL_SHARD --set checkpoint.every=0"
+    # shellcheck disable=SC2086
+    run ck_A 2 cuda $ck --set checkpoint.dir="$T/ckA" &&
+        run ck_B 2 cuda $ck --set checkpoint.dir="$T/ckB" --set train.stop_after=15 &&
+        run ck_C 2 cuda $ck --set checkpoint.dir="$T/ckB" || fails=$((fails + 1))
+    awk '$1 > 15' "$T/ck_A.loss" > "$T/ck_A.tail"
+    "$SHLM" ckpt info "$T/ckA" 2>&1 | grep ' 0x' > "$T/ck_A.sums"
+    "$SHLM" ckpt info "$T/ckB" 2>&1 | grep ' 0x' > "$T/ck_C.sums"
+    if [ "$(wc -l < "$T/ck_A.tail")" -eq 15 ] && cmp -s "$T/ck_A.tail" "$T/ck_C.loss" &&
+        [ -s "$T/ck_A.sums" ] && cmp -s "$T/ck_A.sums" "$T/ck_C.sums"; then
+        echo "ck_C (resumed at 15)   vs ck_A steps 16-30 and final checksums ($(wc -l < "$T/ck_A.sums")) bitwise identical PASS"
+    else
+        echo "ck_C (resumed at 15)   vs ck_A differ FAIL"; fails=$((fails + 1))
+    fi
 else
     echo "model_steps: one GPU: the 2-GPU strategies were not run"
 fi
