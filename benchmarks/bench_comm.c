@@ -26,6 +26,7 @@ typedef struct options {
     shlm_comm_redop redop;
     int iters, warmup;
     int nonblocking;
+    int registered;   /* recv from the comm's gather_buffer_alloc (copy-engine all-gathers) */
     int check;
     const char *group;          /* world | node | replica */
     int ranks_per_node;
@@ -58,6 +59,8 @@ static void usage(FILE *out) {
             "  -n, --iters N             timed iterations (default 20)\n"
             "  -w, --warmup N            untimed iterations first (default 5)\n"
             "  --nonblocking             issue the i* members and wait(), as the FSDP engine does\n"
+            "  --registered              receive into the comm's registered gather buffer, as the\n"
+            "                            FSDP engine does (nccl: all-gathers on the copy engines)\n"
             "  --group world|node|replica  which groups run (node/replica: every group at once)\n"
             "  --ranks-per-node M        blocks of M ranks are a node (default: real nodes)\n"
             "  -c, --check 0|1           check every result (default 1)\n"
@@ -144,6 +147,10 @@ static int parse_args(int argc, char **argv, options *o) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) return 1;
+        if (strcmp(a, "--registered") == 0) {
+            o->registered = 1;
+            continue;
+        }
         if (strcmp(a, "--nonblocking") == 0 || strcmp(a, "--corrupt") == 0) {
             if (a[2] == 'n') o->nonblocking = 1;
             else o->corrupt = 1;
@@ -413,10 +420,10 @@ static void print_header(const options *o, const bench *b, const char *gname, in
     printf("# shardlm bench_comm: comm backend %s (compute backend %s), %d ranks, group %s: "
            "%d group(s) of %d ranks at once\n", o->backend, b->ops->name, world_size, gname,
            n_groups, b->S);
-    printf("# sizes %zu..%zu bytes x%g, iters %d, warmup %d, %s, redop %s, check %s\n",
+    printf("# sizes %zu..%zu bytes x%g, iters %d, warmup %d, %s, redop %s, check %s%s\n",
            o->min_bytes, o->max_bytes, o->factor, o->iters, o->warmup,
            o->nonblocking ? "non-blocking (i* + wait)" : "blocking", o->redop ? "avg" : "sum",
-           o->check ? "on" : "off");
+           o->check ? "on" : "off", o->registered ? ", receive buffer registered" : "");
     printf("# size: whole buffer (all_gather, reduce_scatter) or one rank's (all_reduce), as "
            "nccl-tests; count: elements per rank passed to the call\n");
     printf("# time: mean of the timed iterations, slowest rank; busbw = algbw x (n-1)/n "
@@ -526,7 +533,23 @@ int main(int argc, char **argv) {
     b.rank = b.comm->group_rank(b.g);
     b.S = b.comm->group_size(b.g);
     b.send = b.ops->alloc(o.max_bytes);
-    b.recv = b.ops->alloc(o.max_bytes);
+    b.recv = NULL;
+    if (o.registered) {
+        if (!b.comm->gather_buffer_alloc || !b.comm->gather_buffers_enabled ||
+            !b.comm->gather_buffers_enabled()) {
+            if (world_rank == 0)
+                fprintf(stderr, "bench_comm: error: --registered: the %s backend has no "
+                                "registered gather buffers (or they are turned off)\n",
+                        b.comm->name);
+            MPI_CHECK(MPI_Finalize());
+            return 2;
+        }
+        b.recv = b.comm->gather_buffer_alloc(b.g, o.max_bytes);
+        if (!b.recv && world_rank == 0)
+            fprintf(stderr, "bench_comm: --registered: registration failed, plain buffers\n");
+    }
+    const int recv_registered = b.recv != NULL;
+    if (!b.recv) b.recv = b.ops->alloc(o.max_bytes);
     b.stage = malloc((size_t)CHUNK * 4);
     SHLM_CHECK_ALLOC(b.stage);
 
@@ -587,7 +610,8 @@ int main(int argc, char **argv) {
     free(res);
     free(b.stage);
     b.ops->free(b.send);
-    b.ops->free(b.recv);
+    if (recv_registered) b.comm->gather_buffer_free(b.g, b.recv);
+    else b.ops->free(b.recv);
     b.comm->group_free(b.g);
     topology_free(&topo);
     MPI_CHECK(MPI_Finalize());
