@@ -39,6 +39,7 @@ typedef struct grad_slot {
     uint16_t *bf16;       /* (padded) staging when reduce_dtype is bf16 */
     int unit;             /* -1 when free */
     int into_shard;       /* the reduction lands in the unit's grad shard itself (fresh) */
+    int final;            /* issued in the step's last backward: the shard is final after it */
     shlm_comm_req *req;
 } grad_slot;
 
@@ -52,6 +53,7 @@ typedef struct unit_state {
     int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
     int grad_fresh;                 /* the grad shard holds nothing yet this step */
+    shlm_comm_req *replica_req;     /* the shard's replica all-reduce, started in the backward */
 } unit_state;
 
 struct fsdp_engine {
@@ -73,6 +75,7 @@ struct fsdp_engine {
     grad_slot gslots[N_SLOTS];
     int gslot_next;                 /* round-robin victim */
     int with_backward;
+    int last_micro_batch;           /* the backward under way is the step's last */
     size_t state_bytes, buffer_bytes;
     uint64_t blocked_seen[2];       /* blocked_ns of the shard, replica group at last take */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
@@ -214,6 +217,7 @@ void fsdp_destroy(fsdp_engine *e) {
     }
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
+        wait_req(e, &s->replica_req); /* a step abandoned midway */
         e->ops->free(s->master);
         e->ops->free(s->grad);
         e->ops->free(s->m);
@@ -355,6 +359,17 @@ static void src_release(void *ctx, int u, llama_phase phase) {
 
 /* ---------------------------------------------------------------- gradients */
 
+/* On the step's last micro-batch a unit's shard is final once its own reduction is in:
+ * its all-reduce across replicas (HYBRID_SHARD, NO_SHARD) starts right away and overlaps
+ * the rest of the backward instead of waiting for the end of the step. fp32 only: a bf16
+ * reduction goes through the one staging buffer at the end of the step. */
+static void start_replica_reduce(fsdp_engine *e, unit_state *s) {
+    if (e->R == 1 || !e->last_micro_batch || e->opt.reduce_dtype != SHLM_F32 || s->replica_req)
+        return;
+    s->replica_req = e->comm->iall_reduce(e->replica_g, NULL, s->grad, s->n, SHLM_F32,
+                                          SHLM_COMM_AVG);
+}
+
 /* Adds the reduced slice of grad slot k into its unit's gradient shard, frees it. */
 static void complete_grad_slot(fsdp_engine *e, int k) {
     grad_slot *g = &e->gslots[k];
@@ -376,6 +391,8 @@ static void complete_grad_slot(fsdp_engine *e, int k) {
     trace(e, g->unit, EV_REDUCE_DONE);
     s->grad_slot = -1;
     g->unit = -1;
+    /* a slot of an earlier micro-batch completed during the last one is not final */
+    if (g->final) start_replica_reduce(e, s);
 }
 
 /* The padding past the unit's last tensor, which the model never writes: zero, so the
@@ -414,13 +431,18 @@ static float *src_grad(void *ctx, int u, int *overwrite) {
 static void src_grad_ready(void *ctx, int u) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
-    if (e->S == 1 || s->grad_slot < 0) return;
+    if (e->S == 1) { /* the model wrote the shard itself */
+        start_replica_reduce(e, s);
+        return;
+    }
+    if (s->grad_slot < 0) return;
     grad_slot *g = &e->gslots[s->grad_slot];
     trace(e, u, EV_REDUCE_ISSUE);
     range(e, "reduce-scatter unit", u);
     /* the first micro-batch of a step reduces straight into the shard (no accumulate
      * pass, no zeroing); later ones in place, the rank's slice at its own offset */
     g->into_shard = s->grad_fresh;
+    g->final = e->last_micro_batch;
     s->grad_fresh = 0;
     if (e->opt.reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
@@ -447,10 +469,13 @@ llama_param_source fsdp_param_source(fsdp_engine *e) {
 
 void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }
 
+void fsdp_last_micro_batch(fsdp_engine *e) { e->last_micro_batch = 1; }
+
 /* Nothing is zeroed here: the step's first micro-batch overwrites each shard (the
  * model writes instead of adding, the reduce-scatter lands in the shard). */
 void fsdp_zero_grad(fsdp_engine *e) {
     for (int u = 0; u < e->n_units; u++) e->units[u].grad_fresh = 1;
+    e->last_micro_batch = 0;
 }
 
 double fsdp_finish_grads(fsdp_engine *e) {
@@ -469,7 +494,10 @@ double fsdp_finish_grads(fsdp_engine *e) {
         SHLM_CHECK_ALLOC(reqs);
         for (int u = 0; u < e->n_units; u++) {
             unit_state *s = &e->units[u];
-            if (e->opt.reduce_dtype == SHLM_BF16) {
+            if (s->replica_req) { /* started during the backward */
+                reqs[u] = s->replica_req;
+                s->replica_req = NULL;
+            } else if (e->opt.reduce_dtype == SHLM_BF16) {
                 e->ops->f32_to_bf16(e->replica_bf16, s->grad, s->n);
                 e->comm->all_reduce(e->replica_g, NULL, e->replica_bf16, s->n, SHLM_BF16,
                                     SHLM_COMM_AVG);

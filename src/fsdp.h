@@ -36,8 +36,12 @@ llama_param_source fsdp_param_source(fsdp_engine *e);
  * with_backward = 0 for evaluation and sampling (forward only). */
 void fsdp_begin_pass(fsdp_engine *e, int with_backward);
 
-/* Zeroes the gradient shards before the first micro-batch of a step. */
+/* Starts a step's gradients: the first micro-batch's backward overwrites the shards. */
 void fsdp_zero_grad(fsdp_engine *e);
+/* The next backward is the step's last micro-batch: each unit's shard is final once
+ * reduced, so its all-reduce across replicas starts during the backward (optional: without
+ * it the all-reduces run in fsdp_finish_grads). */
+void fsdp_last_micro_batch(fsdp_engine *e);
 /* Completes the gradient reduction of the step (outstanding reduce-scatters, then the
  * all-reduce across replicas) and returns the global L2 norm of the gradient. */
 double fsdp_finish_grads(fsdp_engine *e);

@@ -395,6 +395,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
             data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
                               m, in, tg);
             int valid = 0;
+            if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
             float loss = llama_forward_backward(r->model, in, tg, c->micro_batch, c->seq_len,
                                                 1.0f / (float)r->grad_accum, &valid);
             sums[0] += (double)loss * valid;
