@@ -71,6 +71,14 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t &r0, uint32_t &r1, uint32
                  : "r"(addr));
 }
 
+/* Transposes an 8×8 bf16 matrix held in C-fragment form (lane (g, t): row g, columns 2t,
+ * 2t+1) in registers: lane (g, t) receives row g, columns 2t, 2t+1 of the transpose. */
+__device__ __forceinline__ uint32_t movm_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
 /* Lane offsets (elements) into a shared tile of row stride SS, for ldmatrix.x4:
  *  a_off: the A fragment of the 16 rows × 16 columns at the offset added to it;
  *  b_off: the B fragments of two adjacent n-tiles (16 stored rows) × one k-step (16
@@ -125,6 +133,10 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
 /* Starts copying ROWS rows × HDP columns from global memory (row stride ld elements) into
@@ -393,47 +405,101 @@ __global__ void __launch_bounds__(FWD_THREADS)
 
 /* ------------------------------------------------------------------ backward */
 
-/* D[b,h,t] = Σ_d dO·O: the softmax Jacobian's row term. One warp per (row, head). */
+/* D[b,h,t] = Σ_d dO·O: the softmax Jacobian's row term. 2^lg lanes per (row, head): with
+ * vec (hd % 8 == 0, 16-byte aligned rows; 8·2^lg ≥ hd) each reads 8 elements of both
+ * rows with two 16-byte loads, otherwise (2^lg = 32) every 32nd element. */
 __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, int B, int T,
-                                  int nh, int hd) {
-    const size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const int lane = threadIdx.x & 31;
-    if (w >= (size_t)B * T * nh) return;
-    const size_t row = w / nh;
-    const int h = (int)(w % nh);
-    const bf16 *a = dout + row * nh * hd + (size_t)h * hd, *o = out + row * nh * hd + (size_t)h * hd;
+                                  int nh, int hd, int lg, bool vec) {
+    const size_t n = (size_t)B * T * nh;
+    const size_t w = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> lg;
+    const int sub = threadIdx.x & ((1 << lg) - 1);
     float s = 0.0f;
-    for (int d = lane; d < hd; d += 32) s += __bfloat162float(a[d]) * __bfloat162float(o[d]);
-    s = warp_sum(s);
-    if (lane == 0) {
-        const size_t b = row / T, tt = row % T;
-        Dv[(b * nh + h) * T + tt] = s;
+    if (w < n) { /* no early return: the whole warp shuffles below */
+        const size_t row = w / nh;
+        const int h = (int)(w % nh);
+        const bf16 *a = dout + row * nh * hd + (size_t)h * hd;
+        const bf16 *o = out + row * nh * hd + (size_t)h * hd;
+        if (vec) {
+            if (8 * sub < hd) {
+                float x[8], y[8];
+                load_bf16x8(x, a + 8 * sub);
+                load_bf16x8(y, o + 8 * sub);
+#pragma unroll
+                for (int i = 0; i < 8; i++) s = fmaf(x[i], y[i], s);
+            }
+        } else {
+            for (int d = sub; d < hd; d += 32) s += __bfloat162float(a[d]) * __bfloat162float(o[d]);
+        }
+    }
+    for (int off = (1 << lg) >> 1; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (sub == 0 && w < n) {
+        const size_t row = w / nh, b = row / T, tt = row % T;
+        Dv[(b * nh + (int)(w % nh)) * T + tt] = s;
     }
 }
 
-/* Measured on an H200 (B=1, T=4096, 32 heads of 128, whole backward): 128 keys × 64
- * queries 1778 us; 128 × 48 1805; 128 × 32 1991; 64 × 48 (two blocks per SM) 1894;
- * 64 × 32 1938. */
+/* The backward is deterministic without float atomics: every output row has one writer,
+ * which sums in a fixed order. After D, two kernels:
+ *  - dK/dV, block (kv head, 128-key tile): recomputes Pᵀ and dPᵀ, accumulates dV += Pᵀ·dO
+ *    and dK += dSᵀ·Q, and writes dS (bf16: the very values its dK product used) to a
+ *    scratch buffer, for the causal tiles only;
+ *  - dQ, block (head, 128-query tile): dQ = Σ over key tiles, in order, of dS·K.
+ * That is 5 products per tile pair, as in a flash-attention backward with atomic dQ,
+ * instead of the 7 of recomputing S and dP for dQ; the price is writing and reading dS
+ * once (2 bytes per causal pair and head), cheap next to the two products it saves.
+ * Measured on an H200 (B=1, T=4096, 32 heads of 128): backward 1766 -> 1411 us (D 31 ->
+ * 26, dK/dV 1072 -> 1144, dQ 660 -> 243).
+ *
+ * dS scratch, per (batch element of the pass, head): the tiles of 64 queries (query tile
+ * Q) × 128 keys (key tile kt), kt ≤ Q/2 — the (key tile, query step) pairs the dK/dV
+ * kernel visits — query tile after query tile: tile (Q, kt) is number ds_tile_base(Q) +
+ * kt. A tile is 32 fragments of 512 bytes, one uint4 per lane in lane order: fragment
+ * kk·4 + qm is the 16 keys (16kk..) × 16 queries (16qm..) of dSᵀ exactly as the dK/dV
+ * kernel holds them as the A operand of dK += dSᵀ·Q. So that kernel stores each with one
+ * 16-byte store per lane (a warp writes 512 contiguous bytes), the dQ kernel copies tiles
+ * with plain 16-byte cp.async, reads a lane's fragment with one conflict-free 16-byte
+ * shared load and transposes its four 8×8 quarters with movmatrix into the A fragment of
+ * dS. (Transposing in the dK/dV kernel instead measured 57 us slower there and 15 us
+ * faster here: it costs registers in the bottleneck kernel.) */
+
+/* Measured on an H200 (B=1, T=4096, 32 heads of 128, whole backward, with the former
+ * recomputing dQ kernel and no dS stores): 128 keys × 64 queries 1778 us; 128 × 48 1805;
+ * 128 × 32 1991; 64 × 48 (two blocks per SM) 1894; 64 × 32 1938. */
 constexpr int KV_BK = 128;             /* keys per block: 32 per warp pair */
 constexpr int KV_NS = KV_BK / 32;      /* key slices (warp pairs) */
 constexpr int KV_THREADS = 64 * KV_NS; /* 2 warps (roles) per slice */
 constexpr int KV_BQ = 64;              /* queries per step */
 
-/* dK, dV. Block (kv head, key tile, batch) owns those keys' dk/dv rows and visits every
- * query head of the group and every query tile at or after the key tile: it is the only
- * writer of its rows, and sums in a fixed order (deterministic, no atomics).
+constexpr int DS_TILE = KV_BK * KV_BQ; /* elements of one dS tile */
+constexpr int DS_FRAG = 256;           /* elements of one 16×16 A fragment */
+/* batch elements share one pass (one dS scratch) while their dS fits this: small T gets
+ * full grids, long T takes one element at a time and a scratch of about nh·T² bytes */
+constexpr size_t DS_PASS_BYTES = (size_t)256 << 20;
+
+/* Tiles of query tiles 0..Q-1: query tile q has key tiles 0..q/2. */
+__host__ __device__ __forceinline__ size_t ds_tile_base(int Q) {
+    const size_t m = (size_t)(Q >> 1);
+    return (Q & 1) ? (m + 1) * (m + 1) : m * (m + 1);
+}
+
+/* dK, dV (and dS). Block (kv head, key tile, batch element b0 + z) owns those keys'
+ * dk/dv rows and visits every query head of the group and every query tile at or after
+ * the key tile: it is the only writer of its rows, and sums in a fixed order.
  *
  * Warps w and w+4 share key slice w (32 keys) and split the work: warp w ("P") computes
  * Sᵀ = K·Qᵀ and Pᵀ = exp2(Sᵀ·c − lse₂), hands Pᵀ (fp32, in its fragment order) to its
  * partner through shared memory, and accumulates dV += Pᵀ·dO; warp w+4 ("dS") computes
- * dPᵀ = V·dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D)·scale, and accumulates dK += dSᵀ·Q. Each warp
- * holds one 32×HDP accumulator and reads every B fragment for 32 keys. The steps (query
- * head, query tile) run as one sequence whose Q/dO/lse/D tiles are double-buffered. */
+ * dPᵀ = V·dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ − D)·scale, accumulates dK += dSᵀ·Q and stores dS.
+ * Each warp holds one 32×HDP accumulator and reads every B fragment for 32 keys. The
+ * steps (query head, query tile) run as one sequence whose Q/dO/lse/D tiles are
+ * double-buffered. A dS warp whose keys all follow the step's queries skips the step and
+ * stores nothing: the dQ kernel never reads those fragments. */
 template <int HDP>
 __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
-    attn_bwd_dkv_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                        const float *Dv, int T, int nh, int nkv, int hd, float scale,
-                        float scale_log2, bool vec, bool vec_do, bool ovec) {
+    attn_bwd_dkv_kernel(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout,
+                        const bf16 *qkv, const float *lse, const float *Dv, int b0, int T,
+                        int nh, int nkv, int hd, float scale, float scale_log2, bool vec,
+                        bool vec_do, bool ovec) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, QT = KV_BQ / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *const Ks = reinterpret_cast<bf16 *>(smem_raw); /* [KV_BK][SS] */
@@ -444,7 +510,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     float *const lse_b = reinterpret_cast<float *>(Pex + KV_NS * 2 * QT * 32); /* [2][KV_BQ] */
     float *const D_b = lse_b + 2 * KV_BQ;                                  /* [2][KV_BQ] */
 
-    const int kvh = blockIdx.x, kt = blockIdx.y, b = blockIdx.z;
+    const int kvh = blockIdx.x, kt = blockIdx.y, b = b0 + blockIdx.z;
     const int k0 = kt * KV_BK;
     const int group = nh / nkv;
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
@@ -459,6 +525,9 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
 #pragma unroll
         for (int r = 0; r < 2; r++) krow[mt][r] = klo + 16 * mt + 8 * r + g;
     const int nk = min(KV_BK, T - k0);
+    /* this lane's place in fragments kk·4 + 0 of the slice's first key step (kk = 2kw) */
+    bf16 *const ds_lane = dS + ((size_t)blockIdx.z * nh * ds_head + kt) * DS_TILE +
+                          (size_t)(8 * kw) * DS_FRAG + lane * 8;
 
     load_tile<KV_BK, HDP, KV_THREADS>(Ks, base + (size_t)k0 * C3 + (size_t)(nh + kvh) * hd, C3,
                                       nk, hd, vec);
@@ -561,6 +630,10 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
         if (ds_role) bar_sync(1 + kw, 64);
         else bar_arrive(1 + kw, 64);
         if (active) {
+            /* the step's dS tile: head, query tile q0 / KV_BQ, key tile kt */
+            const size_t tile =
+                (size_t)(kvh * group + step / nqt) * ds_head + ds_tile_base(q0 / KV_BQ);
+            bf16 *const ds_out = ds_lane + tile * DS_TILE;
             if (ds_role) {
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
@@ -587,6 +660,13 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
                     xa[mt][2] = pack_bf16(x[mt][2 * kq + 1][0], x[mt][2 * kq + 1][1]);
                     xa[mt][3] = pack_bf16(x[mt][2 * kq + 1][2], x[mt][2 * kq + 1][3]);
                 }
+                /* dSᵀ keys 16(2kw + mt).., queries 16kq..: fragment (2kw + mt)·4 + kq */
+                if (ds_role) {
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+                        *reinterpret_cast<uint4 *>(ds_out + (mt * 4 + kq) * DS_FRAG) =
+                            make_uint4(xa[mt][0], xa[mt][1], xa[mt][2], xa[mt][3]);
+                }
 #pragma unroll
                 for (int d = 0; d < DT; d += 2) {
                     uint32_t b0, b1, b2, b3;
@@ -611,53 +691,60 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
 }
 
 constexpr int DQ_THREADS = 128; /* 4 warps */
-constexpr int DQ_BR = 128;      /* queries per block: 32 per warp */
-constexpr int DQ_BC = 32;       /* keys per step */
+constexpr int DQ_BR = 128;      /* queries per block: 32 per warp, two dS query tiles */
+constexpr int DQ_BC = 64;       /* keys per step: half a dS tile */
+constexpr int DQ_STAGES = 2;    /* step buffers (3 stages, 2 blocks per SM: 9 us slower) */
+static_assert(DQ_BR == 2 * KV_BQ && KV_BK == 2 * DQ_BC, "a dQ block reads whole dS tiles");
+static_assert(DQ_STAGES * DQ_BC >= DQ_BR, "the K buffers stage dQ");
 
-/* dQ. Block (head, query tile, batch) recomputes S and dP for its rows over the key
- * tiles up to the diagonal and accumulates dQ = dS·K in registers: a second pass over
- * QKᵀ and dO·Vᵀ instead of float atomics into dQ, which keeps the backward
- * deterministic (7 products instead of 5). Q and dO stay in shared memory. */
+/* dQ = dS·K. Block (head, query tile of 128, batch element b0 + z): over key steps 0, 1,
+ * ... up to the diagonal (a fixed order: deterministic), copies the K rows and the dS
+ * fragments of both its 64-query tiles, DQ_STAGES-buffered, and accumulates in
+ * registers. Only the products remain (a dS fragment is all a warp needs of its rows),
+ * so this kernel is short; dS comes from HBM once. Fragments whose keys all follow the
+ * warp's rows are skipped: the dK/dV kernel did not write them. */
 template <int HDP>
-__global__ void __launch_bounds__(DQ_THREADS)
-    attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                       const float *Dv, int T, int nh, int nkv, int hd, float scale,
-                       float scale_log2, bool vec, bool vec_do, bool ovec) {
-    constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, NT = DQ_BC / 8;
+__global__ void __launch_bounds__(DQ_THREADS, 3)
+    attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0,
+                       int T, int nh, int nkv, int hd, bool vec, bool ovec) {
+    constexpr int SS = HDP + 8, DT = HDP / 8, HALF = DS_TILE / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    bf16 *const Qs = reinterpret_cast<bf16 *>(smem_raw); /* [DQ_BR][SS] */
-    bf16 *const dOs = Qs + DQ_BR * SS;                    /* [DQ_BR][SS] */
-    bf16 *const Kb = dOs + DQ_BR * SS;                    /* [2][DQ_BC][SS] */
-    bf16 *const Vb = Kb + 2 * DQ_BC * SS;                 /* [2][DQ_BC][SS] */
+    bf16 *const Kb = reinterpret_cast<bf16 *>(smem_raw); /* [DQ_STAGES][DQ_BC][SS], then dQ */
+    bf16 *const Sb = Kb + DQ_STAGES * DQ_BC * SS;         /* [DQ_STAGES][2][HALF] */
 
-    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = b0 + blockIdx.z;
     const int kvh = h / (nh / nkv);
     const int q0 = qt * DQ_BR;
-    const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
-    const bf16 *base = qkv + (size_t)b * T * C3;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wq0 = q0 + warp * 32;
-    int qrow[2][2];
-    float lse2[2][2], Drow[2][2];
+    const size_t C3 = (size_t)(nh + 2 * nkv) * hd;
+    const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * hd;
+    const bf16 *const dsh = dS + ((size_t)blockIdx.z * nh + h) * ds_head * DS_TILE;
+    const int nq64 = (T + KV_BQ - 1) / KV_BQ;
+    /* key steps up to the diagonal, none starting past T */
+    const int nsteps = min(2 * qt + 2, (T + DQ_BC - 1) / DQ_BC);
+    /* starts step s's copies, if there is a step s, and commits a group either way (so
+     * that the wait below counts steps): keys s·DQ_BC.., and the half s % 2 (fragments
+     * kk = 4(s % 2)..) of key tile s / 2 of both query tiles */
+    auto issue = [&](int s) {
+        if (s < nsteps) {
+            const int buf = s % DQ_STAGES, k1 = s * DQ_BC;
+            load_tile<DQ_BC, HDP, DQ_THREADS>(Kb + buf * DQ_BC * SS, kbase + (size_t)k1 * C3, C3,
+                                              min(DQ_BC, T - k1), hd, vec);
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int q = wq0 + 16 * mt + 8 * r + g;
-            qrow[mt][r] = q;
-            lse2[mt][r] = q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
-            Drow[mt][r] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
+            for (int qh = 0; qh < 2; qh++) {
+                const int Q = 2 * qt + qh;
+                if (Q >= nq64) break;
+                const bf16 *const src =
+                    dsh + (ds_tile_base(Q) + (s >> 1)) * DS_TILE + (s & 1) * HALF;
+                bf16 *const dst = Sb + (2 * buf + qh) * HALF;
+#pragma unroll 4
+                for (int i = threadIdx.x; i < HALF / 8; i += DQ_THREADS)
+                    cp_async16(dst + 8 * i, src + 8 * i, true);
+            }
         }
-
-    const bf16 *const kbase = base + (size_t)(nh + kvh) * hd;
-    const bf16 *const vbase = base + (size_t)(nh + nkv + kvh) * hd;
-    const int nq = min(DQ_BR, T - q0);
-    load_tile<DQ_BR, HDP, DQ_THREADS>(Qs, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd, vec);
-    load_tile<DQ_BR, HDP, DQ_THREADS>(dOs, dout + ((size_t)b * T + q0) * CO + (size_t)h * hd, CO,
-                                      nq, hd, vec_do);
-    load_tile<DQ_BC, HDP, DQ_THREADS>(Kb, kbase, C3, min(DQ_BC, T), hd, vec);
-    load_tile<DQ_BC, HDP, DQ_THREADS>(Vb, vbase, C3, min(DQ_BC, T), hd, vec);
-    cp_async_commit();
+        cp_async_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < DQ_STAGES - 1; s++) issue(s);
 
     float dq[2][DT][4];
 #pragma unroll
@@ -666,78 +753,37 @@ __global__ void __launch_bounds__(DQ_THREADS)
         for (int d = 0; d < DT; d++)
             dq[mt][d][0] = dq[mt][d][1] = dq[mt][d][2] = dq[mt][d][3] = 0.0f;
 
-    const int aoff = warp * 32 * SS + a_off<SS>(lane);
-    const int boff = b_off<SS>(lane), toff = t_off<SS>(lane);
-    const int kt_end = min((q0 + DQ_BR - 1) / DQ_BC, (T - 1) / DQ_BC);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wq0 = q0 + warp * 32;
+    const int toff = t_off<SS>(lane);
+    /* the warp's rows: query tile warp / 2, m-tiles qm = 2(warp % 2) + mt */
+    const int foff = (warp >> 1) * HALF + (warp & 1) * 2 * DS_FRAG + lane * 8;
 
-    for (int kt = 0; kt <= kt_end; kt++) {
-        const int buf = kt & 1;
-        cp_async_wait_all();
-        __syncthreads();
-        if (kt < kt_end) {
-            const int k1 = (kt + 1) * DQ_BC;
-            load_tile<DQ_BC, HDP, DQ_THREADS>(Kb + (buf ^ 1) * DQ_BC * SS, kbase + (size_t)k1 * C3,
-                                              C3, min(DQ_BC, T - k1), hd, vec);
-            load_tile<DQ_BC, HDP, DQ_THREADS>(Vb + (buf ^ 1) * DQ_BC * SS, vbase + (size_t)k1 * C3,
-                                              C3, min(DQ_BC, T - k1), hd, vec);
-            cp_async_commit();
-        }
-        const int k0 = kt * DQ_BC;
-        if (k0 > wq0 + 31) continue;
-        const bool diag = k0 + DQ_BC - 1 > wq0;
-        const bf16 *const Ks = Kb + buf * DQ_BC * SS, *const Vs = Vb + buf * DQ_BC * SS;
-
-        float s[2][NT][4], dp[2][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) s[mt][j][e] = dp[mt][j][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t qa[2][4], da[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                ldsm_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], Qs + aoff + mt * 16 * SS + kk * 16);
-                ldsm_x4(da[mt][0], da[mt][1], da[mt][2], da[mt][3], dOs + aoff + mt * 16 * SS + kk * 16);
-            }
-#pragma unroll
-            for (int jj = 0; jj < NT / 2; jj++) {
-                uint32_t b0, b1, b2, b3, c0, c1, c2, c3;
-                ldsm_x4(b0, b1, b2, b3, Ks + boff + jj * 16 * SS + kk * 16);
-                ldsm_x4(c0, c1, c2, c3, Vs + boff + jj * 16 * SS + kk * 16);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_16816(s[mt][2 * jj], qa[mt], b0, b1);
-                    mma_16816(s[mt][2 * jj + 1], qa[mt], b2, b3);
-                    mma_16816(dp[mt][2 * jj], da[mt], c0, c1);
-                    mma_16816(dp[mt][2 * jj + 1], da[mt], c2, c3);
-                }
-            }
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int r = e >> 1;
-                    float p = ex2(fmaf(s[mt][j][e], scale_log2, -lse2[mt][r]));
-                    if (diag && k0 + 8 * j + 2 * t + (e & 1) > qrow[mt][r]) p = 0.0f;
-                    s[mt][j][e] = p * (dp[mt][j][e] - Drow[mt][r]) * scale; /* dS */
-                }
-        /* dQ += dS·K: B(k = key, n = dim) = K[key][dim], key-major, so ldmatrix.trans */
+    for (int s = 0; s < nsteps; s++) {
+        const int buf = s % DQ_STAGES;
+        cp_async_wait<DQ_STAGES - 2>(); /* step s's group is complete */
+        __syncthreads(); /* ...visible to all; everyone is done with step s-1's buffer */
+        issue(s + DQ_STAGES - 1);       /* into step s-1's buffer */
+        if (wq0 >= T) continue;         /* no rows (and perhaps no dS tile) */
+        const int k1 = s * DQ_BC;
+        const bf16 *const Ks = Kb + buf * DQ_BC * SS;
+        const bf16 *const Sf = Sb + 2 * buf * HALF + foff;
 #pragma unroll
         for (int kk = 0; kk < DQ_BC / 16; kk++) {
+            if (k1 + 16 * kk > wq0 + 31) break; /* keys after every row of the warp */
             uint32_t sa[2][4];
 #pragma unroll
             for (int mt = 0; mt < 2; mt++) {
-                sa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                sa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                sa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                sa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                /* the quarters (keys 0-7 | 8-15) × (queries 0-7 | 8-15) of dSᵀ, in
+                 * registers 0, 1, 2, 3 (an A fragment of dSᵀ); transposed, they are A
+                 * registers 0, 2, 1, 3 of dS */
+                const uint4 v = *reinterpret_cast<const uint4 *>(Sf + (kk * 4 + mt) * DS_FRAG);
+                sa[mt][0] = movm_trans(v.x);
+                sa[mt][1] = movm_trans(v.z);
+                sa[mt][2] = movm_trans(v.y);
+                sa[mt][3] = movm_trans(v.w);
             }
+            /* B(k = key, n = dim) = K[key][dim], key-major, so ldmatrix.trans */
 #pragma unroll
             for (int d = 0; d < DT; d += 2) {
                 uint32_t b0, b1, b2, b3;
@@ -751,12 +797,13 @@ __global__ void __launch_bounds__(DQ_THREADS)
         }
     }
 
-    __syncthreads(); /* every warp is done reading Q: its buffer stages dQ */
+    cp_async_wait<0>(); /* (only empty groups can remain) */
+    __syncthreads();    /* every warp is done with the tiles: Kb (DQ_BR rows) stages dQ */
     const float one[2][2] = {{1.0f, 1.0f}, {1.0f, 1.0f}};
-    stage_acc<HDP>(Qs, dq, one, warp * 32, lane);
+    stage_acc<HDP>(Kb, dq, one, warp * 32, lane);
     __syncthreads();
-    store_tile<DQ_BR, HDP, DQ_THREADS>(dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * hd, C3, Qs,
-                                       nq, hd, ovec);
+    store_tile<DQ_BR, HDP, DQ_THREADS>(dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * hd, C3, Kb,
+                                       min(DQ_BR, T - q0), hd, ovec);
 }
 
 /* ------------------------------------------------------------------ launchers */
@@ -788,26 +835,30 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
 }
 
 template <int HDP>
-void bwd_launch(bf16 *dqkv, const bf16 *dout, const bf16 *qkv, const float *lse,
-                const float *Dv, const attn_args &a) {
+void bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
+                const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a) {
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
     const size_t smem_kv = (size_t)(2 * KV_BK + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
                            (size_t)KV_NS * 2 * (KV_BQ / 8) * 32 * sizeof(float4) +
                            4 * KV_BQ * sizeof(float); /* K, V; Q, dO twice; Pᵀ; lse, D twice */
     allow_smem(attn_bwd_dkv_kernel<HDP>, smem_kv, &done_kv);
-    dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, a.B);
-    attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
-        dqkv, dout, qkv, lse, Dv, a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2, a.vec,
-        a.vec_do, a.ovec);
-    CUDA_CHECK_LAST();
-    const size_t smem_q = (size_t)(2 * DQ_BR + 4 * DQ_BC) * (HDP + 8) * sizeof(bf16);
+    const size_t smem_q = (size_t)DQ_STAGES * (DQ_BC * (HDP + 8) + DS_TILE) * sizeof(bf16);
+    /* per stage: K rows and the halves of two dS tiles */
     allow_smem(attn_bwd_dq_kernel<HDP>, smem_q, &done_q);
-    dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, a.B);
-    attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
-        dqkv, dout, qkv, lse, Dv, a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2, a.vec,
-        a.vec_do, a.ovec);
-    CUDA_CHECK_LAST();
+    /* bc batch elements per pass: their dS fits the scratch */
+    for (int b0 = 0; b0 < a.B; b0 += bc) {
+        const int nb = min(bc, a.B - b0);
+        dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
+        attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
+            dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
+            a.scale_log2, a.vec, a.vec_do, a.ovec);
+        CUDA_CHECK_LAST();
+        dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
+        attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
+            dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
+        CUDA_CHECK_LAST();
+    }
 }
 
 attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
@@ -853,15 +904,29 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
-    float *Dv = (float *)shlm_cuda_scratch((size_t)B * nh * T * sizeof(float));
-    const size_t warps = (size_t)B * T * nh;
-    attn_bwd_d_kernel<<<(unsigned int)((warps * 32 + 255) / 256), 256, 0, shlm_cuda_stream()>>>(
-        Dv, (const bf16 *)dout, (const bf16 *)out, B, T, nh, hd);
+    /* one scratch: D (B·nh·T fp32), then the dS tiles of bc batch elements, bc as many
+     * as fit DS_PASS_BYTES (at least one): per element nh · ds_tile_base(⌈T/64⌉) tiles of
+     * 16 KiB, nh·(T² + 128·T) bytes when 128 divides T (554 MB at T = 4096, nh = 32) */
+    const size_t d_bytes = ((size_t)B * nh * T * sizeof(float) + 255) / 256 * 256;
+    const size_t ds_head = ds_tile_base((T + KV_BQ - 1) / KV_BQ); /* tiles per head */
+    const size_t ds_b = (size_t)nh * ds_head * DS_TILE * sizeof(bf16);
+    const size_t fit = DS_PASS_BYTES / ds_b;
+    const int bc = fit < 1 ? 1 : fit > (size_t)B ? B : (int)fit;
+    unsigned char *scr = (unsigned char *)shlm_cuda_scratch(d_bytes + (size_t)bc * ds_b);
+    float *Dv = (float *)scr;
+    bf16 *dS = (bf16 *)(scr + d_bytes);
+    const bool dvec = hd % 8 == 0 && shlm_aligned(dout, 16) && shlm_aligned(out, 16);
+    int lg = 5;
+    if (dvec)
+        for (lg = 0; (8 << lg) < hd;) lg++;
+    const size_t threads = ((size_t)B * T * nh) << lg;
+    attn_bwd_d_kernel<<<(unsigned int)((threads + 255) / 256), 256, 0, shlm_cuda_stream()>>>(
+        Dv, (const bf16 *)dout, (const bf16 *)out, B, T, nh, hd, lg, dvec);
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd <= 16) bwd_launch<16>(d, g, x, lse, Dv, a);
-    else if (hd <= 32) bwd_launch<32>(d, g, x, lse, Dv, a);
-    else if (hd <= 64) bwd_launch<64>(d, g, x, lse, Dv, a);
-    else bwd_launch<128>(d, g, x, lse, Dv, a);
+    if (hd <= 16) bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a);
+    else if (hd <= 32) bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a);
+    else if (hd <= 64) bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a);
+    else bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a);
 }
