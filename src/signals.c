@@ -37,6 +37,11 @@ void shlm_signals_install(void) {
 
 int shlm_signals_pending(void) { return (int)first_signal; }
 
+void shlm_signals_stop_handled(void) {
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+}
+
 const char *shlm_signal_name(int sig) {
     static char other[32];
     switch (sig) {

@@ -22,6 +22,11 @@ void shlm_signals_install(void);
 /* The number of the first stop signal this process received, or 0. Local to the rank. */
 int shlm_signals_pending(void);
 
+/* The stop was handled (saved, or said why not) and the rank is on its way out: later
+ * stop signals are ignored. When one rank exits non-zero first, the launcher sends
+ * SIGTERM to the others; they then finish their own exit instead of reporting an abort. */
+void shlm_signals_stop_handled(void);
+
 /* "SIGUSR1", "SIGTERM", or "signal N". */
 const char *shlm_signal_name(int sig);
 

@@ -483,6 +483,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
             fflush(stdout);
             fflush(stderr);
             if (!c->ckpt_dir[0]) rc = -1;
+            shlm_signals_stop_handled();
             stopped_at = s + 1;
             break;
         }
