@@ -114,6 +114,16 @@ quick_phase() {
     "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
     echo "== model_steps"
     sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "PASS|FAIL|failure" "$OUT/model_steps.log"
+    echo "== bench_kernels (attention, rmsnorm)"
+    "$BIN/bench_kernels" --only attention > "$OUT/kernels-quick.txt" 2>&1
+    "$BIN/bench_kernels" --only rmsnorm | grep -v '^#' >> "$OUT/kernels-quick.txt" 2>&1
+    grep -v '^#' "$OUT/kernels-quick.txt"
+    echo "== all-gather bf16: SM kernels vs copy engines (registered receive buffer)"
+    for reg in "" --registered; do
+        $MPIRUN -np 2 "$BIN/bench_comm" --backend nccl --op all_gather --dtype bf16 -b 16M -e 1G -f 4 \
+            --nonblocking $reg > "$OUT/bench_comm_ag$reg.txt" 2>&1
+        echo "rc=$? ${reg:-plain}"; grep -v '^#' "$OUT/bench_comm_ag$reg.txt" | tail -4
+    done
     bench_setup
     smi_start quick
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
