@@ -8,13 +8,14 @@
 #   bash benchmarks/gpu_session.sh scaling  # benchmarks/strong_scaling.sh on 1, 2 GPUs + perf_model
 #   bash benchmarks/gpu_session.sh all      # test, bench and anchor in one call
 #   bash benchmarks/gpu_session.sh quick    # op + model tests, four 7B points and a profile
+#   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -43,7 +44,7 @@ test_phase() {
 # SM clock, power and throttle reasons of every GPU once a second while a phase runs
 # (read-only: nothing about the GPUs is changed)
 smi_start() {
-    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active,memory.used \
         --format=csv,noheader -lms 1000 > "$OUT/smi-$1.csv" 2>/dev/null &
     SMI_PID=$!
 }
@@ -51,7 +52,8 @@ smi_stop() {
     kill "$SMI_PID" 2>/dev/null; wait "$SMI_PID" 2>/dev/null
     # mean SM clock and power of the busy samples (power above 300 W), per GPU
     awk -F', *' '$4+0 > 300 { n[$2]++; c[$2] += $3; p[$2] += $4 }
-        END { for (g in n) printf "gpu %s: %d busy samples, mean SM clock %.0f MHz, mean power %.0f W\n", g, n[g], c[g] / n[g], p[g] / n[g] }' \
+        { if ($7 + 0 > m[$2]) m[$2] = $7 + 0 }
+        END { for (g in n) printf "gpu %s: %d busy samples, mean SM clock %.0f MHz, mean power %.0f W, peak memory.used %.1f GiB\n", g, n[g], c[g] / n[g], p[g] / n[g], m[g] / 1024 }' \
         "$OUT/smi-$1.csv" | sort | tee "$OUT/smi-$1.txt"
 }
 
@@ -174,7 +176,41 @@ scaling_phase() {
         --mem-gbs 3400 --overlap 0.6 --max-error 10 2>&1 | tee "$OUT/perf_model.txt" | tail -25
 }
 
+# the record of a change: tests, then shardlm and PyTorch FSDP2 on the same 7B command
+# (the issue's "Done when" pair), then what time allows (the call has 10 minutes)
+final_phase() {
+    echo "== test_ops_cuda"
+    "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
+    echo "== model_steps"
+    sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "FAIL|failure" "$OUT/model_steps.log"
+    bench_setup
+    smi_start shardlm
+    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    SHLM_NCCL_CTA_POLICY=efficiency run 7b_fs_mb2_ctaeff 2 llama2-7b 2 none FULL_SHARD 6
+    smi_stop shardlm
+    bench_table
+    summary_a=$OUT/anchor.txt
+    : > "$summary_a"
+    smi_start torch
+    for args in "7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5" \
+                "7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile"; do
+        set -- $args
+        name=$1; shift
+        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
+        PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node=2 \
+            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$summary_a"
+    done
+    smi_stop torch
+    echo "elapsed ${SECONDS}s"
+    if [ "$SECONDS" -lt 430 ]; then
+        run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
+        bench_table
+    fi
+}
+
 case "$phase" in
+final) final_phase ;;
 quick) quick_phase ;;
 scaling) scaling_phase ;;
 test) test_phase ;;

@@ -116,7 +116,16 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     ncclUniqueId id;
     if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
-    NCCL_CHECK(ncclCommInitRank(&g->nccl, g->size, id, g->rank));
+    /* SHLM_NCCL_CTA_POLICY=efficiency: NCCL's kernels (the reduce-scatters) use as few
+     * SMs as keep them decent, leaving more to the matmuls they overlap */
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+#if defined(NCCL_CTA_POLICY_EFFICIENCY)
+    const char *policy = getenv("SHLM_NCCL_CTA_POLICY");
+    if (policy && strcmp(policy, "efficiency") == 0) cfg.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+    else if (policy && policy[0] && strcmp(policy, "default") != 0)
+        SHLM_FATAL("SHLM_NCCL_CTA_POLICY=%s: use default or efficiency", policy);
+#endif
+    NCCL_CHECK(ncclCommInitRankConfig(&g->nccl, g->size, id, g->rank, &cfg));
     CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     g->delay_us = -1;
     return g;

@@ -41,8 +41,10 @@ void *shlm_cuda_scratch(size_t bytes) {
     /* the old buffer may still be read by queued kernels */
     CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaFree(g_scratch));
-    /* grow geometrically so that a few sizes seen in turn do not reallocate every time */
-    size_t want = bytes < 2 * g_scratch_bytes ? 2 * g_scratch_bytes : bytes;
+    /* grow geometrically so that a few small sizes seen in turn do not reallocate every
+     * time; a large request (attention's dS, hundreds of MB) gets exactly its size */
+    size_t want = bytes < 2 * g_scratch_bytes && bytes < ((size_t)64 << 20) ? 2 * g_scratch_bytes
+                                                                            : bytes;
     want = (want + 4095) / 4096 * 4096;
     g_scratch = NULL;
     g_scratch_bytes = 0;
