@@ -9,13 +9,14 @@
 #   bash benchmarks/gpu_session.sh all      # test, bench and anchor in one call
 #   bash benchmarks/gpu_session.sh quick    # op + model tests, four 7B points and a profile
 #   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
+#   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -209,7 +210,28 @@ final_phase() {
     fi
 }
 
+# the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
+small_phase() {
+    echo "== test_ops_cuda attention"
+    "$BIN/test_ops_cuda" 1 attention > "$OUT/ops-attention.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops-attention.log" | head -5; tail -1 "$OUT/ops-attention.log"
+    bench_setup
+    run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
+    bench_table
+    summary_a=$OUT/anchor.txt
+    : > "$summary_a"
+    for args in "1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10" \
+                "1b_fs_mb8_ac0_compile --model 1b --mb 8 --reshard 1 --ac 0 --steps 10 --compile"; do
+        set -- $args
+        name=$1; shift
+        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
+        PYTHONUNBUFFERED=1 timeout 200 torchrun --standalone --nproc-per-node=2 \
+            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null | grep -o '"tokens_per_s_per_gpu": [0-9.]*')" | tee -a "$summary_a"
+    done
+}
+
 case "$phase" in
+small) small_phase ;;
 final) final_phase ;;
 quick) quick_phase ;;
 scaling) scaling_phase ;;

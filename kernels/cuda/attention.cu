@@ -910,8 +910,21 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     const size_t d_bytes = ((size_t)B * nh * T * sizeof(float) + 255) / 256 * 256;
     const size_t ds_head = ds_tile_base((T + KV_BQ - 1) / KV_BQ); /* tiles per head */
     const size_t ds_b = (size_t)nh * ds_head * DS_TILE * sizeof(bf16);
-    const size_t fit = DS_PASS_BYTES / ds_b;
-    const int bc = fit < 1 ? 1 : fit > (size_t)B ? B : (int)fit;
+    /* bc: as many as fit DS_PASS_BYTES, but at least enough that the dK/dV grid (kv
+     * heads x key tiles x bc) gives every SM four blocks (few kv heads at a short T, as
+     * TinyLlama's 4 at 2048, would otherwise leave most SMs idle), up to 2 GiB of dS */
+    static int n_sm = 0;
+    if (!n_sm) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    }
+    const size_t per_b_blocks = (size_t)nkv * ((T + KV_BK - 1) / KV_BK);
+    const size_t fill = (4 * (size_t)n_sm + per_b_blocks - 1) / per_b_blocks;
+    const size_t cap = ((size_t)2 << 30) / ds_b;
+    size_t want = DS_PASS_BYTES / ds_b;
+    if (want < fill) want = fill < cap ? fill : cap;
+    const int bc = want < 1 ? 1 : want > (size_t)B ? B : (int)want;
     unsigned char *scr = (unsigned char *)shlm_cuda_scratch(d_bytes + (size_t)bc * ds_b);
     float *Dv = (float *)scr;
     bf16 *dS = (bf16 *)(scr + d_bytes);

@@ -632,7 +632,11 @@ int main(int argc, char **argv) {
         test_attention(1, 256, 4, 4, 64);
         test_attention(2, 300, 4, 1, 128);
     }
-    if (want("attention")) test_attention(1, 1024, 8, 2, 128); /* Llama-like: GQA 4:1 */
+    if (want("attention")) {
+        test_attention(1, 1024, 8, 2, 128); /* Llama-like: GQA 4:1 */
+        /* the backward's dS scratch holds 3 of these 5 sequences: passes of 3 and 2 */
+        test_attention(5, 2048, 16, 16, 64);
+    }
     if (want("swiglu")) {
         test_swiglu(13, 37);
         test_swiglu(256, 11008);
