@@ -185,30 +185,29 @@ final_phase() {
     echo "== model_steps"
     sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "FAIL|failure" "$OUT/model_steps.log"
     bench_setup
-    summary_a=$OUT/anchor.txt
-    : > "$summary_a"
-    anchor() { # name args: one PyTorch FSDP2 run, its last JSON line into anchor.txt
-        local name=$1; shift
-        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
-        PYTHONUNBUFFERED=1 timeout 200 torchrun --standalone --nproc-per-node=2 \
-            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
-        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null | grep -o '"tokens_per_s_per_gpu": [0-9.]*\|"peak_alloc_GiB": [0-9.]*\|"peak_reserved_GiB": [0-9.]*' | tr '\n' ' ')" | tee -a "$summary_a"
-    }
     smi_start shardlm
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    SHLM_NCCL_CTA_POLICY=efficiency run 7b_fs_mb2_ctaeff 2 llama2-7b 2 none FULL_SHARD 6
     smi_stop shardlm
     bench_table
+    summary_a=$OUT/anchor.txt
+    : > "$summary_a"
     smi_start torch
-    anchor 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
+    for args in "7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5" \
+                "7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile"; do
+        set -- $args
+        name=$1; shift
+        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
+        PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node=2 \
+            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$summary_a"
+    done
     smi_stop torch
     echo "elapsed ${SECONDS}s"
-    # what the 10-minute call (and the device budget) leaves time for
-    if [ "$SECONDS" -lt 300 ]; then
-        SHLM_SIDE_OPTIMIZER=0 run 7b_fs_mb2_inline_opt 2 llama2-7b 2 none FULL_SHARD 6
+    if [ "$SECONDS" -lt 430 ]; then
+        run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
         bench_table
     fi
-    [ "$SECONDS" -lt 330 ] && anchor 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
-    echo "elapsed ${SECONDS}s"
 }
 
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests

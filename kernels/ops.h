@@ -49,17 +49,6 @@ typedef struct shlm_ops {
      * (NVTX on cuda), so Nsight Systems shows units, collectives and the optimizer. */
     void (*range_push)(const char *name);
     void (*range_pop)(void);
-    /* Optional (NULL on cpu): a side stream, so that memory-bound work (the optimizer)
-     * overlaps the next compute. side_begin: later ops run on the side stream, after
-     * everything issued so far on the main one; side_end: back to the main stream.
-     * Events mark a point of the current stream (event_record) that the current stream
-     * can wait for (event_wait); the host never blocks. sync() waits for both streams. */
-    void (*side_begin)(void);
-    void (*side_end)(void);
-    void *(*event_create)(void);
-    void (*event_destroy)(void *ev);
-    void (*event_record)(void *ev);
-    void (*event_wait)(void *ev);
 
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */

@@ -54,8 +54,6 @@ typedef struct unit_state {
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
     int grad_fresh;                 /* the grad shard holds nothing yet this step */
     shlm_comm_req *replica_req;     /* the shard's replica all-reduce, started in the backward */
-    void *opt_done;                 /* event: this unit's optimizer step done (side stream) */
-    int opt_pending;                /* the main stream has not waited for opt_done yet */
 } unit_state;
 
 struct fsdp_engine {
@@ -78,7 +76,6 @@ struct fsdp_engine {
     int gslot_next;                 /* round-robin victim */
     int with_backward;
     int last_micro_batch;           /* the backward under way is the step's last */
-    int side_optimizer;             /* the optimizer runs on the backend's side stream */
     size_t state_bytes, buffer_bytes;
     uint64_t blocked_seen[2];       /* blocked_ns of the shard, replica group at last take */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
@@ -114,14 +111,6 @@ static void range(const fsdp_engine *e, const char *what, int u) {
 static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
     *counter += bytes;
     return e->ops->alloc(bytes);
-}
-
-/* The main stream waits for unit u's optimizer step before touching its state (the
- * step ran on the side stream; nothing blocks the host). */
-static void wait_optimizer(fsdp_engine *e, unit_state *s) {
-    if (!s->opt_pending) return;
-    e->ops->event_wait(s->opt_done);
-    s->opt_pending = 0;
 }
 
 /* A buffer all-gathers land in: from the comm backend when it offers registered memory
@@ -214,18 +203,11 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     if (e->R > 1 && opt->reduce_dtype == SHLM_BF16)
         e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
     e->with_backward = 1;
-    /* the optimizer on a side stream where the backend has one (SHLM_SIDE_OPTIMIZER=0:
-     * on the main stream, in line) */
-    const char *so = getenv("SHLM_SIDE_OPTIMIZER");
-    e->side_optimizer = ops->side_begin && ops->event_create && !(so && strcmp(so, "0") == 0);
-    if (e->side_optimizer)
-        for (int u = 0; u < e->n_units; u++) e->units[u].opt_done = ops->event_create();
     return e;
 }
 
 void fsdp_destroy(fsdp_engine *e) {
     if (!e) return;
-    e->ops->sync(); /* the side stream's optimizer steps too */
     for (int k = 0; k < N_SLOTS; k++) {
         wait_req(e, &e->slots[k].req);
         wait_req(e, &e->gslots[k].req);
@@ -236,7 +218,6 @@ void fsdp_destroy(fsdp_engine *e) {
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         wait_req(e, &s->replica_req); /* a step abandoned midway */
-        if (s->opt_done) e->ops->event_destroy(s->opt_done);
         e->ops->free(s->master);
         e->ops->free(s->grad);
         e->ops->free(s->m);
@@ -267,7 +248,6 @@ static void *gathered_buf(fsdp_engine *e, int u) {
 static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
     unit_state *s = &e->units[u];
     void *mine = (char *)buf + s->begin * e->esz;
-    wait_optimizer(e, s); /* the master it casts */
     if (e->ops->act_dtype == SHLM_F32) {
         e->ops->copy(mine, s->master, s->n * sizeof(float));
         if (e->opt.param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
@@ -504,7 +484,6 @@ double fsdp_finish_grads(fsdp_engine *e) {
     /* a unit no micro-batch reached this step (none does in training) has a zero gradient */
     for (int u = 0; u < e->n_units; u++)
         if (e->units[u].grad_fresh) {
-            wait_optimizer(e, &e->units[u]); /* the last update may still read it */
             e->ops->zero(e->units[u].grad, e->units[u].n * sizeof(float));
             e->units[u].grad_fresh = 0;
         }
@@ -544,10 +523,6 @@ double fsdp_finish_grads(fsdp_engine *e) {
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step) {
     shlm_range_push(e->ops, "optimizer");
-    /* on the side stream, unit by unit with an event each: the next step's gather of a
-     * unit waits for its own update only, so the memory-bound AdamW of later units runs
-     * under the first blocks' matmuls */
-    if (e->side_optimizer) e->ops->side_begin();
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         const llama_unit *lu = &e->lay.units[u];
@@ -560,14 +535,9 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
                           h->beta1, h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f,
                           grad_scale, step);
         }
-        if (e->side_optimizer) {
-            e->ops->event_record(s->opt_done);
-            s->opt_pending = 1;
-        }
         /* gathered copies are stale now */
         if (s->own || s->slot >= 0) s->gathered = 0;
     }
-    if (e->side_optimizer) e->ops->side_end();
     shlm_range_pop(e->ops);
 }
 
@@ -601,13 +571,11 @@ static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
 }
 
 void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
-    wait_optimizer(e, &e->units[u]);
     e->ops->to_host(out, state_ptr(e, u, kind), e->units[u].n * sizeof(float));
 }
 
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in) {
     unit_state *s = &e->units[u];
-    wait_optimizer(e, s);
     e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
     if (kind == FSDP_STATE_MASTER && (s->own || s->slot >= 0)) s->gathered = 0;
 }

@@ -40,13 +40,6 @@ void shlm_cuda_copy(void *dst, const void *src, size_t bytes);
 void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes); /* synchronises */
 void shlm_cuda_sync(void);
-/* The side stream and events (ops.h) */
-void shlm_cuda_side_begin(void);
-void shlm_cuda_side_end(void);
-void *shlm_cuda_event_create(void);
-void shlm_cuda_event_destroy(void *ev);
-void shlm_cuda_event_record(void *ev);
-void shlm_cuda_event_wait(void *ev);
 
 /* ---- conversion (convert.cu); act is bf16 on this backend, rounding as the cpu
  * backend's shlm_f32_to_bf16 (nearest-even, NaN stays a quiet NaN of the same sign) ---- */

@@ -6,14 +6,14 @@
 
 /* One process drives one GPU (the rank binds it with cudaSetDevice before the first op),
  * so the stream and the scratch buffer are process-wide and created on first use. */
-static cudaStream_t g_stream, g_side;
-static bool g_stream_made, g_on_side;
+static cudaStream_t g_stream;
+static bool g_stream_made;
 static int g_stream_device = -1;
 static void *g_scratch;
 static size_t g_scratch_bytes;
 static int g_sm_count;
 
-static cudaStream_t main_stream(void) {
+cudaStream_t shlm_cuda_stream(void) {
     if (!g_stream_made) {
         /* non-blocking: the legacy default stream (which other libraries may use
          * implicitly) must never serialise against the compute stream */
@@ -24,44 +24,7 @@ static cudaStream_t main_stream(void) {
     return g_stream;
 }
 
-/* The stream ops are issued on: the main one, or the side one between side_begin and
- * side_end. */
-cudaStream_t shlm_cuda_stream(void) { return g_on_side ? g_side : main_stream(); }
-
-/* Collectives order against the main stream only (no op issues one on the side). */
-extern "C" void *shlm_cuda_stream_handle(void) { return (void *)main_stream(); }
-
-extern "C" void shlm_cuda_side_begin(void) {
-    if (g_on_side) SHLM_FATAL("side_begin: already on the side stream");
-    cudaStream_t m = main_stream();
-    if (!g_side) CUDA_CHECK(cudaStreamCreateWithFlags(&g_side, cudaStreamNonBlocking));
-    cudaEvent_t ev;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventRecord(ev, m));
-    CUDA_CHECK(cudaStreamWaitEvent(g_side, ev, 0));
-    CUDA_CHECK(cudaEventDestroy(ev)); /* released once the wait is satisfied */
-    g_on_side = true;
-}
-
-extern "C" void shlm_cuda_side_end(void) { g_on_side = false; }
-
-extern "C" void *shlm_cuda_event_create(void) {
-    cudaEvent_t ev;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    return (void *)ev;
-}
-
-extern "C" void shlm_cuda_event_destroy(void *ev) {
-    if (ev) CUDA_CHECK(cudaEventDestroy((cudaEvent_t)ev));
-}
-
-extern "C" void shlm_cuda_event_record(void *ev) {
-    CUDA_CHECK(cudaEventRecord((cudaEvent_t)ev, shlm_cuda_stream()));
-}
-
-extern "C" void shlm_cuda_event_wait(void *ev) {
-    CUDA_CHECK(cudaStreamWaitEvent(shlm_cuda_stream(), (cudaEvent_t)ev, 0));
-}
+extern "C" void *shlm_cuda_stream_handle(void) { return (void *)shlm_cuda_stream(); }
 
 int shlm_cuda_sm_count(void) {
     if (g_sm_count == 0) {
@@ -74,8 +37,9 @@ int shlm_cuda_sm_count(void) {
 
 void *shlm_cuda_scratch(size_t bytes) {
     if (bytes <= g_scratch_bytes) return g_scratch;
-    /* the old buffer may still be read by queued kernels (of either stream) */
-    shlm_cuda_sync();
+    cudaStream_t s = shlm_cuda_stream();
+    /* the old buffer may still be read by queued kernels */
+    CUDA_CHECK(cudaStreamSynchronize(s));
     CUDA_CHECK(cudaFree(g_scratch));
     /* grow geometrically so that a few small sizes seen in turn do not reallocate every
      * time; a large request (attention's dS, hundreds of MB) gets exactly its size */
@@ -237,8 +201,4 @@ extern "C" void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes)
     CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
-/* Both streams: a caller of sync() expects every op issued so far to be done. */
-extern "C" void shlm_cuda_sync(void) {
-    CUDA_CHECK(cudaStreamSynchronize(main_stream()));
-    if (g_side) CUDA_CHECK(cudaStreamSynchronize(g_side));
-}
+extern "C" void shlm_cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(shlm_cuda_stream())); }

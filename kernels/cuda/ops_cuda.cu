@@ -19,12 +19,6 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .reserve = shlm_cuda_reserve,
     .range_push = shlm_cuda_range_push,
     .range_pop = shlm_cuda_range_pop,
-    .side_begin = shlm_cuda_side_begin,
-    .side_end = shlm_cuda_side_end,
-    .event_create = shlm_cuda_event_create,
-    .event_destroy = shlm_cuda_event_destroy,
-    .event_record = shlm_cuda_event_record,
-    .event_wait = shlm_cuda_event_wait,
 
     .alloc = shlm_cuda_alloc,
     .free = shlm_cuda_free,
