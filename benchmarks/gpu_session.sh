@@ -10,13 +10,15 @@
 #   bash benchmarks/gpu_session.sh quick    # op + model tests, four 7B points and a profile
 #   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
 #   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
+#   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
+#   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
 # bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -230,7 +232,68 @@ small_phase() {
     done
 }
 
+# Issue 7 on the 8-GPU machine, in two calls (each under 10 minutes): eight1 = the comm
+# benchmark and the 7B suite on 1, 2, 4, 8 GPUs (FULL_SHARD, SHARD_GRAD_OP; HYBRID_SHARD
+# as two simulated nodes of 4); eight2 = the 13B suite (2 GPUs are the smallest that hold
+# it), PyTorch FSDP2 on the same 8 GPUs, and the performance model refitted on every point
+# (copy eight1's 7b-scaling.csv and nccl-nb-8.json into .gpu/ first). Written before an
+# 8-GPU machine was lent: not yet run.
+eight1_phase() {
+    T=/tmp/shlm-bench
+    mkdir -p $T
+    [ -f $T/rand.bin ] || "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
+    $MPIRUN -np 8 "$BIN/bench_comm" --backend nccl -b 1M -e 1G -f 4 -n 20 -w 5 --nonblocking \
+        --json "$OUT/nccl-nb-8.json" > "$OUT/bench_comm-8.txt" 2>&1; echo "bench_comm rc=$?"
+    $MPIRUN -np 8 "$BIN/bench_comm" --backend nccl --op all_gather --dtype bf16 -b 16M -e 1G -f 4 \
+        --nonblocking --registered > "$OUT/bench_comm-8-ce.txt" 2>&1; echo "bench_comm --registered rc=$?"
+    sh benchmarks/strong_scaling.sh --ranks 1,2,4,8 --strategies FULL_SHARD,SHARD_GRAD_OP --steps 5 \
+        --warmup 2 --shardlm "$SHLM" --out "$T/scale-7b" --global-batch 8 --png "$OUT/7b-scaling.png" \
+        jobs/llama2-7b.ini --set data.train=$T/rand.bin --set train.micro_batch=1 \
+        --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 > "$OUT/7b.txt" 2>&1
+    echo "7b rc=$?"; tail -12 "$OUT/7b.txt"; cp "$T/scale-7b/scaling.csv" "$OUT/7b-scaling.csv"
+    sh benchmarks/strong_scaling.sh --ranks 8 --strategies HYBRID_SHARD --steps 5 --warmup 2 \
+        --shardlm "$SHLM" --out "$T/scale-7b-hybrid" --global-batch 8 jobs/llama2-7b.ini \
+        --set data.train=$T/rand.bin --set train.micro_batch=1 --set runtime.ranks_per_node=4 \
+        --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 > "$OUT/7b-hybrid.txt" 2>&1
+    echo "7b hybrid rc=$?"; tail -4 "$OUT/7b-hybrid.txt"; cp "$T/scale-7b-hybrid/scaling.csv" "$OUT/7b-hybrid-scaling.csv"
+}
+
+eight2_phase() {
+    T=/tmp/shlm-bench
+    mkdir -p $T
+    [ -f $T/rand.bin ] || "$SHLM" data random --vocab 32000 --tokens 4000000 $T/rand.bin > /dev/null
+    for st in FULL_SHARD:2,4,8 SHARD_GRAD_OP:4,8; do
+        sh benchmarks/strong_scaling.sh --ranks "${st#*:}" --strategies "${st%%:*}" --steps 5 --warmup 2 \
+            --shardlm "$SHLM" --out "$T/scale-13b-${st%%:*}" --global-batch 8 jobs/llama2-13b.ini \
+            --set data.train=$T/rand.bin --set train.micro_batch=1 --set fsdp.param_dtype=bf16 \
+            --set fsdp.reduce_dtype=fp32 > "$OUT/13b-${st%%:*}.txt" 2>&1
+        echo "13b ${st%%:*} rc=$?"; tail -6 "$OUT/13b-${st%%:*}.txt"
+        cp "$T/scale-13b-${st%%:*}/scaling.csv" "$OUT/13b-${st%%:*}-scaling.csv"
+    done
+    for args in "7b_fs_mb2_ac0_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5" \
+                "7b_fs_mb2_ac0_compile_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile"; do
+        set -- $args
+        name=$1; shift
+        echo "+ torchrun --standalone --nproc-per-node=8 .gpu/anchors/torch_fsdp_bench.py $*"
+        PYTHONUNBUFFERED=1 timeout 200 torchrun --standalone --nproc-per-node=8 \
+            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null | grep -o '"tokens_per_s_per_gpu": [0-9.]*')"
+    done
+    run_8() { $MPIRUN -np 8 "$SHLM" train jobs/llama2-7b.ini --set data.train=$T/rand.bin --set train.steps=6 \
+        --set train.micro_batch=2 --set train.global_batch=16 --set fsdp.param_dtype=bf16 \
+        --set fsdp.reduce_dtype=fp32 --set log.run_dir=$T/7b-8-mb2 > "$OUT/7b-8-mb2.log" 2>&1; }
+    run_8; echo "shardlm 7b 8 GPUs mb 2 rc=$?"; tail -3 "$OUT/7b-8-mb2.log"
+    # eight1's 7b-scaling.csv and nccl-nb-8.json, copied into .gpu/ before this call
+    [ -f .gpu/7b-scaling.csv ] && cal7=".gpu/7b-scaling.csv" || cal7=""
+    [ -f .gpu/nccl-nb-8.json ] && comm8=".gpu/nccl-nb-8.json" || comm8=""
+    "$BIN/perf_model" ${cal7:+--calibrate $cal7} --calibrate "$OUT/13b-FULL_SHARD-scaling.csv" \
+        ${comm8:+--comm-json $comm8} --mem-gbs 3400 --overlap 0.6 --max-error 10 2>&1 |
+        tee "$OUT/perf_model-8.txt" | tail -20
+}
+
 case "$phase" in
+eight1) eight1_phase ;;
+eight2) eight2_phase ;;
 small) small_phase ;;
 final) final_phase ;;
 quick) quick_phase ;;
