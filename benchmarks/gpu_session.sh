@@ -68,6 +68,17 @@ bench_setup() {
     [ -f "$summary" ] || printf 'config\tgpus\tmb\tac\tstrategy\ttok_s_gpu\tstep_ms\texposed_ms\tmfu\tmem_gib\n' > "$summary"
 }
 
+# anchor NP NAME ARGS...: one PyTorch FSDP2 run of torch_fsdp_bench.py on NP GPUs; its
+# last JSON line (tokens/s/GPU, MFU, memory) goes to $OUT/anchor.txt
+anchor() {
+    local np=$1 name=$2
+    shift 2
+    echo "+ torchrun --standalone --nproc-per-node=$np .gpu/anchors/torch_fsdp_bench.py $*"
+    PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node="$np" \
+        .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
+    echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$OUT/anchor.txt"
+}
+
 bench_table() {
     echo "== shardlm training steps (mean of steps 3..N; tokens/s per GPU; MFU at 989 TFLOP/s)"
     awk -F'\t' '{ printf "%-22s %5s %3s %5s %14s %10s %8s %10s %7s %8s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$summary"
@@ -143,19 +154,11 @@ quick_phase() {
 }
 
 anchor_phase() {
-    summary=$OUT/anchor.txt
-    : > "$summary"
-    a() { # name args
-        local name=$1; shift
-        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
-        PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node=2 \
-            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
-        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$summary"
-    }
-    a 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
-    a 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
-    a 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
-    a 7b_fs_mb8_ac1 --model 7b --mb 8 --reshard 1 --ac 1 --steps 3
+    : > "$OUT/anchor.txt"
+    anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
+    anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
+    anchor 2 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
+    anchor 2 7b_fs_mb8_ac1 --model 7b --mb 8 --reshard 1 --ac 1 --steps 3
 }
 
 # the strong-scaling suite itself over 1 and 2 GPUs, then the performance model's error
@@ -192,18 +195,10 @@ final_phase() {
     SHLM_NCCL_CTA_POLICY=efficiency run 7b_fs_mb2_ctaeff 2 llama2-7b 2 none FULL_SHARD 6
     smi_stop shardlm
     bench_table
-    summary_a=$OUT/anchor.txt
-    : > "$summary_a"
+    : > "$OUT/anchor.txt"
     smi_start torch
-    for args in "7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5" \
-                "7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile"; do
-        set -- $args
-        name=$1; shift
-        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
-        PYTHONUNBUFFERED=1 timeout 280 torchrun --standalone --nproc-per-node=2 \
-            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
-        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null)" | tee -a "$summary_a"
-    done
+    anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
+    anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
     smi_stop torch
     echo "elapsed ${SECONDS}s"
     if [ "$SECONDS" -lt 430 ]; then
@@ -219,17 +214,9 @@ small_phase() {
     bench_setup
     run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
     bench_table
-    summary_a=$OUT/anchor.txt
-    : > "$summary_a"
-    for args in "1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10" \
-                "1b_fs_mb8_ac0_compile --model 1b --mb 8 --reshard 1 --ac 0 --steps 10 --compile"; do
-        set -- $args
-        name=$1; shift
-        echo "+ torchrun --standalone --nproc-per-node=2 .gpu/anchors/torch_fsdp_bench.py $*"
-        PYTHONUNBUFFERED=1 timeout 200 torchrun --standalone --nproc-per-node=2 \
-            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
-        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null | grep -o '"tokens_per_s_per_gpu": [0-9.]*')" | tee -a "$summary_a"
-    done
+    : > "$OUT/anchor.txt"
+    anchor 2 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
+    anchor 2 1b_fs_mb8_ac0_compile --model 1b --mb 8 --reshard 1 --ac 0 --steps 10 --compile
 }
 
 # Issue 7 on the 8-GPU machine, in two calls (each under 10 minutes): eight1 = the comm
@@ -270,15 +257,8 @@ eight2_phase() {
         echo "13b ${st%%:*} rc=$?"; tail -6 "$OUT/13b-${st%%:*}.txt"
         cp "$T/scale-13b-${st%%:*}/scaling.csv" "$OUT/13b-${st%%:*}-scaling.csv"
     done
-    for args in "7b_fs_mb2_ac0_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5" \
-                "7b_fs_mb2_ac0_compile_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile"; do
-        set -- $args
-        name=$1; shift
-        echo "+ torchrun --standalone --nproc-per-node=8 .gpu/anchors/torch_fsdp_bench.py $*"
-        PYTHONUNBUFFERED=1 timeout 200 torchrun --standalone --nproc-per-node=8 \
-            .gpu/anchors/torch_fsdp_bench.py "$@" --out "$OUT/torch_$name.jsonl" > "$OUT/torch_$name.log" 2>&1
-        echo "rc=$? $name: $(tail -1 "$OUT/torch_$name.jsonl" 2>/dev/null | grep -o '"tokens_per_s_per_gpu": [0-9.]*')"
-    done
+    anchor 8 7b_fs_mb2_ac0_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
+    anchor 8 7b_fs_mb2_ac0_compile_8 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
     run_8() { $MPIRUN -np 8 "$SHLM" train jobs/llama2-7b.ini --set data.train=$T/rand.bin --set train.steps=6 \
         --set train.micro_batch=2 --set train.global_batch=16 --set fsdp.param_dtype=bf16 \
         --set fsdp.reduce_dtype=fp32 --set log.run_dir=$T/7b-8-mb2 > "$OUT/7b-8-mb2.log" 2>&1; }
