@@ -45,6 +45,11 @@ typedef struct shlm_ops {
      * carved from, so nothing is allocated once training starts. Returns 0; aborts with
      * the numbers when the device cannot hold it. */
     int (*reserve)(size_t bytes);
+    /* Optional (NULL on cpu): the largest scratch any op of a training step asks for at
+     * batches of up to B sequences of T tokens (attention's backward dominates), so the
+     * fit check counts it; scratch_reserve allocates it before step 1. */
+    size_t (*scratch_bytes)(int B, int T, int dim, int n_heads, int n_kv_heads, int head_dim);
+    void (*scratch_reserve)(size_t bytes);
     /* Optional (NULL on cpu): open and close a named range on the profiler's timeline
      * (NVTX on cuda), so Nsight Systems shows units, collectives and the optimizer. */
     void (*range_push)(const char *name);

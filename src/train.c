@@ -182,7 +182,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                   : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
                                                                           : LLAMA_AC_NONE;
     /* on a device, refuse before allocating anything if the plan does not fit */
-    size_t used = 0, total = 0, arena_bytes = 0;
+    size_t used = 0, total = 0, arena_bytes = 0, scratch_bytes = 0;
     ok = 1;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
         fsdp_plan_bytes pb;
@@ -192,6 +192,12 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                                                  c->seq_len, ac);
         size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
         arena_bytes = need + ((size_t)8 << 20);
+        /* the ops' scratch (attention's backward) is allocated before step 1 too */
+        if (r->ops->scratch_bytes)
+            scratch_bytes = r->ops->scratch_bytes(c->micro_batch, c->seq_len, c->model.dim,
+                                                  c->model.n_heads, c->model.n_kv_heads,
+                                                  c->model.head_dim);
+        need += scratch_bytes;
         /* gathered-parameter buffers the comm backend registers itself (copy-engine
          * all-gathers) are not carved from the arena */
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
@@ -200,18 +206,20 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         if (need > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
-                     "activations %.2f) but %.2f GiB of %.2f is free: add ranks, lower "
-                     "train.micro_batch or use fsdp.activation_checkpointing", c->path,
-                     need / 1073741824.0, r->ops->name,
+                     "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
+                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing",
+                     c->path, need / 1073741824.0, r->ops->name,
                      (pb.master + pb.grad + pb.moments) / 1073741824.0,
                      (pb.gathered + pb.grad_buffers) / 1073741824.0, acts / 1073741824.0,
-                     (total - used) / 1073741824.0, total / 1073741824.0);
+                     scratch_bytes / 1073741824.0, (total - used) / 1073741824.0,
+                     total / 1073741824.0);
             ok = 0;
         }
     }
     if (all_ranks_ok(ok, err)) return -1;
     /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
     if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
+    if (r->ops->scratch_reserve && scratch_bytes > 0) r->ops->scratch_reserve(scratch_bytes);
     r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));

@@ -156,6 +156,11 @@ extern "C" void shlm_cuda_adamw(float *param, const float *grad, float *m, float
     CUDA_CHECK_LAST();
 }
 
+/* at most SS_MAX_BLOCKS partials and the total */
+extern "C" size_t shlm_cuda_sum_squares_scratch(void) {
+    return (size_t)(SS_MAX_BLOCKS + 1) * sizeof(double);
+}
+
 extern "C" double shlm_cuda_sum_squares(const float *x, size_t n) {
     if (n == 0) return 0.0;
     size_t bs = (n + SS_MAX_BLOCKS - 1) / SS_MAX_BLOCKS;

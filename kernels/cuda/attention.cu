@@ -896,6 +896,33 @@ extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, 
     else fwd_launch<128>(o, lse, x, a);
 }
 
+/* The backward's one scratch: D (B·nh·T fp32), then the dS tiles of bc batch elements:
+ * per element nh · ds_tile_base(⌈T/64⌉) tiles of 16 KiB, nh·(T² + 128·T) bytes when 128
+ * divides T (554 MB at T = 4096, nh = 32). bc: as many as fit DS_PASS_BYTES, but at
+ * least enough that the dK/dV grid (kv heads x key tiles x bc) gives every SM four
+ * blocks (few kv heads at a short T, as TinyLlama's 4 at 2048, would otherwise leave
+ * most SMs idle), up to 2 GiB of dS. */
+static void bwd_scratch_layout(int B, int T, int nh, int nkv, size_t *d_bytes, size_t *ds_b,
+                               size_t *ds_head, int *bc) {
+    *d_bytes = ((size_t)B * nh * T * sizeof(float) + 255) / 256 * 256;
+    *ds_head = ds_tile_base((T + KV_BQ - 1) / KV_BQ); /* tiles per head */
+    *ds_b = (size_t)nh * *ds_head * DS_TILE * sizeof(bf16);
+    const size_t per_b_blocks = (size_t)nkv * ((T + KV_BK - 1) / KV_BK);
+    const size_t fill = (4 * (size_t)shlm_cuda_sm_count() + per_b_blocks - 1) / per_b_blocks;
+    const size_t cap = ((size_t)2 << 30) / *ds_b;
+    size_t want = DS_PASS_BYTES / *ds_b;
+    if (want < fill) want = fill < cap ? fill : cap;
+    *bc = want < 1 ? 1 : want > (size_t)B ? B : (int)want;
+}
+
+extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv, int hd) {
+    if (B <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || hd <= 0) return 0;
+    size_t d_bytes, ds_b, ds_head;
+    int bc;
+    bwd_scratch_layout(B, T, nh, nkv, &d_bytes, &ds_b, &ds_head, &bc);
+    return d_bytes + (size_t)bc * ds_b;
+}
+
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse, int B, int T, int nh,
                                         int nkv, int hd) {
@@ -904,27 +931,9 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
-    /* one scratch: D (B·nh·T fp32), then the dS tiles of bc batch elements, bc as many
-     * as fit DS_PASS_BYTES (at least one): per element nh · ds_tile_base(⌈T/64⌉) tiles of
-     * 16 KiB, nh·(T² + 128·T) bytes when 128 divides T (554 MB at T = 4096, nh = 32) */
-    const size_t d_bytes = ((size_t)B * nh * T * sizeof(float) + 255) / 256 * 256;
-    const size_t ds_head = ds_tile_base((T + KV_BQ - 1) / KV_BQ); /* tiles per head */
-    const size_t ds_b = (size_t)nh * ds_head * DS_TILE * sizeof(bf16);
-    /* bc: as many as fit DS_PASS_BYTES, but at least enough that the dK/dV grid (kv
-     * heads x key tiles x bc) gives every SM four blocks (few kv heads at a short T, as
-     * TinyLlama's 4 at 2048, would otherwise leave most SMs idle), up to 2 GiB of dS */
-    static int n_sm = 0;
-    if (!n_sm) {
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    }
-    const size_t per_b_blocks = (size_t)nkv * ((T + KV_BK - 1) / KV_BK);
-    const size_t fill = (4 * (size_t)n_sm + per_b_blocks - 1) / per_b_blocks;
-    const size_t cap = ((size_t)2 << 30) / ds_b;
-    size_t want = DS_PASS_BYTES / ds_b;
-    if (want < fill) want = fill < cap ? fill : cap;
-    const int bc = want < 1 ? 1 : want > (size_t)B ? B : (int)want;
+    size_t d_bytes, ds_b, ds_head;
+    int bc;
+    bwd_scratch_layout(B, T, nh, nkv, &d_bytes, &ds_b, &ds_head, &bc);
     unsigned char *scr = (unsigned char *)shlm_cuda_scratch(d_bytes + (size_t)bc * ds_b);
     float *Dv = (float *)scr;
     bf16 *dS = (bf16 *)(scr + d_bytes);

@@ -40,6 +40,16 @@ void shlm_cuda_copy(void *dst, const void *src, size_t bytes);
 void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes); /* synchronises */
 void shlm_cuda_sync(void);
+/* The largest scratch a training step's ops request (ops.h scratch_bytes), and
+ * allocating it ahead (scratch_reserve). */
+size_t shlm_cuda_step_scratch_bytes(int B, int T, int dim, int n_heads, int n_kv_heads,
+                                    int head_dim);
+void shlm_cuda_scratch_reserve(size_t bytes);
+/* attention_bwd's scratch at this shape (D and the dS tiles of one pass) */
+size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv, int hd);
+/* rmsnorm_bwd's and sum_squares' scratch */
+size_t shlm_cuda_rmsnorm_bwd_scratch(int N, int C);
+size_t shlm_cuda_sum_squares_scratch(void);
 
 /* ---- conversion (convert.cu); act is bf16 on this backend, rounding as the cpu
  * backend's shlm_f32_to_bf16 (nearest-even, NaN stays a quiet NaN of the same sign) ---- */

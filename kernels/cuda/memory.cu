@@ -58,6 +58,20 @@ void *shlm_cuda_scratch(size_t bytes) {
     return g_scratch;
 }
 
+extern "C" size_t shlm_cuda_step_scratch_bytes(int B, int T, int dim, int n_heads,
+                                               int n_kv_heads, int head_dim) {
+    size_t need = shlm_cuda_attention_bwd_scratch(B, T, n_heads, n_kv_heads, head_dim);
+    const size_t rms = shlm_cuda_rmsnorm_bwd_scratch(B * T, dim);
+    const size_t ss = shlm_cuda_sum_squares_scratch();
+    if (rms > need) need = rms;
+    if (ss > need) need = ss;
+    return need;
+}
+
+extern "C" void shlm_cuda_scratch_reserve(size_t bytes) {
+    if (bytes) (void)shlm_cuda_scratch(bytes);
+}
+
 /* ------------------------------------------------------------------ launchers */
 
 extern "C" int shlm_cuda_available(void) {

@@ -17,6 +17,8 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .set_device = shlm_cuda_set_device,
     .mem_info = shlm_cuda_mem_info,
     .reserve = shlm_cuda_reserve,
+    .scratch_bytes = shlm_cuda_step_scratch_bytes,
+    .scratch_reserve = shlm_cuda_scratch_reserve,
     .range_push = shlm_cuda_range_push,
     .range_pop = shlm_cuda_range_pop,
 

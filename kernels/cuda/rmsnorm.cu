@@ -267,6 +267,11 @@ extern "C" void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, c
     CUDA_CHECK_LAST();
 }
 
+extern "C" size_t shlm_cuda_rmsnorm_bwd_scratch(int N, int C) {
+    if (N <= 0 || C <= 0) return 0;
+    return (size_t)(N < RMS_BWD_GROUPS ? N : RMS_BWD_GROUPS) * C * sizeof(float);
+}
+
 extern "C" void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *dout,
                                       const void *inp, const void *weight, const float *rstd,
                                       int N, int C) {
@@ -274,7 +279,7 @@ extern "C" void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *do
     bool vec = C % 8 == 0 && shlm_aligned(dinp, 16) && shlm_aligned(dout, 16) &&
                shlm_aligned(inp, 16) && shlm_aligned(weight, 16);
     const int G = N < RMS_BWD_GROUPS ? N : RMS_BWD_GROUPS;
-    float *partials = (float *)shlm_cuda_scratch((size_t)G * C * sizeof(float));
+    float *partials = (float *)shlm_cuda_scratch(shlm_cuda_rmsnorm_bwd_scratch(N, C));
     cudaStream_t s = shlm_cuda_stream();
     const int vpt = vec ? reg_vpt(C) : 0;
     if (vpt) {
