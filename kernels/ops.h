@@ -45,9 +45,10 @@ typedef struct shlm_ops {
      * carved from, so nothing is allocated once training starts. Returns 0; aborts with
      * the numbers when the device cannot hold it. */
     int (*reserve)(size_t bytes);
-    /* Optional (NULL on cpu): the largest scratch any op of a training step asks for at
-     * batches of up to B sequences of T tokens (attention's backward dominates), so the
-     * fit check counts it; scratch_reserve allocates it before step 1. */
+    /* Optional (NULL on cpu): what the ops allocate for themselves outside the arena at
+     * batches of up to B sequences of T tokens (the largest scratch any op asks for,
+     * attention's backward dominating, and the matmul library's workspace), so the fit
+     * check counts it; scratch_reserve(that) allocates it all before step 1. */
     size_t (*scratch_bytes)(int B, int T, int dim, int n_heads, int n_kv_heads, int head_dim);
     void (*scratch_reserve)(size_t bytes);
     /* Optional (NULL on cpu): open and close a named range on the profiler's timeline

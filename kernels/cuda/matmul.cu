@@ -58,6 +58,11 @@ static void lt_init(void) {
     CUBLAS_CHECK(cublasSetWorkspace(g_blas, g_workspace, LT_WORKSPACE_BYTES));
 }
 
+/* Creates the handles and the workspace ahead of the first product (before step 1). */
+extern "C" void shlm_cuda_matmul_init(void) { lt_init(); }
+
+extern "C" size_t shlm_cuda_matmul_workspace_bytes(void) { return LT_WORKSPACE_BYTES; }
+
 static int align_of(const void *p) {
     uintptr_t u = (uintptr_t)p;
     int a = 256;

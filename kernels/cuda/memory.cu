@@ -65,11 +65,14 @@ extern "C" size_t shlm_cuda_step_scratch_bytes(int B, int T, int dim, int n_head
     const size_t ss = shlm_cuda_sum_squares_scratch();
     if (rms > need) need = rms;
     if (ss > need) need = ss;
-    return need;
+    return need + shlm_cuda_matmul_workspace_bytes();
 }
 
+/* bytes as scratch_bytes returned them: the scratch and cuBLASLt's workspace */
 extern "C" void shlm_cuda_scratch_reserve(size_t bytes) {
-    if (bytes) (void)shlm_cuda_scratch(bytes);
+    const size_t ws = shlm_cuda_matmul_workspace_bytes();
+    shlm_cuda_matmul_init();
+    if (bytes > ws) (void)shlm_cuda_scratch(bytes - ws);
 }
 
 /* ------------------------------------------------------------------ launchers */
