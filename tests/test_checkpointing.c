@@ -8,19 +8,8 @@
 #include "kernels/ops.h"
 #include "src/llama.h"
 #include "src/rng.h"
+#include "tests/resident_source.h"
 
-typedef struct resident {
-    llama_layout lay;
-    float **params, **grads;
-} resident;
-
-static const void *acquire(void *ctx, int u, llama_phase ph) { return ((resident *)ctx)->params[u]; }
-static void release(void *ctx, int u, llama_phase ph) {}
-static float *grad(void *ctx, int u, int *overwrite) {
-    *overwrite = 0; /* the test zeroes and accumulates itself */
-    return ((resident *)ctx)->grads[u];
-}
-static void grad_ready(void *ctx, int u) {}
 
 int main(void) {
     printf("# reproduce: tests/test_checkpointing\n");
@@ -42,7 +31,7 @@ int main(void) {
         x[i] = (int32_t)(rng_hash64(i + 5) % c.vocab_size);
         y[i] = (int32_t)(rng_hash64(i + 500) % c.vocab_size);
     }
-    llama_param_source src = {&r, acquire, release, grad, grad_ready};
+    llama_param_source src = resident_source(&r);
     const llama_ac modes[3] = {LLAMA_AC_NONE, LLAMA_AC_SELECTIVE, LLAMA_AC_FULL};
     const char *names[3] = {"none", "selective", "full"};
     float loss[3];
