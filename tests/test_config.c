@@ -11,19 +11,7 @@
 #include "io/config_file.h"
 #include "src/config.h"
 
-static int n_checks, n_failed;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    n_checks++;
-    n_failed += !ok;
-}
+#include "tests/check.h"
 
 static char dir[256];     /* temp directory; job files go in dir/jobs/ */
 static char job[512];     /* dir/jobs/job.ini, rewritten by each case */

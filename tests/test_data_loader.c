@@ -8,19 +8,7 @@
 
 #include "src/data_loader.h"
 
-static int n_checks, n_failed;
-
-static void check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(int ok, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    printf("%s - ", ok ? "ok  " : "FAIL");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    n_checks++;
-    n_failed += !ok;
-}
+#include "tests/check.h"
 
 /* An in-memory token file whose token i is i: a row's first input names its window. */
 static token_file make_tokens(uint64_t count) {
