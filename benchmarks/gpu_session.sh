@@ -10,6 +10,7 @@
 #   bash benchmarks/gpu_session.sh quick    # op + model tests, four 7B points and a profile
 #   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
 #   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
+#   bash benchmarks/gpu_session.sh sm90     # the wgmma attention's checks, then both kernels timed
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -18,7 +19,7 @@
 # recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -219,6 +220,30 @@ small_phase() {
     anchor 2 1b_fs_mb8_ac0_compile --model 1b --mb 8 --reshard 1 --ac 0 --steps 10 --compile
 }
 
+# the Hopper wgmma attention (the default) beside the mma.sync one (SHLM_ATTN_SM90=0): its
+# own check (tests/gpu/attn_sm90_check.cu), the ops tests, the kernel and the 7B step both ways
+sm90_phase() {
+    echo "== attn_sm90_check"
+    timeout 180 "$BIN/attn_sm90_check" > "$OUT/attn_sm90.log" 2>&1; rc=$?; echo "rc=$rc"; tail -30 "$OUT/attn_sm90.log"
+    echo "== memcheck (small cases)"
+    timeout 120 compute-sanitizer --tool memcheck "$BIN/attn_sm90_check" --small > "$OUT/attn_sm90_memcheck.log" 2>&1
+    echo "rc=$?"; tail -4 "$OUT/attn_sm90_memcheck.log"
+    for sm90 in 1 0; do
+        echo "== test_ops_cuda, SHLM_ATTN_SM90=$sm90"
+        SHLM_ATTN_SM90=$sm90 "$BIN/test_ops_cuda" > "$OUT/ops-sm90-$sm90.log" 2>&1; echo "rc=$?"
+        grep -E "FAIL" "$OUT/ops-sm90-$sm90.log" | head -5; tail -1 "$OUT/ops-sm90-$sm90.log"
+    done
+    echo "== model_steps"
+    sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "FAIL|failure" "$OUT/model_steps.log"
+    echo "== bench_kernels attention: mma.sync, then sm90"
+    SHLM_ATTN_SM90=0 "$BIN/bench_kernels" --only attention 2>&1 | grep -v '^#' | tee "$OUT/kernels-attn.txt"
+    "$BIN/bench_kernels" --only attention 2>&1 | grep -v '^#' | tee "$OUT/kernels-attn-sm90.txt"
+    bench_setup
+    SHLM_ATTN_SM90=0 run 7b_fs_mb2_mmasync 2 llama2-7b 2 none FULL_SHARD 6
+    [ "$rc" = 0 ] && run 7b_fs_mb2_sm90 2 llama2-7b 2 none FULL_SHARD 6
+    bench_table
+}
+
 # Issue 7 on the 8-GPU machine, in two calls (each under 10 minutes): eight1 = the comm
 # benchmark and the 7B suite on 1, 2, 4, 8 GPUs (FULL_SHARD, SHARD_GRAD_OP; HYBRID_SHARD
 # as two simulated nodes of 4); eight2 = the 13B suite (2 GPUs are the smallest that hold
@@ -272,6 +297,7 @@ eight2_phase() {
 }
 
 case "$phase" in
+sm90) sm90_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;
