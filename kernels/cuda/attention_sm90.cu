@@ -1,0 +1,565 @@
+/* cuda backend: causal grouped-query flash attention forward for Hopper (sm_90a) on
+ * warpgroup MMA (wgmma.mma_async, bf16 operands, fp32 accumulation). Same contract as
+ * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
+ * back to that kernel whenever this one returns 1.
+ *
+ * STATUS: written and compiled without a GPU; never run. Every point marked UNVERIFIED is
+ * an assumption about the hardware or the PTX rules that only a run can confirm: look
+ * there first when tests/gpu/attn_sm90_check.cu fails.
+ *
+ * ---------------------------------------------------------------- design
+ *
+ * Shapes (ops.h): qkv (B·T, (nh + 2·nkv)·hd) rows hold [q heads | k heads | v heads]; out
+ * (B·T, nh·hd); lse (B, nh, T) fp32, natural log; query head h reads kv head h / (nh/nkv).
+ *
+ * Tiles. One CTA = 256 threads = two warpgroups (WG 0: threads 0-127, WG 1: 128-255) and
+ * 128 queries (rows q0..q0+127): warpgroup w owns rows 64w..64w+63, one m64 wgmma tile.
+ * Keys stream in tiles of 128: S = Q·Kᵀ is one m64n128 product per warpgroup (hd/16
+ * k-steps of 16), O += P·V one m64n{hd} product (8 k-steps over the tile's 128 keys).
+ * The query tile qt visits key tiles 0..qt; only tile qt (the diagonal: BM == BN) is masked.
+ * Blocks are (head, query tile, batch) with the query tiles in reverse order: the longest
+ * rows start first, as in attention.cu. No warp specialisation: both warpgroups copy.
+ *
+ * Copies. Plain cp.async (16 bytes per instruction, zero-filled past T) by all 256
+ * threads, then cp.async.wait_group 0, fence.proxy.async.shared::cta (cp.async writes
+ * belong to the generic proxy, wgmma reads through the async proxy), __syncthreads.
+ * K and V are double-buffered. TMA (cp.async.bulk.tensor + mbarrier) with a producer warp
+ * would free the issue slots these copies take: the obvious next step.
+ *
+ * Shared memory (1024-byte aligned by hand; each tile is 128 rows):
+ *   Q [128][hd], K[2][128][hd], V[2][128][hd]: 5 tiles of 128·hd·2 bytes =
+ *   160 KiB at hd = 128 (80 KiB at 64), plus 1 KiB of alignment slack.
+ * Every tile is stored as hd/64 "panels" of 128 rows × 64 columns; a panel row is 128
+ * bytes (8 chunks of 16 bytes) and chunk c of row r sits at chunk position c ^ (r % 8):
+ * the 128-byte swizzle (CUTLASS Swizzle<3,4,3>, TMA's SWIZZLE_128B). A panel is 16 KiB and
+ * 1024-aligned, so every 8-row group (1024 bytes) is one swizzle atom, aligned as the
+ * hardware wants for matrix base offset 0. The same byte layout serves all three operands:
+ *   Q (A of S = Q·Kᵀ): K-major (head dim contiguous), tnspA = 0;
+ *   K (B of S):         K-major, tnspB = 0 (B(k = dim, n = key) = K[key][dim]);
+ *   V (B of O += P·V):  B(k = key, n = dim) = V[key][dim] is N-major (dim contiguous), so
+ *                       tnspB = 1 (allowed for bf16 only), no transposed copy of V.
+ * The O tile is staged for its 16-byte stores in the warpgroup's own Q rows, same layout.
+ *
+ * Matrix descriptor (64 bits; PTX ISA "Matrix Descriptor Format"):
+ *   bits  0-13  start address >> 4        bits 16-29  leading byte offset (LBO) >> 4
+ *   bits 32-45  stride byte offset (SBO) >> 4   bits 49-51 base offset (0 here)
+ *   bits 62-63  swizzle: 1 = 128-byte
+ *   Q, K (K-major, 128B swizzle): SBO = 1024 (from one 8-row group to the next), LBO
+ *       unused for swizzled K-major layouts, encoded as 1 (16 bytes) like CUTLASS does.
+ *       k-step kk of 16 columns: start + (kk / 4)·16384 (the panel) + (kk % 4)·32 bytes
+ *       (a 32-byte step inside the 128-byte swizzled row: the hardware applies the XOR to
+ *       the computed address, as CUTLASS's descriptor iterator and DeepGEMM rely on).
+ *       UNVERIFIED on this kernel: the +32/64/96-byte start inside a swizzle atom.
+ *   V (N-major, 128B swizzle): LBO = 16384 (from one 64-column panel to the next: n128
+ *       spans both panels), SBO = 1024 (from keys 0-7 to keys 8-15 of the k-step);
+ *       k-step kk: start + kk·16·128 bytes (16 key rows). These follow the canonical
+ *       MN-major layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) of the PTX ISA and CUTLASS's
+ *       make_gmma_desc<Major::MN> (stride_01 -> LBO, stride_11 -> SBO for swizzled modes).
+ *       UNVERIFIED: the LBO/SBO roles for N-major swizzled B (the likeliest suspect if O
+ *       is wrong while lse is right).
+ *
+ * Instructions (one warpgroup each; "p" is scale-d: 0 on S's first k-step, D = A·B):
+ *   S:  wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {64 f32}, descQ, descK, p, 1, 1, 0, 0;
+ *   O:  wgmma.mma_async.sync.aligned.m64n{128|64}k16.f32.bf16.bf16 {64|32 f32}, {4 b32 of P}, descV, p, 1, 1, 1;
+ * Ordering: wgmma.fence.sync.aligned before the first wgmma that touches registers
+ * written by ordinary instructions (S after the softmax read it, O after the rescale, P
+ * after the conversion); wgmma.commit_group.sync.aligned after each product's k-steps;
+ * wgmma.wait_group.sync.aligned N before reading results (N = 1 leaves the newest group,
+ * P·V, running). Empty asm statements with "+f"/"+r" operands after every wait pin the
+ * compiler's reads and writes of those registers after it (cute's
+ * warpgroup_fence_operand does the same).
+ *
+ * Fragments (PTX ISA "Matrix Fragments for wgmma.mma_async.m64nNk16"): thread i of the
+ * warpgroup, warp w = i / 32 (of the warpgroup), lane (g = lane / 4, t = lane % 4), owns
+ * rows 16w + g and 16w + g + 8 of the m64 tile; accumulator register 4j + 2r + e holds
+ * row 16w + g + 8r, column 8j + 2t + e: per 8-column block exactly mma.sync's C fragment.
+ * The register A fragment (4 × b32) is mma.m16n8k16's A fragment per warp: registers 0-3
+ * hold (row g, k 2t..2t+1), (row g+8, k 2t..), (row g, k 2t+8..), (row g+8, k 2t+8..). So
+ * for P·V's k-step kk (keys 16kk..16kk+15 = S columns of blocks 2kk and 2kk+1), register q
+ * is bf16x2(s[8kk + 2q], s[8kk + 2q + 1]): P[i] = pack(s[2i], s[2i+1]) over the whole row,
+ * the FA2 trick of attention.cu, and P never leaves registers.
+ * UNVERIFIED: that the register-A layout matches mma.sync's A exactly (figure 148).
+ *
+ * Pipeline (template OVERLAP = true, the default; FlashAttention-3's intra-warpgroup
+ * overlap without its ping-pong between warpgroups):
+ *   S_0 = Q·K_0ᵀ; softmax -> P_0
+ *   for j = 1..n-1:  issue S_j = Q·K_jᵀ; issue O += P_{j-1}·V_{j-1}
+ *                    wait S_j (wait_group 1); softmax(S_j) in fp32 while P·V runs
+ *                    wait P·V (wait_group 0); O *= alpha_j; P_j = bf16(S_j)
+ *   O += P_{n-1}·V_{n-1}
+ * Registers per thread at hd = 128: S 64 f32 + O 64 f32 + P 32 b32. OVERLAP = false runs
+ * the plain order (S, softmax, P·V, each waited) for debugging; both are deterministic
+ * (fixed order, no atomics). Scores are kept in the log2 domain (scale·log2 e folded into
+ * one FFMA, exp = ex2.approx), lse = (m + log2 l)·ln 2, as in attention.cu. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <math.h>
+
+/* The device code exists only for sm_90a: wgmma is an arch-specific feature. Any other
+ * target compiles empty kernels that are never launched (the probe below says so). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SHLM_WGMMA 1
+#else
+#define SHLM_WGMMA 0
+#endif
+
+namespace {
+namespace sm90 {
+
+constexpr int THREADS = 256;            /* two warpgroups */
+constexpr int BM = 128;                 /* queries per block, 64 per warpgroup */
+constexpr int BN = 128;                 /* keys per tile */
+constexpr int ROW_BYTES = 128;          /* one swizzled panel row: 64 bf16 */
+constexpr int PANEL = BM * ROW_BYTES;   /* 128 rows × 64 columns: 16 KiB */
+constexpr float LOG2E = 1.4426950408889634f;
+static_assert(BM == BN, "the diagonal tile is the last one and the only masked one");
+
+template <int HD> struct cfg {
+    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+    static constexpr int TILE = (HD / 64) * PANEL;     /* bytes of one 128-row tile */
+    static constexpr int SMEM = 5 * TILE + 1024;       /* Q, K×2, V×2, alignment slack */
+};
+
+/* Probe: set to 1 by a kernel compiled for sm_90a; the host asks once before launching. */
+__device__ int g_probe;
+__global__ void probe_kernel() { g_probe = SHLM_WGMMA; }
+
+#if SHLM_WGMMA
+/* ------------------------------------------------------------------ primitives */
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+/* this thread's completed generic-proxy writes to shared memory (cp.async included)
+ * become visible to async-proxy readers (wgmma) after the barrier that follows */
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+/* The compiler must neither read nor write these registers across the asm: placed after
+ * a wait, it keeps the uses of asynchronous results after the wait. */
+template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+/* 128-byte-swizzled shared-memory matrix descriptor (see the top of the file) */
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
+           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+/* the same descriptor with its start address moved by `bytes` (a multiple of 16; no
+ * carry out of the 14-bit field: shared addresses stay below 256 KiB) */
+__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
+    return d + (uint64_t)(bytes >> 4);
+}
+
+#define SHLM_D8(i)                                                                         \
+    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+        "+f"(d[i + 6]), "+f"(d[i + 7])
+#define SHLM_D32 SHLM_D8(0), SHLM_D8(8), SHLM_D8(16), SHLM_D8(24)
+#define SHLM_D64 SHLM_D32, SHLM_D8(32), SHLM_D8(40), SHLM_D8(48), SHLM_D8(56)
+#define SHLM_R32                                                                           \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SHLM_R64                                                                           \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
+    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
+    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
+    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+/* D(64×128) (+)= A(64×16, shared, K-major) · B(16×128, shared, K-major) */
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SHLM_R64
+                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+                 : SHLM_D64
+                 : "l"(da), "l"(db), "n"(SCALE_D));
+}
+/* D(64×128) += A(64×16, registers) · B(16×128, shared, N-major: tnspB = 1) */
+__device__ __forceinline__ void wgmma_rs_n128_t(float (&d)[64], const uint32_t *a, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SHLM_R64
+                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+                 : SHLM_D64
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+}
+/* D(64×64) += A(64×16, registers) · B(16×64, shared, N-major: tnspB = 1) */
+__device__ __forceinline__ void wgmma_rs_n64_t(float (&d)[32], const uint32_t *a, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SHLM_R32
+                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+                 : SHLM_D32
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
+}
+#undef SHLM_D8
+#undef SHLM_D32
+#undef SHLM_D64
+#undef SHLM_R32
+#undef SHLM_R64
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower column */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+/* 2^x: the bare MUFU instruction (2^-inf = 0) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ------------------------------------------------------------------ the steps */
+
+/* Starts copying rows row0..row0+127 (rows >= T become zeros) of one head's columns into
+ * a swizzled tile; part of the caller's next cp.async group. Thread tid copies chunk
+ * tid % CH of rows tid / CH + k·RSTEP; since RSTEP % 8 == 0 its swizzle phase is fixed. */
+template <int HD>
+__device__ __forceinline__ void load_tile(uint32_t stile, const bf16 *g, size_t ld, int row0,
+                                          int T) {
+    constexpr int CH = HD / 8;            /* 16-byte chunks per row */
+    constexpr int RSTEP = THREADS / CH;   /* rows per pass */
+    static_assert(RSTEP % 8 == 0, "a thread's rows keep one swizzle phase");
+    const int c = threadIdx.x % CH, r0 = threadIdx.x / CH;
+    const uint32_t dst = stile + (c >> 3) * PANEL + r0 * ROW_BYTES + (((c & 7) ^ (r0 & 7)) << 4);
+    const int nvalid = T - row0;
+#pragma unroll
+    for (int k = 0; k < BM / RSTEP; k++) {
+        const int r = r0 + k * RSTEP;
+        const bool ok = r < nvalid;
+        cp_async16(dst + k * RSTEP * ROW_BYTES, ok ? g + (size_t)(row0 + r) * ld + c * 8 : g, ok);
+    }
+}
+
+/* S = Q·Kᵀ for this warpgroup's 64 rows and the tile's 128 keys (not committed) */
+template <int HD>
+__device__ __forceinline__ void gemm_qk(float (&s)[64], uint64_t dq, uint64_t dk) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const uint32_t off = (kk >> 2) * PANEL + (kk & 3) * 32;
+        if (kk == 0) wgmma_ss_n128<0>(s, desc_add(dq, off), desc_add(dk, off));
+        else wgmma_ss_n128<1>(s, desc_add(dq, off), desc_add(dk, off));
+    }
+}
+
+/* O += P·V over the tile's 128 keys (not committed) */
+template <int HD>
+__device__ __forceinline__ void gemm_pv(float (&o)[HD / 2], const uint32_t (&p)[32], uint64_t dv) {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+        const uint64_t d = desc_add(dv, kk * 16 * ROW_BYTES);
+        if constexpr (HD == 128) wgmma_rs_n128_t(o, &p[4 * kk], d);
+        else wgmma_rs_n64_t(o, &p[4 * kk], d);
+    }
+}
+
+/* Online softmax of one tile, in place: s (raw scores) becomes 2^(s·scale_log2 − m) with
+ * m the new running max of each of the thread's two rows; l is rescaled and gains this
+ * thread's part of the row sums; alpha = 2^(m_old − m_new) is what O must be scaled by.
+ * With MASK (the diagonal tile) columns after lim[r] (the row's offset from the tile's
+ * first key) are -inf first. */
+template <bool MASK>
+__device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
+                                             float (&alpha)[2], const int (&lim)[2], int t,
+                                             float scale_log2) {
+    if (MASK) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            if (8 * (i >> 2) + 2 * t + (i & 1) > lim[(i >> 1) & 1]) s[i] = -INFINITY;
+    }
+    float mref[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 16; j++) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float mn = fmaxf(m[r], mx * scale_log2); /* scale > 0 */
+        /* every row sees key 0 in tile 0, so mn is finite; guard anyway */
+        mref[r] = mn == -INFINITY ? 0.0f : mn;
+        alpha[r] = ex2(m[r] - mref[r]);
+        m[r] = mn;
+        l[r] *= alpha[r];
+    }
+#pragma unroll
+    for (int i = 0; i < 64; i++) {
+        const int r = (i >> 1) & 1;
+        s[i] = ex2(fmaf(s[i], scale_log2, -mref[r]));
+        l[r] += s[i]; /* this thread's columns; the quad is summed at the end */
+    }
+}
+
+template <int N>
+__device__ __forceinline__ void rescale(float (&o)[N], const float (&alpha)[2]) {
+    /* once a row's max settles alpha is exactly 1: skip when it is for the whole warp */
+    if (!__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) return;
+#pragma unroll
+    for (int i = 0; i < N; i++) o[i] *= alpha[(i >> 1) & 1];
+}
+
+__device__ __forceinline__ void to_bf16(uint32_t (&p)[32], const float (&s)[64]) {
+#pragma unroll
+    for (int i = 0; i < 32; i++) p[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+}
+
+/* every thread: its tile copies have landed and are visible to every thread's wgmma */
+__device__ __forceinline__ void tiles_ready() {
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+}
+#endif /* SHLM_WGMMA */
+
+/* ------------------------------------------------------------------ the kernel */
+
+template <int HD, bool OVERLAP>
+__global__ void __launch_bounds__(THREADS, 1)
+    attn_fwd_wgmma(bf16 *out, float *lse, const bf16 *qkv, int T, int nh, int nkv,
+                   float scale_log2) {
+#if SHLM_WGMMA
+    using C = cfg<HD>;
+    constexpr int NO = HD / 2; /* O accumulators per thread: 64 × HD over 128 threads */
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    constexpr float LN2 = 0.6931471805599453f;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* swizzle atoms must start on 1024-byte boundaries: align by hand (the slack is in
+     * cfg::SMEM), keeping a generic pointer to the same byte for the epilogue */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sQ = (raw + 1023u) & ~1023u;
+    unsigned char *const gQ = smem_raw + (sQ - raw);
+    const uint32_t sK = sQ + C::TILE, sV = sQ + 3 * C::TILE; /* K[2], V[2] */
+
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (nh / nkv);
+    const int q0 = qt * BM;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    const bf16 *const rows = qkv + (size_t)b * T * C3;
+    const bf16 *const qg = rows + (size_t)h * HD;
+    const bf16 *const kg = rows + (size_t)(nh + kvh) * HD;
+    const bf16 *const vg = rows + (size_t)(nh + nkv + kvh) * HD;
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow = 64 * wg + 16 * warp + g; /* the thread's rows: wrow, wrow + 8 */
+    const int n = qt + 1;                     /* key tiles 0..qt */
+
+    /* descriptors of this warpgroup's Q rows and of buffer 0 of K and V */
+    const uint64_t dq = make_desc(sQ + 64 * wg * ROW_BYTES, 16, 1024);
+    const uint64_t dk0 = make_desc(sK, 16, 1024);
+    const uint64_t dv0 = make_desc(sV, PANEL, 1024);
+    auto dk = [&](int j) { return desc_add(dk0, (j & 1) * C::TILE); };
+    auto dv = [&](int j) { return desc_add(dv0, (j & 1) * C::TILE); };
+
+    float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    uint32_t p[32];
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i] = 0.0f;
+    const int lim[2] = {wrow, wrow + 8}; /* row offsets from the diagonal tile's first key */
+
+    load_tile<HD>(sQ, qg, C3, q0, T);
+    load_tile<HD>(sK, kg, C3, 0, T);
+    if constexpr (!OVERLAP) load_tile<HD>(sV, vg, C3, 0, T);
+    cp_async_commit();
+
+    if constexpr (OVERLAP) {
+        tiles_ready(); /* Q, K_0 */
+        if (n > 1) load_tile<HD>(sK + C::TILE, kg, C3, BN, T);
+        load_tile<HD>(sV, vg, C3, 0, T);
+        cp_async_commit();
+        wgmma_fence();
+        gemm_qk<HD>(s, dq, dk(0));
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(s);
+        if (n == 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+        else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+        to_bf16(p, s);
+        for (int j = 1; j < n; j++) {
+            tiles_ready(); /* K_j, V_{j-1}; every warp is done with K_{j-1} and V_{j-2} */
+            if (j + 1 < n) load_tile<HD>(sK + ((j + 1) & 1) * C::TILE, kg, C3, (j + 1) * BN, T);
+            load_tile<HD>(sV + (j & 1) * C::TILE, vg, C3, j * BN, T);
+            cp_async_commit();
+            wgmma_fence();
+            gemm_qk<HD>(s, dq, dk(j));
+            wgmma_commit();
+            gemm_pv<HD>(o, p, dv(j - 1));
+            wgmma_commit();
+            wgmma_wait<1>(); /* S_j; P_{j-1}·V_{j-1} may still run */
+            reg_fence(s);
+            if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+            else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+            wgmma_wait<0>(); /* O and P are free */
+            reg_fence(o);
+            reg_fence(p);
+            rescale(o, alpha);
+            to_bf16(p, s);
+        }
+        tiles_ready(); /* V_{n-1} */
+        wgmma_fence();
+        gemm_pv<HD>(o, p, dv(n - 1));
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence(o);
+    } else {
+        for (int j = 0; j < n; j++) {
+            tiles_ready(); /* K_j, V_j; every warp is done with tile j-1's buffers */
+            if (j + 1 < n) {
+                load_tile<HD>(sK + ((j + 1) & 1) * C::TILE, kg, C3, (j + 1) * BN, T);
+                load_tile<HD>(sV + ((j + 1) & 1) * C::TILE, vg, C3, (j + 1) * BN, T);
+            }
+            cp_async_commit();
+            wgmma_fence();
+            gemm_qk<HD>(s, dq, dk(j));
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(s);
+            reg_fence(o);
+            if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+            else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+            rescale(o, alpha);
+            to_bf16(p, s);
+            wgmma_fence();
+            gemm_pv<HD>(o, p, dv(j));
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(o);
+        }
+    }
+
+    /* row sums over the quad; lse in natural log */
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        inv[r] = 1.0f / lr;
+        const int q = q0 + wrow + 8 * r;
+        if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
+    }
+
+    /* O/l as bf16 into the warpgroup's own Q rows (same swizzled layout), then 16-byte
+     * row stores. The barrier: all four warps' products that read these Q rows are done. */
+    bar_sync(1 + wg, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wrow + 8 * r; /* row % 8 == g */
+            const uint32_t off = (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gQ + off) =
+                pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (q0 + row < T)
+            *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
+                *reinterpret_cast<const uint4 *>(gQ + off);
+    }
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ host side */
+
+/* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
+ * binary (the probe ran it); asked once per process (one device per process). */
+bool usable() {
+    static int state = -1;
+    if (state >= 0) return state == 1;
+    state = 0;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    if (major != 9 || minor != 0) return false; /* sm_90a code runs on 9.0 only */
+    cudaStream_t st = shlm_cuda_stream();
+    int ok = 0;
+    probe_kernel<<<1, 1, 0, st>>>();
+    if (cudaGetLastError() != cudaSuccess) return false; /* e.g. no image for this device */
+    CUDA_CHECK(cudaMemcpyFromSymbolAsync(&ok, g_probe, sizeof ok, 0, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    state = ok == 1;
+    return state == 1;
+}
+
+template <int HD, bool OVERLAP>
+void launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_wgmma<HD, OVERLAP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, cfg<HD>::SMEM));
+        done = true;
+    }
+    const float scale_log2 = (float)(1.0 / sqrt((double)HD)) * LOG2E;
+    dim3 grid(nh, (T + BM - 1) / BM, B);
+    attn_fwd_wgmma<HD, OVERLAP><<<grid, THREADS, cfg<HD>::SMEM, shlm_cuda_stream()>>>(
+        out, lse, qkv, T, nh, nkv, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
+            bool overlap) {
+    if (B <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
+    if (hd != 64 && hd != 128) return 1;
+    if ((T + BM - 1) / BM > 65535 || B > 65535 || nh > 65535) return 1; /* grid limits */
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(out, 16) || !shlm_aligned(lse, 4)) return 1;
+    if (!usable()) return 1;
+    bf16 *o = (bf16 *)out;
+    const bf16 *x = (const bf16 *)qkv;
+    if (hd == 128) {
+        if (overlap) launch<128, true>(o, lse, x, B, T, nh, nkv);
+        else launch<128, false>(o, lse, x, B, T, nh, nkv);
+    } else {
+        if (overlap) launch<64, true>(o, lse, x, B, T, nh, nkv);
+        else launch<64, false>(o, lse, x, B, T, nh, nkv);
+    }
+    return 0;
+}
+
+} // namespace sm90
+} // namespace
+
+/* 0: done (out and lse written, queued on the backend's stream); 1: not handled (shape,
+ * alignment, device or build), nothing queued: the caller runs attention.cu's kernel. */
+extern "C" int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T,
+                                            int nh, int nkv, int hd) {
+    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, true);
+}
+
+/* The same with the pipeline chosen: variant 0 overlapped (the default above), 1 serial
+ * (S, softmax, P·V in turn; for tests/gpu/attn_sm90_check.cu when the default fails). */
+extern "C" int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B,
+                                                    int T, int nh, int nkv, int hd, int variant) {
+    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, variant == 0);
+}
