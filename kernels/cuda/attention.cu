@@ -3,6 +3,7 @@
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
+#include <string.h>
 
 /* Shapes (ops.h): qkv (B·T, (nh + 2·nkv)·hd) rows hold [q heads | k heads | v heads];
  * out (B·T, nh·hd); lse (B, nh, T) fp32, natural log; query head h reads kv head
@@ -885,6 +886,13 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
 extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T,
                                         int nh, int nkv, int hd) {
     if (B <= 0 || T <= 0) return;
+    /* SHLM_ATTN_SM90=1: the wgmma kernel of attention_sm90.cu where it applies (read once) */
+    static int sm90 = -1;
+    if (sm90 < 0) {
+        const char *e = getenv("SHLM_ATTN_SM90");
+        sm90 = e != NULL && strcmp(e, "1") == 0;
+    }
+    if (sm90 && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) return;
     attn_args a = make_args("attention_fwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(out, 16);
