@@ -1,0 +1,342 @@
+/* GPU check of the Hopper wgmma attention forward (kernels/cuda/attention_sm90.cu)
+ * against the existing mma.sync forward (kernels/cuda/attention.cu), with timings.
+ *
+ * Build (here, no GPU needed; out of tree in /tmp/b-wg, binary carried in .gpu/bin):
+ *   mkdir -p /tmp/b-wg && cd /tmp/b-wg && /work/wgmma/configure && make -j2 libshardlm.a
+ *   nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I/work/wgmma -I/tmp/b-wg \
+ *       -c /work/wgmma/tests/gpu/attn_sm90_check.cu -o /tmp/b-wg/attn_sm90_check.o
+ *   mkdir -p /work/wgmma/.gpu/bin && mpicc -o /work/wgmma/.gpu/bin/attn_sm90_check \
+ *       /tmp/b-wg/attn_sm90_check.o /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 \
+ *       -Wl,-rpath,/usr/local/cuda/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -lm
+ * Run (on the H200, from the repository root):
+ *   .gpu/bin/attn_sm90_check            # every case, both pipelines, then timings
+ *   .gpu/bin/attn_sm90_check --no-time  # correctness only
+ * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
+ *
+ * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (variant 0 overlapped,
+ * the default; 1 serial), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
+ * are peaked and the running max moves; v ~ N(0, 1)):
+ *   out: max |new − old| / max |old| < 1e-2 (both round P and out to bf16), no NaN, no
+ *        element left unwritten (outputs are poisoned with NaN first);
+ *   lse: max |new − old| / max(1, |old|) < 1e-3;
+ *   determinism: a second run is bitwise equal (out and lse);
+ *   the smallest case is also checked against a float64 CPU reference (both kernels).
+ * On a failure the worst errors are printed by row block (query row % 128 / 16: warpgroup
+ * 0 is rows 0-63) and column block (dim / 16), which points at the descriptor or fragment
+ * mapping at fault. Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
+ * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda.h"
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    cudaGetErrorString(e_));                                              \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static int n_failed;
+
+/* ------------------------------------------------------------------ host data */
+
+static uint64_t rng = 0x5eed5eedull;
+static double uniform01(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static float gauss(void) {
+    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+struct Case {
+    int B, T, nh, nkv, hd;
+};
+
+/* ------------------------------------------------------------------ comparisons */
+
+/* out (B·T, nh·hd) of `got` against `ref`; prints and returns whether it passed */
+static bool check_out(const char *what, const __nv_bfloat16 *got, const float *ref, const Case &c,
+                      double tol) {
+    const size_t n = (size_t)c.B * c.T * c.nh * c.hd;
+    double maxref = 0, maxdiff = 0, se = 0, sr = 0;
+    size_t nbad = 0, worst = 0;
+    float blk[8][8] = {{0}}; /* max |diff| by (row % 128) / 16, (dim % 128) / 16 */
+    for (size_t i = 0; i < n; i++) {
+        const double r = ref[i], g = bf(got[i]);
+        const size_t row = i / ((size_t)c.nh * c.hd);
+        const int t = (int)(row % c.T), d = (int)(i % c.hd);
+        if (fabs(r) > maxref) maxref = fabs(r);
+        if (isnan(g)) {
+            nbad++;
+            continue;
+        }
+        const double e = fabs(g - r);
+        if (e > maxdiff) maxdiff = e, worst = i;
+        se += e * e, sr += r * r;
+        float &b = blk[(t % 128) / 16][(d % 128) / 16];
+        if (e > b) b = (float)e;
+    }
+    const double rel = maxref > 0 ? maxdiff / maxref : maxdiff, l2 = sr > 0 ? sqrt(se / sr) : 0;
+    const bool ok = nbad == 0 && rel < tol;
+    const size_t wrow = worst / ((size_t)c.nh * c.hd);
+    printf("    %-28s max|d|/max|ref| %.3e  relL2 %.3e  NaN/unwritten %zu  (tol %.0e) %s\n", what,
+           rel, l2, nbad, tol, ok ? "ok" : "FAIL");
+    if (!ok) {
+        printf("      worst: b %zu t %zu head %zu dim %zu: got %g ref %g\n", wrow / c.T, wrow % c.T,
+               (worst % ((size_t)c.nh * c.hd)) / c.hd, worst % c.hd, bf(got[worst]), ref[worst]);
+        printf("      max |diff| by row block (t%%128/16, rows) x dim block (d/16, columns):\n");
+        for (int rb = 0; rb < 8; rb++) {
+            printf("       ");
+            for (int db = 0; db < c.hd / 16 && db < 8; db++) printf(" %9.2e", blk[rb][db]);
+            printf("\n");
+        }
+        n_failed++;
+    }
+    return ok;
+}
+
+static bool check_lse(const char *what, const float *got, const float *ref, size_t n) {
+    double worst = 0;
+    size_t nbad = 0, wi = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(got[i])) {
+            nbad++;
+            continue;
+        }
+        const double e = fabs((double)got[i] - ref[i]) / fmax(1.0, fabs((double)ref[i]));
+        if (e > worst) worst = e, wi = i;
+    }
+    const bool ok = nbad == 0 && worst < 1e-3;
+    printf("    %-28s max|d|/max(1,|ref|) %.3e  NaN/unwritten %zu  (tol 1e-03) %s\n", what, worst,
+           nbad, ok ? "ok" : "FAIL");
+    if (!ok) {
+        printf("      worst at index %zu (b·nh·T + h·T + t): got %g ref %g\n", wi, got[wi], ref[wi]);
+        n_failed++;
+    }
+    return ok;
+}
+
+/* float64 causal attention on the host: out (B·T, nh·hd), lse (B, nh, T) */
+static void cpu_attention(float *out, float *lse, const __nv_bfloat16 *qkv, const Case &c) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd, CO = (size_t)c.nh * c.hd;
+    const double scale = 1.0 / sqrt((double)c.hd);
+    double *p = (double *)malloc(sizeof(double) * c.T), *acc = (double *)malloc(sizeof(double) * c.hd);
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.nh; h++) {
+            const int kvh = h / (c.nh / c.nkv);
+            for (int i = 0; i < c.T; i++) {
+                const __nv_bfloat16 *q = qkv + ((size_t)b * c.T + i) * C3 + (size_t)h * c.hd;
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    const __nv_bfloat16 *k =
+                        qkv + ((size_t)b * c.T + j) * C3 + (size_t)(c.nh + kvh) * c.hd;
+                    double s = 0;
+                    for (int d = 0; d < c.hd; d++) s += (double)bf(q[d]) * bf(k[d]);
+                    p[j] = s * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                double sum = 0;
+                for (int d = 0; d < c.hd; d++) acc[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    const double e = exp(p[j] - mx);
+                    sum += e;
+                    const __nv_bfloat16 *v =
+                        qkv + ((size_t)b * c.T + j) * C3 + (size_t)(c.nh + c.nkv + kvh) * c.hd;
+                    for (int d = 0; d < c.hd; d++) acc[d] += e * bf(v[d]);
+                }
+                for (int d = 0; d < c.hd; d++)
+                    out[((size_t)b * c.T + i) * CO + (size_t)h * c.hd + d] = (float)(acc[d] / sum);
+                lse[((size_t)b * c.nh + h) * c.T + i] = (float)(mx + log(sum));
+            }
+        }
+    free(p);
+    free(acc);
+}
+
+/* ------------------------------------------------------------------ one case */
+
+static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
+
+static void poison(void *out, size_t out_bytes, float *lse, size_t lse_bytes) {
+    CK(cudaMemsetAsync(out, 0xff, out_bytes, stream())); /* bf16 0xffff: NaN */
+    CK(cudaMemsetAsync(lse, 0xff, lse_bytes, stream())); /* fp32 0xffffffff: NaN */
+}
+
+static void run_case(const Case &c, bool timing) {
+    printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
+    const size_t n_lse = (size_t)c.B * c.nh * c.T;
+    __nv_bfloat16 *h_qkv = (__nv_bfloat16 *)malloc(n_qkv * 2);
+    for (size_t i = 0; i < n_qkv; i++) {
+        const bool is_v = (i % C3) >= (size_t)(c.nh + c.nkv) * c.hd;
+        h_qkv[i] = __float2bfloat16(is_v ? gauss() : 1.5f * gauss());
+    }
+    void *d_qkv, *d_ref, *d_new, *d_new2;
+    float *d_lref, *d_lnew, *d_lnew2;
+    CK(cudaMalloc(&d_qkv, n_qkv * 2));
+    CK(cudaMalloc(&d_ref, n_out * 2));
+    CK(cudaMalloc(&d_new, n_out * 2));
+    CK(cudaMalloc(&d_new2, n_out * 2));
+    CK(cudaMalloc(&d_lref, n_lse * 4));
+    CK(cudaMalloc(&d_lnew, n_lse * 4));
+    CK(cudaMalloc(&d_lnew2, n_lse * 4));
+    CK(cudaMemcpy(d_qkv, h_qkv, n_qkv * 2, cudaMemcpyHostToDevice));
+
+    __nv_bfloat16 *h_ref = (__nv_bfloat16 *)malloc(n_out * 2), *h_new = (__nv_bfloat16 *)malloc(n_out * 2),
+                  *h_new2 = (__nv_bfloat16 *)malloc(n_out * 2);
+    float *f_ref = (float *)malloc(n_out * 4), *l_ref = (float *)malloc(n_lse * 4),
+          *l_new = (float *)malloc(n_lse * 4), *l_new2 = (float *)malloc(n_lse * 4);
+
+    /* the existing kernel (SHLM_ATTN_SM90 is unset: see main) */
+    poison(d_ref, n_out * 2, d_lref, n_lse * 4);
+    shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    CK(cudaStreamSynchronize(stream()));
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(h_ref, d_ref, n_out * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(l_ref, d_lref, n_lse * 4, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n_out; i++) f_ref[i] = bf(h_ref[i]);
+
+    /* the smallest case: both kernels against float64 */
+    float *f_cpu = NULL, *l_cpu = NULL;
+    if ((double)c.B * c.nh * c.T * c.T * c.hd < 5e7) {
+        f_cpu = (float *)malloc(n_out * 4);
+        l_cpu = (float *)malloc(n_lse * 4);
+        cpu_attention(f_cpu, l_cpu, h_qkv, c);
+        check_out("old out vs float64", h_ref, f_cpu, c, 1e-2);
+        check_lse("old lse vs float64", l_ref, l_cpu, n_lse);
+    }
+
+    for (int variant = 0; variant < 2; variant++) {
+        const char *vn = variant == 0 ? "overlapped" : "serial";
+        printf("  new kernel, %s pipeline (variant %d)\n", vn, variant);
+        poison(d_new, n_out * 2, d_lnew, n_lse * 4);
+        int rc = shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
+                                                      c.hd, variant);
+        cudaError_t err = cudaStreamSynchronize(stream());
+        if (err == cudaSuccess) err = cudaGetLastError();
+        if (rc != 0 || err != cudaSuccess) {
+            printf("    FAIL: rc %d (1 = not handled), CUDA: %s\n", rc, cudaGetErrorString(err));
+            n_failed++;
+            if (err != cudaSuccess) exit(1); /* a sticky error poisons every later call */
+            continue;
+        }
+        CK(cudaMemcpy(h_new, d_new, n_out * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(l_new, d_lnew, n_lse * 4, cudaMemcpyDeviceToHost));
+        check_out("out vs old kernel", h_new, f_ref, c, 1e-2);
+        check_lse("lse vs old kernel", l_new, l_ref, n_lse);
+        if (f_cpu) {
+            check_out("out vs float64", h_new, f_cpu, c, 1e-2);
+            check_lse("lse vs float64", l_new, l_cpu, n_lse);
+        }
+        poison(d_new2, n_out * 2, d_lnew2, n_lse * 4);
+        rc = shlm_cuda_attention_fwd_sm90_variant(d_new2, d_lnew2, d_qkv, c.B, c.T, c.nh, c.nkv,
+                                                  c.hd, variant);
+        CK(cudaStreamSynchronize(stream()));
+        CK(cudaMemcpy(h_new2, d_new2, n_out * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(l_new2, d_lnew2, n_lse * 4, cudaMemcpyDeviceToHost));
+        const bool same = rc == 0 && memcmp(h_new, h_new2, n_out * 2) == 0 &&
+                          memcmp(l_new, l_new2, n_lse * 4) == 0;
+        printf("    %-28s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
+        if (!same) n_failed++;
+    }
+
+    if (timing) {
+        const double pairs = (double)c.B * c.nh * ((double)c.T * (c.T + 1) / 2);
+        const double flops = 4.0 * c.hd * pairs;
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int which = 0; which < 3; which++) {
+            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new overlapped" : "new serial";
+            auto launch = [&]() {
+                if (which == 0) shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+                else
+                    shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
+                                                         c.hd, which - 1);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 20; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 20;
+            printf("  time %-16s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+        }
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
+
+    CK(cudaFree(d_qkv));
+    CK(cudaFree(d_ref));
+    CK(cudaFree(d_new));
+    CK(cudaFree(d_new2));
+    CK(cudaFree(d_lref));
+    CK(cudaFree(d_lnew));
+    CK(cudaFree(d_lnew2));
+    free(h_qkv), free(h_ref), free(h_new), free(h_new2), free(f_ref), free(l_ref), free(l_new);
+    free(l_new2), free(f_cpu), free(l_cpu);
+}
+
+int main(int argc, char **argv) {
+    const bool timing = !(argc > 1 && strcmp(argv[1], "--no-time") == 0);
+    unsetenv("SHLM_ATTN_SM90"); /* shlm_cuda_attention_fwd must stay the old kernel */
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, compute capability %d.%d, %d SMs\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    if (prop.major != 9 || prop.minor != 0) {
+        printf("not a compute capability 9.0 device: skipped\n");
+        return 77;
+    }
+
+    /* what the new kernel must decline (the caller then falls back) */
+    {
+        void *d_qkv, *d_out;
+        float *d_lse;
+        CK(cudaMalloc(&d_qkv, 1 << 20));
+        CK(cudaMalloc(&d_out, 1 << 20));
+        CK(cudaMalloc(&d_lse, 1 << 16));
+        const int r96 = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 2, 2, 96);
+        const int rmis = shlm_cuda_attention_fwd_sm90(d_out, d_lse, (char *)d_qkv + 2, 1, 64, 2, 2, 128);
+        const int rgqa = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 3, 2, 128);
+        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
+        printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
+               ok ? "ok" : "FAIL");
+        if (!ok) n_failed++;
+        CK(cudaStreamSynchronize(stream()));
+        CK(cudaFree(d_qkv));
+        CK(cudaFree(d_out));
+        CK(cudaFree(d_lse));
+    }
+
+    const Case cases[] = {
+        {1, 130, 4, 4, 128},   /* two query tiles, the second one mostly padding */
+        {2, 1000, 8, 2, 128},  /* GQA 4:1, T not a multiple of 128, two sequences */
+        {1, 4096, 32, 32, 128}, /* the benchmark shape */
+        {1, 130, 4, 4, 64},
+        {1, 4096, 32, 32, 64},
+    };
+    for (const Case &c : cases) run_case(c, timing && c.T >= 1000);
+    printf("%s: %d check(s) failed\n", n_failed ? "FAIL" : "PASS", n_failed);
+    return n_failed ? 1 : 0;
+}
