@@ -5,7 +5,11 @@
  *
  * STATUS: written and compiled without a GPU; never run. Every point marked UNVERIFIED is
  * an assumption about the hardware or the PTX rules that only a run can confirm: look
- * there first when tests/gpu/attn_sm90_check.cu fails.
+ * there first when tests/gpu/attn_sm90_check.cu fails. The index math itself (copies,
+ * descriptors as the PTX ISA describes them, buffers, mask, fragments) is checked on the
+ * CPU by tests/gpu/attn_sm90_model.py. Built with nvcc 13.0 for sm_90a (ptxas -v):
+ * hd 128 overlapped 200 registers, serial 204; hd 64 overlapped 162, serial 183; no
+ * spills; dynamic shared memory 164,864 bytes at hd 128, 82,944 at hd 64.
  *
  * ---------------------------------------------------------------- design
  *
@@ -48,15 +52,19 @@
  *       unused for swizzled K-major layouts, encoded as 1 (16 bytes) like CUTLASS does.
  *       k-step kk of 16 columns: start + (kk / 4)·16384 (the panel) + (kk % 4)·32 bytes
  *       (a 32-byte step inside the 128-byte swizzled row: the hardware applies the XOR to
- *       the computed address, as CUTLASS's descriptor iterator and DeepGEMM rely on).
+ *       the computed address, as CUTLASS's descriptor iterator and DeepGEMM rely on;
+ *       ThunderKittens' st_descriptor uses the same LBO 16, SBO 1024 and k-chunk offsets
+ *       for its identically laid out swizzled tiles).
  *       UNVERIFIED on this kernel: the +32/64/96-byte start inside a swizzle atom.
  *   V (N-major, 128B swizzle): LBO = 16384 (from one 64-column panel to the next: n128
  *       spans both panels), SBO = 1024 (from keys 0-7 to keys 8-15 of the k-step);
  *       k-step kk: start + kk·16·128 bytes (16 key rows). These follow the canonical
  *       MN-major layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)) of the PTX ISA and CUTLASS's
- *       make_gmma_desc<Major::MN> (stride_01 -> LBO, stride_11 -> SBO for swizzled modes).
+ *       make_gmma_desc<Major::MN> (stride_01 -> LBO, stride_11 -> SBO for swizzled modes);
+ *       ThunderKittens' MN-major 128B descriptor is the same (LBO = rows·128 bytes, SBO
+ *       1024, +2048 bytes per k-chunk).
  *       UNVERIFIED: the LBO/SBO roles for N-major swizzled B (the likeliest suspect if O
- *       is wrong while lse is right).
+ *       is wrong while lse is right; swapping the two is the first thing to try).
  *
  * Instructions (one warpgroup each; "p" is scale-d: 0 on S's first k-step, D = A·B):
  *   S:  wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {64 f32}, descQ, descK, p, 1, 1, 0, 0;
@@ -87,10 +95,25 @@
  *                    wait S_j (wait_group 1); softmax(S_j) in fp32 while P·V runs
  *                    wait P·V (wait_group 0); O *= alpha_j; P_j = bf16(S_j)
  *   O += P_{n-1}·V_{n-1}
- * Registers per thread at hd = 128: S 64 f32 + O 64 f32 + P 32 b32. OVERLAP = false runs
+ * Registers per thread at hd = 128: S 64 f32 + O 64 f32 + P 32 b32. The SASS has this
+ * order: the S and P·V HGMMA chains, WARPGROUP.DEPBAR.LE gsb0 1, the softmax's MUFU.EX2,
+ * DEPBAR.LE gsb0 0, then the F2FP packs into P's registers. OVERLAP = false runs
  * the plain order (S, softmax, P·V, each waited) for debugging; both are deterministic
  * (fixed order, no atomics). Scores are kept in the log2 domain (scale·log2 e folded into
- * one FFMA, exp = ex2.approx), lse = (m + log2 l)·ln 2, as in attention.cu. */
+ * one FFMA, exp = ex2.approx), lse = (m + log2 l)·ln 2, as in attention.cu.
+ *
+ * UNVERIFIED, in the order to suspect them when the GPU test fails:
+ *  1. V's N-major descriptor (LBO = panel stride, SBO = 1024) with tnspB = 1 (above).
+ *  2. K-major k-steps by +32 bytes inside a 128-byte swizzle atom, base offset 0 (above).
+ *  3. The register-A fragment of m64nNk16 equals mma.m16n8k16's A per warp (above).
+ *  4. cp.async writes need fence.proxy.async.shared::cta before the barrier to be seen
+ *     by wgmma (cp.async is generic-proxy; the fence is conservative if not needed).
+ *  5. One warp's wgmma.wait_group does not prove the other three warps' parts of the same
+ *     wgmma are done, hence the named barrier before O overwrites the warpgroup's Q rows.
+ *  6. Performance: the one __syncthreads per key tile keeps both warpgroups in step, so
+ *     their softmaxes coincide and only their own P·V overlaps them (no FA3 ping-pong);
+ *     256 threads issue the cp.async copies. Expected 400-500 TFLOP/s at B=1, T=4096,
+ *     32 heads of 128; below that, try TMA + a producer warp next. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
