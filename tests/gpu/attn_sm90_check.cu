@@ -1,19 +1,24 @@
 /* GPU check of the Hopper wgmma attention forward (kernels/cuda/attention_sm90.cu)
  * against the existing mma.sync forward (kernels/cuda/attention.cu), with timings.
  *
- * Build (here, no GPU needed; out of tree in /tmp/b-wg, binary carried in .gpu/bin):
- *   mkdir -p /tmp/b-wg && cd /tmp/b-wg && /work/wgmma/configure && make -j2 libshardlm.a
- *   nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I/work/wgmma -I/tmp/b-wg \
- *       -c /work/wgmma/tests/gpu/attn_sm90_check.cu -o /tmp/b-wg/attn_sm90_check.o
- *   mkdir -p /work/wgmma/.gpu/bin && mpicc -o /work/wgmma/.gpu/bin/attn_sm90_check \
- *       /tmp/b-wg/attn_sm90_check.o /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 \
- *       -Wl,-rpath,/usr/local/cuda/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -lm
+ * Build, either way (both done here, without a GPU; the binary travels in .gpu/bin):
+ *  a) nvcc alone, no MPI needed to run it (tests/gpu/attn_sm90_shim.cu stands in for the
+ *     backend's stream, scratch and fatal path), from the repository root:
+ *       mkdir -p .gpu/bin && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. \
+ *           -o .gpu/bin/attn_sm90_check tests/gpu/attn_sm90_check.cu \
+ *           tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu
+ *  b) against the project's library, out of tree (needs Open MPI's libmpi where it runs:
+ *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries):
+ *       mkdir -p /tmp/b-wg && cd /tmp/b-wg && /work/wgmma/configure && make -j2 libshardlm.a
+ *       nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I/work/wgmma -I/tmp/b-wg \
+ *           -c /work/wgmma/tests/gpu/attn_sm90_check.cu -o /tmp/b-wg/attn_sm90_check.o
+ *       mpicc -o /work/wgmma/.gpu/bin/attn_sm90_check /tmp/b-wg/attn_sm90_check.o \
+ *           /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+ *           -lcublasLt -lcublas -lcudart -lstdc++ -lm
  * Run (on the H200, from the repository root):
  *   .gpu/bin/attn_sm90_check            # every case, both pipelines, then timings
  *   .gpu/bin/attn_sm90_check --no-time  # correctness only
  *   compute-sanitizer .gpu/bin/attn_sm90_check --small   # the T = 130 cases, no timings
- * (with the project's toolchain on that machine: source .gpu/env.sh .gpu/debs first, for
- * Open MPI's libmpi, which libshardlm.a's error path links).
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (variant 0 overlapped,
