@@ -21,6 +21,16 @@ cudaStream_t shlm_cuda_stream(void) {
 
 extern "C" void *shlm_cuda_stream_handle(void) { return (void *)shlm_cuda_stream(); }
 
+int shlm_cuda_sm_count(void) {
+    static int n = 0;
+    if (n == 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+    }
+    return n;
+}
+
 /* grows (after synchronising the stream: the old buffer may be in use), never shrinks */
 void *shlm_cuda_scratch(size_t bytes) {
     static void *p = NULL;
