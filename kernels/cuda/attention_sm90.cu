@@ -3,13 +3,15 @@
  * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
  * back to that kernel whenever this one returns 1.
  *
- * STATUS: written and compiled without a GPU; never run. Every point marked UNVERIFIED is
- * an assumption about the hardware or the PTX rules that only a run can confirm: look
- * there first when tests/gpu/attn_sm90_check.cu fails. The index math itself (copies,
- * descriptors as the PTX ISA describes them, buffers, mask, fragments) is checked on the
- * CPU by tests/gpu/attn_sm90_model.py. Built with nvcc 13.0 for sm_90a (ptxas -v):
- * hd 128 overlapped 200 registers, serial 204; hd 64 overlapped 162, serial 183; no
- * spills; dynamic shared memory 164,864 bytes at hd 128, 82,944 at hd 64.
+ * STATUS: checked on an H200 (tests/gpu/attn_sm90_check.cu: against attention.cu's kernel
+ * and a float64 reference, bitwise repeatable, compute-sanitizer memcheck clean;
+ * test_ops_cuda's attention cases; `bash benchmarks/gpu_session.sh sm90`). At B=1,
+ * T=4096, 32 heads of 128: 360 us = 382 TFLOP/s against 465 us = 296 TFLOP/s for
+ * attention.cu (bench_kernels, same call). The index math (copies, descriptors, buffers,
+ * mask, fragments) is also modelled on the CPU by tests/gpu/attn_sm90_model.py. Built with
+ * nvcc 13.0 for sm_90a (ptxas -v): hd 128 overlapped 200 registers, serial 204; hd 64
+ * overlapped 162, serial 183; no spills; dynamic shared memory 164,864 bytes at hd 128,
+ * 82,944 at hd 64.
  *
  * ---------------------------------------------------------------- design
  *
@@ -55,7 +57,7 @@
  *       the computed address, as CUTLASS's descriptor iterator and DeepGEMM rely on;
  *       ThunderKittens' st_descriptor uses the same LBO 16, SBO 1024 and k-chunk offsets
  *       for its identically laid out swizzled tiles).
- *       UNVERIFIED on this kernel: the +32/64/96-byte start inside a swizzle atom.
+ *       (Confirmed on the H200, as are the two points below.)
  *   V (N-major, 128B swizzle): LBO = 16384 (from one 64-column panel to the next: n128
  *       spans both panels), SBO = 1024 (from keys 0-7 to keys 8-15 of the k-step);
  *       k-step kk: start + kk·16·128 bytes (16 key rows). These follow the canonical
@@ -63,8 +65,6 @@
  *       make_gmma_desc<Major::MN> (stride_01 -> LBO, stride_11 -> SBO for swizzled modes);
  *       ThunderKittens' MN-major 128B descriptor is the same (LBO = rows·128 bytes, SBO
  *       1024, +2048 bytes per k-chunk).
- *       UNVERIFIED: the LBO/SBO roles for N-major swizzled B (the likeliest suspect if O
- *       is wrong while lse is right; swapping the two is the first thing to try).
  *
  * Instructions (one warpgroup each; "p" is scale-d: 0 on S's first k-step, D = A·B):
  *   S:  wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {64 f32}, descQ, descK, p, 1, 1, 0, 0;
@@ -86,7 +86,6 @@
  * for P·V's k-step kk (keys 16kk..16kk+15 = S columns of blocks 2kk and 2kk+1), register q
  * is bf16x2(s[8kk + 2q], s[8kk + 2q + 1]): P[i] = pack(s[2i], s[2i+1]) over the whole row,
  * the FA2 trick of attention.cu, and P never leaves registers.
- * UNVERIFIED: that the register-A layout matches mma.sync's A exactly (figure 148).
  *
  * Pipeline (template OVERLAP = true, the default; FlashAttention-3's intra-warpgroup
  * overlap without its ping-pong between warpgroups):
@@ -102,30 +101,19 @@
  * (fixed order, no atomics). Scores are kept in the log2 domain (scale·log2 e folded into
  * one FFMA, exp = ex2.approx), lse = (m + log2 l)·ln 2, as in attention.cu.
  *
- * UNVERIFIED, in the order to suspect them when the GPU test fails:
- *  1. V's N-major descriptor (LBO = panel stride, SBO = 1024) with tnspB = 1 (above).
- *  2. K-major k-steps by +32 bytes inside a 128-byte swizzle atom, base offset 0 (above).
- *  3. The register-A fragment of m64nNk16 equals mma.m16n8k16's A per warp (above).
- *  4. cp.async writes need fence.proxy.async.shared::cta before the barrier to be seen
- *     by wgmma (cp.async is generic-proxy; the fence is conservative if not needed).
- *  5. One warp's wgmma.wait_group does not prove the other three warps' parts of the same
- *     wgmma are done, hence the named barrier before O overwrites the warpgroup's Q rows.
- *  6. Performance: the one __syncthreads per key tile keeps both warpgroups in step, so
- *     their softmaxes coincide and only their own P·V overlaps them (no FA3 ping-pong);
- *     256 threads issue the cp.async copies. The target (nothing measured yet) is
- *     400-500 TFLOP/s at B=1, T=4096, 32 heads of 128, against about 295 for attention.cu;
- *     below that, try TMA + a producer warp, then the ping-pong. */
+ * What the first GPU run settled: the descriptors (K-major with +32-byte k-steps inside
+ * the swizzle atom, N-major V with tnspB = 1, LBO = panel stride, SBO = 1024), the
+ * register-A fragment (= mma.m16n8k16's A per warp) and the fences were right as written.
+ * Performance: the serial pipeline measured as fast as the overlapped one (hd 128: 358 vs
+ * 356 us; hd 64: 239 vs 250 us), so the intra-warpgroup overlap buys nothing while one
+ * __syncthreads per key tile keeps both warpgroups in step and all 256 threads issue
+ * cp.async copies: the next steps are TMA with a producer warp (warp specialisation),
+ * then FA3's ping-pong between the two consumer warpgroups. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 #include <math.h>
 
-/* The device code exists only for sm_90a: wgmma is an arch-specific feature. Any other
- * target compiles empty kernels that are never launched (the probe below says so). */
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define SHLM_WGMMA 1
-#else
-#define SHLM_WGMMA 0
-#endif
 
 namespace {
 namespace sm90 {
@@ -149,114 +137,7 @@ __device__ int g_probe;
 __global__ void probe_kernel() { g_probe = SHLM_WGMMA; }
 
 #if SHLM_WGMMA
-/* ------------------------------------------------------------------ primitives */
-
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-/* this thread's completed generic-proxy writes to shared memory (cp.async included)
- * become visible to async-proxy readers (wgmma) after the barrier that follows */
-__device__ __forceinline__ void fence_proxy_async() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-}
-/* The compiler must neither read nor write these registers across the asm: placed after
- * a wait, it keeps the uses of asynchronous results after the wait. */
-template <int N> __device__ __forceinline__ void reg_fence(float (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N> __device__ __forceinline__ void reg_fence(uint32_t (&r)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
-}
-
-/* 128-byte-swizzled shared-memory matrix descriptor (see the top of the file) */
-__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
-    return (uint64_t)((saddr & 0x3FFFF) >> 4) | ((uint64_t)((lbo & 0x3FFFF) >> 4) << 16) |
-           ((uint64_t)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
-}
-/* the same descriptor with its start address moved by `bytes` (a multiple of 16; no
- * carry out of the 14-bit field: shared addresses stay below 256 KiB) */
-__device__ __forceinline__ uint64_t desc_add(uint64_t d, uint32_t bytes) {
-    return d + (uint64_t)(bytes >> 4);
-}
-
-#define SHLM_D8(i)                                                                         \
-    "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-        "+f"(d[i + 6]), "+f"(d[i + 7])
-#define SHLM_D32 SHLM_D8(0), SHLM_D8(8), SHLM_D8(16), SHLM_D8(24)
-#define SHLM_D64 SHLM_D32, SHLM_D8(32), SHLM_D8(40), SHLM_D8(48), SHLM_D8(56)
-#define SHLM_R32                                                                           \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define SHLM_R64                                                                           \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, " \
-    "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "  \
-    "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, "  \
-    "%53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-
-/* D(64×128) (+)= A(64×16, shared, K-major) · B(16×128, shared, K-major) */
-template <int SCALE_D>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SHLM_R64
-                 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-                 : SHLM_D64
-                 : "l"(da), "l"(db), "n"(SCALE_D));
-}
-/* D(64×128) += A(64×16, registers) · B(16×128, shared, N-major: tnspB = 1) */
-__device__ __forceinline__ void wgmma_rs_n128_t(float (&d)[64], const uint32_t *a, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SHLM_R64
-                 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-                 : SHLM_D64
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-/* D(64×64) += A(64×16, registers) · B(16×64, shared, N-major: tnspB = 1) */
-__device__ __forceinline__ void wgmma_rs_n64_t(float (&d)[32], const uint32_t *a, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SHLM_R32
-                 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-                 : SHLM_D32
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "n"(1));
-}
-#undef SHLM_D8
-#undef SHLM_D32
-#undef SHLM_D64
-#undef SHLM_R32
-#undef SHLM_R64
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower column */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-/* 2^x: the bare MUFU instruction (2^-inf = 0) */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
+using namespace shlm_wgmma;
 
 /* ------------------------------------------------------------------ the steps */
 

@@ -93,11 +93,12 @@ void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int 
                              int nkv, int hd);
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                              const float *lse, int B, int T, int nh, int nkv, int hd);
-/* The forward on Hopper warpgroup MMA (attention_sm90.cu; UNTESTED on a GPU so far):
- * head_dim 64 or 128, 16-byte-aligned qkv and out, a compute capability 9.0 device and a
- * build with its sm_90a code. Returns 0 when it queued the work, 1 when it did not (the
- * caller then runs shlm_cuda_attention_fwd's own kernel). shlm_cuda_attention_fwd tries
- * it first when the environment has SHLM_ATTN_SM90=1 (off by default). The _variant
+/* The forward on Hopper warpgroup MMA (attention_sm90.cu, checked on an H200 by
+ * tests/gpu/attn_sm90_check.cu): head_dim 64 or 128, 16-byte-aligned qkv and out, a
+ * compute capability 9.0 device and a build with its sm_90a code. Returns 0 when it
+ * queued the work, 1 when it did not (the caller then runs shlm_cuda_attention_fwd's own
+ * kernel). shlm_cuda_attention_fwd tries it first unless the environment has
+ * SHLM_ATTN_SM90=0. The _variant
  * form picks the pipeline: 0 overlapped (the default), 1 serial (a debugging aid). */
 int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T, int nh,
                                  int nkv, int hd);
