@@ -193,7 +193,8 @@ final_phase() {
     bench_setup
     smi_start shardlm
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
-    SHLM_NCCL_CTA_POLICY=efficiency run 7b_fs_mb2_ctaeff 2 llama2-7b 2 none FULL_SHARD 6
+    # the same with the portable mma.sync attention: what the wgmma kernels bring
+    SHLM_ATTN_SM90=0 run 7b_fs_mb2_mmasync 2 llama2-7b 2 none FULL_SHARD 6
     smi_stop shardlm
     bench_table
     : > "$OUT/anchor.txt"
@@ -205,6 +206,10 @@ final_phase() {
     if [ "$SECONDS" -lt 430 ]; then
         run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
         bench_table
+    fi
+    if [ "$SECONDS" -lt 480 ]; then
+        run 7b_fs_mb2_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true
+        sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_profile.log" | tee "$OUT/profile.txt"
     fi
 }
 
