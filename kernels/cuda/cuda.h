@@ -104,6 +104,28 @@ int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, 
                                  int nkv, int hd);
 int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B, int T,
                                          int nh, int nkv, int hd, int variant);
+/* The backward's dK/dV (+dS) pass on Hopper warpgroup MMA (attention_bwd_sm90.cu), same
+ * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
+ * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
+ * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
+ * (nothing queued). shlm_cuda_attention_bwd tries it per pass unless SHLM_ATTN_SM90=0.
+ * variant 0: overlapped pipeline (the default), 1: serial (a debugging aid). */
+int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
+                                     const void *qkv, const float *lse, const float *D, int b0,
+                                     int nb, int T, int nh, int nkv, int hd, float scale,
+                                     float scale_log2);
+int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
+                                             const void *dout, const void *qkv, const float *lse,
+                                             const float *D, int b0, int nb, int T, int nh,
+                                             int nkv, int hd, float scale, float scale_log2,
+                                             int variant);
+/* shlm_cuda_attention_bwd with its dK/dV kernel chosen (for tests and benchmarks): dkv 0
+ * attention.cu's mma.sync kernel, 1 the wgmma one (overlapped), 2 the wgmma one (serial).
+ * Returns 1 when the wgmma kernel was asked for but declined some pass (the mma.sync one
+ * ran there instead), else 0. */
+int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
+                                    const void *out, const float *lse, int B, int T, int nh,
+                                    int nkv, int hd, int dkv);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */

@@ -1,0 +1,385 @@
+/* cuda backend: the dK/dV (and dS) pass of the causal grouped-query flash attention
+ * backward for Hopper (sm_90a) on warpgroup MMA (wgmma.mma_async, bf16 operands, fp32
+ * accumulation). Same contract as attn_bwd_dkv_kernel in attention.cu (read the comment
+ * above it and above bwd_scratch_layout): same inputs, writes the dk and dv rows of dqkv
+ * and the dS scratch in exactly the same fragment layout, so that attention.cu's dQ kernel
+ * runs unchanged after it. head_dim 64 and 128 only; the caller (bwd_launch) falls back
+ * to attn_bwd_dkv_kernel whenever this returns 1.
+ *
+ * STATUS: see tests/gpu/attn_bwd_sm90_check.cu for what has been checked on an H200 and
+ * the numbers measured there (the commit messages record each run).
+ *
+ * ---------------------------------------------------------------- design
+ *
+ * Block = (kv head, 128-key tile kt, batch element b0 + z), 256 threads = two warpgroups;
+ * warpgroup wg owns keys k0 + 64·wg .. + 63, one m64 wgmma tile, and keeps dK and dV of
+ * those keys in registers (m64n{hd} fp32 each). The block visits every query head of the
+ * GQA group and every 64-query step at or after k0 (the order of attn_bwd_dkv_kernel:
+ * head-major, then query steps), so each dk/dv row has one writer summing in a fixed
+ * order: deterministic, no atomics. Per step and warpgroup (rows = keys, columns = the
+ * step's 64 queries):
+ *   Sᵀ  = K_wg·Qᵀ            ss m64n64k16 × hd/16, A = K rows (K-major), B = Q (K-major)
+ *   dPᵀ = V_wg·dOᵀ           ss m64n64k16 × hd/16, A = V rows, B = dO (both K-major)
+ *   Pᵀ  = 2^(Sᵀ·scale·log2 e − lse·log2 e), 0 where key > query (diagonal steps)
+ *   dV += Pᵀ·dO              rs m64n{hd}k16 × 4, A = bf16 Pᵀ in registers, B = dO N-major
+ *   dSᵀ = Pᵀ∘(dPᵀ − D)·scale (fp32 Pᵀ, as attn_bwd_dkv_kernel)
+ *   dK += dSᵀ·Q              rs m64n{hd}k16 × 4, A = bf16 dSᵀ in registers, B = Q N-major
+ * and the bf16 dSᵀ register fragments go to the scratch as they are: warp w of warpgroup
+ * wg holds keys 16(4wg + w).. (key block kk = 4wg + w), and its register-A fragment for
+ * the k-step over queries 16qm.. is mma.m16n8k16's A fragment of those 16 keys × 16
+ * queries, i.e. exactly fragment kk·4 + qm of the dS tile, one 16-byte store per lane in
+ * lane order. A warpgroup whose keys all follow the step's queries (wg 1 on the first
+ * query step of a head) skips the step and stores nothing: attn_bwd_dq_kernel reads a
+ * fragment only when its first key is at or before the reading warp's last query, never
+ * for such a step. Keys past T come in as zero rows, are masked on the diagonal steps
+ * (the only steps that can hold them) and are never stored; queries past T get lse = +inf
+ * (P = 0), D = 0 and zero Q/dO rows.
+ *
+ * Shared memory, every tile in the 128-byte-swizzled 64-column panels of
+ * attention_sm90.cu (chunk c of row r at c ^ (r % 8); a panel of R rows is R·128 bytes,
+ * 1024-aligned): K, V [128][hd] (panels of 16 KiB), Q[2], dO[2] [64][hd] (panels of 8 KiB,
+ * double-buffered with cp.async), lse·log2 e and D [2][64] fp32: 129 KiB + 1 KiB of
+ * alignment slack at hd 128, 65 KiB at hd 64. Descriptors as in attention_sm90.cu:
+ * K-major LBO 16, SBO 1024, k-step kk at (kk / 4)·PANEL + (kk % 4)·32 bytes; N-major
+ * (tnspB = 1) LBO = the panel stride, SBO 1024, k-step of 16 rows = +2048 bytes. dK and dV
+ * leave through the warpgroup's own K and V rows (nobody else reads them), staged in the
+ * same layout, as 16-byte row stores.
+ *
+ * Pipelines (both deterministic, same results bit for bit):
+ *   OVERLAP (variant 0, the default): issue Sᵀ and dPᵀ together; wait Sᵀ; exp; issue dV;
+ *     wait dPᵀ (dV keeps running); dS, its stores; issue dK; wait all.
+ *   serial (variant 1): every product waited before the next instruction (debugging). */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+#include <math.h>
+
+namespace {
+namespace sm90b {
+
+constexpr int THREADS = 256;           /* two warpgroups */
+constexpr int BK = 128;                /* keys per block, 64 per warpgroup */
+constexpr int BQ = 64;                 /* queries per step */
+constexpr int ROW_BYTES = 128;         /* one swizzled panel row: 64 bf16 */
+constexpr int KPANEL = BK * ROW_BYTES; /* 16 KiB */
+constexpr int QPANEL = BQ * ROW_BYTES; /* 8 KiB */
+constexpr int DS_TILE = BK * BQ;       /* elements of one dS tile (attention.cu) */
+constexpr int DS_FRAG = 256;           /* elements of one 16×16 fragment */
+constexpr float LOG2E = 1.4426950408889634f;
+
+template <int HD> struct cfg {
+    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+    static constexpr int KTILE = (HD / 64) * KPANEL;
+    static constexpr int QTILE = (HD / 64) * QPANEL;
+    static constexpr int VEC = 4 * BQ * 4; /* lse, D: [2][64] fp32 each */
+    static constexpr int SMEM = 2 * KTILE + 4 * QTILE + VEC + 1024;
+};
+
+/* attention.cu's ds_tile_base: dS tiles of query tiles (of 64) 0..Q-1 */
+__host__ __device__ __forceinline__ size_t ds_tile_base(int Q) {
+    const size_t m = (size_t)(Q >> 1);
+    return (Q & 1) ? (m + 1) * (m + 1) : m * (m + 1);
+}
+
+__device__ int g_probe;
+__global__ void probe_kernel() { g_probe = SHLM_WGMMA; }
+
+#if SHLM_WGMMA
+using namespace shlm_wgmma;
+
+/* Starts copying rows row0..row0+ROWS-1 (rows >= T become zeros) of one head's columns
+ * into a swizzled tile with panels of ROWS rows; part of the caller's next cp.async group. */
+template <int HD, int ROWS>
+__device__ __forceinline__ void load_tile(uint32_t stile, const bf16 *g, size_t ld, int row0,
+                                          int T) {
+    constexpr int CH = HD / 8;
+    constexpr int RSTEP = THREADS / CH;
+    constexpr int PANEL = ROWS * ROW_BYTES;
+    static_assert(RSTEP % 8 == 0 && ROWS % RSTEP == 0, "a thread's rows keep one swizzle phase");
+    const int c = threadIdx.x % CH, r0 = threadIdx.x / CH;
+    const uint32_t dst = stile + (c >> 3) * PANEL + r0 * ROW_BYTES + (((c & 7) ^ (r0 & 7)) << 4);
+    const int nvalid = T - row0;
+#pragma unroll
+    for (int k = 0; k < ROWS / RSTEP; k++) {
+        const int r = r0 + k * RSTEP;
+        const bool ok = r < nvalid;
+        cp_async16(dst + k * RSTEP * ROW_BYTES, ok ? g + (size_t)(row0 + r) * ld + c * 8 : g, ok);
+    }
+}
+
+/* X = A·Bᵀ over the head dim: A the warpgroup's 64 key rows (K or V, K-major, panels of
+ * 128 rows), B the step's 64 query rows (Q or dO, K-major, panels of 64 rows) */
+template <int HD>
+__device__ __forceinline__ void gemm_kq(float (&x)[32], uint64_t da, uint64_t db) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const uint64_t a = desc_add(da, (kk >> 2) * KPANEL + (kk & 3) * 32);
+        const uint64_t b = desc_add(db, (kk >> 2) * QPANEL + (kk & 3) * 32);
+        if (kk == 0) wgmma_ss_n64<0>(x, a, b);
+        else wgmma_ss_n64<1>(x, a, b);
+    }
+}
+
+/* acc += X·B over the step's 64 queries: X in registers (bf16 A fragments), B the query
+ * rows (dO or Q) read N-major (tnspB = 1) */
+template <int HD>
+__device__ __forceinline__ void gemm_acc(float (&acc)[HD / 2], const uint32_t (&x)[16],
+                                         uint64_t db) {
+#pragma unroll
+    for (int kq = 0; kq < BQ / 16; kq++) {
+        const uint64_t d = desc_add(db, kq * 16 * ROW_BYTES);
+        if constexpr (HD == 128) wgmma_rs_n128_t(acc, &x[4 * kq], d);
+        else wgmma_rs_n64_t(acc, &x[4 * kq], d);
+    }
+}
+
+__device__ __forceinline__ void tiles_ready() {
+    cp_async_wait_all();
+    fence_proxy_async();
+    __syncthreads();
+}
+#endif /* SHLM_WGMMA */
+
+template <int HD, bool OVERLAP>
+__global__ void __launch_bounds__(THREADS, 1)
+    attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+                       const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
+                       float scale, float scale_log2) {
+#if SHLM_WGMMA
+    using C = cfg<HD>;
+    constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sK = (raw + 1023u) & ~1023u;
+    unsigned char *const gbase = smem_raw + (sK - raw);
+    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + 2 * C::QTILE;
+    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 4 * C::QTILE);
+    float *const D_b = lse_b + 2 * BQ;
+
+    const int kvh = blockIdx.x, kt = blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int k0 = kt * BK;
+    const int group = nh / nkv;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
+    const bf16 *const base = qkv + (size_t)b * T * C3;
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int kg0 = k0 + 64 * wg;          /* the warpgroup's first key */
+    const int kr0 = kg0 + 16 * warp + g;   /* the thread's keys: kr0, kr0 + 8 */
+
+    load_tile<HD, BK>(sK, base + (size_t)(nh + kvh) * HD, C3, k0, T);
+    load_tile<HD, BK>(sV, base + (size_t)(nh + nkv + kvh) * HD, C3, k0, T);
+
+    const int nqt = (T - k0 + BQ - 1) / BQ, nsteps = group * nqt;
+    auto issue = [&](int s, int buf) {
+        const int h = kvh * group + s / nqt, q0 = k0 + (s % nqt) * BQ;
+        load_tile<HD, BQ>(sQ + buf * C::QTILE, base + (size_t)h * HD, C3, q0, T);
+        load_tile<HD, BQ>(sO + buf * C::QTILE, dout + (size_t)b * T * CO + (size_t)h * HD, CO, q0,
+                          T);
+        if (threadIdx.x < BQ) {
+            const int q = q0 + threadIdx.x;
+            /* +inf makes every probability of a row past T exactly zero */
+            lse_b[buf * BQ + threadIdx.x] =
+                q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
+            D_b[buf * BQ + threadIdx.x] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
+        }
+    };
+    issue(0, 0);
+    cp_async_commit(); /* K, V and step 0 */
+
+    /* the warpgroup's K and V rows as A (K-major); the query tiles' descriptors per buffer */
+    const uint64_t dKa = make_desc(sK + 64 * wg * ROW_BYTES, 16, 1024);
+    const uint64_t dVa = make_desc(sV + 64 * wg * ROW_BYTES, 16, 1024);
+    const uint64_t dQk = make_desc(sQ, 16, 1024), dOk = make_desc(sO, 16, 1024);
+    const uint64_t dQn = make_desc(sQ, QPANEL, 1024), dOn = make_desc(sO, QPANEL, 1024);
+
+    float dv[NA], dk[NA], s[32], dp[32];
+    uint32_t pa[16], sa[16];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
+
+    /* this lane's place in fragment (4wg + warp)·4 + 0 of the block's dS tile for query
+     * tile 0 of head 0 (per step: + the tile's number · DS_TILE) */
+    bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
+                          (size_t)((4 * wg + warp) * 4) * DS_FRAG + lane * 8;
+
+    for (int step = 0; step < nsteps; step++) {
+        const int cur = step & 1;
+        const int h = kvh * group + step / nqt, q0 = k0 + (step % nqt) * BQ;
+        tiles_ready(); /* this step's tiles; everyone is done with the other buffer */
+        if (step + 1 < nsteps) issue(step + 1, cur ^ 1);
+        cp_async_commit();
+        if (kg0 > q0 + BQ - 1) continue; /* every key after every query: nothing to do */
+        const float *const lse_s = lse_b + cur * BQ, *const D_s = D_b + cur * BQ;
+        const uint32_t qoff = cur * C::QTILE;
+
+        wgmma_fence();
+        gemm_kq<HD>(s, dKa, desc_add(dQk, qoff));
+        wgmma_commit();
+        gemm_kq<HD>(dp, dVa, desc_add(dOk, qoff));
+        wgmma_commit();
+        if constexpr (OVERLAP) wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
+        else wgmma_wait<0>();
+        reg_fence(s);
+
+        const bool diag = kg0 + 63 > q0; /* some key follows some query */
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
+            if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
+            s[i] = p;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+
+        wgmma_fence();
+        gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+        wgmma_commit();
+        if constexpr (OVERLAP) wgmma_wait<1>(); /* dPᵀ; dV may still run */
+        else wgmma_wait<0>();
+        reg_fence(dp);
+
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            dp[i] = s[i] * (dp[i] - D_s[qi]) * scale;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) sa[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+        bf16 *const ds_out =
+            ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++)
+            *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
+                make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+
+        wgmma_fence();
+        gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
+        wgmma_commit();
+        wgmma_wait<0>(); /* before the next step's barrier lets its buffer be refilled */
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(sa);
+    }
+
+    /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
+     * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
+    bar_sync(1 + wg, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wg + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t off =
+                (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gbase + off) =
+                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(gbase + C::KTILE + off) =
+                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const rows = dqkv + ((size_t)b * T + k0) * C3;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (k0 + row < T) {
+            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + off);
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + C::KTILE + off);
+        }
+    }
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ host side */
+
+/* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
+ * binary (the probe ran it); asked once per process (one device per process). */
+bool usable() {
+    static int state = -1;
+    if (state >= 0) return state == 1;
+    state = 0;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    if (major != 9 || minor != 0) return false; /* sm_90a code runs on 9.0 only */
+    cudaStream_t st = shlm_cuda_stream();
+    int ok = 0;
+    probe_kernel<<<1, 1, 0, st>>>();
+    if (cudaGetLastError() != cudaSuccess) return false; /* e.g. no image for this device */
+    CUDA_CHECK(cudaMemcpyFromSymbolAsync(&ok, g_probe, sizeof ok, 0, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    state = ok == 1;
+    return state == 1;
+}
+
+template <int HD, bool OVERLAP>
+void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+            const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
+            float scale_log2) {
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, cfg<HD>::SMEM));
+        done = true;
+    }
+    dim3 grid(nkv, (T + BK - 1) / BK, nb);
+    attn_bwd_dkv_wgmma<HD, OVERLAP><<<grid, THREADS, cfg<HD>::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
+        const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
+        float scale_log2, bool overlap) {
+    if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
+    if (hd != 64 && hd != 128) return 1;
+    if ((T + BK - 1) / BK > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
+        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
+        return 1;
+    if (!usable()) return 1;
+    bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
+    const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
+    if (hd == 128) {
+        if (overlap) launch<128, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+        else launch<128, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    } else {
+        if (overlap) launch<64, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+        else launch<64, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    }
+    return 0;
+}
+
+} // namespace sm90b
+} // namespace
+
+/* 0: queued (dk, dv rows of batch elements b0..b0+nb-1 and their dS tiles); 1: not
+ * handled (shape, alignment, device or build), nothing queued. variant 0: overlapped
+ * pipeline (the default), 1: serial. */
+extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
+                                                        const void *dout, const void *qkv,
+                                                        const float *lse, const float *D, int b0,
+                                                        int nb, int T, int nh, int nkv, int hd,
+                                                        float scale, float scale_log2,
+                                                        int variant) {
+    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                      scale_log2, variant == 0);
+}
+
+extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
+                                                const void *dout, const void *qkv,
+                                                const float *lse, const float *D, int b0, int nb,
+                                                int T, int nh, int nkv, int hd, float scale,
+                                                float scale_log2) {
+    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                      scale_log2, true);
+}
