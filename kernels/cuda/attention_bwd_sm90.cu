@@ -6,8 +6,19 @@
  * runs unchanged after it. head_dim 64 and 128 only; the caller (bwd_launch) falls back
  * to attn_bwd_dkv_kernel whenever this returns 1.
  *
- * STATUS: see tests/gpu/attn_bwd_sm90_check.cu for what has been checked on an H200 and
- * the numbers measured there (the commit messages record each run).
+ * STATUS: checked on an H200 by tests/gpu/attn_bwd_sm90_check.cu (whole backward: D, this
+ * pass, attention.cu's dQ kernel): dq, dk, dv bitwise equal to the backward with
+ * attn_bwd_dkv_kernel in every case (T 130, 256, 1000, 4096; GQA and not; hd 64 and 128;
+ * two batch elements, and two passes at T = 4096), within 3e-3 relative L2 of a float64
+ * reference, bitwise repeatable, nothing left unwritten, compute-sanitizer memcheck clean
+ * (--small). Same products in the same order with the same fp32 formulas as the mma.sync
+ * kernel, hence the bitwise equality. Measured there (`attn_bwd_sm90_check`, whole
+ * backward, B=1, T=4096, 32 heads, cudaEvent over 10 runs, same call):
+ *   hd 128: 876.5 us = 392 TFLOP/s (serial pipeline 889.2) against 1410.5 us = 244;
+ *   hd 64:  654.5 us = 263 TFLOP/s (serial 671.4) against 1017.1 us = 169.
+ * Built with nvcc 13.0 for sm_90a (ptxas -v): hd 128 overlapped 242 registers, serial
+ * 236; hd 64 194 and 186; no spills. Dynamic shared memory 133,120 bytes at hd 128,
+ * 67,584 at hd 64.
  *
  * ---------------------------------------------------------------- design
  *
