@@ -835,12 +835,16 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     CUDA_CHECK_LAST();
 }
 
-/* dkv: which dK/dV kernel; 0 attn_bwd_dkv_kernel, 1 + v: attention_bwd_sm90.cu's with
- * pipeline variant v (0 overlapped, 1 serial), falling back to attn_bwd_dkv_kernel for a
- * pass it declines. Returns 0 when every pass ran the requested kernel. */
+/* path (shlm_cuda_attention_bwd_variant's): 0 this file's dK/dV and dQ kernels; 1
+ * attention_bwd_sm90.cu's wgmma dK/dV (overlapped pipeline) and dQ; 2 the same with the
+ * serial dK/dV pipeline; 3 wgmma dK/dV (overlapped) and this file's dQ. A wgmma kernel
+ * that declines a pass falls back to this file's. Returns 0 when every pass ran the
+ * requested kernels. */
 template <int HDP>
 int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
-               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int dkv) {
+               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int path) {
+    const int kv_variant = path == 0 ? -1 : path == 2 ? 1 : 0; /* -1: mma.sync */
+    const bool dq_sm90 = path == 1 || path == 2;
     int fell_back = 0;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
@@ -854,18 +858,22 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
     /* bc batch elements per pass: their dS fits the scratch */
     for (int b0 = 0; b0 < a.B; b0 += bc) {
         const int nb = min(bc, a.B - b0);
-        if (dkv > 0 && shlm_cuda_attention_bwd_dkv_sm90_variant(
-                           dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb, a.T, a.nh, a.nkv, a.hd,
-                           a.scale, a.scale_log2, dkv - 1) == 0) {
+        if (kv_variant >= 0 && shlm_cuda_attention_bwd_dkv_sm90_variant(
+                                   dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb, a.T, a.nh,
+                                   a.nkv, a.hd, a.scale, a.scale_log2, kv_variant) == 0) {
             /* queued */
         } else {
-            fell_back |= dkv > 0;
+            fell_back |= kv_variant >= 0;
             dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
             attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
                 dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
                 a.scale_log2, a.vec, a.vec_do, a.ovec);
             CUDA_CHECK_LAST();
         }
+        if (dq_sm90 && shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
+                                                       a.nkv, a.hd) == 0)
+            continue;
+        fell_back |= dq_sm90;
         dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
         attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
             dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
@@ -952,7 +960,7 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
 
 extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                                const void *out, const float *lse, int B, int T,
-                                               int nh, int nkv, int hd, int dkv) {
+                                               int nh, int nkv, int hd, int path) {
     if (B <= 0 || T <= 0) return 0;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
@@ -974,16 +982,17 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, dkv);
-    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, dkv);
-    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, dkv);
-    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, dkv);
+    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
+    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
+    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
+    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
 }
 
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse, int B, int T, int nh,
                                         int nkv, int hd) {
-    /* dK/dV on attention_bwd_sm90.cu's wgmma kernel where it applies (see sm90_enabled) */
+    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
+     * sm90_enabled) */
     shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd,
                                     sm90_enabled() ? 1 : 0);
 }

@@ -308,6 +308,144 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif /* SHLM_WGMMA */
 }
 
+/* ------------------------------------------------------------------ dQ */
+
+#if SHLM_WGMMA
+/* Transposes an 8×8 bf16 matrix held in C-fragment form (lane (g, t): row g, columns 2t,
+ * 2t+1): lane (g, t) receives row g, columns 2t, 2t+1 of the transpose. */
+__device__ __forceinline__ uint32_t movm_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+/* dq += dS·K over the first NK key steps (16 keys each) of a staged key tile: the A
+ * fragments from the staged dS tile (fr: this lane's 16 bytes of fragment 0·4 + warp),
+ * K N-major (tnspB = 1) */
+template <int HD, int NK>
+__device__ __forceinline__ void dq_tile(float (&dq)[HD / 2], const unsigned char *fr, uint64_t dk) {
+    uint32_t a[4 * NK];
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        /* the quarters (keys 0-7 | 8-15) × (queries 0-7 | 8-15) of dSᵀ in registers 0-3
+         * (an A fragment of dSᵀ); transposed, they are A registers 0, 2, 1, 3 of dS */
+        const uint4 v = *reinterpret_cast<const uint4 *>(fr + kk * 4 * DS_FRAG * 2);
+        a[4 * kk] = movm_trans(v.x);
+        a[4 * kk + 1] = movm_trans(v.z);
+        a[4 * kk + 2] = movm_trans(v.y);
+        a[4 * kk + 3] = movm_trans(v.w);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        const uint64_t d = desc_add(dk, kk * 16 * ROW_BYTES);
+        if constexpr (HD == 128) wgmma_rs_n128_t(dq, &a[4 * kk], d);
+        else wgmma_rs_n64_t(dq, &a[4 * kk], d);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(a);
+}
+#endif
+
+template <int HD> struct dqcfg {
+    static constexpr int KTILE = (HD / 64) * KPANEL;
+    static constexpr int STAGE = KTILE + 2 * DS_TILE * 2; /* K rows, two dS tiles */
+    static constexpr int SMEM = 2 * STAGE + 1024;
+};
+
+/* dQ = dS·K, the same work as attention.cu's attn_bwd_dq_kernel on wgmma. Block (head,
+ * 128-query tile qt, batch element b0 + z), longest first; warpgroup wg owns the 64-query
+ * dS tile Q = 2qt + wg. Over key tiles 0..qt in order (deterministic), each stage copies
+ * (cp.async, double-buffered) the 128 K rows into a swizzled tile and the two dS tiles
+ * (Q, kt) as they are (16 KiB each); warp w loads its fragments kk·4 + w (its 16 queries ×
+ * keys 16kk..), transposes their quarters with movmatrix into register-A fragments of dS
+ * and the warpgroup runs dq += dS·K (rs m64n{hd}k16, K N-major as V in the forward). On
+ * the diagonal tile of an even Q only keys 0-63 count: the dK/dV pass did not write the
+ * rest (its keys all follow the queries). dQ leaves through the unused stage. */
+template <int HD>
+__global__ void __launch_bounds__(THREADS, 1)
+    attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
+                      int nh, int nkv) {
+#if SHLM_WGMMA
+    using C = dqcfg<HD>;
+    constexpr int NA = HD / 2, CH = HD / 8;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t s0 = (raw + 1023u) & ~1023u;
+    unsigned char *const g0 = smem_raw + (s0 - raw);
+
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int kvh = h / (nh / nkv);
+    const int q0 = qt * 2 * BQ;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * HD;
+    const bf16 *const dsh = dS + ((size_t)z * nh + h) * ds_head * DS_TILE;
+    const int nq64 = (T + BQ - 1) / BQ;
+    const int nsteps = qt + 1; /* key tiles 0..qt: 128·qt <= q0 < T */
+    auto issue = [&](int s) {
+        const uint32_t st = s0 + (s & 1) * C::STAGE;
+        load_tile<HD, BK>(st, kbase, C3, s * BK, T);
+#pragma unroll
+        for (int qh = 0; qh < 2; qh++) {
+            const int Q = 2 * qt + qh;
+            if (Q >= nq64) break;
+            const bf16 *const src = dsh + (ds_tile_base(Q) + s) * DS_TILE;
+            const uint32_t dst = st + C::KTILE + qh * DS_TILE * 2;
+#pragma unroll 4
+            for (int i = threadIdx.x; i < DS_TILE / 8; i += THREADS)
+                cp_async16(dst + 16 * i, src + 8 * i, true);
+        }
+    };
+    issue(0);
+    cp_async_commit();
+
+    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const bool active = 2 * qt + wg < nq64; /* the warpgroup has queries */
+    float dq[NA];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dq[i] = 0.0f;
+
+    for (int s = 0; s < nsteps; s++) {
+        tiles_ready(); /* stage s; everyone is done with stage s-1's buffer */
+        if (s + 1 < nsteps) issue(s + 1);
+        cp_async_commit();
+        if (!active) continue;
+        const int off = (s & 1) * C::STAGE;
+        const unsigned char *const fr =
+            g0 + off + C::KTILE + wg * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
+        const uint64_t dk = make_desc(s0 + off, KPANEL, 1024);
+        if (s == qt && wg == 0) dq_tile<HD, 4>(dq, fr, dk);
+        else dq_tile<HD, 8>(dq, fr, dk);
+    }
+    if (!active) return;
+
+    /* dq into the warpgroup's rows of the unused stage's K tile, then 16-byte row stores;
+     * each warp writes and reads back only its own 16 rows */
+    unsigned char *const stg = g0 + (nsteps & 1) * C::STAGE;
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wg + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t o = (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(stg + o) = pack_bf16(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+    __syncwarp();
+    bf16 *const rows = dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * HD;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const uint32_t o = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (q0 + row < T)
+            *reinterpret_cast<uint4 *>(rows + (size_t)row * C3 + c * 8) =
+                *reinterpret_cast<const uint4 *>(stg + o);
+    }
+#endif /* SHLM_WGMMA */
+}
+
 /* ------------------------------------------------------------------ host side */
 
 /* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
@@ -370,8 +508,45 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     return 0;
 }
 
+template <int HD>
+void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
+               int nh, int nkv) {
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dqcfg<HD>::SMEM));
+        done = true;
+    }
+    dim3 grid(nh, (T + 2 * BQ - 1) / (2 * BQ), nb);
+    attn_bwd_dq_wgmma<HD><<<grid, THREADS, dqcfg<HD>::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
+    CUDA_CHECK_LAST();
+}
+
+int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
+       int nkv, int hd) {
+    if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
+    if (hd != 64 && hd != 128) return 1;
+    if ((T + 2 * BQ - 1) / (2 * BQ) > 65535 || nb > 65535 || nh > 65535) return 1;
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
+    if (!usable()) return 1;
+    bf16 *d = (bf16 *)dqkv;
+    const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
+    if (hd == 128) launch_dq<128>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    else launch_dq<64>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    return 0;
+}
+
 } // namespace sm90b
 } // namespace
+
+/* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
+ * 1: not handled, nothing queued. */
+extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
+                                               const void *qkv, int b0, int nb, int T, int nh,
+                                               int nkv, int hd) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd);
+}
 
 /* 0: queued (dk, dv rows of batch elements b0..b0+nb-1 and their dS tiles); 1: not
  * handled (shape, alignment, device or build), nothing queued. variant 0: overlapped

@@ -119,13 +119,19 @@ int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_hea
                                              const float *D, int b0, int nb, int T, int nh,
                                              int nkv, int hd, float scale, float scale_log2,
                                              int variant);
-/* shlm_cuda_attention_bwd with its dK/dV kernel chosen (for tests and benchmarks): dkv 0
- * attention.cu's mma.sync kernel, 1 the wgmma one (overlapped), 2 the wgmma one (serial).
- * Returns 1 when the wgmma kernel was asked for but declined some pass (the mma.sync one
+/* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
+ * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
+ * return value as the dK/dV one. */
+int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
+                                    int b0, int nb, int T, int nh, int nkv, int hd);
+/* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): path 0
+ * attention.cu's mma.sync dK/dV and dQ; 1 the wgmma dK/dV (overlapped) and dQ (the
+ * default); 2 the same with the serial dK/dV pipeline; 3 wgmma dK/dV, mma.sync dQ.
+ * Returns 1 when a wgmma kernel was asked for but declined some pass (the mma.sync one
  * ran there instead), else 0. */
 int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                     const void *out, const float *lse, int B, int T, int nh,
-                                    int nkv, int hd, int dkv);
+                                    int nkv, int hd, int path);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */
