@@ -835,16 +835,14 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     CUDA_CHECK_LAST();
 }
 
-/* path (shlm_cuda_attention_bwd_variant's): 0 this file's dK/dV and dQ kernels; 1
- * attention_bwd_sm90.cu's wgmma dK/dV (overlapped pipeline) and dQ; 2 the same with the
- * serial dK/dV pipeline; 3 wgmma dK/dV (overlapped) and this file's dQ. A wgmma kernel
- * that declines a pass falls back to this file's. Returns 0 when every pass ran the
- * requested kernels. */
+/* kv, dq (shlm_cuda_attention_bwd_variant's): which dK/dV and dQ kernels; 0 this file's,
+ * 1 attention_bwd_sm90.cu's wgmma one in its default variant, 2 + v its variant v. A wgmma
+ * kernel that declines a pass falls back to this file's. Returns 0 when every pass ran
+ * the requested kernels. */
 template <int HDP>
 int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
-               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int path) {
-    const int kv_variant = path == 0 ? -1 : path == 2 ? 1 : 0; /* -1: mma.sync */
-    const bool dq_sm90 = path == 1 || path == 2;
+               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int kv,
+               int dq) {
     int fell_back = 0;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
@@ -858,22 +856,30 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
     /* bc batch elements per pass: their dS fits the scratch */
     for (int b0 = 0; b0 < a.B; b0 += bc) {
         const int nb = min(bc, a.B - b0);
-        if (kv_variant >= 0 && shlm_cuda_attention_bwd_dkv_sm90_variant(
-                                   dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb, a.T, a.nh,
-                                   a.nkv, a.hd, a.scale, a.scale_log2, kv_variant) == 0) {
-            /* queued */
-        } else {
-            fell_back |= kv_variant >= 0;
+        const int kv_rc =
+            kv == 0 ? 1
+            : kv == 1
+                ? shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb,
+                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2)
+                : shlm_cuda_attention_bwd_dkv_sm90_variant(dqkv, dS, ds_head, dout, qkv, lse, Dv,
+                                                           b0, nb, a.T, a.nh, a.nkv, a.hd,
+                                                           a.scale, a.scale_log2, kv - 2);
+        if (kv_rc != 0) {
+            fell_back |= kv != 0;
             dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
             attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
                 dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
                 a.scale_log2, a.vec, a.vec_do, a.ovec);
             CUDA_CHECK_LAST();
         }
-        if (dq_sm90 && shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
-                                                       a.nkv, a.hd) == 0)
-            continue;
-        fell_back |= dq_sm90;
+        const int dq_rc =
+            dq == 0 ? 1
+            : dq == 1 ? shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
+                                                        a.nkv, a.hd)
+                      : shlm_cuda_attention_bwd_dq_sm90_variant(dqkv, dS, ds_head, qkv, b0, nb,
+                                                                a.T, a.nh, a.nkv, a.hd, dq - 2);
+        if (dq_rc == 0) continue;
+        fell_back |= dq != 0;
         dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
         attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
             dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
@@ -960,7 +966,7 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
 
 extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                                const void *out, const float *lse, int B, int T,
-                                               int nh, int nkv, int hd, int path) {
+                                               int nh, int nkv, int hd, int kv, int dq) {
     if (B <= 0 || T <= 0) return 0;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
@@ -982,10 +988,10 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
-    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
-    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
-    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, path);
+    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
 }
 
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
@@ -993,6 +999,6 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
                                         int nkv, int hd) {
     /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
      * sm90_enabled) */
-    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd,
-                                    sm90_enabled() ? 1 : 0);
+    const int k = sm90_enabled() ? 1 : 0;
+    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k);
 }

@@ -68,8 +68,8 @@
 namespace {
 namespace sm90b {
 
-constexpr int THREADS = 256;           /* two warpgroups */
-constexpr int BK = 128;                /* keys per block, 64 per warpgroup */
+constexpr int WG_THREADS = 128;        /* one warpgroup */
+constexpr int BK = 128;                /* keys per dS tile, 64 per warpgroup */
 constexpr int BQ = 64;                 /* queries per step */
 constexpr int ROW_BYTES = 128;         /* one swizzled panel row: 64 bf16 */
 constexpr int KPANEL = BK * ROW_BYTES; /* 16 KiB */
@@ -78,9 +78,14 @@ constexpr int DS_TILE = BK * BQ;       /* elements of one dS tile (attention.cu)
 constexpr int DS_FRAG = 256;           /* elements of one 16×16 fragment */
 constexpr float LOG2E = 1.4426950408889634f;
 
-template <int HD> struct cfg {
+/* NWG warpgroups per block: 2 (a block owns a 128-key tile, one CTA per SM) or 1 (64
+ * keys, two CTAs per SM that drift freely instead of meeting at every step's barrier) */
+template <int HD, int NWG> struct cfg {
     static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
-    static constexpr int KTILE = (HD / 64) * KPANEL;
+    static_assert(NWG == 1 || NWG == 2, "one or two warpgroups");
+    static constexpr int KROWS = 64 * NWG;                    /* keys of the block */
+    static constexpr int KPAN = KROWS * ROW_BYTES;            /* K, V panel */
+    static constexpr int KTILE = (HD / 64) * KPAN;
     static constexpr int QTILE = (HD / 64) * QPANEL;
     static constexpr int VEC = 4 * BQ * 4; /* lse, D: [2][64] fp32 each */
     static constexpr int SMEM = 2 * KTILE + 4 * QTILE + VEC + 1024;
@@ -100,11 +105,11 @@ using namespace shlm_wgmma;
 
 /* Starts copying rows row0..row0+ROWS-1 (rows >= T become zeros) of one head's columns
  * into a swizzled tile with panels of ROWS rows; part of the caller's next cp.async group. */
-template <int HD, int ROWS>
+template <int HD, int ROWS, int NT>
 __device__ __forceinline__ void load_tile(uint32_t stile, const bf16 *g, size_t ld, int row0,
                                           int T) {
     constexpr int CH = HD / 8;
-    constexpr int RSTEP = THREADS / CH;
+    constexpr int RSTEP = NT / CH;
     constexpr int PANEL = ROWS * ROW_BYTES;
     static_assert(RSTEP % 8 == 0 && ROWS % RSTEP == 0, "a thread's rows keep one swizzle phase");
     const int c = threadIdx.x % CH, r0 = threadIdx.x / CH;
@@ -119,12 +124,12 @@ __device__ __forceinline__ void load_tile(uint32_t stile, const bf16 *g, size_t 
 }
 
 /* X = A·Bᵀ over the head dim: A the warpgroup's 64 key rows (K or V, K-major, panels of
- * 128 rows), B the step's 64 query rows (Q or dO, K-major, panels of 64 rows) */
-template <int HD>
+ * APAN bytes), B the step's 64 query rows (Q or dO, K-major, panels of 64 rows) */
+template <int HD, int APAN>
 __device__ __forceinline__ void gemm_kq(float (&x)[32], uint64_t da, uint64_t db) {
 #pragma unroll
     for (int kk = 0; kk < HD / 16; kk++) {
-        const uint64_t a = desc_add(da, (kk >> 2) * KPANEL + (kk & 3) * 32);
+        const uint64_t a = desc_add(da, (kk >> 2) * APAN + (kk & 3) * 32);
         const uint64_t b = desc_add(db, (kk >> 2) * QPANEL + (kk & 3) * 32);
         if (kk == 0) wgmma_ss_n64<0>(x, a, b);
         else wgmma_ss_n64<1>(x, a, b);
@@ -151,13 +156,14 @@ __device__ __forceinline__ void tiles_ready() {
 }
 #endif /* SHLM_WGMMA */
 
-template <int HD, bool OVERLAP>
-__global__ void __launch_bounds__(THREADS, 1)
+template <int HD, bool OVERLAP, int NWG>
+__global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
                        const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
                        float scale, float scale_log2) {
 #if SHLM_WGMMA
-    using C = cfg<HD>;
+    using C = cfg<HD, NWG>;
+    constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
     constexpr int CH = HD / 8; /* 16-byte chunks per row */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -168,26 +174,33 @@ __global__ void __launch_bounds__(THREADS, 1)
     float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 4 * C::QTILE);
     float *const D_b = lse_b + 2 * BQ;
 
-    const int kvh = blockIdx.x, kt = blockIdx.y, z = blockIdx.z, b = b0 + z;
-    const int k0 = kt * BK;
+    /* kt: the 128-key dS tile; wl: the thread's warpgroup in the block (its rows of the
+     * K and V tiles); wgi: that warpgroup's half of the dS tile (keys k0 + 64·wgi..) */
+    const int kvh = blockIdx.x, z = blockIdx.z, b = b0 + z;
+    const int kt = NWG == 2 ? blockIdx.y : blockIdx.y >> 1;
+    const int wl = NWG == 2 ? threadIdx.x >> 7 : 0;
+    const int wgi = NWG == 2 ? wl : blockIdx.y & 1;
+    const int k0 = kt * BK, kb0 = k0 + (NWG == 2 ? 0 : 64 * wgi); /* the block's first key */
     const int group = nh / nkv;
     const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
     const bf16 *const base = qkv + (size_t)b * T * C3;
 
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int kg0 = k0 + 64 * wg;          /* the warpgroup's first key */
+    const int kg0 = k0 + 64 * wgi;         /* the warpgroup's first key */
     const int kr0 = kg0 + 16 * warp + g;   /* the thread's keys: kr0, kr0 + 8 */
 
-    load_tile<HD, BK>(sK, base + (size_t)(nh + kvh) * HD, C3, k0, T);
-    load_tile<HD, BK>(sV, base + (size_t)(nh + nkv + kvh) * HD, C3, k0, T);
+    load_tile<HD, C::KROWS, NT>(sK, base + (size_t)(nh + kvh) * HD, C3, kb0, T);
+    load_tile<HD, C::KROWS, NT>(sV, base + (size_t)(nh + nkv + kvh) * HD, C3, kb0, T);
 
-    const int nqt = (T - k0 + BQ - 1) / BQ, nsteps = group * nqt;
+    /* query steps from the block's first key (the first step of a 128-key block has
+     * nothing for warpgroup 1, which skips it below) */
+    const int nqt = (T - kb0 + BQ - 1) / BQ, nsteps = group * nqt;
     auto issue = [&](int s, int buf) {
-        const int h = kvh * group + s / nqt, q0 = k0 + (s % nqt) * BQ;
-        load_tile<HD, BQ>(sQ + buf * C::QTILE, base + (size_t)h * HD, C3, q0, T);
-        load_tile<HD, BQ>(sO + buf * C::QTILE, dout + (size_t)b * T * CO + (size_t)h * HD, CO, q0,
-                          T);
+        const int h = kvh * group + s / nqt, q0 = kb0 + (s % nqt) * BQ;
+        load_tile<HD, BQ, NT>(sQ + buf * C::QTILE, base + (size_t)h * HD, C3, q0, T);
+        load_tile<HD, BQ, NT>(sO + buf * C::QTILE, dout + (size_t)b * T * CO + (size_t)h * HD, CO,
+                              q0, T);
         if (threadIdx.x < BQ) {
             const int q = q0 + threadIdx.x;
             /* +inf makes every probability of a row past T exactly zero */
@@ -200,8 +213,8 @@ __global__ void __launch_bounds__(THREADS, 1)
     cp_async_commit(); /* K, V and step 0 */
 
     /* the warpgroup's K and V rows as A (K-major); the query tiles' descriptors per buffer */
-    const uint64_t dKa = make_desc(sK + 64 * wg * ROW_BYTES, 16, 1024);
-    const uint64_t dVa = make_desc(sV + 64 * wg * ROW_BYTES, 16, 1024);
+    const uint64_t dKa = make_desc(sK + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dVa = make_desc(sV + 64 * wl * ROW_BYTES, 16, 1024);
     const uint64_t dQk = make_desc(sQ, 16, 1024), dOk = make_desc(sO, 16, 1024);
     const uint64_t dQn = make_desc(sQ, QPANEL, 1024), dOn = make_desc(sO, QPANEL, 1024);
 
@@ -210,14 +223,14 @@ __global__ void __launch_bounds__(THREADS, 1)
 #pragma unroll
     for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
 
-    /* this lane's place in fragment (4wg + warp)·4 + 0 of the block's dS tile for query
+    /* this lane's place in fragment (4wgi + warp)·4 + 0 of the block's dS tile for query
      * tile 0 of head 0 (per step: + the tile's number · DS_TILE) */
     bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
-                          (size_t)((4 * wg + warp) * 4) * DS_FRAG + lane * 8;
+                          (size_t)((4 * wgi + warp) * 4) * DS_FRAG + lane * 8;
 
     for (int step = 0; step < nsteps; step++) {
         const int cur = step & 1;
-        const int h = kvh * group + step / nqt, q0 = k0 + (step % nqt) * BQ;
+        const int h = kvh * group + step / nqt, q0 = kb0 + (step % nqt) * BQ;
         tiles_ready(); /* this step's tiles; everyone is done with the other buffer */
         if (step + 1 < nsteps) issue(step + 1, cur ^ 1);
         cp_async_commit();
@@ -226,9 +239,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         const uint32_t qoff = cur * C::QTILE;
 
         wgmma_fence();
-        gemm_kq<HD>(s, dKa, desc_add(dQk, qoff));
+        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
         wgmma_commit();
-        gemm_kq<HD>(dp, dVa, desc_add(dOk, qoff));
+        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
         wgmma_commit();
         if constexpr (OVERLAP) wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
         else wgmma_wait<0>();
@@ -278,26 +291,26 @@ __global__ void __launch_bounds__(THREADS, 1)
 
     /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
      * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
-    bar_sync(1 + wg, 128);
+    bar_sync(1 + wl, 128);
 #pragma unroll
     for (int j = 0; j < HD / 8; j++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int row = 64 * wg + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
             const uint32_t off =
-                (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+                (j >> 3) * C::KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
             *reinterpret_cast<uint32_t *>(gbase + off) =
                 pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
             *reinterpret_cast<uint32_t *>(gbase + C::KTILE + off) =
                 pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
         }
     __syncwarp(); /* each warp reads back only its own 16 rows */
-    bf16 *const rows = dqkv + ((size_t)b * T + k0) * C3;
+    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
 #pragma unroll
     for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (k0 + row < T) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * C::KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (kb0 + row < T) {
             bf16 *const dst = rows + (size_t)row * C3 + c * 8;
             *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
                 *reinterpret_cast<const uint4 *>(gbase + off);
@@ -349,9 +362,9 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HD / 2], const unsigned char
 }
 #endif
 
-template <int HD> struct dqcfg {
+template <int HD, int NWG> struct dqcfg {
     static constexpr int KTILE = (HD / 64) * KPANEL;
-    static constexpr int STAGE = KTILE + 2 * DS_TILE * 2; /* K rows, two dS tiles */
+    static constexpr int STAGE = KTILE + NWG * DS_TILE * 2; /* K rows, NWG dS tiles */
     static constexpr int SMEM = 2 * STAGE + 1024;
 };
 
@@ -364,21 +377,25 @@ template <int HD> struct dqcfg {
  * and the warpgroup runs dq += dS·K (rs m64n{hd}k16, K N-major as V in the forward). On
  * the diagonal tile of an even Q only keys 0-63 count: the dK/dV pass did not write the
  * rest (its keys all follow the queries). dQ leaves through the unused stage. */
-template <int HD>
-__global__ void __launch_bounds__(THREADS, 1)
+template <int HD, int NWG>
+__global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
                       int nh, int nkv) {
 #if SHLM_WGMMA
-    using C = dqcfg<HD>;
+    using C = dqcfg<HD, NWG>;
+    constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2, CH = HD / 8;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t s0 = (raw + 1023u) & ~1023u;
     unsigned char *const g0 = smem_raw + (s0 - raw);
 
-    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, z = blockIdx.z, b = b0 + z;
+    /* yq: the block's tile of 64·NWG queries, longest first; qt: the 128-query tile it is
+     * in; Qb: its first 64-query dS tile */
+    const int h = blockIdx.x, yq = gridDim.y - 1 - blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int qt = NWG == 2 ? yq : yq >> 1, Qb = NWG == 2 ? 2 * yq : yq;
     const int kvh = h / (nh / nkv);
-    const int q0 = qt * 2 * BQ;
+    const int q0 = Qb * BQ;
     const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
     const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * HD;
     const bf16 *const dsh = dS + ((size_t)z * nh + h) * ds_head * DS_TILE;
@@ -386,24 +403,26 @@ __global__ void __launch_bounds__(THREADS, 1)
     const int nsteps = qt + 1; /* key tiles 0..qt: 128·qt <= q0 < T */
     auto issue = [&](int s) {
         const uint32_t st = s0 + (s & 1) * C::STAGE;
-        load_tile<HD, BK>(st, kbase, C3, s * BK, T);
+        load_tile<HD, BK, NT>(st, kbase, C3, s * BK, T);
 #pragma unroll
-        for (int qh = 0; qh < 2; qh++) {
-            const int Q = 2 * qt + qh;
+        for (int qh = 0; qh < NWG; qh++) {
+            const int Q = Qb + qh;
             if (Q >= nq64) break;
             const bf16 *const src = dsh + (ds_tile_base(Q) + s) * DS_TILE;
             const uint32_t dst = st + C::KTILE + qh * DS_TILE * 2;
 #pragma unroll 4
-            for (int i = threadIdx.x; i < DS_TILE / 8; i += THREADS)
+            for (int i = threadIdx.x; i < DS_TILE / 8; i += NT)
                 cp_async16(dst + 16 * i, src + 8 * i, true);
         }
     };
     issue(0);
     cp_async_commit();
 
-    const int wg = threadIdx.x >> 7, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int wl = NWG == 2 ? threadIdx.x >> 7 : 0; /* the warpgroup in the block */
+    const int Q = Qb + wl;                           /* its dS tile of 64 queries */
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
-    const bool active = 2 * qt + wg < nq64; /* the warpgroup has queries */
+    const bool active = Q < nq64; /* the warpgroup has queries */
     float dq[NA];
 #pragma unroll
     for (int i = 0; i < NA; i++) dq[i] = 0.0f;
@@ -415,9 +434,9 @@ __global__ void __launch_bounds__(THREADS, 1)
         if (!active) continue;
         const int off = (s & 1) * C::STAGE;
         const unsigned char *const fr =
-            g0 + off + C::KTILE + wg * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
+            g0 + off + C::KTILE + wl * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
         const uint64_t dk = make_desc(s0 + off, KPANEL, 1024);
-        if (s == qt && wg == 0) dq_tile<HD, 4>(dq, fr, dk);
+        if (s == qt && (Q & 1) == 0) dq_tile<HD, 4>(dq, fr, dk);
         else dq_tile<HD, 8>(dq, fr, dk);
     }
     if (!active) return;
@@ -429,7 +448,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     for (int j = 0; j < HD / 8; j++)
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int row = 64 * wg + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
             const uint32_t o = (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
             *reinterpret_cast<uint32_t *>(stg + o) = pack_bf16(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
         }
@@ -437,7 +456,7 @@ __global__ void __launch_bounds__(THREADS, 1)
     bf16 *const rows = dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * HD;
 #pragma unroll
     for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
         const uint32_t o = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
         if (q0 + row < T)
             *reinterpret_cast<uint4 *>(rows + (size_t)row * C3 + c * 8) =
@@ -470,87 +489,96 @@ bool usable() {
     return state == 1;
 }
 
-template <int HD, bool OVERLAP>
+template <int HD, bool OVERLAP, int NWG>
 void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
             float scale_log2) {
+    using C = cfg<HD, NWG>;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, cfg<HD>::SMEM));
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP, NWG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
-    dim3 grid(nkv, (T + BK - 1) / BK, nb);
-    attn_bwd_dkv_wgmma<HD, OVERLAP><<<grid, THREADS, cfg<HD>::SMEM, shlm_cuda_stream()>>>(
+    dim3 grid(nkv, (T + C::KROWS - 1) / C::KROWS, nb);
+    attn_bwd_dkv_wgmma<HD, OVERLAP, NWG><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
         dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
     CUDA_CHECK_LAST();
 }
 
+/* dK/dV pipelines: 0 two warpgroups, overlapped; 1 two warpgroups, serial; 2 one
+ * warpgroup (64 keys) per block, overlapped. DKV_DEFAULT: what the plain entry runs. */
+constexpr int DKV_DEFAULT = 0;
+
+template <int HD>
+void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
+            const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
+            float scale_log2) {
+    if (variant == 1) launch<HD, false, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 2) launch<HD, true, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else launch<HD, true, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+}
+
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
         const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
-        float scale_log2, bool overlap) {
+        float scale_log2, int variant) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
-    if ((T + BK - 1) / BK > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
+    if ((T + 63) / 64 > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
         !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
         return 1;
     if (!usable()) return 1;
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd == 128) {
-        if (overlap) launch<128, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-        else launch<128, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    } else {
-        if (overlap) launch<64, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-        else launch<64, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    }
+    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     return 0;
 }
 
-template <int HD>
+template <int HD, int NWG>
 void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
                int nh, int nkv) {
+    using C = dqcfg<HD, NWG>;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, dqcfg<HD>::SMEM));
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD, NWG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
-    dim3 grid(nh, (T + 2 * BQ - 1) / (2 * BQ), nb);
-    attn_bwd_dq_wgmma<HD><<<grid, THREADS, dqcfg<HD>::SMEM, shlm_cuda_stream()>>>(
+    dim3 grid(nh, (T + 64 * NWG - 1) / (64 * NWG), nb);
+    attn_bwd_dq_wgmma<HD, NWG><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
         dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
     CUDA_CHECK_LAST();
 }
 
+/* dQ: 0 two warpgroups (128 queries) per block, 1 one (64 queries) */
+constexpr int DQ_DEFAULT = 0;
+
 int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
-       int nkv, int hd) {
+       int nkv, int hd, int variant) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
-    if ((T + 2 * BQ - 1) / (2 * BQ) > 65535 || nb > 65535 || nh > 65535) return 1;
+    if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
     if (!usable()) return 1;
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
-    if (hd == 128) launch_dq<128>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-    else launch_dq<64>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    if (hd == 128) {
+        if (variant == 1) launch_dq<128, 1>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<128, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    } else {
+        if (variant == 1) launch_dq<64, 1>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<64, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    }
     return 0;
 }
 
 } // namespace sm90b
 } // namespace
 
-/* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
- * 1: not handled, nothing queued. */
-extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
-                                               const void *qkv, int b0, int nb, int T, int nh,
-                                               int nkv, int hd) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd);
-}
-
 /* 0: queued (dk, dv rows of batch elements b0..b0+nb-1 and their dS tiles); 1: not
- * handled (shape, alignment, device or build), nothing queued. variant 0: overlapped
- * pipeline (the default), 1: serial. */
+ * handled (shape, alignment, device or build), nothing queued. variant: see DKV_DEFAULT. */
 extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
                                                         const void *dout, const void *qkv,
                                                         const float *lse, const float *D, int b0,
@@ -558,7 +586,7 @@ extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, si
                                                         float scale, float scale_log2,
                                                         int variant) {
     return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, variant == 0);
+                      scale_log2, variant);
 }
 
 extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
@@ -567,5 +595,19 @@ extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_
                                                 int T, int nh, int nkv, int hd, float scale,
                                                 float scale_log2) {
     return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, true);
+                      scale_log2, sm90b::DKV_DEFAULT);
+}
+
+/* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
+ * 1: not handled, nothing queued. variant: see DQ_DEFAULT. */
+extern "C" int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
+                                                       const void *qkv, int b0, int nb, int T,
+                                                       int nh, int nkv, int hd, int variant) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant);
+}
+
+extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
+                                               const void *qkv, int b0, int nb, int T, int nh,
+                                               int nkv, int hd) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT);
 }

@@ -109,7 +109,7 @@ int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv,
  * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
  * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
  * (nothing queued). shlm_cuda_attention_bwd tries it per pass unless SHLM_ATTN_SM90=0.
- * variant 0: overlapped pipeline (the default), 1: serial (a debugging aid). */
+ * The _variant form picks the pipeline (attention_bwd_sm90.cu's DKV_DEFAULT lists them). */
 int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
                                      const void *qkv, const float *lse, const float *D, int b0,
                                      int nb, int T, int nh, int nkv, int hd, float scale,
@@ -121,17 +121,20 @@ int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_hea
                                              int variant);
 /* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
  * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
- * return value as the dK/dV one. */
+ * return value as the dK/dV one; variants: DQ_DEFAULT there. */
 int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
                                     int b0, int nb, int T, int nh, int nkv, int hd);
-/* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): path 0
- * attention.cu's mma.sync dK/dV and dQ; 1 the wgmma dK/dV (overlapped) and dQ (the
- * default); 2 the same with the serial dK/dV pipeline; 3 wgmma dK/dV, mma.sync dQ.
- * Returns 1 when a wgmma kernel was asked for but declined some pass (the mma.sync one
- * ran there instead), else 0. */
+int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
+                                            const void *qkv, int b0, int nb, int T, int nh,
+                                            int nkv, int hd, int variant);
+/* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): kv picks
+ * the dK/dV kernel, dq the dQ one: 0 attention.cu's mma.sync kernel, 1 the wgmma one in
+ * its default variant (what shlm_cuda_attention_bwd runs), 2 + v its variant v. Returns 1
+ * when a wgmma kernel was asked for but declined some pass (the mma.sync one ran there
+ * instead), else 0. */
 int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                     const void *out, const float *lse, int B, int T, int nh,
-                                    int nkv, int hd, int path);
+                                    int nkv, int hd, int kv, int dq);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */
