@@ -80,15 +80,16 @@ constexpr float LOG2E = 1.4426950408889634f;
 
 /* NWG warpgroups per block: 2 (a block owns a 128-key tile, one CTA per SM) or 1 (64
  * keys, two CTAs per SM that drift freely instead of meeting at every step's barrier) */
-template <int HD, int NWG> struct cfg {
+template <int HD, int NWG, int NS> struct cfg {
     static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
     static_assert(NWG == 1 || NWG == 2, "one or two warpgroups");
+    static_assert(NS == 2 || NS == 3, "Q/dO buffers");
     static constexpr int KROWS = 64 * NWG;                    /* keys of the block */
     static constexpr int KPAN = KROWS * ROW_BYTES;            /* K, V panel */
     static constexpr int KTILE = (HD / 64) * KPAN;
     static constexpr int QTILE = (HD / 64) * QPANEL;
-    static constexpr int VEC = 4 * BQ * 4; /* lse, D: [2][64] fp32 each */
-    static constexpr int SMEM = 2 * KTILE + 4 * QTILE + VEC + 1024;
+    static constexpr int VEC = 2 * NS * BQ * 4; /* lse, D: [NS][64] fp32 each */
+    static constexpr int SMEM = 2 * KTILE + 2 * NS * QTILE + VEC + 1024;
 };
 
 /* attention.cu's ds_tile_base: dS tiles of query tiles (of 64) 0..Q-1 */
@@ -149,20 +150,22 @@ __device__ __forceinline__ void gemm_acc(float (&acc)[HD / 2], const uint32_t (&
     }
 }
 
-__device__ __forceinline__ void tiles_ready() {
-    cp_async_wait_all();
+/* this thread's copies but the newest PENDING groups have landed; after the barrier every
+ * thread's have, visible to wgmma too */
+template <int PENDING> __device__ __forceinline__ void tiles_ready() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
     fence_proxy_async();
     __syncthreads();
 }
 #endif /* SHLM_WGMMA */
 
-template <int HD, bool OVERLAP, int NWG>
+template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
                        const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
                        float scale, float scale_log2) {
 #if SHLM_WGMMA
-    using C = cfg<HD, NWG>;
+    using C = cfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
     constexpr int CH = HD / 8; /* 16-byte chunks per row */
@@ -170,9 +173,9 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t sK = (raw + 1023u) & ~1023u;
     unsigned char *const gbase = smem_raw + (sK - raw);
-    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + 2 * C::QTILE;
-    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 4 * C::QTILE);
-    float *const D_b = lse_b + 2 * BQ;
+    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + NS * C::QTILE;
+    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 2 * NS * C::QTILE);
+    float *const D_b = lse_b + NS * BQ;
 
     /* kt: the 128-key dS tile; wl: the thread's warpgroup in the block (its rows of the
      * K and V tiles); wgi: that warpgroup's half of the dS tile (keys k0 + 64·wgi..) */
@@ -211,6 +214,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     };
     issue(0, 0);
     cp_async_commit(); /* K, V and step 0 */
+    if (NS == 3) {
+        if (nsteps > 1) issue(1, 1);
+        cp_async_commit(); /* step 1 (perhaps none: the group still counts) */
+    }
 
     /* the warpgroup's K and V rows as A (K-major); the query tiles' descriptors per buffer */
     const uint64_t dKa = make_desc(sK + 64 * wl * ROW_BYTES, 16, 1024);
@@ -229,20 +236,29 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
                           (size_t)((4 * wgi + warp) * 4) * DS_FRAG + lane * 8;
 
     for (int step = 0; step < nsteps; step++) {
-        const int cur = step & 1;
+        const int cur = step % NS;
         const int h = kvh * group + step / nqt, q0 = kb0 + (step % nqt) * BQ;
-        tiles_ready(); /* this step's tiles; everyone is done with the other buffer */
-        if (step + 1 < nsteps) issue(step + 1, cur ^ 1);
+        /* this step's tiles; everyone is done with step - 1's buffer, which the copies
+         * for step + NS - 1 now refill (each step commits one group, perhaps empty) */
+        tiles_ready<NS - 2>();
+        if (step + NS - 1 < nsteps) issue(step + NS - 1, (step + NS - 1) % NS);
         cp_async_commit();
         if (kg0 > q0 + BQ - 1) continue; /* every key after every query: nothing to do */
         const float *const lse_s = lse_b + cur * BQ, *const D_s = D_b + cur * BQ;
         const uint32_t qoff = cur * C::QTILE;
 
+        /* PP (two warpgroups): warpgroup 1 issues its Sᵀ and dPᵀ only after warpgroup 0
+         * has issued its own, so that warpgroup 0's come out first and its exp runs
+         * while warpgroup 1's products do (warpgroup 0 is active on every step; it
+         * signals only on the steps warpgroup 1 is too) */
+        const bool pp = PP && NWG == 2 && kb0 + 64 <= q0 + BQ - 1;
+        if (pp && wl == 1) bar_sync(3, 256);
         wgmma_fence();
         gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
         wgmma_commit();
         gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
         wgmma_commit();
+        if (pp && wl == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
         if constexpr (OVERLAP) wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
         else wgmma_wait<0>();
         reg_fence(s);
@@ -362,10 +378,11 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HD / 2], const unsigned char
 }
 #endif
 
-template <int HD, int NWG> struct dqcfg {
+template <int HD, int NWG, int NS> struct dqcfg {
+    static_assert(NS == 2 || NS == 3, "stages");
     static constexpr int KTILE = (HD / 64) * KPANEL;
     static constexpr int STAGE = KTILE + NWG * DS_TILE * 2; /* K rows, NWG dS tiles */
-    static constexpr int SMEM = 2 * STAGE + 1024;
+    static constexpr int SMEM = NS * STAGE + 1024;
 };
 
 /* dQ = dS·K, the same work as attention.cu's attn_bwd_dq_kernel on wgmma. Block (head,
@@ -377,12 +394,12 @@ template <int HD, int NWG> struct dqcfg {
  * and the warpgroup runs dq += dS·K (rs m64n{hd}k16, K N-major as V in the forward). On
  * the diagonal tile of an even Q only keys 0-63 count: the dK/dV pass did not write the
  * rest (its keys all follow the queries). dQ leaves through the unused stage. */
-template <int HD, int NWG>
+template <int HD, int NWG, int NS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
                       int nh, int nkv) {
 #if SHLM_WGMMA
-    using C = dqcfg<HD, NWG>;
+    using C = dqcfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2, CH = HD / 8;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -402,7 +419,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     const int nq64 = (T + BQ - 1) / BQ;
     const int nsteps = qt + 1; /* key tiles 0..qt: 128·qt <= q0 < T */
     auto issue = [&](int s) {
-        const uint32_t st = s0 + (s & 1) * C::STAGE;
+        const uint32_t st = s0 + (s % NS) * C::STAGE;
         load_tile<HD, BK, NT>(st, kbase, C3, s * BK, T);
 #pragma unroll
         for (int qh = 0; qh < NWG; qh++) {
@@ -417,6 +434,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     };
     issue(0);
     cp_async_commit();
+    if (NS == 3) {
+        if (nsteps > 1) issue(1);
+        cp_async_commit(); /* (perhaps empty: the group still counts) */
+    }
 
     const int wl = NWG == 2 ? threadIdx.x >> 7 : 0; /* the warpgroup in the block */
     const int Q = Qb + wl;                           /* its dS tile of 64 queries */
@@ -428,11 +449,13 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     for (int i = 0; i < NA; i++) dq[i] = 0.0f;
 
     for (int s = 0; s < nsteps; s++) {
-        tiles_ready(); /* stage s; everyone is done with stage s-1's buffer */
-        if (s + 1 < nsteps) issue(s + 1);
+        /* stage s; everyone is done with stage s-1's buffer, which the copies for stage
+         * s + NS - 1 now refill (each step commits one group, perhaps empty) */
+        tiles_ready<NS - 2>();
+        if (s + NS - 1 < nsteps) issue(s + NS - 1);
         cp_async_commit();
         if (!active) continue;
-        const int off = (s & 1) * C::STAGE;
+        const int off = (s % NS) * C::STAGE;
         const unsigned char *const fr =
             g0 + off + C::KTILE + wl * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
         const uint64_t dk = make_desc(s0 + off, KPANEL, 1024);
@@ -441,9 +464,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     }
     if (!active) return;
 
-    /* dq into the warpgroup's rows of the unused stage's K tile, then 16-byte row stores;
-     * each warp writes and reads back only its own 16 rows */
-    unsigned char *const stg = g0 + (nsteps & 1) * C::STAGE;
+    /* dq into the warpgroup's rows of an unused stage's K tile (the last step's neighbour:
+     * every copy has landed, nothing reads it any more), then 16-byte row stores; each
+     * warp writes and reads back only its own 16 rows */
+    unsigned char *const stg = g0 + (nsteps % NS) * C::STAGE;
 #pragma unroll
     for (int j = 0; j < HD / 8; j++)
 #pragma unroll
@@ -489,34 +513,38 @@ bool usable() {
     return state == 1;
 }
 
-template <int HD, bool OVERLAP, int NWG>
+template <int HD, bool OVERLAP, int NWG, int NS, bool PP = false>
 void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
             float scale_log2) {
-    using C = cfg<HD, NWG>;
+    using C = cfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP, NWG>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
     dim3 grid(nkv, (T + C::KROWS - 1) / C::KROWS, nb);
-    attn_bwd_dkv_wgmma<HD, OVERLAP, NWG><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+    attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
         dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
     CUDA_CHECK_LAST();
 }
 
-/* dK/dV pipelines: 0 two warpgroups, overlapped; 1 two warpgroups, serial; 2 one
- * warpgroup (64 keys) per block, overlapped. DKV_DEFAULT: what the plain entry runs. */
+/* dK/dV pipelines: 0 two warpgroups, overlapped, Q/dO double-buffered; 1 the same,
+ * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
+ * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP).
+ * DKV_DEFAULT: what the plain entry runs. */
 constexpr int DKV_DEFAULT = 0;
 
 template <int HD>
 void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
             float scale_log2) {
-    if (variant == 1) launch<HD, false, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 2) launch<HD, true, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else launch<HD, true, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
 }
 
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
@@ -536,23 +564,24 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     return 0;
 }
 
-template <int HD, int NWG>
+template <int HD, int NWG, int NS>
 void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
                int nh, int nkv) {
-    using C = dqcfg<HD, NWG>;
+    using C = dqcfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD, NWG>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD, NWG, NS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
     dim3 grid(nh, (T + 64 * NWG - 1) / (64 * NWG), nb);
-    attn_bwd_dq_wgmma<HD, NWG><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+    attn_bwd_dq_wgmma<HD, NWG, NS><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
         dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
     CUDA_CHECK_LAST();
 }
 
-/* dQ: 0 two warpgroups (128 queries) per block, 1 one (64 queries) */
+/* dQ: 0 two warpgroups (128 queries) per block, two stages; 1 one warpgroup (64
+ * queries), two stages; 2 two warpgroups, three stages (copies two steps ahead) */
 constexpr int DQ_DEFAULT = 0;
 
 int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
@@ -565,11 +594,13 @@ int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int 
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
     if (hd == 128) {
-        if (variant == 1) launch_dq<128, 1>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<128, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
     } else {
-        if (variant == 1) launch_dq<64, 1>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<64, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
     }
     return 0;
 }

@@ -33,7 +33,8 @@
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
  * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
  * Timings: the whole backward (D + dK/dV + dQ), cudaEvent over 10 launches after 3
- * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops. */
+ * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; then the
+ * wgmma dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -181,16 +182,19 @@ static void cpu_backward(float *dqkv, const __nv_bfloat16 *qkv, const __nv_bfloa
 
 /* (kv, dq) arguments of shlm_cuda_attention_bwd_variant: 0 mma.sync, 1 the wgmma
  * default, 2 + v wgmma variant v (dK/dV: 0 two warpgroups overlapped, 1 two serial, 2 one
- * warpgroup per block; dQ: 0 two warpgroups, 1 one) */
-#define NPATH 8
+ * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue; dQ: 0 two warpgroups, 1
+ * one, 2 two with three stages; attention_bwd_sm90.cu's DKV_DEFAULT and DQ_DEFAULT) */
+#define NPATH 10
 static const struct {
     int kv, dq;
     const char *name;
 } paths[NPATH] = {
     {0, 0, "mma.sync dKdV + dQ"},     {1, 1, "wgmma defaults"},
     {2, 2, "dKdV 2wg, dQ 2wg"},       {3, 2, "dKdV 2wg serial, dQ 2wg"},
-    {4, 3, "dKdV 1wg, dQ 1wg"},       {4, 2, "dKdV 1wg, dQ 2wg"},
-    {2, 3, "dKdV 2wg, dQ 1wg"},       {2, 0, "dKdV 2wg, dQ mma.sync"},
+    {4, 3, "dKdV 1wg, dQ 1wg"},
+    {5, 2, "dKdV 2wg 3buf, dQ 2wg"},  {6, 2, "dKdV 2wg pp, dQ 2wg"},
+    {2, 4, "dKdV 2wg, dQ 2wg 3st"},   {6, 4, "dKdV 2wg pp, dQ 2wg 3st"},
+    {2, 0, "dKdV 2wg, dQ mma.sync"},
 };
 
 static void run_case(const Case &c, bool check, bool timing) {
@@ -301,6 +305,41 @@ static void run_case(const Case &c, bool check, bool timing) {
             printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
                    flops / (us * 1e-6) / 1e12);
         }
+        /* the wgmma passes alone (D left zero: the timing does not depend on it) */
+        const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
+        const size_t ds_head = (nq64 & 1) ? (size_t)(m + 1) * (m + 1) : (size_t)m * (m + 1);
+        void *d_ds;
+        float *d_D;
+        CK(cudaMalloc(&d_ds, (size_t)c.B * c.nh * ds_head * 8192 * 2));
+        CK(cudaMalloc(&d_D, n_lse * 4));
+        CK(cudaMemset(d_D, 0, n_lse * 4));
+        const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
+        const double fkv = 0.8 * flops, fdq = 0.2 * flops; /* 4 and 1 of the 5 products */
+        for (int which = 0; which < 5; which++) {
+            const int v = which < 3 ? (which == 0 ? 0 : which + 2) : 2 * (which - 3); /* kv 0,3,4; dq 0,2 */
+            auto launch = [&]() {
+                if (which < 3)
+                    shlm_cuda_attention_bwd_dkv_sm90_variant(d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse,
+                                                             d_D, 0, c.B, c.T, c.nh, c.nkv, c.hd,
+                                                             scale, sl2, v);
+                else
+                    shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B, c.T,
+                                                            c.nh, c.nkv, c.hd, v);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 10;
+            printf("  time alone: wgmma %s variant %d %8.1f us  %6.1f TFLOP/s\n",
+                   which < 3 ? "dK/dV" : "dQ   ", v, us,
+                   (which < 3 ? fkv : fdq) / (us * 1e-6) / 1e12);
+        }
+        CK(cudaFree(d_ds));
+        CK(cudaFree(d_D));
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
     }
