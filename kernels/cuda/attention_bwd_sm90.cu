@@ -1,24 +1,41 @@
-/* cuda backend: the dK/dV (and dS) pass of the causal grouped-query flash attention
- * backward for Hopper (sm_90a) on warpgroup MMA (wgmma.mma_async, bf16 operands, fp32
- * accumulation). Same contract as attn_bwd_dkv_kernel in attention.cu (read the comment
- * above it and above bwd_scratch_layout): same inputs, writes the dk and dv rows of dqkv
- * and the dS scratch in exactly the same fragment layout, so that attention.cu's dQ kernel
- * runs unchanged after it. head_dim 64 and 128 only; the caller (bwd_launch) falls back
- * to attn_bwd_dkv_kernel whenever this returns 1.
+/* cuda backend: the causal grouped-query flash attention backward's two heavy passes for
+ * Hopper (sm_90a) on warpgroup MMA (wgmma.mma_async, bf16 operands, fp32 accumulation):
+ *  - dK/dV (and dS): same contract as attn_bwd_dkv_kernel in attention.cu (read the
+ *    comments above it and above bwd_scratch_layout): same inputs, writes the dk and dv
+ *    rows of dqkv and the dS scratch in exactly the same fragment layout, so either dQ
+ *    kernel can follow it;
+ *  - dQ = dS·K: same contract as attn_bwd_dq_kernel, reading that scratch.
+ * head_dim 64 and 128 only; the caller (attention.cu's bwd_launch) falls back to the
+ * mma.sync kernel of a pass whenever the entry point returns 1.
  *
- * STATUS: checked on an H200 by tests/gpu/attn_bwd_sm90_check.cu (whole backward: D, this
- * pass, attention.cu's dQ kernel): dq, dk, dv bitwise equal to the backward with
- * attn_bwd_dkv_kernel in every case (T 130, 256, 1000, 4096; GQA and not; hd 64 and 128;
- * two batch elements, and two passes at T = 4096), within 3e-3 relative L2 of a float64
- * reference, bitwise repeatable, nothing left unwritten, compute-sanitizer memcheck clean
- * (--small). Same products in the same order with the same fp32 formulas as the mma.sync
- * kernel, hence the bitwise equality. Measured there (`attn_bwd_sm90_check`, whole
- * backward, B=1, T=4096, 32 heads, cudaEvent over 10 runs, same call):
- *   hd 128: 876.5 us = 392 TFLOP/s (serial pipeline 889.2) against 1410.5 us = 244;
- *   hd 64:  654.5 us = 263 TFLOP/s (serial 671.4) against 1017.1 us = 169.
- * Built with nvcc 13.0 for sm_90a (ptxas -v): hd 128 overlapped 242 registers, serial
- * 236; hd 64 194 and 186; no spills. Dynamic shared memory 133,120 bytes at hd 128,
- * 67,584 at hd 64.
+ * STATUS: checked on an H200 by tests/gpu/attn_bwd_sm90_check.cu (whole backward: D, then
+ * the dK/dV and dQ passes in every combination of kernels and variants): dq, dk, dv
+ * bitwise equal to the backward on attention.cu's mma.sync kernels in every case (T 130,
+ * 256, 1000, 4096; GQA 2:1, 4:1 and none; hd 64 and 128; two batch elements, and two
+ * passes at T = 4096, B = 2), worst relative L2 error against a float64 reference 3.1e-3
+ * (the mma.sync backward's is the same), bitwise repeatable, nothing left unwritten,
+ * compute-sanitizer memcheck clean (--small). The bitwise equality is by construction:
+ * the same products in the same order, the same k-steps of 16, the same fp32 formulas.
+ *
+ * Measured there (`attn_bwd_sm90_check` as built in its header, whole backward, B=1,
+ * T=4096, 32 heads, causal, cudaEvent over 10 runs, all in the same process; flops =
+ * 2.5 × the forward's):
+ *   hd 128: 861.4 us = 398.9 TFLOP/s against 1410.9 us = 243.5 for the mma.sync kernels
+ *           (wgmma dK/dV with mma.sync dQ: 938.1 us);
+ *   hd 64:  634.6 us = 270.7 TFLOP/s against 1015.2 us = 169.2 (with mma.sync dQ 653.8).
+ * The passes alone, later in the same run (D left zero; these sum to more than the whole
+ * backward above, so read them as a split, not as exact times): hd 128 dK/dV 656.3 us
+ * (418.8 TFLOP/s over its 4/5 of the flops), dQ 241.8 us; hd 64 469.1 and 147.4 us.
+ * Earlier runs of the same defaults: 858.6 and 862.7 us at hd 128, 635.1 at hd 64.
+ * Variants measured in that run (whole backward, hd 128 / hd 64, us), all slower than the
+ * defaults and kept only as measured alternatives (the check runs each of them):
+ *   dK/dV serial pipeline 874.0 / 651.8; one warpgroup (64 keys) per block, two CTAs per
+ *   SM, with the one-warpgroup dQ 911.9 / 717.2; three Q/dO buffers 924.0 / 640.9;
+ *   ping-pong issue order (warpgroup 1 issues Sᵀ, dPᵀ after warpgroup 0) 1022.2 / 797.8;
+ *   dQ with three stages 913.0 / 649.8.
+ * Built with nvcc 13.0 for sm_90a (ptxas -v), no spills anywhere: dK/dV default 242
+ * registers at hd 128, 194 at hd 64 (serial 236 / 186); dQ default 134 / 122. Dynamic
+ * shared memory: dK/dV 133,120 bytes at hd 128, 67,584 at hd 64; dQ 132,096 / 99,328.
  *
  * ---------------------------------------------------------------- design
  *
@@ -56,10 +73,18 @@
  * leave through the warpgroup's own K and V rows (nobody else reads them), staged in the
  * same layout, as 16-byte row stores.
  *
- * Pipelines (both deterministic, same results bit for bit):
+ * Pipelines (all deterministic, same results bit for bit; DKV_DEFAULT lists them):
  *   OVERLAP (variant 0, the default): issue Sᵀ and dPᵀ together; wait Sᵀ; exp; issue dV;
  *     wait dPᵀ (dV keeps running); dS, its stores; issue dK; wait all.
- *   serial (variant 1): every product waited before the next instruction (debugging). */
+ *   serial (variant 1): every product waited before the next instruction (debugging).
+ * The wait for dK at the end of every step is what a deeper pipeline would remove; it
+ * needs a second set of dSᵀ registers (the in-flight dK reads them), which the 242
+ * registers at hd 128 leave no room for. Three Q/dO buffers alone (variant 3) did not
+ * help, nor did a fixed issue order between the warpgroups (variant 4). What FA3 adds
+ * beyond this: a TMA producer warp and mbarriers instead of cp.async by every thread and
+ * one __syncthreads per step.
+ *
+ * dQ (attn_bwd_dq_wgmma below) has its own comment. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
@@ -393,7 +418,12 @@ template <int HD, int NWG, int NS> struct dqcfg {
  * keys 16kk..), transposes their quarters with movmatrix into register-A fragments of dS
  * and the warpgroup runs dq += dS·K (rs m64n{hd}k16, K N-major as V in the forward). On
  * the diagonal tile of an even Q only keys 0-63 count: the dK/dV pass did not write the
- * rest (its keys all follow the queries). dQ leaves through the unused stage. */
+ * rest (its keys all follow the queries). dQ leaves through an unused stage. NWG = 1: one
+ * warpgroup (one dS tile) per block, two CTAs per SM; NS = 3: copies two steps ahead
+ * (both measured slower, see the top of the file). An estimate, not a measurement: the
+ * pass moves about 2·nh·T² bytes (the dS tiles, nh·T² bytes, once from HBM; as many K
+ * bytes, mostly from L2), 1.1 GB at T = 4096 and 32 heads; the dS half alone takes
+ * ~115 us at the H200's 4.8 TB/s, so this pass is bound by memory, not by wgmma. */
 template <int HD, int NWG, int NS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,

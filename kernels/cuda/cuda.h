@@ -88,7 +88,9 @@ void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim
 
 /* Flash attention on tensor cores (mma.sync bf16, fp32 accumulation); any head_dim up
  * to 128; nh must be a multiple of nkv (aborts otherwise). The backward is deterministic
- * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. */
+ * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. Both
+ * directions run the Hopper wgmma kernels below where they apply (SHLM_ATTN_SM90=0 in the
+ * environment turns them off); the backward's give the same bits as the mma.sync ones. */
 void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                              int nkv, int hd);
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
