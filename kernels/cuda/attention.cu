@@ -835,9 +835,15 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     CUDA_CHECK_LAST();
 }
 
+/* kv, dq (shlm_cuda_attention_bwd_variant's): which dK/dV and dQ kernels; 0 this file's,
+ * 1 attention_bwd_sm90.cu's wgmma one in its default variant, 2 + v its variant v. A wgmma
+ * kernel that declines a pass falls back to this file's. Returns 0 when every pass ran
+ * the requested kernels. */
 template <int HDP>
-void bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
-                const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a) {
+int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
+               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int kv,
+               int dq) {
+    int fell_back = 0;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
     const size_t smem_kv = (size_t)(2 * KV_BK + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
@@ -850,16 +856,36 @@ void bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
     /* bc batch elements per pass: their dS fits the scratch */
     for (int b0 = 0; b0 < a.B; b0 += bc) {
         const int nb = min(bc, a.B - b0);
-        dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
-        attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
-            dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
-            a.scale_log2, a.vec, a.vec_do, a.ovec);
-        CUDA_CHECK_LAST();
+        const int kv_rc =
+            kv == 0 ? 1
+            : kv == 1
+                ? shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb,
+                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2)
+                : shlm_cuda_attention_bwd_dkv_sm90_variant(dqkv, dS, ds_head, dout, qkv, lse, Dv,
+                                                           b0, nb, a.T, a.nh, a.nkv, a.hd,
+                                                           a.scale, a.scale_log2, kv - 2);
+        if (kv_rc != 0) {
+            fell_back |= kv != 0;
+            dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
+            attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
+                dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
+                a.scale_log2, a.vec, a.vec_do, a.ovec);
+            CUDA_CHECK_LAST();
+        }
+        const int dq_rc =
+            dq == 0 ? 1
+            : dq == 1 ? shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
+                                                        a.nkv, a.hd)
+                      : shlm_cuda_attention_bwd_dq_sm90_variant(dqkv, dS, ds_head, qkv, b0, nb,
+                                                                a.T, a.nh, a.nkv, a.hd, dq - 2);
+        if (dq_rc == 0) continue;
+        fell_back |= dq != 0;
         dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
         attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
             dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
         CUDA_CHECK_LAST();
     }
+    return fell_back;
 }
 
 attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
@@ -881,19 +907,25 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
     return a;
 }
 
+/* The Hopper wgmma kernels (attention_sm90.cu's forward, attention_bwd_sm90.cu's dK/dV)
+ * are tried first unless the environment has SHLM_ATTN_SM90=0 (read once). */
+bool sm90_enabled() {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("SHLM_ATTN_SM90");
+        on = !(e != NULL && strcmp(e, "0") == 0);
+    }
+    return on == 1;
+}
+
 } // namespace
 
 extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T,
                                         int nh, int nkv, int hd) {
     if (B <= 0 || T <= 0) return;
-    /* the wgmma kernel of attention_sm90.cu where it applies, unless SHLM_ATTN_SM90=0
-     * (read once): 1.29x this file's kernel at 7B shapes on an H200 */
-    static int sm90 = -1;
-    if (sm90 < 0) {
-        const char *e = getenv("SHLM_ATTN_SM90");
-        sm90 = !(e != NULL && strcmp(e, "0") == 0);
-    }
-    if (sm90 && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) return;
+    /* the wgmma kernel of attention_sm90.cu where it applies, unless SHLM_ATTN_SM90=0:
+     * 1.29x this file's kernel at 7B shapes on an H200 */
+    if (sm90_enabled() && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) return;
     attn_args a = make_args("attention_fwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(out, 16);
@@ -932,10 +964,10 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
     return d_bytes + (size_t)bc * ds_b;
 }
 
-extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
-                                        const void *out, const float *lse, int B, int T, int nh,
-                                        int nkv, int hd) {
-    if (B <= 0 || T <= 0) return;
+extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
+                                               const void *out, const float *lse, int B, int T,
+                                               int nh, int nkv, int hd, int kv, int dq) {
+    if (B <= 0 || T <= 0) return 0;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
@@ -956,8 +988,17 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd <= 16) bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a);
-    else if (hd <= 32) bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a);
-    else if (hd <= 64) bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a);
-    else bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a);
+    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+}
+
+extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
+                                        const void *out, const float *lse, int B, int T, int nh,
+                                        int nkv, int hd) {
+    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
+     * sm90_enabled) */
+    const int k = sm90_enabled() ? 1 : 0;
+    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k);
 }

@@ -88,7 +88,9 @@ void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim
 
 /* Flash attention on tensor cores (mma.sync bf16, fp32 accumulation); any head_dim up
  * to 128; nh must be a multiple of nkv (aborts otherwise). The backward is deterministic
- * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. */
+ * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. Both
+ * directions run the Hopper wgmma kernels below where they apply (SHLM_ATTN_SM90=0 in the
+ * environment turns them off); the backward's give the same bits as the mma.sync ones. */
 void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                              int nkv, int hd);
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
@@ -104,6 +106,37 @@ int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, 
                                  int nkv, int hd);
 int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B, int T,
                                          int nh, int nkv, int hd, int variant);
+/* The backward's dK/dV (+dS) pass on Hopper warpgroup MMA (attention_bwd_sm90.cu), same
+ * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
+ * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
+ * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
+ * (nothing queued). shlm_cuda_attention_bwd tries it per pass unless SHLM_ATTN_SM90=0.
+ * The _variant form picks the pipeline (attention_bwd_sm90.cu's DKV_DEFAULT lists them). */
+int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
+                                     const void *qkv, const float *lse, const float *D, int b0,
+                                     int nb, int T, int nh, int nkv, int hd, float scale,
+                                     float scale_log2);
+int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
+                                             const void *dout, const void *qkv, const float *lse,
+                                             const float *D, int b0, int nb, int T, int nh,
+                                             int nkv, int hd, float scale, float scale_log2,
+                                             int variant);
+/* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
+ * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
+ * return value as the dK/dV one; variants: DQ_DEFAULT there. */
+int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
+                                    int b0, int nb, int T, int nh, int nkv, int hd);
+int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
+                                            const void *qkv, int b0, int nb, int T, int nh,
+                                            int nkv, int hd, int variant);
+/* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): kv picks
+ * the dK/dV kernel, dq the dQ one: 0 attention.cu's mma.sync kernel, 1 the wgmma one in
+ * its default variant (what shlm_cuda_attention_bwd runs), 2 + v its variant v. Returns 1
+ * when a wgmma kernel was asked for but declined some pass (the mma.sync one ran there
+ * instead), else 0. */
+int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
+                                    const void *out, const float *lse, int B, int T, int nh,
+                                    int nkv, int hd, int kv, int dq);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */

@@ -99,6 +99,15 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t da, uint6
                  : SHLM_D64
                  : "l"(da), "l"(db), "n"(SCALE_D));
 }
+/* D(64×64) (+)= A(64×16, shared, K-major) · B(16×64, shared, K-major) */
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_ss_n64(float (&d)[32], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SHLM_R32
+                 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                 : SHLM_D32
+                 : "l"(da), "l"(db), "n"(SCALE_D));
+}
 /* D(64×128) += A(64×16, registers) · B(16×128, shared, N-major: tnspB = 1) */
 __device__ __forceinline__ void wgmma_rs_n128_t(float (&d)[64], const uint32_t *a, uint64_t db) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"

@@ -1,0 +1,674 @@
+/* cuda backend: the causal grouped-query flash attention backward's two heavy passes for
+ * Hopper (sm_90a) on warpgroup MMA (wgmma.mma_async, bf16 operands, fp32 accumulation):
+ *  - dK/dV (and dS): same contract as attn_bwd_dkv_kernel in attention.cu (read the
+ *    comments above it and above bwd_scratch_layout): same inputs, writes the dk and dv
+ *    rows of dqkv and the dS scratch in exactly the same fragment layout, so either dQ
+ *    kernel can follow it;
+ *  - dQ = dS·K: same contract as attn_bwd_dq_kernel, reading that scratch.
+ * head_dim 64 and 128 only; the caller (attention.cu's bwd_launch) falls back to the
+ * mma.sync kernel of a pass whenever the entry point returns 1.
+ *
+ * STATUS: checked on an H200 by tests/gpu/attn_bwd_sm90_check.cu (whole backward: D, then
+ * the dK/dV and dQ passes in every combination of kernels and variants): dq, dk, dv
+ * bitwise equal to the backward on attention.cu's mma.sync kernels in every case (T 130,
+ * 256, 1000, 4096; GQA 2:1, 4:1 and none; hd 64 and 128; two batch elements, and two
+ * passes at T = 4096, B = 2), worst relative L2 error against a float64 reference 3.1e-3
+ * (the mma.sync backward's is the same), bitwise repeatable, nothing left unwritten,
+ * compute-sanitizer memcheck clean (--small). The bitwise equality is by construction:
+ * the same products in the same order, the same k-steps of 16, the same fp32 formulas.
+ *
+ * Measured there (`attn_bwd_sm90_check` as built in its header, whole backward, B=1,
+ * T=4096, 32 heads, causal, cudaEvent over 10 runs, all in the same process; flops =
+ * 2.5 × the forward's):
+ *   hd 128: 861.4 us = 398.9 TFLOP/s against 1410.9 us = 243.5 for the mma.sync kernels
+ *           (wgmma dK/dV with mma.sync dQ: 938.1 us);
+ *   hd 64:  634.6 us = 270.7 TFLOP/s against 1015.2 us = 169.2 (with mma.sync dQ 653.8).
+ * The passes alone, later in the same run (D left zero; these sum to more than the whole
+ * backward above, so read them as a split, not as exact times): hd 128 dK/dV 656.3 us
+ * (418.8 TFLOP/s over its 4/5 of the flops), dQ 241.8 us; hd 64 469.1 and 147.4 us.
+ * Earlier runs of the same defaults: 858.6 and 862.7 us at hd 128, 635.1 at hd 64.
+ * Variants measured in that run (whole backward, hd 128 / hd 64, us), all slower than the
+ * defaults and kept only as measured alternatives (the check runs each of them):
+ *   dK/dV serial pipeline 874.0 / 651.8; one warpgroup (64 keys) per block, two CTAs per
+ *   SM, with the one-warpgroup dQ 911.9 / 717.2; three Q/dO buffers 924.0 / 640.9;
+ *   ping-pong issue order (warpgroup 1 issues Sᵀ, dPᵀ after warpgroup 0) 1022.2 / 797.8;
+ *   dQ with three stages 913.0 / 649.8.
+ * Built with nvcc 13.0 for sm_90a (ptxas -v), no spills anywhere: dK/dV default 242
+ * registers at hd 128, 194 at hd 64 (serial 236 / 186); dQ default 134 / 122. Dynamic
+ * shared memory: dK/dV 133,120 bytes at hd 128, 67,584 at hd 64; dQ 132,096 / 99,328.
+ *
+ * ---------------------------------------------------------------- design
+ *
+ * Block = (kv head, 128-key tile kt, batch element b0 + z), 256 threads = two warpgroups;
+ * warpgroup wg owns keys k0 + 64·wg .. + 63, one m64 wgmma tile, and keeps dK and dV of
+ * those keys in registers (m64n{hd} fp32 each). The block visits every query head of the
+ * GQA group and every 64-query step at or after k0 (the order of attn_bwd_dkv_kernel:
+ * head-major, then query steps), so each dk/dv row has one writer summing in a fixed
+ * order: deterministic, no atomics. Per step and warpgroup (rows = keys, columns = the
+ * step's 64 queries):
+ *   Sᵀ  = K_wg·Qᵀ            ss m64n64k16 × hd/16, A = K rows (K-major), B = Q (K-major)
+ *   dPᵀ = V_wg·dOᵀ           ss m64n64k16 × hd/16, A = V rows, B = dO (both K-major)
+ *   Pᵀ  = 2^(Sᵀ·scale·log2 e − lse·log2 e), 0 where key > query (diagonal steps)
+ *   dV += Pᵀ·dO              rs m64n{hd}k16 × 4, A = bf16 Pᵀ in registers, B = dO N-major
+ *   dSᵀ = Pᵀ∘(dPᵀ − D)·scale (fp32 Pᵀ, as attn_bwd_dkv_kernel)
+ *   dK += dSᵀ·Q              rs m64n{hd}k16 × 4, A = bf16 dSᵀ in registers, B = Q N-major
+ * and the bf16 dSᵀ register fragments go to the scratch as they are: warp w of warpgroup
+ * wg holds keys 16(4wg + w).. (key block kk = 4wg + w), and its register-A fragment for
+ * the k-step over queries 16qm.. is mma.m16n8k16's A fragment of those 16 keys × 16
+ * queries, i.e. exactly fragment kk·4 + qm of the dS tile, one 16-byte store per lane in
+ * lane order. A warpgroup whose keys all follow the step's queries (wg 1 on the first
+ * query step of a head) skips the step and stores nothing: attn_bwd_dq_kernel reads a
+ * fragment only when its first key is at or before the reading warp's last query, never
+ * for such a step. Keys past T come in as zero rows, are masked on the diagonal steps
+ * (the only steps that can hold them) and are never stored; queries past T get lse = +inf
+ * (P = 0), D = 0 and zero Q/dO rows.
+ *
+ * Shared memory, every tile in the 128-byte-swizzled 64-column panels of
+ * attention_sm90.cu (chunk c of row r at c ^ (r % 8); a panel of R rows is R·128 bytes,
+ * 1024-aligned): K, V [128][hd] (panels of 16 KiB), Q[2], dO[2] [64][hd] (panels of 8 KiB,
+ * double-buffered with cp.async), lse·log2 e and D [2][64] fp32: 129 KiB + 1 KiB of
+ * alignment slack at hd 128, 65 KiB at hd 64. Descriptors as in attention_sm90.cu:
+ * K-major LBO 16, SBO 1024, k-step kk at (kk / 4)·PANEL + (kk % 4)·32 bytes; N-major
+ * (tnspB = 1) LBO = the panel stride, SBO 1024, k-step of 16 rows = +2048 bytes. dK and dV
+ * leave through the warpgroup's own K and V rows (nobody else reads them), staged in the
+ * same layout, as 16-byte row stores.
+ *
+ * Pipelines (all deterministic, same results bit for bit; DKV_DEFAULT lists them):
+ *   OVERLAP (variant 0, the default): issue Sᵀ and dPᵀ together; wait Sᵀ; exp; issue dV;
+ *     wait dPᵀ (dV keeps running); dS, its stores; issue dK; wait all.
+ *   serial (variant 1): every product waited before the next instruction (debugging).
+ * The wait for dK at the end of every step is what a deeper pipeline would remove; it
+ * needs a second set of dSᵀ registers (the in-flight dK reads them), which the 242
+ * registers at hd 128 leave no room for. Three Q/dO buffers alone (variant 3) did not
+ * help, nor did a fixed issue order between the warpgroups (variant 4). What FA3 adds
+ * beyond this: a TMA producer warp and mbarriers instead of cp.async by every thread and
+ * one __syncthreads per step.
+ *
+ * dQ (attn_bwd_dq_wgmma below) has its own comment. */
+#include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+#include <math.h>
+
+namespace {
+namespace sm90b {
+
+constexpr int WG_THREADS = 128;        /* one warpgroup */
+constexpr int BK = 128;                /* keys per dS tile, 64 per warpgroup */
+constexpr int BQ = 64;                 /* queries per step */
+constexpr int ROW_BYTES = 128;         /* one swizzled panel row: 64 bf16 */
+constexpr int KPANEL = BK * ROW_BYTES; /* 16 KiB */
+constexpr int QPANEL = BQ * ROW_BYTES; /* 8 KiB */
+constexpr int DS_TILE = BK * BQ;       /* elements of one dS tile (attention.cu) */
+constexpr int DS_FRAG = 256;           /* elements of one 16×16 fragment */
+constexpr float LOG2E = 1.4426950408889634f;
+
+/* NWG warpgroups per block: 2 (a block owns a 128-key tile, one CTA per SM) or 1 (64
+ * keys, two CTAs per SM that drift freely instead of meeting at every step's barrier) */
+template <int HD, int NWG, int NS> struct cfg {
+    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+    static_assert(NWG == 1 || NWG == 2, "one or two warpgroups");
+    static_assert(NS == 2 || NS == 3, "Q/dO buffers");
+    static constexpr int KROWS = 64 * NWG;                    /* keys of the block */
+    static constexpr int KPAN = KROWS * ROW_BYTES;            /* K, V panel */
+    static constexpr int KTILE = (HD / 64) * KPAN;
+    static constexpr int QTILE = (HD / 64) * QPANEL;
+    static constexpr int VEC = 2 * NS * BQ * 4; /* lse, D: [NS][64] fp32 each */
+    static constexpr int SMEM = 2 * KTILE + 2 * NS * QTILE + VEC + 1024;
+};
+
+/* attention.cu's ds_tile_base: dS tiles of query tiles (of 64) 0..Q-1 */
+__host__ __device__ __forceinline__ size_t ds_tile_base(int Q) {
+    const size_t m = (size_t)(Q >> 1);
+    return (Q & 1) ? (m + 1) * (m + 1) : m * (m + 1);
+}
+
+__device__ int g_probe;
+__global__ void probe_kernel() { g_probe = SHLM_WGMMA; }
+
+#if SHLM_WGMMA
+using namespace shlm_wgmma;
+
+/* Starts copying rows row0..row0+ROWS-1 (rows >= T become zeros) of one head's columns
+ * into a swizzled tile with panels of ROWS rows; part of the caller's next cp.async group. */
+template <int HD, int ROWS, int NT>
+__device__ __forceinline__ void load_tile(uint32_t stile, const bf16 *g, size_t ld, int row0,
+                                          int T) {
+    constexpr int CH = HD / 8;
+    constexpr int RSTEP = NT / CH;
+    constexpr int PANEL = ROWS * ROW_BYTES;
+    static_assert(RSTEP % 8 == 0 && ROWS % RSTEP == 0, "a thread's rows keep one swizzle phase");
+    const int c = threadIdx.x % CH, r0 = threadIdx.x / CH;
+    const uint32_t dst = stile + (c >> 3) * PANEL + r0 * ROW_BYTES + (((c & 7) ^ (r0 & 7)) << 4);
+    const int nvalid = T - row0;
+#pragma unroll
+    for (int k = 0; k < ROWS / RSTEP; k++) {
+        const int r = r0 + k * RSTEP;
+        const bool ok = r < nvalid;
+        cp_async16(dst + k * RSTEP * ROW_BYTES, ok ? g + (size_t)(row0 + r) * ld + c * 8 : g, ok);
+    }
+}
+
+/* X = A·Bᵀ over the head dim: A the warpgroup's 64 key rows (K or V, K-major, panels of
+ * APAN bytes), B the step's 64 query rows (Q or dO, K-major, panels of 64 rows) */
+template <int HD, int APAN>
+__device__ __forceinline__ void gemm_kq(float (&x)[32], uint64_t da, uint64_t db) {
+#pragma unroll
+    for (int kk = 0; kk < HD / 16; kk++) {
+        const uint64_t a = desc_add(da, (kk >> 2) * APAN + (kk & 3) * 32);
+        const uint64_t b = desc_add(db, (kk >> 2) * QPANEL + (kk & 3) * 32);
+        if (kk == 0) wgmma_ss_n64<0>(x, a, b);
+        else wgmma_ss_n64<1>(x, a, b);
+    }
+}
+
+/* acc += X·B over the step's 64 queries: X in registers (bf16 A fragments), B the query
+ * rows (dO or Q) read N-major (tnspB = 1) */
+template <int HD>
+__device__ __forceinline__ void gemm_acc(float (&acc)[HD / 2], const uint32_t (&x)[16],
+                                         uint64_t db) {
+#pragma unroll
+    for (int kq = 0; kq < BQ / 16; kq++) {
+        const uint64_t d = desc_add(db, kq * 16 * ROW_BYTES);
+        if constexpr (HD == 128) wgmma_rs_n128_t(acc, &x[4 * kq], d);
+        else wgmma_rs_n64_t(acc, &x[4 * kq], d);
+    }
+}
+
+/* this thread's copies but the newest PENDING groups have landed; after the barrier every
+ * thread's have, visible to wgmma too */
+template <int PENDING> __device__ __forceinline__ void tiles_ready() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+    fence_proxy_async();
+    __syncthreads();
+}
+#endif /* SHLM_WGMMA */
+
+template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
+__global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
+    attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+                       const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
+                       float scale, float scale_log2) {
+#if SHLM_WGMMA
+    using C = cfg<HD, NWG, NS>;
+    constexpr int NT = NWG * WG_THREADS;
+    constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sK = (raw + 1023u) & ~1023u;
+    unsigned char *const gbase = smem_raw + (sK - raw);
+    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + NS * C::QTILE;
+    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 2 * NS * C::QTILE);
+    float *const D_b = lse_b + NS * BQ;
+
+    /* kt: the 128-key dS tile; wl: the thread's warpgroup in the block (its rows of the
+     * K and V tiles); wgi: that warpgroup's half of the dS tile (keys k0 + 64·wgi..) */
+    const int kvh = blockIdx.x, z = blockIdx.z, b = b0 + z;
+    const int kt = NWG == 2 ? blockIdx.y : blockIdx.y >> 1;
+    const int wl = NWG == 2 ? threadIdx.x >> 7 : 0;
+    const int wgi = NWG == 2 ? wl : blockIdx.y & 1;
+    const int k0 = kt * BK, kb0 = k0 + (NWG == 2 ? 0 : 64 * wgi); /* the block's first key */
+    const int group = nh / nkv;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
+    const bf16 *const base = qkv + (size_t)b * T * C3;
+
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int kg0 = k0 + 64 * wgi;         /* the warpgroup's first key */
+    const int kr0 = kg0 + 16 * warp + g;   /* the thread's keys: kr0, kr0 + 8 */
+
+    load_tile<HD, C::KROWS, NT>(sK, base + (size_t)(nh + kvh) * HD, C3, kb0, T);
+    load_tile<HD, C::KROWS, NT>(sV, base + (size_t)(nh + nkv + kvh) * HD, C3, kb0, T);
+
+    /* query steps from the block's first key (the first step of a 128-key block has
+     * nothing for warpgroup 1, which skips it below) */
+    const int nqt = (T - kb0 + BQ - 1) / BQ, nsteps = group * nqt;
+    auto issue = [&](int s, int buf) {
+        const int h = kvh * group + s / nqt, q0 = kb0 + (s % nqt) * BQ;
+        load_tile<HD, BQ, NT>(sQ + buf * C::QTILE, base + (size_t)h * HD, C3, q0, T);
+        load_tile<HD, BQ, NT>(sO + buf * C::QTILE, dout + (size_t)b * T * CO + (size_t)h * HD, CO,
+                              q0, T);
+        if (threadIdx.x < BQ) {
+            const int q = q0 + threadIdx.x;
+            /* +inf makes every probability of a row past T exactly zero */
+            lse_b[buf * BQ + threadIdx.x] =
+                q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
+            D_b[buf * BQ + threadIdx.x] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
+        }
+    };
+    issue(0, 0);
+    cp_async_commit(); /* K, V and step 0 */
+    if (NS == 3) {
+        if (nsteps > 1) issue(1, 1);
+        cp_async_commit(); /* step 1 (perhaps none: the group still counts) */
+    }
+
+    /* the warpgroup's K and V rows as A (K-major); the query tiles' descriptors per buffer */
+    const uint64_t dKa = make_desc(sK + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dVa = make_desc(sV + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dQk = make_desc(sQ, 16, 1024), dOk = make_desc(sO, 16, 1024);
+    const uint64_t dQn = make_desc(sQ, QPANEL, 1024), dOn = make_desc(sO, QPANEL, 1024);
+
+    float dv[NA], dk[NA], s[32], dp[32];
+    uint32_t pa[16], sa[16];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
+
+    /* this lane's place in fragment (4wgi + warp)·4 + 0 of the block's dS tile for query
+     * tile 0 of head 0 (per step: + the tile's number · DS_TILE) */
+    bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
+                          (size_t)((4 * wgi + warp) * 4) * DS_FRAG + lane * 8;
+
+    for (int step = 0; step < nsteps; step++) {
+        const int cur = step % NS;
+        const int h = kvh * group + step / nqt, q0 = kb0 + (step % nqt) * BQ;
+        /* this step's tiles; everyone is done with step - 1's buffer, which the copies
+         * for step + NS - 1 now refill (each step commits one group, perhaps empty) */
+        tiles_ready<NS - 2>();
+        if (step + NS - 1 < nsteps) issue(step + NS - 1, (step + NS - 1) % NS);
+        cp_async_commit();
+        if (kg0 > q0 + BQ - 1) continue; /* every key after every query: nothing to do */
+        const float *const lse_s = lse_b + cur * BQ, *const D_s = D_b + cur * BQ;
+        const uint32_t qoff = cur * C::QTILE;
+
+        /* PP (two warpgroups): warpgroup 1 issues its Sᵀ and dPᵀ only after warpgroup 0
+         * has issued its own, so that warpgroup 0's come out first and its exp runs
+         * while warpgroup 1's products do (warpgroup 0 is active on every step; it
+         * signals only on the steps warpgroup 1 is too) */
+        const bool pp = PP && NWG == 2 && kb0 + 64 <= q0 + BQ - 1;
+        if (pp && wl == 1) bar_sync(3, 256);
+        wgmma_fence();
+        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
+        wgmma_commit();
+        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
+        wgmma_commit();
+        if (pp && wl == 0) asm volatile("bar.arrive 3, 256;\n" ::: "memory");
+        if constexpr (OVERLAP) wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
+        else wgmma_wait<0>();
+        reg_fence(s);
+
+        const bool diag = kg0 + 63 > q0; /* some key follows some query */
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
+            if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
+            s[i] = p;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+
+        wgmma_fence();
+        gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+        wgmma_commit();
+        if constexpr (OVERLAP) wgmma_wait<1>(); /* dPᵀ; dV may still run */
+        else wgmma_wait<0>();
+        reg_fence(dp);
+
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            dp[i] = s[i] * (dp[i] - D_s[qi]) * scale;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) sa[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+        bf16 *const ds_out =
+            ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++)
+            *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
+                make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+
+        wgmma_fence();
+        gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
+        wgmma_commit();
+        wgmma_wait<0>(); /* before the next step's barrier lets its buffer be refilled */
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(sa);
+    }
+
+    /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
+     * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
+    bar_sync(1 + wl, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t off =
+                (j >> 3) * C::KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gbase + off) =
+                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(gbase + C::KTILE + off) =
+                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * C::KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (kb0 + row < T) {
+            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + off);
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + C::KTILE + off);
+        }
+    }
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ dQ */
+
+#if SHLM_WGMMA
+/* Transposes an 8×8 bf16 matrix held in C-fragment form (lane (g, t): row g, columns 2t,
+ * 2t+1): lane (g, t) receives row g, columns 2t, 2t+1 of the transpose. */
+__device__ __forceinline__ uint32_t movm_trans(uint32_t x) {
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+    return y;
+}
+
+/* dq += dS·K over the first NK key steps (16 keys each) of a staged key tile: the A
+ * fragments from the staged dS tile (fr: this lane's 16 bytes of fragment 0·4 + warp),
+ * K N-major (tnspB = 1) */
+template <int HD, int NK>
+__device__ __forceinline__ void dq_tile(float (&dq)[HD / 2], const unsigned char *fr, uint64_t dk) {
+    uint32_t a[4 * NK];
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        /* the quarters (keys 0-7 | 8-15) × (queries 0-7 | 8-15) of dSᵀ in registers 0-3
+         * (an A fragment of dSᵀ); transposed, they are A registers 0, 2, 1, 3 of dS */
+        const uint4 v = *reinterpret_cast<const uint4 *>(fr + kk * 4 * DS_FRAG * 2);
+        a[4 * kk] = movm_trans(v.x);
+        a[4 * kk + 1] = movm_trans(v.z);
+        a[4 * kk + 2] = movm_trans(v.y);
+        a[4 * kk + 3] = movm_trans(v.w);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NK; kk++) {
+        const uint64_t d = desc_add(dk, kk * 16 * ROW_BYTES);
+        if constexpr (HD == 128) wgmma_rs_n128_t(dq, &a[4 * kk], d);
+        else wgmma_rs_n64_t(dq, &a[4 * kk], d);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(dq);
+    reg_fence(a);
+}
+#endif
+
+template <int HD, int NWG, int NS> struct dqcfg {
+    static_assert(NS == 2 || NS == 3, "stages");
+    static constexpr int KTILE = (HD / 64) * KPANEL;
+    static constexpr int STAGE = KTILE + NWG * DS_TILE * 2; /* K rows, NWG dS tiles */
+    static constexpr int SMEM = NS * STAGE + 1024;
+};
+
+/* dQ = dS·K, the same work as attention.cu's attn_bwd_dq_kernel on wgmma. Block (head,
+ * 128-query tile qt, batch element b0 + z), longest first; warpgroup wg owns the 64-query
+ * dS tile Q = 2qt + wg. Over key tiles 0..qt in order (deterministic), each stage copies
+ * (cp.async, double-buffered) the 128 K rows into a swizzled tile and the two dS tiles
+ * (Q, kt) as they are (16 KiB each); warp w loads its fragments kk·4 + w (its 16 queries ×
+ * keys 16kk..), transposes their quarters with movmatrix into register-A fragments of dS
+ * and the warpgroup runs dq += dS·K (rs m64n{hd}k16, K N-major as V in the forward). On
+ * the diagonal tile of an even Q only keys 0-63 count: the dK/dV pass did not write the
+ * rest (its keys all follow the queries). dQ leaves through an unused stage. NWG = 1: one
+ * warpgroup (one dS tile) per block, two CTAs per SM; NS = 3: copies two steps ahead
+ * (both measured slower, see the top of the file). An estimate, not a measurement: the
+ * pass moves about 2·nh·T² bytes (the dS tiles, nh·T² bytes, once from HBM; as many K
+ * bytes, mostly from L2), 1.1 GB at T = 4096 and 32 heads; the dS half alone takes
+ * ~115 us at the H200's 4.8 TB/s, so this pass is bound by memory, not by wgmma. */
+template <int HD, int NWG, int NS>
+__global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
+    attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
+                      int nh, int nkv) {
+#if SHLM_WGMMA
+    using C = dqcfg<HD, NWG, NS>;
+    constexpr int NT = NWG * WG_THREADS;
+    constexpr int NA = HD / 2, CH = HD / 8;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t s0 = (raw + 1023u) & ~1023u;
+    unsigned char *const g0 = smem_raw + (s0 - raw);
+
+    /* yq: the block's tile of 64·NWG queries, longest first; qt: the 128-query tile it is
+     * in; Qb: its first 64-query dS tile */
+    const int h = blockIdx.x, yq = gridDim.y - 1 - blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int qt = NWG == 2 ? yq : yq >> 1, Qb = NWG == 2 ? 2 * yq : yq;
+    const int kvh = h / (nh / nkv);
+    const int q0 = Qb * BQ;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * HD;
+    const bf16 *const dsh = dS + ((size_t)z * nh + h) * ds_head * DS_TILE;
+    const int nq64 = (T + BQ - 1) / BQ;
+    const int nsteps = qt + 1; /* key tiles 0..qt: 128·qt <= q0 < T */
+    auto issue = [&](int s) {
+        const uint32_t st = s0 + (s % NS) * C::STAGE;
+        load_tile<HD, BK, NT>(st, kbase, C3, s * BK, T);
+#pragma unroll
+        for (int qh = 0; qh < NWG; qh++) {
+            const int Q = Qb + qh;
+            if (Q >= nq64) break;
+            const bf16 *const src = dsh + (ds_tile_base(Q) + s) * DS_TILE;
+            const uint32_t dst = st + C::KTILE + qh * DS_TILE * 2;
+#pragma unroll 4
+            for (int i = threadIdx.x; i < DS_TILE / 8; i += NT)
+                cp_async16(dst + 16 * i, src + 8 * i, true);
+        }
+    };
+    issue(0);
+    cp_async_commit();
+    if (NS == 3) {
+        if (nsteps > 1) issue(1);
+        cp_async_commit(); /* (perhaps empty: the group still counts) */
+    }
+
+    const int wl = NWG == 2 ? threadIdx.x >> 7 : 0; /* the warpgroup in the block */
+    const int Q = Qb + wl;                           /* its dS tile of 64 queries */
+    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const bool active = Q < nq64; /* the warpgroup has queries */
+    float dq[NA];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dq[i] = 0.0f;
+
+    for (int s = 0; s < nsteps; s++) {
+        /* stage s; everyone is done with stage s-1's buffer, which the copies for stage
+         * s + NS - 1 now refill (each step commits one group, perhaps empty) */
+        tiles_ready<NS - 2>();
+        if (s + NS - 1 < nsteps) issue(s + NS - 1);
+        cp_async_commit();
+        if (!active) continue;
+        const int off = (s % NS) * C::STAGE;
+        const unsigned char *const fr =
+            g0 + off + C::KTILE + wl * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
+        const uint64_t dk = make_desc(s0 + off, KPANEL, 1024);
+        if (s == qt && (Q & 1) == 0) dq_tile<HD, 4>(dq, fr, dk);
+        else dq_tile<HD, 8>(dq, fr, dk);
+    }
+    if (!active) return;
+
+    /* dq into the warpgroup's rows of an unused stage's K tile (the last step's neighbour:
+     * every copy has landed, nothing reads it any more), then 16-byte row stores; each
+     * warp writes and reads back only its own 16 rows */
+    unsigned char *const stg = g0 + (nsteps % NS) * C::STAGE;
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t o = (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(stg + o) = pack_bf16(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+    __syncwarp();
+    bf16 *const rows = dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * HD;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t o = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (q0 + row < T)
+            *reinterpret_cast<uint4 *>(rows + (size_t)row * C3 + c * 8) =
+                *reinterpret_cast<const uint4 *>(stg + o);
+    }
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ host side */
+
+/* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
+ * binary (the probe ran it); asked once per process (one device per process). */
+bool usable() {
+    static int state = -1;
+    if (state >= 0) return state == 1;
+    state = 0;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        return false;
+    if (major != 9 || minor != 0) return false; /* sm_90a code runs on 9.0 only */
+    cudaStream_t st = shlm_cuda_stream();
+    int ok = 0;
+    probe_kernel<<<1, 1, 0, st>>>();
+    if (cudaGetLastError() != cudaSuccess) return false; /* e.g. no image for this device */
+    CUDA_CHECK(cudaMemcpyFromSymbolAsync(&ok, g_probe, sizeof ok, 0, cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    state = ok == 1;
+    return state == 1;
+}
+
+template <int HD, bool OVERLAP, int NWG, int NS, bool PP = false>
+void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+            const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
+            float scale_log2) {
+    using C = cfg<HD, NWG, NS>;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        done = true;
+    }
+    dim3 grid(nkv, (T + C::KROWS - 1) / C::KROWS, nb);
+    attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
+    CUDA_CHECK_LAST();
+}
+
+/* dK/dV pipelines: 0 two warpgroups, overlapped, Q/dO double-buffered; 1 the same,
+ * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
+ * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP).
+ * DKV_DEFAULT: what the plain entry runs. */
+constexpr int DKV_DEFAULT = 0;
+
+template <int HD>
+void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
+            const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
+            float scale_log2) {
+    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+}
+
+int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
+        const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
+        float scale_log2, int variant) {
+    if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
+    if (hd != 64 && hd != 128) return 1;
+    if ((T + 63) / 64 > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
+        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
+        return 1;
+    if (!usable()) return 1;
+    bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
+    const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
+    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    return 0;
+}
+
+template <int HD, int NWG, int NS>
+void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
+               int nh, int nkv) {
+    using C = dqcfg<HD, NWG, NS>;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD, NWG, NS>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        done = true;
+    }
+    dim3 grid(nh, (T + 64 * NWG - 1) / (64 * NWG), nb);
+    attn_bwd_dq_wgmma<HD, NWG, NS><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
+    CUDA_CHECK_LAST();
+}
+
+/* dQ: 0 two warpgroups (128 queries) per block, two stages; 1 one warpgroup (64
+ * queries), two stages; 2 two warpgroups, three stages (copies two steps ahead) */
+constexpr int DQ_DEFAULT = 0;
+
+int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
+       int nkv, int hd, int variant) {
+    if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
+    if (hd != 64 && hd != 128) return 1;
+    if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
+    if (!usable()) return 1;
+    bf16 *d = (bf16 *)dqkv;
+    const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
+    if (hd == 128) {
+        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    } else {
+        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+    }
+    return 0;
+}
+
+} // namespace sm90b
+} // namespace
+
+/* 0: queued (dk, dv rows of batch elements b0..b0+nb-1 and their dS tiles); 1: not
+ * handled (shape, alignment, device or build), nothing queued. variant: see DKV_DEFAULT. */
+extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
+                                                        const void *dout, const void *qkv,
+                                                        const float *lse, const float *D, int b0,
+                                                        int nb, int T, int nh, int nkv, int hd,
+                                                        float scale, float scale_log2,
+                                                        int variant) {
+    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                      scale_log2, variant);
+}
+
+extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
+                                                const void *dout, const void *qkv,
+                                                const float *lse, const float *D, int b0, int nb,
+                                                int T, int nh, int nkv, int hd, float scale,
+                                                float scale_log2) {
+    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                      scale_log2, sm90b::DKV_DEFAULT);
+}
+
+/* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
+ * 1: not handled, nothing queued. variant: see DQ_DEFAULT. */
+extern "C" int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
+                                                       const void *qkv, int b0, int nb, int T,
+                                                       int nh, int nkv, int hd, int variant) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant);
+}
+
+extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
+                                               const void *qkv, int b0, int nb, int T, int nh,
+                                               int nkv, int hd) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT);
+}

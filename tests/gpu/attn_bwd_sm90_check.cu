@@ -1,0 +1,419 @@
+/* GPU check of the Hopper wgmma kernels of the attention backward
+ * (kernels/cuda/attention_bwd_sm90.cu: the dK/dV(+dS) pass and the dQ pass) inside the
+ * whole backward (shlm_cuda_attention_bwd_variant: D, dK/dV, dQ; either dQ kernel reads
+ * the dS fragments either dK/dV kernel wrote), against the backward on attention.cu's
+ * mma.sync kernels and against a float64 CPU reference, with timings.
+ *
+ * Build with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
+ * scratch and fatal path), from the repository root:
+ *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
+ *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
+ *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu
+ * Run (on the H200):
+ *   attn_bwd_sm90_check              # every case, both pipelines, then timings
+ *   attn_bwd_sm90_check --no-time    # correctness only
+ *   attn_bwd_sm90_check --small      # the float64 cases only (for compute-sanitizer)
+ *   attn_bwd_sm90_check --time-only  # timings only
+ * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
+ *
+ * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
+ * from shlm_cuda_attention_fwd. Per case and per path (the kernels chosen through
+ * shlm_cuda_attention_bwd_variant: path 0 attention.cu's mma.sync dK/dV and dQ, path 1
+ * the wgmma defaults, paths 2-7 the wgmma variants and mixes, see `paths` below), with
+ * dqkv poisoned with NaN first:
+ *   NaN/unwritten: none of dq, dk, dv may be NaN;
+ *   vs float64 (small cases: naive causal attention forward and backward on the host, in
+ *     double, from the same bf16 inputs): relative L2 error of dq, dk, dv each < 1.5e-2
+ *     (bf16 inputs of every product: P, dS and the outputs are rounded to bf16; the
+ *     mma.sync kernel is held to the same bound);
+ *   wgmma vs mma.sync: relative L2 < 1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv;
+ *   determinism: a second run is bitwise equal; paths 1-7 are bitwise equal (the same
+ *     products in the same order);
+ *   (reported, not required: whether a path is bitwise equal to path 0).
+ * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
+ * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
+ * Timings: the whole backward (D + dK/dV + dQ), cudaEvent over 10 launches after 3
+ * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; then the
+ * wgmma dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda/cuda.h"
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    cudaGetErrorString(e_));                                              \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static int n_failed;
+
+static uint64_t rng = 0x5eed5eedull;
+static double uniform01(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static float gauss(void) {
+    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+struct Case {
+    int B, T, nh, nkv, hd;
+};
+
+static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
+
+/* ------------------------------------------------------------------ comparisons */
+
+/* part 0 dq, 1 dk, 2 dv of dqkv (B·T, (nh + 2nkv)·hd): got against ref (either layout,
+ * float), prints, returns whether it passed */
+static bool check_part(const char *what, int part, const __nv_bfloat16 *got, const float *ref,
+                       const Case &c, double tol_l2, double tol_max) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const int c0 = part == 0 ? 0 : part == 1 ? c.nh * c.hd : (c.nh + c.nkv) * c.hd;
+    const int nc = part == 0 ? c.nh * c.hd : c.nkv * c.hd;
+    double maxref = 0, maxdiff = 0, se = 0, sr = 0;
+    size_t nbad = 0, wrow = 0;
+    int wcol = 0;
+    static float blk[8][8];
+    memset(blk, 0, sizeof blk);
+    for (size_t row = 0; row < (size_t)c.B * c.T; row++)
+        for (int j = 0; j < nc; j++) {
+            const size_t i = row * C3 + c0 + j;
+            const double r = ref[i], g = bf(got[i]);
+            if (fabs(r) > maxref) maxref = fabs(r);
+            if (isnan(g)) {
+                nbad++;
+                continue;
+            }
+            const double e = fabs(g - r);
+            if (e > maxdiff) maxdiff = e, wrow = row, wcol = j;
+            se += e * e, sr += r * r;
+            float &b = blk[(row % c.T % 128) / 16][(j % c.hd % 128) / 16];
+            if (e > b) b = (float)e;
+        }
+    const double rel = maxref > 0 ? maxdiff / maxref : maxdiff, l2 = sr > 0 ? sqrt(se / sr) : 0;
+    const bool ok = nbad == 0 && l2 < tol_l2 && (tol_max <= 0 || rel < tol_max);
+    printf("    %-26s relL2 %.3e (tol %.1e)  max|d|/max|ref| %.3e", what, l2, tol_l2, rel);
+    if (tol_max > 0) printf(" (tol %.0e)", tol_max);
+    printf("  NaN %zu %s\n", nbad, ok ? "ok" : "FAIL");
+    if (!ok) {
+        const size_t i = wrow * C3 + c0 + wcol;
+        printf("      worst: b %zu t %zu head %d dim %d: got %g ref %g\n", wrow / c.T, wrow % c.T,
+               wcol / c.hd, wcol % c.hd, bf(got[i]), ref[i]);
+        printf("      max |diff| by row block (t%%128/16) x dim block (d/16):\n");
+        for (int rb = 0; rb < 8; rb++) {
+            printf("       ");
+            for (int db = 0; db < c.hd / 16 && db < 8; db++) printf(" %9.2e", blk[rb][db]);
+            printf("\n");
+        }
+        n_failed++;
+    }
+    return ok;
+}
+
+/* float64 causal attention forward and backward on the host: dqkv (B·T, C3) */
+static void cpu_backward(float *dqkv, const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
+                         const Case &c) {
+    const int hd = c.hd, T = c.T;
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * hd, CO = (size_t)c.nh * hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    const size_t n = (size_t)c.B * T * C3;
+    double *acc = (double *)calloc(n, sizeof(double));
+    double *p = (double *)malloc(sizeof(double) * T), *o = (double *)malloc(sizeof(double) * hd);
+    double *dp = (double *)malloc(sizeof(double) * T);
+    auto X = [&](int b, int t, size_t col) { return (double)bf(qkv[((size_t)b * T + t) * C3 + col]); };
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.nh; h++) {
+            const int kvh = h / (c.nh / c.nkv);
+            const size_t qc = (size_t)h * hd, kc = (size_t)(c.nh + kvh) * hd,
+                         vc = (size_t)(c.nh + c.nkv + kvh) * hd;
+            for (int i = 0; i < T; i++) {
+                double mx = -INFINITY;
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += X(b, i, qc + d) * X(b, j, kc + d);
+                    p[j] = s * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                double sum = 0;
+                for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int d = 0; d < hd; d++) o[d] = 0;
+                for (int j = 0; j <= i; j++) {
+                    p[j] /= sum;
+                    for (int d = 0; d < hd; d++) o[d] += p[j] * X(b, j, vc + d);
+                }
+                const __nv_bfloat16 *go = dout + ((size_t)b * T + i) * CO + qc;
+                double D = 0;
+                for (int d = 0; d < hd; d++) D += (double)bf(go[d]) * o[d];
+                for (int j = 0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += (double)bf(go[d]) * X(b, j, vc + d);
+                    dp[j] = p[j] * (s - D) * scale; /* dS */
+                }
+                double *dq = acc + ((size_t)b * T + i) * C3 + qc;
+                for (int j = 0; j <= i; j++) {
+                    double *dk = acc + ((size_t)b * T + j) * C3 + kc;
+                    double *dv = acc + ((size_t)b * T + j) * C3 + vc;
+                    for (int d = 0; d < hd; d++) {
+                        dq[d] += dp[j] * X(b, j, kc + d);
+                        dk[d] += dp[j] * X(b, i, qc + d);
+                        dv[d] += p[j] * (double)bf(go[d]);
+                    }
+                }
+            }
+        }
+    for (size_t i = 0; i < n; i++) dqkv[i] = (float)acc[i];
+    free(acc), free(p), free(o), free(dp);
+}
+
+/* ------------------------------------------------------------------ one case */
+
+/* (kv, dq) arguments of shlm_cuda_attention_bwd_variant: 0 mma.sync, 1 the wgmma
+ * default, 2 + v wgmma variant v (dK/dV: 0 two warpgroups overlapped, 1 two serial, 2 one
+ * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue; dQ: 0 two warpgroups, 1
+ * one, 2 two with three stages; attention_bwd_sm90.cu's DKV_DEFAULT and DQ_DEFAULT) */
+#define NPATH 10
+static const struct {
+    int kv, dq;
+    const char *name;
+} paths[NPATH] = {
+    {0, 0, "mma.sync dKdV + dQ"},     {1, 1, "wgmma defaults"},
+    {2, 2, "dKdV 2wg, dQ 2wg"},       {3, 2, "dKdV 2wg serial, dQ 2wg"},
+    {4, 3, "dKdV 1wg, dQ 1wg"},
+    {5, 2, "dKdV 2wg 3buf, dQ 2wg"},  {6, 2, "dKdV 2wg pp, dQ 2wg"},
+    {2, 4, "dKdV 2wg, dQ 2wg 3st"},   {6, 4, "dKdV 2wg pp, dQ 2wg 3st"},
+    {2, 0, "dKdV 2wg, dQ mma.sync"},
+};
+
+static void run_case(const Case &c, bool check, bool timing) {
+    printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
+    const size_t n_lse = (size_t)c.B * c.nh * c.T;
+    __nv_bfloat16 *h_qkv = (__nv_bfloat16 *)malloc(n_qkv * 2), *h_do = (__nv_bfloat16 *)malloc(n_out * 2);
+    for (size_t i = 0; i < n_qkv; i++) {
+        const bool is_v = (i % C3) >= (size_t)(c.nh + c.nkv) * c.hd;
+        h_qkv[i] = __float2bfloat16(is_v ? gauss() : 1.5f * gauss());
+    }
+    for (size_t i = 0; i < n_out; i++) h_do[i] = __float2bfloat16(gauss());
+    void *d_qkv, *d_do, *d_out, *d_g[NPATH], *d_g2;
+    float *d_lse;
+    CK(cudaMalloc(&d_qkv, n_qkv * 2));
+    CK(cudaMalloc(&d_do, n_out * 2));
+    CK(cudaMalloc(&d_out, n_out * 2));
+    CK(cudaMalloc(&d_lse, n_lse * 4));
+    for (int k = 0; k < NPATH; k++) CK(cudaMalloc(&d_g[k], n_qkv * 2));
+    CK(cudaMalloc(&d_g2, n_qkv * 2));
+    CK(cudaMemcpy(d_qkv, h_qkv, n_qkv * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_do, h_do, n_out * 2, cudaMemcpyHostToDevice));
+    CK(cudaDeviceSynchronize()); /* the kernels run on the backend's non-blocking stream */
+    shlm_cuda_attention_fwd(d_out, d_lse, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    CK(cudaStreamSynchronize(stream()));
+    CK(cudaGetLastError());
+
+    if (check) {
+        __nv_bfloat16 *h_g[NPATH], *h_g2 = (__nv_bfloat16 *)malloc(n_qkv * 2);
+        float *f_old = (float *)malloc(n_qkv * 4);
+        float *f_cpu = NULL;
+        if ((double)c.B * c.nh * c.T * c.T * c.hd < 1e8) {
+            f_cpu = (float *)malloc(n_qkv * 4);
+            cpu_backward(f_cpu, h_qkv, h_do, c);
+        }
+        for (int k = 0; k < NPATH; k++) {
+            h_g[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
+            printf("  path %d: %s\n", k, paths[k].name);
+            CK(cudaMemsetAsync(d_g[k], 0xff, n_qkv * 2, stream())); /* bf16 0xffff: NaN */
+            const int rc = shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B,
+                                                           c.T, c.nh, c.nkv, c.hd, paths[k].kv,
+                                                           paths[k].dq);
+            cudaError_t err = cudaStreamSynchronize(stream());
+            if (err == cudaSuccess) err = cudaGetLastError();
+            if (rc != 0 || err != cudaSuccess) {
+                printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
+                       cudaGetErrorString(err));
+                n_failed++;
+                if (err != cudaSuccess) exit(1); /* a sticky error poisons every later call */
+                continue;
+            }
+            CK(cudaMemcpy(h_g[k], d_g[k], n_qkv * 2, cudaMemcpyDeviceToHost));
+            if (k == 0)
+                for (size_t i = 0; i < n_qkv; i++) f_old[i] = bf(h_g[0][i]);
+            const char *pn[3] = {"dq", "dk", "dv"};
+            char what[64];
+            for (int part = 0; part < 3; part++) {
+                if (f_cpu) {
+                    snprintf(what, sizeof what, "%s vs float64", pn[part]);
+                    check_part(what, part, h_g[k], f_cpu, c, 1.5e-2, 0);
+                }
+                if (k > 0) {
+                    snprintf(what, sizeof what, "%s vs mma.sync", pn[part]);
+                    check_part(what, part, h_g[k], f_old, c, 1e-2, 2e-2);
+                }
+            }
+            CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
+            const int rc2 = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
+                                                            c.T, c.nh, c.nkv, c.hd, paths[k].kv,
+                                                            paths[k].dq);
+            CK(cudaStreamSynchronize(stream()));
+            CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+            const bool same = rc2 == 0 && memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
+            printf("    %-26s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
+            if (!same) n_failed++;
+            if (k > 0)
+                printf("    %-26s %s\n", "bitwise equal to path 0",
+                       memcmp(h_g[k], h_g[0], n_qkv * 2) == 0 ? "yes" : "no (not required)");
+        }
+        for (int k = 2; k < NPATH; k++)
+            if (memcmp(h_g[1], h_g[k], n_qkv * 2) != 0) {
+                printf("    path %d differs bitwise from path 1: FAIL\n", k);
+                n_failed++;
+            }
+        for (int k = 0; k < NPATH; k++) free(h_g[k]);
+        free(h_g2), free(f_old), free(f_cpu);
+    }
+
+    if (timing) {
+        const double flops = 2.5 * 4.0 * c.B * c.nh * (double)c.T * c.T * c.hd / 2;
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        for (int k = 0; k < NPATH; k++) {
+            auto launch = [&]() {
+                shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
+                                                c.nkv, c.hd, paths[k].kv, paths[k].dq);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 10;
+            printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
+                   flops / (us * 1e-6) / 1e12);
+        }
+        /* the wgmma passes alone (D left zero: the timing does not depend on it) */
+        const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
+        const size_t ds_head = (nq64 & 1) ? (size_t)(m + 1) * (m + 1) : (size_t)m * (m + 1);
+        void *d_ds;
+        float *d_D;
+        CK(cudaMalloc(&d_ds, (size_t)c.B * c.nh * ds_head * 8192 * 2));
+        CK(cudaMalloc(&d_D, n_lse * 4));
+        CK(cudaMemset(d_D, 0, n_lse * 4));
+        const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
+        const double fkv = 0.8 * flops, fdq = 0.2 * flops; /* 4 and 1 of the 5 products */
+        for (int which = 0; which < 5; which++) {
+            const int v = which < 3 ? (which == 0 ? 0 : which + 2) : 2 * (which - 3); /* kv 0,3,4; dq 0,2 */
+            auto launch = [&]() {
+                if (which < 3)
+                    shlm_cuda_attention_bwd_dkv_sm90_variant(d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse,
+                                                             d_D, 0, c.B, c.T, c.nh, c.nkv, c.hd,
+                                                             scale, sl2, v);
+                else
+                    shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B, c.T,
+                                                            c.nh, c.nkv, c.hd, v);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 10;
+            printf("  time alone: wgmma %s variant %d %8.1f us  %6.1f TFLOP/s\n",
+                   which < 3 ? "dK/dV" : "dQ   ", v, us,
+                   (which < 3 ? fkv : fdq) / (us * 1e-6) / 1e12);
+        }
+        CK(cudaFree(d_ds));
+        CK(cudaFree(d_D));
+        CK(cudaEventDestroy(e0));
+        CK(cudaEventDestroy(e1));
+    }
+
+    CK(cudaFree(d_qkv));
+    CK(cudaFree(d_do));
+    CK(cudaFree(d_out));
+    CK(cudaFree(d_lse));
+    for (int k = 0; k < NPATH; k++) CK(cudaFree(d_g[k]));
+    CK(cudaFree(d_g2));
+    free(h_qkv), free(h_do);
+}
+
+int main(int argc, char **argv) {
+    bool timing = true, small = false, check = true;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--no-time") == 0) timing = false;
+        else if (strcmp(argv[i], "--small") == 0) small = true, timing = false;
+        else if (strcmp(argv[i], "--time-only") == 0) check = false;
+        else {
+            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only]\n", argv[0]);
+            return 2;
+        }
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, compute capability %d.%d, %d SMs\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    if (prop.major != 9 || prop.minor != 0) {
+        printf("not a compute capability 9.0 device: skipped\n");
+        return 77;
+    }
+
+    /* what the wgmma dK/dV pass must decline (the caller then falls back) */
+    if (check) {
+        void *d_a;
+        CK(cudaMalloc(&d_a, 1 << 20));
+        char *a = (char *)d_a;
+        float *f = (float *)(a + (1 << 19));
+        const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2, 96,
+                                                         0.1f, 0.1f);
+        const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, 0, 1, 64, 2, 2,
+                                                          128, 0.1f, 0.1f);
+        const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 3, 2,
+                                                          128, 0.1f, 0.1f);
+        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
+        printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
+               ok ? "ok" : "FAIL");
+        if (!ok) n_failed++;
+        CK(cudaStreamSynchronize(stream()));
+        CK(cudaFree(d_a));
+    }
+
+    const Case small_cases[] = {
+        {2, 130, 4, 2, 128}, {2, 130, 4, 4, 128}, {2, 256, 4, 2, 128}, {2, 256, 4, 4, 128},
+        {2, 130, 4, 2, 64},  {2, 130, 4, 4, 64},  {2, 256, 4, 2, 64},  {2, 256, 4, 4, 64},
+    };
+    const Case big_cases[] = {
+        {2, 1000, 8, 2, 128},   /* GQA 4:1, T not a multiple of 64 */
+        {2, 4096, 32, 32, 128}, /* two passes (b0 = 1 on the second) */
+    };
+    const Case time_cases[] = {{1, 4096, 32, 32, 128}, {1, 4096, 32, 32, 64}};
+    if (check) {
+        for (const Case &c : small_cases) run_case(c, true, false);
+        if (!small)
+            for (const Case &c : big_cases) run_case(c, true, false);
+    }
+    if (timing)
+        for (const Case &c : time_cases) run_case(c, false, true);
+    printf("%s: %d check(s) failed\n", n_failed ? "FAIL" : "PASS", n_failed);
+    return n_failed ? 1 : 0;
+}
