@@ -111,6 +111,9 @@
  * then FA3's ping-pong between the two consumer warpgroups. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/tma.cuh"
+
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 
 #include <math.h>
 
@@ -394,6 +397,210 @@ __global__ void __launch_bounds__(THREADS, 1)
 #endif /* SHLM_WGMMA */
 }
 
+/* ------------------------------------------------------------------ warp-specialised kernel
+ *
+ * attn_fwd_ws: the same tiles, steps and numerics as attn_fwd_wgmma's overlapped pipeline
+ * (same products in the same order, so the same bits), but the copies move to a producer
+ * warpgroup: 384 threads = consumer warpgroups 0 and 1 (warps 0-7, 64 query rows each, as
+ * above) + producer warpgroup 2, where warp 8's lane 0 issues every load as TMA (cp.async.bulk.tensor.3d from a
+ * CUtensorMap over qkv seen as (column, row t, batch b), box 64 columns × 128 rows,
+ * SWIZZLE_128B: exactly the panel layout above; rows >= T are zeros). K and V tiles go
+ * through a ring of STAGES buffers each, with mbarriers: full (count 1: the producer's
+ * arrive.expect_tx of one tile's bytes, completed by the TMA) and empty (count 8: lane 0
+ * of each consumer warp arrives once its warpgroup's products reading the buffer are
+ * waited for). No __syncthreads after the start. Registers: the launch gives 168 per
+ * thread (65536 / 384); setmaxnreg moves the producer warpgroup to 24 and the consumers to
+ * 240 (a lone producer warp would not do: warps are spread over the SM's four register
+ * files by warp index, so 9 warps cost as much as 12).
+ * PINGPONG (FA3's inter-warpgroup schedule): named barriers 3 and 4 make the two consumer
+ * warpgroups take turns issuing their products (S_j and P_{j-1}·V_{j-1}), so that one
+ * warpgroup's softmax runs while the other's products occupy the tensor cores. Warpgroup 1
+ * pre-arrives on warpgroup 0's barrier and skips its arrival after its last turn, so every
+ * barrier phase completes and none is left pending at exit. */
+constexpr int WS_THREADS = 384;
+constexpr int WS_PRODUCER_REGS = 24, WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
+
+#if SHLM_WGMMA
+using namespace shlm_tma;
+#endif
+
+template <int HD, int STAGES, bool PINGPONG>
+__global__ void __launch_bounds__(WS_THREADS, 1)
+    attn_fwd_ws(bf16 *out, float *lse, const __grid_constant__ CUtensorMap tm, int T, int nh,
+                int nkv, float scale_log2) {
+#if SHLM_WGMMA
+    using C = cfg<HD>;
+    constexpr int NO = HD / 2;
+    constexpr int CH = HD / 8;
+    constexpr int NP = HD / 64; /* panels per tile: TMA boxes per tile */
+    constexpr float LN2 = 0.6931471805599453f;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[1 + 4 * STAGES];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sQ = (raw + 1023u) & ~1023u;
+    unsigned char *const gQ = smem_raw + (sQ - raw);
+    const uint32_t sK = sQ + C::TILE, sV = sK + STAGES * C::TILE; /* K[STAGES], V[STAGES] */
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    const uint32_t barQ = bar0;
+    auto fullK = [&](int s) { return bar0 + 8u * (1 + s); };
+    auto fullV = [&](int s) { return bar0 + 8u * (1 + STAGES + s); };
+    auto emptyK = [&](int s) { return bar0 + 8u * (1 + 2 * STAGES + s); };
+    auto emptyV = [&](int s) { return bar0 + 8u * (1 + 3 * STAGES + s); };
+
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+    const int kvh = h / (nh / nkv);
+    const int q0 = qt * BM;
+    const int n = qt + 1; /* key tiles 0..qt */
+    const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
+
+    if (threadIdx.x == 0) {
+        mbar_init(barQ, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(fullK(s), 1);
+            mbar_init(fullV(s), 1);
+            mbar_init(emptyK(s), 8);
+            mbar_init(emptyV(s), 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp_all >= 8) { /* the producer warpgroup: warp 8's lane 0 issues every load */
+        setmaxnreg_dec<WS_PRODUCER_REGS>();
+        if (warp_all == 8 && lane == 0) {
+            tma_prefetch_desc(&tm);
+            const int cq = h * HD, ck = (nh + kvh) * HD, cv = (nh + nkv + kvh) * HD;
+            mbar_arrive_expect_tx(barQ, C::TILE);
+#pragma unroll
+            for (int p = 0; p < NP; p++) tma_load_3d(sQ + p * PANEL, &tm, barQ, cq + 64 * p, q0, b);
+            for (int j = 0; j < n; j++) {
+                const int st = j % STAGES, u = j / STAGES;
+                if (u > 0) mbar_wait(emptyK(st), (u - 1) & 1);
+                mbar_arrive_expect_tx(fullK(st), C::TILE);
+#pragma unroll
+                for (int p = 0; p < NP; p++)
+                    tma_load_3d(sK + st * C::TILE + p * PANEL, &tm, fullK(st), ck + 64 * p, j * BN, b);
+                if (u > 0) mbar_wait(emptyV(st), (u - 1) & 1);
+                mbar_arrive_expect_tx(fullV(st), C::TILE);
+#pragma unroll
+                for (int p = 0; p < NP; p++)
+                    tma_load_3d(sV + st * C::TILE + p * PANEL, &tm, fullV(st), cv + 64 * p, j * BN, b);
+            }
+        }
+        return;
+    }
+
+    /* the consumers */
+    setmaxnreg_inc<WS_CONSUMER_REGS>();
+    const int wg = warp_all >> 2, warp = warp_all & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow = 64 * wg + 16 * warp + g;
+    const uint64_t dq = make_desc(sQ + 64 * wg * ROW_BYTES, 16, 1024);
+    const uint64_t dk0 = make_desc(sK, 16, 1024);
+    const uint64_t dv0 = make_desc(sV, PANEL, 1024);
+    auto dk = [&](int j) { return desc_add(dk0, (j % STAGES) * C::TILE); };
+    auto dv = [&](int j) { return desc_add(dv0, (j % STAGES) * C::TILE); };
+    auto par = [&](int j) { return (uint32_t)((j / STAGES) & 1); };
+    /* this warp is done with a buffer (its warpgroup's products reading it were waited for) */
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) mbar_arrive(bar);
+    };
+    /* ping-pong turns: sync on our own barrier, arrive on the other's */
+    auto turn_begin = [&]() {
+        if constexpr (PINGPONG) bar_sync(3 + wg, 256);
+    };
+    auto turn_end = [&](int j) {
+        if constexpr (PINGPONG) {
+            if (wg == 0 || j < n - 1) bar_arrive(3 + (wg ^ 1), 256);
+        }
+    };
+
+    float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+    uint32_t p[32];
+#pragma unroll
+    for (int i = 0; i < NO; i++) o[i] = 0.0f;
+    const int lim[2] = {wrow, wrow + 8};
+
+    if constexpr (PINGPONG) {
+        if (wg == 1) bar_arrive(3, 256); /* warpgroup 0 takes the first turn */
+    }
+    mbar_wait(barQ, 0);
+    mbar_wait(fullK(0), 0);
+    turn_begin();
+    wgmma_fence();
+    gemm_qk<HD>(s, dq, dk(0));
+    wgmma_commit();
+    turn_end(0);
+    wgmma_wait<0>();
+    reg_fence(s);
+    release(emptyK(0));
+    if (n == 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+    else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+    to_bf16(p, s);
+    for (int j = 1; j < n; j++) {
+        mbar_wait(fullK(j % STAGES), par(j));
+        turn_begin();
+        wgmma_fence();
+        gemm_qk<HD>(s, dq, dk(j));
+        wgmma_commit();
+        mbar_wait(fullV((j - 1) % STAGES), par(j - 1));
+        gemm_pv<HD>(o, p, dv(j - 1));
+        wgmma_commit();
+        turn_end(j);
+        wgmma_wait<1>(); /* S_j */
+        reg_fence(s);
+        release(emptyK(j % STAGES));
+        if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+        else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+        wgmma_wait<0>(); /* P_{j-1}·V_{j-1} */
+        reg_fence(o);
+        reg_fence(p);
+        release(emptyV((j - 1) % STAGES));
+        rescale(o, alpha);
+        to_bf16(p, s);
+    }
+    mbar_wait(fullV((n - 1) % STAGES), par(n - 1));
+    wgmma_fence();
+    gemm_pv<HD>(o, p, dv(n - 1));
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence(o);
+
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        inv[r] = 1.0f / lr;
+        const int q = q0 + wrow + 8 * r;
+        if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
+    }
+
+    /* the epilogue of attn_fwd_wgmma: O/l through this warpgroup's own Q rows */
+    bar_sync(1 + wg, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wrow + 8 * r;
+            const uint32_t off = (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gQ + off) =
+                pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        }
+    __syncwarp();
+    bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (q0 + row < T)
+            *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
+                *reinterpret_cast<const uint4 *>(gQ + off);
+    }
+#endif /* SHLM_WGMMA */
+}
+
 /* ------------------------------------------------------------------ host side */
 
 /* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
@@ -433,23 +640,105 @@ void launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nk
     CUDA_CHECK_LAST();
 }
 
+/* cuTensorMapEncodeTiled from the driver, asked once through the runtime (the build does
+ * not link libcuda); null when the driver has none */
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    static bool asked = false;
+    if (!asked) {
+        asked = true;
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q);
+#endif
+        if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && p)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        else
+            (void)cudaGetLastError(); /* not sticky; leave no error behind */
+    }
+    return fn;
+}
+
+/* qkv as a 3-d bf16 tensor (column, row t < T, batch b < B), row stride C3 elements; box
+ * 64 columns × 128 rows × 1 batch, 128-byte swizzle: one panel of the kernels' layout.
+ * False when the driver cannot make it. */
+bool make_map(CUtensorMap *map, const bf16 *qkv, int B, int T, size_t C3) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc) return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)C3, (cuuint64_t)T, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)C3 * 2, (cuuint64_t)T * C3 * 2}; /* bytes */
+    const cuuint32_t box[3] = {64, (cuuint32_t)BN, 1};
+    const cuuint32_t estr[3] = {1, 1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int HD, int STAGES, bool PINGPONG>
+bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
+    constexpr int SMEM = (1 + 2 * STAGES) * cfg<HD>::TILE + 1024;
+    CUtensorMap map;
+    if (!make_map(&map, qkv, B, T, (size_t)(nh + 2 * nkv) * HD)) return false;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
+        done = true;
+    }
+    const float scale_log2 = (float)(1.0 / sqrt((double)HD)) * LOG2E;
+    dim3 grid(nh, (T + BM - 1) / BM, B);
+    attn_fwd_ws<HD, STAGES, PINGPONG><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
+        out, lse, map, T, nh, nkv, scale_log2);
+    CUDA_CHECK_LAST();
+    return true;
+}
+
+/* The pipelines (shlm_cuda_attention_fwd_sm90_variant's numbers):
+ *   0  attn_fwd_wgmma, overlapped (cp.async by all 256 threads)
+ *   1  attn_fwd_wgmma, serial
+ *   2  attn_fwd_ws, 2 stages          3  attn_fwd_ws, 2 stages, ping-pong
+ *   4  attn_fwd_ws, 3 stages          5  attn_fwd_ws, 3 stages, ping-pong
+ * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
+constexpr int N_VARIANTS = 6;
+constexpr int DEFAULT_VARIANT_128 = 0;
+constexpr int DEFAULT_VARIANT_64 = 0;
+
+template <int HD>
+bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int T, int nh, int nkv) {
+    switch (variant) {
+    case 0: launch<HD, true>(o, lse, x, B, T, nh, nkv); return true;
+    case 1: launch<HD, false>(o, lse, x, B, T, nh, nkv); return true;
+    case 2: return launch_ws<HD, 2, false>(o, lse, x, B, T, nh, nkv);
+    case 3: return launch_ws<HD, 2, true>(o, lse, x, B, T, nh, nkv);
+    case 4: return launch_ws<HD, 3, false>(o, lse, x, B, T, nh, nkv);
+    case 5: return launch_ws<HD, 3, true>(o, lse, x, B, T, nh, nkv);
+    default: return false;
+    }
+}
+
+/* variant < 0: the default for hd, falling back to 0 if it cannot run */
 int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd,
-            bool overlap) {
+            int variant) {
     if (B <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + BM - 1) / BM > 65535 || B > 65535 || nh > 65535) return 1; /* grid limits */
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(out, 16) || !shlm_aligned(lse, 4)) return 1;
+    if (variant >= N_VARIANTS) return 1;
     if (!usable()) return 1;
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)qkv;
-    if (hd == 128) {
-        if (overlap) launch<128, true>(o, lse, x, B, T, nh, nkv);
-        else launch<128, false>(o, lse, x, B, T, nh, nkv);
-    } else {
-        if (overlap) launch<64, true>(o, lse, x, B, T, nh, nkv);
-        else launch<64, false>(o, lse, x, B, T, nh, nkv);
-    }
-    return 0;
+    const bool dflt = variant < 0;
+    if (dflt) variant = hd == 128 ? DEFAULT_VARIANT_128 : DEFAULT_VARIANT_64;
+    bool ok = hd == 128 ? launch_variant<128>(variant, o, lse, x, B, T, nh, nkv)
+                        : launch_variant<64>(variant, o, lse, x, B, T, nh, nkv);
+    if (!ok && dflt)
+        ok = hd == 128 ? launch_variant<128>(0, o, lse, x, B, T, nh, nkv)
+                       : launch_variant<64>(0, o, lse, x, B, T, nh, nkv);
+    return ok ? 0 : 1;
 }
 
 } // namespace sm90
@@ -459,12 +748,12 @@ int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nk
  * alignment, device or build), nothing queued: the caller runs attention.cu's kernel. */
 extern "C" int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T,
                                             int nh, int nkv, int hd) {
-    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, true);
+    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, -1);
 }
 
-/* The same with the pipeline chosen: variant 0 overlapped (the default above), 1 serial
- * (S, softmax, P·V in turn; for tests/gpu/attn_sm90_check.cu when the default fails). */
+/* The same with the pipeline chosen (numbers: see sm90::forward; 0..5, -1 the default);
+ * for tests/gpu/attn_sm90_check.cu, which checks and times every one. */
 extern "C" int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B,
                                                     int T, int nh, int nkv, int hd, int variant) {
-    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, variant == 0);
+    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, variant);
 }

@@ -16,13 +16,13 @@
  *           /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
  *           -lcublasLt -lcublas -lcudart -lstdc++ -lm
  * Run (on the H200, from the repository root):
- *   .gpu/bin/attn_sm90_check            # every case, both pipelines, then timings
+ *   .gpu/bin/attn_sm90_check            # every case, every pipeline, then timings
  *   .gpu/bin/attn_sm90_check --no-time  # correctness only
  *   compute-sanitizer .gpu/bin/attn_sm90_check --small   # the T = 130 cases, no timings
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
- * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (variant 0 overlapped,
- * the default; 1 serial), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
+ * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (every variant of
+ * shlm_cuda_attention_fwd_sm90_variant, named in variant_names below), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
  * are peaked and the running max moves; v ~ N(0, 1)):
  *   out: max |new − old| / max |old| < 1e-2 (both round P and out to bf16), no NaN, no
  *        element left unwritten (outputs are poisoned with NaN first);
@@ -55,6 +55,17 @@
     } while (0)
 
 static int n_failed;
+
+/* shlm_cuda_attention_fwd_sm90_variant's pipelines (attention_sm90.cu, sm90::forward) */
+static const char *const variant_names[] = {
+    "overlapped",          /* 0: cp.async by all threads, intra-warpgroup overlap */
+    "serial",              /* 1: the same, S / softmax / P·V in turn */
+    "TMA ws 2st",          /* 2: producer warpgroup + TMA, 2-stage K/V ring */
+    "TMA ws 2st pingpong", /* 3: the same with ping-pong between consumer warpgroups */
+    "TMA ws 3st",          /* 4: 3-stage ring */
+    "TMA ws 3st pingpong", /* 5: 3-stage ring, ping-pong */
+};
+static const int n_variants = (int)(sizeof variant_names / sizeof variant_names[0]);
 
 /* ------------------------------------------------------------------ host data */
 
@@ -229,8 +240,8 @@ static void run_case(const Case &c, bool timing) {
         check_lse("old lse vs float64", l_ref, l_cpu, n_lse);
     }
 
-    for (int variant = 0; variant < 2; variant++) {
-        const char *vn = variant == 0 ? "overlapped" : "serial";
+    for (int variant = 0; variant < n_variants; variant++) {
+        const char *vn = variant_names[variant];
         printf("  new kernel, %s pipeline (variant %d)\n", vn, variant);
         poison(d_new, n_out * 2, d_lnew, n_lse * 4);
         int rc = shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
@@ -269,13 +280,16 @@ static void run_case(const Case &c, bool timing) {
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
-        for (int which = 0; which < 3; which++) {
-            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new overlapped" : "new serial";
+        /* which: 0 the old kernel, 1 the new default, 2.. variant which - 2 */
+        for (int which = 0; which < 2 + n_variants; which++) {
+            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new default" : variant_names[which - 2];
             auto launch = [&]() {
                 if (which == 0) shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+                else if (which == 1)
+                    shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
                 else
                     shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
-                                                         c.hd, which - 1);
+                                                         c.hd, which - 2);
             };
             for (int i = 0; i < 3; i++) launch();
             CK(cudaEventRecord(e0, stream()));
@@ -285,7 +299,7 @@ static void run_case(const Case &c, bool timing) {
             float ms = 0;
             CK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1e3 * ms / 20;
-            printf("  time %-16s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+            printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
         }
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
@@ -352,6 +366,7 @@ int main(int argc, char **argv) {
         {2, 1000, 8, 2, 128},  /* GQA 4:1, T not a multiple of 128, two sequences */
         {1, 4096, 32, 32, 128}, /* the benchmark shape */
         {1, 130, 4, 4, 64},
+        {2, 1000, 8, 2, 64},   /* hd 64: GQA, padding, two sequences */
         {1, 4096, 32, 32, 64},
     };
     for (const Case &c : cases)
