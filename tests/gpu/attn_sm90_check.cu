@@ -221,7 +221,7 @@ static void run_case(const Case &c, bool timing) {
     float *f_ref = (float *)malloc(n_out * 4), *l_ref = (float *)malloc(n_lse * 4),
           *l_new = (float *)malloc(n_lse * 4), *l_new2 = (float *)malloc(n_lse * 4);
 
-    /* the existing kernel (SHLM_ATTN_SM90 is unset: see main) */
+    /* the existing kernel (SHLM_ATTN_SM90=0: see main) */
     poison(d_ref, n_out * 2, d_lref, n_lse * 4);
     shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
     CK(cudaStreamSynchronize(stream()));
@@ -326,7 +326,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    unsetenv("SHLM_ATTN_SM90"); /* shlm_cuda_attention_fwd must stay the old kernel */
+    /* shlm_cuda_attention_fwd must be the old mma.sync kernel: since attention_sm90.cu is on
+     * by default it would otherwise run variant 0 and compare the new kernel with itself */
+    setenv("SHLM_ATTN_SM90", "0", 1);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no CUDA device: skipped\n");
