@@ -3,15 +3,27 @@
  * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
  * back to that kernel whenever this one returns 1.
  *
- * STATUS: checked on an H200 (tests/gpu/attn_sm90_check.cu: against attention.cu's kernel
- * and a float64 reference, bitwise repeatable, compute-sanitizer memcheck clean;
- * test_ops_cuda's attention cases; `bash benchmarks/gpu_session.sh sm90`). At B=1,
- * T=4096, 32 heads of 128: 360 us = 382 TFLOP/s against 465 us = 296 TFLOP/s for
- * attention.cu (bench_kernels, same call). The index math (copies, descriptors, buffers,
- * mask, fragments) is also modelled on the CPU by tests/gpu/attn_sm90_model.py. Built with
- * nvcc 13.0 for sm_90a (ptxas -v): hd 128 overlapped 200 registers, serial 204; hd 64
- * overlapped 162, serial 183; no spills; dynamic shared memory 164,864 bytes at hd 128,
- * 82,944 at hd 64.
+ * STATUS. The default pipeline is variant 2 (attn_fwd_ws below: a producer warpgroup
+ * loading Q, K, V by TMA into a 2-stage mbarrier ring, two consumer warpgroups running
+ * the overlapped schedule of attn_fwd_wgmma). Measured on an H200 by
+ * tests/gpu/attn_sm90_check.cu (`bash .gpu/fwd/run.sh`: the check built with nvcc alone as
+ * its header says, then compute-sanitizer memcheck --small), B=1 T=4096 nh=32, all in one
+ * call: hd 128: variant 2 240.1 us = 572.6 TFLOP/s, 3 stages (4) 242.1 us, ping-pong
+ * (3, 5) 326.5 / 328.4 us, attn_fwd_wgmma overlapped (0) 347.9 us, serial (1) 357.6 us;
+ * hd 64: variant 2 181.2 us = 379.4 TFLOP/s, (4) 183.7, (3, 5) 217.3, (0) 249.8, (1)
+ * 239.5. Variants 2-5 gave out and lse bitwise equal to variant 0 (same products in the
+ * same order) in every case, matched the float64 reference on the T = 130 cases, repeated
+ * bitwise, and memcheck was clean. (In that run the check's "old kernel" was variant 0,
+ * not attention.cu's mma.sync kernel: the check unset SHLM_ATTN_SM90 instead of setting
+ * it to 0; fixed since.) Variant 0 itself was checked against attention.cu (earlier run:
+ * 356 us against 465 us for attention.cu at hd 128) and test_ops_cuda's attention cases.
+ * The index math is also modelled on the CPU by tests/gpu/attn_sm90_model.py (variants
+ * 0-1). Built with nvcc 13.0 for sm_90a (ptxas -v): attn_fwd_ws 168 registers at launch
+ * for every variant and hd (setmaxnreg then gives the consumers 240), no spills;
+ * attn_fwd_wgmma hd 128 overlapped 200 registers, serial 204; hd 64 162, 183; no spills.
+ * Dynamic shared memory: attn_fwd_wgmma 164,864 bytes at hd 128 (82,944 at hd 64);
+ * attn_fwd_ws (1 + 2·STAGES) tiles + 1 KiB (164,864 / 230,400 bytes at hd 128 for 2 / 3
+ * stages) plus 1 KiB static for the mbarriers.
  *
  * ---------------------------------------------------------------- design
  *
@@ -704,8 +716,8 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   4  attn_fwd_ws, 3 stages          5  attn_fwd_ws, 3 stages, ping-pong
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
 constexpr int N_VARIANTS = 6;
-constexpr int DEFAULT_VARIANT_128 = 0;
-constexpr int DEFAULT_VARIANT_64 = 0;
+constexpr int DEFAULT_VARIANT_128 = 2; /* measured fastest: see the top of the file */
+constexpr int DEFAULT_VARIANT_64 = 2;
 
 template <int HD>
 bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int T, int nh, int nkv) {
