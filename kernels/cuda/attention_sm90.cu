@@ -514,17 +514,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     auto dv = [&](int j) { return desc_add(dv0, (j % STAGES) * C::TILE); };
     auto par = [&](int j) { return (uint32_t)((j / STAGES) & 1); };
     /* this warp is done with a buffer (its warpgroup's products reading it were waited for) */
-    auto release = [&](uint32_t bar) {
-        if (lane == 0) mbar_arrive(bar);
-    };
+    auto release = [&](uint32_t bar) { mbar_arrive_if(bar, lane == 0); };
     /* ping-pong turns: sync on our own barrier, arrive on the other's */
     auto turn_begin = [&]() {
         if constexpr (PINGPONG) bar_sync(3 + wg, 256);
     };
     auto turn_end = [&](int j) {
-        if constexpr (PINGPONG) {
-            if (wg == 0 || j < n - 1) bar_arrive(3 + (wg ^ 1), 256);
-        }
+        if constexpr (PINGPONG) bar_arrive_if(3 + (wg ^ 1), 256, wg == 0 || j < n - 1);
     };
 
     float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
@@ -550,12 +546,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
     to_bf16(p, s);
     for (int j = 1; j < n; j++) {
+        /* both waits first: a loop between the two products would make ptxas insert a
+         * warpgroup.arrive before the second (V_{j-1} was loaded before K_j anyway) */
         mbar_wait(fullK(j % STAGES), par(j));
+        mbar_wait(fullV((j - 1) % STAGES), par(j - 1));
         turn_begin();
         wgmma_fence();
         gemm_qk<HD>(s, dq, dk(j));
         wgmma_commit();
-        mbar_wait(fullV((j - 1) % STAGES), par(j - 1));
         gemm_pv<HD>(o, p, dv(j - 1));
         wgmma_commit();
         turn_end(j);

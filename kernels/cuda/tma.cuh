@@ -29,6 +29,13 @@ __device__ __forceinline__ void mbar_fence_init() {
 __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+/* the same where pred is nonzero: a predicated instruction, not a branch, so that no
+ * divergent path lies between wgmma instructions (ptxas would then serialise them) */
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n"
+                 "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar), "r"((int)pred)
+                 : "memory");
+}
 /* one arrival that also announces `bytes` of transactions (the TMA loads that follow
  * complete them) */
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
@@ -61,6 +68,12 @@ template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
 }
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void bar_arrive_if(int id, int n, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+                 "@p bar.arrive %0, %1;\n}\n" ::"r"(id), "r"(n), "r"((int)pred)
+                 : "memory");
 }
 
 /* ---------------------------------------------------------------- TMA */
