@@ -129,6 +129,8 @@
 
 #include <math.h>
 
+#include <algorithm>
+
 
 namespace {
 namespace sm90 {
@@ -436,10 +438,10 @@ constexpr int WS_PRODUCER_REGS = 24, WS_CONSUMER_REGS = 240; /* 128·24 + 256·2
 using namespace shlm_tma;
 #endif
 
-template <int HD, int STAGES, bool PINGPONG>
+template <int HD, int STAGES, bool PINGPONG, bool PERSIST>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     attn_fwd_ws(bf16 *out, float *lse, const __grid_constant__ CUtensorMap tm, int T, int nh,
-                int nkv, float scale_log2) {
+                int nkv, int nqt, int B, float scale_log2) {
 #if SHLM_WGMMA
     using C = cfg<HD>;
     constexpr int NO = HD / 2;
@@ -447,26 +449,41 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     constexpr int NP = HD / 64; /* panels per tile: TMA boxes per tile */
     constexpr float LN2 = 0.6931471805599453f;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[1 + 4 * STAGES];
+    __shared__ __align__(8) uint64_t bars[2 + 4 * STAGES];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t sQ = (raw + 1023u) & ~1023u;
-    unsigned char *const gQ = smem_raw + (sQ - raw);
-    const uint32_t sK = sQ + C::TILE, sV = sK + STAGES * C::TILE; /* K[STAGES], V[STAGES] */
+    /* PERSIST: a separate O staging tile, so that Q is free once the last S is done */
+    constexpr int NSTAGE_O = PERSIST ? 1 : 0;
+    const uint32_t sO = PERSIST ? sQ + C::TILE : sQ;
+    unsigned char *const gO = smem_raw + (sO - raw);
+    const uint32_t sK = sQ + (1 + NSTAGE_O) * C::TILE, sV = sK + STAGES * C::TILE;
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
-    const uint32_t barQ = bar0;
-    auto fullK = [&](int s) { return bar0 + 8u * (1 + s); };
-    auto fullV = [&](int s) { return bar0 + 8u * (1 + STAGES + s); };
-    auto emptyK = [&](int s) { return bar0 + 8u * (1 + 2 * STAGES + s); };
-    auto emptyV = [&](int s) { return bar0 + 8u * (1 + 3 * STAGES + s); };
+    const uint32_t fullQ = bar0, emptyQ = bar0 + 8u;
+    auto fullK = [&](int s) { return bar0 + 8u * (2 + s); };
+    auto fullV = [&](int s) { return bar0 + 8u * (2 + STAGES + s); };
+    auto emptyK = [&](int s) { return bar0 + 8u * (2 + 2 * STAGES + s); };
+    auto emptyV = [&](int s) { return bar0 + 8u * (2 + 3 * STAGES + s); };
 
-    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
-    const int kvh = h / (nh / nkv);
-    const int q0 = qt * BM;
-    const int n = qt + 1; /* key tiles 0..qt */
+    /* the k-th (query tile, head, batch) of this block: one, from the block index, or
+     * (PERSIST) round k of a snake over the list of all of them, longest rows first */
+    auto tile_at = [&](int k, int &h, int &qt, int &b) -> bool {
+        if constexpr (!PERSIST) {
+            h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+            return k == 0;
+        } else {
+            const int G = gridDim.x;
+            const int w = k * G + ((k & 1) ? G - 1 - (int)blockIdx.x : (int)blockIdx.x);
+            if (w >= nh * nqt * B) return false;
+            const int r = w % (nh * B);
+            qt = nqt - 1 - w / (nh * B), h = r % nh, b = r / nh;
+            return true;
+        }
+    };
     const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
 
     if (threadIdx.x == 0) {
-        mbar_init(barQ, 1);
+        mbar_init(fullQ, 1);
+        mbar_init(emptyQ, 8);
         for (int s = 0; s < STAGES; s++) {
             mbar_init(fullK(s), 1);
             mbar_init(fullV(s), 1);
@@ -481,22 +498,31 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         setmaxnreg_dec<WS_PRODUCER_REGS>();
         if (warp_all == 8 && lane == 0) {
             tma_prefetch_desc(&tm);
-            const int cq = h * HD, ck = (nh + kvh) * HD, cv = (nh + nkv + kvh) * HD;
-            mbar_arrive_expect_tx(barQ, C::TILE);
-#pragma unroll
-            for (int p = 0; p < NP; p++) tma_load_3d(sQ + p * PANEL, &tm, barQ, cq + 64 * p, q0, b);
-            for (int j = 0; j < n; j++) {
-                const int st = j % STAGES, u = j / STAGES;
-                if (u > 0) mbar_wait(emptyK(st), (u - 1) & 1);
-                mbar_arrive_expect_tx(fullK(st), C::TILE);
-#pragma unroll
-                for (int p = 0; p < NP; p++)
-                    tma_load_3d(sK + st * C::TILE + p * PANEL, &tm, fullK(st), ck + 64 * p, j * BN, b);
-                if (u > 0) mbar_wait(emptyV(st), (u - 1) & 1);
-                mbar_arrive_expect_tx(fullV(st), C::TILE);
+            int it = 0; /* K/V tiles issued so far: ring slot it % STAGES, use it / STAGES */
+            int h, qt, b;
+            for (int k = 0; tile_at(k, h, qt, b); k++) {
+                const int kvh = h / (nh / nkv);
+                const int cq = h * HD, ck = (nh + kvh) * HD, cv = (nh + nkv + kvh) * HD;
+                if (k > 0) mbar_wait(emptyQ, (k - 1) & 1);
+                mbar_arrive_expect_tx(fullQ, C::TILE);
 #pragma unroll
                 for (int p = 0; p < NP; p++)
-                    tma_load_3d(sV + st * C::TILE + p * PANEL, &tm, fullV(st), cv + 64 * p, j * BN, b);
+                    tma_load_3d(sQ + p * PANEL, &tm, fullQ, cq + 64 * p, qt * BM, b);
+                for (int j = 0; j <= qt; j++, it++) {
+                    const int st = it % STAGES, u = it / STAGES;
+                    if (u > 0) mbar_wait(emptyK(st), (u - 1) & 1);
+                    mbar_arrive_expect_tx(fullK(st), C::TILE);
+#pragma unroll
+                    for (int p = 0; p < NP; p++)
+                        tma_load_3d(sK + st * C::TILE + p * PANEL, &tm, fullK(st), ck + 64 * p,
+                                    j * BN, b);
+                    if (u > 0) mbar_wait(emptyV(st), (u - 1) & 1);
+                    mbar_arrive_expect_tx(fullV(st), C::TILE);
+#pragma unroll
+                    for (int p = 0; p < NP; p++)
+                        tma_load_3d(sV + st * C::TILE + p * PANEL, &tm, fullV(st), cv + 64 * p,
+                                    j * BN, b);
+                }
             }
         }
         return;
@@ -510,103 +536,124 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     const uint64_t dq = make_desc(sQ + 64 * wg * ROW_BYTES, 16, 1024);
     const uint64_t dk0 = make_desc(sK, 16, 1024);
     const uint64_t dv0 = make_desc(sV, PANEL, 1024);
-    auto dk = [&](int j) { return desc_add(dk0, (j % STAGES) * C::TILE); };
-    auto dv = [&](int j) { return desc_add(dv0, (j % STAGES) * C::TILE); };
-    auto par = [&](int j) { return (uint32_t)((j / STAGES) & 1); };
+    /* ring slots and phases by the running K/V tile count i */
+    auto dk = [&](int i) { return desc_add(dk0, (i % STAGES) * C::TILE); };
+    auto dv = [&](int i) { return desc_add(dv0, (i % STAGES) * C::TILE); };
+    auto par = [&](int i) { return (uint32_t)((i / STAGES) & 1); };
     /* this warp is done with a buffer (its warpgroup's products reading it were waited for) */
     auto release = [&](uint32_t bar) { mbar_arrive_if(bar, lane == 0); };
     /* ping-pong turns: sync on our own barrier, arrive on the other's */
     auto turn_begin = [&]() {
         if constexpr (PINGPONG) bar_sync(3 + wg, 256);
     };
-    auto turn_end = [&](int j) {
-        if constexpr (PINGPONG) bar_arrive_if(3 + (wg ^ 1), 256, wg == 0 || j < n - 1);
+    /* last: the block's last turn, after which warpgroup 1 does not arrive */
+    auto turn_end = [&](bool last) {
+        if constexpr (PINGPONG) bar_arrive_if(3 + (wg ^ 1), 256, wg == 0 || !last);
     };
-
-    float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
-    uint32_t p[32];
-#pragma unroll
-    for (int i = 0; i < NO; i++) o[i] = 0.0f;
-    const int lim[2] = {wrow, wrow + 8};
+    const int lim[2] = {wrow, wrow + 8}; /* row offsets from the diagonal tile's first key */
 
     if constexpr (PINGPONG) {
         if (wg == 1) bar_arrive(3, 256); /* warpgroup 0 takes the first turn */
     }
-    mbar_wait(barQ, 0);
-    mbar_wait(fullK(0), 0);
-    turn_begin();
-    wgmma_fence();
-    gemm_qk<HD>(s, dq, dk(0));
-    wgmma_commit();
-    turn_end(0);
-    wgmma_wait<0>();
-    reg_fence(s);
-    release(emptyK(0));
-    if (n == 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
-    else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
-    to_bf16(p, s);
-    for (int j = 1; j < n; j++) {
-        /* both waits first: a loop between the two products would make ptxas insert a
-         * warpgroup.arrive before the second (V_{j-1} was loaded before K_j anyway) */
-        mbar_wait(fullK(j % STAGES), par(j));
-        mbar_wait(fullV((j - 1) % STAGES), par(j - 1));
+    int i0 = 0; /* K/V tiles consumed before this query tile */
+    int h, qt, b;
+    for (int k = 0; tile_at(k, h, qt, b); k++) {
+        const int q0 = qt * BM, n = qt + 1;
+        const bool last_tile = !PERSIST || !tile_at(k + 1, h, qt, b);
+        if constexpr (PERSIST) tile_at(k, h, qt, b); /* tile_at(k + 1) overwrote them */
+        float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
+        uint32_t p[32];
+#pragma unroll
+        for (int i = 0; i < NO; i++) o[i] = 0.0f;
+
+        mbar_wait(fullQ, k & 1);
+        mbar_wait(fullK(i0 % STAGES), par(i0));
         turn_begin();
         wgmma_fence();
-        gemm_qk<HD>(s, dq, dk(j));
+        gemm_qk<HD>(s, dq, dk(i0));
         wgmma_commit();
-        gemm_pv<HD>(o, p, dv(j - 1));
-        wgmma_commit();
-        turn_end(j);
-        wgmma_wait<1>(); /* S_j */
+        turn_end(last_tile && n == 1);
+        wgmma_wait<0>();
         reg_fence(s);
-        release(emptyK(j % STAGES));
-        if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+        release(emptyK(i0 % STAGES));
+        if constexpr (PERSIST) mbar_arrive_if(emptyQ, lane == 0 && n == 1);
+        if (n == 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
         else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
-        wgmma_wait<0>(); /* P_{j-1}·V_{j-1} */
-        reg_fence(o);
-        reg_fence(p);
-        release(emptyV((j - 1) % STAGES));
-        rescale(o, alpha);
         to_bf16(p, s);
-    }
-    mbar_wait(fullV((n - 1) % STAGES), par(n - 1));
-    wgmma_fence();
-    gemm_pv<HD>(o, p, dv(n - 1));
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence(o);
+        for (int j = 1; j < n; j++) {
+            const int i = i0 + j;
+            /* both waits first: a loop between the two products would make ptxas insert a
+             * warpgroup.arrive before the second (V_{j-1} was loaded before K_j anyway) */
+            mbar_wait(fullK(i % STAGES), par(i));
+            mbar_wait(fullV((i - 1) % STAGES), par(i - 1));
+            turn_begin();
+            wgmma_fence();
+            gemm_qk<HD>(s, dq, dk(i));
+            wgmma_commit();
+            gemm_pv<HD>(o, p, dv(i - 1));
+            wgmma_commit();
+            turn_end(last_tile && j == n - 1);
+            wgmma_wait<1>(); /* S_j */
+            reg_fence(s);
+            release(emptyK(i % STAGES));
+            if constexpr (PERSIST) mbar_arrive_if(emptyQ, lane == 0 && j == n - 1);
+            if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+            else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+            wgmma_wait<0>(); /* P_{j-1}·V_{j-1} */
+            reg_fence(o);
+            reg_fence(p);
+            release(emptyV((i - 1) % STAGES));
+            rescale(o, alpha);
+            to_bf16(p, s);
+        }
+        {
+            const int i = i0 + n - 1;
+            mbar_wait(fullV(i % STAGES), par(i));
+            wgmma_fence();
+            gemm_pv<HD>(o, p, dv(i));
+            wgmma_commit();
+            wgmma_wait<0>();
+            reg_fence(o);
+            release(emptyV(i % STAGES));
+        }
+        i0 += n;
 
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        inv[r] = 1.0f / lr;
-        const int q = q0 + wrow + 8 * r;
-        if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
-    }
-
-    /* the epilogue of attn_fwd_wgmma: O/l through this warpgroup's own Q rows */
-    bar_sync(1 + wg, 128);
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
+        float inv[2];
 #pragma unroll
         for (int r = 0; r < 2; r++) {
-            const int row = wrow + 8 * r;
-            const uint32_t off = (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(gQ + off) =
-                pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+            float lr = l[r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            inv[r] = 1.0f / lr;
+            const int q = q0 + wrow + 8 * r;
+            if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
         }
-    __syncwarp();
-    bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
+
+        /* the epilogue of attn_fwd_wgmma: O/l through this warp's own 16 rows of the
+         * staging tile (the warpgroup's Q rows unless PERSIST: then the barrier waits for
+         * all four warps' products reading them) */
+        if constexpr (!PERSIST) bar_sync(1 + wg, 128);
 #pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (q0 + row < T)
-            *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
-                *reinterpret_cast<const uint4 *>(gQ + off);
+        for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = wrow + 8 * r;
+                const uint32_t off =
+                    (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+                *reinterpret_cast<uint32_t *>(gO + off) =
+                    pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+            }
+        __syncwarp();
+        bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
+#pragma unroll
+        for (int i = lane; i < 16 * CH; i += 32) {
+            const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+            const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+            if (q0 + row < T)
+                *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
+                    *reinterpret_cast<const uint4 *>(gO + off);
+        }
+        __syncwarp(); /* the next tile's staging writes come after these reads */
     }
 #endif /* SHLM_WGMMA */
 }
@@ -688,21 +735,27 @@ bool make_map(CUtensorMap *map, const bf16 *qkv, int B, int T, size_t C3) {
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int HD, int STAGES, bool PINGPONG>
+template <int HD, int STAGES, bool PINGPONG, bool PERSIST>
 bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
-    constexpr int SMEM = (1 + 2 * STAGES) * cfg<HD>::TILE + 1024;
+    constexpr int SMEM = (1 + (PERSIST ? 1 : 0) + 2 * STAGES) * cfg<HD>::TILE + 1024;
     CUtensorMap map;
     if (!make_map(&map, qkv, B, T, (size_t)(nh + 2 * nkv) * HD)) return false;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG, PERSIST>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
         done = true;
     }
     const float scale_log2 = (float)(1.0 / sqrt((double)HD)) * LOG2E;
-    dim3 grid(nh, (T + BM - 1) / BM, B);
-    attn_fwd_ws<HD, STAGES, PINGPONG><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
-        out, lse, map, T, nh, nkv, scale_log2);
+    const int nqt = (T + BM - 1) / BM;
+    dim3 grid(nh, nqt, B);
+    if (PERSIST) {
+        const long tiles = (long)nh * nqt * B;
+        if (tiles > 0x7fffffffL) return false;
+        grid = dim3((unsigned)std::min<long>(tiles, shlm_cuda_sm_count()), 1, 1);
+    }
+    attn_fwd_ws<HD, STAGES, PINGPONG, PERSIST><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
+        out, lse, map, T, nh, nkv, nqt, B, scale_log2);
     CUDA_CHECK_LAST();
     return true;
 }
@@ -712,8 +765,9 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   1  attn_fwd_wgmma, serial
  *   2  attn_fwd_ws, 2 stages          3  attn_fwd_ws, 2 stages, ping-pong
  *   4  attn_fwd_ws, 3 stages          5  attn_fwd_ws, 3 stages, ping-pong
+ *   6  attn_fwd_ws persistent, 2 stages   7  the same with ping-pong
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
-constexpr int N_VARIANTS = 6;
+constexpr int N_VARIANTS = 8;
 constexpr int DEFAULT_VARIANT_128 = 2; /* measured fastest: see the top of the file */
 constexpr int DEFAULT_VARIANT_64 = 2;
 
@@ -722,10 +776,12 @@ bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int 
     switch (variant) {
     case 0: launch<HD, true>(o, lse, x, B, T, nh, nkv); return true;
     case 1: launch<HD, false>(o, lse, x, B, T, nh, nkv); return true;
-    case 2: return launch_ws<HD, 2, false>(o, lse, x, B, T, nh, nkv);
-    case 3: return launch_ws<HD, 2, true>(o, lse, x, B, T, nh, nkv);
-    case 4: return launch_ws<HD, 3, false>(o, lse, x, B, T, nh, nkv);
-    case 5: return launch_ws<HD, 3, true>(o, lse, x, B, T, nh, nkv);
+    case 2: return launch_ws<HD, 2, false, false>(o, lse, x, B, T, nh, nkv);
+    case 3: return launch_ws<HD, 2, true, false>(o, lse, x, B, T, nh, nkv);
+    case 4: return launch_ws<HD, 3, false, false>(o, lse, x, B, T, nh, nkv);
+    case 5: return launch_ws<HD, 3, true, false>(o, lse, x, B, T, nh, nkv);
+    case 6: return launch_ws<HD, 2, false, true>(o, lse, x, B, T, nh, nkv);
+    case 7: return launch_ws<HD, 2, true, true>(o, lse, x, B, T, nh, nkv);
     default: return false;
     }
 }
