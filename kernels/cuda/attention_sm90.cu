@@ -3,27 +3,35 @@
  * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
  * back to that kernel whenever this one returns 1.
  *
- * STATUS. The default pipeline is variant 2 (attn_fwd_ws below: a producer warpgroup
- * loading Q, K, V by TMA into a 2-stage mbarrier ring, two consumer warpgroups running
- * the overlapped schedule of attn_fwd_wgmma). Measured on an H200 by
- * tests/gpu/attn_sm90_check.cu (`bash .gpu/fwd/run.sh`: the check built with nvcc alone as
- * its header says, then compute-sanitizer memcheck --small), B=1 T=4096 nh=32, all in one
- * call: hd 128: variant 2 240.1 us = 572.6 TFLOP/s, 3 stages (4) 242.1 us, ping-pong
- * (3, 5) 326.5 / 328.4 us, attn_fwd_wgmma overlapped (0) 347.9 us, serial (1) 357.6 us;
- * hd 64: variant 2 181.2 us = 379.4 TFLOP/s, (4) 183.7, (3, 5) 217.3, (0) 249.8, (1)
- * 239.5. Variants 2-5 gave out and lse bitwise equal to variant 0 (same products in the
- * same order) in every case, matched the float64 reference on the T = 130 cases, repeated
- * bitwise, and memcheck was clean. (In that run the check's "old kernel" was variant 0,
- * not attention.cu's mma.sync kernel: the check unset SHLM_ATTN_SM90 instead of setting
- * it to 0; fixed since.) Variant 0 itself was checked against attention.cu (earlier run:
- * 356 us against 465 us for attention.cu at hd 128) and test_ops_cuda's attention cases.
- * The index math is also modelled on the CPU by tests/gpu/attn_sm90_model.py (variants
- * 0-1). Built with nvcc 13.0 for sm_90a (ptxas -v): attn_fwd_ws 168 registers at launch
- * for every variant and hd (setmaxnreg then gives the consumers 240), no spills;
- * attn_fwd_wgmma hd 128 overlapped 200 registers, serial 204; hd 64 162, 183; no spills.
- * Dynamic shared memory: attn_fwd_wgmma 164,864 bytes at hd 128 (82,944 at hd 64);
- * attn_fwd_ws (1 + 2·STAGES) tiles + 1 KiB (164,864 / 230,400 bytes at hd 128 for 2 / 3
- * stages) plus 1 KiB static for the mbarriers.
+ * STATUS. The default pipeline is variant 6 (attn_fwd_ws below, persistent: one block per
+ * SM; a producer warpgroup loads Q, K, V by TMA into a 2-stage mbarrier ring; two consumer
+ * warpgroups run the overlapped schedule of attn_fwd_wgmma). Measured on an H200 by
+ * tests/gpu/attn_sm90_check.cu (built with nvcc alone as its header says; run as
+ * `.gpu/fwd/attn_sm90_check`, then `compute-sanitizer --tool memcheck ... --small`), all
+ * pipelines in one call, B=1 T=4096 nh=32 (TFLOP/s: 4·hd flops per causal pair):
+ *   hd 128: attention.cu mma.sync 462.6 us (297.2 TFLOP/s); variant 0 (attn_fwd_wgmma
+ *     overlapped) 347.8 (395.3); 1 serial 357.7; 2 ws 237.6 (578.6); 3 ws ping-pong
+ *     238.4; 4 ws 3 stages 238.7; 5 ws 3 stages ping-pong 253.5; 6 persistent 234.7 us
+ *     (585.6 TFLOP/s); 7 persistent ping-pong 238.4.
+ *   hd 64: mma.sync 268.3 us; 0: 249.4; 1: 239.5; 2: 183.1; 3: 189.6; 4: 183.5; 5: 190.6;
+ *     6: 175.5 us (391.7 TFLOP/s); 7: 176.9.
+ *   B=2 T=1000 nh=8 nkv=2 (128 tiles, one wave): hd 128 v2 18.4 us, v6 17.9; hd 64 v2
+ *     14.9, v6 15.5 (mma.sync 43.1 / 26.6).
+ * Every variant, every case: out within 2.2e-3 (max |d| / max |ref|) of attention.cu's
+ * kernel, T = 130 cases within 2.4e-3 of a float64 reference, lse within 1e-6; a second
+ * run bitwise equal; variants 2-7 bitwise equal to variant 0 (same products in the same
+ * order: seen in an earlier run); compute-sanitizer memcheck clean on the small cases.
+ * Ping-pong (FA3's inter-warpgroup schedule) gains nothing here, as the intra-warpgroup
+ * overlap did not for attn_fwd_wgmma; a first build of it measured 326 us because ptxas
+ * serialised its wgmma (C7520: a branch between the products; now predicated arrives).
+ * The index math of variants 0-1 is also modelled on the CPU by
+ * tests/gpu/attn_sm90_model.py. Built with nvcc 13.0 for sm_90a (ptxas -v): attn_fwd_ws
+ * 168 registers at launch for every variant and hd (setmaxnreg then gives the consumers
+ * 240, the producer 24), no spills, no C7519/C7520 advisories; attn_fwd_wgmma hd 128
+ * overlapped 200 registers, serial 204; hd 64 162, 183; no spills. Dynamic shared memory:
+ * attn_fwd_wgmma 164,864 bytes at hd 128 (82,944 at hd 64); attn_fwd_ws (1 + 2·STAGES)
+ * tiles + 1 KiB, one tile more (O staging) when persistent: 197,632 bytes at hd 128 for
+ * variant 6; plus 1 KiB static for the mbarriers.
  *
  * ---------------------------------------------------------------- design
  *
@@ -768,8 +776,8 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   6  attn_fwd_ws persistent, 2 stages   7  the same with ping-pong
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
 constexpr int N_VARIANTS = 8;
-constexpr int DEFAULT_VARIANT_128 = 2; /* measured fastest: see the top of the file */
-constexpr int DEFAULT_VARIANT_64 = 2;
+constexpr int DEFAULT_VARIANT_128 = 6; /* measured fastest: see the top of the file */
+constexpr int DEFAULT_VARIANT_64 = 6;
 
 template <int HD>
 bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int T, int nh, int nkv) {
