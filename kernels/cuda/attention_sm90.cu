@@ -3,9 +3,13 @@
  * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
  * back to that kernel whenever this one returns 1.
  *
- * STATUS. The default pipeline is variant 6 (attn_fwd_ws below, persistent: one block per
- * SM; a producer warpgroup loads Q, K, V by TMA into a 2-stage mbarrier ring; two consumer
- * warpgroups run the overlapped schedule of attn_fwd_wgmma). Measured on an H200 by
+ * STATUS. The default pipeline is variant 2 (attn_fwd_ws below: one block per (query tile,
+ * head, batch); a producer warpgroup loads Q, K, V by TMA into a 2-stage mbarrier ring; two
+ * consumer warpgroups run the overlapped schedule of attn_fwd_wgmma). The persistent form
+ * (variant 6) measured 1% faster at hd 128 and 4% at hd 64 alone on the GPU, but its static
+ * split of the tiles over one block per SM assumes every SM is free: in training, NCCL's
+ * kernels share the GPU with it, and the blocks that wait for an SM would finish their
+ * whole share late. Measured on an H200 by
  * tests/gpu/attn_sm90_check.cu (built with nvcc alone as its header says; run as
  * `.gpu/fwd/attn_sm90_check`, then `compute-sanitizer --tool memcheck ... --small`), all
  * pipelines in one call, B=1 T=4096 nh=32 (TFLOP/s: 4·hd flops per causal pair):
@@ -776,8 +780,8 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   6  attn_fwd_ws persistent, 2 stages   7  the same with ping-pong
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
 constexpr int N_VARIANTS = 8;
-constexpr int DEFAULT_VARIANT_128 = 6; /* measured fastest: see the top of the file */
-constexpr int DEFAULT_VARIANT_64 = 6;
+constexpr int DEFAULT_VARIANT_128 = 2; /* see the top of the file */
+constexpr int DEFAULT_VARIANT_64 = 2;
 
 template <int HD>
 bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int T, int nh, int nkv) {
