@@ -450,18 +450,30 @@ constexpr int WS_PRODUCER_REGS = 24, WS_CONSUMER_REGS = 240; /* 128·24 + 256·2
 using namespace shlm_tma;
 #endif
 
-template <int HD, int STAGES, bool PINGPONG, bool PERSIST>
+/* SCHED (which tiles a block does): 0 one, from the block index (a grid of them all); 1
+ * persistent, static: one block per SM, round k takes the k-th row of a snake over the list
+ * of all tiles; 2 persistent, dynamic: the producer takes the next tile of the list from a
+ * global counter (atomicAdd) and passes it to the consumers through a 2-slot ring in shared
+ * memory (tile_full / tile_empty mbarriers); a block that gets an index past the end
+ * stops, and the last block to stop sets the counters back to 0 for the next launch (so no
+ * memset and no host state: CUDA-graph safe). The list is longest rows first in both. */
+__device__ unsigned int g_tile_next, g_tile_done;
+
+template <int HD, int STAGES, bool PINGPONG, int SCHED>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     attn_fwd_ws(bf16 *out, float *lse, const __grid_constant__ CUtensorMap tm, int T, int nh,
                 int nkv, int nqt, int B, float scale_log2) {
 #if SHLM_WGMMA
+    constexpr bool PERSIST = SCHED != 0;
+    static_assert(!(PINGPONG && SCHED == 2), "ping-pong needs each block's last tile ahead");
     using C = cfg<HD>;
     constexpr int NO = HD / 2;
     constexpr int CH = HD / 8;
     constexpr int NP = HD / 64; /* panels per tile: TMA boxes per tile */
     constexpr float LN2 = 0.6931471805599453f;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
-    __shared__ __align__(8) uint64_t bars[2 + 4 * STAGES];
+    __shared__ __align__(8) uint64_t bars[6 + 4 * STAGES];
+    __shared__ int tile_slot[2];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t sQ = (raw + 1023u) & ~1023u;
     /* PERSIST: a separate O staging tile, so that Q is free once the last S is done */
@@ -475,6 +487,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     auto fullV = [&](int s) { return bar0 + 8u * (2 + STAGES + s); };
     auto emptyK = [&](int s) { return bar0 + 8u * (2 + 2 * STAGES + s); };
     auto emptyV = [&](int s) { return bar0 + 8u * (2 + 3 * STAGES + s); };
+    auto tile_full = [&](int s) { return bar0 + 8u * (2 + 4 * STAGES + s); };
+    auto tile_empty = [&](int s) { return bar0 + 8u * (4 + 4 * STAGES + s); };
+    const int total = nh * nqt * B;
+    auto decode = [&](int w, int &h, int &qt, int &b) {
+        const int r = w % (nh * B);
+        qt = nqt - 1 - w / (nh * B), h = r % nh, b = r / nh;
+    };
 
     /* the k-th (query tile, head, batch) of this block: one, from the block index, or
      * (PERSIST) round k of a snake over the list of all of them, longest rows first */
@@ -485,9 +504,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         } else {
             const int G = gridDim.x;
             const int w = k * G + ((k & 1) ? G - 1 - (int)blockIdx.x : (int)blockIdx.x);
-            if (w >= nh * nqt * B) return false;
-            const int r = w % (nh * B);
-            qt = nqt - 1 - w / (nh * B), h = r % nh, b = r / nh;
+            if (w >= total) return false;
+            decode(w, h, qt, b);
             return true;
         }
     };
@@ -502,6 +520,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             mbar_init(emptyK(s), 8);
             mbar_init(emptyV(s), 8);
         }
+        for (int s = 0; s < 2; s++) {
+            mbar_init(tile_full(s), 1);
+            mbar_init(tile_empty(s), 8);
+        }
         mbar_fence_init();
     }
     __syncthreads();
@@ -512,7 +534,21 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             tma_prefetch_desc(&tm);
             int it = 0; /* K/V tiles issued so far: ring slot it % STAGES, use it / STAGES */
             int h, qt, b;
-            for (int k = 0; tile_at(k, h, qt, b); k++) {
+            /* the k-th tile: SCHED 2 takes it from the counter and publishes it */
+            auto next = [&](int k) -> bool {
+                if constexpr (SCHED == 2) {
+                    if (k >= 2) mbar_wait(tile_empty(k & 1), ((k >> 1) - 1) & 1);
+                    const int w = (int)atomicAdd(&g_tile_next, 1u);
+                    *(volatile int *)&tile_slot[k & 1] = w;
+                    mbar_arrive(tile_full(k & 1)); /* release: the slot is written */
+                    if (w >= total) return false;
+                    decode(w, h, qt, b);
+                    return true;
+                } else {
+                    return tile_at(k, h, qt, b);
+                }
+            };
+            for (int k = 0; next(k); k++) {
                 const int kvh = h / (nh / nkv);
                 const int cq = h * HD, ck = (nh + kvh) * HD, cv = (nh + nkv + kvh) * HD;
                 if (k > 0) mbar_wait(emptyQ, (k - 1) & 1);
@@ -534,6 +570,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
                     for (int p = 0; p < NP; p++)
                         tma_load_3d(sV + st * C::TILE + p * PANEL, &tm, fullV(st), cv + 64 * p,
                                     j * BN, b);
+                }
+            }
+            if constexpr (SCHED == 2) {
+                /* this block takes no more tiles; the last to get here resets the counters
+                 * (every block's fetches come before its increment of g_tile_done) */
+                __threadfence();
+                if (atomicAdd(&g_tile_done, 1u) == gridDim.x - 1) {
+                    atomicExch(&g_tile_next, 0u);
+                    atomicExch(&g_tile_done, 0u);
                 }
             }
         }
@@ -569,10 +614,26 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     }
     int i0 = 0; /* K/V tiles consumed before this query tile */
     int h, qt, b;
-    for (int k = 0; tile_at(k, h, qt, b); k++) {
+    auto next = [&](int k) -> bool {
+        if constexpr (SCHED == 2) {
+            mbar_wait(tile_full(k & 1), (k >> 1) & 1);
+            const int w = *(volatile int *)&tile_slot[k & 1];
+            __syncwarp();
+            release(tile_empty(k & 1));
+            if (w >= total) return false;
+            decode(w, h, qt, b);
+            return true;
+        } else {
+            return tile_at(k, h, qt, b);
+        }
+    };
+    for (int k = 0; next(k); k++) {
         const int q0 = qt * BM, n = qt + 1;
-        const bool last_tile = !PERSIST || !tile_at(k + 1, h, qt, b);
-        if constexpr (PERSIST) tile_at(k, h, qt, b); /* tile_at(k + 1) overwrote them */
+        bool last_tile = true;
+        if constexpr (SCHED == 1) {
+            last_tile = !tile_at(k + 1, h, qt, b);
+            tile_at(k, h, qt, b); /* tile_at(k + 1) overwrote them */
+        }
         float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
         uint32_t p[32];
 #pragma unroll
@@ -747,14 +808,15 @@ bool make_map(CUtensorMap *map, const bf16 *qkv, int B, int T, size_t C3) {
                CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int HD, int STAGES, bool PINGPONG, bool PERSIST>
+template <int HD, int STAGES, bool PINGPONG, int SCHED>
 bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
+    constexpr bool PERSIST = SCHED != 0;
     constexpr int SMEM = (1 + (PERSIST ? 1 : 0) + 2 * STAGES) * cfg<HD>::TILE + 1024;
     CUtensorMap map;
     if (!make_map(&map, qkv, B, T, (size_t)(nh + 2 * nkv) * HD)) return false;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG, PERSIST>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG, SCHED>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
         done = true;
     }
@@ -766,7 +828,7 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
         if (tiles > 0x7fffffffL) return false;
         grid = dim3((unsigned)std::min<long>(tiles, shlm_cuda_sm_count()), 1, 1);
     }
-    attn_fwd_ws<HD, STAGES, PINGPONG, PERSIST><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
+    attn_fwd_ws<HD, STAGES, PINGPONG, SCHED><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
         out, lse, map, T, nh, nkv, nqt, B, scale_log2);
     CUDA_CHECK_LAST();
     return true;
@@ -777,9 +839,10 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   1  attn_fwd_wgmma, serial
  *   2  attn_fwd_ws, 2 stages          3  attn_fwd_ws, 2 stages, ping-pong
  *   4  attn_fwd_ws, 3 stages          5  attn_fwd_ws, 3 stages, ping-pong
- *   6  attn_fwd_ws persistent, 2 stages   7  the same with ping-pong
+ *   6  attn_fwd_ws persistent (static), 2 stages   7  the same with ping-pong
+ *   8  attn_fwd_ws persistent, dynamic tile counter, 2 stages
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
-constexpr int N_VARIANTS = 8;
+constexpr int N_VARIANTS = 9;
 constexpr int DEFAULT_VARIANT_128 = 2; /* see the top of the file */
 constexpr int DEFAULT_VARIANT_64 = 2;
 
@@ -788,12 +851,13 @@ bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int 
     switch (variant) {
     case 0: launch<HD, true>(o, lse, x, B, T, nh, nkv); return true;
     case 1: launch<HD, false>(o, lse, x, B, T, nh, nkv); return true;
-    case 2: return launch_ws<HD, 2, false, false>(o, lse, x, B, T, nh, nkv);
-    case 3: return launch_ws<HD, 2, true, false>(o, lse, x, B, T, nh, nkv);
-    case 4: return launch_ws<HD, 3, false, false>(o, lse, x, B, T, nh, nkv);
-    case 5: return launch_ws<HD, 3, true, false>(o, lse, x, B, T, nh, nkv);
-    case 6: return launch_ws<HD, 2, false, true>(o, lse, x, B, T, nh, nkv);
-    case 7: return launch_ws<HD, 2, true, true>(o, lse, x, B, T, nh, nkv);
+    case 2: return launch_ws<HD, 2, false, 0>(o, lse, x, B, T, nh, nkv);
+    case 3: return launch_ws<HD, 2, true, 0>(o, lse, x, B, T, nh, nkv);
+    case 4: return launch_ws<HD, 3, false, 0>(o, lse, x, B, T, nh, nkv);
+    case 5: return launch_ws<HD, 3, true, 0>(o, lse, x, B, T, nh, nkv);
+    case 6: return launch_ws<HD, 2, false, 1>(o, lse, x, B, T, nh, nkv);
+    case 7: return launch_ws<HD, 2, true, 1>(o, lse, x, B, T, nh, nkv);
+    case 8: return launch_ws<HD, 2, false, 2>(o, lse, x, B, T, nh, nkv);
     default: return false;
     }
 }

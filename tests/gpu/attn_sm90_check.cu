@@ -64,8 +64,9 @@ static const char *const variant_names[] = {
     "TMA ws 2st pingpong", /* 3: the same with ping-pong between consumer warpgroups */
     "TMA ws 3st",          /* 4: 3-stage ring */
     "TMA ws 3st pingpong", /* 5: 3-stage ring, ping-pong */
-    "TMA ws persistent",   /* 6: 2-stage ring, one block per SM over all tiles */
+    "TMA ws persistent",   /* 6: 2-stage ring, one block per SM, static split of the tiles */
     "TMA ws persist pp",   /* 7: the same with ping-pong */
+    "TMA ws persist dyn",  /* 8: persistent, tiles from a global counter */
 };
 static const int n_variants = (int)(sizeof variant_names / sizeof variant_names[0]);
 
