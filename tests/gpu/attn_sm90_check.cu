@@ -32,7 +32,9 @@
  * On a failure the worst errors are printed by row block (query row % 128 / 16: warpgroup
  * 0 is rows 0-63) and column block (dim / 16), which points at the descriptor or fragment
  * mapping at fault. Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
- * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair. */
+ * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair; then each
+ * wgmma pipeline once more while another stream's kernel holds 16 SMs for about 100 us
+ * (as NCCL's kernels do in training), which a static split of the tiles suffers from. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -187,6 +189,20 @@ static void cpu_attention(float *out, float *lse, const __nv_bfloat16 *qkv, cons
     free(acc);
 }
 
+/* ------------------------------------------------------------------ SMs held elsewhere */
+
+/* Stands in for a kernel that holds SMs while attention runs (NCCL's, in training): each
+ * block spins for `cycles` with so much shared memory that no attention block fits next
+ * to it on its SM. */
+__global__ void hog_kernel(long long cycles, int *sink) {
+    extern __shared__ int hog_smem[];
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (cycles < 0) *sink = hog_smem[threadIdx.x]; /* never: keeps the shared memory */
+}
+constexpr int HOG_SMEM = 200 * 1024, HOG_BLOCKS = 16;
+
 /* ------------------------------------------------------------------ one case */
 
 static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
@@ -303,6 +319,38 @@ static void run_case(const Case &c, bool timing) {
             CK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1e3 * ms / 20;
             printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+        }
+        /* the same launches while HOG_BLOCKS SMs are held for about 100 us by another
+         * stream's kernel (started first: a 20 us spin on this stream gives it the SMs) */
+        {
+            cudaStream_t s2;
+            CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+            CK(cudaFuncSetAttribute(hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HOG_SMEM));
+            for (int which = 1; which < 2 + n_variants; which++) {
+                const char *name = which == 1 ? "new default" : variant_names[which - 2];
+                if (which >= 2 && which - 2 < 2) continue; /* attn_fwd_wgmma: not of interest */
+                double tot = 0;
+                for (int r = 0; r < 6; r++) {
+                    hog_kernel<<<HOG_BLOCKS, 32, HOG_SMEM, s2>>>(200000, NULL);
+                    hog_kernel<<<1, 32, 0, stream()>>>(40000, NULL);
+                    CK(cudaEventRecord(e0, stream()));
+                    if (which == 1)
+                        shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+                    else
+                        shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh,
+                                                             c.nkv, c.hd, which - 2);
+                    CK(cudaEventRecord(e1, stream()));
+                    CK(cudaEventSynchronize(e1));
+                    CK(cudaStreamSynchronize(s2));
+                    float ms = 0;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    if (r > 0) tot += ms; /* the first is a warm-up */
+                }
+                CK(cudaGetLastError());
+                printf("  time %-20s %9.1f us  with %d SMs held ~100 us\n", name, 1e3 * tot / 5,
+                       HOG_BLOCKS);
+            }
+            CK(cudaStreamDestroy(s2));
         }
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
