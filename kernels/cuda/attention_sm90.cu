@@ -3,31 +3,38 @@
  * shlm_cuda_attention_fwd in attention.cu, for head_dim 64 and 128 only; the caller falls
  * back to that kernel whenever this one returns 1.
  *
- * STATUS. The default pipeline is variant 2 (attn_fwd_ws below: one block per (query tile,
- * head, batch); a producer warpgroup loads Q, K, V by TMA into a 2-stage mbarrier ring; two
- * consumer warpgroups run the overlapped schedule of attn_fwd_wgmma). The persistent form
- * (variant 6) measured 1% faster at hd 128 and 4% at hd 64 alone on the GPU, but its static
- * split of the tiles over one block per SM assumes every SM is free: in training, NCCL's
- * kernels share the GPU with it, and the blocks that wait for an SM would finish their
- * whole share late. Measured on an H200 by
- * tests/gpu/attn_sm90_check.cu (built with nvcc alone as its header says; run as
- * `.gpu/fwd/attn_sm90_check`, then `compute-sanitizer --tool memcheck ... --small`), all
- * pipelines in one call, B=1 T=4096 nh=32 (TFLOP/s: 4·hd flops per causal pair):
- *   hd 128: attention.cu mma.sync 462.6 us (297.2 TFLOP/s); variant 0 (attn_fwd_wgmma
- *     overlapped) 347.8 (395.3); 1 serial 357.7; 2 ws 237.6 (578.6); 3 ws ping-pong
- *     238.4; 4 ws 3 stages 238.7; 5 ws 3 stages ping-pong 253.5; 6 persistent 234.7 us
- *     (585.6 TFLOP/s); 7 persistent ping-pong 238.4.
- *   hd 64: mma.sync 268.3 us; 0: 249.4; 1: 239.5; 2: 183.1; 3: 189.6; 4: 183.5; 5: 190.6;
- *     6: 175.5 us (391.7 TFLOP/s); 7: 176.9.
- *   B=2 T=1000 nh=8 nkv=2 (128 tiles, one wave): hd 128 v2 18.4 us, v6 17.9; hd 64 v2
- *     14.9, v6 15.5 (mma.sync 43.1 / 26.6).
+ * STATUS. The default is attn_fwd_ws below (a producer warpgroup loads Q, K, V by TMA
+ * into a 2-stage mbarrier ring; two consumer warpgroups run the overlapped schedule of
+ * attn_fwd_wgmma), persistent with a dynamic tile counter (variant 8) when there are more
+ * (query tile, head, batch) tiles than SMs, else one block per tile (variant 2): in a
+ * single wave the persistent form gains nothing and measured slightly slower. The static
+ * persistent split (6, 7) is kept as a variant only: it assumes every SM is free, and
+ * with 16 SMs held ~100 us by another stream's kernel (as NCCL's are in training) it took
+ * 347.0 us against 258.9 for the dynamic one (hd 128 below).
+ * Measured on an H200 by tests/gpu/attn_sm90_check.cu (built with nvcc alone as its
+ * header says; run as `.gpu/fwd/attn_sm90_check`, then `compute-sanitizer --tool memcheck
+ * .gpu/fwd/attn_sm90_check --small`), all pipelines in one call, B=1 T=4096 nh=32, us
+ * (TFLOP/s with 4·hd flops per causal pair), and in brackets the same with 16 SMs held:
+ *   hd 128: attention.cu mma.sync 465.7 (295.2); variant 0 (attn_fwd_wgmma overlapped)
+ *     349.4 (393.4); 1 serial 359.8; 2 ws 244.8 (561.6) [279.4]; 3 ws ping-pong 245.2
+ *     [280.2]; 4 ws 3 stages 246.5 [280.1]; 5 ws 3 stages ping-pong 262.4 [282.2]; 6
+ *     persistent static 242.7 [347.0]; 7 the same ping-pong 240.0 [345.7]; 8 persistent
+ *     dynamic 241.4 (569.6) [258.9].
+ *   hd 64: mma.sync 267.4; 0: 248.6; 1: 238.4; 2: 182.5 [195.2]; 3: 189.3 [201.8]; 4:
+ *     183.0 [195.9]; 5: 190.7 [202.7]; 6: 171.9 [266.8]; 7: 176.1 [274.5]; 8: 169.4
+ *     (405.9) [183.8].
+ *   B=2 T=1000 nh=8 nkv=2 (128 tiles: one wave): hd 128 v2 18.7 us, v8 19.0 (mma.sync
+ *     43.1); hd 64 v2 14.9, v8 15.9 (26.6).
+ * Run to run the same kernels vary by ~3% (an earlier call: hd 128 v2 237.6, v6 234.7).
  * Every variant, every case: out within 2.4e-3 (max |d| / max |ref|) of attention.cu's
  * kernel, T = 130 cases within 2.4e-3 of a float64 reference, lse within 2.5e-7; a second
- * run bitwise equal; variants 2-7 bitwise equal to variant 0 (same products in the same
- * order: seen in an earlier run); compute-sanitizer memcheck clean on the small cases.
- * Ping-pong (FA3's inter-warpgroup schedule) gains nothing here, as the intra-warpgroup
- * overlap did not for attn_fwd_wgmma; a first build of it measured 326 us because ptxas
- * serialised its wgmma (C7520: a branch between the products; now predicated arrives).
+ * run bitwise equal; variants 2-5 bitwise equal to variant 0 (same products in the same
+ * order: seen in the first run, before 6-8 existed; 6-8 do the same products in the same
+ * order); compute-sanitizer memcheck clean on the small cases (all variants).
+ * Ping-pong (FA3's inter-warpgroup schedule) stays within run-to-run noise of the same
+ * pipeline without it at T = 4096 (slower at hd 64, and with 3 stages at hd 128), a few
+ * per cent faster in the one-wave case; a first build of it measured 326 us because
+ * ptxas serialised its wgmma (C7520: a branch between the products; now predicated).
  * The index math of variants 0-1 is also modelled on the CPU by
  * tests/gpu/attn_sm90_model.py. Built with nvcc 13.0 for sm_90a (ptxas -v): attn_fwd_ws
  * 168 registers at launch for every variant and hd (setmaxnreg then gives the consumers
@@ -35,7 +42,7 @@
  * overlapped 200 registers, serial 204; hd 64 162, 183; no spills. Dynamic shared memory:
  * attn_fwd_wgmma 164,864 bytes at hd 128 (82,944 at hd 64); attn_fwd_ws (1 + 2·STAGES)
  * tiles + 1 KiB, one tile more (O staging) when persistent: 197,632 bytes at hd 128 for
- * variant 6; plus 1 KiB static for the mbarriers.
+ * variants 6-8; plus 1 KiB static for the mbarriers and the tile slots.
  *
  * ---------------------------------------------------------------- design
  *
@@ -48,7 +55,8 @@
  * k-steps of 16), O += P·V one m64n{hd} product (8 k-steps over the tile's 128 keys).
  * The query tile qt visits key tiles 0..qt; only tile qt (the diagonal: BM == BN) is masked.
  * Blocks are (head, query tile, batch) with the query tiles in reverse order: the longest
- * rows start first, as in attention.cu. No warp specialisation: both warpgroups copy.
+ * rows start first, as in attention.cu. No warp specialisation: both warpgroups copy
+ * (this is attn_fwd_wgmma, variants 0-1; attn_fwd_ws has its own notes further down).
  *
  * Copies. Plain cp.async (16 bytes per instruction, zero-filled past T) by all 256
  * threads, then cp.async.wait_group 0, fence.proxy.async.shared::cta (cp.async writes
@@ -131,8 +139,11 @@
  * Performance: the serial pipeline measured as fast as the overlapped one (hd 128: 358 vs
  * 356 us; hd 64: 239 vs 250 us), so the intra-warpgroup overlap buys nothing while one
  * __syncthreads per key tile keeps both warpgroups in step and all 256 threads issue
- * cp.async copies: the next steps are TMA with a producer warp (warp specialisation),
- * then FA3's ping-pong between the two consumer warpgroups. */
+ * cp.async copies. Warp specialisation with TMA (attn_fwd_ws) then took hd 128 from ~348
+ * to ~240 us; ping-pong did not add to it (STATUS above). What might still pay: three
+ * consumer warpgroups (192 queries) at hd 64, where the exponentials (one MUFU op per
+ * score, 16 per clock per SM) cost as much time as the tensor cores; emulating part of
+ * the exp2 with FMA polynomials (FA4's trick) for the same reason; a TMA store of O. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/cuda/tma.cuh"
@@ -843,8 +854,9 @@ bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int
  *   8  attn_fwd_ws persistent, dynamic tile counter, 2 stages
  * A TMA pipeline (2-5) returns 1 when the driver cannot encode the tensor map. */
 constexpr int N_VARIANTS = 9;
-constexpr int DEFAULT_VARIANT_128 = 2; /* see the top of the file */
-constexpr int DEFAULT_VARIANT_64 = 2;
+/* the default (see the top of the file): persistent with the dynamic counter when the
+ * tiles fill more than one wave of blocks, else one block per tile */
+constexpr int DEFAULT_VARIANT_MANY = 8, DEFAULT_VARIANT_FEW = 2;
 
 template <int HD>
 bool launch_variant(int variant, bf16 *o, float *lse, const bf16 *x, int B, int T, int nh, int nkv) {
@@ -874,7 +886,9 @@ int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nk
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)qkv;
     const bool dflt = variant < 0;
-    if (dflt) variant = hd == 128 ? DEFAULT_VARIANT_128 : DEFAULT_VARIANT_64;
+    if (dflt)
+        variant = (long)nh * ((T + BM - 1) / BM) * B > shlm_cuda_sm_count() ? DEFAULT_VARIANT_MANY
+                                                                              : DEFAULT_VARIANT_FEW;
     bool ok = hd == 128 ? launch_variant<128>(variant, o, lse, x, B, T, nh, nkv)
                         : launch_variant<64>(variant, o, lse, x, B, T, nh, nkv);
     if (!ok && dflt)
