@@ -439,8 +439,9 @@ __global__ void __launch_bounds__(THREADS, 1)
  * attn_fwd_ws: the same tiles, steps and numerics as attn_fwd_wgmma's overlapped pipeline
  * (same products in the same order, so the same bits), but the copies move to a producer
  * warpgroup: 384 threads = consumer warpgroups 0 and 1 (warps 0-7, 64 query rows each, as
- * above) + producer warpgroup 2, where warp 8's lane 0 issues every load as TMA (cp.async.bulk.tensor.3d from a
- * CUtensorMap over qkv seen as (column, row t, batch b), box 64 columns × 128 rows,
+ * above) + producer warpgroup 2, where warp 8's lane 0 issues every load as TMA
+ * (cp.async.bulk.tensor.3d from a CUtensorMap over qkv seen as (column, row t, batch b),
+ * encoded on the host for each launch; box 64 columns × 128 rows,
  * SWIZZLE_128B: exactly the panel layout above; rows >= T are zeros). K and V tiles go
  * through a ring of STAGES buffers each, with mbarriers: full (count 1: the producer's
  * arrive.expect_tx of one tile's bytes, completed by the TMA) and empty (count 8: lane 0
@@ -453,7 +454,11 @@ __global__ void __launch_bounds__(THREADS, 1)
  * warpgroups take turns issuing their products (S_j and P_{j-1}·V_{j-1}), so that one
  * warpgroup's softmax runs while the other's products occupy the tensor cores. Warpgroup 1
  * pre-arrives on warpgroup 0's barrier and skips its arrival after its last turn, so every
- * barrier phase completes and none is left pending at exit. */
+ * barrier phase completes and none is left pending at exit.
+ * Persistent blocks (SCHED 1, 2 below) also have full / empty mbarriers for Q: the
+ * consumers release Q after their last S of a tile, so the next tile's Q loads during the
+ * last P·V and the epilogue; O is then staged in a tile of its own (warp-private rows, no
+ * barrier), and the K/V ring and its phases run on across tiles. */
 constexpr int WS_THREADS = 384;
 constexpr int WS_PRODUCER_REGS = 24, WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
 
@@ -467,7 +472,8 @@ using namespace shlm_tma;
  * global counter (atomicAdd) and passes it to the consumers through a 2-slot ring in shared
  * memory (tile_full / tile_empty mbarriers); a block that gets an index past the end
  * stops, and the last block to stop sets the counters back to 0 for the next launch (so no
- * memset and no host state: CUDA-graph safe). The list is longest rows first in both. */
+ * memset and no host state: CUDA-graph safe; but two such launches must not overlap,
+ * which the backend's single stream guarantees). The list is longest rows first in both. */
 __device__ unsigned int g_tile_next, g_tile_done;
 
 template <int HD, int STAGES, bool PINGPONG, int SCHED>
