@@ -101,7 +101,8 @@ void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, cons
  * queued the work, 1 when it did not (the caller then runs shlm_cuda_attention_fwd's own
  * kernel). shlm_cuda_attention_fwd tries it first unless the environment has
  * SHLM_ATTN_SM90=0. The _variant
- * form picks the pipeline: 0 overlapped (the default), 1 serial (a debugging aid). */
+ * form picks the pipeline (numbered in attention_sm90.cu's sm90::forward; -1 the default):
+ * for tests/gpu/attn_sm90_check.cu, which checks and times them all. */
 int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T, int nh,
                                  int nkv, int hd);
 int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B, int T,

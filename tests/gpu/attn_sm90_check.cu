@@ -16,13 +16,13 @@
  *           /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
  *           -lcublasLt -lcublas -lcudart -lstdc++ -lm
  * Run (on the H200, from the repository root):
- *   .gpu/bin/attn_sm90_check            # every case, both pipelines, then timings
+ *   .gpu/bin/attn_sm90_check            # every case, every pipeline, then timings
  *   .gpu/bin/attn_sm90_check --no-time  # correctness only
  *   compute-sanitizer .gpu/bin/attn_sm90_check --small   # the T = 130 cases, no timings
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
- * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (variant 0 overlapped,
- * the default; 1 serial), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
+ * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (every variant of
+ * shlm_cuda_attention_fwd_sm90_variant, named in variant_names below), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
  * are peaked and the running max moves; v ~ N(0, 1)):
  *   out: max |new − old| / max |old| < 1e-2 (both round P and out to bf16), no NaN, no
  *        element left unwritten (outputs are poisoned with NaN first);
@@ -32,7 +32,9 @@
  * On a failure the worst errors are printed by row block (query row % 128 / 16: warpgroup
  * 0 is rows 0-63) and column block (dim / 16), which points at the descriptor or fragment
  * mapping at fault. Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
- * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair. */
+ * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair; then each
+ * wgmma pipeline once more while another stream's kernel holds 16 SMs for about 100 us
+ * (as NCCL's kernels do in training), which a static split of the tiles suffers from. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -55,6 +57,20 @@
     } while (0)
 
 static int n_failed;
+
+/* shlm_cuda_attention_fwd_sm90_variant's pipelines (attention_sm90.cu, sm90::forward) */
+static const char *const variant_names[] = {
+    "overlapped",          /* 0: cp.async by all threads, intra-warpgroup overlap */
+    "serial",              /* 1: the same, S / softmax / P·V in turn */
+    "TMA ws 2st",          /* 2: producer warpgroup + TMA, 2-stage K/V ring */
+    "TMA ws 2st pingpong", /* 3: the same with ping-pong between consumer warpgroups */
+    "TMA ws 3st",          /* 4: 3-stage ring */
+    "TMA ws 3st pingpong", /* 5: 3-stage ring, ping-pong */
+    "TMA ws persistent",   /* 6: 2-stage ring, one block per SM, static split of the tiles */
+    "TMA ws persist pp",   /* 7: the same with ping-pong */
+    "TMA ws persist dyn",  /* 8: persistent, tiles from a global counter */
+};
+static const int n_variants = (int)(sizeof variant_names / sizeof variant_names[0]);
 
 /* ------------------------------------------------------------------ host data */
 
@@ -173,6 +189,20 @@ static void cpu_attention(float *out, float *lse, const __nv_bfloat16 *qkv, cons
     free(acc);
 }
 
+/* ------------------------------------------------------------------ SMs held elsewhere */
+
+/* Stands in for a kernel that holds SMs while attention runs (NCCL's, in training): each
+ * block spins for `cycles` with so much shared memory that no attention block fits next
+ * to it on its SM. */
+__global__ void hog_kernel(long long cycles, int *sink) {
+    extern __shared__ int hog_smem[];
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (cycles < 0) *sink = hog_smem[threadIdx.x]; /* never: keeps the shared memory */
+}
+constexpr int HOG_SMEM = 200 * 1024, HOG_BLOCKS = 16;
+
 /* ------------------------------------------------------------------ one case */
 
 static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
@@ -210,7 +240,7 @@ static void run_case(const Case &c, bool timing) {
     float *f_ref = (float *)malloc(n_out * 4), *l_ref = (float *)malloc(n_lse * 4),
           *l_new = (float *)malloc(n_lse * 4), *l_new2 = (float *)malloc(n_lse * 4);
 
-    /* the existing kernel (SHLM_ATTN_SM90 is unset: see main) */
+    /* the existing kernel (SHLM_ATTN_SM90=0: see main) */
     poison(d_ref, n_out * 2, d_lref, n_lse * 4);
     shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
     CK(cudaStreamSynchronize(stream()));
@@ -229,8 +259,8 @@ static void run_case(const Case &c, bool timing) {
         check_lse("old lse vs float64", l_ref, l_cpu, n_lse);
     }
 
-    for (int variant = 0; variant < 2; variant++) {
-        const char *vn = variant == 0 ? "overlapped" : "serial";
+    for (int variant = 0; variant < n_variants; variant++) {
+        const char *vn = variant_names[variant];
         printf("  new kernel, %s pipeline (variant %d)\n", vn, variant);
         poison(d_new, n_out * 2, d_lnew, n_lse * 4);
         int rc = shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
@@ -269,13 +299,16 @@ static void run_case(const Case &c, bool timing) {
         cudaEvent_t e0, e1;
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
-        for (int which = 0; which < 3; which++) {
-            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new overlapped" : "new serial";
+        /* which: 0 the old kernel, 1 the new default, 2.. variant which - 2 */
+        for (int which = 0; which < 2 + n_variants; which++) {
+            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new default" : variant_names[which - 2];
             auto launch = [&]() {
                 if (which == 0) shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+                else if (which == 1)
+                    shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
                 else
                     shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
-                                                         c.hd, which - 1);
+                                                         c.hd, which - 2);
             };
             for (int i = 0; i < 3; i++) launch();
             CK(cudaEventRecord(e0, stream()));
@@ -285,7 +318,39 @@ static void run_case(const Case &c, bool timing) {
             float ms = 0;
             CK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1e3 * ms / 20;
-            printf("  time %-16s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+            printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+        }
+        /* the same launches while HOG_BLOCKS SMs are held for about 100 us by another
+         * stream's kernel (started first: a 20 us spin on this stream gives it the SMs) */
+        {
+            cudaStream_t s2;
+            CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+            CK(cudaFuncSetAttribute(hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HOG_SMEM));
+            for (int which = 1; which < 2 + n_variants; which++) {
+                const char *name = which == 1 ? "new default" : variant_names[which - 2];
+                if (which >= 2 && which - 2 < 2) continue; /* attn_fwd_wgmma: not of interest */
+                double tot = 0;
+                for (int r = 0; r < 6; r++) {
+                    hog_kernel<<<HOG_BLOCKS, 32, HOG_SMEM, s2>>>(200000, NULL);
+                    hog_kernel<<<1, 32, 0, stream()>>>(40000, NULL);
+                    CK(cudaEventRecord(e0, stream()));
+                    if (which == 1)
+                        shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+                    else
+                        shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh,
+                                                             c.nkv, c.hd, which - 2);
+                    CK(cudaEventRecord(e1, stream()));
+                    CK(cudaEventSynchronize(e1));
+                    CK(cudaStreamSynchronize(s2));
+                    float ms = 0;
+                    CK(cudaEventElapsedTime(&ms, e0, e1));
+                    if (r > 0) tot += ms; /* the first is a warm-up */
+                }
+                CK(cudaGetLastError());
+                printf("  time %-20s %9.1f us  with %d SMs held ~100 us\n", name, 1e3 * tot / 5,
+                       HOG_BLOCKS);
+            }
+            CK(cudaStreamDestroy(s2));
         }
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
@@ -312,7 +377,9 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    unsetenv("SHLM_ATTN_SM90"); /* shlm_cuda_attention_fwd must stay the old kernel */
+    /* shlm_cuda_attention_fwd must be the old mma.sync kernel: since attention_sm90.cu is on
+     * by default it would otherwise run variant 0 and compare the new kernel with itself */
+    setenv("SHLM_ATTN_SM90", "0", 1);
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
         printf("no CUDA device: skipped\n");
@@ -352,6 +419,7 @@ int main(int argc, char **argv) {
         {2, 1000, 8, 2, 128},  /* GQA 4:1, T not a multiple of 128, two sequences */
         {1, 4096, 32, 32, 128}, /* the benchmark shape */
         {1, 130, 4, 4, 64},
+        {2, 1000, 8, 2, 64},   /* hd 64: GQA, padding, two sequences */
         {1, 4096, 32, 32, 64},
     };
     for (const Case &c : cases)

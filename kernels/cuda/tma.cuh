@@ -1,0 +1,95 @@
+/* cuda backend: Hopper (sm_90a) asynchronous-copy building blocks for the warp-specialised
+ * attention forward (attention_sm90.cu): shared-memory mbarriers (init, arrive,
+ * arrive.expect_tx, try_wait.parity), named-barrier arrive, setmaxnreg, and TMA tile loads (cp.async.bulk.tensor.3d with
+ * mbarrier::complete_tx::bytes) from a CUtensorMap passed as a __grid_constant__ kernel
+ * parameter. The tensor map itself is encoded on the host (cuTensorMapEncodeTiled, obtained
+ * through cudaGetDriverEntryPointByVersion: nothing links -lcuda); see attention_sm90.cu.
+ *
+ * Only device code compiled for sm_90a may use these (SHLM_WGMMA == 1, from wgmma.cuh). */
+#pragma once
+
+#include "kernels/cuda/wgmma.cuh"
+
+#include <cuda.h> /* CUtensorMap (the type only; no driver call is linked) */
+
+#if SHLM_WGMMA
+namespace shlm_tma {
+
+/* ---------------------------------------------------------------- mbarrier */
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* makes the initialisations visible to the async proxy (TMA's complete_tx); a
+ * __syncthreads after it publishes them to the other threads */
+__device__ __forceinline__ void mbar_fence_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* one arrival (release semantics: this thread's earlier accesses happen before) */
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* the same where pred is nonzero: a predicated instruction, not a branch, so that no
+ * divergent path lies between wgmma instructions (ptxas would then serialise them) */
+__device__ __forceinline__ void mbar_arrive_if(uint32_t bar, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %1, 0;\n"
+                 "@p mbarrier.arrive.shared::cta.b64 _, [%0];\n}\n" ::"r"(bar), "r"((int)pred)
+                 : "memory");
+}
+/* one arrival that also announces `bytes` of transactions (the TMA loads that follow
+ * complete them) */
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+/* waits until the phase of parity `parity` has completed (acquire semantics) */
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+
+/* named barrier `id`: count threads in all, this warp arrives without waiting (the
+ * waiting side uses bar_sync of wgmma.cuh with the same count) */
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* the executing warpgroup's per-thread register count moves to N (all its warps execute
+ * it; N a multiple of 8 in 24..256): producers give registers back, consumers take them */
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ void bar_arrive_if(int id, int n, bool pred) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
+                 "@p bar.arrive %0, %1;\n}\n" ::"r"(id), "r"(n), "r"((int)pred)
+                 : "memory");
+}
+
+/* ---------------------------------------------------------------- TMA */
+
+__device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap *map) {
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+/* the box at coordinates (c0, c1, c2) (innermost first) into shared memory at dst; its
+ * bytes complete transactions on the mbarrier bar. Out-of-bounds elements are zeros. */
+__device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map, uint32_t bar,
+                                            int c0, int c1, int c2) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+} /* namespace shlm_tma */
+#endif
