@@ -186,6 +186,10 @@ scaling_phase() {
 # the record of a change: tests, then shardlm and PyTorch FSDP2 on the same 7B command
 # (the "Done when" pair), then what time allows (the call has 10 minutes)
 final_phase() {
+    attn_checks --no-time
+    echo "== bench_kernels"
+    "$BIN/bench_kernels" > "$OUT/kernels.txt" 2>&1; echo "rc=$?"
+    grep -E "ceiling|attention" "$OUT/kernels.txt"
     echo "== test_ops_cuda"
     "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
     echo "== model_steps"
@@ -226,13 +230,25 @@ small_phase() {
 }
 
 # the Hopper wgmma attention (the default) beside the mma.sync one (SHLM_ATTN_SM90=0): its
-# own check (tests/gpu/attn_sm90_check.cu), the ops tests, the kernel and the 7B step both ways
+# own checks with timings and memcheck, the ops tests, the kernels and the 7B step both ways
+# the standalone checks of the wgmma attention forward and backward (tests/gpu/*_check.cu:
+# against attention.cu's mma.sync kernels and float64); ARGS go to both (--no-time)
+attn_checks() {
+    rc=0
+    for c in attn_sm90_check attn_bwd_sm90_check; do
+        echo "== $c $*"
+        timeout 240 "$BIN/$c" "$@" > "$OUT/$c.log" 2>&1; r=$?; echo "rc=$r"; [ "$r" = 0 ] || rc=$r
+        grep -E "FAIL|PASS|time " "$OUT/$c.log" | tail -24
+    done
+}
+
 sm90_phase() {
-    echo "== attn_sm90_check"
-    timeout 180 "$BIN/attn_sm90_check" > "$OUT/attn_sm90.log" 2>&1; rc=$?; echo "rc=$rc"; tail -30 "$OUT/attn_sm90.log"
+    attn_checks
     echo "== memcheck (small cases)"
-    timeout 120 compute-sanitizer --tool memcheck "$BIN/attn_sm90_check" --small > "$OUT/attn_sm90_memcheck.log" 2>&1
-    echo "rc=$?"; tail -4 "$OUT/attn_sm90_memcheck.log"
+    for c in attn_sm90_check attn_bwd_sm90_check; do
+        timeout 150 compute-sanitizer --tool memcheck "$BIN/$c" --small > "$OUT/$c-memcheck.log" 2>&1
+        echo "$c rc=$?"; tail -2 "$OUT/$c-memcheck.log"
+    done
     for sm90 in 1 0; do
         echo "== test_ops_cuda, SHLM_ATTN_SM90=$sm90"
         SHLM_ATTN_SM90=$sm90 "$BIN/test_ops_cuda" > "$OUT/ops-sm90-$sm90.log" 2>&1; echo "rc=$?"
