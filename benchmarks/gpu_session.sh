@@ -215,6 +215,11 @@ final_phase() {
         run 7b_fs_mb2_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true
         sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_profile.log" | tee "$OUT/profile.txt"
     fi
+    if [ "$SECONDS" -lt 430 ]; then
+        anchor 2 1b_fs_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
+        anchor 2 1b_fs_mb8_ac0_compile --model 1b --mb 8 --reshard 1 --ac 0 --steps 10 --compile
+    fi
+    echo "elapsed ${SECONDS}s"
 }
 
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
