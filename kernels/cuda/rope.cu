@@ -18,72 +18,47 @@ __global__ void rope_table_kernel(float2 *tab, int npos, int half, int head_dim,
     tab[i] = make_float2((float)c, (float)s);
 }
 
-/* One thread per (row, group of 8 frequency pairs, run of HPT heads): it reads the row's
- * 8 (cos, sin) once and applies them to each of its heads, loading the lower and upper
- * halves of every head (16 bytes each) before any store, so that 2·HPT loads are in
- * flight per thread. (One thread per head re-read the table per head and kept 2 loads in
- * flight: 66% of the copy ceiling in bench_kernels.) The inverse rotation only flips the
- * sine. */
-template <int HPT>
-__global__ void rope8_kernel(bf16 *x, const float2 *tab, int N, int T, int stride, int n_heads,
-                             int half, float sign) {
-    const int groups = half / 8, runs = (n_heads + HPT - 1) / HPT;
-    const size_t total = (size_t)N * runs * groups;
+/* One thread per (row, head, group of PAIRS frequency pairs): it loads PAIRS elements of
+ * the lower half and PAIRS of the upper half (16 bytes each when PAIRS = 8). The inverse
+ * rotation only flips the sine. */
+template <int PAIRS>
+__global__ void rope_kernel(bf16 *x, const float2 *tab, int N, int T, int stride, int n_heads,
+                            int half, float sign) {
+    const int groups = half / PAIRS;
+    const size_t total = (size_t)N * n_heads * groups;
     for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
          it += (size_t)gridDim.x * blockDim.x) {
         const int g = (int)(it % groups);
-        const size_t rr = it / groups;
-        const int h0 = (int)(rr % runs) * HPT;
-        const int r = (int)(rr / runs);
-        const int nh = n_heads - h0 < HPT ? n_heads - h0 : HPT;
-        const float2 *cs = tab + (size_t)(r % T) * half + g * 8;
-        float c[8], sn[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float2 t = cs[i];
-            c[i] = t.x;
-            sn[i] = sign * t.y;
-        }
-        bf16 *lo0 = x + (size_t)r * stride + (size_t)h0 * 2 * half + g * 8;
-        float a[HPT][8], b[HPT][8];
-#pragma unroll
-        for (int k = 0; k < HPT; k++)
-            if (k < nh) {
-                load_bf16x8(a[k], lo0 + (size_t)k * 2 * half);
-                load_bf16x8(b[k], lo0 + (size_t)k * 2 * half + half);
-            }
-#pragma unroll
-        for (int k = 0; k < HPT; k++)
-            if (k < nh) {
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    const float ai = a[k][i], bi = b[k][i];
-                    a[k][i] = ai * c[i] - bi * sn[i];
-                    b[k][i] = bi * c[i] + ai * sn[i];
-                }
-                store_bf16x8(lo0 + (size_t)k * 2 * half, a[k]);
-                store_bf16x8(lo0 + (size_t)k * 2 * half + half, b[k]);
-            }
-    }
-}
-
-/* Any even head_dim or alignment: one thread per (row, head, frequency pair). */
-__global__ void rope1_kernel(bf16 *x, const float2 *tab, int N, int T, int stride, int n_heads,
-                             int half, float sign) {
-    const size_t total = (size_t)N * n_heads * half;
-    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (size_t)gridDim.x * blockDim.x) {
-        const int f = (int)(it % half);
-        const size_t rh = it / half;
+        const size_t rh = it / groups;
         const int h = (int)(rh % n_heads);
         const int r = (int)(rh / n_heads);
-        bf16 *lo = x + (size_t)r * stride + (size_t)h * 2 * half + f;
+        bf16 *lo = x + (size_t)r * stride + (size_t)h * 2 * half + g * PAIRS;
         bf16 *hi = lo + half;
-        const float2 t = tab[(size_t)(r % T) * half + f];
-        const float sn = sign * t.y, c = t.x;
-        const float ai = __bfloat162float(*lo), bi = __bfloat162float(*hi);
-        *lo = __float2bfloat16_rn(ai * c - bi * sn);
-        *hi = __float2bfloat16_rn(bi * c + ai * sn);
+        const float2 *cs = tab + (size_t)(r % T) * half + g * PAIRS;
+        if (PAIRS == 8) {
+            float a[8], b[8];
+            load_bf16x8(a, lo);
+            load_bf16x8(b, hi);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float2 t = cs[i];
+                const float s = sign * t.y, c = t.x;
+                const float ai = a[i], bi = b[i];
+                a[i] = ai * c - bi * s;
+                b[i] = bi * c + ai * s;
+            }
+            store_bf16x8(lo, a);
+            store_bf16x8(hi, b);
+        } else {
+#pragma unroll
+            for (int i = 0; i < PAIRS; i++) {
+                const float2 t = cs[i];
+                const float s = sign * t.y, c = t.x;
+                const float ai = __bfloat162float(lo[i]), bi = __bfloat162float(hi[i]);
+                lo[i] = __float2bfloat16_rn(ai * c - bi * s);
+                hi[i] = __float2bfloat16_rn(bi * c + ai * s);
+            }
+        }
     }
 }
 
@@ -122,13 +97,12 @@ extern "C" void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, i
     cudaStream_t s = shlm_cuda_stream();
     const size_t cap = (size_t)shlm_cuda_sm_count() * 32;
     if (half % 8 == 0 && stride % 8 == 0 && shlm_aligned(x, 16)) {
-        constexpr int HPT = 4;
-        size_t work = (size_t)N * ((n_heads + HPT - 1) / HPT) * (half / 8);
-        rope8_kernel<HPT><<<shlm_cuda_blocks(work, 256, cap), 256, 0, s>>>(
+        size_t work = (size_t)N * n_heads * (half / 8);
+        rope_kernel<8><<<shlm_cuda_blocks(work, 256, cap), 256, 0, s>>>(
             (bf16 *)x, tab, N, T, stride, n_heads, half, sign);
     } else {
         size_t work = (size_t)N * n_heads * half;
-        rope1_kernel<<<shlm_cuda_blocks(work, 256, cap), 256, 0, s>>>(
+        rope_kernel<1><<<shlm_cuda_blocks(work, 256, cap), 256, 0, s>>>(
             (bf16 *)x, tab, N, T, stride, n_heads, half, sign);
     }
     CUDA_CHECK_LAST();
