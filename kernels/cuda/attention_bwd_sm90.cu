@@ -123,9 +123,6 @@ __host__ __device__ __forceinline__ size_t ds_tile_base(int Q) {
     return (Q & 1) ? (m + 1) * (m + 1) : m * (m + 1);
 }
 
-__device__ int g_probe;
-__global__ void probe_kernel() { g_probe = SHLM_WGMMA; }
-
 #if SHLM_WGMMA
 using namespace shlm_wgmma;
 
@@ -521,27 +518,6 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 
 /* ------------------------------------------------------------------ host side */
 
-/* 1: this process's device is compute capability 9.0 and the sm_90a code is in the
- * binary (the probe ran it); asked once per process (one device per process). */
-bool usable() {
-    static int state = -1;
-    if (state >= 0) return state == 1;
-    state = 0;
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-        return false;
-    if (major != 9 || minor != 0) return false; /* sm_90a code runs on 9.0 only */
-    cudaStream_t st = shlm_cuda_stream();
-    int ok = 0;
-    probe_kernel<<<1, 1, 0, st>>>();
-    if (cudaGetLastError() != cudaSuccess) return false; /* e.g. no image for this device */
-    CUDA_CHECK(cudaMemcpyFromSymbolAsync(&ok, g_probe, sizeof ok, 0, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    state = ok == 1;
-    return state == 1;
-}
 
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP = false>
 void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
@@ -586,7 +562,7 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
         !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
         return 1;
-    if (!usable()) return 1;
+    if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
     if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
@@ -620,7 +596,7 @@ int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int 
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
-    if (!usable()) return 1;
+    if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
     if (hd == 128) {

@@ -913,7 +913,11 @@ extern "C" int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *q
     return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd, -1);
 }
 
-/* The same with the pipeline chosen (numbers: see sm90::forward; 0..5, -1 the default);
+/* 1 when this process's device can run the sm_90a kernels (this file's and
+ * attention_bwd_sm90.cu's): compute capability 9.0 and the sm_90a image in the binary. */
+extern "C" int shlm_cuda_sm90_usable(void) { return sm90::usable() ? 1 : 0; }
+
+/* The same with the pipeline chosen (numbers: see sm90::forward; 0..8, -1 the default);
  * for tests/gpu/attn_sm90_check.cu, which checks and times every one. */
 extern "C" int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B,
                                                     int T, int nh, int nkv, int hd, int variant) {

@@ -107,6 +107,9 @@ int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, 
                                  int nkv, int hd);
 int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B, int T,
                                          int nh, int nkv, int hd, int variant);
+/* 1 when the sm_90a kernels of attention_sm90.cu and attention_bwd_sm90.cu can run here
+ * (compute capability 9.0, sm_90a image in the binary; probed once per process). */
+int shlm_cuda_sm90_usable(void);
 /* The backward's dK/dV (+dS) pass on Hopper warpgroup MMA (attention_bwd_sm90.cu), same
  * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
  * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
