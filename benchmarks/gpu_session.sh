@@ -207,6 +207,10 @@ final_phase() {
     anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
     smi_stop torch
     echo "elapsed ${SECONDS}s"
+    if [ "$SECONDS" -lt 400 ]; then # 1 -> 2 GPUs at the same per-GPU micro-batch
+        run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
+        run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    fi
     if [ "$SECONDS" -lt 430 ]; then
         run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
         bench_table
