@@ -276,7 +276,7 @@ static void run_att_fwd(void) {
     gpu->attention_fwd(cur.b, cur.f0, cur.a, cur.B, cur.T, NH, NKV, HD);
 }
 static void run_att_bwd(void) {
-    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD);
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD, 0.0f);
 }
 
 static void bench_attention(int B, int T) {
@@ -309,7 +309,7 @@ static void bench_attention(int B, int T) {
     for (int h = 0; h < NH; h++) memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T, TC * sizeof(float));
     float *dout = host_vals(6666, (size_t)TC * CO, 1.0f);
     float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD);
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD, 0.0f);
     float *gdq = down_act(cur.d, (size_t)TC * C3);
     float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
     for (int i = 0; i < TC; i++) {

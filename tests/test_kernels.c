@@ -948,7 +948,7 @@ static void attention_case(attn_shape s) {
     snprintf(name, sizeof name, "attention_fwd lse %s", tag);
     check_close(name, got, lse, nl, tol_act);
 
-    ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd);
+    ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd, 0.0f);
     ref_attention_bwd(dref, c.dout, c.qkv, s);
     down_act(got, d_dqkv, nqkv);
     snprintf(name, sizeof name, "attention_bwd dqkv (=) %s", tag);
@@ -1195,7 +1195,7 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     memcpy(out[3], qkv, nq * sizeof(float));
     ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, 10000.0f, 0);
     ops->attention_fwd(out[4], out[4] + no, qkv, B, T, nh, nkv, hdim);
-    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, B, T, nh, nkv, hdim);
+    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, B, T, nh, nkv, hdim, 0.0f);
     ops->swiglu_bwd(out[6], dy, gu, N, F); /* dout (N,F) fits inside dy (N,C) */
     ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;

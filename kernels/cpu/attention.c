@@ -81,7 +81,8 @@ void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int
 }
 
 void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out_,
-                            const float *lse, int B, int T, int nh, int nkv, int hd) {
+                            const float *lse, int B, int T, int nh, int nkv, int hd,
+                            float rope_theta) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     if (B <= 0 || T <= 0) return;
@@ -144,4 +145,8 @@ void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, co
         }
         free(dq);
     }
+    /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one:
+     * the same separate pass the model ran before rope_theta was an argument */
+    if (rope_theta > 0.0f)
+        shlm_cpu_rope(dqkv, B * T, T, (int)C3, nh + nkv, hd, rope_theta, 1);
 }

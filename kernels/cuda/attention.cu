@@ -996,9 +996,11 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
 
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse, int B, int T, int nh,
-                                        int nkv, int hd) {
+                                        int nkv, int hd, float rope_theta) {
     /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
      * sm90_enabled) */
     const int k = sm90_enabled() ? 1 : 0;
     shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k);
+    if (B > 0 && T > 0 && rope_theta > 0.0f)
+        shlm_cuda_rope(dqkv, B * T, T, (nh + 2 * nkv) * hd, nh + nkv, hd, rope_theta, 1);
 }

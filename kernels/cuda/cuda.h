@@ -94,7 +94,8 @@ void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim
 void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                              int nkv, int hd);
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                             const float *lse, int B, int T, int nh, int nkv, int hd);
+                             const float *lse, int B, int T, int nh, int nkv, int hd,
+                             float rope_theta);
 /* The forward on Hopper warpgroup MMA (attention_sm90.cu, checked on an H200 by
  * tests/gpu/attn_sm90_check.cu): head_dim 64 or 128, 16-byte-aligned qkv and out, a
  * compute capability 9.0 device and a build with its sm_90a code. Returns 0 when it

@@ -410,16 +410,16 @@ static void test_attention(int B, int T, int nh, int nkv, int hd) {
     for (size_t i = 0; i < nout; i++) c_out[i] = bf(c_out[i]);
     float *dout = rnd_bf(nout, 1.0);
     float *c_dqkv = xmalloc(nqkv * sizeof(float));
-    cpu->attention_bwd(c_dqkv, dout, qkv, c_out, c_lse, B, T, nh, nkv, hd);
+    cpu->attention_bwd(c_dqkv, dout, qkv, c_out, c_lse, B, T, nh, nkv, hd, 0.0f);
     void *gdout = g_act(dout, nout), *go = g_act(c_out, nout), *gdqkv = gpu->alloc(nqkv * 2);
     float *gl = g_f32(c_lse, nlse);
     poison(gdqkv, nqkv * 2);
-    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, 0.0f);
     float *h_dqkv = h_act(gdqkv, nqkv);
     check("attention_bwd", shape, "dqkv", h_dqkv, c_dqkv, nqkv, TOL_ATT_BWD);
     /* deterministic: a second run into poisoned memory gives the same bits */
     poison(gdqkv, nqkv * 2);
-    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, 0.0f);
     float *h_dqkv2 = h_act(gdqkv, nqkv);
     check("attention_bwd", shape, "rerun", h_dqkv2, h_dqkv, nqkv, 0);
     free(h_dqkv2);
