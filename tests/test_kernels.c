@@ -954,6 +954,23 @@ static void attention_case(attn_shape s) {
     snprintf(name, sizeof name, "attention_bwd dqkv (=) %s", tag);
     check_close(name, got, dref, nqkv, tol_act);
 
+    /* rope_theta > 0 (ops.h): the gradient w.r.t. the pre-RoPE q, k is the plain one
+     * followed by rope(inverse): bit for bit on cpu (it makes that very call), within
+     * tol_act where a backend fuses the rotation (cuda rounds to bf16 once, not twice) */
+    {
+        const float theta = 10000.0f;
+        const int C3 = (s.nh + 2 * s.nkv) * s.hd;
+        float *unf = hf(nqkv), *fused = hf(nqkv);
+        ops->rope(d_dqkv, s.B * s.T, s.T, C3, s.nh + s.nkv, s.hd, theta, 1);
+        down_act(unf, d_dqkv, nqkv);
+        void *d_rot = up_act(junk, nqkv);
+        ops->attention_bwd(d_rot, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd, theta);
+        down_act(fused, d_rot, nqkv);
+        snprintf(name, sizeof name, "attention_bwd rope = bwd then rope %s", tag);
+        if (is_cpu) check_same(name, fused, unf, nqkv);
+        else check_close(name, fused, dup_d(unf, nqkv), nqkv, tol_act);
+    }
+
     snprintf(name, sizeof name, "attention dqkv %s", tag);
     check_fd(name, attn_loss, &c, c.qkv, nqkv, dref);
 }
