@@ -87,6 +87,7 @@ void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, co
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     if (B <= 0 || T <= 0) return;
     check_heads("attention_bwd", nh, nkv, hd);
+    if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const int group = nh / nkv;
     const float scale = (float)(1.0 / sqrt((double)hd));

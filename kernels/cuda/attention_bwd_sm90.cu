@@ -212,10 +212,12 @@ __device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 
             float &a0 = acc[4 * j + 2 * r], &b0 = acc[4 * (j + J) + 2 * r];
             float &a1 = acc[4 * j + 2 * r + 1], &b1 = acc[4 * (j + J) + 2 * r + 1];
             const float x0 = a0, y0 = b0, x1 = a1, y1 = b1;
-            a0 = x0 * w.x + y0 * w.y;
-            b0 = y0 * w.x - x0 * w.y;
-            a1 = x1 * w.z + y1 * w.w;
-            b1 = y1 * w.z - x1 * w.w;
+            /* explicit roundings: the same bits in every kernel that inlines this,
+             * whatever the compiler would contract */
+            a0 = __fmaf_rn(x0, w.x, __fmul_rn(y0, w.y));
+            b0 = __fmaf_rn(y0, w.x, -__fmul_rn(x0, w.y));
+            a1 = __fmaf_rn(x1, w.z, __fmul_rn(y1, w.w));
+            b1 = __fmaf_rn(y1, w.z, -__fmul_rn(x1, w.w));
         }
     }
 }
