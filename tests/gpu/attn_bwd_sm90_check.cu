@@ -201,11 +201,12 @@ static void rope_inv_host(float *x, const Case &c, double theta) {
     const int half = c.hd / 2;
     for (size_t row = 0; row < (size_t)c.B * c.T; row++) {
         const double pos = (double)(row % c.T);
-        for (int h = 0; h < c.nh + c.nkv; h++) {
-            float *lo = x + row * C3 + (size_t)h * c.hd, *hi = lo + half;
-            for (int f = 0; f < half; f++) {
-                const double ang = pos * pow(theta, -2.0 * f / c.hd);
-                const double cs = cos(ang), sn = sin(ang), a = lo[f], b = hi[f];
+        for (int f = 0; f < half; f++) {
+            const double ang = pos * pow(theta, -2.0 * f / c.hd);
+            const double cs = cos(ang), sn = sin(ang);
+            for (int h = 0; h < c.nh + c.nkv; h++) {
+                float *lo = x + row * C3 + (size_t)h * c.hd, *hi = lo + half;
+                const double a = lo[f], b = hi[f];
                 lo[f] = (float)(a * cs + b * sn);
                 hi[f] = (float)(b * cs - a * sn);
             }
