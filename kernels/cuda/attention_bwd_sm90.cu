@@ -194,7 +194,10 @@ template <int PENDING> __device__ __forceinline__ void tiles_ready() {
  * they are. tab: rope.cu's table, float2 (cos, sin) of pos·theta^(-2f/HD) at
  * [pos·HD/2 + f], 16-byte aligned. For a = column f, b = column f + HD/2:
  *   a' = a·cos + b·sin,  b' = b·cos − a·sin.
- * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues). */
+ * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues); a new
+ * kernel that stores dk or dq must apply it too, or decline when given a table.
+ * Checked by reading and by a host emulation of its indexing against rope.cu's inverse;
+ * NOT yet run on a GPU (tests/gpu/attn_bwd_sm90_check.cu's RoPE cases are the check). */
 template <int HD>
 __device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 *__restrict__ tab,
                                              int pos0, int T, int t) {
