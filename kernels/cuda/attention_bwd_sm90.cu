@@ -179,13 +179,55 @@ template <int PENDING> __device__ __forceinline__ void tiles_ready() {
     fence_proxy_async();
     __syncthreads();
 }
+
+/* The inverse RoPE rotation (ops.h rope with inverse = 1, Hugging Face rotate-half) of a
+ * warpgroup's m64n{HD} fp32 accumulator tile, in registers, before its one rounding to
+ * bf16: turns the gradient w.r.t. the post-RoPE q or k rows into the one w.r.t. the
+ * pre-RoPE rows. C-fragment layout: register 4j + 2r + e of lane (g, t) of warp w holds
+ * row 16w + g + 8r, column 8j + 2t + e; so column f < HD/2 and its partner f + HD/2 are
+ * registers j and j + HD/16 of the same thread, and the thread's frequencies are
+ * f = 8j + 2t + e. pos0: the sequence position of the thread's rows with r = 0 (r = 1 is
+ * pos0 + 8); rows at or past T (never stored; the table has T positions) are left as
+ * they are. tab: rope.cu's table, float2 (cos, sin) of pos·theta^(-2f/HD) at
+ * [pos·HD/2 + f], 16-byte aligned. For a = column f, b = column f + HD/2:
+ *   a' = a·cos + b·sin,  b' = b·cos − a·sin.
+ * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues); a new
+ * kernel that stores dk or dq must apply it too, or decline when given a table.
+ * Checked by reading and by a host emulation of its indexing against rope.cu's inverse;
+ * NOT yet run on a GPU (tests/gpu/attn_bwd_sm90_check.cu's RoPE cases are the check). */
+template <int HD>
+__device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 *__restrict__ tab,
+                                             int pos0, int T, int t) {
+    constexpr int J = HD / 16; /* register blocks per half */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int pos = pos0 + 8 * r;
+        if (pos >= T) continue;
+        /* frequencies 8j + 2t and 8j + 2t + 1: one 16-byte load of (cos, sin, cos, sin) */
+        const float4 *const cs =
+            reinterpret_cast<const float4 *>(tab + (size_t)pos * (HD / 2) + 2 * t);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const float4 w = __ldg(cs + 4 * j);
+            float &a0 = acc[4 * j + 2 * r], &b0 = acc[4 * (j + J) + 2 * r];
+            float &a1 = acc[4 * j + 2 * r + 1], &b1 = acc[4 * (j + J) + 2 * r + 1];
+            const float x0 = a0, y0 = b0, x1 = a1, y1 = b1;
+            /* explicit roundings: the same bits in every kernel that inlines this,
+             * whatever the compiler would contract */
+            a0 = __fmaf_rn(x0, w.x, __fmul_rn(y0, w.y));
+            b0 = __fmaf_rn(y0, w.x, -__fmul_rn(x0, w.y));
+            a1 = __fmaf_rn(x1, w.z, __fmul_rn(y1, w.w));
+            b1 = __fmaf_rn(y1, w.z, -__fmul_rn(x1, w.w));
+        }
+    }
+}
 #endif /* SHLM_WGMMA */
 
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
                        const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
-                       float scale, float scale_log2) {
+                       float scale, float scale_log2, const float2 *rope) {
 #if SHLM_WGMMA
     using C = cfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
@@ -327,6 +369,10 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
         reg_fence(sa);
     }
 
+    /* rope (non-NULL): dk w.r.t. the pre-RoPE k; the thread's rows are keys kr0, kr0 + 8
+     * (= kb0 + the rows it stores below) */
+    if (rope != nullptr) rope_inv_acc<HD>(dk, rope, kr0, T, t);
+
     /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
      * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
     bar_sync(1 + wl, 128);
@@ -424,7 +470,7 @@ template <int HD, int NWG, int NS> struct dqcfg {
 template <int HD, int NWG, int NS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
-                      int nh, int nkv) {
+                      int nh, int nkv, const float2 *rope) {
 #if SHLM_WGMMA
     using C = dqcfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
@@ -490,6 +536,9 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
         else dq_tile<HD, 8>(dq, fr, dk);
     }
     if (!active) return;
+    /* rope (non-NULL): dq w.r.t. the pre-RoPE q; the thread's rows are queries
+     * q0 + 64·wl + 16·warp + g (+ 8), the rows it stores below */
+    if (rope != nullptr) rope_inv_acc<HD>(dq, rope, q0 + 64 * wl + 16 * warp + g, T, t);
 
     /* dq into the warpgroup's rows of an unused stage's K tile (the last step's neighbour:
      * every copy has landed, nothing reads it any more), then 16-byte row stores; each
@@ -522,7 +571,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP = false>
 void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
-            float scale_log2) {
+            float scale_log2, const float2 *rope) {
     using C = cfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
@@ -532,7 +581,7 @@ void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *
     }
     dim3 grid(nkv, (T + C::KROWS - 1) / C::KROWS, nb);
     attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
+        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2, rope);
     CUDA_CHECK_LAST();
 }
 
@@ -545,34 +594,36 @@ constexpr int DKV_DEFAULT = 0;
 template <int HD>
 void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
-            float scale_log2) {
-    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+            float scale_log2, const float2 *rp) {
+    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
 }
 
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
         const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
-        float scale_log2, int variant) {
+        float scale_log2, int variant, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
-        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
+        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4) ||
+        !shlm_aligned(rope, 16))
         return 1;
     if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    const float2 *rp = (const float2 *)rope;
+    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
     return 0;
 }
 
 template <int HD, int NWG, int NS>
 void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
-               int nh, int nkv) {
+               int nh, int nkv, const float2 *rope) {
     using C = dqcfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
@@ -582,7 +633,7 @@ void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int 
     }
     dim3 grid(nh, (T + 64 * NWG - 1) / (64 * NWG), nb);
     attn_bwd_dq_wgmma<HD, NWG, NS><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
+        dqkv, dS, ds_head, qkv, b0, T, nh, nkv, rope);
     CUDA_CHECK_LAST();
 }
 
@@ -591,22 +642,25 @@ void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int 
 constexpr int DQ_DEFAULT = 0;
 
 int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
-       int nkv, int hd, int variant) {
+       int nkv, int hd, int variant, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
-    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16) ||
+        !shlm_aligned(rope, 16))
+        return 1;
     if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
+    const float2 *rp = (const float2 *)rope;
     if (hd == 128) {
-        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
     } else {
-        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
     }
     return 0;
 }
@@ -621,30 +675,31 @@ extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, si
                                                         const float *lse, const float *D, int b0,
                                                         int nb, int T, int nh, int nkv, int hd,
                                                         float scale, float scale_log2,
-                                                        int variant) {
+                                                        int variant, const void *rope) {
     return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, variant);
+                      scale_log2, variant, rope);
 }
 
 extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
                                                 const void *dout, const void *qkv,
                                                 const float *lse, const float *D, int b0, int nb,
                                                 int T, int nh, int nkv, int hd, float scale,
-                                                float scale_log2) {
+                                                float scale_log2, const void *rope) {
     return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, sm90b::DKV_DEFAULT);
+                      scale_log2, sm90b::DKV_DEFAULT, rope);
 }
 
 /* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
  * 1: not handled, nothing queued. variant: see DQ_DEFAULT. */
 extern "C" int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
                                                        const void *qkv, int b0, int nb, int T,
-                                                       int nh, int nkv, int hd, int variant) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant);
+                                                       int nh, int nkv, int hd, int variant,
+                                                       const void *rope) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant, rope);
 }
 
 extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
                                                const void *qkv, int b0, int nb, int T, int nh,
-                                               int nkv, int hd) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT);
+                                               int nkv, int hd, const void *rope) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT, rope);
 }

@@ -8,7 +8,7 @@
  * scratch and fatal path), from the repository root:
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
  *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
- *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu
+ *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
  * Run (on the H200):
  *   attn_bwd_sm90_check              # every case, both pipelines, then timings
  *   attn_bwd_sm90_check --no-time    # correctness only
@@ -30,11 +30,27 @@
  *   determinism: a second run is bitwise equal; paths 1-7 are bitwise equal (the same
  *     products in the same order);
  *   (reported, not required: whether a path is bitwise equal to path 0).
+ * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
+ * rotate their fp32 accumulators before the one rounding to bf16, the mma.sync path runs
+ * rope.cu's inverse kernel on its bf16 output, rounding twice), every path again:
+ *   vs the host rotation (in double) of path 0's unrotated result: relative L2 < 1e-2 and
+ *     max |d| / max |ref| < 2e-2 for dq, dk, dv (dv is not rotated);
+ *   vs float64 rotated (small cases): < 1.5e-2;
+ *   paths 1-9 vs path 0 with RoPE (mma.sync, then the rope kernel): relative L2 < 5e-3 and
+ *     max |d| / max |ref| < 2e-2 for dq, dk (the two roundings differ by at most about
+ *     one bf16 ulp of an element, ~2^-8 of it; about 2e-3 expected in L2), dv bitwise
+ *     equal to path 0's dv;
+ *   dv of every path bitwise equal to its dv without RoPE; paths 1-8 (both parts fused)
+ *     bitwise equal to each other; path 9 (wgmma dK/dV, mma.sync dQ): dk bitwise equal to
+ *     path 1's, dq to path 0's (the same rope kernel on the same dq);
+ *   determinism: path 1 with RoPE twice, bitwise equal.
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
  * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
  * Timings: the whole backward (D + dK/dV + dQ), cudaEvent over 10 launches after 3
- * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; then the
- * wgmma dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
+ * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; the wgmma
+ * defaults with RoPE fused, and without it followed by the separate rope inverse kernel
+ * (what the model ran before); then the wgmma dK/dV and dQ passes alone (4/5 and 1/5 of
+ * those flops). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -178,6 +194,43 @@ static void cpu_backward(float *dqkv, const __nv_bfloat16 *qkv, const __nv_bfloa
     free(acc), free(p), free(o), free(dp);
 }
 
+/* The inverse RoPE rotation (ops.h rope, inverse = 1) of the q and k heads of dqkv
+ * (B·T rows), in double on the host: angle t·theta^(-2f/hd) for row b·T + t */
+static void rope_inv_host(float *x, const Case &c, double theta) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const int half = c.hd / 2;
+    for (size_t row = 0; row < (size_t)c.B * c.T; row++) {
+        const double pos = (double)(row % c.T);
+        for (int f = 0; f < half; f++) {
+            const double ang = pos * pow(theta, -2.0 * f / c.hd);
+            const double cs = cos(ang), sn = sin(ang);
+            for (int h = 0; h < c.nh + c.nkv; h++) {
+                float *lo = x + row * C3 + (size_t)h * c.hd, *hi = lo + half;
+                const double a = lo[f], b = hi[f];
+                lo[f] = (float)(a * cs + b * sn);
+                hi[f] = (float)(b * cs - a * sn);
+            }
+        }
+    }
+}
+
+/* part 0 dq, 1 dk, 2 dv of two bf16 dqkv buffers bitwise equal */
+static bool same_part(const __nv_bfloat16 *a, const __nv_bfloat16 *b, int part, const Case &c) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const int c0 = part == 0 ? 0 : part == 1 ? c.nh * c.hd : (c.nh + c.nkv) * c.hd;
+    const int nc = part == 0 ? c.nh * c.hd : c.nkv * c.hd;
+    for (size_t row = 0; row < (size_t)c.B * c.T; row++)
+        if (memcmp(a + row * C3 + c0, b + row * C3 + c0, (size_t)nc * 2) != 0) return false;
+    return true;
+}
+
+static void report_same(const char *what, bool ok) {
+    printf("    %-40s %s\n", what, ok ? "ok" : "FAIL");
+    if (!ok) n_failed++;
+}
+
+static const double ROPE_THETA = 10000.0;
+
 /* ------------------------------------------------------------------ one case */
 
 /* (kv, dq) arguments of shlm_cuda_attention_bwd_variant: 0 mma.sync, 1 the wgmma
@@ -237,7 +290,7 @@ static void run_case(const Case &c, bool check, bool timing) {
             CK(cudaMemsetAsync(d_g[k], 0xff, n_qkv * 2, stream())); /* bf16 0xffff: NaN */
             const int rc = shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B,
                                                            c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                           paths[k].dq);
+                                                           paths[k].dq, 0.0f);
             cudaError_t err = cudaStreamSynchronize(stream());
             if (err == cudaSuccess) err = cudaGetLastError();
             if (rc != 0 || err != cudaSuccess) {
@@ -265,7 +318,7 @@ static void run_case(const Case &c, bool check, bool timing) {
             CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
             const int rc2 = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
                                                             c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                            paths[k].dq);
+                                                            paths[k].dq, 0.0f);
             CK(cudaStreamSynchronize(stream()));
             CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
             const bool same = rc2 == 0 && memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
@@ -280,6 +333,73 @@ static void run_case(const Case &c, bool check, bool timing) {
                 printf("    path %d differs bitwise from path 1: FAIL\n", k);
                 n_failed++;
             }
+
+        /* RoPE: the same paths with rope_theta, against the host rotation of path 0's
+         * unrotated result and against path 0 with RoPE (mma.sync, then the rope kernel) */
+        const float theta = (float)ROPE_THETA;
+        float *f_rot = (float *)malloc(n_qkv * 4);
+        memcpy(f_rot, f_old, n_qkv * 4);
+        rope_inv_host(f_rot, c, ROPE_THETA);
+        if (f_cpu) rope_inv_host(f_cpu, c, ROPE_THETA);
+        float *f_r0 = (float *)malloc(n_qkv * 4);
+        __nv_bfloat16 *h_r[NPATH];
+        for (int k = 0; k < NPATH; k++) {
+            h_r[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
+            printf("  path %d with RoPE: %s\n", k, paths[k].name);
+            CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
+            const int rc = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
+                                                           c.T, c.nh, c.nkv, c.hd, paths[k].kv,
+                                                           paths[k].dq, theta);
+            cudaError_t err = cudaStreamSynchronize(stream());
+            if (err == cudaSuccess) err = cudaGetLastError();
+            if (rc != 0 || err != cudaSuccess) {
+                printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
+                       cudaGetErrorString(err));
+                n_failed++;
+                if (err != cudaSuccess) exit(1);
+                memset(h_r[k], 0xff, n_qkv * 2);
+                continue;
+            }
+            CK(cudaMemcpy(h_r[k], d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+            if (k == 0)
+                for (size_t i = 0; i < n_qkv; i++) f_r0[i] = bf(h_r[0][i]);
+            const char *pn[3] = {"dq", "dk", "dv"};
+            char what[64];
+            for (int part = 0; part < 3; part++) {
+                snprintf(what, sizeof what, "%s vs host-rotated", pn[part]);
+                check_part(what, part, h_r[k], f_rot, c, 1e-2, 2e-2);
+                if (f_cpu) {
+                    snprintf(what, sizeof what, "%s vs float64 rotated", pn[part]);
+                    check_part(what, part, h_r[k], f_cpu, c, 1.5e-2, 0);
+                }
+                if (k > 0 && part < 2) {
+                    snprintf(what, sizeof what, "%s vs mma.sync+rope", pn[part]);
+                    check_part(what, part, h_r[k], f_r0, c, 5e-3, 2e-2);
+                }
+            }
+            report_same("dv bitwise equal to no-RoPE dv", same_part(h_r[k], h_g[k], 2, c));
+            if (k > 0) report_same("dv bitwise equal to path 0's", same_part(h_r[k], h_r[0], 2, c));
+            if (k == 1) { /* determinism of the fused path */
+                CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
+                shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
+                                                c.nkv, c.hd, 1, 1, theta);
+                CK(cudaStreamSynchronize(stream()));
+                CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+                report_same("second run bitwise equal", memcmp(h_g2, h_r[1], n_qkv * 2) == 0);
+                printf("    %-40s %s\n", "dq, dk bitwise equal to path 0's",
+                       memcmp(h_r[1], h_r[0], n_qkv * 2) == 0 ? "yes" : "no (as expected: one rounding, not two)");
+            }
+        }
+        for (int k = 2; k < NPATH - 1; k++)
+            if (memcmp(h_r[1], h_r[k], n_qkv * 2) != 0) {
+                printf("    RoPE: path %d differs bitwise from path 1: FAIL\n", k);
+                n_failed++;
+            }
+        report_same("RoPE: path 9 dk bitwise equal to path 1's", same_part(h_r[9], h_r[1], 1, c));
+        report_same("RoPE: path 9 dq bitwise equal to path 0's", same_part(h_r[9], h_r[0], 0, c));
+        for (int k = 0; k < NPATH; k++) free(h_r[k]);
+        free(f_rot), free(f_r0);
+
         for (int k = 0; k < NPATH; k++) free(h_g[k]);
         free(h_g2), free(f_old), free(f_cpu);
     }
@@ -292,7 +412,7 @@ static void run_case(const Case &c, bool check, bool timing) {
         for (int k = 0; k < NPATH; k++) {
             auto launch = [&]() {
                 shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
-                                                c.nkv, c.hd, paths[k].kv, paths[k].dq);
+                                                c.nkv, c.hd, paths[k].kv, paths[k].dq, 0.0f);
             };
             for (int i = 0; i < 3; i++) launch();
             CK(cudaEventRecord(e0, stream()));
@@ -304,6 +424,28 @@ static void run_case(const Case &c, bool check, bool timing) {
             const double us = 1e3 * ms / 10;
             printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
                    flops / (us * 1e-6) / 1e12);
+        }
+        /* RoPE on the wgmma defaults: fused into the epilogues, against the backward then
+         * the separate inverse rope kernel over dqkv (what the model ran before) */
+        for (int fused = 1; fused >= 0; fused--) {
+            const float theta = (float)ROPE_THETA;
+            const int C3i = (c.nh + 2 * c.nkv) * c.hd;
+            auto launch = [&]() {
+                shlm_cuda_attention_bwd_variant(d_g[1], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
+                                                c.nkv, c.hd, 1, 1, fused ? theta : 0.0f);
+                if (!fused)
+                    shlm_cuda_rope(d_g[1], c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 10;
+            printf("  time backward + RoPE, wgmma defaults, %-14s %8.1f us\n",
+                   fused ? "fused" : "then rope", us);
         }
         /* the wgmma passes alone (D left zero: the timing does not depend on it) */
         const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
@@ -321,10 +463,10 @@ static void run_case(const Case &c, bool check, bool timing) {
                 if (which < 3)
                     shlm_cuda_attention_bwd_dkv_sm90_variant(d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse,
                                                              d_D, 0, c.B, c.T, c.nh, c.nkv, c.hd,
-                                                             scale, sl2, v);
+                                                             scale, sl2, v, NULL);
                 else
                     shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B, c.T,
-                                                            c.nh, c.nkv, c.hd, v);
+                                                            c.nh, c.nkv, c.hd, v, NULL);
             };
             for (int i = 0; i < 3; i++) launch();
             CK(cudaEventRecord(e0, stream()));
@@ -385,14 +527,19 @@ int main(int argc, char **argv) {
         char *a = (char *)d_a;
         float *f = (float *)(a + (1 << 19));
         const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2, 96,
-                                                         0.1f, 0.1f);
+                                                         0.1f, 0.1f, NULL);
         const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, 0, 1, 64, 2, 2,
-                                                          128, 0.1f, 0.1f);
+                                                          128, 0.1f, 0.1f, NULL);
         const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 3, 2,
-                                                          128, 0.1f, 0.1f);
-        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
-        printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
-               ok ? "ok" : "FAIL");
+                                                          128, 0.1f, 0.1f, NULL);
+        /* a RoPE table that is not 16-byte aligned: both passes decline */
+        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2,
+                                                           128, 0.1f, 0.1f, f + 2);
+        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, 0, 1, 64, 2, 2, 128, f + 2);
+        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1 && rrope == 1 && rrq == 1;
+        printf("declines hd=96, misaligned qkv, nh %% nkv != 0, misaligned RoPE table (dK/dV, "
+               "dQ): rc %d %d %d %d %d %s\n",
+               r96, rmis, rgqa, rrope, rrq, ok ? "ok" : "FAIL");
         if (!ok) n_failed++;
         CK(cudaStreamSynchronize(stream()));
         CK(cudaFree(d_a));

@@ -6,7 +6,9 @@
  *     backend's stream, scratch and fatal path), from the repository root:
  *       mkdir -p .gpu/bin && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. \
  *           -o .gpu/bin/attn_sm90_check tests/gpu/attn_sm90_check.cu \
- *           tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu
+ *           tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu \
+ *           kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
+ *     (attention.cu's backward calls into the last two, so they must link too)
  *  b) against the project's library, out of tree (needs Open MPI's libmpi where it runs:
  *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries):
  *       mkdir -p /tmp/b-wg && cd /tmp/b-wg && /work/wgmma/configure && make -j2 libshardlm.a
