@@ -87,6 +87,7 @@
  * dQ (attn_bwd_dq_wgmma below) has its own comment. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/tma.cuh"
 
 #include <math.h>
 
@@ -362,6 +363,288 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 #endif /* SHLM_WGMMA */
 }
 
+/* ------------------------------------------------------------------ dK/dV, warp-specialised
+ *
+ * attn_bwd_dkv_ws (variants 5-7; see the top of the file): the tiles, products, their
+ * order and every fp32 formula of attn_bwd_dkv_wgmma<HD, true, 2, 2> (so the same bits),
+ * but the copies move to a producer warp fed by TMA, as attention_sm90.cu's attn_fwd_ws:
+ * 384 threads = consumer warpgroups 0 and 1 (warps 0-7, keys k0 + 64·wg.., exactly the
+ * two warpgroups of attn_bwd_dkv_wgmma) + producer warpgroup 2, of which warp 8 alone
+ * works (setmaxnreg: producer 24 registers, consumers 240).
+ *  - K and V (the block's 128 rows, once): TMA boxes of 64 columns × 128 rows over qkv
+ *    (tensor map tm_kv), one mbarrier kv_full (count 1, expect_tx 2·KTILE);
+ *  - per (head, query step) s, ring slot s % NS: Q (tm_q over qkv) and dO (tm_o over dout),
+ *    boxes of 64 columns × 64 rows, 128-byte swizzle = the panel layout of this file; rows
+ *    past T arrive as zeros (TMA's out-of-bounds fill). lse·log2 e and D of the step's 64
+ *    queries are written into the slot by warp 8's 32 lanes with plain loads and stores
+ *    (+inf / 0 past T, as load_tile's issue does). full[slot]: count 32 (lane 0's
+ *    arrive.expect_tx of the two tiles' bytes, lanes 1-31 a plain arrive, each after its
+ *    own lse / D stores: release); empty[slot]: count 8 (lane 0 of every consumer warp,
+ *    after a __syncwarp, once its warpgroup's products reading the slot are waited for).
+ *  - A warpgroup that skips a step (warpgroup 1 on the first step of every head: all its
+ *    keys follow the step's queries) still waits for the slot's full phase before it
+ *    releases it, so that no warp arrives twice on one phase of an empty barrier (with
+ *    nqt = 1 warpgroup 1 skips every step).
+ * XOVER (cross-step overlap): at the end of step j the consumer issues dK_j, waits only
+ * for dV_j (issued earlier), then waits for step j+1's slot and issues S_{j+1}, dP_{j+1}
+ * before waiting for dK_j (the wait for S_{j+1} at the top of step j+1 covers it, and slot
+ * j is released there). The tensor cores get dK_j, S_{j+1}, dP_{j+1} back to back instead
+ * of idling over wait(dK), a block barrier and a cp.async wait; the registers in flight
+ * are dK, dV (accumulators), dSᵀ (dK_j's A) and Sᵀ, dPᵀ of j+1 (Pᵀ's registers are free:
+ * dV_j was waited for), no more than attn_bwd_dkv_wgmma holds. When step j+1 is skipped
+ * or there is none, dK_j is waited for at once (the plain order). Without XOVER (variant
+ * 7) every step ends with wait(dK) as in attn_bwd_dkv_wgmma: only the copies differ. */
+constexpr int DKV_WS_THREADS = 384;
+constexpr int DKV_WS_PRODUCER_REGS = 24, DKV_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
+
+#if SHLM_WGMMA
+/* dK and dV of the warpgroup's 64 keys (fp32 m64n{hd} accumulators, the C fragment: lane
+ * (g, t) of warp w holds rows 16w + g, 16w + g + 8 and columns 8j + 2t, 8j + 2t + 1 in
+ * registers 4j + 2r + e) into the dk and dv rows of dqkv (rows = batch element b's keys
+ * kb0.., kb0 + row < T only), staged as bf16 through the warpgroup's own K and V rows of
+ * shared memory (gbase: the K tile, the V tile KTILE bytes on; same swizzled panels) and
+ * written as 16-byte row stores. The caller has waited for every product of the
+ * warpgroup; the barrier here makes that hold for all four warps before the K/V rows are
+ * overwritten. Kept apart from the kernel so that a rotation of dk (an inverse RoPE at
+ * key positions kb0 + row: both halves of any rotated pair of columns, 2i/2i+1 or
+ * i/i + hd/2, are in the same thread) can be slotted in before the packing. */
+template <int HD, int KPAN, int KTILE>
+__device__ __forceinline__ void dkv_ws_store(unsigned char *gbase, const float (&dk)[HD / 2],
+                                             const float (&dv)[HD / 2], bf16 *dqkv, int b, int T,
+                                             int kb0, size_t C3, int nh, int nkv, int kvh,
+                                             int wl, int warp, int lane) {
+    constexpr int CH = HD / 8;
+    const int g = lane >> 2, t = lane & 3;
+    bar_sync(1 + wl, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t off = (j >> 3) * KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gbase + off) =
+                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(gbase + KTILE + off) =
+                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (kb0 + row < T) {
+            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + off);
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + KTILE + off);
+        }
+    }
+}
+#endif /* SHLM_WGMMA */
+
+template <int HD, int NS, bool XOVER>
+__global__ void __launch_bounds__(DKV_WS_THREADS, 1)
+    attn_bwd_dkv_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const float *lse, const float *Dv,
+                    const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
+                    const __grid_constant__ CUtensorMap tm_o, int b0, int T, int nh, int nkv,
+                    float scale, float scale_log2) {
+#if SHLM_WGMMA
+    using namespace shlm_tma;
+    using C = cfg<HD, 2, NS>;
+    constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
+    constexpr int NP = HD / 64; /* 64-column panels per tile: TMA boxes per tile */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[1 + 2 * NS];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sK = (raw + 1023u) & ~1023u;
+    unsigned char *const gbase = smem_raw + (sK - raw);
+    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + NS * C::QTILE;
+    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 2 * NS * C::QTILE);
+    float *const D_b = lse_b + NS * BQ;
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    const uint32_t kv_full = bar0;
+    auto full = [&](int s) { return bar0 + 8u * (1 + s); };
+    auto empty = [&](int s) { return bar0 + 8u * (1 + NS + s); };
+
+    const int kvh = blockIdx.x, kt = blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int k0 = kt * BK;
+    const int group = nh / nkv;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    /* query steps from the block's first key, head-major (as attn_bwd_dkv_wgmma) */
+    const int nqt = (T - k0 + BQ - 1) / BQ, nsteps = group * nqt;
+    const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
+
+    if (threadIdx.x == 0) {
+        mbar_init(kv_full, 1);
+        for (int s = 0; s < NS; s++) {
+            mbar_init(full(s), 32);
+            mbar_init(empty(s), 8);
+        }
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp_all >= 8) { /* the producer warpgroup: warp 8 loads, the others leave */
+        setmaxnreg_dec<DKV_WS_PRODUCER_REGS>();
+        if (warp_all != 8) return;
+        if (lane == 0) {
+            tma_prefetch_desc(&tm_kv);
+            tma_prefetch_desc(&tm_q);
+            tma_prefetch_desc(&tm_o);
+            mbar_arrive_expect_tx(kv_full, 2 * C::KTILE);
+#pragma unroll
+            for (int p = 0; p < NP; p++) {
+                tma_load_3d(sK + p * C::KPAN, &tm_kv, kv_full, (nh + kvh) * HD + 64 * p, k0, b);
+                tma_load_3d(sV + p * C::KPAN, &tm_kv, kv_full, (nh + nkv + kvh) * HD + 64 * p, k0, b);
+            }
+        }
+        int hi = 0, qs = 0; /* step s = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
+        for (int s = 0; s < nsteps; s++) {
+            const int slot = s % NS, u = s / NS;
+            const int h = kvh * group + hi, q0 = k0 + qs * BQ;
+            if (u > 0) mbar_wait(empty(slot), (u - 1) & 1); /* both warpgroups are done with step s - NS */
+            const size_t row = ((size_t)b * nh + h) * T;
+#pragma unroll
+            for (int e = lane; e < BQ; e += 32) {
+                const int q = q0 + e;
+                /* +inf makes every probability of a row past T exactly zero */
+                lse_b[slot * BQ + e] = q < T ? lse[row + q] * LOG2E : INFINITY;
+                D_b[slot * BQ + e] = q < T ? Dv[row + q] : 0.0f;
+            }
+            if (lane == 0) {
+                mbar_arrive_expect_tx(full(slot), 2 * C::QTILE);
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    tma_load_3d(sQ + slot * C::QTILE + p * QPANEL, &tm_q, full(slot), h * HD + 64 * p, q0, b);
+                    tma_load_3d(sO + slot * C::QTILE + p * QPANEL, &tm_o, full(slot), h * HD + 64 * p, q0, b);
+                }
+            } else {
+                mbar_arrive(full(slot));
+            }
+            if (++qs == nqt) qs = 0, hi++;
+        }
+        return;
+    }
+
+    /* the consumers: warpgroup wl of attn_bwd_dkv_wgmma<HD, true, 2, 2> */
+    setmaxnreg_inc<DKV_WS_CONSUMER_REGS>();
+    const int wl = warp_all >> 2, warp = warp_all & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int kg0 = k0 + 64 * wl;        /* the warpgroup's first key */
+    const int kr0 = kg0 + 16 * warp + g; /* the thread's keys: kr0, kr0 + 8 */
+
+    const uint64_t dKa = make_desc(sK + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dVa = make_desc(sV + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dQk = make_desc(sQ, 16, 1024), dOk = make_desc(sO, 16, 1024);
+    const uint64_t dQn = make_desc(sQ, QPANEL, 1024), dOn = make_desc(sO, QPANEL, 1024);
+
+    float dv[NA], dk[NA], s[32], dp[32];
+    uint32_t pa[16], sa[16];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
+
+    bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
+                          (size_t)((4 * wl + warp) * 4) * DS_FRAG + lane * 8;
+    /* this warp is done with a slot (its warpgroup's products reading it were waited for,
+     * every lane's lse / D reads are behind the __syncwarp) */
+    auto release = [&](int slot) {
+        __syncwarp();
+        mbar_arrive_if(empty(slot), lane == 0);
+    };
+
+    mbar_wait(kv_full, 0);
+    bool issued = false; /* this step's Sᵀ and dPᵀ were issued at the end of the last one */
+    int hi = 0, qs = 0;
+    for (int step = 0; step < nsteps; step++) {
+        const int slot = step % NS;
+        const int h = kvh * group + hi, q0 = k0 + qs * BQ;
+        if (++qs == nqt) qs = 0, hi++; /* (hi, qs) of step + 1 from here on */
+        const uint32_t qoff = slot * C::QTILE;
+        if (!issued) {
+            mbar_wait(full(slot), (step / NS) & 1);
+            if (kg0 > q0 + BQ - 1) { /* every key after every query: nothing to do */
+                release(slot);
+                continue;
+            }
+            wgmma_fence();
+            gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
+            wgmma_commit();
+            gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
+            wgmma_commit();
+        }
+        wgmma_wait<1>(); /* Sᵀ (and, if issued, step - 1's dK); dPᵀ may still run */
+        reg_fence(s);
+        if (issued) {
+            reg_fence(dk);
+            reg_fence(sa);
+            release((step + NS - 1) % NS); /* step - 1's products are all done */
+        }
+        const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
+
+        const bool diag = kg0 + 63 > q0; /* some key follows some query */
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
+            if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
+            s[i] = p;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+
+        wgmma_fence();
+        gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+        wgmma_commit();
+        wgmma_wait<1>(); /* dPᵀ; dV may still run */
+        reg_fence(dp);
+
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            dp[i] = s[i] * (dp[i] - D_s[qi]) * scale;
+        }
+#pragma unroll
+        for (int i = 0; i < 16; i++) sa[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
+        bf16 *const ds_out = ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
+#pragma unroll
+        for (int kq = 0; kq < 4; kq++)
+            *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
+                make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+
+        /* the next step, if this warpgroup has it: (hi, qs) are its head and query step */
+        const bool next = XOVER && step + 1 < nsteps && kg0 <= k0 + qs * BQ + BQ - 1;
+        wgmma_fence();
+        gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
+        wgmma_commit();
+        if (next) {
+            wgmma_wait<1>(); /* dV; dK may still run */
+            reg_fence(dv);
+            reg_fence(pa);
+            const int ns = (step + 1) % NS;
+            mbar_wait(full(ns), ((step + 1) / NS) & 1);
+            wgmma_fence();
+            gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, ns * C::QTILE));
+            wgmma_commit();
+            gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, ns * C::QTILE));
+            wgmma_commit();
+        } else {
+            wgmma_wait<0>();
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(sa);
+            release(slot);
+        }
+        issued = next;
+    }
+
+    dkv_ws_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
+                                        lane);
+#endif /* SHLM_WGMMA */
+}
+
 /* ------------------------------------------------------------------ dQ */
 
 #if SHLM_WGMMA
@@ -560,21 +843,55 @@ void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *
     CUDA_CHECK_LAST();
 }
 
+/* attn_bwd_dkv_ws: three tensor maps (K/V boxes of 128 rows and Q boxes of 64 over qkv,
+ * dO boxes of 64 over dout), each covering batch elements 0..b0+nb-1; false (nothing
+ * queued) when the driver cannot encode them */
+template <int HD, int NS, bool XOVER>
+bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+               const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv,
+               float scale, float scale_log2) {
+    using C = cfg<HD, 2, NS>;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
+    CUtensorMap tm_kv, tm_q, tm_o;
+    if (!shlm_tma_host::make_map_bf16_3d(&tm_kv, qkv, C3, T, b0 + nb, BK) ||
+        !shlm_tma_host::make_map_bf16_3d(&tm_q, qkv, C3, T, b0 + nb, BQ) ||
+        !shlm_tma_host::make_map_bf16_3d(&tm_o, dout, CO, T, b0 + nb, BQ))
+        return false;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD, NS, XOVER>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        done = true;
+    }
+    dim3 grid(nkv, (T + BK - 1) / BK, nb);
+    attn_bwd_dkv_ws<HD, NS, XOVER><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, lse, Dv, tm_kv, tm_q, tm_o, b0, T, nh, nkv, scale, scale_log2);
+    CUDA_CHECK_LAST();
+    return true;
+}
+
 /* dK/dV pipelines: 0 two warpgroups, overlapped, Q/dO double-buffered; 1 the same,
  * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
- * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP).
- * DKV_DEFAULT: what the plain entry runs. */
+ * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP);
+ * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; NOT YET RUN, see the top of the
+ * file): 5 two slots, cross-step overlap (XOVER); 6 three slots, XOVER; 7 two slots, the
+ * plain order of 0. A variant 5-7 declines (returns 1) when the tensor maps cannot be
+ * made. DKV_DEFAULT: what the plain entry runs. */
 constexpr int DKV_DEFAULT = 0;
 
 template <int HD>
-void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
+bool dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
             float scale_log2) {
+    if (variant == 5) return launch_ws<HD, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 6) return launch_ws<HD, 3, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 7) return launch_ws<HD, 2, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    return true;
 }
 
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
@@ -589,9 +906,10 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     if (!usable()) return 1;
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    return 0;
+    const bool ok =
+        hd == 128 ? dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2)
+                  : dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    return ok ? 0 : 1;
 }
 
 template <int HD, int NWG, int NS>
