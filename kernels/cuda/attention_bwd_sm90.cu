@@ -544,55 +544,68 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     uint32_t pa[16], sa[16];
 #pragma unroll
     for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
+    reg_fence(dv); /* the zeros are set before any product is issued (see below) */
+    reg_fence(dk);
 
     bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
                           (size_t)((4 * wl + warp) * 4) * DS_FRAG + lane * 8;
     /* this warp is done with a slot (its warpgroup's products reading it were waited for,
-     * every lane's lse / D reads are behind the __syncwarp) */
-    auto release = [&](int slot) {
+     * every lane's lse / D reads are behind the __syncwarp); a predicated arrive, no branch */
+    auto release = [&](int slot, bool pred) {
         __syncwarp();
-        mbar_arrive_if(empty(slot), lane == 0);
+        mbar_arrive_if(empty(slot), lane == 0 && pred);
+    };
+    /* waits for step st's slot and issues its Sᵀ and dPᵀ */
+    auto issue_sdp = [&](int st) {
+        const uint32_t qoff = (st % NS) * C::QTILE;
+        mbar_wait(full(st % NS), (st / NS) & 1);
+        wgmma_fence();
+        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
+        wgmma_commit();
+        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
+        wgmma_commit();
     };
 
+    /* Both warpgroups run every step. A step whose keys all follow its queries (warpgroup
+     * 1 on the first step of each head) has every Pᵀ masked to +0, hence dSᵀ = ±0: its dV
+     * and dK products add zeros and its dS fragments are not stored (predicated). Skipping
+     * it instead needs a branch around products that the loop reaches with products in
+     * flight, and every form of that tried made ptxas serialise all the wgmma (C7518). */
     mbar_wait(kv_full, 0);
-    bool issued = false; /* this step's Sᵀ and dPᵀ were issued at the end of the last one */
-    int hi = 0, qs = 0;
-    for (int step = 0; step < nsteps; step++) {
+    if constexpr (XOVER) issue_sdp(0);
+    int hi = 0, qs = 0; /* step = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
+    /* nsteps >= 1 (k0 < T). The loop leaves only after a wait for everything: an exit test
+     * reachable with dK in flight made ptxas insert a wait before the epilogue's reads of
+     * dk and serialise every wgmma (C7515, C7517). */
+    for (int step = 0;;) {
         const int slot = step % NS;
         const int h = kvh * group + hi, q0 = k0 + qs * BQ;
-        if (++qs == nqt) qs = 0, hi++; /* (hi, qs) of step + 1 from here on */
+        if (++qs == nqt) qs = 0, hi++;
         const uint32_t qoff = slot * C::QTILE;
-        if (!issued) {
-            mbar_wait(full(slot), (step / NS) & 1);
-            if (kg0 > q0 + BQ - 1) { /* every key after every query: nothing to do */
-                release(slot);
-                continue;
-            }
-            wgmma_fence();
-            gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
-            wgmma_commit();
-            gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
-            wgmma_commit();
-        }
-        wgmma_wait<1>(); /* Sᵀ (and, if issued, step - 1's dK); dPᵀ may still run */
+        if constexpr (!XOVER) issue_sdp(step);
+        wgmma_wait<1>(); /* Sᵀ (and with XOVER step - 1's dV, dK); dPᵀ may still run */
         reg_fence(s);
-        if (issued) {
+        if constexpr (XOVER) {
             reg_fence(dk);
             reg_fence(sa);
-            release((step + NS - 1) % NS); /* step - 1's products are all done */
+            release((step + NS - 1) % NS, step > 0); /* step - 1's products are all done */
         }
         const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
 
+        /* Pᵀ into pf, dSᵀ straight into sa, never in place: with Sᵀ and dPᵀ of the next
+         * step issued at the end of this one, s and dp are loop-carried, and a non-wgmma
+         * write to them made ptxas serialise every wgmma (C7515). pf takes s's registers. */
+        float pf[32];
         const bool diag = kg0 + 63 > q0; /* some key follows some query */
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
             float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
             if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
-            s[i] = p;
+            pf[i] = p;
         }
 #pragma unroll
-        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(s[2 * i], s[2 * i + 1]);
+        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
 
         wgmma_fence();
         gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
@@ -601,43 +614,41 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         reg_fence(dp);
 
 #pragma unroll
-        for (int i = 0; i < 32; i++) {
-            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
-            dp[i] = s[i] * (dp[i] - D_s[qi]) * scale;
+        for (int i = 0; i < 16; i++) {
+            const int qi = 8 * (i >> 1) + 2 * t; /* of element 2i; 2i + 1 is qi + 1 */
+            sa[i] = pack_bf16(pf[2 * i] * (dp[2 * i] - D_s[qi]) * scale,
+                              pf[2 * i + 1] * (dp[2 * i + 1] - D_s[qi + 1]) * scale);
         }
+        /* the fragments of a step with keys at or before some query (as attn_bwd_dkv_wgmma,
+         * which skips the others) */
+        if (kg0 <= q0 + BQ - 1) {
+            bf16 *const ds_out = ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
 #pragma unroll
-        for (int i = 0; i < 16; i++) sa[i] = pack_bf16(dp[2 * i], dp[2 * i + 1]);
-        bf16 *const ds_out = ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
-#pragma unroll
-        for (int kq = 0; kq < 4; kq++)
-            *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
-                make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+            for (int kq = 0; kq < 4; kq++)
+                *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
+                    make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+        }
 
-        /* the next step, if this warpgroup has it: (hi, qs) are its head and query step */
-        const bool next = XOVER && step + 1 < nsteps && kg0 <= k0 + qs * BQ + BQ - 1;
         wgmma_fence();
         gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
         wgmma_commit();
-        if (next) {
-            wgmma_wait<1>(); /* dV; dK may still run */
-            reg_fence(dv);
-            reg_fence(pa);
-            const int ns = (step + 1) % NS;
-            mbar_wait(full(ns), ((step + 1) / NS) & 1);
-            wgmma_fence();
-            gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, ns * C::QTILE));
-            wgmma_commit();
-            gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, ns * C::QTILE));
-            wgmma_commit();
-        } else {
-            wgmma_wait<0>();
-            reg_fence(dv);
-            reg_fence(dk);
-            reg_fence(pa);
-            reg_fence(sa);
-            release(slot);
+        if constexpr (XOVER) {
+            if (step + 1 < nsteps) {
+                wgmma_wait<1>(); /* dV; dK may still run */
+                reg_fence(dv);
+                reg_fence(pa);
+                issue_sdp(step + 1);
+                step++;
+                continue;
+            }
         }
-        issued = next;
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(sa);
+        release(slot, true);
+        if (++step == nsteps) break;
     }
 
     dkv_ws_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
