@@ -365,35 +365,49 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 
 /* ------------------------------------------------------------------ dK/dV, warp-specialised
  *
- * attn_bwd_dkv_ws (variants 5-7; see the top of the file): the tiles, products, their
- * order and every fp32 formula of attn_bwd_dkv_wgmma<HD, true, 2, 2> (so the same bits),
- * but the copies move to a producer warp fed by TMA, as attention_sm90.cu's attn_fwd_ws:
- * 384 threads = consumer warpgroups 0 and 1 (warps 0-7, keys k0 + 64·wg.., exactly the
- * two warpgroups of attn_bwd_dkv_wgmma) + producer warpgroup 2, of which warp 8 alone
- * works (setmaxnreg: producer 24 registers, consumers 240).
+ * attn_bwd_dkv_ws (variants 5-8; NOT YET RUN, see the top of the file): the tiles, the
+ * products, the order of each product's accumulation and every fp32 formula of
+ * attn_bwd_dkv_wgmma<HD, true, 2, 2> (so, by construction, the same bits), with the copies
+ * moved to a producer warp fed by TMA, as attention_sm90.cu's attn_fwd_ws: 384 threads =
+ * consumer warpgroups 0 and 1 (warps 0-7, keys k0 + 64·wg.., the two warpgroups of
+ * attn_bwd_dkv_wgmma) + producer warpgroup 2, of which warp 8 alone works (setmaxnreg:
+ * producer 24 registers, consumers 240; 9 warps would cost the register file as much as 12).
  *  - K and V (the block's 128 rows, once): TMA boxes of 64 columns × 128 rows over qkv
- *    (tensor map tm_kv), one mbarrier kv_full (count 1, expect_tx 2·KTILE);
- *  - per (head, query step) s, ring slot s % NS: Q (tm_q over qkv) and dO (tm_o over dout),
- *    boxes of 64 columns × 64 rows, 128-byte swizzle = the panel layout of this file; rows
- *    past T arrive as zeros (TMA's out-of-bounds fill). lse·log2 e and D of the step's 64
- *    queries are written into the slot by warp 8's 32 lanes with plain loads and stores
- *    (+inf / 0 past T, as load_tile's issue does). full[slot]: count 32 (lane 0's
- *    arrive.expect_tx of the two tiles' bytes, lanes 1-31 a plain arrive, each after its
- *    own lse / D stores: release); empty[slot]: count 8 (lane 0 of every consumer warp,
- *    after a __syncwarp, once its warpgroup's products reading the slot are waited for).
- *  - A warpgroup that skips a step (warpgroup 1 on the first step of every head: all its
- *    keys follow the step's queries) still waits for the slot's full phase before it
- *    releases it, so that no warp arrives twice on one phase of an empty barrier (with
- *    nqt = 1 warpgroup 1 skips every step).
- * XOVER (cross-step overlap): at the end of step j the consumer issues dK_j, waits only
- * for dV_j (issued earlier), then waits for step j+1's slot and issues S_{j+1}, dP_{j+1}
- * before waiting for dK_j (the wait for S_{j+1} at the top of step j+1 covers it, and slot
- * j is released there). The tensor cores get dK_j, S_{j+1}, dP_{j+1} back to back instead
- * of idling over wait(dK), a block barrier and a cp.async wait; the registers in flight
- * are dK, dV (accumulators), dSᵀ (dK_j's A) and Sᵀ, dPᵀ of j+1 (Pᵀ's registers are free:
- * dV_j was waited for), no more than attn_bwd_dkv_wgmma holds. When step j+1 is skipped
- * or there is none, dK_j is waited for at once (the plain order). Without XOVER (variant
- * 7) every step ends with wait(dK) as in attn_bwd_dkv_wgmma: only the copies differ. */
+ *    (tensor map tm_kv) on one mbarrier kv_full (count 1, expect_tx 2·KTILE);
+ *  - per step s (head-major, then 64-query steps from k0, as attn_bwd_dkv_wgmma), ring slot
+ *    s % NS: Q (tm_q over qkv) and dO (tm_o over dout), boxes of 64 columns × 64 rows; the
+ *    128-byte swizzle of the maps is the panel layout of this file; rows past T arrive as
+ *    zeros (TMA's out-of-bounds fill). lse·log2 e and D of the step's 64 queries are
+ *    written into the slot by warp 8's 32 lanes with plain loads and stores (+inf and 0
+ *    past T, as load_tile's issue does). full[slot] has count 32: lane 0's
+ *    arrive.expect_tx of the two tiles' bytes and lanes 1-31's plain arrives, each after
+ *    its own lse / D stores (release); empty[slot] has count 8: lane 0 of every consumer
+ *    warp, after a __syncwarp, once its warpgroup's products reading the slot were waited
+ *    for (predicated arrive, no branch).
+ *  - Both warpgroups run every step: warpgroup 1 on the first step of a head (all its keys
+ *    after all the queries; attn_bwd_dkv_wgmma skips it) computes Pᵀ = +0 everywhere (the
+ *    causal mask), so dV and dK gain exact zeros, and its dS stores are predicated off, as
+ *    that kernel stores nothing for the step. (A skip needs a branch around products that
+ *    the loop reaches with products in flight; every form of it tried made ptxas
+ *    serialise all the wgmma, C7518.) The waste is one step in nqt for warpgroup 1.
+ * Schedules XO (per warpgroup; j = step, dV_j = dV += Pᵀ_j·dO_j, dK_j = dK += dSᵀ_j·Q_j):
+ *  0 the plain order of attn_bwd_dkv_wgmma: issue Sᵀ_j, dPᵀ_j; wait Sᵀ; exp; issue dV_j;
+ *    wait dPᵀ; dSᵀ, its stores; issue dK_j; wait all; release slot j (variant 7);
+ *  1 as 0, but after issuing dK_j: wait dV_j, wait for slot j + 1, issue Sᵀ_{j+1},
+ *    dPᵀ_{j+1}; the wait for Sᵀ_{j+1} at the top of step j + 1 covers dK_j and releases
+ *    slot j. The tensor cores get dK_j, Sᵀ_{j+1}, dPᵀ_{j+1} back to back (variant 8, hd 64
+ *    only: at hd 128 it spills, 120 bytes, and ptxas serialises it, C7512);
+ *  2 FA3's order: top of step j: wait all (dV_{j-1}, dK_{j-1}, Sᵀ_j), release slot j - 1,
+ *    issue dPᵀ_j; exp into fp32 Pᵀ (no bf16 yet) while dPᵀ runs; wait dPᵀ; bf16 Pᵀ and dSᵀ
+ *    (the same values: only their packing moves), dS stores; issue dV_j and dK_j; wait for
+ *    slot j + 1, issue Sᵀ_{j+1}. Nothing is waited for between dV_j, dK_j and Sᵀ_{j+1};
+ *    bf16 Pᵀ no longer lives beside fp32 Pᵀ, dPᵀ and dSᵀ, which is what lets hd 128 fit
+ *    in 240 registers (variants 5: two slots, 6: three).
+ * The products' accumulation orders do not change with the schedule (each accumulator
+ * takes its k-steps and steps in the same order), so all three give the bits of
+ * attn_bwd_dkv_wgmma. Pᵀ and dSᵀ are computed into fresh registers, never in place into
+ * Sᵀ / dPᵀ: with XO 1 those are loop-carried and a non-wgmma write to them made ptxas
+ * serialise everything (C7515). */
 constexpr int DKV_WS_THREADS = 384;
 constexpr int DKV_WS_PRODUCER_REGS = 24, DKV_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
 
@@ -444,7 +458,7 @@ __device__ __forceinline__ void dkv_ws_store(unsigned char *gbase, const float (
 }
 #endif /* SHLM_WGMMA */
 
-template <int HD, int NS, bool XOVER>
+template <int HD, int NS, int XO>
 __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     attn_bwd_dkv_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const float *lse, const float *Dv,
                     const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
@@ -453,6 +467,7 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
 #if SHLM_WGMMA
     using namespace shlm_tma;
     using C = cfg<HD, 2, NS>;
+    static_assert(XO >= 0 && XO <= 2, "schedules 0-2");
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
     constexpr int NP = HD / 64; /* 64-column panels per tile: TMA boxes per tile */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -555,24 +570,33 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         __syncwarp();
         mbar_arrive_if(empty(slot), lane == 0 && pred);
     };
-    /* waits for step st's slot and issues its Sᵀ and dPᵀ */
-    auto issue_sdp = [&](int st) {
-        const uint32_t qoff = (st % NS) * C::QTILE;
-        mbar_wait(full(st % NS), (st / NS) & 1);
+    /* Sᵀ (and dPᵀ) of step st, each its own commit group */
+    auto issue_s = [&](int st) {
         wgmma_fence();
-        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, qoff));
-        wgmma_commit();
-        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, qoff));
+        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, (st % NS) * C::QTILE));
         wgmma_commit();
     };
+    auto issue_dp = [&](int st) {
+        wgmma_fence();
+        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, (st % NS) * C::QTILE));
+        wgmma_commit();
+    };
+    auto slot_ready = [&](int st) { mbar_wait(full(st % NS), (st / NS) & 1); };
 
     /* Both warpgroups run every step. A step whose keys all follow its queries (warpgroup
      * 1 on the first step of each head) has every Pᵀ masked to +0, hence dSᵀ = ±0: its dV
      * and dK products add zeros and its dS fragments are not stored (predicated). Skipping
      * it instead needs a branch around products that the loop reaches with products in
-     * flight, and every form of that tried made ptxas serialise all the wgmma (C7518). */
+     * flight, and every form of that tried made ptxas serialise all the wgmma (C7518).
+     * The schedules (XO; see the comment above the kernel): 0 the plain order, 1 step
+     * j + 1's Sᵀ and dPᵀ issued right after dK_j, 2 dV_j, dK_j and step j + 1's Sᵀ issued
+     * together, dPᵀ at the top of step j + 1. */
     mbar_wait(kv_full, 0);
-    if constexpr (XOVER) issue_sdp(0);
+    if constexpr (XO != 0) {
+        slot_ready(0);
+        issue_s(0);
+        if constexpr (XO == 1) issue_dp(0);
+    }
     int hi = 0, qs = 0; /* step = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
     /* nsteps >= 1 (k0 < T). The loop leaves only after a wait for everything: an exit test
      * reachable with dK in flight made ptxas insert a wait before the epilogue's reads of
@@ -582,14 +606,25 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         const int h = kvh * group + hi, q0 = k0 + qs * BQ;
         if (++qs == nqt) qs = 0, hi++;
         const uint32_t qoff = slot * C::QTILE;
-        if constexpr (!XOVER) issue_sdp(step);
-        wgmma_wait<1>(); /* Sᵀ (and with XOVER step - 1's dV, dK); dPᵀ may still run */
-        reg_fence(s);
-        if constexpr (XOVER) {
-            reg_fence(dk);
-            reg_fence(sa);
-            release((step + NS - 1) % NS, step > 0); /* step - 1's products are all done */
+        if constexpr (XO == 0) {
+            slot_ready(step);
+            issue_s(step);
+            issue_dp(step);
+            wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
+        } else if constexpr (XO == 1) {
+            wgmma_wait<1>(); /* step - 1's dV, dK, Sᵀ; dPᵀ may still run */
+        } else {
+            wgmma_wait<0>(); /* step - 1's dV, dK, Sᵀ */
+            issue_dp(step);
         }
+        reg_fence(s);
+        if constexpr (XO == 2) {
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(sa);
+        }
+        if constexpr (XO != 0) release((step + NS - 1) % NS, step > 0); /* step - 1's slot */
         const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
 
         /* Pᵀ into pf, dSᵀ straight into sa, never in place: with Sᵀ and dPᵀ of the next
@@ -604,18 +639,22 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
             if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
             pf[i] = p;
         }
+        if constexpr (XO != 2) {
 #pragma unroll
-        for (int i = 0; i < 16; i++) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
-
-        wgmma_fence();
-        gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
-        wgmma_commit();
-        wgmma_wait<1>(); /* dPᵀ; dV may still run */
+            for (int i = 0; i < 16; i++) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
+            wgmma_fence();
+            gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+            wgmma_commit();
+            wgmma_wait<1>(); /* dPᵀ; dV may still run */
+        } else {
+            wgmma_wait<0>(); /* dPᵀ */
+        }
         reg_fence(dp);
 
 #pragma unroll
         for (int i = 0; i < 16; i++) {
             const int qi = 8 * (i >> 1) + 2 * t; /* of element 2i; 2i + 1 is qi + 1 */
+            if constexpr (XO == 2) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
             sa[i] = pack_bf16(pf[2 * i] * (dp[2 * i] - D_s[qi]) * scale,
                               pf[2 * i + 1] * (dp[2 * i + 1] - D_s[qi + 1]) * scale);
         }
@@ -629,15 +668,24 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
                     make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
         }
 
+        if constexpr (XO == 2) {
+            wgmma_fence();
+            gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+            wgmma_commit();
+        }
         wgmma_fence();
         gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
         wgmma_commit();
-        if constexpr (XOVER) {
+        if constexpr (XO != 0) {
             if (step + 1 < nsteps) {
-                wgmma_wait<1>(); /* dV; dK may still run */
-                reg_fence(dv);
-                reg_fence(pa);
-                issue_sdp(step + 1);
+                if constexpr (XO != 2) {
+                    wgmma_wait<1>(); /* dV; dK may still run */
+                    reg_fence(dv);
+                    reg_fence(pa);
+                }
+                slot_ready(step + 1);
+                issue_s(step + 1);
+                if constexpr (XO == 1) issue_dp(step + 1);
                 step++;
                 continue;
             }
@@ -857,7 +905,7 @@ void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *
 /* attn_bwd_dkv_ws: three tensor maps (K/V boxes of 128 rows and Q boxes of 64 over qkv,
  * dO boxes of 64 over dout), each covering batch elements 0..b0+nb-1; false (nothing
  * queued) when the driver cannot encode them */
-template <int HD, int NS, bool XOVER>
+template <int HD, int NS, int XO>
 bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
                const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv,
                float scale, float scale_log2) {
@@ -870,12 +918,12 @@ bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf1
         return false;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD, NS, XOVER>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD, NS, XO>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
     dim3 grid(nkv, (T + BK - 1) / BK, nb);
-    attn_bwd_dkv_ws<HD, NS, XOVER><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+    attn_bwd_dkv_ws<HD, NS, XO><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
         dqkv, dS, ds_head, lse, Dv, tm_kv, tm_q, tm_o, b0, T, nh, nkv, scale, scale_log2);
     CUDA_CHECK_LAST();
     return true;
@@ -885,18 +933,23 @@ bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf1
  * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
  * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP);
  * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; NOT YET RUN, see the top of the
- * file): 5 two slots, cross-step overlap (XOVER); 6 three slots, XOVER; 7 two slots, the
- * plain order of 0. A variant 5-7 declines (returns 1) when the tensor maps cannot be
- * made. DKV_DEFAULT: what the plain entry runs. */
+ * file): 5 two slots, schedule XO 2 (FA3's order); 6 three slots, XO 2; 7 two slots, XO 0
+ * (the plain order of 0); 8 two slots, XO 1 (hd 64 only: declines at hd 128). A variant
+ * 5-8 declines (returns 1, nothing queued) when the tensor maps cannot be made.
+ * DKV_DEFAULT: what the plain entry runs. */
 constexpr int DKV_DEFAULT = 0;
 
 template <int HD>
 bool dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
             float scale_log2) {
-    if (variant == 5) return launch_ws<HD, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    if (variant == 6) return launch_ws<HD, 3, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    if (variant == 7) return launch_ws<HD, 2, false>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 5) return launch_ws<HD, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 6) return launch_ws<HD, 3, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 7) return launch_ws<HD, 2, 0>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+    if (variant == 8) {
+        if constexpr (HD == 64) return launch_ws<HD, 2, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+        return false; /* XO 1 spills at hd 128 (ptxas -v): not built */
+    }
     if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
