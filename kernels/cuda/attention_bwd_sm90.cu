@@ -37,6 +37,53 @@
  * registers at hd 128, 194 at hd 64 (serial 236 / 186); dQ default 134 / 122. Dynamic
  * shared memory: dK/dV 133,120 bytes at hd 128, 67,584 at hd 64; dQ 132,096 / 99,328.
  *
+ * ---------------------------------------------------------------- attn_bwd_dkv_ws
+ *
+ * NOT YET RUN ON ANY GPU (written and compiled without one; nothing below is measured).
+ * dK/dV variants 5-8, not the default: attn_bwd_dkv_ws, a warp-specialised form of the
+ * default dK/dV kernel fed by TMA (its own comment, further down, has the details): a
+ * producer warp loads K and V once and, per (query head, 64-query step), Q and dO by TMA
+ * (tensor maps encoded on the host, tma.cuh's make_map_bf16_3d) plus lse·log2 e and D
+ * into a ring of NS slots with full / empty mbarriers; the two consumer warpgroups
+ * (setmaxnreg 240) run the default's products in the same accumulation order, so the
+ * results should be bitwise those of variant 0 (and of the mma.sync path). No
+ * __syncthreads and no cp.async in the loop; the schedule also overlaps what variant 0
+ * serialises: 5, 6 (NS 2, 3) issue dV_j, dK_j and the next step's Sᵀ back to back
+ * (FA3's order); 8 (hd 64 only) issues the next step's Sᵀ and dPᵀ right after dK_j; 7 is
+ * the plain order of variant 0 with only the copies changed (to separate the two effects).
+ * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
+ * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
+ * 13.2) the consumers use up to R237 at hd 128 (variants 5, 6; 7: R225), R205 at hd 64
+ * (8), the producer up to R11 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel, none
+ * between k-steps. Dynamic shared memory as attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120
+ * bytes at hd 128 with two slots, 166,400 with three (67,584 / 84,480 at hd 64), plus
+ * 1,024 bytes static (ptxas -v; the mbarriers).
+ * Checked only on the CPU: tests/gpu/attn_bwd_ws_model.py models the step and index math
+ * (equal to attn_bwd_dkv_wgmma's for T 1..4096, GQA 1/2/4) and the mbarrier protocol
+ * under random interleavings (no deadlock, no slot rewritten while in use, every phase
+ * complete; schedules 0-2, two and three slots).
+ * Unverified, most likely to bite first:
+ *  1. the protocol on hardware (a hang would show as the check never finishing: run it
+ *     under `timeout`); the model checks the logic, not the PTX (try_wait.parity, the
+ *     producer lanes' plain lse/D stores published by their mbarrier.arrive, TMA
+ *     complete_tx on the full barrier);
+ *  2. bitwise equality to variant 0: same products and orders by construction, plus one
+ *     new argument: warpgroup 1's fully masked step per head (skipped by variant 0, run
+ *     here) adds exact zeros to dK and dV, which changes no value (it could only turn an
+ *     accumulated -0 into +0);
+ *  3. the TMA boxes of 64 rows (Q, dO) and of 128 rows (K, V) landing in this file's
+ *     swizzled panel layout (the forward verified 128-row boxes of the same map shape);
+ *  4. the tensor maps over dout (B, T, nh·hd) and over qkv covering batch elements
+ *     0..b0+nb-1 on a second pass (b0 > 0: the B = 2, T = 4096 case);
+ *  5. speed: whether the producer warp's plain lse/D loads (64 + 64 floats per step,
+ *     latency in the producer only) keep up, and which of 5-8 is fastest.
+ * Next session's one command (H200, from the repository root; ~20 s to build here on 2
+ * cores; every case, every path, timings, then memcheck on the small cases):
+ *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_bwd_sm90_check tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu && timeout 600 /tmp/attn_bwd_sm90_check && timeout 600 compute-sanitizer --tool memcheck /tmp/attn_bwd_sm90_check --small
+ * It checks paths 10-13 (dK/dV variants 5-8 with the default dQ) against the mma.sync
+ * backward and the float64 reference, bitwise against path 1, and times them (whole
+ * backward; "time alone: wgmma dK/dV variant 5..8" against variant 0's 656 us at hd 128).
+ *
  * ---------------------------------------------------------------- design
  *
  * Block = (kv head, 128-key tile kt, batch element b0 + z), 256 threads = two warpgroups;
