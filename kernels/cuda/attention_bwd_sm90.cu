@@ -425,10 +425,11 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
  *    s % NS: Q (tm_q over qkv) and dO (tm_o over dout), boxes of 64 columns × 64 rows; the
  *    128-byte swizzle of the maps is the panel layout of this file; rows past T arrive as
  *    zeros (TMA's out-of-bounds fill). lse·log2 e and D of the step's 64 queries are
- *    written into the slot by warp 8's 32 lanes with plain loads and stores (+inf and 0
- *    past T, as load_tile's issue does). full[slot] has count 32: lane 0's
- *    arrive.expect_tx of the two tiles' bytes and lanes 1-31's plain arrives, each after
- *    its own lse / D stores (release); empty[slot] has count 8: lane 0 of every consumer
+ *    written into the slot by warp 8's 32 lanes with plain loads (issued before the wait
+ *    for the slot) and stores (+inf and 0 past T, as load_tile's issue does). full[slot]
+ *    has count 32: lane 0 first announces the two tiles' bytes (mbarrier.expect_tx, no
+ *    arrival) and issues their TMA, then every lane arrives after its own lse / D stores
+ *    (release); empty[slot] has count 8: lane 0 of every consumer
  *    warp, after a __syncwarp, once its warpgroup's products reading the slot were waited
  *    for (predicated arrive, no branch).
  *  - Both warpgroups run every step: warpgroup 1 on the first step of a head (all its keys
@@ -566,25 +567,32 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         for (int s = 0; s < nsteps; s++) {
             const int slot = s % NS, u = s / NS;
             const int h = kvh * group + hi, q0 = k0 + qs * BQ;
-            if (u > 0) mbar_wait(empty(slot), (u - 1) & 1); /* both warpgroups are done with step s - NS */
+            /* this lane's lse and D (queries q0 + lane, q0 + lane + 32), loaded before the
+             * wait for the slot so that their latency hides behind it; +inf makes every
+             * probability of a query past T exactly zero */
             const size_t row = ((size_t)b * nh + h) * T;
+            float lv[2], dv[2];
 #pragma unroll
-            for (int e = lane; e < BQ; e += 32) {
-                const int q = q0 + e;
-                /* +inf makes every probability of a row past T exactly zero */
-                lse_b[slot * BQ + e] = q < T ? lse[row + q] * LOG2E : INFINITY;
-                D_b[slot * BQ + e] = q < T ? Dv[row + q] : 0.0f;
+            for (int e = 0; e < 2; e++) {
+                const int q = q0 + lane + 32 * e;
+                lv[e] = q < T ? lse[row + q] * LOG2E : INFINITY;
+                dv[e] = q < T ? Dv[row + q] : 0.0f;
             }
+            if (u > 0) mbar_wait(empty(slot), (u - 1) & 1); /* both warpgroups are done with step s - NS */
             if (lane == 0) {
-                mbar_arrive_expect_tx(full(slot), 2 * C::QTILE);
+                mbar_expect_tx(full(slot), 2 * C::QTILE);
 #pragma unroll
                 for (int p = 0; p < NP; p++) {
                     tma_load_3d(sQ + slot * C::QTILE + p * QPANEL, &tm_q, full(slot), h * HD + 64 * p, q0, b);
                     tma_load_3d(sO + slot * C::QTILE + p * QPANEL, &tm_o, full(slot), h * HD + 64 * p, q0, b);
                 }
-            } else {
-                mbar_arrive(full(slot));
             }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                lse_b[slot * BQ + lane + 32 * e] = lv[e];
+                D_b[slot * BQ + lane + 32 * e] = dv[e];
+            }
+            mbar_arrive(full(slot)); /* release: this lane's stores above */
             if (++qs == nqt) qs = 0, hi++;
         }
         return;

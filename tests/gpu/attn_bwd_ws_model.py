@@ -11,7 +11,8 @@
    no warp can pass the full barrier of step j + NS before all 8 warps released step j)
    run under random interleavings with the PTX mbarrier semantics (phase parity,
    try_wait.parity(P) true once the phase of parity P completed, arrival count,
-   expect_tx / complete_tx with the TMA completing at a random later time). Checked: no
+   expect_tx (lane 0, no arrival) before the TMA, complete_tx at a random later time, then
+   the lanes' lse/D stores and their 32 arrivals). Checked: no
    deadlock; a slot is never rewritten (lse/D stores or TMA bytes) while a warpgroup
    still uses the step it held; every consumer reads the step it expects; every empty
    phase gets exactly 8 arrivals; nothing is left pending at the end.
@@ -91,6 +92,9 @@ class Mbar:
         self.pending -= n
         self._maybe_complete()
 
+    def expect_tx(self, b):
+        self.tx += b
+
     def complete_tx(self, b):
         self.tx -= b
         assert self.tx >= 0, "tx underflow"
@@ -122,14 +126,14 @@ def run_protocol(nsteps, NS, XO, seed):
                     yield
             for wg in range(2):
                 assert slot not in in_use[wg], f"slot {slot} rewritten while wg {wg} uses step {in_use[wg][slot]}"
-            slot_step[slot] = ("lse", s)  # lanes' lse/D stores
-            yield
-            full[slot].arrive(31)          # lanes 1-31
-            yield
-            full[slot].arrive(1, expect_tx=2)  # lane 0 + two tiles
-            slot_tma_pending[slot] = s
+            full[slot].expect_tx(2)        # lane 0: mbarrier.expect_tx, no arrival
+            slot_tma_pending[slot] = s     # lane 0: the two TMA loads (Q, dO)
             pending_tma.append((slot, s, 1))
             pending_tma.append((slot, s, 1))
+            yield
+            slot_step[slot] = ("lse", s)   # the lanes' lse/D stores
+            yield
+            full[slot].arrive(32)          # every lane, after its stores (release)
             yield
 
     def consumer(wg):
