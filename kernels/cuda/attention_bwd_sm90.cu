@@ -75,11 +75,13 @@
  *     swizzled panel layout (the forward verified 128-row boxes of the same map shape);
  *  4. the tensor maps over dout (B, T, nh·hd) and over qkv covering batch elements
  *     0..b0+nb-1 on a second pass (b0 > 0: the B = 2, T = 4096 case);
- *  5. speed: whether the producer warp's plain lse/D loads (64 + 64 floats per step,
- *     latency in the producer only) keep up, and which of 5-8 is fastest.
+ *  5. speed: whether one producer warp keeps two slots ahead (its plain lse/D loads, 2 + 2
+ *     floats per lane and step, are issued before it waits for the slot), whether the
+ *     extra masked step of warpgroup 1 (one in nqt) costs more than the barrier it
+ *     removes, and which of 5-8 is fastest.
  * Next session's one command (H200, from the repository root; ~20 s to build here on 2
  * cores; every case, every path, timings, then memcheck on the small cases):
- *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_bwd_sm90_check tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu && timeout 600 /tmp/attn_bwd_sm90_check && timeout 600 compute-sanitizer --tool memcheck /tmp/attn_bwd_sm90_check --small
+ *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_bwd_sm90_check tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu && timeout 300 /tmp/attn_bwd_sm90_check && timeout 240 compute-sanitizer --tool memcheck /tmp/attn_bwd_sm90_check --small
  * It checks paths 10-13 (dK/dV variants 5-8 with the default dQ) against the mma.sync
  * backward and the float64 reference, bitwise against path 1, and times them (whole
  * backward; "time alone: wgmma dK/dV variant 5..8" against variant 0's 656 us at hd 128).
