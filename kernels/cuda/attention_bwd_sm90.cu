@@ -53,32 +53,32 @@
  * the plain order of variant 0 with only the copies changed (to separate the two effects).
  * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
  * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
- * 13.2) the consumers use up to R237 at hd 128 (variants 5, 6; 7: R225), R205 at hd 64
- * (8), the producer up to R11 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel, none
- * between k-steps. Dynamic shared memory as attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120
+ * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232), R175 at hd 64,
+ * the producer up to R16 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel, exactly the
+ * waits in the source (none between k-steps). Dynamic shared memory as attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120
  * bytes at hd 128 with two slots, 166,400 with three (67,584 / 84,480 at hd 64), plus
  * 1,024 bytes static (ptxas -v; the mbarriers).
  * Checked only on the CPU: tests/gpu/attn_bwd_ws_model.py models the step and index math
  * (equal to attn_bwd_dkv_wgmma's for T 1..4096, GQA 1/2/4) and the mbarrier protocol
  * under random interleavings (no deadlock, no slot rewritten while in use, every phase
- * complete; schedules 0-2, two and three slots).
+ * complete; schedules 0-2, two and three slots, warpgroup 1's skipped steps; it fails
+ * on the two protocol bugs met while writing this: releasing a skipped step without
+ * waiting for its full phase, and releasing a step twice after a skip).
  * Unverified, most likely to bite first:
  *  1. the protocol on hardware (a hang would show as the check never finishing: run it
  *     under `timeout`); the model checks the logic, not the PTX (try_wait.parity, the
  *     producer lanes' plain lse/D stores published by their mbarrier.arrive, TMA
  *     complete_tx on the full barrier);
- *  2. bitwise equality to variant 0: same products and orders by construction, plus one
- *     new argument: warpgroup 1's fully masked step per head (skipped by variant 0, run
- *     here) adds exact zeros to dK and dV, which changes no value (it could only turn an
- *     accumulated -0 into +0);
+ *  2. bitwise equality to variant 0: same products, same steps, same accumulation
+ *     orders and fp32 formulas by construction (Pᵀ and dSᵀ now go to fresh registers and
+ *     bf16 Pᵀ is packed later under XO 2: the same values);
  *  3. the TMA boxes of 64 rows (Q, dO) and of 128 rows (K, V) landing in this file's
  *     swizzled panel layout (the forward verified 128-row boxes of the same map shape);
  *  4. the tensor maps over dout (B, T, nh·hd) and over qkv covering batch elements
  *     0..b0+nb-1 on a second pass (b0 > 0: the B = 2, T = 4096 case);
  *  5. speed: whether one producer warp keeps two slots ahead (its plain lse/D loads, 2 + 2
- *     floats per lane and step, are issued before it waits for the slot), whether the
- *     extra masked step of warpgroup 1 (one in nqt) costs more than the barrier it
- *     removes, and which of 5-8 is fastest.
+ *     floats per lane and step, are issued before it waits for the slot), and which of
+ *     5-8 is fastest.
  * Next session's one command (H200, from the repository root; ~20 s to build here on 2
  * cores; every case, every path, timings, then memcheck on the small cases):
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_bwd_sm90_check tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu && timeout 300 /tmp/attn_bwd_sm90_check && timeout 240 compute-sanitizer --tool memcheck /tmp/attn_bwd_sm90_check --small
@@ -434,12 +434,11 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
  *    (release); empty[slot] has count 8: lane 0 of every consumer
  *    warp, after a __syncwarp, once its warpgroup's products reading the slot were waited
  *    for (predicated arrive, no branch).
- *  - Both warpgroups run every step: warpgroup 1 on the first step of a head (all its keys
- *    after all the queries; attn_bwd_dkv_wgmma skips it) computes Pᵀ = +0 everywhere (the
- *    causal mask), so dV and dK gain exact zeros, and its dS stores are predicated off, as
- *    that kernel stores nothing for the step. (A skip needs a branch around products that
- *    the loop reaches with products in flight; every form of it tried made ptxas
- *    serialise all the wgmma, C7518.) The waste is one step in nqt for warpgroup 1.
+ *  - A warpgroup skips the steps attn_bwd_dkv_wgmma skips (warpgroup 1 on the first step
+ *    of a head: all its keys after all the queries) and stores no dS for them, but still
+ *    waits for each such step's full phase before it releases the slot, so that no warp
+ *    arrives twice on one phase of an empty barrier (with nqt = 1 warpgroup 1 skips every
+ *    step). The skips happen only where nothing is in flight (see the loop).
  * Schedules XO (per warpgroup; j = step, dV_j = dV += Pᵀ_j·dO_j, dK_j = dK += dSᵀ_j·Q_j):
  *  0 the plain order of attn_bwd_dkv_wgmma: issue Sᵀ_j, dPᵀ_j; wait Sᵀ; exp; issue dV_j;
  *    wait dPᵀ; dSᵀ, its stores; issue dK_j; wait all; release slot j (variant 7);
@@ -640,25 +639,35 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     };
     auto slot_ready = [&](int st) { mbar_wait(full(st % NS), (st / NS) & 1); };
 
-    /* Both warpgroups run every step. A step whose keys all follow its queries (warpgroup
-     * 1 on the first step of each head) has every Pᵀ masked to +0, hence dSᵀ = ±0: its dV
-     * and dK products add zeros and its dS fragments are not stored (predicated). Skipping
-     * it instead needs a branch around products that the loop reaches with products in
-     * flight, and every form of that tried made ptxas serialise all the wgmma (C7518).
-     * The schedules (XO; see the comment above the kernel): 0 the plain order, 1 step
+    /* The schedules (XO; see the comment above the kernel): 0 the plain order, 1 step
      * j + 1's Sᵀ and dPᵀ issued right after dK_j, 2 dV_j, dK_j and step j + 1's Sᵀ issued
-     * together, dPᵀ at the top of step j + 1. */
+     * together, dPᵀ at the top of step j + 1. A step is carried into the next (its slot
+     * released at the top of the next) only when the next is this warpgroup's too;
+     * otherwise it ends waiting for everything, skips, then issues the next step's first
+     * products: every wgmma issue in a branch is reached with nothing in flight, which is
+     * what keeps ptxas from serialising them (C7518 with a skip test inside the loop). */
+    int step = 0, hi = 0, qs = 0; /* step = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
+    /* steps this warpgroup skips (all its keys after all the queries: warpgroup 1 on the
+     * first step of a head): wait for the slot's phase, release it; only where no product
+     * is in flight */
+    auto skip_steps = [&]() {
+        while (step < nsteps && kg0 > k0 + qs * BQ + BQ - 1) {
+            slot_ready(step);
+            release(step % NS, true);
+            step++;
+            if (++qs == nqt) qs = 0, hi++;
+        }
+    };
+    bool carried = false; /* XO != 0: step - 1's dK in flight, its slot not yet released */
     mbar_wait(kv_full, 0);
+    skip_steps();
+    if (step == nsteps) goto done; /* warpgroup 1 of a block with nqt = 1 */
     if constexpr (XO != 0) {
-        slot_ready(0);
-        issue_s(0);
-        if constexpr (XO == 1) issue_dp(0);
+        slot_ready(step);
+        issue_s(step);
+        if constexpr (XO == 1) issue_dp(step);
     }
-    int hi = 0, qs = 0; /* step = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
-    /* nsteps >= 1 (k0 < T). The loop leaves only after a wait for everything: an exit test
-     * reachable with dK in flight made ptxas insert a wait before the epilogue's reads of
-     * dk and serialise every wgmma (C7515, C7517). */
-    for (int step = 0;;) {
+    for (;;) {
         const int slot = step % NS;
         const int h = kvh * group + hi, q0 = k0 + qs * BQ;
         if (++qs == nqt) qs = 0, hi++;
@@ -681,7 +690,9 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
             reg_fence(pa);
             reg_fence(sa);
         }
-        if constexpr (XO != 0) release((step + NS - 1) % NS, step > 0); /* step - 1's slot */
+        /* step - 1's slot, when its products were still in flight at the end of it (the
+         * other path released it there, and skipped steps release their own) */
+        if constexpr (XO != 0) release((step + NS - 1) % NS, carried);
         const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
 
         /* Pᵀ into pf, dSᵀ straight into sa, never in place: with Sᵀ and dPᵀ of the next
@@ -715,8 +726,8 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
             sa[i] = pack_bf16(pf[2 * i] * (dp[2 * i] - D_s[qi]) * scale,
                               pf[2 * i + 1] * (dp[2 * i + 1] - D_s[qi + 1]) * scale);
         }
-        /* the fragments of a step with keys at or before some query (as attn_bwd_dkv_wgmma,
-         * which skips the others) */
+        /* (a step of this warpgroup has keys at or before some query: stored always; the
+         * test is kept, a predicated store, for the steps attn_bwd_dkv_wgmma stores) */
         if (kg0 <= q0 + BQ - 1) {
             bf16 *const ds_out = ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
 #pragma unroll
@@ -734,7 +745,7 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
         wgmma_commit();
         if constexpr (XO != 0) {
-            if (step + 1 < nsteps) {
+            if (step + 1 < nsteps && kg0 <= k0 + qs * BQ + BQ - 1) {
                 if constexpr (XO != 2) {
                     wgmma_wait<1>(); /* dV; dK may still run */
                     reg_fence(dv);
@@ -744,6 +755,7 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
                 issue_s(step + 1);
                 if constexpr (XO == 1) issue_dp(step + 1);
                 step++;
+                carried = true;
                 continue;
             }
         }
@@ -753,9 +765,17 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
         reg_fence(pa);
         reg_fence(sa);
         release(slot, true);
-        if (++step == nsteps) break;
+        carried = false;
+        step++;
+        skip_steps();
+        if (step == nsteps) break;
+        if constexpr (XO != 0) {
+            slot_ready(step);
+            issue_s(step);
+            if constexpr (XO == 1) issue_dp(step);
+        }
     }
-
+done:
     dkv_ws_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
                                         lane);
 #endif /* SHLM_WGMMA */
