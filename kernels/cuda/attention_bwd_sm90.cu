@@ -49,15 +49,15 @@
  * results should be bitwise those of variant 0 (and of the mma.sync path). No
  * __syncthreads and no cp.async in the loop; the schedule also overlaps what variant 0
  * serialises: 5, 6 (NS 2, 3) issue dV_j, dK_j and the next step's Sᵀ back to back
- * (FA3's order); 8 (hd 64 only) issues the next step's Sᵀ and dPᵀ right after dK_j; 7 is
+ * (FA3's order); 8 issues the next step's Sᵀ and dPᵀ right after dK_j; 7 is
  * the plain order of variant 0 with only the copies changed (to separate the two effects).
  * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
  * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
- * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232), R175 at hd 64,
- * the producer up to R16 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel, exactly the
- * waits in the source (none between k-steps). Dynamic shared memory as attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120
- * bytes at hd 128 with two slots, 166,400 with three (67,584 / 84,480 at hd 64), plus
- * 1,024 bytes static (ptxas -v; the mbarriers).
+ * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232; 8: R231) and
+ * R175 at hd 64, the producer up to R16 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel,
+ * exactly the waits in the source (none between k-steps). Dynamic shared memory as
+ * attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120 bytes at hd 128 with two slots, 166,400
+ * with three (67,584 / 84,480 at hd 64), plus 1,024 bytes static (ptxas -v; mbarriers).
  * Checked only on the CPU: tests/gpu/attn_bwd_ws_model.py models the step and index math
  * (equal to attn_bwd_dkv_wgmma's for T 1..4096, GQA 1/2/4) and the mbarrier protocol
  * under random interleavings (no deadlock, no slot rewritten while in use, every phase
@@ -444,8 +444,8 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
  *    wait dPᵀ; dSᵀ, its stores; issue dK_j; wait all; release slot j (variant 7);
  *  1 as 0, but after issuing dK_j: wait dV_j, wait for slot j + 1, issue Sᵀ_{j+1},
  *    dPᵀ_{j+1}; the wait for Sᵀ_{j+1} at the top of step j + 1 covers dK_j and releases
- *    slot j. The tensor cores get dK_j, Sᵀ_{j+1}, dPᵀ_{j+1} back to back (variant 8, hd 64
- *    only: at hd 128 it spills, 120 bytes, and ptxas serialises it, C7512);
+ *    slot j. The tensor cores get dK_j, Sᵀ_{j+1}, dPᵀ_{j+1} back to back (variant 8;
+ *    an earlier form of the loop spilled with it at hd 128, this one fits: R231);
  *  2 FA3's order: top of step j: wait all (dV_{j-1}, dK_{j-1}, Sᵀ_j), release slot j - 1,
  *    issue dPᵀ_j; exp into fp32 Pᵀ (no bf16 yet) while dPᵀ runs; wait dPᵀ; bf16 Pᵀ and dSᵀ
  *    (the same values: only their packing moves), dS stores; issue dV_j and dK_j; wait for
@@ -1011,7 +1011,7 @@ bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf1
  * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP);
  * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; NOT YET RUN, see the top of the
  * file): 5 two slots, schedule XO 2 (FA3's order); 6 three slots, XO 2; 7 two slots, XO 0
- * (the plain order of 0); 8 two slots, XO 1 (hd 64 only: declines at hd 128). A variant
+ * (the plain order of 0); 8 two slots, XO 1. A variant
  * 5-8 declines (returns 1, nothing queued) when the tensor maps cannot be made.
  * DKV_DEFAULT: what the plain entry runs. */
 constexpr int DKV_DEFAULT = 0;
@@ -1023,10 +1023,7 @@ bool dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const 
     if (variant == 5) return launch_ws<HD, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     if (variant == 6) return launch_ws<HD, 3, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     if (variant == 7) return launch_ws<HD, 2, 0>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    if (variant == 8) {
-        if constexpr (HD == 64) return launch_ws<HD, 2, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-        return false; /* XO 1 spills at hd 128 (ptxas -v): not built */
-    }
+    if (variant == 8) return launch_ws<HD, 2, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
     else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
