@@ -987,6 +987,7 @@ bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf1
                const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv,
                float scale, float scale_log2) {
     using C = cfg<HD, 2, NS>;
+    static_assert(C::SMEM + 1024 <= 227 * 1024, "dynamic + static shared memory per block");
     const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
     CUtensorMap tm_kv, tm_q, tm_o;
     if (!shlm_tma_host::make_map_bf16_3d(&tm_kv, qkv, C3, T, b0 + nb, BK) ||
