@@ -10,12 +10,13 @@
  *           kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
  *     (attention.cu's backward calls into the last two, so they must link too)
  *  b) against the project's library, out of tree (needs Open MPI's libmpi where it runs:
- *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries):
- *       mkdir -p /tmp/b-wg && cd /tmp/b-wg && /work/wgmma/configure && make -j2 libshardlm.a
- *       nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I/work/wgmma -I/tmp/b-wg \
- *           -c /work/wgmma/tests/gpu/attn_sm90_check.cu -o /tmp/b-wg/attn_sm90_check.o
- *       mpicc -o /work/wgmma/.gpu/bin/attn_sm90_check /tmp/b-wg/attn_sm90_check.o \
- *           /tmp/b-wg/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
+ *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries), with SRC the
+ *     repository and BUILD a configured build directory:
+ *       make -C $BUILD libshardlm.a
+ *       nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I$SRC -I$BUILD \
+ *           -c $SRC/tests/gpu/attn_sm90_check.cu -o $BUILD/attn_sm90_check.o
+ *       mpicc -o $SRC/.gpu/bin/attn_sm90_check $BUILD/attn_sm90_check.o \
+ *           $BUILD/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
  *           -lcublasLt -lcublas -lcudart -lstdc++ -lm
  * Run (on the H200, from the repository root):
  *   .gpu/bin/attn_sm90_check            # every case, every pipeline, then timings
