@@ -12,8 +12,10 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$ngpu" -ge 1 ] || { echo "model_steps: no GPU visible: skipped"; exit 77; }
 T=$(mktemp -d)
 "$SHLM" data prepare --tokenizer bytes "$SRC/jobs/data/shakespeare-train.txt" "$T/train.bin" >/dev/null || exit 1
+# head_dim 64 (256 / 4 heads): one the Hopper attention kernels take (64, 128), so on an
+# H200 these steps run them; cuda1_mmasync runs attention.cu's portable kernels instead
 common="--set data.train=$T/train.bin --set data.val= --set model.dim=256 --set model.n_layers=4
-  --set model.n_heads=8 --set model.n_kv_heads=4 --set model.ffn_dim=688 --set train.seq_len=128
+  --set model.n_heads=4 --set model.n_kv_heads=2 --set model.ffn_dim=688 --set train.seq_len=128
   --set train.micro_batch=4 --set train.steps=30 --set train.warmup_steps=5
   --set train.lr=1e-3 --set train.sample_tokens=0 --set train.eval_every=0 --set log.every=1
   --set fsdp.param_dtype=bf16"
@@ -37,6 +39,8 @@ compare() { # name ref tol
 run cpu 1 cpu || exit 1
 run cuda1 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
 compare cuda1 cpu 3e-2
+SHLM_ATTN_SM90=0 run cuda1_mmasync 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
+compare cuda1_mmasync cpu 3e-2
 if [ "$ngpu" -ge 2 ]; then
     for st in FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD; do
         extra=""
