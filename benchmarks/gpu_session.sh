@@ -15,8 +15,13 @@
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
 # Expects: binaries in $SHLM_BIN (default .gpu/bin: shardlm, test_ops_cuda,
-# bench_kernels), Debian libraries they need as .debs in .gpu/extra-debs, the toolchain
-# recipe in .gpu/env.sh + .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT.
+# bench_kernels, bench_comm, perf_model, attn_sm90_check, attn_bwd_sm90_check), Debian
+# libraries they need as .debs in .gpu/extra-debs, the toolchain recipe in .gpu/env.sh +
+# .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT. The binaries are built on the
+# workstation (nvcc, no GPU needed): `configure && make shardlm tests/gpu/test_ops_cuda
+# benchmarks/bench_kernels benchmarks/bench_comm benchmarks/perf_model` in a build
+# directory, the two attention checks with the nvcc commands in their headers; then copied
+# into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
 phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|eight1|eight2|all}
