@@ -279,6 +279,53 @@ __device__ __forceinline__ void tiles_ready() {
     fence_proxy_async();
     __syncthreads();
 }
+
+/* The epilogue of both kernels, part 1: the row sums over the quad, each of the thread's
+ * two rows' lse (natural log) written once, and 1/l returned for part 2. */
+__device__ __forceinline__ void finish_rows(float (&inv)[2], const float (&m)[2],
+                                            const float (&l)[2], float *lse, int b, int h,
+                                            int nh, int T, int q0, int wrow, int t) {
+    constexpr float LN2 = 0.6931471805599453f;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        float lr = l[r];
+        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+        inv[r] = 1.0f / lr;
+        const int q = q0 + wrow + 8 * r;
+        if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
+    }
+}
+
+/* Part 2: O/l as bf16 into this warp's own 16 rows of the staging tile gS (the swizzled
+ * panel layout), then 16-byte row stores of those rows (rows >= T skipped). The caller
+ * has made sure nothing still reads those staging rows. */
+template <int HD>
+__device__ __forceinline__ void store_o(unsigned char *gS, const float (&o)[HD / 2],
+                                        const float (&inv)[2], bf16 *out, int b, int h, int nh,
+                                        int T, int q0, int wrow, int wg, int warp, int lane) {
+    constexpr int CH = HD / 8; /* 16-byte chunks per row */
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = wrow + 8 * r; /* row % 8 == g */
+            const uint32_t off = (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gS + off) =
+                pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (q0 + row < T)
+            *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
+                *reinterpret_cast<const uint4 *>(gS + off);
+    }
+}
 #endif /* SHLM_WGMMA */
 
 /* ------------------------------------------------------------------ the kernel */
@@ -290,8 +337,6 @@ __global__ void __launch_bounds__(THREADS, 1)
 #if SHLM_WGMMA
     using C = cfg<HD>;
     constexpr int NO = HD / 2; /* O accumulators per thread: 64 × HD over 128 threads */
-    constexpr int CH = HD / 8; /* 16-byte chunks per row */
-    constexpr float LN2 = 0.6931471805599453f;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     /* swizzle atoms must start on 1024-byte boundaries: align by hand (the slack is in
      * cfg::SMEM), keeping a generic pointer to the same byte for the epilogue */
@@ -397,40 +442,12 @@ __global__ void __launch_bounds__(THREADS, 1)
         }
     }
 
-    /* row sums over the quad; lse in natural log */
     float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        float lr = l[r];
-        lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-        lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-        inv[r] = 1.0f / lr;
-        const int q = q0 + wrow + 8 * r;
-        if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
-    }
-
-    /* O/l as bf16 into the warpgroup's own Q rows (same swizzled layout), then 16-byte
-     * row stores. The barrier: all four warps' products that read these Q rows are done. */
+    finish_rows(inv, m, l, lse, b, h, nh, T, q0, wrow, t);
+    /* O/l staged in the warpgroup's own Q rows. The barrier: all four warps' products
+     * that read these Q rows are done. */
     bar_sync(1 + wg, 128);
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = wrow + 8 * r; /* row % 8 == g */
-            const uint32_t off = (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(gQ + off) =
-                pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
-        }
-    __syncwarp(); /* each warp reads back only its own 16 rows */
-    bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
-#pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (q0 + row < T)
-            *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
-                *reinterpret_cast<const uint4 *>(gQ + off);
-    }
+    store_o<HD>(gQ, o, inv, out, b, h, nh, T, q0, wrow, wg, warp, lane);
 #endif /* SHLM_WGMMA */
 }
 
@@ -485,9 +502,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     static_assert(!(PINGPONG && SCHED == 2), "ping-pong needs each block's last tile ahead");
     using C = cfg<HD>;
     constexpr int NO = HD / 2;
-    constexpr int CH = HD / 8;
     constexpr int NP = HD / 64; /* panels per tile: TMA boxes per tile */
-    constexpr float LN2 = 0.6931471805599453f;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     __shared__ __align__(8) uint64_t bars[6 + 4 * STAGES];
     __shared__ int tile_slot[2];
@@ -709,40 +724,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         i0 += n;
 
         float inv[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float lr = l[r];
-            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-            inv[r] = 1.0f / lr;
-            const int q = q0 + wrow + 8 * r;
-            if (t == 0 && q < T) lse[((size_t)b * nh + h) * T + q] = (m[r] + log2f(lr)) * LN2;
-        }
-
-        /* the epilogue of attn_fwd_wgmma: O/l through this warp's own 16 rows of the
-         * staging tile (the warpgroup's Q rows unless PERSIST: then the barrier waits for
-         * all four warps' products reading them) */
+        finish_rows(inv, m, l, lse, b, h, nh, T, q0, wrow, t);
+        /* O/l staged in this warp's own 16 rows of the staging tile (the warpgroup's Q rows
+         * unless PERSIST: then the barrier waits for all four warps' products reading them) */
         if constexpr (!PERSIST) bar_sync(1 + wg, 128);
-#pragma unroll
-        for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = wrow + 8 * r;
-                const uint32_t off =
-                    (j >> 3) * PANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-                *reinterpret_cast<uint32_t *>(gO + off) =
-                    pack_bf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
-            }
-        __syncwarp();
-        bf16 *const orow = out + (size_t)b * T * nh * HD + (size_t)h * HD;
-#pragma unroll
-        for (int i = lane; i < 16 * CH; i += 32) {
-            const int row = 64 * wg + 16 * warp + i / CH, c = i % CH;
-            const uint32_t off = (c >> 3) * PANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-            if (q0 + row < T)
-                *reinterpret_cast<uint4 *>(orow + (size_t)(q0 + row) * nh * HD + c * 8) =
-                    *reinterpret_cast<const uint4 *>(gO + off);
-        }
+        store_o<HD>(gO, o, inv, out, b, h, nh, T, q0, wrow, wg, warp, lane);
         __syncwarp(); /* the next tile's staging writes come after these reads */
     }
 #endif /* SHLM_WGMMA */
