@@ -273,6 +273,50 @@ __device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 
 }
 #endif /* SHLM_WGMMA */
 
+/* dK and dV of the warpgroup's 64 keys (fp32 m64n{hd} accumulators, the C fragment: lane
+ * (g, t) of warp w holds rows 16w + g, 16w + g + 8 and columns 8j + 2t, 8j + 2t + 1 in
+ * registers 4j + 2r + e) into the dk and dv rows of dqkv (rows = batch element b's keys
+ * kb0.., kb0 + row < T only), staged as bf16 through the warpgroup's own K and V rows of
+ * shared memory (gbase: the K tile, the V tile KTILE bytes on; same swizzled panels) and
+ * written as 16-byte row stores. The caller has waited for every product of the
+ * warpgroup; the barrier here makes that hold for all four warps before the K/V rows are
+ * overwritten. Shared by attn_bwd_dkv_wgmma and attn_bwd_dkv_ws, which apply the
+ * inverse RoPE to dk (rope_inv_acc) before calling it. */
+template <int HD, int KPAN, int KTILE>
+__device__ __forceinline__ void dkv_store(unsigned char *gbase, const float (&dk)[HD / 2],
+                                          const float (&dv)[HD / 2], bf16 *dqkv, int b, int T,
+                                          int kb0, size_t C3, int nh, int nkv, int kvh, int wl,
+                                          int warp, int lane) {
+    constexpr int CH = HD / 8;
+    const int g = lane >> 2, t = lane & 3;
+    bar_sync(1 + wl, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t off = (j >> 3) * KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gbase + off) =
+                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(gbase + KTILE + off) =
+                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (kb0 + row < T) {
+            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + off);
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + KTILE + off);
+        }
+    }
+}
+
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
@@ -282,7 +326,6 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     using C = cfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
-    constexpr int CH = HD / 8; /* 16-byte chunks per row */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t sK = (raw + 1023u) & ~1023u;
@@ -423,35 +466,8 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
      * (= kb0 + the rows it stores below) */
     if (rope != nullptr) rope_inv_acc<HD>(dk, rope, kr0, T, t);
 
-    /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
-     * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
-    bar_sync(1 + wl, 128);
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
-            const uint32_t off =
-                (j >> 3) * C::KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(gbase + off) =
-                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-            *reinterpret_cast<uint32_t *>(gbase + C::KTILE + off) =
-                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-        }
-    __syncwarp(); /* each warp reads back only its own 16 rows */
-    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
-#pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * C::KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (kb0 + row < T) {
-            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + off);
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + C::KTILE + off);
-        }
-    }
+    dkv_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, kb0, C3, nh, nkv, kvh, wl, warp,
+                                     lane);
 #endif /* SHLM_WGMMA */
 }
 
@@ -504,50 +520,6 @@ constexpr int DKV_WS_THREADS = 384;
 constexpr int DKV_WS_PRODUCER_REGS = 24, DKV_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
 
 #if SHLM_WGMMA
-/* dK and dV of the warpgroup's 64 keys (fp32 m64n{hd} accumulators, the C fragment: lane
- * (g, t) of warp w holds rows 16w + g, 16w + g + 8 and columns 8j + 2t, 8j + 2t + 1 in
- * registers 4j + 2r + e) into the dk and dv rows of dqkv (rows = batch element b's keys
- * kb0.., kb0 + row < T only), staged as bf16 through the warpgroup's own K and V rows of
- * shared memory (gbase: the K tile, the V tile KTILE bytes on; same swizzled panels) and
- * written as 16-byte row stores. The caller has waited for every product of the
- * warpgroup; the barrier here makes that hold for all four warps before the K/V rows are
- * overwritten. Kept apart from the kernel so that a rotation of dk (an inverse RoPE at
- * key positions kb0 + row: both halves of any rotated pair of columns, 2i/2i+1 or
- * i/i + hd/2, are in the same thread) can be slotted in before the packing. */
-template <int HD, int KPAN, int KTILE>
-__device__ __forceinline__ void dkv_ws_store(unsigned char *gbase, const float (&dk)[HD / 2],
-                                             const float (&dv)[HD / 2], bf16 *dqkv, int b, int T,
-                                             int kb0, size_t C3, int nh, int nkv, int kvh,
-                                             int wl, int warp, int lane) {
-    constexpr int CH = HD / 8;
-    const int g = lane >> 2, t = lane & 3;
-    bar_sync(1 + wl, 128);
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
-            const uint32_t off = (j >> 3) * KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(gbase + off) =
-                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-            *reinterpret_cast<uint32_t *>(gbase + KTILE + off) =
-                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
-        }
-    __syncwarp(); /* each warp reads back only its own 16 rows */
-    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
-#pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (kb0 + row < T) {
-            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + off);
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + KTILE + off);
-        }
-    }
-}
 #endif /* SHLM_WGMMA */
 
 template <int HD, int NS, int XO>
@@ -822,7 +794,7 @@ done:
     /* rope (non-NULL): dk w.r.t. the pre-RoPE k, as in attn_bwd_dkv_wgmma; the thread's
      * rows are keys k0 + 64·wl + 16·warp + (lane >> 2) (+ 8) */
     if (rope != nullptr) rope_inv_acc<HD>(dk, rope, k0 + 64 * wl + 16 * warp + (lane >> 2), T, lane & 3);
-    dkv_ws_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
+    dkv_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
                                         lane);
 #endif /* SHLM_WGMMA */
 }
