@@ -102,8 +102,8 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
 
 /* ---------------------------------------------------------------- host: tensor maps
  *
- * The same encoding as attention_sm90.cu's make_map (which keeps its own copy), for any
- * box height: used by attention_bwd_sm90.cu's warp-specialised dK/dV kernel. */
+ * Used by the warp-specialised kernels of attention_sm90.cu (boxes of 128 rows) and
+ * attention_bwd_sm90.cu (128 and 64). */
 #include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
 #include <cuda_runtime.h>
 
