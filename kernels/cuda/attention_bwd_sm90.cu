@@ -271,7 +271,6 @@ __device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 
         }
     }
 }
-#endif /* SHLM_WGMMA */
 
 /* dK and dV of the warpgroup's 64 keys (fp32 m64n{hd} accumulators, the C fragment: lane
  * (g, t) of warp w holds rows 16w + g, 16w + g + 8 and columns 8j + 2t, 8j + 2t + 1 in
@@ -316,6 +315,7 @@ __device__ __forceinline__ void dkv_store(unsigned char *gbase, const float (&dk
         }
     }
 }
+#endif /* SHLM_WGMMA */
 
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
