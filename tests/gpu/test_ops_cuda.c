@@ -657,6 +657,7 @@ int main(int argc, char **argv) {
         test_rmsnorm(1024, 4096);
         test_rmsnorm(300, 2048); /* the register kernels: 256 threads, 1 group each */
         test_rmsnorm(257, 5120); /* 320 threads, 2 groups each */
+        test_rmsnorm(600, 8192); /* 512 threads, 2 groups each */
     }
     if (want("matmul")) {
         test_matmul(33, 47, 65, 1);
