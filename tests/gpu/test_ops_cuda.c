@@ -223,6 +223,25 @@ static void test_memory_convert(void) {
         free(hb), free(rb), free(hf), free(rf), free(hr), free(rr);
     }
     free(x);
+    /* a size where every thread of the cast's grid-stride loop takes more than one pair of
+     * loads (its grid holds at most 32 blocks of 256 threads per SM, 4 elements each) */
+    {
+        const size_t nb = (size_t)40000003;
+        float *xb = xmalloc(nb * sizeof(float));
+        for (size_t i = 0; i < nb; i++) {
+            uint32_t u = (uint32_t)rnd_u64();
+            memcpy(&xb[i], &u, 4);
+        }
+        float *dx = g_f32(xb, nb);
+        uint16_t *dact = gpu->alloc(nb * 2);
+        gpu->f32_to_act(dact, dx, nb);
+        uint16_t *hb = xmalloc(nb * 2), *rb = xmalloc(nb * 2);
+        gpu->to_host(hb, dact, nb * 2);
+        for (size_t i = 0; i < nb; i++) rb[i] = shlm_f32_to_bf16(xb[i]);
+        check_bits("f32_to_act", "n=40000003", "bits", hb, rb, nb * 2);
+        gpu->free(dx), gpu->free(dact);
+        free(xb), free(hb), free(rb);
+    }
 }
 
 /* ------------------------------------------------------------------ embedding */
