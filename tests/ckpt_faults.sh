@@ -25,25 +25,14 @@ SHLM=${SHLM:-./shardlm}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-faults.XXXXXX") || exit 99
-echo "ckpt_faults: work directory $work"
-fails=0
-fail() {
-    echo "ckpt_faults: FAIL: $*"
-    fails=$((fails + 1))
-}
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin ckpt_faults shlm-ckpt-faults
 ok() { echo "ckpt_faults: ok: $*"; }
 mnt=""
 cleanup() { [ -n "$mnt" ] && umount "$mnt" 2>/dev/null; }
 trap cleanup EXIT
 
-if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    echo "ckpt_faults: FAIL: could not prepare the data"
-    exit 1
-fi
+prepare_corpus "$work/train.bin"
 
 # train NAME NP [--set ...]: runs the job (log $work/NAME.log); returns its status.
 # PRE (a command prefix, e.g. env VAR=1) and PROG (the program: shardlm, or a shell

@@ -27,14 +27,8 @@ mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 t="$SHLM_BUILDDIR/tests/test_ckpt_hf"
 fixture="$SHLM_SRCDIR/tests/golden/tiny_llama_golden.safetensors"
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-hf.XXXXXX") || exit 99
-echo "ckpt_hf: work directory $work"
-fails=0
-fail() {
-    echo "ckpt_hf: FAIL: $*"
-    fails=$((fails + 1))
-}
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin ckpt_hf shlm-ckpt-hf
 # step NAME CMD...: runs CMD (printed), output in $work/NAME.log, shown on failure
 step() {
     name=$1

@@ -28,21 +28,10 @@ mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 tol=1e-5
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-resume.XXXXXX") || exit 99
-echo "ckpt_resume: work directory $work"
-fails=0
-fail() {
-    echo "ckpt_resume: FAIL: $*"
-    fails=$((fails + 1))
-}
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin ckpt_resume shlm-ckpt-resume
 
-if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    echo "ckpt_resume: FAIL: could not prepare the data"
-    exit 1
-fi
+prepare_corpus "$work/train.bin"
 
 # run NAME NP [--set k=v ...]: trains the job into $work/NAME (log $work/NAME.log)
 run() {

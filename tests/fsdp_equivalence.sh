@@ -31,18 +31,11 @@ steps=50
 tol_fp32=1e-5
 tol_bf16=2e-2
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-equiv.XXXXXX") || exit 99
-echo "fsdp_equivalence: work directory $work"
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin fsdp_equivalence shlm-equiv
 
 # ---- the data: the bundled corpus as bytes ----
-echo "+ $SHLM data prepare --tokenizer bytes $SHLM_SRCDIR/jobs/data/shakespeare-train.txt $work/train.bin"
-if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    echo "fsdp_equivalence: FAIL: could not prepare the data"
-    exit 1
-fi
+prepare_corpus "$work/train.bin"
 
 # run NAME NP [--set k=v ...]: trains the job into $work/NAME; returns the launcher's
 # status (77: no launcher)

@@ -28,21 +28,13 @@ steps=3
 micro=2  # micro-batches per step: global_batch = ranks x micro_batch 1 x micro
 layers=4 # six units: a steady state between the embedding and the head
 
-t_start=$(date +%s)
 if [ ! -x "$check" ]; then
     echo "fsdp_trace: FAIL: $check not built (make check builds it)"
     exit 1
 fi
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-trace.XXXXXX") || exit 99
-echo "fsdp_trace: work directory $work"
-
-echo "+ $SHLM data prepare --tokenizer bytes $SHLM_SRCDIR/jobs/data/shakespeare-train.txt $work/train.bin"
-if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    echo "fsdp_trace: FAIL: could not prepare the data"
-    exit 1
-fi
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin fsdp_trace shlm-trace
+prepare_corpus "$work/train.bin"
 
 status=0
 fail() {

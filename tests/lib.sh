@@ -25,3 +25,31 @@ error_line_problem() {
         fi
     done
 }
+
+# test_begin NAME PREFIX: starts the test's clock ($t_start), makes its work directory
+# $work (under $TMPDIR, named PREFIX.XXXXXX) and says where it is, and zeroes the count
+# of failures that fail() raises. NAME starts every message of fail() and prepare_corpus.
+test_begin() {
+    test_name=$1
+    t_start=$(date +%s)
+    work=$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX") || exit 99
+    echo "$test_name: work directory $work"
+    fails=0
+}
+
+# fail MESSAGE...: reports one problem and counts it in $fails
+fail() {
+    echo "$test_name: FAIL: $*"
+    fails=$((fails + 1))
+}
+
+# prepare_corpus OUT: the bundled Shakespeare text as byte tokens in OUT (its log in
+# $work/prepare.log); when that fails the test ends here (exit 1)
+prepare_corpus() {
+    if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
+        "$1" >"$work/prepare.log" 2>&1; then
+        cat "$work/prepare.log"
+        echo "$test_name: FAIL: could not prepare the data"
+        exit 1
+    fi
+}

@@ -46,15 +46,9 @@ done
 sh "$src/tests/mpi_test.sh" 1 true >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "slurm_chain: SKIP: no MPI launcher"; exit 77; }
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-slurm.XXXXXX") || exit 99
+. "$src/tests/lib.sh"
+test_begin slurm_chain shlm-slurm
 chmod 755 "$work" # slurmd's job steps read the spool below it
-echo "slurm_chain: work directory $work"
-fails=0
-fail() {
-    echo "slurm_chain: FAIL: $*"
-    fails=$((fails + 1))
-}
 
 # ---- a private Slurm: config, state, logs under $work; its own ports ----
 port_busy() { # PORT: listening or connected on this host (IPv4 or IPv6)
@@ -175,12 +169,7 @@ srun --mpi=list 2>&1 | grep -q pmix || chain_launcher=mpirun
 # (300 s before it) stays out of the way
 res="--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=30"
 
-if ! "$SHLM" data prepare --tokenizer bytes "$src/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    fail "could not prepare the data"
-    exit 1
-fi
+prepare_corpus "$work/train.bin"
 
 # wait_jobs ID...: until none of them is pending or running (120 s at most)
 wait_jobs() {

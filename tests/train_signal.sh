@@ -37,21 +37,10 @@ export SHLM_TEST_TIMEOUT
 sh "$mpi" 1 true >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "train_signal: SKIP: no MPI launcher"; exit 77; }
 
-t_start=$(date +%s)
-work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-train-signal.XXXXXX") || exit 99
-echo "train_signal: work directory $work"
-fails=0
-fail() {
-    echo "train_signal: FAIL: $*"
-    fails=$((fails + 1))
-}
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin train_signal shlm-train-signal
 
-if ! "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
-    "$work/train.bin" >"$work/prepare.log" 2>&1; then
-    cat "$work/prepare.log"
-    echo "train_signal: FAIL: could not prepare the data"
-    exit 1
-fi
+prepare_corpus "$work/train.bin"
 
 # the command of run NAME: 2 ranks, its own run and checkpoint directories
 cmd() {
