@@ -45,32 +45,7 @@
 #include <string.h>
 
 #include "kernels/cuda/cuda.h"
-
-#define CK(call)                                                                          \
-    do {                                                                                  \
-        cudaError_t e_ = (call);                                                          \
-        if (e_ != cudaSuccess) {                                                          \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
-                    cudaGetErrorString(e_));                                              \
-            exit(1);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static int n_failed;
-
-static uint64_t rng = 0x5eed5eedull;
-static double uniform01(void) {
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
-static float gauss(void) {
-    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
-}
-static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-struct Case {
-    int B, T, nh, nkv, hd;
-};
+#include "tests/gpu/attn_check.h"
 
 static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
 

@@ -1,0 +1,39 @@
+/* What tests/gpu/attn_sm90_check.cu and attn_bwd_sm90_check.cu share: the CUDA error
+ * check, the failure count, a seeded host generator (the same sequence in both), the
+ * shape of a case. Header-only, for those two standalone nvcc builds. */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CK(call)                                                                          \
+    do {                                                                                  \
+        cudaError_t e_ = (call);                                                          \
+        if (e_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                 \
+                    cudaGetErrorString(e_));                                              \
+            exit(1);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static int n_failed;
+
+/* xorshift64, fixed seed: every run draws the same inputs */
+static uint64_t rng = 0x5eed5eedull;
+static double uniform01(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static float gauss(void) {
+    return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
+}
+static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+struct Case {
+    int B, T, nh, nkv, hd;
+};
