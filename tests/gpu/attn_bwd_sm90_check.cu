@@ -14,6 +14,7 @@
  *   attn_bwd_sm90_check --no-time    # correctness only
  *   attn_bwd_sm90_check --small      # the float64 cases only (for compute-sanitizer)
  *   attn_bwd_sm90_check --time-only  # timings only
+ *   attn_bwd_sm90_check --no-ws      # (with any of the above) without paths 10-13
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
@@ -231,6 +232,14 @@ static const struct {
     {9, 2, 0, "dKdV ws XO0 2slot, dQ 2wg"}, {10, 2, 0, "dKdV ws XO1 2slot, dQ 2wg"},
 };
 
+/* --no-ws: leave out the warp-specialised dK/dV (paths 10-13, variants 5-8), so that a
+ * hang there cannot cost the other checks their run */
+static bool skip_ws = false;
+static bool is_ws_path(int k) { return paths[k].kv >= 7; }
+static bool path_runs(int k, int hd) {
+    return !(paths[k].hd && paths[k].hd != hd) && !(skip_ws && is_ws_path(k));
+}
+
 static void run_case(const Case &c, bool check, bool timing) {
     printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
@@ -268,8 +277,8 @@ static void run_case(const Case &c, bool check, bool timing) {
         bool ran[NPATH] = {};
         for (int k = 0; k < NPATH; k++) {
             h_g[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
-            if (paths[k].hd && paths[k].hd != c.hd) {
-                printf("  path %d: %s: skipped (hd %d only)\n", k, paths[k].name, paths[k].hd);
+            if (!path_runs(k, c.hd)) {
+                printf("  path %d: %s: skipped\n", k, paths[k].name);
                 continue;
             }
             printf("  path %d: %s\n", k, paths[k].name);
@@ -332,6 +341,8 @@ static void run_case(const Case &c, bool check, bool timing) {
         __nv_bfloat16 *h_r[NPATH];
         for (int k = 0; k < NPATH; k++) {
             h_r[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
+            memset(h_r[k], 0xff, n_qkv * 2);
+            if (!ran[k]) continue;
             printf("  path %d with RoPE: %s\n", k, paths[k].name);
             CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
             const int rc = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
@@ -377,8 +388,9 @@ static void run_case(const Case &c, bool check, bool timing) {
                        memcmp(h_r[1], h_r[0], n_qkv * 2) == 0 ? "yes" : "no (as expected: one rounding, not two)");
             }
         }
-        for (int k = 2; k < NPATH - 1; k++)
-            if (memcmp(h_r[1], h_r[k], n_qkv * 2) != 0) {
+        /* every fused path but 9, whose dq is mma.sync's then the rope kernel (checked below) */
+        for (int k = 2; k < NPATH; k++)
+            if (k != 9 && ran[1] && ran[k] && memcmp(h_r[1], h_r[k], n_qkv * 2) != 0) {
                 printf("    RoPE: path %d differs bitwise from path 1: FAIL\n", k);
                 n_failed++;
             }
@@ -397,7 +409,7 @@ static void run_case(const Case &c, bool check, bool timing) {
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
         for (int k = 0; k < NPATH; k++) {
-            if (paths[k].hd && paths[k].hd != c.hd) continue;
+            if (!path_runs(k, c.hd)) continue;
             auto launch = [&]() {
                 shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
                                                 c.nkv, c.hd, paths[k].kv, paths[k].dq, 0.0f);
@@ -453,6 +465,7 @@ static void run_case(const Case &c, bool check, bool timing) {
                      {true, 7}, {true, 8}, {false, 0}, {false, 2}};
         for (const auto &a : alone) {
             const int v = a.v;
+            if (skip_ws && a.kv && v >= 5) continue;
             auto launch = [&]() -> int {
                 if (a.kv)
                     return shlm_cuda_attention_bwd_dkv_sm90_variant(
@@ -498,8 +511,9 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--no-time") == 0) timing = false;
         else if (strcmp(argv[i], "--small") == 0) small = true, timing = false;
         else if (strcmp(argv[i], "--time-only") == 0) check = false;
+        else if (strcmp(argv[i], "--no-ws") == 0) skip_ws = true;
         else {
-            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only] [--no-ws]\n", argv[0]);
             return 2;
         }
     }
