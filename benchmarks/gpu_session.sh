@@ -277,6 +277,7 @@ sm90_phase() {
     smi_stop shardlm
     bench_table
     echo "elapsed ${SECONDS}s"
+    [ "$SECONDS" -lt 380 ] || { echo "no time left for memcheck and the warp-specialised checks"; return; }
     echo "== memcheck attn_bwd_sm90_check --small --no-ws"
     timeout 120 compute-sanitizer --tool memcheck "$BIN/attn_bwd_sm90_check" --small --no-ws > "$OUT/bwd-memcheck.log" 2>&1
     echo "rc=$?"; tail -2 "$OUT/bwd-memcheck.log"
