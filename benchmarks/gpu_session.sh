@@ -202,8 +202,6 @@ final_phase() {
     bench_setup
     smi_start shardlm
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
-    # the same with the portable mma.sync attention: what the wgmma kernels bring
-    SHLM_ATTN_SM90=0 run 7b_fs_mb2_mmasync 2 llama2-7b 2 none FULL_SHARD 6
     smi_stop shardlm
     bench_table
     : > "$OUT/anchor.txt"
@@ -211,10 +209,15 @@ final_phase() {
     anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
     anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
     smi_stop torch
+    # 1 -> 2 GPUs at the same per-GPU micro-batch
+    run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
+    run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    bench_table
     echo "elapsed ${SECONDS}s"
-    if [ "$SECONDS" -lt 400 ]; then # 1 -> 2 GPUs at the same per-GPU micro-batch
-        run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
-        run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    if [ "$SECONDS" -lt 450 ]; then
+        echo "== memcheck attn_bwd_sm90_check --small"
+        timeout 100 compute-sanitizer --tool memcheck "$BIN/attn_bwd_sm90_check" --small > "$OUT/bwd-memcheck.log" 2>&1
+        echo "rc=$?"; tail -2 "$OUT/bwd-memcheck.log"
     fi
     if [ "$SECONDS" -lt 430 ]; then
         run 1b_fs_mb8_none 2 tinyllama-1b 8 none FULL_SHARD 8
@@ -257,9 +260,9 @@ attn_checks() {
 }
 
 sm90_phase() {
-    # the warp-specialised dK/dV (never run before) last and under its own time limits, so a
-    # hang there costs only itself
-    attn_checks --no-ws
+    # the non-default variants of the warp-specialised dK/dV last and under their own time
+    # limits, so that a hang there costs only itself (written when they had never run)
+    attn_checks
     for sm90 in 1 0; do
         echo "== test_ops_cuda, SHLM_ATTN_SM90=$sm90"
         SHLM_ATTN_SM90=$sm90 "$BIN/test_ops_cuda" > "$OUT/ops-sm90-$sm90.log" 2>&1; echo "rc=$?"

@@ -39,18 +39,28 @@
  *
  * ---------------------------------------------------------------- attn_bwd_dkv_ws
  *
- * NOT YET RUN ON ANY GPU (written and compiled without one; nothing below is measured).
- * dK/dV variants 5-8, not the default: attn_bwd_dkv_ws, a warp-specialised form of the
- * default dK/dV kernel fed by TMA (its own comment, further down, has the details): a
- * producer warp loads K and V once and, per (query head, 64-query step), Q and dO by TMA
- * (tensor maps encoded on the host, tma.cuh's make_map_bf16_3d) plus lse·log2 e and D
- * into a ring of NS slots with full / empty mbarriers; the two consumer warpgroups
- * (setmaxnreg 240) run the default's products in the same accumulation order, so the
- * results should be bitwise those of variant 0 (and of the mma.sync path). No
- * __syncthreads and no cp.async in the loop; the schedule also overlaps what variant 0
- * serialises: 5, 6 (NS 2, 3) issue dV_j, dK_j and the next step's Sᵀ back to back
- * (FA3's order); 8 issues the next step's Sᵀ and dPᵀ right after dK_j; 7 is
- * the plain order of variant 0 with only the copies changed (to separate the two effects).
+ * dK/dV variants 5-8, variant 6 the default since session 4: attn_bwd_dkv_ws, a
+ * warp-specialised form of variant 0 fed by TMA (its own comment, further down, has the
+ * details): a producer warp loads K and V once and, per (query head, 64-query step), Q and
+ * dO by TMA (tensor maps encoded on the host, tma.cuh's make_map_bf16_3d) plus lse·log2 e
+ * and D into a ring of NS slots with full / empty mbarriers; the two consumer warpgroups
+ * (setmaxnreg 240) run variant 0's products in the same accumulation order, so the
+ * results are bitwise those of variant 0 (and of the mma.sync path). No __syncthreads and
+ * no cp.async in the loop; the schedule also overlaps what variant 0 serialises: 5, 6
+ * (NS 2, 3) issue dV_j, dK_j and the next step's Sᵀ back to back (FA3's order); 8 issues
+ * the next step's Sᵀ and dPᵀ right after dK_j; 7 is the plain order of variant 0 with
+ * only the copies changed (to separate the two effects).
+ * Written without a GPU (session 3; CPU model of the step math and of the mbarrier
+ * protocol under random interleavings: tests/gpu/attn_bwd_ws_model.py), first run in
+ * session 4 (H200, attn_bwd_sm90_check as built above, benchmarks/RESULTS.md "Session
+ * 4"): every case passed the first time, paths 10-13 bitwise equal to path 1 with and
+ * without RoPE, no hang; whole backward B=1 T=4096 32 heads (us, same process):
+ *   hd 128: variant 0 864.7; 5 825.4, 6 826.5, 7 831.7, 8 827.2 (-4.4%);
+ *   hd 64:  variant 0 635.1; 5 545.0, 6 531.9, 7 555.7, 8 549.2 (-16%);
+ * dK/dV alone (later, same run): hd 128 variant 0 675.8, 5-8 548.2 / 549.1 / 537.6 /
+ * 554.0; hd 64 500.9, 396.0 / 379.7 / 387.0 / 380.6. The pass alone gains more than the
+ * whole backward does (read the alone times as a split, as above). compute-sanitizer
+ * memcheck has run on variants 0-4 only (--small --no-ws), not yet on 5-8.
  * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
  * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
  * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232; 8: R231) and
@@ -58,33 +68,6 @@
  * exactly the waits in the source (none between k-steps). Dynamic shared memory as
  * attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120 bytes at hd 128 with two slots, 166,400
  * with three (67,584 / 84,480 at hd 64), plus 1,024 bytes static (ptxas -v; mbarriers).
- * Checked only on the CPU: tests/gpu/attn_bwd_ws_model.py models the step and index math
- * (equal to attn_bwd_dkv_wgmma's for T 1..4096, GQA 1/2/4) and the mbarrier protocol
- * under random interleavings (no deadlock, no slot rewritten while in use, every phase
- * complete; schedules 0-2, two and three slots, warpgroup 1's skipped steps; it fails
- * on the two protocol bugs met while writing this: releasing a skipped step without
- * waiting for its full phase, and releasing a step twice after a skip).
- * Unverified, most likely to bite first:
- *  1. the protocol on hardware (a hang would show as the check never finishing: run it
- *     under `timeout`); the model checks the logic, not the PTX (try_wait.parity, the
- *     producer lanes' plain lse/D stores published by their mbarrier.arrive, TMA
- *     complete_tx on the full barrier);
- *  2. bitwise equality to variant 0: same products, same steps, same accumulation
- *     orders and fp32 formulas by construction (Pᵀ and dSᵀ now go to fresh registers and
- *     bf16 Pᵀ is packed later under XO 2: the same values);
- *  3. the TMA boxes of 64 rows (Q, dO) and of 128 rows (K, V) landing in this file's
- *     swizzled panel layout (the forward verified 128-row boxes of the same map shape);
- *  4. the tensor maps over dout (B, T, nh·hd) and over qkv covering batch elements
- *     0..b0+nb-1 on a second pass (b0 > 0: the B = 2, T = 4096 case);
- *  5. speed: whether one producer warp keeps two slots ahead (its plain lse/D loads, 2 + 2
- *     floats per lane and step, are issued before it waits for the slot), and which of
- *     5-8 is fastest.
- * Next session's one command (H200, from the repository root; ~20 s to build here on 2
- * cores; every case, every path, timings, then memcheck on the small cases):
- *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_bwd_sm90_check tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu && timeout 300 /tmp/attn_bwd_sm90_check && timeout 240 compute-sanitizer --tool memcheck /tmp/attn_bwd_sm90_check --small
- * It checks paths 10-13 (dK/dV variants 5-8 with the default dQ) against the mma.sync
- * backward and the float64 reference, bitwise against path 1, and times them (whole
- * backward; "time alone: wgmma dK/dV variant 5..8" against variant 0's 656 us at hd 128).
  *
  * ---------------------------------------------------------------- design
  *
@@ -243,8 +226,10 @@ template <int PENDING> __device__ __forceinline__ void tiles_ready() {
  *   a' = a·cos + b·sin,  b' = b·cos − a·sin.
  * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues); a new
  * kernel that stores dk or dq must apply it too, or decline when given a table.
- * Checked by reading and by a host emulation of its indexing against rope.cu's inverse;
- * NOT yet run on a GPU (tests/gpu/attn_bwd_sm90_check.cu's RoPE cases are the check). */
+ * Checked on an H200 (session 4) by tests/gpu/attn_bwd_sm90_check.cu's RoPE cases: every
+ * fused path within 5e-3 relative L2 of the mma.sync backward followed by rope.cu's
+ * inverse, and of the float64 rotation; in bench_kernels the fused rotation adds 21.6 us
+ * to a 866 us backward at T 4096 where the separate inverse pass took 48.2 us. */
 template <int HD>
 __device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 *__restrict__ tab,
                                              int pos0, int T, int t) {
@@ -473,7 +458,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 
 /* ------------------------------------------------------------------ dK/dV, warp-specialised
  *
- * attn_bwd_dkv_ws (variants 5-8; NOT YET RUN, see the top of the file): the tiles, the
+ * attn_bwd_dkv_ws (variants 5-8, 6 the default; see the top of the file): the tiles, the
  * products, the order of each product's accumulation and every fp32 formula of
  * attn_bwd_dkv_wgmma<HD, true, 2, 2> (so, by construction, the same bits), with the copies
  * moved to a producer warp fed by TMA, as attention_sm90.cu's attn_fwd_ws: 384 threads =
@@ -1010,12 +995,13 @@ bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf1
 /* dK/dV pipelines: 0 two warpgroups, overlapped, Q/dO double-buffered; 1 the same,
  * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
  * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP);
- * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; NOT YET RUN, see the top of the
- * file): 5 two slots, schedule XO 2 (FA3's order); 6 three slots, XO 2; 7 two slots, XO 0
- * (the plain order of 0); 8 two slots, XO 1. A variant
- * 5-8 declines (returns 1, nothing queued) when the tensor maps cannot be made.
- * DKV_DEFAULT: what the plain entry runs. */
-constexpr int DKV_DEFAULT = 0;
+ * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; see the top of the file): 5 two
+ * slots, schedule XO 2 (FA3's order); 6 three slots, XO 2; 7 two slots, XO 0 (the plain
+ * order of 0); 8 two slots, XO 1. A variant 5-8 declines (returns 1, nothing queued) when
+ * the tensor maps cannot be made; the plain entry then runs variant 0.
+ * DKV_DEFAULT: what the plain entry runs (6: the fastest whole backward at both head
+ * dims in session 4's run, bitwise equal to 0). */
+constexpr int DKV_DEFAULT = 6;
 
 template <int HD>
 bool dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
@@ -1117,8 +1103,12 @@ extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_
                                                 const float *lse, const float *D, int b0, int nb,
                                                 int T, int nh, int nkv, int hd, float scale,
                                                 float scale_log2, const void *rope) {
-    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, sm90b::DKV_DEFAULT, rope);
+    int rc = sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                        scale_log2, sm90b::DKV_DEFAULT, rope);
+    if (rc != 0 && sm90b::DKV_DEFAULT >= 5) /* no tensor maps (driver entry point): cp.async */
+        rc = sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                        scale_log2, 0, rope);
+    return rc;
 }
 
 /* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);

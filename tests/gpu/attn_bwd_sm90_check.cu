@@ -21,7 +21,7 @@
  * from shlm_cuda_attention_fwd. Per case and per path (the kernels chosen through
  * shlm_cuda_attention_bwd_variant: path 0 attention.cu's mma.sync dK/dV and dQ, path 1
  * the wgmma defaults, paths 2-13 the wgmma variants and mixes, see `paths` below; 10-13
- * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws, not yet run on a GPU), with
+ * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws; path 1 runs its variant 6 since it became the default), with
  * dqkv poisoned with NaN first:
  *   NaN/unwritten: none of dq, dk, dv may be NaN;
  *   vs float64 (small cases: naive causal attention forward and backward on the host, in
