@@ -276,7 +276,11 @@ static void run_att_fwd(void) {
     gpu->attention_fwd(cur.b, cur.f0, cur.a, cur.B, cur.T, NH, NKV, HD);
 }
 static void run_att_bwd(void) {
-    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD);
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD, 0.0f);
+}
+/* with the inverse RoPE of dq, dk fused (what the model runs) */
+static void run_att_bwd_rope(void) {
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD, 10000.0f);
 }
 
 static void bench_attention(int B, int T) {
@@ -309,7 +313,7 @@ static void bench_attention(int B, int T) {
     for (int h = 0; h < NH; h++) memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T, TC * sizeof(float));
     float *dout = host_vals(6666, (size_t)TC * CO, 1.0f);
     float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD);
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD, 0.0f);
     float *gdq = down_act(cur.d, (size_t)TC * C3);
     float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
     for (int i = 0; i < TC; i++) {
@@ -319,6 +323,20 @@ static void bench_attention(int B, int T) {
     nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd dq");
     us = time_us(run_att_bwd);
     row("attention_bwd", shape, us, 10.0 * HD * pairs, 0, nwrong);
+    /* the same with rope_theta: its time minus the row above is what the fused inverse
+     * RoPE costs, against the "rope (inverse)" row it replaces; dq of positions 0..63
+     * against cpu attention_bwd then cpu rope (positions row % 64 = the gpu's) */
+    run_att_bwd_rope();
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD, 10000.0f);
+    free(gdq);
+    gdq = down_act(cur.d, (size_t)TC * C3);
+    for (int i = 0; i < TC; i++) {
+        memcpy(a + (size_t)i * CO, gdq + (size_t)i * C3, CO * sizeof(float));
+        memcpy(r + (size_t)i * CO, rdq + (size_t)i * C3, CO * sizeof(float));
+    }
+    nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd+rope dq");
+    us = time_us(run_att_bwd_rope);
+    row("attention_bwd+rope", shape, us, 10.0 * HD * pairs, 0, nwrong);
     free(qkv), free(ref), free(rl), free(got), free(out), free(lse_all), free(lse), free(dout);
     free(rdq), free(gdq), free(a), free(r);
     gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);

@@ -117,9 +117,18 @@ typedef struct shlm_ops {
      * lse (B, nh, T) = logsumexp of each score row (kept for the backward). */
     void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv,
                           int hd);
-    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv */
+    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv. rope_theta 0: w.r.t. qkv as given.
+     * rope_theta > 0: qkv's q and k heads are taken to hold RoPE'd values (rope above,
+     * this theta) and dqkv's q and k parts are the gradients w.r.t. the PRE-RoPE q and k,
+     * i.e. the inverse rotation applied to them, as rope(dqkv, N, T, (nh+2·nkv)·hd,
+     * nh + nkv, hd, rope_theta, 1) would do afterwards; the v part is the same either
+     * way. The cpu backend runs exactly that rope call (same results bit for bit); cuda
+     * rotates in the fp32 accumulators of its Hopper kernels before their one rounding to
+     * bf16 (so not bitwise equal to attention then rope, which rounds twice) and runs
+     * the rope kernel after the kernels that cannot. */
     void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
-                          const float *lse, int B, int T, int nh, int nkv, int hd);
+                          const float *lse, int B, int T, int nh, int nkv, int hd,
+                          float rope_theta);
 
     /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up */
     void (*swiglu_fwd)(void *out, const void *gu, int N, int F);

@@ -413,11 +413,12 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
                   d, mm));
     progress(m);
+    /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
+     * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
+     * backward's RoPE time is counted under attention bwd (PROF_ROPE is the forward's) */
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
-                     c->head_dim));
+                     c->head_dim, c->rope_theta));
     progress(m);
-    /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one */
-    PROF(m, PROF_ROPE, o->rope(dqkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 1));
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm));
     progress(m);

@@ -948,11 +948,28 @@ static void attention_case(attn_shape s) {
     snprintf(name, sizeof name, "attention_fwd lse %s", tag);
     check_close(name, got, lse, nl, tol_act);
 
-    ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd);
+    ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd, 0.0f);
     ref_attention_bwd(dref, c.dout, c.qkv, s);
     down_act(got, d_dqkv, nqkv);
     snprintf(name, sizeof name, "attention_bwd dqkv (=) %s", tag);
     check_close(name, got, dref, nqkv, tol_act);
+
+    /* rope_theta > 0 (ops.h): the gradient w.r.t. the pre-RoPE q, k is the plain one
+     * followed by rope(inverse): bit for bit on cpu (it makes that very call), within
+     * tol_act where a backend fuses the rotation (cuda rounds to bf16 once, not twice) */
+    {
+        const float theta = 10000.0f;
+        const int C3 = (s.nh + 2 * s.nkv) * s.hd;
+        float *unf = hf(nqkv), *fused = hf(nqkv);
+        ops->rope(d_dqkv, s.B * s.T, s.T, C3, s.nh + s.nkv, s.hd, theta, 1);
+        down_act(unf, d_dqkv, nqkv);
+        void *d_rot = up_act(junk, nqkv);
+        ops->attention_bwd(d_rot, d_dout, d_qkv, d_out, d_lse, s.B, s.T, s.nh, s.nkv, s.hd, theta);
+        down_act(fused, d_rot, nqkv);
+        snprintf(name, sizeof name, "attention_bwd rope = bwd then rope %s", tag);
+        if (is_cpu) check_same(name, fused, unf, nqkv);
+        else check_close(name, fused, dup_d(unf, nqkv), nqkv, tol_act);
+    }
 
     snprintf(name, sizeof name, "attention dqkv %s", tag);
     check_fd(name, attn_loss, &c, c.qkv, nqkv, dref);
@@ -1195,7 +1212,7 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     memcpy(out[3], qkv, nq * sizeof(float));
     ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, 10000.0f, 0);
     ops->attention_fwd(out[4], out[4] + no, qkv, B, T, nh, nkv, hdim);
-    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, B, T, nh, nkv, hdim);
+    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, B, T, nh, nkv, hdim, 0.0f);
     ops->swiglu_bwd(out[6], dy, gu, N, F); /* dout (N,F) fits inside dy (N,C) */
     ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;

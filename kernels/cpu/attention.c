@@ -81,11 +81,13 @@ void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int
 }
 
 void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out_,
-                            const float *lse, int B, int T, int nh, int nkv, int hd) {
+                            const float *lse, int B, int T, int nh, int nkv, int hd,
+                            float rope_theta) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     if (B <= 0 || T <= 0) return;
     check_heads("attention_bwd", nh, nkv, hd);
+    if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const int group = nh / nkv;
     const float scale = (float)(1.0 / sqrt((double)hd));
@@ -144,4 +146,8 @@ void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, co
         }
         free(dq);
     }
+    /* the gradient w.r.t. the pre-RoPE q, k is the inverse rotation of the post-RoPE one:
+     * the same separate pass the model ran before rope_theta was an argument */
+    if (rope_theta > 0.0f)
+        shlm_cpu_rope(dqkv, B * T, T, (int)C3, nh + nkv, hd, rope_theta, 1);
 }

@@ -60,8 +60,11 @@ void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim,
  * dqkv alias none of its inputs. */
 void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                             int nkv, int hd);
+/* rope_theta > 0: then shlm_cpu_rope(dqkv, B·T, T, (nh+2·nkv)·hd, nh + nkv, hd,
+ * rope_theta, 1) (ops.h) */
 void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                            const float *lse, int B, int T, int nh, int nkv, int hd);
+                            const float *lse, int B, int T, int nh, int nkv, int hd,
+                            float rope_theta);
 
 void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu (each gate/up pair is read before it is written). */

@@ -838,11 +838,14 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
 /* kv, dq (shlm_cuda_attention_bwd_variant's): which dK/dV and dQ kernels; 0 this file's,
  * 1 attention_bwd_sm90.cu's wgmma one in its default variant, 2 + v its variant v. A wgmma
  * kernel that declines a pass falls back to this file's. Returns 0 when every pass ran
- * the requested kernels. */
+ * the requested kernels. rope_theta > 0: dq, dk w.r.t. the pre-RoPE q, k; the wgmma
+ * kernels rotate in their epilogues (rope_tab: rope.cu's table of T positions), and a
+ * pass whose dK/dV or dQ ran here gets rope.cu's inverse kernel on that part (k or q
+ * heads) of its rows, after both of its kernels (neither reads dqkv). */
 template <int HDP>
 int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
                const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int kv,
-               int dq) {
+               int dq, float rope_theta, const void *rope_tab) {
     int fell_back = 0;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
@@ -860,10 +863,12 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
             kv == 0 ? 1
             : kv == 1
                 ? shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb,
-                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2)
+                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2,
+                                                   rope_tab)
                 : shlm_cuda_attention_bwd_dkv_sm90_variant(dqkv, dS, ds_head, dout, qkv, lse, Dv,
                                                            b0, nb, a.T, a.nh, a.nkv, a.hd,
-                                                           a.scale, a.scale_log2, kv - 2);
+                                                           a.scale, a.scale_log2, kv - 2,
+                                                           rope_tab);
         if (kv_rc != 0) {
             fell_back |= kv != 0;
             dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
@@ -875,15 +880,27 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
         const int dq_rc =
             dq == 0 ? 1
             : dq == 1 ? shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
-                                                        a.nkv, a.hd)
+                                                        a.nkv, a.hd, rope_tab)
                       : shlm_cuda_attention_bwd_dq_sm90_variant(dqkv, dS, ds_head, qkv, b0, nb,
-                                                                a.T, a.nh, a.nkv, a.hd, dq - 2);
-        if (dq_rc == 0) continue;
-        fell_back |= dq != 0;
-        dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
-        attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
-            dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
-        CUDA_CHECK_LAST();
+                                                                a.T, a.nh, a.nkv, a.hd, dq - 2,
+                                                                rope_tab);
+        if (dq_rc != 0) {
+            fell_back |= dq != 0;
+            dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
+            attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
+                dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
+            CUDA_CHECK_LAST();
+        }
+        if (rope_theta > 0.0f && (kv_rc != 0 || dq_rc != 0)) {
+            /* this pass's rows b0·T.., the q heads first in each row, then the k heads:
+             * both, or the one part whose kernel did not rotate */
+            const size_t C3 = (size_t)(a.nh + 2 * a.nkv) * a.hd;
+            bf16 *const rows = dqkv + (size_t)b0 * a.T * C3;
+            const int first = dq_rc != 0 ? 0 : a.nh;
+            const int heads = (dq_rc != 0 ? a.nh : 0) + (kv_rc != 0 ? a.nkv : 0);
+            shlm_cuda_rope(rows + (size_t)first * a.hd, nb * a.T, a.T, (int)C3, heads, a.hd,
+                           rope_theta, 1);
+        }
     }
     return fell_back;
 }
@@ -966,9 +983,17 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
 
 extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                                const void *out, const float *lse, int B, int T,
-                                               int nh, int nkv, int hd, int kv, int dq) {
+                                               int nh, int nkv, int hd, int kv, int dq,
+                                               float rope_theta) {
     if (B <= 0 || T <= 0) return 0;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
+    if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
+    if (rope_theta > 0.0f && hd % 2 != 0)
+        SHLM_FATAL("attention_bwd: rope needs an even head_dim (%d)", hd);
+    /* the table first: building it (once per shape) must not come between the passes */
+    const void *rope_tab = rope_theta > 0.0f && (kv != 0 || dq != 0)
+                               ? shlm_cuda_rope_table(T, hd, rope_theta)
+                               : NULL;
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
@@ -988,17 +1013,20 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
-    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
-    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
-    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq);
+    const float th = rope_theta;
+    const void *rt = rope_tab;
+    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
+    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
+    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
+    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
 }
 
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse, int B, int T, int nh,
-                                        int nkv, int hd) {
+                                        int nkv, int hd, float rope_theta) {
     /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
      * sm90_enabled) */
     const int k = sm90_enabled() ? 1 : 0;
-    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k);
+    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k,
+                                    rope_theta);
 }

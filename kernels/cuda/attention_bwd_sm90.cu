@@ -37,6 +37,38 @@
  * registers at hd 128, 194 at hd 64 (serial 236 / 186); dQ default 134 / 122. Dynamic
  * shared memory: dK/dV 133,120 bytes at hd 128, 67,584 at hd 64; dQ 132,096 / 99,328.
  *
+ * ---------------------------------------------------------------- attn_bwd_dkv_ws
+ *
+ * dK/dV variants 5-8, variant 6 the default since session 4: attn_bwd_dkv_ws, a
+ * warp-specialised form of variant 0 fed by TMA (its own comment, further down, has the
+ * details): a producer warp loads K and V once and, per (query head, 64-query step), Q and
+ * dO by TMA (tensor maps encoded on the host, tma.cuh's make_map_bf16_3d) plus lse·log2 e
+ * and D into a ring of NS slots with full / empty mbarriers; the two consumer warpgroups
+ * (setmaxnreg 240) run variant 0's products in the same accumulation order, so the
+ * results are bitwise those of variant 0 (and of the mma.sync path). No __syncthreads and
+ * no cp.async in the loop; the schedule also overlaps what variant 0 serialises: 5, 6
+ * (NS 2, 3) issue dV_j, dK_j and the next step's Sᵀ back to back (FA3's order); 8 issues
+ * the next step's Sᵀ and dPᵀ right after dK_j; 7 is the plain order of variant 0 with
+ * only the copies changed (to separate the two effects).
+ * Written without a GPU (session 3; CPU model of the step math and of the mbarrier
+ * protocol under random interleavings: tests/gpu/attn_bwd_ws_model.py), first run in
+ * session 4 (H200, attn_bwd_sm90_check as built above, benchmarks/RESULTS.md "Session
+ * 4"): every case passed the first time, paths 10-13 bitwise equal to path 1 with and
+ * without RoPE, no hang; whole backward B=1 T=4096 32 heads (us, same process):
+ *   hd 128: variant 0 864.7; 5 825.4, 6 826.5, 7 831.7, 8 827.2 (-4.4%);
+ *   hd 64:  variant 0 635.1; 5 545.0, 6 531.9, 7 555.7, 8 549.2 (-16%);
+ * dK/dV alone (later, same run): hd 128 variant 0 675.8, 5-8 548.2 / 549.1 / 537.6 /
+ * 554.0; hd 64 500.9, 396.0 / 379.7 / 387.0 / 380.6. The pass alone gains more than the
+ * whole backward does (read the alone times as a split, as above). compute-sanitizer
+ * memcheck has run on variants 0-4 only (--small --no-ws), not yet on 5-8.
+ * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
+ * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
+ * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232; 8: R231) and
+ * R175 at hd 64, the producer up to R16 (setmaxnreg 24); 3-4 WARPGROUP.DEPBAR per kernel,
+ * exactly the waits in the source (none between k-steps). Dynamic shared memory as
+ * attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120 bytes at hd 128 with two slots, 166,400
+ * with three (67,584 / 84,480 at hd 64), plus 1,024 bytes static (ptxas -v; mbarriers).
+ *
  * ---------------------------------------------------------------- design
  *
  * Block = (kv head, 128-key tile kt, batch element b0 + z), 256 threads = two warpgroups;
@@ -87,6 +119,7 @@
  * dQ (attn_bwd_dq_wgmma below) has its own comment. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/tma.cuh"
 
 #include <math.h>
 
@@ -179,18 +212,105 @@ template <int PENDING> __device__ __forceinline__ void tiles_ready() {
     fence_proxy_async();
     __syncthreads();
 }
+
+/* The inverse RoPE rotation (ops.h rope with inverse = 1, Hugging Face rotate-half) of a
+ * warpgroup's m64n{HD} fp32 accumulator tile, in registers, before its one rounding to
+ * bf16: turns the gradient w.r.t. the post-RoPE q or k rows into the one w.r.t. the
+ * pre-RoPE rows. C-fragment layout: register 4j + 2r + e of lane (g, t) of warp w holds
+ * row 16w + g + 8r, column 8j + 2t + e; so column f < HD/2 and its partner f + HD/2 are
+ * registers j and j + HD/16 of the same thread, and the thread's frequencies are
+ * f = 8j + 2t + e. pos0: the sequence position of the thread's rows with r = 0 (r = 1 is
+ * pos0 + 8); rows at or past T (never stored; the table has T positions) are left as
+ * they are. tab: rope.cu's table, float2 (cos, sin) of pos·theta^(-2f/HD) at
+ * [pos·HD/2 + f], 16-byte aligned. For a = column f, b = column f + HD/2:
+ *   a' = a·cos + b·sin,  b' = b·cos − a·sin.
+ * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues); a new
+ * kernel that stores dk or dq must apply it too, or decline when given a table.
+ * Checked on an H200 (session 4) by tests/gpu/attn_bwd_sm90_check.cu's RoPE cases: every
+ * fused path within 5e-3 relative L2 of the mma.sync backward followed by rope.cu's
+ * inverse, and of the float64 rotation; in bench_kernels the fused rotation adds 21.6 us
+ * to a 866 us backward at T 4096 where the separate inverse pass took 48.2 us. */
+template <int HD>
+__device__ __forceinline__ void rope_inv_acc(float (&acc)[HD / 2], const float2 *__restrict__ tab,
+                                             int pos0, int T, int t) {
+    constexpr int J = HD / 16; /* register blocks per half */
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int pos = pos0 + 8 * r;
+        if (pos >= T) continue;
+        /* frequencies 8j + 2t and 8j + 2t + 1: one 16-byte load of (cos, sin, cos, sin) */
+        const float4 *const cs =
+            reinterpret_cast<const float4 *>(tab + (size_t)pos * (HD / 2) + 2 * t);
+#pragma unroll
+        for (int j = 0; j < J; j++) {
+            const float4 w = __ldg(cs + 4 * j);
+            float &a0 = acc[4 * j + 2 * r], &b0 = acc[4 * (j + J) + 2 * r];
+            float &a1 = acc[4 * j + 2 * r + 1], &b1 = acc[4 * (j + J) + 2 * r + 1];
+            const float x0 = a0, y0 = b0, x1 = a1, y1 = b1;
+            /* explicit roundings: the same bits in every kernel that inlines this,
+             * whatever the compiler would contract */
+            a0 = __fmaf_rn(x0, w.x, __fmul_rn(y0, w.y));
+            b0 = __fmaf_rn(y0, w.x, -__fmul_rn(x0, w.y));
+            a1 = __fmaf_rn(x1, w.z, __fmul_rn(y1, w.w));
+            b1 = __fmaf_rn(y1, w.z, -__fmul_rn(x1, w.w));
+        }
+    }
+}
+
+/* dK and dV of the warpgroup's 64 keys (fp32 m64n{hd} accumulators, the C fragment: lane
+ * (g, t) of warp w holds rows 16w + g, 16w + g + 8 and columns 8j + 2t, 8j + 2t + 1 in
+ * registers 4j + 2r + e) into the dk and dv rows of dqkv (rows = batch element b's keys
+ * kb0.., kb0 + row < T only), staged as bf16 through the warpgroup's own K and V rows of
+ * shared memory (gbase: the K tile, the V tile KTILE bytes on; same swizzled panels) and
+ * written as 16-byte row stores. The caller has waited for every product of the
+ * warpgroup; the barrier here makes that hold for all four warps before the K/V rows are
+ * overwritten. Shared by attn_bwd_dkv_wgmma and attn_bwd_dkv_ws, which apply the
+ * inverse RoPE to dk (rope_inv_acc) before calling it. */
+template <int HD, int KPAN, int KTILE>
+__device__ __forceinline__ void dkv_store(unsigned char *gbase, const float (&dk)[HD / 2],
+                                          const float (&dv)[HD / 2], bf16 *dqkv, int b, int T,
+                                          int kb0, size_t C3, int nh, int nkv, int kvh, int wl,
+                                          int warp, int lane) {
+    constexpr int CH = HD / 8;
+    const int g = lane >> 2, t = lane & 3;
+    bar_sync(1 + wl, 128);
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t off = (j >> 3) * KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(gbase + off) =
+                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
+            *reinterpret_cast<uint32_t *>(gbase + KTILE + off) =
+                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+        }
+    __syncwarp(); /* each warp reads back only its own 16 rows */
+    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
+        const uint32_t off = (c >> 3) * KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (kb0 + row < T) {
+            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + off);
+            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
+                *reinterpret_cast<const uint4 *>(gbase + KTILE + off);
+        }
+    }
+}
 #endif /* SHLM_WGMMA */
 
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dkv_wgmma(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
                        const float *lse, const float *Dv, int b0, int T, int nh, int nkv,
-                       float scale, float scale_log2) {
+                       float scale, float scale_log2, const float2 *rope) {
 #if SHLM_WGMMA
     using C = cfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
-    constexpr int CH = HD / 8; /* 16-byte chunks per row */
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t sK = (raw + 1023u) & ~1023u;
@@ -327,35 +447,340 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
         reg_fence(sa);
     }
 
-    /* dK into the warpgroup's own K rows, dV into its V rows (same swizzled layout), then
-     * 16-byte row stores. The barrier: all four warps' products reading these rows are done. */
-    bar_sync(1 + wl, 128);
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
-            const uint32_t off =
-                (j >> 3) * C::KPAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(gbase + off) =
-                pack_bf16(dk[4 * j + 2 * r], dk[4 * j + 2 * r + 1]);
-            *reinterpret_cast<uint32_t *>(gbase + C::KTILE + off) =
-                pack_bf16(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]);
+    /* rope (non-NULL): dk w.r.t. the pre-RoPE k; the thread's rows are keys kr0, kr0 + 8
+     * (= kb0 + the rows it stores below) */
+    if (rope != nullptr) rope_inv_acc<HD>(dk, rope, kr0, T, t);
+
+    dkv_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, kb0, C3, nh, nkv, kvh, wl, warp,
+                                     lane);
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ dK/dV, warp-specialised
+ *
+ * attn_bwd_dkv_ws (variants 5-8, 6 the default; see the top of the file): the tiles, the
+ * products, the order of each product's accumulation and every fp32 formula of
+ * attn_bwd_dkv_wgmma<HD, true, 2, 2> (so, by construction, the same bits), with the copies
+ * moved to a producer warp fed by TMA, as attention_sm90.cu's attn_fwd_ws: 384 threads =
+ * consumer warpgroups 0 and 1 (warps 0-7, keys k0 + 64·wg.., the two warpgroups of
+ * attn_bwd_dkv_wgmma) + producer warpgroup 2, of which warp 8 alone works (setmaxnreg:
+ * producer 24 registers, consumers 240; 9 warps would cost the register file as much as 12).
+ *  - K and V (the block's 128 rows, once): TMA boxes of 64 columns × 128 rows over qkv
+ *    (tensor map tm_kv) on one mbarrier kv_full (count 1, expect_tx 2·KTILE);
+ *  - per step s (head-major, then 64-query steps from k0, as attn_bwd_dkv_wgmma), ring slot
+ *    s % NS: Q (tm_q over qkv) and dO (tm_o over dout), boxes of 64 columns × 64 rows; the
+ *    128-byte swizzle of the maps is the panel layout of this file; rows past T arrive as
+ *    zeros (TMA's out-of-bounds fill). lse·log2 e and D of the step's 64 queries are
+ *    written into the slot by warp 8's 32 lanes with plain loads (issued before the wait
+ *    for the slot) and stores (+inf and 0 past T, as load_tile's issue does). full[slot]
+ *    has count 32: lane 0 first announces the two tiles' bytes (mbarrier.expect_tx, no
+ *    arrival) and issues their TMA, then every lane arrives after its own lse / D stores
+ *    (release); empty[slot] has count 8: lane 0 of every consumer
+ *    warp, after a __syncwarp, once its warpgroup's products reading the slot were waited
+ *    for (predicated arrive, no branch).
+ *  - A warpgroup skips the steps attn_bwd_dkv_wgmma skips (warpgroup 1 on the first step
+ *    of a head: all its keys after all the queries) and stores no dS for them, but still
+ *    waits for each such step's full phase before it releases the slot, so that no warp
+ *    arrives twice on one phase of an empty barrier (with nqt = 1 warpgroup 1 skips every
+ *    step). The skips happen only where nothing is in flight (see the loop).
+ * Schedules XO (per warpgroup; j = step, dV_j = dV += Pᵀ_j·dO_j, dK_j = dK += dSᵀ_j·Q_j):
+ *  0 the plain order of attn_bwd_dkv_wgmma: issue Sᵀ_j, dPᵀ_j; wait Sᵀ; exp; issue dV_j;
+ *    wait dPᵀ; dSᵀ, its stores; issue dK_j; wait all; release slot j (variant 7);
+ *  1 as 0, but after issuing dK_j: wait dV_j, wait for slot j + 1, issue Sᵀ_{j+1},
+ *    dPᵀ_{j+1}; the wait for Sᵀ_{j+1} at the top of step j + 1 covers dK_j and releases
+ *    slot j. The tensor cores get dK_j, Sᵀ_{j+1}, dPᵀ_{j+1} back to back (variant 8;
+ *    an earlier form of the loop spilled with it at hd 128, this one fits: R231);
+ *  2 FA3's order: top of step j: wait all (dV_{j-1}, dK_{j-1}, Sᵀ_j), release slot j - 1,
+ *    issue dPᵀ_j; exp into fp32 Pᵀ (no bf16 yet) while dPᵀ runs; wait dPᵀ; bf16 Pᵀ and dSᵀ
+ *    (the same values: only their packing moves), dS stores; issue dV_j and dK_j; wait for
+ *    slot j + 1, issue Sᵀ_{j+1}. Nothing is waited for between dV_j, dK_j and Sᵀ_{j+1};
+ *    bf16 Pᵀ no longer lives beside fp32 Pᵀ, dPᵀ and dSᵀ, which is what lets hd 128 fit
+ *    in 240 registers (variants 5: two slots, 6: three).
+ * The products' accumulation orders do not change with the schedule (each accumulator
+ * takes its k-steps and steps in the same order), so all three give the bits of
+ * attn_bwd_dkv_wgmma. Pᵀ and dSᵀ are computed into fresh registers, never in place into
+ * Sᵀ / dPᵀ: with XO 1 those are loop-carried and a non-wgmma write to them made ptxas
+ * serialise everything (C7515). */
+constexpr int DKV_WS_THREADS = 384;
+constexpr int DKV_WS_PRODUCER_REGS = 24, DKV_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
+
+#if SHLM_WGMMA
+#endif /* SHLM_WGMMA */
+
+template <int HD, int NS, int XO>
+__global__ void __launch_bounds__(DKV_WS_THREADS, 1)
+    attn_bwd_dkv_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const float *lse, const float *Dv,
+                    const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
+                    const __grid_constant__ CUtensorMap tm_o, int b0, int T, int nh, int nkv,
+                    float scale, float scale_log2, const float2 *rope) {
+#if SHLM_WGMMA
+    using namespace shlm_tma;
+    using C = cfg<HD, 2, NS>;
+    static_assert(XO >= 0 && XO <= 2, "schedules 0-2");
+    constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
+    constexpr int NP = HD / 64; /* 64-column panels per tile: TMA boxes per tile */
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[1 + 2 * NS];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sK = (raw + 1023u) & ~1023u;
+    unsigned char *const gbase = smem_raw + (sK - raw);
+    const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + NS * C::QTILE;
+    float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 2 * NS * C::QTILE);
+    float *const D_b = lse_b + NS * BQ;
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    const uint32_t kv_full = bar0;
+    auto full = [&](int s) { return bar0 + 8u * (1 + s); };
+    auto empty = [&](int s) { return bar0 + 8u * (1 + NS + s); };
+
+    const int kvh = blockIdx.x, kt = blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int k0 = kt * BK;
+    const int group = nh / nkv;
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    /* query steps from the block's first key, head-major (as attn_bwd_dkv_wgmma) */
+    const int nqt = (T - k0 + BQ - 1) / BQ, nsteps = group * nqt;
+    const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
+
+    if (threadIdx.x == 0) {
+        mbar_init(kv_full, 1);
+        for (int s = 0; s < NS; s++) {
+            mbar_init(full(s), 32);
+            mbar_init(empty(s), 8);
         }
-    __syncwarp(); /* each warp reads back only its own 16 rows */
-    bf16 *const rows = dqkv + ((size_t)b * T + kb0) * C3;
+        mbar_fence_init();
+    }
+    __syncthreads();
+
+    if (warp_all >= 8) { /* the producer warpgroup: warp 8 loads, the others leave */
+        setmaxnreg_dec<DKV_WS_PRODUCER_REGS>();
+        if (warp_all != 8) return;
+        if (lane == 0) {
+            tma_prefetch_desc(&tm_kv);
+            tma_prefetch_desc(&tm_q);
+            tma_prefetch_desc(&tm_o);
+            mbar_arrive_expect_tx(kv_full, 2 * C::KTILE);
 #pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
-        const uint32_t off = (c >> 3) * C::KPAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (kb0 + row < T) {
-            bf16 *const dst = rows + (size_t)row * C3 + c * 8;
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + off);
-            *reinterpret_cast<uint4 *>(dst + (size_t)(nh + nkv + kvh) * HD) =
-                *reinterpret_cast<const uint4 *>(gbase + C::KTILE + off);
+            for (int p = 0; p < NP; p++) {
+                tma_load_3d(sK + p * C::KPAN, &tm_kv, kv_full, (nh + kvh) * HD + 64 * p, k0, b);
+                tma_load_3d(sV + p * C::KPAN, &tm_kv, kv_full, (nh + nkv + kvh) * HD + 64 * p, k0, b);
+            }
+        }
+        int hi = 0, qs = 0; /* step s = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
+        for (int s = 0; s < nsteps; s++) {
+            const int slot = s % NS, u = s / NS;
+            const int h = kvh * group + hi, q0 = k0 + qs * BQ;
+            /* this lane's lse and D (queries q0 + lane, q0 + lane + 32), loaded before the
+             * wait for the slot so that their latency hides behind it; +inf makes every
+             * probability of a query past T exactly zero */
+            const size_t row = ((size_t)b * nh + h) * T;
+            float lv[2], dv[2];
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int q = q0 + lane + 32 * e;
+                lv[e] = q < T ? lse[row + q] * LOG2E : INFINITY;
+                dv[e] = q < T ? Dv[row + q] : 0.0f;
+            }
+            if (u > 0) mbar_wait(empty(slot), (u - 1) & 1); /* both warpgroups are done with step s - NS */
+            if (lane == 0) {
+                mbar_expect_tx(full(slot), 2 * C::QTILE);
+#pragma unroll
+                for (int p = 0; p < NP; p++) {
+                    tma_load_3d(sQ + slot * C::QTILE + p * QPANEL, &tm_q, full(slot), h * HD + 64 * p, q0, b);
+                    tma_load_3d(sO + slot * C::QTILE + p * QPANEL, &tm_o, full(slot), h * HD + 64 * p, q0, b);
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                lse_b[slot * BQ + lane + 32 * e] = lv[e];
+                D_b[slot * BQ + lane + 32 * e] = dv[e];
+            }
+            mbar_arrive(full(slot)); /* release: this lane's stores above */
+            if (++qs == nqt) qs = 0, hi++;
+        }
+        return;
+    }
+
+    /* the consumers: warpgroup wl of attn_bwd_dkv_wgmma<HD, true, 2, 2> */
+    setmaxnreg_inc<DKV_WS_CONSUMER_REGS>();
+    const int wl = warp_all >> 2, warp = warp_all & 3;
+    const int g = lane >> 2, t = lane & 3;
+    const int kg0 = k0 + 64 * wl;        /* the warpgroup's first key */
+    const int kr0 = kg0 + 16 * warp + g; /* the thread's keys: kr0, kr0 + 8 */
+
+    const uint64_t dKa = make_desc(sK + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dVa = make_desc(sV + 64 * wl * ROW_BYTES, 16, 1024);
+    const uint64_t dQk = make_desc(sQ, 16, 1024), dOk = make_desc(sO, 16, 1024);
+    const uint64_t dQn = make_desc(sQ, QPANEL, 1024), dOn = make_desc(sO, QPANEL, 1024);
+
+    float dv[NA], dk[NA], s[32], dp[32];
+    uint32_t pa[16], sa[16];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dv[i] = dk[i] = 0.0f;
+    reg_fence(dv); /* the zeros are set before any product is issued (see below) */
+    reg_fence(dk);
+
+    bf16 *const ds_lane = dS + ((size_t)z * nh * ds_head + kt) * DS_TILE +
+                          (size_t)((4 * wl + warp) * 4) * DS_FRAG + lane * 8;
+    /* this warp is done with a slot (its warpgroup's products reading it were waited for,
+     * every lane's lse / D reads are behind the __syncwarp); a predicated arrive, no branch */
+    auto release = [&](int slot, bool pred) {
+        __syncwarp();
+        mbar_arrive_if(empty(slot), lane == 0 && pred);
+    };
+    /* Sᵀ (and dPᵀ) of step st, each its own commit group */
+    auto issue_s = [&](int st) {
+        wgmma_fence();
+        gemm_kq<HD, C::KPAN>(s, dKa, desc_add(dQk, (st % NS) * C::QTILE));
+        wgmma_commit();
+    };
+    auto issue_dp = [&](int st) {
+        wgmma_fence();
+        gemm_kq<HD, C::KPAN>(dp, dVa, desc_add(dOk, (st % NS) * C::QTILE));
+        wgmma_commit();
+    };
+    auto slot_ready = [&](int st) { mbar_wait(full(st % NS), (st / NS) & 1); };
+
+    /* The schedules (XO; see the comment above the kernel): 0 the plain order, 1 step
+     * j + 1's Sᵀ and dPᵀ issued right after dK_j, 2 dV_j, dK_j and step j + 1's Sᵀ issued
+     * together, dPᵀ at the top of step j + 1. A step is carried into the next (its slot
+     * released at the top of the next) only when the next is this warpgroup's too;
+     * otherwise it ends waiting for everything, skips, then issues the next step's first
+     * products: every wgmma issue in a branch is reached with nothing in flight, which is
+     * what keeps ptxas from serialising them (C7518 with a skip test inside the loop). */
+    int step = 0, hi = 0, qs = 0; /* step = hi·nqt + qs: head kvh·group + hi, queries k0 + 64·qs.. */
+    /* steps this warpgroup skips (all its keys after all the queries: warpgroup 1 on the
+     * first step of a head): wait for the slot's phase, release it; only where no product
+     * is in flight */
+    auto skip_steps = [&]() {
+        while (step < nsteps && kg0 > k0 + qs * BQ + BQ - 1) {
+            slot_ready(step);
+            release(step % NS, true);
+            step++;
+            if (++qs == nqt) qs = 0, hi++;
+        }
+    };
+    bool carried = false; /* XO != 0: step - 1's dK in flight, its slot not yet released */
+    mbar_wait(kv_full, 0);
+    skip_steps();
+    if (step == nsteps) goto done; /* warpgroup 1 of a block with nqt = 1 */
+    if constexpr (XO != 0) {
+        slot_ready(step);
+        issue_s(step);
+        if constexpr (XO == 1) issue_dp(step);
+    }
+    for (;;) {
+        const int slot = step % NS;
+        const int h = kvh * group + hi, q0 = k0 + qs * BQ;
+        if (++qs == nqt) qs = 0, hi++;
+        const uint32_t qoff = slot * C::QTILE;
+        if constexpr (XO == 0) {
+            slot_ready(step);
+            issue_s(step);
+            issue_dp(step);
+            wgmma_wait<1>(); /* Sᵀ; dPᵀ may still run */
+        } else if constexpr (XO == 1) {
+            wgmma_wait<1>(); /* step - 1's dV, dK, Sᵀ; dPᵀ may still run */
+        } else {
+            wgmma_wait<0>(); /* step - 1's dV, dK, Sᵀ */
+            issue_dp(step);
+        }
+        reg_fence(s);
+        if constexpr (XO == 2) {
+            reg_fence(dv);
+            reg_fence(dk);
+            reg_fence(pa);
+            reg_fence(sa);
+        }
+        /* step - 1's slot, when its products were still in flight at the end of it (the
+         * other path released it there, and skipped steps release their own) */
+        if constexpr (XO != 0) release((step + NS - 1) % NS, carried);
+        const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
+
+        /* Pᵀ into pf, dSᵀ straight into sa, never in place: with Sᵀ and dPᵀ of the next
+         * step issued at the end of this one, s and dp are loop-carried, and a non-wgmma
+         * write to them made ptxas serialise every wgmma (C7515). pf takes s's registers. */
+        float pf[32];
+        const bool diag = kg0 + 63 > q0; /* some key follows some query */
+#pragma unroll
+        for (int i = 0; i < 32; i++) {
+            const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
+            float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
+            if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
+            pf[i] = p;
+        }
+        if constexpr (XO != 2) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
+            wgmma_fence();
+            gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+            wgmma_commit();
+            wgmma_wait<1>(); /* dPᵀ; dV may still run */
+        } else {
+            wgmma_wait<0>(); /* dPᵀ */
+        }
+        reg_fence(dp);
+
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+            const int qi = 8 * (i >> 1) + 2 * t; /* of element 2i; 2i + 1 is qi + 1 */
+            if constexpr (XO == 2) pa[i] = pack_bf16(pf[2 * i], pf[2 * i + 1]);
+            sa[i] = pack_bf16(pf[2 * i] * (dp[2 * i] - D_s[qi]) * scale,
+                              pf[2 * i + 1] * (dp[2 * i + 1] - D_s[qi + 1]) * scale);
+        }
+        /* (a step of this warpgroup has keys at or before some query: stored always; the
+         * test is kept, a predicated store, for the steps attn_bwd_dkv_wgmma stores) */
+        if (kg0 <= q0 + BQ - 1) {
+            bf16 *const ds_out = ds_lane + ((size_t)h * ds_head + ds_tile_base(q0 / BQ)) * DS_TILE;
+#pragma unroll
+            for (int kq = 0; kq < 4; kq++)
+                *reinterpret_cast<uint4 *>(ds_out + kq * DS_FRAG) =
+                    make_uint4(sa[4 * kq], sa[4 * kq + 1], sa[4 * kq + 2], sa[4 * kq + 3]);
+        }
+
+        if constexpr (XO == 2) {
+            wgmma_fence();
+            gemm_acc<HD>(dv, pa, desc_add(dOn, qoff));
+            wgmma_commit();
+        }
+        wgmma_fence();
+        gemm_acc<HD>(dk, sa, desc_add(dQn, qoff));
+        wgmma_commit();
+        if constexpr (XO != 0) {
+            if (step + 1 < nsteps && kg0 <= k0 + qs * BQ + BQ - 1) {
+                if constexpr (XO != 2) {
+                    wgmma_wait<1>(); /* dV; dK may still run */
+                    reg_fence(dv);
+                    reg_fence(pa);
+                }
+                slot_ready(step + 1);
+                issue_s(step + 1);
+                if constexpr (XO == 1) issue_dp(step + 1);
+                step++;
+                carried = true;
+                continue;
+            }
+        }
+        wgmma_wait<0>();
+        reg_fence(dv);
+        reg_fence(dk);
+        reg_fence(pa);
+        reg_fence(sa);
+        release(slot, true);
+        carried = false;
+        step++;
+        skip_steps();
+        if (step == nsteps) break;
+        if constexpr (XO != 0) {
+            slot_ready(step);
+            issue_s(step);
+            if constexpr (XO == 1) issue_dp(step);
         }
     }
+done:
+    /* rope (non-NULL): dk w.r.t. the pre-RoPE k, as in attn_bwd_dkv_wgmma; the thread's
+     * rows are keys k0 + 64·wl + 16·warp + (lane >> 2) (+ 8) */
+    if (rope != nullptr) rope_inv_acc<HD>(dk, rope, k0 + 64 * wl + 16 * warp + (lane >> 2), T, lane & 3);
+    dkv_store<HD, C::KPAN, C::KTILE>(gbase, dk, dv, dqkv, b, T, k0, C3, nh, nkv, kvh, wl, warp,
+                                        lane);
 #endif /* SHLM_WGMMA */
 }
 
@@ -424,7 +849,7 @@ template <int HD, int NWG, int NS> struct dqcfg {
 template <int HD, int NWG, int NS>
 __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
-                      int nh, int nkv) {
+                      int nh, int nkv, const float2 *rope) {
 #if SHLM_WGMMA
     using C = dqcfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
@@ -490,6 +915,9 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
         else dq_tile<HD, 8>(dq, fr, dk);
     }
     if (!active) return;
+    /* rope (non-NULL): dq w.r.t. the pre-RoPE q; the thread's rows are queries
+     * q0 + 64·wl + 16·warp + g (+ 8), the rows it stores below */
+    if (rope != nullptr) rope_inv_acc<HD>(dq, rope, q0 + 64 * wl + 16 * warp + g, T, t);
 
     /* dq into the warpgroup's rows of an unused stage's K tile (the last step's neighbour:
      * every copy has landed, nothing reads it any more), then 16-byte row stores; each
@@ -522,7 +950,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 template <int HD, bool OVERLAP, int NWG, int NS, bool PP = false>
 void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
-            float scale_log2) {
+            float scale_log2, const float2 *rope) {
     using C = cfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
@@ -532,47 +960,88 @@ void launch(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *
     }
     dim3 grid(nkv, (T + C::KROWS - 1) / C::KROWS, nb);
     attn_bwd_dkv_wgmma<HD, OVERLAP, NWG, NS, PP><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2);
+        dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, T, nh, nkv, scale, scale_log2, rope);
     CUDA_CHECK_LAST();
+}
+
+/* attn_bwd_dkv_ws: three tensor maps (K/V boxes of 128 rows and Q boxes of 64 over qkv,
+ * dO boxes of 64 over dout), each covering batch elements 0..b0+nb-1; false (nothing
+ * queued) when the driver cannot encode them */
+template <int HD, int NS, int XO>
+bool launch_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
+               const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv,
+               float scale, float scale_log2, const float2 *rope) {
+    using C = cfg<HD, 2, NS>;
+    static_assert(C::SMEM + 1024 <= 227 * 1024, "dynamic + static shared memory per block");
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
+    CUtensorMap tm_kv, tm_q, tm_o;
+    if (!shlm_tma_host::make_map_bf16_3d(&tm_kv, qkv, C3, T, b0 + nb, BK) ||
+        !shlm_tma_host::make_map_bf16_3d(&tm_q, qkv, C3, T, b0 + nb, BQ) ||
+        !shlm_tma_host::make_map_bf16_3d(&tm_o, dout, CO, T, b0 + nb, BQ))
+        return false;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD, NS, XO>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        done = true;
+    }
+    dim3 grid(nkv, (T + BK - 1) / BK, nb);
+    attn_bwd_dkv_ws<HD, NS, XO><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, lse, Dv, tm_kv, tm_q, tm_o, b0, T, nh, nkv, scale, scale_log2, rope);
+    CUDA_CHECK_LAST();
+    return true;
 }
 
 /* dK/dV pipelines: 0 two warpgroups, overlapped, Q/dO double-buffered; 1 the same,
  * serial; 2 one warpgroup (64 keys) per block, overlapped; 3 as 0 with three Q/dO buffers
- * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP).
- * DKV_DEFAULT: what the plain entry runs. */
-constexpr int DKV_DEFAULT = 0;
+ * (copies two steps ahead); 4 as 0 with warpgroup 1 issuing after warpgroup 0 (PP);
+ * attn_bwd_dkv_ws (TMA producer warp, mbarrier ring; see the top of the file): 5 two
+ * slots, schedule XO 2 (FA3's order); 6 three slots, XO 2; 7 two slots, XO 0 (the plain
+ * order of 0); 8 two slots, XO 1. A variant 5-8 declines (returns 1, nothing queued) when
+ * the tensor maps cannot be made; the plain entry then runs variant 0.
+ * DKV_DEFAULT: what the plain entry runs (6: the fastest whole backward at both head
+ * dims in session 4's run, bitwise equal to 0). */
+constexpr int DKV_DEFAULT = 6;
 
 template <int HD>
-void dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
+bool dkv_hd(int variant, bf16 *d, bf16 *s, size_t ds_head, const bf16 *g, const bf16 *x,
             const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv, float scale,
-            float scale_log2) {
-    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
+            float scale_log2, const float2 *rp) {
+    if (variant == 5) return launch_ws<HD, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    if (variant == 6) return launch_ws<HD, 3, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    if (variant == 7) return launch_ws<HD, 2, 0>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    if (variant == 8) return launch_ws<HD, 2, 1>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    if (variant == 1) launch<HD, false, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 2) launch<HD, true, 1, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 3) launch<HD, true, 2, 3>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else if (variant == 4) launch<HD, true, 2, 2, true>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else launch<HD, true, 2, 2>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    return true;
 }
 
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
         const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
-        float scale_log2, int variant) {
+        float scale_log2, int variant, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
     if (!shlm_aligned(qkv, 16) || !shlm_aligned(dout, 16) || !shlm_aligned(dqkv, 16) ||
-        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4))
+        !shlm_aligned(dS, 16) || !shlm_aligned(lse, 4) || !shlm_aligned(Dv, 4) ||
+        !shlm_aligned(rope, 16))
         return 1;
     if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    if (hd == 128) dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    else dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2);
-    return 0;
+    const float2 *rp = (const float2 *)rope;
+    const bool ok =
+        hd == 128 ? dkv_hd<128>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp)
+                  : dkv_hd<64>(variant, d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    return ok ? 0 : 1;
 }
 
 template <int HD, int NWG, int NS>
 void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
-               int nh, int nkv) {
+               int nh, int nkv, const float2 *rope) {
     using C = dqcfg<HD, NWG, NS>;
     static bool done = false;
     if (!done) {
@@ -582,7 +1051,7 @@ void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int 
     }
     dim3 grid(nh, (T + 64 * NWG - 1) / (64 * NWG), nb);
     attn_bwd_dq_wgmma<HD, NWG, NS><<<grid, NWG * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, qkv, b0, T, nh, nkv);
+        dqkv, dS, ds_head, qkv, b0, T, nh, nkv, rope);
     CUDA_CHECK_LAST();
 }
 
@@ -591,22 +1060,25 @@ void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int 
 constexpr int DQ_DEFAULT = 0;
 
 int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
-       int nkv, int hd, int variant) {
+       int nkv, int hd, int variant, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
-    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16)) return 1;
+    if (!shlm_aligned(qkv, 16) || !shlm_aligned(dqkv, 16) || !shlm_aligned(dS, 16) ||
+        !shlm_aligned(rope, 16))
+        return 1;
     if (!shlm_cuda_sm90_usable()) return 1; /* attention_sm90.cu's probe */
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
+    const float2 *rp = (const float2 *)rope;
     if (hd == 128) {
-        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
     } else {
-        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv);
-        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv);
+        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
     }
     return 0;
 }
@@ -621,30 +1093,35 @@ extern "C" int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, si
                                                         const float *lse, const float *D, int b0,
                                                         int nb, int T, int nh, int nkv, int hd,
                                                         float scale, float scale_log2,
-                                                        int variant) {
+                                                        int variant, const void *rope) {
     return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, variant);
+                      scale_log2, variant, rope);
 }
 
 extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
                                                 const void *dout, const void *qkv,
                                                 const float *lse, const float *D, int b0, int nb,
                                                 int T, int nh, int nkv, int hd, float scale,
-                                                float scale_log2) {
-    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, sm90b::DKV_DEFAULT);
+                                                float scale_log2, const void *rope) {
+    int rc = sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                        scale_log2, sm90b::DKV_DEFAULT, rope);
+    if (rc != 0 && sm90b::DKV_DEFAULT >= 5) /* no tensor maps (driver entry point): cp.async */
+        rc = sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
+                        scale_log2, 0, rope);
+    return rc;
 }
 
 /* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
  * 1: not handled, nothing queued. variant: see DQ_DEFAULT. */
 extern "C" int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
                                                        const void *qkv, int b0, int nb, int T,
-                                                       int nh, int nkv, int hd, int variant) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant);
+                                                       int nh, int nkv, int hd, int variant,
+                                                       const void *rope) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, variant, rope);
 }
 
 extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
                                                const void *qkv, int b0, int nb, int T, int nh,
-                                               int nkv, int hd) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT);
+                                               int nkv, int hd, const void *rope) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, sm90b::DQ_DEFAULT, rope);
 }

@@ -773,50 +773,15 @@ void launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nk
     CUDA_CHECK_LAST();
 }
 
-/* cuTensorMapEncodeTiled from the driver, asked once through the runtime (the build does
- * not link libcuda); null when the driver has none */
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    static bool asked = false;
-    if (!asked) {
-        asked = true;
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-        const cudaError_t e =
-            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-#else
-        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q);
-#endif
-        if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && p)
-            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
-        else
-            (void)cudaGetLastError(); /* not sticky; leave no error behind */
-    }
-    return fn;
-}
-
-/* qkv as a 3-d bf16 tensor (column, row t < T, batch b < B), row stride C3 elements; box
- * 64 columns × 128 rows × 1 batch, 128-byte swizzle: one panel of the kernels' layout.
- * False when the driver cannot make it. */
-bool make_map(CUtensorMap *map, const bf16 *qkv, int B, int T, size_t C3) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
-    if (!enc) return false;
-    const cuuint64_t dims[3] = {(cuuint64_t)C3, (cuuint64_t)T, (cuuint64_t)B};
-    const cuuint64_t strides[2] = {(cuuint64_t)C3 * 2, (cuuint64_t)T * C3 * 2}; /* bytes */
-    const cuuint32_t box[3] = {64, (cuuint32_t)BN, 1};
-    const cuuint32_t estr[3] = {1, 1, 1};
-    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, (void *)qkv, dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 template <int HD, int STAGES, bool PINGPONG, int SCHED>
 bool launch_ws(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
     constexpr bool PERSIST = SCHED != 0;
     constexpr int SMEM = (1 + (PERSIST ? 1 : 0) + 2 * STAGES) * cfg<HD>::TILE + 1024;
+    /* qkv as (column, row t < T, batch b < B), boxes of 64 columns x BN rows: one panel
+     * of the kernels' layout per load; false when the driver cannot make it */
     CUtensorMap map;
-    if (!make_map(&map, qkv, B, T, (size_t)(nh + 2 * nkv) * HD)) return false;
+    if (!shlm_tma_host::make_map_bf16_3d(&map, qkv, (size_t)(nh + 2 * nkv) * HD, T, B, BN))
+        return false;
     static bool done = false;
     if (!done) {
         CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, STAGES, PINGPONG, SCHED>,

@@ -85,6 +85,14 @@ void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout, const vo
 /* head_dim must be even (aborts otherwise) */
 void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
                     int inverse);
+/* rope's device table for positions 0..npos-1: float2 (cos, sin) of the angle
+ * pos·theta^(-2f/head_dim) at [pos·(head_dim/2) + f], computed in double, 256-byte aligned
+ * (typed void for C; a const float2 * in CUDA). Built on the first call for this
+ * (head_dim, theta) or for more positions, then kept: valid until a rope call or this one
+ * asks for another head_dim or theta or more positions (the rebuild waits for queued
+ * kernels that read the old one). For kernels that fuse the rotation (the attention
+ * backward's Hopper epilogues). */
+const void *shlm_cuda_rope_table(int npos, int head_dim, float theta);
 
 /* Flash attention on tensor cores (mma.sync bf16, fp32 accumulation); any head_dim up
  * to 128; nh must be a multiple of nkv (aborts otherwise). The backward is deterministic
@@ -93,8 +101,12 @@ void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim
  * environment turns them off); the backward's give the same bits as the mma.sync ones. */
 void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
                              int nkv, int hd);
+/* rope_theta > 0 (ops.h): dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels rotate their
+ * fp32 accumulators before the store (one rounding), a pass whose dK/dV or dQ ran on the
+ * mma.sync kernels gets shlm_cuda_rope(inverse) on those rows afterwards. */
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                             const float *lse, int B, int T, int nh, int nkv, int hd);
+                             const float *lse, int B, int T, int nh, int nkv, int hd,
+                             float rope_theta);
 /* The forward on Hopper warpgroup MMA (attention_sm90.cu, checked on an H200 by
  * tests/gpu/attn_sm90_check.cu): head_dim 64 or 128, 16-byte-aligned qkv and out, a
  * compute capability 9.0 device and a build with its sm_90a code. Returns 0 when it
@@ -115,32 +127,38 @@ int shlm_cuda_sm90_usable(void);
  * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
  * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
  * (nothing queued). shlm_cuda_attention_bwd tries it per pass unless SHLM_ATTN_SM90=0.
- * The _variant form picks the pipeline (attention_bwd_sm90.cu's DKV_DEFAULT lists them). */
+ * The _variant form picks the pipeline (attention_bwd_sm90.cu's DKV_DEFAULT lists them).
+ * rope: NULL, or shlm_cuda_rope_table(npos >= T, hd, theta): the dk rows are stored
+ * inverse-rotated (w.r.t. the pre-RoPE k, key position t of row b·T + t), rotated in fp32
+ * before the one rounding to bf16; dv and the dS tiles are the same either way. */
 int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
                                      const void *qkv, const float *lse, const float *D, int b0,
                                      int nb, int T, int nh, int nkv, int hd, float scale,
-                                     float scale_log2);
+                                     float scale_log2, const void *rope);
 int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
                                              const void *dout, const void *qkv, const float *lse,
                                              const float *D, int b0, int nb, int T, int nh,
                                              int nkv, int hd, float scale, float scale_log2,
-                                             int variant);
+                                             int variant, const void *rope);
 /* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
  * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
- * return value as the dK/dV one; variants: DQ_DEFAULT there. */
+ * return value as the dK/dV one; variants: DQ_DEFAULT there. rope: as for dK/dV, on the
+ * dq rows (query positions). */
 int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
-                                    int b0, int nb, int T, int nh, int nkv, int hd);
+                                    int b0, int nb, int T, int nh, int nkv, int hd,
+                                    const void *rope);
 int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
                                             const void *qkv, int b0, int nb, int T, int nh,
-                                            int nkv, int hd, int variant);
+                                            int nkv, int hd, int variant, const void *rope);
 /* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): kv picks
  * the dK/dV kernel, dq the dQ one: 0 attention.cu's mma.sync kernel, 1 the wgmma one in
  * its default variant (what shlm_cuda_attention_bwd runs), 2 + v its variant v. Returns 1
  * when a wgmma kernel was asked for but declined some pass (the mma.sync one ran there
- * instead), else 0. */
+ * instead), else 0. rope_theta as shlm_cuda_attention_bwd's: fused into the wgmma
+ * kernels, the rope kernel after the mma.sync ones (per pass, on their rows only). */
 int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
                                     const void *out, const float *lse, int B, int T, int nh,
-                                    int nkv, int hd, int kv, int dq);
+                                    int nkv, int hd, int kv, int dq, float rope_theta);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */

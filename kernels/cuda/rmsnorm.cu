@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(RMS_THREADS)
  * groups of 8 columns, so the row is read from memory once and the block is sized to
  * the row (every Llama width: 2048 -> 256 threads, 4096 -> 512, 5120 -> 320·2). */
 template <int VPT>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(512)
     rmsnorm_fwd_reg_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
                            float eps) {
     __shared__ float red[32];
@@ -81,11 +81,16 @@ __global__ void __launch_bounds__(1024)
 }
 
 /* Stage 1 of the backward with the row in registers (layout as rmsnorm_fwd_reg_kernel):
- * x, dy and the dx being added to are loaded once, before the row's reduction; each
- * thread's dweight partial stays in registers across its block's rows (same fixed
- * order as rmsnorm_bwd_kernel below). */
+ * x, dy and the dx being added to are loaded once; each thread's dweight partial stays
+ * in registers across its block's rows (same fixed order as rmsnorm_bwd_kernel below).
+ * With one group of 8 per thread, the loads of the block's next row are issued before
+ * this row's reduction, so that memory can stay busy through the barriers and stores
+ * (the one-row-at-a-time form measured 51% of the copy ceiling at N = C = 4096 on an
+ * H200; this form is not measured yet). Rows are disjoint, so dinp may still alias dout. At most 512 threads (C <= 4096 with one
+ * group of 8 per thread, <= 8192 with two) and two blocks per SM, so 64 registers:
+ * enough for one group and the next row (no spills); two groups load row by row. */
 template <int VPT>
-__global__ void __launch_bounds__(1024)
+__global__ void __launch_bounds__(512, 2)
     rmsnorm_bwd_reg_kernel(bf16 *dinp, float *partials, const bf16 *dout, const bf16 *inp,
                            const bf16 *weight, const float *rstd, int N, int C) {
     __shared__ float red[32];
@@ -96,31 +101,59 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
         for (int k = 0; k < 8; k++) part[v][k] = 0.0f;
     }
-    for (int row = blockIdx.x; row < N; row += gridDim.x) {
-        const bf16 *x = inp + (size_t)row * C, *dy = dout + (size_t)row * C;
-        bf16 *dx = dinp + (size_t)row * C;
-        const float r = rstd[row];
-        float fx[VPT][8], fy[VPT][8], fd[VPT][8];
-        float dot = 0.0f;
+    /* rows held packed (8 bf16 in 16 bytes) until used: the current row and the next one
+     * in flight fit the registers of two 512-thread blocks per SM */
+    bf16x8 px[VPT], py[VPT], pd[VPT];
+    auto load_row = [&](int row, bf16x8 (&ax)[VPT], bf16x8 (&ay)[VPT], bf16x8 (&ad)[VPT]) {
+        const size_t o = (size_t)row * C;
 #pragma unroll
         for (int v = 0; v < VPT; v++) {
             const int c = (threadIdx.x + v * blockDim.x) * 8;
-            load_bf16x8(fx[v], x + c);
-            load_bf16x8(fy[v], dy + c);
-            load_bf16x8(fd[v], dx + c);
-#pragma unroll
-            for (int k = 0; k < 8; k++) dot += fy[v][k] * w[v][k] * fx[v][k];
+            ax[v] = *reinterpret_cast<const bf16x8 *>(inp + o + c);
+            ay[v] = *reinterpret_cast<const bf16x8 *>(dout + o + c);
+            ad[v] = *reinterpret_cast<const bf16x8 *>(dinp + o + c);
         }
+    };
+    /* the next row in flight with one group per thread; with two there is no register
+     * room for it (it would spill), so each row is loaded at its turn */
+    constexpr bool AHEAD = VPT == 1;
+    int row = blockIdx.x;
+    if (AHEAD && row < N) load_row(row, px, py, pd);
+    for (; row < N; row += gridDim.x) {
+        const int next = row + gridDim.x;
+        bf16x8 nx[VPT], ny[VPT], nd[VPT];
+        if (!AHEAD) load_row(row, px, py, pd);
+        else if (next < N) load_row(next, nx, ny, nd);
+        const float r = rstd[row];
+        float dot = 0.0f;
+#pragma unroll
+        for (int v = 0; v < VPT; v++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float2 x2 = __bfloat1622float2(px[v].h[i]), y2 = __bfloat1622float2(py[v].h[i]);
+                dot += y2.x * w[v][2 * i] * x2.x;
+                dot += y2.y * w[v][2 * i + 1] * x2.y;
+            }
         dot = block_sum(dot, red);
         const float kk = r * r * r * dot / (float)C;
+        bf16 *dx = dinp + (size_t)row * C;
 #pragma unroll
         for (int v = 0; v < VPT; v++) {
+            float fd[8];
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                part[v][k] += fy[v][k] * fx[v][k] * r;
-                fd[v][k] += r * w[v][k] * fy[v][k] - kk * fx[v][k];
+            for (int i = 0; i < 4; i++) {
+                const float2 x2 = __bfloat1622float2(px[v].h[i]), y2 = __bfloat1622float2(py[v].h[i]);
+                const float2 d2 = __bfloat1622float2(pd[v].h[i]);
+                part[v][2 * i] += y2.x * x2.x * r;
+                part[v][2 * i + 1] += y2.y * x2.y * r;
+                fd[2 * i] = d2.x + (r * w[v][2 * i] * y2.x - kk * x2.x);
+                fd[2 * i + 1] = d2.y + (r * w[v][2 * i + 1] * y2.y - kk * x2.y);
             }
-            store_bf16x8(dx + (threadIdx.x + v * blockDim.x) * 8, fd[v]);
+            store_bf16x8(dx + (threadIdx.x + v * blockDim.x) * 8, fd);
+        }
+        if (AHEAD && next < N) {
+#pragma unroll
+            for (int v = 0; v < VPT; v++) px[v] = nx[v], py[v] = ny[v], pd[v] = nd[v];
         }
     }
     float *dst = partials + (size_t)blockIdx.x * C;
@@ -230,11 +263,12 @@ __global__ void __launch_bounds__(RMS_DW_WARPS * 32)
 enum { RMS_BWD_GROUPS = 256 };
 
 /* Threads per row for the register kernels with VPT groups of 8 per thread: C/(8·VPT)
- * when that is a whole number of warps within 64..1024, else 0 (use the loop kernels). */
+ * when that is a whole number of warps within 64..512 (their launch bounds), else 0
+ * (use the loop kernels). */
 static int reg_threads(int C, int VPT) {
     if (C % (8 * VPT) != 0) return 0;
     const int t = C / (8 * VPT);
-    return t % 32 == 0 && t >= 64 && t <= 1024 ? t : 0;
+    return t % 32 == 0 && t >= 64 && t <= 512 ? t : 0;
 }
 
 /* The register layout for C, or 0: one group per thread up to 512 threads, else two. */

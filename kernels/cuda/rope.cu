@@ -86,6 +86,12 @@ static const float2 *rope_table(int npos, int head_dim, float theta) {
     return g_tab;
 }
 
+extern "C" const void *shlm_cuda_rope_table(int npos, int head_dim, float theta) {
+    if (npos <= 0) SHLM_FATAL("rope table: %d positions", npos);
+    if (head_dim <= 0 || head_dim % 2 != 0) SHLM_FATAL("rope: head_dim %d is not even", head_dim);
+    return rope_table(npos, head_dim, theta);
+}
+
 extern "C" void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim,
                                float theta, int inverse) {
     if (N <= 0 || T <= 0 || n_heads <= 0) return;

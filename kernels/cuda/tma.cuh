@@ -42,6 +42,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
                  : "memory");
 }
+/* announces `bytes` of transactions without arriving (the TMA loads that follow
+ * complete them; the phase cannot complete before the expected arrivals either) */
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
 /* waits until the phase of parity `parity` has completed (acquire semantics) */
 __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     uint32_t done;
@@ -93,3 +99,55 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
 
 } /* namespace shlm_tma */
 #endif
+
+/* ---------------------------------------------------------------- host: tensor maps
+ *
+ * Used by the warp-specialised kernels of attention_sm90.cu (boxes of 128 rows) and
+ * attention_bwd_sm90.cu (128 and 64). */
+#include <cudaTypedefs.h> /* PFN_cuTensorMapEncodeTiled */
+#include <cuda_runtime.h>
+
+namespace shlm_tma_host {
+
+/* cuTensorMapEncodeTiled from the driver, asked once per process through the runtime (the
+ * build does not link libcuda); null when the driver has none */
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    static bool asked = false;
+    if (!asked) {
+        asked = true;
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t e =
+            cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+#else
+        const cudaError_t e = cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &p, cudaEnableDefault, &q);
+#endif
+        if (e == cudaSuccess && q == cudaDriverEntryPointSuccess && p)
+            fn = (PFN_cuTensorMapEncodeTiled_v12000)p;
+        else
+            (void)cudaGetLastError(); /* not sticky; leave no error behind */
+    }
+    return fn;
+}
+
+/* a bf16 tensor (column < cols, row < rows, batch < B) with row stride cols elements and
+ * batch stride rows·cols, as a 3-d map with box 64 columns × box_rows rows × 1 and the
+ * 128-byte swizzle: one 64-column panel of the wgmma kernels' layout per load; elements out
+ * of bounds (rows >= rows) arrive as zeros. False when the driver cannot make it (no entry
+ * point, or a shape TMA refuses: cols·2 must be a multiple of 16, box_rows <= 256). */
+inline bool make_map_bf16_3d(CUtensorMap *map, const void *base, size_t cols, int rows, int B,
+                             int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc || rows <= 0 || B <= 0 || box_rows <= 0 || box_rows > 256) return false;
+    const cuuint64_t dims[3] = {(cuuint64_t)cols, (cuuint64_t)rows, (cuuint64_t)B};
+    const cuuint64_t strides[2] = {(cuuint64_t)cols * 2, (cuuint64_t)rows * cols * 2}; /* bytes */
+    const cuuint32_t box[3] = {64, (cuuint32_t)box_rows, 1};
+    const cuuint32_t estr[3] = {1, 1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<void *>(base), dims, strides,
+               box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+} /* namespace shlm_tma_host */

@@ -8,18 +8,20 @@
  * scratch and fatal path), from the repository root:
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
  *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
- *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu
+ *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
  * Run (on the H200):
  *   attn_bwd_sm90_check              # every case, both pipelines, then timings
  *   attn_bwd_sm90_check --no-time    # correctness only
  *   attn_bwd_sm90_check --small      # the float64 cases only (for compute-sanitizer)
  *   attn_bwd_sm90_check --time-only  # timings only
+ *   attn_bwd_sm90_check --no-ws      # (with any of the above) without paths 10-13
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
  * from shlm_cuda_attention_fwd. Per case and per path (the kernels chosen through
  * shlm_cuda_attention_bwd_variant: path 0 attention.cu's mma.sync dK/dV and dQ, path 1
- * the wgmma defaults, paths 2-7 the wgmma variants and mixes, see `paths` below), with
+ * the wgmma defaults, paths 2-13 the wgmma variants and mixes, see `paths` below; 10-13
+ * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws; path 1 runs its variant 6 since it became the default), with
  * dqkv poisoned with NaN first:
  *   NaN/unwritten: none of dq, dk, dv may be NaN;
  *   vs float64 (small cases: naive causal attention forward and backward on the host, in
@@ -27,14 +29,30 @@
  *     (bf16 inputs of every product: P, dS and the outputs are rounded to bf16; the
  *     mma.sync kernel is held to the same bound);
  *   wgmma vs mma.sync: relative L2 < 1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv;
- *   determinism: a second run is bitwise equal; paths 1-7 are bitwise equal (the same
+ *   determinism: a second run is bitwise equal; paths 1-13 are bitwise equal (the same
  *     products in the same order);
  *   (reported, not required: whether a path is bitwise equal to path 0).
+ * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
+ * rotate their fp32 accumulators before the one rounding to bf16, the mma.sync path runs
+ * rope.cu's inverse kernel on its bf16 output, rounding twice), every path again:
+ *   vs the host rotation (in double) of path 0's unrotated result: relative L2 < 1e-2 and
+ *     max |d| / max |ref| < 2e-2 for dq, dk, dv (dv is not rotated);
+ *   vs float64 rotated (small cases): < 1.5e-2;
+ *   paths 1-9 vs path 0 with RoPE (mma.sync, then the rope kernel): relative L2 < 5e-3 and
+ *     max |d| / max |ref| < 2e-2 for dq, dk (the two roundings differ by at most about
+ *     one bf16 ulp of an element, ~2^-8 of it; about 2e-3 expected in L2), dv bitwise
+ *     equal to path 0's dv;
+ *   dv of every path bitwise equal to its dv without RoPE; paths 1-8 (both parts fused)
+ *     bitwise equal to each other; path 9 (wgmma dK/dV, mma.sync dQ): dk bitwise equal to
+ *     path 1's, dq to path 0's (the same rope kernel on the same dq);
+ *   determinism: path 1 with RoPE twice, bitwise equal.
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
  * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
  * Timings: the whole backward (D + dK/dV + dQ), cudaEvent over 10 launches after 3
- * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; then the
- * wgmma dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
+ * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; the wgmma
+ * defaults with RoPE fused, and without it followed by the separate rope inverse kernel
+ * (what the model ran before); then the wgmma dK/dV and dQ passes alone (4/5 and 1/5 of
+ * those flops). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -153,24 +171,74 @@ static void cpu_backward(float *dqkv, const __nv_bfloat16 *qkv, const __nv_bfloa
     free(acc), free(p), free(o), free(dp);
 }
 
+/* The inverse RoPE rotation (ops.h rope, inverse = 1) of the q and k heads of dqkv
+ * (B·T rows), in double on the host: angle t·theta^(-2f/hd) for row b·T + t */
+static void rope_inv_host(float *x, const Case &c, double theta) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const int half = c.hd / 2;
+    for (size_t row = 0; row < (size_t)c.B * c.T; row++) {
+        const double pos = (double)(row % c.T);
+        for (int f = 0; f < half; f++) {
+            const double ang = pos * pow(theta, -2.0 * f / c.hd);
+            const double cs = cos(ang), sn = sin(ang);
+            for (int h = 0; h < c.nh + c.nkv; h++) {
+                float *lo = x + row * C3 + (size_t)h * c.hd, *hi = lo + half;
+                const double a = lo[f], b = hi[f];
+                lo[f] = (float)(a * cs + b * sn);
+                hi[f] = (float)(b * cs - a * sn);
+            }
+        }
+    }
+}
+
+/* part 0 dq, 1 dk, 2 dv of two bf16 dqkv buffers bitwise equal */
+static bool same_part(const __nv_bfloat16 *a, const __nv_bfloat16 *b, int part, const Case &c) {
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
+    const int c0 = part == 0 ? 0 : part == 1 ? c.nh * c.hd : (c.nh + c.nkv) * c.hd;
+    const int nc = part == 0 ? c.nh * c.hd : c.nkv * c.hd;
+    for (size_t row = 0; row < (size_t)c.B * c.T; row++)
+        if (memcmp(a + row * C3 + c0, b + row * C3 + c0, (size_t)nc * 2) != 0) return false;
+    return true;
+}
+
+static void report_same(const char *what, bool ok) {
+    printf("    %-40s %s\n", what, ok ? "ok" : "FAIL");
+    if (!ok) n_failed++;
+}
+
+static const double ROPE_THETA = 10000.0;
+
 /* ------------------------------------------------------------------ one case */
 
 /* (kv, dq) arguments of shlm_cuda_attention_bwd_variant: 0 mma.sync, 1 the wgmma
  * default, 2 + v wgmma variant v (dK/dV: 0 two warpgroups overlapped, 1 two serial, 2 one
- * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue; dQ: 0 two warpgroups, 1
- * one, 2 two with three stages; attention_bwd_sm90.cu's DKV_DEFAULT and DQ_DEFAULT) */
-#define NPATH 10
+ * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue, 5-8 attn_bwd_dkv_ws, the
+ * TMA producer warp: 5 two slots FA3's order (XO 2), 6 three slots XO 2, 7 two slots the
+ * plain order (XO 0), 8 two slots XO 1; dQ: 0 two warpgroups, 1 one, 2 two with
+ * three stages; attention_bwd_sm90.cu's DKV_DEFAULT and DQ_DEFAULT). hd: 0 every head_dim,
+ * else the only one the path runs at (the others are skipped, not failed). */
+#define NPATH 14
 static const struct {
-    int kv, dq;
+    int kv, dq, hd;
     const char *name;
 } paths[NPATH] = {
-    {0, 0, "mma.sync dKdV + dQ"},     {1, 1, "wgmma defaults"},
-    {2, 2, "dKdV 2wg, dQ 2wg"},       {3, 2, "dKdV 2wg serial, dQ 2wg"},
-    {4, 3, "dKdV 1wg, dQ 1wg"},
-    {5, 2, "dKdV 2wg 3buf, dQ 2wg"},  {6, 2, "dKdV 2wg pp, dQ 2wg"},
-    {2, 4, "dKdV 2wg, dQ 2wg 3st"},   {6, 4, "dKdV 2wg pp, dQ 2wg 3st"},
-    {2, 0, "dKdV 2wg, dQ mma.sync"},
+    {0, 0, 0, "mma.sync dKdV + dQ"},     {1, 1, 0, "wgmma defaults"},
+    {2, 2, 0, "dKdV 2wg, dQ 2wg"},       {3, 2, 0, "dKdV 2wg serial, dQ 2wg"},
+    {4, 3, 0, "dKdV 1wg, dQ 1wg"},
+    {5, 2, 0, "dKdV 2wg 3buf, dQ 2wg"},  {6, 2, 0, "dKdV 2wg pp, dQ 2wg"},
+    {2, 4, 0, "dKdV 2wg, dQ 2wg 3st"},   {6, 4, 0, "dKdV 2wg pp, dQ 2wg 3st"},
+    {2, 0, 0, "dKdV 2wg, dQ mma.sync"},
+    {7, 2, 0, "dKdV ws XO2 2slot, dQ 2wg"}, {8, 2, 0, "dKdV ws XO2 3slot, dQ 2wg"},
+    {9, 2, 0, "dKdV ws XO0 2slot, dQ 2wg"}, {10, 2, 0, "dKdV ws XO1 2slot, dQ 2wg"},
 };
+
+/* --no-ws: leave out the warp-specialised dK/dV (paths 10-13, variants 5-8), so that a
+ * hang there cannot cost the other checks their run */
+static bool skip_ws = false;
+static bool is_ws_path(int k) { return paths[k].kv >= 7; }
+static bool path_runs(int k, int hd) {
+    return !(paths[k].hd && paths[k].hd != hd) && !(skip_ws && is_ws_path(k));
+}
 
 static void run_case(const Case &c, bool check, bool timing) {
     printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
@@ -206,13 +274,18 @@ static void run_case(const Case &c, bool check, bool timing) {
             f_cpu = (float *)malloc(n_qkv * 4);
             cpu_backward(f_cpu, h_qkv, h_do, c);
         }
+        bool ran[NPATH] = {};
         for (int k = 0; k < NPATH; k++) {
             h_g[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
+            if (!path_runs(k, c.hd)) {
+                printf("  path %d: %s: skipped\n", k, paths[k].name);
+                continue;
+            }
             printf("  path %d: %s\n", k, paths[k].name);
             CK(cudaMemsetAsync(d_g[k], 0xff, n_qkv * 2, stream())); /* bf16 0xffff: NaN */
             const int rc = shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B,
                                                            c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                           paths[k].dq);
+                                                           paths[k].dq, 0.0f);
             cudaError_t err = cudaStreamSynchronize(stream());
             if (err == cudaSuccess) err = cudaGetLastError();
             if (rc != 0 || err != cudaSuccess) {
@@ -223,6 +296,7 @@ static void run_case(const Case &c, bool check, bool timing) {
                 continue;
             }
             CK(cudaMemcpy(h_g[k], d_g[k], n_qkv * 2, cudaMemcpyDeviceToHost));
+            ran[k] = true;
             if (k == 0)
                 for (size_t i = 0; i < n_qkv; i++) f_old[i] = bf(h_g[0][i]);
             const char *pn[3] = {"dq", "dk", "dv"};
@@ -240,7 +314,7 @@ static void run_case(const Case &c, bool check, bool timing) {
             CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
             const int rc2 = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
                                                             c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                            paths[k].dq);
+                                                            paths[k].dq, 0.0f);
             CK(cudaStreamSynchronize(stream()));
             CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
             const bool same = rc2 == 0 && memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
@@ -251,10 +325,80 @@ static void run_case(const Case &c, bool check, bool timing) {
                        memcmp(h_g[k], h_g[0], n_qkv * 2) == 0 ? "yes" : "no (not required)");
         }
         for (int k = 2; k < NPATH; k++)
-            if (memcmp(h_g[1], h_g[k], n_qkv * 2) != 0) {
+            if (ran[1] && ran[k] && memcmp(h_g[1], h_g[k], n_qkv * 2) != 0) {
                 printf("    path %d differs bitwise from path 1: FAIL\n", k);
                 n_failed++;
             }
+
+        /* RoPE: the same paths with rope_theta, against the host rotation of path 0's
+         * unrotated result and against path 0 with RoPE (mma.sync, then the rope kernel) */
+        const float theta = (float)ROPE_THETA;
+        float *f_rot = (float *)malloc(n_qkv * 4);
+        memcpy(f_rot, f_old, n_qkv * 4);
+        rope_inv_host(f_rot, c, ROPE_THETA);
+        if (f_cpu) rope_inv_host(f_cpu, c, ROPE_THETA);
+        float *f_r0 = (float *)malloc(n_qkv * 4);
+        __nv_bfloat16 *h_r[NPATH];
+        for (int k = 0; k < NPATH; k++) {
+            h_r[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
+            memset(h_r[k], 0xff, n_qkv * 2);
+            if (!ran[k]) continue;
+            printf("  path %d with RoPE: %s\n", k, paths[k].name);
+            CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
+            const int rc = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
+                                                           c.T, c.nh, c.nkv, c.hd, paths[k].kv,
+                                                           paths[k].dq, theta);
+            cudaError_t err = cudaStreamSynchronize(stream());
+            if (err == cudaSuccess) err = cudaGetLastError();
+            if (rc != 0 || err != cudaSuccess) {
+                printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
+                       cudaGetErrorString(err));
+                n_failed++;
+                if (err != cudaSuccess) exit(1);
+                memset(h_r[k], 0xff, n_qkv * 2);
+                continue;
+            }
+            CK(cudaMemcpy(h_r[k], d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+            if (k == 0)
+                for (size_t i = 0; i < n_qkv; i++) f_r0[i] = bf(h_r[0][i]);
+            const char *pn[3] = {"dq", "dk", "dv"};
+            char what[64];
+            for (int part = 0; part < 3; part++) {
+                snprintf(what, sizeof what, "%s vs host-rotated", pn[part]);
+                check_part(what, part, h_r[k], f_rot, c, 1e-2, 2e-2);
+                if (f_cpu) {
+                    snprintf(what, sizeof what, "%s vs float64 rotated", pn[part]);
+                    check_part(what, part, h_r[k], f_cpu, c, 1.5e-2, 0);
+                }
+                if (k > 0 && part < 2) {
+                    snprintf(what, sizeof what, "%s vs mma.sync+rope", pn[part]);
+                    check_part(what, part, h_r[k], f_r0, c, 5e-3, 2e-2);
+                }
+            }
+            report_same("dv bitwise equal to no-RoPE dv", same_part(h_r[k], h_g[k], 2, c));
+            if (k > 0) report_same("dv bitwise equal to path 0's", same_part(h_r[k], h_r[0], 2, c));
+            if (k == 1) { /* determinism of the fused path */
+                CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
+                shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
+                                                c.nkv, c.hd, 1, 1, theta);
+                CK(cudaStreamSynchronize(stream()));
+                CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+                report_same("second run bitwise equal", memcmp(h_g2, h_r[1], n_qkv * 2) == 0);
+                printf("    %-40s %s\n", "dq, dk bitwise equal to path 0's",
+                       memcmp(h_r[1], h_r[0], n_qkv * 2) == 0 ? "yes" : "no (as expected: one rounding, not two)");
+            }
+        }
+        /* every fused path but 9, whose dq is mma.sync's then the rope kernel (checked below) */
+        for (int k = 2; k < NPATH; k++)
+            if (k != 9 && ran[1] && ran[k] && memcmp(h_r[1], h_r[k], n_qkv * 2) != 0) {
+                printf("    RoPE: path %d differs bitwise from path 1: FAIL\n", k);
+                n_failed++;
+            }
+        report_same("RoPE: path 9 dk bitwise equal to path 1's", same_part(h_r[9], h_r[1], 1, c));
+        report_same("RoPE: path 9 dq bitwise equal to path 0's", same_part(h_r[9], h_r[0], 0, c));
+        for (int k = 0; k < NPATH; k++) free(h_r[k]);
+        free(f_rot), free(f_r0);
+
         for (int k = 0; k < NPATH; k++) free(h_g[k]);
         free(h_g2), free(f_old), free(f_cpu);
     }
@@ -265,9 +409,10 @@ static void run_case(const Case &c, bool check, bool timing) {
         CK(cudaEventCreate(&e0));
         CK(cudaEventCreate(&e1));
         for (int k = 0; k < NPATH; k++) {
+            if (!path_runs(k, c.hd)) continue;
             auto launch = [&]() {
                 shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
-                                                c.nkv, c.hd, paths[k].kv, paths[k].dq);
+                                                c.nkv, c.hd, paths[k].kv, paths[k].dq, 0.0f);
             };
             for (int i = 0; i < 3; i++) launch();
             CK(cudaEventRecord(e0, stream()));
@@ -280,6 +425,28 @@ static void run_case(const Case &c, bool check, bool timing) {
             printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
                    flops / (us * 1e-6) / 1e12);
         }
+        /* RoPE on the wgmma defaults: fused into the epilogues, against the backward then
+         * the separate inverse rope kernel over dqkv (what the model ran before) */
+        for (int fused = 1; fused >= 0; fused--) {
+            const float theta = (float)ROPE_THETA;
+            const int C3i = (c.nh + 2 * c.nkv) * c.hd;
+            auto launch = [&]() {
+                shlm_cuda_attention_bwd_variant(d_g[1], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
+                                                c.nkv, c.hd, 1, 1, fused ? theta : 0.0f);
+                if (!fused)
+                    shlm_cuda_rope(d_g[1], c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
+            };
+            for (int i = 0; i < 3; i++) launch();
+            CK(cudaEventRecord(e0, stream()));
+            for (int i = 0; i < 10; i++) launch();
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            const double us = 1e3 * ms / 10;
+            printf("  time backward + RoPE, wgmma defaults, %-14s %8.1f us\n",
+                   fused ? "fused" : "then rope", us);
+        }
         /* the wgmma passes alone (D left zero: the timing does not depend on it) */
         const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
         const size_t ds_head = (nq64 & 1) ? (size_t)(m + 1) * (m + 1) : (size_t)m * (m + 1);
@@ -290,18 +457,29 @@ static void run_case(const Case &c, bool check, bool timing) {
         CK(cudaMemset(d_D, 0, n_lse * 4));
         const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
         const double fkv = 0.8 * flops, fdq = 0.2 * flops; /* 4 and 1 of the 5 products */
-        for (int which = 0; which < 5; which++) {
-            const int v = which < 3 ? (which == 0 ? 0 : which + 2) : 2 * (which - 3); /* kv 0,3,4; dq 0,2 */
-            auto launch = [&]() {
-                if (which < 3)
-                    shlm_cuda_attention_bwd_dkv_sm90_variant(d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse,
-                                                             d_D, 0, c.B, c.T, c.nh, c.nkv, c.hd,
-                                                             scale, sl2, v);
-                else
-                    shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B, c.T,
-                                                            c.nh, c.nkv, c.hd, v);
+        /* dK/dV variants 0, 3, 4 (cp.async), 5-8 (TMA, warp-specialised); dQ variants 0, 2 */
+        static const struct {
+            bool kv;
+            int v;
+        } alone[] = {{true, 0}, {true, 3}, {true, 4}, {true, 5}, {true, 6},
+                     {true, 7}, {true, 8}, {false, 0}, {false, 2}};
+        for (const auto &a : alone) {
+            const int v = a.v;
+            if (skip_ws && a.kv && v >= 5) continue;
+            auto launch = [&]() -> int {
+                if (a.kv)
+                    return shlm_cuda_attention_bwd_dkv_sm90_variant(
+                        d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse, d_D, 0, c.B, c.T, c.nh, c.nkv,
+                        c.hd, scale, sl2, v, NULL);
+                return shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B,
+                                                               c.T, c.nh, c.nkv, c.hd, v, NULL);
             };
-            for (int i = 0; i < 3; i++) launch();
+            if (launch() != 0) { /* declined (e.g. no tensor-map entry point): nothing queued */
+                printf("  time alone: wgmma %s variant %d declined at hd %d\n",
+                       a.kv ? "dK/dV" : "dQ   ", v, c.hd);
+                continue;
+            }
+            for (int i = 0; i < 2; i++) launch();
             CK(cudaEventRecord(e0, stream()));
             for (int i = 0; i < 10; i++) launch();
             CK(cudaEventRecord(e1, stream()));
@@ -310,8 +488,7 @@ static void run_case(const Case &c, bool check, bool timing) {
             CK(cudaEventElapsedTime(&ms, e0, e1));
             const double us = 1e3 * ms / 10;
             printf("  time alone: wgmma %s variant %d %8.1f us  %6.1f TFLOP/s\n",
-                   which < 3 ? "dK/dV" : "dQ   ", v, us,
-                   (which < 3 ? fkv : fdq) / (us * 1e-6) / 1e12);
+                   a.kv ? "dK/dV" : "dQ   ", v, us, (a.kv ? fkv : fdq) / (us * 1e-6) / 1e12);
         }
         CK(cudaFree(d_ds));
         CK(cudaFree(d_D));
@@ -334,8 +511,9 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--no-time") == 0) timing = false;
         else if (strcmp(argv[i], "--small") == 0) small = true, timing = false;
         else if (strcmp(argv[i], "--time-only") == 0) check = false;
+        else if (strcmp(argv[i], "--no-ws") == 0) skip_ws = true;
         else {
-            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only] [--no-ws]\n", argv[0]);
             return 2;
         }
     }
@@ -360,14 +538,19 @@ int main(int argc, char **argv) {
         char *a = (char *)d_a;
         float *f = (float *)(a + (1 << 19));
         const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2, 96,
-                                                         0.1f, 0.1f);
+                                                         0.1f, 0.1f, NULL);
         const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, 0, 1, 64, 2, 2,
-                                                          128, 0.1f, 0.1f);
+                                                          128, 0.1f, 0.1f, NULL);
         const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 3, 2,
-                                                          128, 0.1f, 0.1f);
-        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
-        printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
-               ok ? "ok" : "FAIL");
+                                                          128, 0.1f, 0.1f, NULL);
+        /* a RoPE table that is not 16-byte aligned: both passes decline */
+        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2,
+                                                           128, 0.1f, 0.1f, f + 2);
+        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, 0, 1, 64, 2, 2, 128, f + 2);
+        const bool ok = r96 == 1 && rmis == 1 && rgqa == 1 && rrope == 1 && rrq == 1;
+        printf("declines hd=96, misaligned qkv, nh %% nkv != 0, misaligned RoPE table (dK/dV, "
+               "dQ): rc %d %d %d %d %d %s\n",
+               r96, rmis, rgqa, rrope, rrq, ok ? "ok" : "FAIL");
         if (!ok) n_failed++;
         CK(cudaStreamSynchronize(stream()));
         CK(cudaFree(d_a));

@@ -7,7 +7,8 @@
  *       mkdir -p .gpu/bin && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. \
  *           -o .gpu/bin/attn_sm90_check tests/gpu/attn_sm90_check.cu \
  *           tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu \
- *           kernels/cuda/attention_bwd_sm90.cu
+ *           kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
+ *     (attention.cu's backward calls into the last two, so they must link too)
  *  b) against the project's library, out of tree (needs Open MPI's libmpi where it runs:
  *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries), with SRC the
  *     repository and BUILD a configured build directory:

@@ -5,7 +5,8 @@
  *
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o /tmp/attn_sm90_check \
  *       tests/gpu/attn_sm90_check.cu tests/gpu/attn_sm90_shim.cu \
- *       kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu
+ *       kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu \
+ *       kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
  *
  * (attention.cu is then built for sm_90a rather than the project's sm_90: the same code.)
  * Same behaviour as the originals for one device and one process. */

@@ -15,7 +15,10 @@
  * operations in the same order (conversions, copies, embedding backward, AdamW). A NaN,
  * or an output element the GPU left unwritten (outputs are poisoned with NaN before
  * each "=" op), fails. Shapes: odd sizes that take the scalar (unaligned) paths, and
- * Llama-like ones (d = 4096, hd = 128, T up to 1024, GQA). */
+ * Llama-like ones (d = 4096, hd = 128, T up to 1024, GQA). attention_bwd also runs with
+ * rope_theta > 0 (the inverse RoPE fused into the backward) against cpu attention_bwd
+ * then cpu rope(inverse) at 2e-2, and against the gpu's own backward then its rope
+ * kernel at 1e-2 (not bitwise: the fused path rounds to bf16 once, that one twice). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -220,6 +223,25 @@ static void test_memory_convert(void) {
         free(hb), free(rb), free(hf), free(rf), free(hr), free(rr);
     }
     free(x);
+    /* a size where every thread of the cast's grid-stride loop takes more than one pair of
+     * loads (its grid holds at most 32 blocks of 256 threads per SM, 4 elements each) */
+    {
+        const size_t nb = (size_t)40000003;
+        float *xb = xmalloc(nb * sizeof(float));
+        for (size_t i = 0; i < nb; i++) {
+            uint32_t u = (uint32_t)rnd_u64();
+            memcpy(&xb[i], &u, 4);
+        }
+        float *dx = g_f32(xb, nb);
+        uint16_t *dact = gpu->alloc(nb * 2);
+        gpu->f32_to_act(dact, dx, nb);
+        uint16_t *hb = xmalloc(nb * 2), *rb = xmalloc(nb * 2);
+        gpu->to_host(hb, dact, nb * 2);
+        for (size_t i = 0; i < nb; i++) rb[i] = shlm_f32_to_bf16(xb[i]);
+        check_bits("f32_to_act", "n=40000003", "bits", hb, rb, nb * 2);
+        gpu->free(dx), gpu->free(dact);
+        free(xb), free(hb), free(rb);
+    }
 }
 
 /* ------------------------------------------------------------------ embedding */
@@ -389,6 +411,26 @@ static void test_rope(int B, int T, int nh, int nkv, int hd, float theta) {
 }
 
 /* ------------------------------------------------------------------ attention */
+/* the q, k and v parts of dqkv (N rows) on their own: a wrong one cannot hide behind a
+ * large other; names[p] labels part p */
+static void check_qkv_parts(const char *shape, const char *const names[3], const float *got,
+                            const float *ref, int N, int nh, int nkv, int hd, double tol) {
+    const int C3 = (nh + 2 * nkv) * hd;
+    const int part_off[3] = {0, nh * hd, (nh + nkv) * hd}, part_w[3] = {nh * hd, nkv * hd, nkv * hd};
+    for (int p = 0; p < 3; p++) {
+        size_t m = (size_t)N * part_w[p];
+        float *a = xmalloc(m * sizeof(float)), *r = xmalloc(m * sizeof(float));
+        for (int i = 0; i < N; i++) {
+            memcpy(a + (size_t)i * part_w[p], got + (size_t)i * C3 + part_off[p],
+                   (size_t)part_w[p] * sizeof(float));
+            memcpy(r + (size_t)i * part_w[p], ref + (size_t)i * C3 + part_off[p],
+                   (size_t)part_w[p] * sizeof(float));
+        }
+        check("attention_bwd", shape, names[p], a, r, m, tol);
+        free(a), free(r);
+    }
+}
+
 static void test_attention(int B, int T, int nh, int nkv, int hd) {
     char shape[64];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d nkv=%d hd=%d", B, T, nh, nkv, hd);
@@ -410,34 +452,57 @@ static void test_attention(int B, int T, int nh, int nkv, int hd) {
     for (size_t i = 0; i < nout; i++) c_out[i] = bf(c_out[i]);
     float *dout = rnd_bf(nout, 1.0);
     float *c_dqkv = xmalloc(nqkv * sizeof(float));
-    cpu->attention_bwd(c_dqkv, dout, qkv, c_out, c_lse, B, T, nh, nkv, hd);
+    cpu->attention_bwd(c_dqkv, dout, qkv, c_out, c_lse, B, T, nh, nkv, hd, 0.0f);
     void *gdout = g_act(dout, nout), *go = g_act(c_out, nout), *gdqkv = gpu->alloc(nqkv * 2);
     float *gl = g_f32(c_lse, nlse);
     poison(gdqkv, nqkv * 2);
-    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, 0.0f);
     float *h_dqkv = h_act(gdqkv, nqkv);
     check("attention_bwd", shape, "dqkv", h_dqkv, c_dqkv, nqkv, TOL_ATT_BWD);
     /* deterministic: a second run into poisoned memory gives the same bits */
     poison(gdqkv, nqkv * 2);
-    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, 0.0f);
     float *h_dqkv2 = h_act(gdqkv, nqkv);
     check("attention_bwd", shape, "rerun", h_dqkv2, h_dqkv, nqkv, 0);
     free(h_dqkv2);
-    /* the q, k and v parts on their own: a wrong one cannot hide behind a large other */
-    const int part_off[3] = {0, nh * hd, (nh + nkv) * hd}, part_w[3] = {nh * hd, nkv * hd, nkv * hd};
-    const char *part_name[3] = {"dq", "dk", "dv"};
-    for (int p = 0; p < 3; p++) {
-        size_t m = (size_t)N * part_w[p];
-        float *a = xmalloc(m * sizeof(float)), *r = xmalloc(m * sizeof(float));
-        for (int i = 0; i < N; i++) {
-            memcpy(a + (size_t)i * part_w[p], h_dqkv + (size_t)i * C3 + part_off[p],
-                   (size_t)part_w[p] * sizeof(float));
-            memcpy(r + (size_t)i * part_w[p], c_dqkv + (size_t)i * C3 + part_off[p],
-                   (size_t)part_w[p] * sizeof(float));
-        }
-        check("attention_bwd", shape, part_name[p], a, r, m, TOL_ATT_BWD);
-        free(a), free(r);
+    const char *const part_name[3] = {"dq", "dk", "dv"};
+    check_qkv_parts(shape, part_name, h_dqkv, c_dqkv, N, nh, nkv, hd, TOL_ATT_BWD);
+
+    /* rope_theta > 0: dq, dk w.r.t. the pre-RoPE q, k. The cpu reference is the result
+     * above then cpu rope(inverse), which is exactly what cpu attention_bwd(theta) runs.
+     * The gpu rotates the fp32 accumulators of its wgmma kernels (hd 64 and 128 on an
+     * H200) and runs its rope kernel after the mma.sync ones (other shapes, or
+     * SHLM_ATTN_SM90=0), so against its own attention_bwd then rope (two roundings to
+     * bf16 instead of one) it is close, not bitwise equal: TOL_BF16 there. */
+    const float theta = 10000.0f;
+    float *c_rot = dup(c_dqkv, nqkv);
+    cpu->rope(c_rot, N, T, C3, nh + nkv, hd, theta, 1);
+    poison(gdqkv, nqkv * 2);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, theta);
+    float *h_rot = h_act(gdqkv, nqkv);
+    check("attention_bwd", shape, "dqkv+rope", h_rot, c_rot, nqkv, TOL_ATT_BWD);
+    const char *const rope_name[3] = {"dq+rope", "dk+rope", "dv+rope"};
+    check_qkv_parts(shape, rope_name, h_rot, c_rot, N, nh, nkv, hd, TOL_ATT_BWD);
+    poison(gdqkv, nqkv * 2);
+    gpu->attention_bwd(gdqkv, gdout, gqkv, go, gl, B, T, nh, nkv, hd, theta);
+    float *h_rot2 = h_act(gdqkv, nqkv);
+    check("attention_bwd", shape, "rope-rerun", h_rot2, h_rot, nqkv, 0);
+    /* the unfused gpu path: the plain backward (h_dqkv), then the gpu's rope inverse */
+    void *g_unf = g_act(h_dqkv, nqkv);
+    gpu->rope(g_unf, N, T, C3, nh + nkv, hd, theta, 1);
+    float *h_unf = h_act(g_unf, nqkv);
+    check("attention_bwd", shape, "unfused", h_rot, h_unf, nqkv, TOL_BF16);
+    /* dv is not rotated: the same bits with and without rope */
+    {
+        const size_t w = (size_t)nkv * hd, off = (size_t)(nh + nkv) * hd;
+        int same = 1;
+        for (int i = 0; i < N && same; i++)
+            same = memcmp(h_rot + (size_t)i * C3 + off, h_dqkv + (size_t)i * C3 + off,
+                          w * sizeof(float)) == 0;
+        report("attention_bwd", shape, "dv=norope", same ? 0.0 : 1.0, 0.0);
     }
+    gpu->free(g_unf);
+    free(c_rot), free(h_rot), free(h_rot2), free(h_unf);
     gpu->free(gqkv), gpu->free(gout), gpu->free(glse), gpu->free(gdout), gpu->free(go);
     gpu->free(gdqkv), gpu->free(gl);
     free(qkv), free(c_out), free(c_lse), free(h_out), free(h_lse), free(dout), free(c_dqkv);
@@ -611,6 +676,7 @@ int main(int argc, char **argv) {
         test_rmsnorm(1024, 4096);
         test_rmsnorm(300, 2048); /* the register kernels: 256 threads, 1 group each */
         test_rmsnorm(257, 5120); /* 320 threads, 2 groups each */
+        test_rmsnorm(600, 8192); /* 512 threads, 2 groups each */
     }
     if (want("matmul")) {
         test_matmul(33, 47, 65, 1);
