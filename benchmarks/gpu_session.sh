@@ -11,7 +11,6 @@
 #   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
 #   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
 #   bash benchmarks/gpu_session.sh sm90     # the wgmma attention's checks, then both kernels timed
-#   bash benchmarks/gpu_session.sh copy     # fsdp.keep_param_copy: tests, 7B with and without, PyTorch
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -25,7 +24,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|copy|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -235,38 +234,6 @@ final_phase() {
     echo "elapsed ${SECONDS}s"
 }
 
-# fsdp.keep_param_copy (the shard cast once per step, +2 bytes per parameter / ranks):
-# the ops and model tests, the 7B record without and with it, PyTorch FSDP2 eager and
-# compile in the same call, then its profile
-copy_phase() {
-    echo "== test_ops_cuda"
-    "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
-    echo "== model_steps"
-    sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "FAIL|failure|param_copy" "$OUT/model_steps.log"
-    bench_setup
-    smi_start shardlm
-    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
-    run 7b_fs_mb2_copy 2 llama2-7b 2 none FULL_SHARD 6 --set fsdp.keep_param_copy=true
-    smi_stop shardlm
-    bench_table
-    : > "$OUT/anchor.txt"
-    smi_start torch
-    anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
-    anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
-    smi_stop torch
-    echo "elapsed ${SECONDS}s"
-    if [ "$SECONDS" -lt 420 ]; then
-        run 7b_fs_mb1_copy 2 llama2-7b 1 none FULL_SHARD 6 --set fsdp.keep_param_copy=true
-        run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
-        bench_table
-    fi
-    if [ "$SECONDS" -lt 500 ]; then
-        run 7b_fs_mb2_copy_profile 2 llama2-7b 2 none FULL_SHARD 3 --set runtime.profile=true --set fsdp.keep_param_copy=true
-        sed -n '/^# profile/,/measured step/p' "$T/7b_fs_mb2_copy_profile.log" | tee "$OUT/profile.txt"
-    fi
-    echo "elapsed ${SECONDS}s"
-}
-
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
 small_phase() {
     echo "== test_ops_cuda attention"
@@ -382,7 +349,6 @@ eight2_phase() {
 
 case "$phase" in
 sm90) sm90_phase ;;
-copy) copy_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;

@@ -105,7 +105,6 @@ static const key_def keys[] = {
     {"fsdp", "param_dtype", KT_ENUM, F(param_dtype), "fp32", NOLIM, "fp32|bf16", 0},
     {"fsdp", "reduce_dtype", KT_ENUM, F(reduce_dtype), "fp32", NOLIM, "fp32|bf16", 0},
     {"fsdp", "prefetch", KT_BOOL, F(prefetch), "true", NOLIM, NULL, 0},
-    {"fsdp", "keep_param_copy", KT_BOOL, F(keep_param_copy), "false", NOLIM, NULL, 0},
     {"fsdp", "activation_checkpointing", KT_ENUM, F(activation_checkpointing), "none", NOLIM,
      "none|full|selective", 0},
     {"fsdp", "shard_group_size", KT_INT, F(shard_group_size), "0", 0, 1 << 24, NULL, 0},

@@ -40,7 +40,6 @@ typedef struct job_config {
     char param_dtype[8];     /* fp32 | bf16: dtype of gathered parameters */
     char reduce_dtype[8];    /* fp32 | bf16: dtype of gradient reductions */
     int prefetch;            /* gather the next unit while the current one computes */
-    int keep_param_copy;     /* keep the shard cast to param_dtype between optimizer steps */
     char activation_checkpointing[16]; /* none | full | selective */
     int shard_group_size;    /* 0 = the strategy's own group */
     int trace;               /* write the per-rank schedule trace to run_dir */

@@ -49,9 +49,6 @@ typedef struct unit_state {
     float *master, *grad, *m, *v;   /* (n) fp32 shards */
     void *own;                      /* SHARD_GRAD_OP / NO_SHARD: the unit's own gathered buffer */
     int own_from_comm;              /* own came from comm->gather_buffer_alloc */
-    void *param_copy;               /* fsdp.keep_param_copy: the shard cast to the act dtype */
-    int param_copy_from_comm;       /* param_copy came from comm->gather_buffer_alloc */
-    int param_copy_stale;           /* master changed since param_copy was cast */
     int gathered;                   /* own buffer / slot holds current parameters */
     int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
@@ -184,12 +181,6 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->m = balloc(e, bytes, &e->state_bytes);
         s->v = balloc(e, bytes, &e->state_bytes);
         if (e->keep_gathered && !direct) s->own = gather_alloc(e, s->padded * e->esz, &s->own_from_comm);
-        /* FULL_SHARD and HYBRID_SHARD gather a unit twice per step (forward, backward):
-         * the copy is cast once, at the first of them (SHARD_GRAD_OP gathers once) */
-        if (opt->keep_param_copy && !e->keep_gathered && !direct && e->S > 1) {
-            s->param_copy = gather_alloc(e, s->n * e->esz, &s->param_copy_from_comm);
-            s->param_copy_stale = 1;
-        }
         float *host = malloc(bytes ? bytes : 1);
         SHLM_CHECK_ALLOC(host);
         llama_init_slice(&e->lay, mc, seed, u, s->begin, s->end, host);
@@ -232,7 +223,6 @@ void fsdp_destroy(fsdp_engine *e) {
         e->ops->free(s->m);
         e->ops->free(s->v);
         gather_free(e, s->own, s->own_from_comm);
-        gather_free(e, s->param_copy, s->param_copy_from_comm);
     }
     e->ops->free(e->replica_bf16);
     e->comm->group_free(e->shard_g);
@@ -253,33 +243,21 @@ static void *gathered_buf(fsdp_engine *e, int u) {
     return s->master; /* direct: fp32, one shard */
 }
 
-/* dst (n, act dtype) = this rank's master shard as the model computes with it */
-static void cast_shard(fsdp_engine *e, const unit_state *s, void *dst) {
-    if (e->ops->act_dtype == SHLM_F32) {
-        e->ops->copy(dst, s->master, s->n * sizeof(float));
-        if (e->opt.param_dtype == SHLM_BF16) e->ops->round_to_bf16(dst, s->n);
-    } else {
-        e->ops->f32_to_act(dst, s->master, s->n);
-    }
-}
-
-/* Starts the all-gather of unit u into buf: from the kept copy of the shard (cast again
- * only when the master changed), else from the shard cast at its offset of buf (nothing
- * to gather when S == 1). */
+/* Writes this rank's shard, cast to the gathered dtype, at its offset of buf and
+ * starts the all-gather of the rest (nothing to gather when S == 1). */
 static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
     unit_state *s = &e->units[u];
-    const void *send = NULL; /* in place */
-    if (s->param_copy) {
-        if (s->param_copy_stale) cast_shard(e, s, s->param_copy);
-        s->param_copy_stale = 0;
-        send = s->param_copy;
+    void *mine = (char *)buf + s->begin * e->esz;
+    if (e->ops->act_dtype == SHLM_F32) {
+        e->ops->copy(mine, s->master, s->n * sizeof(float));
+        if (e->opt.param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
     } else {
-        cast_shard(e, s, (char *)buf + s->begin * e->esz);
+        e->ops->f32_to_act(mine, s->master, s->n);
     }
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
     range(e, "all-gather unit", u);
-    shlm_comm_req *req = e->comm->iall_gather(e->shard_g, send, buf, s->n, e->ops->act_dtype);
+    shlm_comm_req *req = e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
     shlm_range_pop(e->ops);
     return req;
 }
@@ -559,7 +537,6 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
         }
         /* gathered copies are stale now */
         if (s->own || s->slot >= 0) s->gathered = 0;
-        s->param_copy_stale = 1;
     }
     shlm_range_pop(e->ops);
 }
@@ -601,7 +578,6 @@ void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in
     unit_state *s = &e->units[u];
     e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
     if (kind == FSDP_STATE_MASTER && (s->own || s->slot >= 0)) s->gathered = 0;
-    if (kind == FSDP_STATE_MASTER) s->param_copy_stale = 1;
 }
 
 void fsdp_get_shard(fsdp_engine *e, int u, float *out) { fsdp_get_state(e, u, FSDP_STATE_MASTER, out); }
@@ -636,7 +612,6 @@ void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, i
     out->moments = 2 * sum_shard * 4;
     if (keep && !direct) out->gathered = sum_padded * es;
     if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
-    if (opt->keep_param_copy && !keep && !direct && S > 1) out->gathered += sum_shard * es;
     if (S > 1) out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
     if (R > 1 && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
     /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */

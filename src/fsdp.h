@@ -18,8 +18,6 @@ typedef struct fsdp_options {
     shlm_dtype param_dtype;  /* gathered parameters are rounded to this (master stays fp32) */
     shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
     int prefetch;            /* 1: gather the next unit while the current one computes */
-    int keep_param_copy;     /* 1: keep the shard cast to the act dtype between optimizer
-                                steps (FULL/HYBRID_SHARD: one cast per step, not two) */
     int trace;               /* 1: record the schedule (fsdp_trace_write) */
 } fsdp_options;
 

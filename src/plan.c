@@ -101,8 +101,7 @@ int cmd_plan(int argc, char **argv) {
     int accum = global / per_step;
     shlm_dtype act = strcmp(backend, "cuda") == 0 ? SHLM_BF16 : SHLM_F32;
     fsdp_options opt = {.param_dtype = strcmp(cfg.param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
-                        .reduce_dtype = strcmp(cfg.reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
-                        .keep_param_copy = cfg.keep_param_copy};
+                        .reduce_dtype = strcmp(cfg.reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32};
     llama_ac ac = strcmp(cfg.activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
                   : strcmp(cfg.activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
                                                                            : LLAMA_AC_NONE;

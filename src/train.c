@@ -177,7 +177,6 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .prefetch = c->prefetch,
-        .keep_param_copy = c->keep_param_copy,
         .trace = c->trace};
     llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
                   : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE

@@ -77,14 +77,6 @@ if [ "$ngpu" -ge 2 ]; then
     else
         echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
     fi
-    # fsdp.keep_param_copy: the shard cast once per step and gathered out of place (from
-    # NCCL-registered memory, copy engines): the same losses bit for bit
-    run cuda2_param_copy 2 cuda --set fsdp.strategy=FULL_SHARD --set fsdp.keep_param_copy=true || fails=$((fails + 1))
-    if cmp -s "$T/cuda2_param_copy.loss" "$T/cuda2_FULL_SHARD.loss"; then
-        echo "cuda2_param_copy       vs cuda2_FULL_SHARD bitwise identical PASS"
-    else
-        echo "cuda2_param_copy       vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
-    fi
     # exact resume on GPUs: B stops after step 15 and saves, C resumes from it; steps
     # 16-30 and the final state (every dataset's checksum) must equal the straight run A
     ck="--set fsdp.strategy=FULL_SHARD --set checkpoint.every=0"
