@@ -11,6 +11,7 @@
 #   bash benchmarks/gpu_session.sh final    # tests, the 7B record beside PyTorch FSDP2 eager/compile
 #   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
 #   bash benchmarks/gpu_session.sh sm90     # the wgmma attention's checks, then both kernels timed
+#   bash benchmarks/gpu_session.sh matrix   # SHARD_GRAD_OP and one-GPU points beside PyTorch eager
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -24,7 +25,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -234,6 +235,28 @@ final_phase() {
     echo "elapsed ${SECONDS}s"
 }
 
+# the rest of the issue's anchor matrix beside PyTorch FSDP2 eager: SHARD_GRAD_OP on 2
+# GPUs (PyTorch: reshard_after_forward False) for both shapes, one GPU for the 1.1B shape,
+# then (time permitting) PyTorch on one GPU for the 7B shape at micro-batch 1
+matrix_phase() {
+    bench_setup
+    : > "$OUT/anchor.txt"
+    run 7b_sgo_mb2_none 2 llama2-7b 2 none SHARD_GRAD_OP 6
+    anchor 2 7b_sgo_mb2_ac0 --model 7b --mb 2 --reshard 0 --ac 0 --steps 5
+    run 1b_sgo_mb8_none 2 tinyllama-1b 8 none SHARD_GRAD_OP 8
+    anchor 2 1b_sgo_mb8_ac0 --model 1b --mb 8 --reshard 0 --ac 0 --steps 10
+    run 1b_1gpu_mb8_none 1 tinyllama-1b 8 none FULL_SHARD 8
+    anchor 1 1b_1gpu_mb8_ac0 --model 1b --mb 8 --reshard 1 --ac 0 --steps 10
+    bench_table
+    echo "elapsed ${SECONDS}s"
+    if [ "$SECONDS" -lt 260 ]; then
+        run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+        anchor 1 7b_1gpu_mb1_ac0 --model 7b --mb 1 --reshard 1 --ac 0 --steps 5
+        bench_table
+    fi
+    echo "elapsed ${SECONDS}s"
+}
+
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
 small_phase() {
     echo "== test_ops_cuda attention"
@@ -349,6 +372,7 @@ eight2_phase() {
 
 case "$phase" in
 sm90) sm90_phase ;;
+matrix) matrix_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;
