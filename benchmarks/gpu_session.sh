@@ -12,6 +12,7 @@
 #   bash benchmarks/gpu_session.sh small    # attention tests, the 1.1B shape beside PyTorch
 #   bash benchmarks/gpu_session.sh sm90     # the wgmma attention's checks, then both kernels timed
 #   bash benchmarks/gpu_session.sh matrix   # SHARD_GRAD_OP and one-GPU points beside PyTorch eager
+#   bash benchmarks/gpu_session.sh ratio    # the 7B record pair alone: shardlm, PyTorch eager, compile
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -25,7 +26,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -257,6 +258,18 @@ matrix_phase() {
     echo "elapsed ${SECONDS}s"
 }
 
+# the 7B record pair alone (shardlm, PyTorch eager and compile): one more sample of the
+# ratio that varies from call to call
+ratio_phase() {
+    bench_setup
+    : > "$OUT/anchor.txt"
+    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
+    anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
+    bench_table
+    echo "elapsed ${SECONDS}s"
+}
+
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
 small_phase() {
     echo "== test_ops_cuda attention"
@@ -373,6 +386,7 @@ eight2_phase() {
 case "$phase" in
 sm90) sm90_phase ;;
 matrix) matrix_phase ;;
+ratio) ratio_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;
