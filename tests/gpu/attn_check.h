@@ -37,3 +37,22 @@ static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
 struct Case {
     int B, T, nh, nkv, hd;
 };
+
+/* 0 when device 0 has compute capability 9.0 (what the wgmma kernels need), else 77 (the
+ * skip status), after saying why */
+static int sm90_device_or_skip(void) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, compute capability %d.%d, %d SMs\n", prop.name, prop.major, prop.minor,
+           prop.multiProcessorCount);
+    if (prop.major != 9 || prop.minor != 0) {
+        printf("not a compute capability 9.0 device: skipped\n");
+        return 77;
+    }
+    return 0;
+}

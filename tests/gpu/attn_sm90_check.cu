@@ -356,19 +356,7 @@ int main(int argc, char **argv) {
     /* shlm_cuda_attention_fwd must be the old mma.sync kernel: since attention_sm90.cu is on
      * by default it would otherwise run variant 0 and compare the new kernel with itself */
     setenv("SHLM_ATTN_SM90", "0", 1);
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-        printf("no CUDA device: skipped\n");
-        return 77;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, compute capability %d.%d, %d SMs\n", prop.name, prop.major, prop.minor,
-           prop.multiProcessorCount);
-    if (prop.major != 9 || prop.minor != 0) {
-        printf("not a compute capability 9.0 device: skipped\n");
-        return 77;
-    }
+    if (const int skip = sm90_device_or_skip()) return skip;
 
     /* what the new kernel must decline (the caller then falls back) */
     {
