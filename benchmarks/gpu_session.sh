@@ -13,6 +13,7 @@
 #   bash benchmarks/gpu_session.sh sm90     # the wgmma attention's checks, then both kernels timed
 #   bash benchmarks/gpu_session.sh matrix   # SHARD_GRAD_OP and one-GPU points beside PyTorch eager
 #   bash benchmarks/gpu_session.sh ratio    # the 7B record pair alone: shardlm, PyTorch eager, compile
+#   bash benchmarks/gpu_session.sh overhead # the 1 -> 2 GPU overhead: fixed-global-batch pair, profiles
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -26,7 +27,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|overhead|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -270,6 +271,29 @@ ratio_phase() {
     echo "elapsed ${SECONDS}s"
 }
 
+# Where the 2-GPU step loses ~43 ms against one GPU at equal per-GPU work (session 4, call
+# I: 360.1 against 364.7 ms although its optimizer shard is half): the fixed-global-batch
+# pair of the strong-scaling suite (1 GPU: 2 micro-batches), both steps profiled, and the
+# 2-GPU step with NCCL's reduce-scatters held to fewer SMs. Written without a GPU: not run.
+overhead_phase() {
+    bench_setup
+    sh benchmarks/strong_scaling.sh --ranks 1,2 --strategies FULL_SHARD --steps 5 --warmup 2 \
+        --shardlm "$SHLM" --out "$T/scale-7b-gb2" --global-batch 2 jobs/llama2-7b.ini \
+        --set data.train=$T/rand.bin --set train.micro_batch=1 --set fsdp.param_dtype=bf16 \
+        --set fsdp.reduce_dtype=fp32 > "$OUT/7b-gb2.txt" 2>&1
+    echo "7b global batch 2 rc=$?"; tail -4 "$OUT/7b-gb2.txt"; cp "$T/scale-7b-gb2/scaling.csv" "$OUT/7b-gb2-scaling.csv"
+    for np in 1 2; do
+        run "7b_${np}gpu_mb1_profile" $np llama2-7b 1 none FULL_SHARD 3 --set runtime.profile=true
+        sed -n '/^# profile/,/measured step/p' "$T/7b_${np}gpu_mb1_profile.log" | tee "$OUT/profile-$np.txt"
+    done
+    run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
+    SHLM_NCCL_CTA_POLICY=efficiency run 7b_fs_mb1_cta_eff 2 llama2-7b 1 none FULL_SHARD 6
+    NCCL_MAX_CTAS=4 run 7b_fs_mb1_ctas4 2 llama2-7b 1 none FULL_SHARD 6
+    run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
+    bench_table
+    echo "elapsed ${SECONDS}s"
+}
+
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
 small_phase() {
     echo "== test_ops_cuda attention"
@@ -387,6 +411,7 @@ case "$phase" in
 sm90) sm90_phase ;;
 matrix) matrix_phase ;;
 ratio) ratio_phase ;;
+overhead) overhead_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;
