@@ -405,23 +405,13 @@ static void run_case(const Case &c, bool check, bool timing) {
 
     if (timing) {
         const double flops = 2.5 * 4.0 * c.B * c.nh * (double)c.T * c.T * c.hd / 2;
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
         for (int k = 0; k < NPATH; k++) {
             if (!path_runs(k, c.hd)) continue;
             auto launch = [&]() {
                 shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
                                                 c.nkv, c.hd, paths[k].kv, paths[k].dq, 0.0f);
             };
-            for (int i = 0; i < 3; i++) launch();
-            CK(cudaEventRecord(e0, stream()));
-            for (int i = 0; i < 10; i++) launch();
-            CK(cudaEventRecord(e1, stream()));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            const double us = 1e3 * ms / 10;
+            const double us = mean_launch_us(stream(), 3, 10, launch);
             printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
                    flops / (us * 1e-6) / 1e12);
         }
@@ -436,14 +426,7 @@ static void run_case(const Case &c, bool check, bool timing) {
                 if (!fused)
                     shlm_cuda_rope(d_g[1], c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
             };
-            for (int i = 0; i < 3; i++) launch();
-            CK(cudaEventRecord(e0, stream()));
-            for (int i = 0; i < 10; i++) launch();
-            CK(cudaEventRecord(e1, stream()));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            const double us = 1e3 * ms / 10;
+            const double us = mean_launch_us(stream(), 3, 10, launch);
             printf("  time backward + RoPE, wgmma defaults, %-14s %8.1f us\n",
                    fused ? "fused" : "then rope", us);
         }
@@ -479,21 +462,12 @@ static void run_case(const Case &c, bool check, bool timing) {
                        a.kv ? "dK/dV" : "dQ   ", v, c.hd);
                 continue;
             }
-            for (int i = 0; i < 2; i++) launch();
-            CK(cudaEventRecord(e0, stream()));
-            for (int i = 0; i < 10; i++) launch();
-            CK(cudaEventRecord(e1, stream()));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            const double us = 1e3 * ms / 10;
+            const double us = mean_launch_us(stream(), 2, 10, launch);
             printf("  time alone: wgmma %s variant %d %8.1f us  %6.1f TFLOP/s\n",
                    a.kv ? "dK/dV" : "dQ   ", v, us, (a.kv ? fkv : fdq) / (us * 1e-6) / 1e12);
         }
         CK(cudaFree(d_ds));
         CK(cudaFree(d_D));
-        CK(cudaEventDestroy(e0));
-        CK(cudaEventDestroy(e1));
     }
 
     CK(cudaFree(d_qkv));

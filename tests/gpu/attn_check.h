@@ -38,6 +38,25 @@ struct Case {
     int B, T, nh, nkv, hd;
 };
 
+/* Mean microseconds of one launch() on stream s: `warm` untimed launches, then `reps`
+ * between two events. */
+template <class F>
+static double mean_launch_us(cudaStream_t s, int warm, int reps, F &&launch) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < warm; i++) launch();
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; i++) launch();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return 1e3 * ms / reps;
+}
+
 /* 0 when device 0 has compute capability 9.0 (what the wgmma kernels need), else 77 (the
  * skip status), after saying why */
 static int sm90_device_or_skip(void) {

@@ -286,14 +286,7 @@ static void run_case(const Case &c, bool timing) {
                     shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
                                                          c.hd, which - 2);
             };
-            for (int i = 0; i < 3; i++) launch();
-            CK(cudaEventRecord(e0, stream()));
-            for (int i = 0; i < 20; i++) launch();
-            CK(cudaEventRecord(e1, stream()));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            const double us = 1e3 * ms / 20;
+            const double us = mean_launch_us(stream(), 3, 20, launch);
             printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
         }
         /* the same launches while HOG_BLOCKS SMs are held for about 100 us by another
