@@ -22,8 +22,8 @@
 # libraries they need as .debs in .gpu/extra-debs, the toolchain recipe in .gpu/env.sh +
 # .gpu/debs, the anchor scripts in .gpu/anchors, and $OUT. The binaries are built on the
 # workstation (nvcc, no GPU needed): `configure && make shardlm tests/gpu/test_ops_cuda
-# benchmarks/bench_kernels benchmarks/bench_comm benchmarks/perf_model` in a build
-# directory, the two attention checks with the nvcc commands in their headers; then copied
+# benchmarks/bench_kernels benchmarks/bench_comm benchmarks/perf_model
+# tests/gpu/attn_sm90_check tests/gpu/attn_bwd_sm90_check` in a build directory; then copied
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u

@@ -4,7 +4,8 @@
  * the dS fragments either dK/dV kernel wrote), against the backward on attention.cu's
  * mma.sync kernels and against a float64 CPU reference, with timings.
  *
- * Build with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
+ * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_bwd_sm90_check),
+ * or with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
  * scratch and fatal path), from the repository root:
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
  *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \

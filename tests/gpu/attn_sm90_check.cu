@@ -1,7 +1,8 @@
 /* GPU check of the Hopper wgmma attention forward (kernels/cuda/attention_sm90.cu)
  * against the existing mma.sync forward (kernels/cuda/attention.cu), with timings.
  *
- * Build, either way (both done here, without a GPU; the binary travels in .gpu/bin):
+ * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_sm90_check, the
+ * nvcc command of a) below, as Makefile.am's ATTN_CHECKS rule), or by hand, either way:
  *  a) nvcc alone, no MPI needed to run it (tests/gpu/attn_sm90_shim.cu stands in for the
  *     backend's stream, scratch and fatal path), from the repository root:
  *       mkdir -p .gpu/bin && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. \
