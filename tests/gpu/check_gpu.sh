@@ -1,0 +1,28 @@
+#!/bin/sh
+# `make check-gpu`: every GPU test in one command, on a machine with GPUs (minutes):
+#   test_ops_cuda        every cuda op against the cpu backend (bf16 tolerances per op)
+#   model_steps.sh       whole-model steps on 1 and 2 GPUs against the cpu backend, every
+#                        strategy, accumulation, bitwise repeat, exact resume
+#   attn_sm90_check      the Hopper attention forward against mma.sync and float64
+#   attn_bwd_sm90_check  the Hopper attention backward, every path, bitwise and float64
+# Each log goes to check-gpu-NAME.log in the current directory. A test that finds no
+# suitable GPU exits 77 and is reported SKIP. Exit 1 when any test failed.
+# Env: BUILDDIR (the build directory), SHLM, SHLM_SRCDIR, MPIRUN (as `make check` sets).
+set -u
+B=${BUILDDIR:-.}
+failed=0
+run() { # NAME COMMAND...
+    name=$1; shift
+    "$@" > "check-gpu-$name.log" 2>&1
+    rc=$?
+    case $rc in
+    0) echo "check-gpu: PASS $name" ;;
+    77) echo "check-gpu: SKIP $name (no suitable GPU)" ;;
+    *) echo "check-gpu: FAIL $name (exit $rc; log check-gpu-$name.log)"; failed=1 ;;
+    esac
+}
+run test_ops_cuda "$B/tests/gpu/test_ops_cuda"
+run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
+run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time
+run attn_bwd_sm90_check "$B/tests/gpu/attn_bwd_sm90_check" --no-time
+exit $failed
