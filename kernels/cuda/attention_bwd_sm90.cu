@@ -823,6 +823,38 @@ __device__ __forceinline__ void dq_tile(float (&dq)[HD / 2], const unsigned char
     reg_fence(dq);
     reg_fence(a);
 }
+
+/* A warpgroup's dq (fp32 m64n{hd} accumulator, the C fragment) as bf16 into the rows
+ * it owns: staged through shared memory at stg (row 0 = the warpgroup's first query;
+ * 64 rows of 128 bytes per 64-column panel, panels PAN bytes apart, the 128-byte swizzle:
+ * chunk c of row r at c ^ (r % 8); stg 1024-aligned), then 16-byte row stores to rows
+ * (the dq row of the warpgroup's first query: row r at rows + r·C3), rows r < nvalid
+ * only. Each warp writes and reads back only its own 16 rows; the caller makes sure
+ * nothing else reads or writes those staging rows meanwhile. Shared by
+ * attn_bwd_dq_wgmma and attn_bwd_dq_ws. */
+template <int HD, int PAN>
+__device__ __forceinline__ void dq_store(unsigned char *stg, const float (&dq)[HD / 2],
+                                         bf16 *rows, int nvalid, size_t C3, int warp, int lane) {
+    constexpr int CH = HD / 8;
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int j = 0; j < HD / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 16 * warp + g + 8 * r; /* row % 8 == g */
+            const uint32_t o = (j >> 3) * PAN + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
+            *reinterpret_cast<uint32_t *>(stg + o) = pack_bf16(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+        }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * CH; i += 32) {
+        const int row = 16 * warp + i / CH, c = i % CH;
+        const uint32_t o = (c >> 3) * PAN + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
+        if (row < nvalid)
+            *reinterpret_cast<uint4 *>(rows + (size_t)row * C3 + c * 8) =
+                *reinterpret_cast<const uint4 *>(stg + o);
+    }
+}
 #endif
 
 template <int HD, int NWG, int NS> struct dqcfg {
@@ -853,7 +885,7 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
 #if SHLM_WGMMA
     using C = dqcfg<HD, NWG, NS>;
     constexpr int NT = NWG * WG_THREADS;
-    constexpr int NA = HD / 2, CH = HD / 8;
+    constexpr int NA = HD / 2;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
     const uint32_t s0 = (raw + 1023u) & ~1023u;
@@ -920,27 +952,251 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
     if (rope != nullptr) rope_inv_acc<HD>(dq, rope, q0 + 64 * wl + 16 * warp + g, T, t);
 
     /* dq into the warpgroup's rows of an unused stage's K tile (the last step's neighbour:
-     * every copy has landed, nothing reads it any more), then 16-byte row stores; each
-     * warp writes and reads back only its own 16 rows */
-    unsigned char *const stg = g0 + (nsteps % NS) * C::STAGE;
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = 64 * wl + 16 * warp + g + 8 * r; /* row % 8 == g */
-            const uint32_t o = (j >> 3) * KPANEL + row * ROW_BYTES + (((j & 7) ^ g) << 4) + 4 * t;
-            *reinterpret_cast<uint32_t *>(stg + o) = pack_bf16(dq[4 * j + 2 * r], dq[4 * j + 2 * r + 1]);
+     * every copy has landed, nothing reads it any more), then 16-byte row stores */
+    dq_store<HD, KPANEL>(g0 + (nsteps % NS) * C::STAGE + 64 * wl * ROW_BYTES, dq,
+                         dqkv + ((size_t)b * T + q0 + 64 * wl) * C3 + (size_t)h * HD,
+                         T - q0 - 64 * wl, C3, warp, lane);
+#endif /* SHLM_WGMMA */
+}
+
+/* ------------------------------------------------------------------ dQ, warp-specialised
+ *
+ * attn_bwd_dq_ws (dQ variants 3-5; see the top of the file): the blocks, the products and
+ * their accumulation order of attn_bwd_dq_wgmma<HD, 2, 2> (so, by construction, the same
+ * bits), with the copies moved to producer warps and mbarrier rings, as attn_bwd_dkv_ws:
+ * 384 threads = consumer warpgroups 0 and 1 (warps 0-7: warpgroup wl the 64-query dS tile
+ * Q = 2qt + wl, as attn_bwd_dq_wgmma) + producer warpgroup 2, of which lane 0 of warp 8
+ * and lane 0 of warp 9 work (setmaxnreg: producer 24, consumers 240).
+ *  - K ring, NK slots (warp 8): per step (key tile) s = 0..qt, the 128 K rows s·128..
+ *    by TMA (tensor map tm_k over qkv, boxes 64 columns × 128 rows, the panels of
+ *    load_tile; rows past T arrive as zeros) into slot s % NK; kfull[slot] count 1
+ *    (arrive.expect_tx), kempty[slot] count 4·nwg (lane 0 of every active consumer warp,
+ *    once its warpgroup's product reading the slot was waited for).
+ *  - dS ring, ND slots (warp 9): per step s the dS tiles (Q, s) of the block's active
+ *    warpgroups (Q < nq64), each one 1-d bulk copy from dsh + (ds_tile_base(Q) + s)·DS_TILE,
+ *    the addresses attn_bwd_dq_wgmma copies from; of the diagonal tile of an even Q
+ *    (s == qt, warpgroup 0) only the first half (fragments 0-15: keys 0-63), the only
+ *    part it reads and the only part the dK/dV pass wrote. dfull[slot] count 1, dempty
+ *    [slot] count 4·nwg: a consumer warp releases a dS slot as soon as its fragments of
+ *    the step are in registers (the fragments are not read by the wgmma from shared
+ *    memory), so the dS ring (the HBM stream) runs ahead of the K ring by itself.
+ *  - consumers (warpgroup wl; nwg = 2, or 1 when 2qt + 1 >= nq64, the other warpgroup
+ *    leaving at once): per step, wait dfull, load the warp's 16-byte fragments kk·4 + warp
+ *    and transpose them with movmatrix (as dq_tile), release the dS slot, wait kfull, issue
+ *    dq += dS·K (rs m64n{hd}k16 × 8, or × 4 on warpgroup 0's last step: the diagonal rule
+ *    s == qt && Q even of attn_bwd_dq_wgmma; Q = 2qt + wl is even exactly for wl = 0).
+ *    OV (variants 3, 5): two sets of A registers; step s + 1's fragments are loaded and
+ *    transposed while step s's wgmma runs (wait<1> after issuing s: step s - 1 is done,
+ *    its A registers and its K slot free); the last step is issued after the loop body
+ *    in a branch per parity (the loop is unrolled by two so that the register sets are
+ *    fixed names). !OV (variant 4): one set, wait<0> after every step (only the copies
+ *    differ from attn_bwd_dq_wgmma).
+ *  - dq leaves through the warpgroup's own dS tile region of the last step's dS slot
+ *    (nothing else reads it; every copy into that slot has landed; the producer issues
+ *    none after the last step), after a named barrier of the warpgroup, by dq_store.
+ * tests/gpu/attn_bwd_dq_ws_model.py models the index math and both rings' protocol. */
+constexpr int DQ_WS_THREADS = 384;
+constexpr int DQ_WS_PRODUCER_REGS = 24, DQ_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
+
+template <int HD, int NK, int ND> struct dqwscfg {
+    static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
+    static_assert(NK >= 2 && ND >= 2, "rings of two slots at least");
+    static constexpr int KTILE = (HD / 64) * KPANEL; /* 128 K rows */
+    static constexpr int DTILE = 2 * DS_TILE * 2;    /* the two warpgroups' dS tiles */
+    static constexpr int SMEM = NK * KTILE + ND * DTILE + 1024;
+};
+
+template <int N> struct ic {
+    static constexpr int value = N;
+};
+
+template <int HD, int NK, int ND, bool OV>
+__global__ void __launch_bounds__(DQ_WS_THREADS, 1)
+    attn_bwd_dq_ws(bf16 *dqkv, const bf16 *dS, size_t ds_head,
+                   const __grid_constant__ CUtensorMap tm_k, int b0, int T, int nh, int nkv,
+                   const float2 *rope) {
+#if SHLM_WGMMA
+    using namespace shlm_tma;
+    using C = dqwscfg<HD, NK, ND>;
+    constexpr int NA = HD / 2, NP = HD / 64;
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    __shared__ __align__(8) uint64_t bars[2 * NK + 2 * ND];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem_raw);
+    const uint32_t sK = (raw + 1023u) & ~1023u, sD = sK + NK * C::KTILE;
+    unsigned char *const gD = smem_raw + (sD - raw);
+    const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
+    auto kfull = [&](int i) { return bar0 + 8u * i; };
+    auto kempty = [&](int i) { return bar0 + 8u * (NK + i); };
+    auto dfull = [&](int i) { return bar0 + 8u * (2 * NK + i); };
+    auto dempty = [&](int i) { return bar0 + 8u * (2 * NK + ND + i); };
+
+    /* the block of attn_bwd_dq_wgmma<HD, 2, NS>: 128-query tile qt, longest first */
+    const int h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, z = blockIdx.z, b = b0 + z;
+    const int Qb = 2 * qt, q0 = Qb * BQ;
+    const int kvh = h / (nh / nkv);
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    const bf16 *const dsh = dS + ((size_t)z * nh + h) * ds_head * DS_TILE;
+    const int nq64 = (T + BQ - 1) / BQ;
+    const int nsteps = qt + 1;                 /* key tiles 0..qt */
+    const int nwg = Qb + 1 < nq64 ? 2 : 1;    /* warpgroups with queries */
+    const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
+
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NK; i++) {
+            mbar_init(kfull(i), 1);
+            mbar_init(kempty(i), 4 * nwg);
         }
-    __syncwarp();
-    bf16 *const rows = dqkv + ((size_t)b * T + q0) * C3 + (size_t)h * HD;
-#pragma unroll
-    for (int i = lane; i < 16 * CH; i += 32) {
-        const int row = 64 * wl + 16 * warp + i / CH, c = i % CH;
-        const uint32_t o = (c >> 3) * KPANEL + row * ROW_BYTES + (((c & 7) ^ (row & 7)) << 4);
-        if (q0 + row < T)
-            *reinterpret_cast<uint4 *>(rows + (size_t)row * C3 + c * 8) =
-                *reinterpret_cast<const uint4 *>(stg + o);
+        for (int i = 0; i < ND; i++) {
+            mbar_init(dfull(i), 1);
+            mbar_init(dempty(i), 4 * nwg);
+        }
+        mbar_fence_init();
     }
+    __syncthreads();
+
+    if (warp_all >= 8) { /* the producer warpgroup: lane 0 of warps 8 (K) and 9 (dS) */
+        setmaxnreg_dec<DQ_WS_PRODUCER_REGS>();
+        if (lane != 0 || warp_all > 9) return;
+        if (warp_all == 8) {
+            tma_prefetch_desc(&tm_k);
+            for (int s = 0; s < nsteps; s++) {
+                const int slot = s % NK, u = s / NK;
+                if (u > 0) mbar_wait(kempty(slot), (u - 1) & 1); /* step s - NK done */
+                mbar_arrive_expect_tx(kfull(slot), C::KTILE);
+#pragma unroll
+                for (int p = 0; p < NP; p++)
+                    tma_load_3d(sK + slot * C::KTILE + p * KPANEL, &tm_k, kfull(slot),
+                                (nh + kvh) * HD + 64 * p, s * BK, b);
+            }
+        } else {
+            for (int s = 0; s < nsteps; s++) {
+                const int slot = s % ND, u = s / ND;
+                /* warpgroup 0's diagonal tile: its first half only */
+                const uint32_t n0 = s == qt ? DS_TILE : 2 * DS_TILE, n1 = 2 * DS_TILE;
+                if (u > 0) mbar_wait(dempty(slot), (u - 1) & 1); /* step s - ND's fragments loaded */
+                mbar_arrive_expect_tx(dfull(slot), nwg == 2 ? n0 + n1 : n0);
+                const uint32_t dst = sD + slot * C::DTILE;
+                bulk_load(dst, dsh + (ds_tile_base(Qb) + s) * DS_TILE, n0, dfull(slot));
+                if (nwg == 2)
+                    bulk_load(dst + DS_TILE * 2, dsh + (ds_tile_base(Qb + 1) + s) * DS_TILE, n1,
+                              dfull(slot));
+            }
+        }
+        return;
+    }
+
+    /* the consumers */
+    setmaxnreg_inc<DQ_WS_CONSUMER_REGS>();
+    const int wl = warp_all >> 2, warp = warp_all & 3;
+    if (wl >= nwg) return; /* warpgroup 1 without queries */
+    const int g = lane >> 2, t = lane & 3;
+    /* this lane's 16 bytes of fragment 0·4 + warp of the warpgroup's dS tile, slot 0 */
+    const unsigned char *const fr0 = gD + wl * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
+
+    float dq[NA];
+#pragma unroll
+    for (int i = 0; i < NA; i++) dq[i] = 0.0f;
+    reg_fence(dq);
+
+    /* step s's A fragments (its first N k-steps) into a, then the warp's release of the
+     * dS slot (every lane's loads are behind the __syncwarp; a predicated arrive) */
+    auto load = [&](uint32_t(&a)[32], int s, auto n) {
+        constexpr int N = decltype(n)::value;
+        const int slot = s % ND;
+        mbar_wait(dfull(slot), (s / ND) & 1);
+        const unsigned char *const fr = fr0 + slot * C::DTILE;
+#pragma unroll
+        for (int kk = 0; kk < N; kk++) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(fr + kk * 4 * DS_FRAG * 2);
+            a[4 * kk] = movm_trans(v.x); /* as dq_tile */
+            a[4 * kk + 1] = movm_trans(v.z);
+            a[4 * kk + 2] = movm_trans(v.y);
+            a[4 * kk + 3] = movm_trans(v.w);
+        }
+        __syncwarp();
+        mbar_arrive_if(dempty(slot), lane == 0);
+    };
+    /* dq += dS·K over step s's first N k-steps, one commit group */
+    auto issue = [&](const uint32_t(&a)[32], int s, auto n) {
+        constexpr int N = decltype(n)::value;
+        const int slot = s % NK;
+        mbar_wait(kfull(slot), (s / NK) & 1);
+        const uint64_t dk = make_desc(sK + slot * C::KTILE, KPANEL, 1024);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < N; kk++) {
+            const uint64_t d = desc_add(dk, kk * 16 * ROW_BYTES);
+            if constexpr (HD == 128) wgmma_rs_n128_t(dq, &a[4 * kk], d);
+            else wgmma_rs_n64_t(dq, &a[4 * kk], d);
+        }
+        wgmma_commit();
+    };
+    /* step s's product was waited for: its K slot goes back (predicated, no branch) */
+    auto release_k = [&](int s, bool pred) {
+        __syncwarp();
+        mbar_arrive_if(kempty((s + NK) % NK), lane == 0 && pred);
+    };
+
+    /* the k-steps of the last step: 4 on warpgroup 0 (the diagonal tile of an even Q),
+     * else 8; one code path per warpgroup, chosen where nothing is in flight */
+    auto run = [&](auto nlast) {
+        uint32_t a0[32], a1[32];
+        if constexpr (OV) {
+            if (nsteps == 1) {
+                load(a0, 0, nlast);
+                issue(a0, 0, nlast);
+            } else {
+                load(a0, 0, ic<8>());
+                for (int s = 0;; s += 2) { /* a0: step s, not the last */
+                    issue(a0, s, ic<8>());
+                    wgmma_wait<1>(); /* step s - 1 */
+                    reg_fence(a1);
+                    release_k(s - 1, s > 0);
+                    if (s + 2 == nsteps) {
+                        load(a1, s + 1, nlast);
+                        issue(a1, s + 1, nlast);
+                        break;
+                    }
+                    load(a1, s + 1, ic<8>());
+                    issue(a1, s + 1, ic<8>());
+                    wgmma_wait<1>(); /* step s */
+                    reg_fence(a0);
+                    release_k(s, true);
+                    if (s + 3 == nsteps) {
+                        load(a0, s + 2, nlast);
+                        issue(a0, s + 2, nlast);
+                        break;
+                    }
+                    load(a0, s + 2, ic<8>());
+                }
+            }
+        } else {
+            for (int s = 0; s + 1 < nsteps; s++) {
+                load(a0, s, ic<8>());
+                issue(a0, s, ic<8>());
+                wgmma_wait<0>();
+                reg_fence(a0);
+                release_k(s, true);
+            }
+            load(a0, nsteps - 1, nlast);
+            issue(a0, nsteps - 1, nlast);
+        }
+        wgmma_wait<0>();
+        reg_fence(dq);
+        reg_fence(a0);
+        reg_fence(a1);
+    };
+    if (wl == 0) run(ic<4>());
+    else run(ic<8>());
+
+    /* rope (non-NULL): dq w.r.t. the pre-RoPE q, as attn_bwd_dq_wgmma */
+    if (rope != nullptr) rope_inv_acc<HD>(dq, rope, q0 + 64 * wl + 16 * warp + g, T, t);
+    /* every warp of the warpgroup has loaded its last fragments before any overwrites the
+     * region: the warpgroup's own dS tile in the last step's dS slot */
+    bar_sync(1 + wl, WG_THREADS);
+    dq_store<HD, QPANEL>(gD + ((nsteps - 1) % ND) * C::DTILE + wl * DS_TILE * 2, dq,
+                         dqkv + ((size_t)b * T + q0 + 64 * wl) * C3 + (size_t)h * HD,
+                         T - q0 - 64 * wl, C3, warp, lane);
 #endif /* SHLM_WGMMA */
 }
 
@@ -1055,9 +1311,50 @@ void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int 
     CUDA_CHECK_LAST();
 }
 
+/* attn_bwd_dq_ws: one tensor map (K boxes of 128 rows over qkv, batch elements
+ * 0..b0+nb-1); false (nothing queued) when the driver cannot encode it */
+template <int HD, int NK, int ND, bool OV>
+bool launch_dq_ws(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb,
+                  int T, int nh, int nkv, const float2 *rope) {
+    using C = dqwscfg<HD, NK, ND>;
+    static_assert(C::SMEM + 1024 <= 227 * 1024, "dynamic + static shared memory per block");
+    const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
+    CUtensorMap tm_k;
+    if (!shlm_tma_host::make_map_bf16_3d(&tm_k, qkv, C3, T, b0 + nb, BK)) return false;
+    static bool done = false;
+    if (!done) {
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_ws<HD, NK, ND, OV>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        done = true;
+    }
+    dim3 grid(nh, (T + BK - 1) / BK, nb);
+    attn_bwd_dq_ws<HD, NK, ND, OV><<<grid, DQ_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, tm_k, b0, T, nh, nkv, rope);
+    CUDA_CHECK_LAST();
+    return true;
+}
+
 /* dQ: 0 two warpgroups (128 queries) per block, two stages; 1 one warpgroup (64
- * queries), two stages; 2 two warpgroups, three stages (copies two steps ahead) */
+ * queries), two stages; 2 two warpgroups, three stages (copies two steps ahead);
+ * attn_bwd_dq_ws (producer warps: K by TMA, dS by 1-d bulk copies, mbarrier rings; see
+ * the top of the file; NOT YET RUN ON A GPU): 3 K ring of 3 slots, dS ring of 4, the
+ * next step's fragments loaded while the current step's wgmma runs (OV); 4 the same
+ * rings, every step waited (only the copies differ from 0); 5 K ring 3, dS ring 2, OV.
+ * A variant 3-5 declines (returns 1, nothing queued) when the tensor map cannot be made.
+ * DQ_DEFAULT: what the plain entry runs. */
 constexpr int DQ_DEFAULT = 0;
+
+template <int HD>
+bool dq_hd(int variant, bf16 *d, const bf16 *s, size_t ds_head, const bf16 *x, int b0, int nb,
+           int T, int nh, int nkv, const float2 *rp) {
+    if (variant == 3) return launch_dq_ws<HD, 3, 4, true>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    if (variant == 4) return launch_dq_ws<HD, 3, 4, false>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    if (variant == 5) return launch_dq_ws<HD, 3, 2, true>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    if (variant == 1) launch_dq<HD, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    else if (variant == 2) launch_dq<HD, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    else launch_dq<HD, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    return true;
+}
 
 int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
        int nkv, int hd, int variant, const void *rope) {
@@ -1071,16 +1368,9 @@ int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int 
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
     const float2 *rp = (const float2 *)rope;
-    if (hd == 128) {
-        if (variant == 1) launch_dq<128, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-        else if (variant == 2) launch_dq<128, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-        else launch_dq<128, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-    } else {
-        if (variant == 1) launch_dq<64, 1, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-        else if (variant == 2) launch_dq<64, 2, 3>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-        else launch_dq<64, 2, 2>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-    }
-    return 0;
+    const bool ok = hd == 128 ? dq_hd<128>(variant, d, s, ds_head, x, b0, nb, T, nh, nkv, rp)
+                              : dq_hd<64>(variant, d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    return ok ? 0 : 1;
 }
 
 } // namespace sm90b

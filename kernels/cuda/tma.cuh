@@ -1,7 +1,7 @@
 /* cuda backend: Hopper (sm_90a) asynchronous-copy building blocks for the warp-specialised
  * attention forward (attention_sm90.cu): shared-memory mbarriers (init, arrive,
- * arrive.expect_tx, try_wait.parity), named-barrier arrive, setmaxnreg, and TMA tile loads (cp.async.bulk.tensor.3d with
- * mbarrier::complete_tx::bytes) from a CUtensorMap passed as a __grid_constant__ kernel
+ * arrive.expect_tx, try_wait.parity), named-barrier arrive, setmaxnreg, TMA tile loads (cp.async.bulk.tensor.3d with
+ * mbarrier::complete_tx::bytes) and 1-d bulk copies (cp.async.bulk, for attention_bwd_sm90.cu's dQ) from a CUtensorMap passed as a __grid_constant__ kernel
  * parameter. The tensor map itself is encoded on the host (cuTensorMapEncodeTiled, obtained
  * through cudaGetDriverEntryPointByVersion: nothing links -lcuda); see attention_sm90.cu.
  *
@@ -94,6 +94,17 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap *map
     asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(dst),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2)
+                 : "memory");
+}
+
+/* bytes (a multiple of 16) from global src (16-byte aligned) to shared dst (16-byte
+ * aligned) as one bulk copy (no tensor map, no swizzle); they complete transactions on
+ * the mbarrier bar (announce them with expect_tx first) */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(bar)
                  : "memory");
 }
 
