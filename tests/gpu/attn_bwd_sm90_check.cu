@@ -15,14 +15,16 @@
  *   attn_bwd_sm90_check --no-time    # correctness only
  *   attn_bwd_sm90_check --small      # the float64 cases only (for compute-sanitizer)
  *   attn_bwd_sm90_check --time-only  # timings only
- *   attn_bwd_sm90_check --no-ws      # (with any of the above) without paths 10-13
+ *   attn_bwd_sm90_check --no-ws      # (with any of the above) without paths 10-16
+ *                                    # (path 1 still runs the default dK/dV, variant 6)
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
  * from shlm_cuda_attention_fwd. Per case and per path (the kernels chosen through
  * shlm_cuda_attention_bwd_variant: path 0 attention.cu's mma.sync dK/dV and dQ, path 1
- * the wgmma defaults, paths 2-13 the wgmma variants and mixes, see `paths` below; 10-13
- * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws; path 1 runs its variant 6 since it became the default), with
+ * the wgmma defaults, paths 2-16 the wgmma variants and mixes, see `paths` below; 10-13
+ * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws; path 1 runs its variant 6 since it became the default;
+ * 14-16 the default dK/dV with the warp-specialised dQ attn_bwd_dq_ws, dQ variants 3-5), with
  * dqkv poisoned with NaN first:
  *   NaN/unwritten: none of dq, dk, dv may be NaN;
  *   vs float64 (small cases: naive causal attention forward and backward on the host, in
@@ -30,7 +32,7 @@
  *     (bf16 inputs of every product: P, dS and the outputs are rounded to bf16; the
  *     mma.sync kernel is held to the same bound);
  *   wgmma vs mma.sync: relative L2 < 1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv;
- *   determinism: a second run is bitwise equal; paths 1-13 are bitwise equal (the same
+ *   determinism: a second run is bitwise equal; paths 1-16 are bitwise equal (the same
  *     products in the same order);
  *   (reported, not required: whether a path is bitwise equal to path 0).
  * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
@@ -43,8 +45,8 @@
  *     max |d| / max |ref| < 2e-2 for dq, dk (the two roundings differ by at most about
  *     one bf16 ulp of an element, ~2^-8 of it; about 2e-3 expected in L2), dv bitwise
  *     equal to path 0's dv;
- *   dv of every path bitwise equal to its dv without RoPE; paths 1-8 (both parts fused)
- *     bitwise equal to each other; path 9 (wgmma dK/dV, mma.sync dQ): dk bitwise equal to
+ *   dv of every path bitwise equal to its dv without RoPE; paths 1-8 and 10-16 (both parts
+ *     fused) bitwise equal to each other; path 9 (wgmma dK/dV, mma.sync dQ): dk bitwise equal to
  *     path 1's, dq to path 0's (the same rope kernel on the same dq);
  *   determinism: path 1 with RoPE twice, bitwise equal.
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
@@ -216,9 +218,12 @@ static const double ROPE_THETA = 10000.0;
  * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue, 5-8 attn_bwd_dkv_ws, the
  * TMA producer warp: 5 two slots FA3's order (XO 2), 6 three slots XO 2, 7 two slots the
  * plain order (XO 0), 8 two slots XO 1; dQ: 0 two warpgroups, 1 one, 2 two with
- * three stages; attention_bwd_sm90.cu's DKV_DEFAULT and DQ_DEFAULT). hd: 0 every head_dim,
+ * three stages, 3-5 attn_bwd_dq_ws, the producer warps (TMA K, bulk-copy dS): 3 K ring 3
+ * slots, dS ring 4, fragments of the next step loaded under the current wgmma (OV); 4 the
+ * same rings without OV; 5 K ring 3, dS ring 2, OV; attention_bwd_sm90.cu's DKV_DEFAULT
+ * and DQ_DEFAULT). hd: 0 every head_dim,
  * else the only one the path runs at (the others are skipped, not failed). */
-#define NPATH 14
+#define NPATH 17
 static const struct {
     int kv, dq, hd;
     const char *name;
@@ -231,12 +236,15 @@ static const struct {
     {2, 0, 0, "dKdV 2wg, dQ mma.sync"},
     {7, 2, 0, "dKdV ws XO2 2slot, dQ 2wg"}, {8, 2, 0, "dKdV ws XO2 3slot, dQ 2wg"},
     {9, 2, 0, "dKdV ws XO0 2slot, dQ 2wg"}, {10, 2, 0, "dKdV ws XO1 2slot, dQ 2wg"},
+    {1, 5, 0, "dKdV default, dQ ws K3 dS4 ov"}, {1, 6, 0, "dKdV default, dQ ws K3 dS4"},
+    {1, 7, 0, "dKdV default, dQ ws K3 dS2 ov"},
 };
 
-/* --no-ws: leave out the warp-specialised dK/dV (paths 10-13, variants 5-8), so that a
- * hang there cannot cost the other checks their run */
+/* --no-ws: leave out the warp-specialised dK/dV variants (paths 10-13, variants 5-8) and
+ * dQ variants (paths 14-16, variants 3-5), so that a hang there cannot cost the other
+ * checks their run (path 1 runs the default dK/dV, warp-specialised since session 4) */
 static bool skip_ws = false;
-static bool is_ws_path(int k) { return paths[k].kv >= 7; }
+static bool is_ws_path(int k) { return paths[k].kv >= 7 || paths[k].dq >= 5; }
 static bool path_runs(int k, int hd) {
     return !(paths[k].hd && paths[k].hd != hd) && !(skip_ws && is_ws_path(k));
 }
@@ -441,15 +449,17 @@ static void run_case(const Case &c, bool check, bool timing) {
         CK(cudaMemset(d_D, 0, n_lse * 4));
         const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
         const double fkv = 0.8 * flops, fdq = 0.2 * flops; /* 4 and 1 of the 5 products */
-        /* dK/dV variants 0, 3, 4 (cp.async), 5-8 (TMA, warp-specialised); dQ variants 0, 2 */
+        /* dK/dV variants 0, 3, 4 (cp.async), 5-8 (TMA, warp-specialised); dQ variants 0, 2
+         * (cp.async), 3-5 (TMA and bulk copies, warp-specialised) */
         static const struct {
             bool kv;
             int v;
         } alone[] = {{true, 0}, {true, 3}, {true, 4}, {true, 5}, {true, 6},
-                     {true, 7}, {true, 8}, {false, 0}, {false, 2}};
+                     {true, 7}, {true, 8}, {false, 0}, {false, 2}, {false, 3},
+                     {false, 4}, {false, 5}};
         for (const auto &a : alone) {
             const int v = a.v;
-            if (skip_ws && a.kv && v >= 5) continue;
+            if (skip_ws && (a.kv ? v >= 5 : v >= 3)) continue;
             auto launch = [&]() -> int {
                 if (a.kv)
                     return shlm_cuda_attention_bwd_dkv_sm90_variant(
