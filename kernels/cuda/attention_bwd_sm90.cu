@@ -69,6 +69,56 @@
  * attn_bwd_dkv_wgmma's cfg<HD, 2, NS>: 133,120 bytes at hd 128 with two slots, 166,400
  * with three (67,584 / 84,480 at hd 64), plus 1,024 bytes static (ptxas -v; mbarriers).
  *
+ * ---------------------------------------------------------------- attn_bwd_dq_ws
+ *
+ * dQ variants 3-5 (NOT the default: DQ_DEFAULT stays 0): attn_bwd_dq_ws, a
+ * warp-specialised form of dQ variant 0 (attn_bwd_dq_wgmma<HD, 2, 2>; its own comment,
+ * further down, has the details). NOT YET RUN ON ANY GPU (written in session 5 without
+ * one). Why: the dQ pass alone took ~244 us at hd 128, T 4096 (about half its dS-traffic
+ * bound) while variant 0 copies with cp.async by every thread, meets at a __syncthreads
+ * per key tile and waits for every tile's wgmma before loading the next tile's fragments.
+ * Here lane 0 of warp 8 loads the K tiles by TMA into a ring of NK slots and lane 0 of
+ * warp 9 the dS tiles by 1-d bulk copies (tma.cuh's bulk_load) into a ring of ND slots,
+ * each with full / empty mbarriers; a consumer warp releases a dS slot as soon as its
+ * fragments are in registers, so the dS stream (the HBM traffic) runs ahead of the K
+ * ring. Variants 3 (NK 3, ND 4) and 5 (NK 3, ND 2) also load and transpose the next
+ * tile's fragments while the current tile's wgmma runs (two A register sets, wait<1>);
+ * 4 (NK 3, ND 4) waits every tile (only the copies change, to separate the effects).
+ * Same products in the same order as variant 0 (key tiles 0..qt, k-steps of 16, 4 on
+ * the diagonal tile of an even Q), same rope_inv_acc epilogue, same store (dq_store,
+ * shared with variant 0), so the bits of variant 0 by construction.
+ * Checked without a GPU:
+ *  - compiled (nvcc 13.0, sm_90a), ptxas -v: every instantiation 168 registers at launch
+ *    (setmaxnreg: producer 24, consumers 240), no spills, no C75xx (wgmma serialisation)
+ *    advisory; in the SASS (cuobjdump 13.2) the consumers use up to R188 (variant 3) /
+ *    R132 (4) / R192 (5) at hd 128 and R163 / R102 / R164 at hd 64, the producers R0-R18;
+ *    WARPGROUP.ARRIVE / DEPBAR 10 / 6 with OV (5 issue sites and 3 waits per warpgroup
+ *    path, two paths: 4 and 8 k-steps on the last tile), 4 / 4 without: exactly the
+ *    source's; variant 0's SASS after the dq_store refactoring differs only in integer
+ *    address arithmetic (the same FP and HGMMA instructions, counted by opcode).
+ *    Dynamic shared memory: hd 128 230,400 bytes (NK 3, ND 4) and 164,864 (3, 2); hd 64
+ *    181,248 and 115,712; plus 1,024 static (mbarriers; ptxas -v).
+ *  - tests/gpu/attn_bwd_dq_ws_model.py (CPU model): products, copies (tiles, addresses,
+ *    bytes within what the dK/dV pass wrote) and stored rows against variant 0 for every
+ *    T in 1..4096; both rings' mbarrier protocol under random interleavings (rings 3/4,
+ *    3/2, 2/2, nwg 1 and 2); three negative cases caught.
+ * Unverified, most likely trouble first:
+ *  1. the 1-d bulk copy (first use in this project): its PTX form, the generic global
+ *     address passed as the source, and complete_tx counting its bytes on the mbarrier;
+ *  2. a hang from a protocol slip the model does not capture (e.g. the inactive
+ *     warpgroup 1 leaving while the barrier counts assume 4·nwg arrivals; nwg is computed
+ *     identically by thread 0 and by the consumers);
+ *  3. whether the A registers of an in-flight wgmma survive the next tile's fragment
+ *     loads (ptxas is trusted to keep them apart; no advisory was printed);
+ *  4. the speed: whether the dS stream really runs ahead (variant 4 vs 3 separates the
+ *     overlap of fragment loads from the copies; 5 vs 3 the dS ring depth).
+ * The next GPU session, in a CUDA build directory (or the nvcc line in the check's
+ * header): `make tests/gpu/attn_bwd_sm90_check && timeout 300
+ * tests/gpu/attn_bwd_sm90_check`, then `compute-sanitizer --tool memcheck
+ * tests/gpu/attn_bwd_sm90_check --small`; paths 14-16 must be bitwise equal to path 1
+ * with and without RoPE, and "time alone: wgmma dQ variant 3/4/5" against variant 0's.
+ * If it hangs, `--no-ws` runs everything else.
+ *
  * ---------------------------------------------------------------- design
  *
  * Block = (kv head, 128-key tile kt, batch element b0 + z), 256 threads = two warpgroups;
@@ -116,7 +166,7 @@
  * beyond this: a TMA producer warp and mbarriers instead of cp.async by every thread and
  * one __syncthreads per step.
  *
- * dQ (attn_bwd_dq_wgmma below) has its own comment. */
+ * dQ (attn_bwd_dq_wgmma and attn_bwd_dq_ws below) has its own comments. */
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/cuda/tma.cuh"
