@@ -73,7 +73,7 @@
  *
  * dQ variants 3-5 (NOT the default: DQ_DEFAULT stays 0): attn_bwd_dq_ws, a
  * warp-specialised form of dQ variant 0 (attn_bwd_dq_wgmma<HD, 2, 2>; its own comment,
- * further down, has the details). NOT YET RUN ON ANY GPU (written in session 5 without
+ * further down, has the details). NOT YET RUN ON ANY GPU (written in session 4 without
  * one). Why: the dQ pass alone took ~244 us at hd 128, T 4096 (about half its dS-traffic
  * bound) while variant 0 copies with cp.async by every thread, meets at a __syncthreads
  * per key tile and waits for every tile's wgmma before loading the next tile's fragments.
