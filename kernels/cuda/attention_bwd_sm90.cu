@@ -961,8 +961,11 @@ __global__ void __launch_bounds__(NWG * WG_THREADS, 3 - NWG)
             if (Q >= nq64) break;
             const bf16 *const src = dsh + (ds_tile_base(Q) + s) * DS_TILE;
             const uint32_t dst = st + C::KTILE + qh * DS_TILE * 2;
+            /* the diagonal tile of an even Q: only fragments 0-15 (keys 0-63) were written
+             * by the dK/dV pass, and only they are read (dq_tile<HD, 4>) */
+            const int n16 = (s == qt && (Q & 1) == 0) ? DS_TILE / 16 : DS_TILE / 8;
 #pragma unroll 4
-            for (int i = threadIdx.x; i < DS_TILE / 8; i += NT)
+            for (int i = threadIdx.x; i < n16; i += NT)
                 cp_async16(dst + 16 * i, src + 8 * i, true);
         }
     };
