@@ -202,16 +202,7 @@ final_phase() {
     "$BIN/test_ops_cuda" > "$OUT/ops.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops.log" | head -5; tail -1 "$OUT/ops.log"
     echo "== model_steps"
     sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"; grep -E "FAIL|failure" "$OUT/model_steps.log"
-    bench_setup
-    smi_start shardlm
-    run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
-    smi_stop shardlm
-    bench_table
-    : > "$OUT/anchor.txt"
-    smi_start torch
-    anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
-    anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
-    smi_stop torch
+    record_pair
     # 1 -> 2 GPUs at the same per-GPU micro-batch
     run 7b_fs_mb1_none 2 llama2-7b 1 none FULL_SHARD 6
     run 7b_1gpu_mb1_none 1 llama2-7b 1 none FULL_SHARD 6
@@ -259,15 +250,24 @@ matrix_phase() {
     echo "elapsed ${SECONDS}s"
 }
 
-# the 7B record pair alone (shardlm, PyTorch eager and compile): one more sample of the
-# ratio that varies from call to call
-ratio_phase() {
+# the record: shardlm's 7B step, then PyTorch FSDP2 eager and torch.compile on the
+# same command, nvidia-smi sampled over each side
+record_pair() {
     bench_setup
-    : > "$OUT/anchor.txt"
+    smi_start shardlm
     run 7b_fs_mb2_none 2 llama2-7b 2 none FULL_SHARD 6
+    smi_stop shardlm
+    bench_table
+    : > "$OUT/anchor.txt"
+    smi_start torch
     anchor 2 7b_fs_mb2_ac0 --model 7b --mb 2 --reshard 1 --ac 0 --steps 5
     anchor 2 7b_fs_mb2_ac0_compile --model 7b --mb 2 --reshard 1 --ac 0 --steps 5 --compile
-    bench_table
+    smi_stop torch
+}
+
+# the record pair alone: one more sample of the ratio that varies from call to call
+ratio_phase() {
+    record_pair
     echo "elapsed ${SECONDS}s"
 }
 

@@ -108,12 +108,7 @@ static bool check_part(const char *what, int part, const __nv_bfloat16 *got, con
         const size_t i = wrow * C3 + c0 + wcol;
         printf("      worst: b %zu t %zu head %d dim %d: got %g ref %g\n", wrow / c.T, wrow % c.T,
                wcol / c.hd, wcol % c.hd, bf(got[i]), ref[i]);
-        printf("      max |diff| by row block (t%%128/16) x dim block (d/16):\n");
-        for (int rb = 0; rb < 8; rb++) {
-            printf("       ");
-            for (int db = 0; db < c.hd / 16 && db < 8; db++) printf(" %9.2e", blk[rb][db]);
-            printf("\n");
-        }
+        print_block_table(blk, c.hd);
         n_failed++;
     }
     return ok;

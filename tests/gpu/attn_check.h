@@ -38,6 +38,17 @@ struct Case {
     int B, T, nh, nkv, hd;
 };
 
+/* After a failed comparison: the max |diff| table by row block ((t % 128) / 16, rows) and
+ * head-dim block (d / 16, columns; at most 8), which shows a wrong fragment or warp */
+static void print_block_table(const float (&blk)[8][8], int hd) {
+    printf("      max |diff| by row block (t%%128/16, rows) x dim block (d/16, columns):\n");
+    for (int rb = 0; rb < 8; rb++) {
+        printf("       ");
+        for (int db = 0; db < hd / 16 && db < 8; db++) printf(" %9.2e", blk[rb][db]);
+        printf("\n");
+    }
+}
+
 /* Mean microseconds of one launch() on stream s: `warm` untimed launches, then `reps`
  * between two events. */
 template <class F>

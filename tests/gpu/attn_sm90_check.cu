@@ -97,12 +97,7 @@ static bool check_out(const char *what, const __nv_bfloat16 *got, const float *r
     if (!ok) {
         printf("      worst: b %zu t %zu head %zu dim %zu: got %g ref %g\n", wrow / c.T, wrow % c.T,
                (worst % ((size_t)c.nh * c.hd)) / c.hd, worst % c.hd, bf(got[worst]), ref[worst]);
-        printf("      max |diff| by row block (t%%128/16, rows) x dim block (d/16, columns):\n");
-        for (int rb = 0; rb < 8; rb++) {
-            printf("       ");
-            for (int db = 0; db < c.hd / 16 && db < 8; db++) printf(" %9.2e", blk[rb][db]);
-            printf("\n");
-        }
+        print_block_table(blk, c.hd);
         n_failed++;
     }
     return ok;
