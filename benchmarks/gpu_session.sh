@@ -14,6 +14,8 @@
 #   bash benchmarks/gpu_session.sh matrix   # SHARD_GRAD_OP and one-GPU points beside PyTorch eager
 #   bash benchmarks/gpu_session.sh ratio    # the 7B record pair alone: shardlm, PyTorch eager, compile
 #   bash benchmarks/gpu_session.sh overhead # the 1 -> 2 GPU overhead: fixed-global-batch pair, profiles
+#   bash benchmarks/gpu_session.sh gbatch   # 1 -> 2 GPUs at mb 2 and a fixed global batch of 4 and 8
+#   bash benchmarks/gpu_session.sh cers     # fp32 reduce-scatters on the copy engines against SM kernels
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -27,7 +29,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|overhead|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|overhead|gbatch|cers|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -295,6 +297,50 @@ overhead_phase() {
 }
 
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
+# gbatch: strong scaling 1 -> 2 GPUs at the record's micro-batch (2) and a fixed global
+# batch of 4 (the record's: 2 GPUs x mb 2; 1 GPU accumulates 2 micro-batches) and of 8
+gbatch_phase() {
+    bench_setup
+    smi_start gbatch
+    for gb in 4 8; do
+        sh benchmarks/strong_scaling.sh --ranks 1,2 --strategies FULL_SHARD --steps 5 --warmup 2 \
+            --shardlm "$SHLM" --out "$T/scale-7b-gb$gb" --global-batch $gb jobs/llama2-7b.ini \
+            --set data.train=$T/rand.bin --set train.micro_batch=2 --set fsdp.param_dtype=bf16 \
+            --set fsdp.reduce_dtype=fp32 > "$OUT/7b-gb$gb.txt" 2>&1
+        echo "7b global batch $gb, mb 2: rc=$?"; tail -4 "$OUT/7b-gb$gb.txt"
+        cp "$T/scale-7b-gb$gb/scaling.csv" "$OUT/7b-gb$gb-scaling.csv" 2>/dev/null
+    done
+    smi_stop gbatch
+    echo "elapsed ${SECONDS}s"
+}
+# cers: fp32 reduce-scatters on the copy engines (SHLM_NCCL_CE_REDUCE_SCATTER=1) against
+# NCCL's SM kernels: bus bandwidth and checked values, whole-model bitwise agreement,
+# the 7B step at mb 1 and 2, and the 2-GPU profile
+cers_phase() {
+    echo "== reduce_scatter fp32 (registered buffers): SM kernels (0) vs copy engines (1)"
+    for ce in 0 1; do
+        SHLM_NCCL_CE_REDUCE_SCATTER=$ce $MPIRUN -np 2 "$BIN/bench_comm" --backend nccl \
+            --op reduce_scatter --dtype fp32 --redop avg -b 16M -e 1G -f 4 --nonblocking \
+            --registered > "$OUT/bench_comm_rs_ce$ce.txt" 2>&1
+        echo "rc=$? ce=$ce"; grep -v '^#' "$OUT/bench_comm_rs_ce$ce.txt" | tail -4
+        grep -E "wrong|avg bus" "$OUT/bench_comm_rs_ce$ce.txt"
+    done
+    echo "== model_steps"
+    timeout 300 sh tests/gpu/model_steps.sh > "$OUT/model_steps.log" 2>&1; echo "rc=$?"
+    grep -E "FAIL|failure|ce_rs" "$OUT/model_steps.log"
+    bench_setup
+    smi_start cers
+    for ce in 1 0; do
+        SHLM_NCCL_CE_REDUCE_SCATTER=$ce run 7b_fs_mb1_ce$ce 2 llama2-7b 1 none FULL_SHARD 6
+        SHLM_NCCL_CE_REDUCE_SCATTER=$ce run 7b_fs_mb2_ce$ce 2 llama2-7b 2 none FULL_SHARD 6
+    done
+    smi_stop cers
+    SHLM_NCCL_CE_REDUCE_SCATTER=1 run 7b_2gpu_mb1_profile_ce1 2 llama2-7b 1 none FULL_SHARD 3 \
+        --set runtime.profile=true
+    sed -n '/^# profile/,/measured step/p' "$T/7b_2gpu_mb1_profile_ce1.log" | tee "$OUT/profile-2-ce1.txt"
+    bench_table
+    echo "elapsed ${SECONDS}s"
+}
 small_phase() {
     echo "== test_ops_cuda attention"
     "$BIN/test_ops_cuda" 1 attention > "$OUT/ops-attention.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops-attention.log" | head -5; tail -1 "$OUT/ops-attention.log"
@@ -409,6 +455,8 @@ sm90) sm90_phase ;;
 matrix) matrix_phase ;;
 ratio) ratio_phase ;;
 overhead) overhead_phase ;;
+gbatch) gbatch_phase ;;
+cers) cers_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;

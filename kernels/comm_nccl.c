@@ -32,7 +32,8 @@
             SHLM_FATAL("%s failed: %s", #call, cudaGetErrorString(cuda_check_rc_));       \
     } while (0)
 
-/* A receive buffer registered for copy-engine all-gathers (gather_buffer_alloc). */
+/* A buffer registered as a symmetric window of the copy-engine communicator: an
+ * all-gather receive buffer, a reduce-scatter send buffer or a group's reduce staging. */
 typedef struct gather_window {
     void *ptr;
     size_t bytes;
@@ -45,8 +46,9 @@ typedef struct gather_window {
 struct shlm_comm_group {
     MPI_Comm mpi;
     ncclComm_t nccl;
-    ncclComm_t nccl_ce;     /* zero-CTA policy: all-gathers into registered windows */
-    gather_window *windows;
+    ncclComm_t nccl_ce;     /* zero-CTA policy: collectives between registered windows */
+    gather_window *windows; /* gather and reduce buffers (not the staging) */
+    gather_window *staging; /* copy-engine reduce-scatters land here, S slices */
     int rank, size;
     cudaStream_t stream; /* this group's collectives run here, in issue order */
     shlm_comm_stats stats;
@@ -133,17 +135,38 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
 
 static int nccl_progress(void);
 
-/* ---- copy-engine all-gathers ----
- * NCCL (2.28 and later) moves an all-gather with the GPUs' copy engines instead of SM
- * kernels when the communicator's CTA policy is "zero" and the receive buffer is a
- * symmetric window (registered by every rank, VMM memory from ncclMemAlloc). The
- * all-gathers of FSDP overlap compute, and SM kernels of NCCL take SMs from every
- * matmul they overlap; copy engines take none. The reduce-scatters need arithmetic and
- * stay on g->nccl. SHLM_NCCL_CE_ALLGATHER=0 turns this off. */
+/* ---- copy-engine collectives ----
+ * NCCL (2.28 and later) moves an all-gather or all-to-all with the GPUs' copy engines
+ * instead of SM kernels when the communicator's CTA policy is "zero" and the buffers are
+ * symmetric windows (registered by every rank, VMM memory from ncclMemAlloc). FSDP's
+ * collectives overlap compute, and NCCL's SM kernels take SMs from every matmul they
+ * overlap for as long as the transfer lasts; copy engines take none.
+ * - All-gathers into a registered window go through that communicator.
+ *   SHLM_NCCL_CE_ALLGATHER=0 turns this off.
+ * - fp32 reduce-scatters from a registered reduce buffer become an all-to-all on the copy
+ *   engines into the group's staging window (slice j: rank j's contribution to this
+ *   rank's part) and one kernel that sums the slices in rank order on the group's
+ *   stream: the SMs work only for the sum, at memory speed, not for the whole transfer.
+ *   SHLM_NCCL_CE_REDUCE_SCATTER=1 turns this on. */
+static int env_flag(const char *name, int dflt) {
+    const char *e = getenv(name);
+    if (!e || !e[0]) return dflt;
+    if (strcmp(e, "0") == 0) return 0;
+    if (strcmp(e, "1") == 0) return 1;
+    SHLM_FATAL("%s=%s: use 0 or 1", name, e);
+}
+
 static int ce_enabled(void) {
 #if defined(NCCL_CTA_POLICY_ZERO)
-    const char *e = getenv("SHLM_NCCL_CE_ALLGATHER");
-    return !(e && strcmp(e, "0") == 0);
+    return env_flag("SHLM_NCCL_CE_ALLGATHER", 1);
+#else
+    return 0;
+#endif
+}
+
+static int ce_reduce_enabled(void) {
+#if defined(NCCL_CTA_POLICY_ZERO)
+    return env_flag("SHLM_NCCL_CE_REDUCE_SCATTER", 0);
 #else
     return 0;
 #endif
@@ -156,9 +179,10 @@ static gather_window *find_window(const shlm_comm_group *g, const void *p) {
     return NULL;
 }
 
-static void *nccl_gather_buffer_alloc(shlm_comm_group *g, size_t bytes) {
+/* A zero-filled symmetric window of `bytes` on every rank of g, or NULL on every rank.
+ * Collective over g. */
+static gather_window *window_alloc(shlm_comm_group *g, size_t bytes) {
 #if defined(NCCL_CTA_POLICY_ZERO)
-    if (g->size < 2 || bytes == 0 || !ce_enabled()) return NULL;
     if (!g->nccl_ce) {
         ncclUniqueId id;
         if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -181,30 +205,58 @@ static void *nccl_gather_buffer_alloc(shlm_comm_group *g, size_t bytes) {
     w->bytes = bytes;
     NCCL_CHECK(ncclCommWindowRegister(g->nccl_ce, p, bytes, &w->win, NCCL_WIN_COLL_SYMMETRIC));
     CUDART_CHECK(cudaMemset(p, 0, bytes));
-    w->next = g->windows;
-    g->windows = w;
-    return p;
+    return w;
 #else
     (void)g, (void)bytes;
     return NULL;
 #endif
 }
 
-static void nccl_gather_buffer_free(shlm_comm_group *g, void *p) {
+static void window_free(shlm_comm_group *g, gather_window *w) {
+    CUDART_CHECK(cudaStreamSynchronize(g->stream));
+#if defined(NCCL_CTA_POLICY_ZERO)
+    NCCL_CHECK(ncclCommWindowDeregister(g->nccl_ce, w->win));
+#endif
+    NCCL_CHECK(ncclMemFree(w->ptr));
+    free(w);
+}
+
+static void *listed_window(shlm_comm_group *g, size_t bytes) {
+    gather_window *w = window_alloc(g, bytes);
+    if (!w) return NULL;
+    w->next = g->windows;
+    g->windows = w;
+    return w->ptr;
+}
+
+static void *nccl_gather_buffer_alloc(shlm_comm_group *g, size_t bytes) {
+    if (g->size < 2 || bytes == 0 || !ce_enabled()) return NULL;
+    return listed_window(g, bytes);
+}
+
+/* A reduce buffer, and the group's staging grown to its size (both collective, in the
+ * same order on every rank, so every rank takes the same branches). */
+static void *nccl_reduce_buffer_alloc(shlm_comm_group *g, size_t bytes) {
+    if (g->size < 2 || bytes == 0 || !ce_reduce_enabled()) return NULL;
+    if (!g->staging || g->staging->bytes < bytes) {
+        gather_window *st = window_alloc(g, bytes);
+        if (!st) return NULL;
+        if (g->staging) window_free(g, g->staging);
+        g->staging = st;
+    }
+    return listed_window(g, bytes);
+}
+
+static void nccl_registered_free(shlm_comm_group *g, void *p) {
     if (!p) return;
     for (gather_window **pp = &g->windows; *pp; pp = &(*pp)->next) {
         gather_window *w = *pp;
         if (w->ptr != p) continue;
-        CUDART_CHECK(cudaStreamSynchronize(g->stream));
-#if defined(NCCL_CTA_POLICY_ZERO)
-        NCCL_CHECK(ncclCommWindowDeregister(g->nccl_ce, w->win));
-#endif
-        NCCL_CHECK(ncclMemFree(w->ptr));
         *pp = w->next;
-        free(w);
+        window_free(g, w);
         return;
     }
-    SHLM_FATAL("gather_buffer_free: %p is not a gather buffer of this group", p);
+    SHLM_FATAL("registered_free: %p is not a registered buffer of this group", p);
 }
 
 static void nccl_group_free(shlm_comm_group *g) {
@@ -214,7 +266,8 @@ static void nccl_group_free(shlm_comm_group *g) {
             SHLM_FATAL("comm group freed with a request outstanding (every request must be waited)");
     CUDART_CHECK(cudaStreamSynchronize(g->stream));
     nccl_progress(); /* retire this group's finished entries */
-    while (g->windows) nccl_gather_buffer_free(g, g->windows->ptr);
+    while (g->windows) nccl_registered_free(g, g->windows->ptr);
+    if (g->staging) window_free(g, g->staging);
     if (g->nccl_ce) NCCL_CHECK(ncclCommDestroy(g->nccl_ce));
     NCCL_CHECK(ncclCommDestroy(g->nccl));
     CUDART_CHECK(cudaStreamDestroy(g->stream));
@@ -287,6 +340,19 @@ static shlm_comm_req *nccl_ireduce_scatter(shlm_comm_group *g, const void *send,
                                            size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_count(count);
     begin(g, SHLM_COMM_REDUCE_SCATTER, count, dt);
+    const size_t slices = (size_t)g->size * count * sizeof(float);
+#if defined(NCCL_CTA_POLICY_ZERO)
+    if (dt == SHLM_F32 && g->staging && slices <= g->staging->bytes && find_window(g, send)) {
+        /* copy engines: slice j of the staging = rank j's part for this rank; then the
+         * sum in rank order (reading only the staging, so recv may alias send) */
+        NCCL_CHECK(ncclAlltoAll(send, g->staging->ptr, count, ncclFloat32, g->nccl_ce, g->stream));
+        shlm_cuda_sum_slices((float *)recv, (const float *)g->staging->ptr, count, g->size,
+                             op == SHLM_COMM_AVG ? (float)g->size : 1.0f, g->stream);
+        return finish(g, SHLM_COMM_REDUCE_SCATTER);
+    }
+#else
+    (void)slices;
+#endif
     NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->nccl, g->stream));
     return finish(g, SHLM_COMM_REDUCE_SCATTER);
 }
@@ -443,8 +509,10 @@ const shlm_comm shlm_comm_nccl = {
     .group_rank = nccl_group_rank,
     .group_size = nccl_group_size,
     .gather_buffer_alloc = nccl_gather_buffer_alloc,
-    .gather_buffer_free = nccl_gather_buffer_free,
+    .reduce_buffer_alloc = nccl_reduce_buffer_alloc,
+    .registered_free = nccl_registered_free,
     .gather_buffers_enabled = ce_enabled,
+    .reduce_buffers_enabled = ce_reduce_enabled,
     .all_gather = nccl_all_gather,
     .reduce_scatter = nccl_reduce_scatter,
     .all_reduce = nccl_all_reduce,

@@ -198,11 +198,16 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                                                   c->model.n_heads, c->model.n_kv_heads,
                                                   c->model.head_dim);
         need += scratch_bytes;
-        /* gathered-parameter buffers the comm backend registers itself (copy-engine
-         * all-gathers) are not carved from the arena */
+        /* buffers the comm backend registers itself (copy-engine collectives) are not
+         * carved from the arena; its reduce staging comes on top */
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
             r->topo.shard_size > 1)
             arena_bytes -= pb.gathered;
+        if (r->comm->reduce_buffers_enabled && r->comm->reduce_buffers_enabled() &&
+            r->topo.shard_size > 1 && pb.grad_send_buffers > 0) {
+            arena_bytes -= pb.grad_send_buffers;
+            need += pb.reduce_staging;
+        }
         if (need > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
@@ -210,7 +215,8 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                      "ranks, lower train.micro_batch or use fsdp.activation_checkpointing",
                      c->path, need / 1073741824.0, r->ops->name,
                      (pb.master + pb.grad + pb.moments) / 1073741824.0,
-                     (pb.gathered + pb.grad_buffers) / 1073741824.0, acts / 1073741824.0,
+                     (need - scratch_bytes - acts - pb.master - pb.grad - pb.moments) / 1073741824.0,
+                     acts / 1073741824.0,
                      scratch_bytes / 1073741824.0, (total - used) / 1073741824.0,
                      total / 1073741824.0);
             ok = 0;
