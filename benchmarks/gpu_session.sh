@@ -299,11 +299,14 @@ overhead_phase() {
 # the TinyLlama-1.1B shape beside PyTorch FSDP2 eager and compile, after the attention tests
 # gbatch: strong scaling 1 -> 2 GPUs at the record's micro-batch (2) and a fixed global
 # batch of 4 (the record's: 2 GPUs x mb 2; 1 GPU accumulates 2 micro-batches) and of 8
+# (GBATCH_LIST: the global batches, default "4 8"; GBATCH_REPEAT: runs per point, the
+# median kept, default 1)
 gbatch_phase() {
     bench_setup
     smi_start gbatch
-    for gb in 4 8; do
+    for gb in ${GBATCH_LIST:-4 8}; do
         sh benchmarks/strong_scaling.sh --ranks 1,2 --strategies FULL_SHARD --steps 5 --warmup 2 \
+            --repeat "${GBATCH_REPEAT:-1}" \
             --shardlm "$SHLM" --out "$T/scale-7b-gb$gb" --global-batch $gb jobs/llama2-7b.ini \
             --set data.train=$T/rand.bin --set train.micro_batch=2 --set fsdp.param_dtype=bf16 \
             --set fsdp.reduce_dtype=fp32 > "$OUT/7b-gb$gb.txt" 2>&1
