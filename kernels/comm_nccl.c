@@ -147,7 +147,11 @@ static int nccl_progress(void);
  *   engines into the group's staging window (slice j: rank j's contribution to this
  *   rank's part) and one kernel that sums the slices in rank order on the group's
  *   stream: the SMs work only for the sum, at memory speed, not for the whole transfer.
- *   SHLM_NCCL_CE_REDUCE_SCATTER=1 turns this on. */
+ *   SHLM_NCCL_CE_REDUCE_SCATTER=1 turns this on. Off by default: on 2 H200s it gives the
+ *   same results bit for bit and the same bus bandwidth, but no faster 7B step (the SMs
+ *   it frees in the matmuls went to the sum and to memory traffic; benchmarks/RESULTS.md,
+ *   session 5). Kept for larger groups, where NCCL's ring holds its SMs longer (not yet
+ *   measured). */
 static int env_flag(const char *name, int dflt) {
     const char *e = getenv(name);
     if (!e || !e[0]) return dflt;

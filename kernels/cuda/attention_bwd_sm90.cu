@@ -60,7 +60,8 @@
  * dK/dV alone (later, same run): hd 128 variant 0 675.8, 5-8 548.2 / 549.1 / 537.6 /
  * 554.0; hd 64 500.9, 396.0 / 379.7 / 387.0 / 380.6. The pass alone gains more than the
  * whole backward does (read the alone times as a split, as above). compute-sanitizer
- * memcheck has run on variants 0-4 only (--small --no-ws), not yet on 5-8.
+ * memcheck (--small): variants 0-4 in session 4, every variant (5-8 too) in session 5;
+ * 0 errors.
  * Built with nvcc 13.0 for sm_90a (ptxas -v): every instantiation 168 registers at
  * launch, no spills, no C75xx (wgmma serialisation) advisory; in the SASS (cuobjdump
  * 13.2) the consumers use up to R229 at hd 128 (variants 5, 6; 7: R232; 8: R231) and
@@ -71,12 +72,12 @@
  *
  * ---------------------------------------------------------------- attn_bwd_dq_ws
  *
- * dQ variants 3-5 (NOT the default: DQ_DEFAULT stays 0): attn_bwd_dq_ws, a
- * warp-specialised form of dQ variant 0 (attn_bwd_dq_wgmma<HD, 2, 2>; its own comment,
- * further down, has the details). NOT YET RUN ON ANY GPU (written in session 4 without
- * one). Why: the dQ pass alone took ~244 us at hd 128, T 4096 (about half its dS-traffic
- * bound) while variant 0 copies with cp.async by every thread, meets at a __syncthreads
- * per key tile and waits for every tile's wgmma before loading the next tile's fragments.
+ * dQ variants 3-5 (NOT the default: DQ_DEFAULT stays 0, measured below): attn_bwd_dq_ws,
+ * a warp-specialised form of dQ variant 0 (attn_bwd_dq_wgmma<HD, 2, 2>; its own comment,
+ * further down, has the details). Written in session 4 without a GPU. Why: the dQ pass
+ * alone took ~244 us at hd 128, T 4096 (about half its dS-traffic bound) while variant 0
+ * copies with cp.async by every thread, meets at a __syncthreads per key tile and waits
+ * for every tile's wgmma before loading the next tile's fragments.
  * Here lane 0 of warp 8 loads the K tiles by TMA into a ring of NK slots and lane 0 of
  * warp 9 the dS tiles by 1-d bulk copies (tma.cuh's bulk_load) into a ring of ND slots,
  * each with full / empty mbarriers; a consumer warp releases a dS slot as soon as its
@@ -102,22 +103,19 @@
  *    bytes within what the dK/dV pass wrote) and stored rows against variant 0 for every
  *    T in 1..4096; both rings' mbarrier protocol under random interleavings (rings 3/4,
  *    3/2, 2/2, nwg 1 and 2); three negative cases caught.
- * Unverified, most likely trouble first:
- *  1. the 1-d bulk copy (first use in this project): its PTX form, the generic global
- *     address passed as the source, and complete_tx counting its bytes on the mbarrier;
- *  2. a hang from a protocol slip the model does not capture (e.g. the inactive
- *     warpgroup 1 leaving while the barrier counts assume 4·nwg arrivals; nwg is computed
- *     identically by thread 0 and by the consumers);
- *  3. whether the A registers of an in-flight wgmma survive the next tile's fragment
- *     loads (ptxas is trusted to keep them apart; no advisory was printed);
- *  4. the speed: whether the dS stream really runs ahead (variant 4 vs 3 separates the
- *     overlap of fragment loads from the copies; 5 vs 3 the dS ring depth).
- * The next GPU session, in a CUDA build directory (or the nvcc line in the check's
- * header): `make tests/gpu/attn_bwd_sm90_check && timeout 300
- * tests/gpu/attn_bwd_sm90_check`, then `compute-sanitizer --tool memcheck
- * tests/gpu/attn_bwd_sm90_check --small`; paths 14-16 must be bitwise equal to path 1
- * with and without RoPE, and "time alone: wgmma dQ variant 3/4/5" against variant 0's.
- * If it hangs, `--no-ws` runs everything else.
+ * First run in session 5 (H200, `gpu_session.sh sm90`, benchmarks/RESULTS.md "Session 5"):
+ * every case passed the first time, paths 14-16 bitwise equal to path 1 with and without
+ * RoPE, no hang, compute-sanitizer memcheck of every variant (--small) 0 errors. The pass
+ * alone is faster at hd 128 and slower at hd 64, and the whole backward (B=1, T=4096, 32
+ * heads, us, same process) gains nothing, so variant 0 stays the default:
+ *   dQ alone, hd 128: variant 0 247.6, 2 239.7; 3 198.8, 4 200.6, 5 191.7;
+ *             hd 64:  variant 0 144.5, 2 166.2; 3 161.3, 4 160.5, 5 156.5;
+ *   whole backward (dK/dV default), hd 128: dQ 0 780.2; 3 784.2, 4 791.7, 5 794.5;
+ *                                   hd 64:  dQ 0 514.6; 3 530.8, 4 529.5, 5 532.3.
+ * (Why the faster pass does not shorten the whole backward is not measured; the "alone"
+ * times run with D left zero and are read as a split only.)
+ * Run them: `attn_bwd_sm90_check` (paths 14-16, "time alone: wgmma dQ variant 3/4/5");
+ * `--no-ws` leaves them out.
  *
  * ---------------------------------------------------------------- design
  *
