@@ -16,6 +16,7 @@
 #   bash benchmarks/gpu_session.sh overhead # the 1 -> 2 GPU overhead: fixed-global-batch pair, profiles
 #   bash benchmarks/gpu_session.sh gbatch   # 1 -> 2 GPUs at mb 2 and a fixed global batch of 4 and 8
 #   bash benchmarks/gpu_session.sh cers     # fp32 reduce-scatters on the copy engines against SM kernels
+#   bash benchmarks/gpu_session.sh checkgpu # make check-gpu's script on the carried binaries
 #   bash benchmarks/gpu_session.sh eight1   # issue 7 on 8 GPUs: comm, the 7B suite 1..8 GPUs
 #   bash benchmarks/gpu_session.sh eight2   # issue 7 on 8 GPUs: the 13B suite, PyTorch, the model
 #
@@ -29,7 +30,7 @@
 # into .gpu/bin, which `run` carries (carry [".gpu"]).
 # Prints one summary table per phase last. NCCL_NVLS_ENABLE stays 0.
 set -u
-phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|overhead|gbatch|cers|eight1|eight2|all}
+phase=${1:?usage: gpu_session.sh test|bench|anchor|scaling|quick|final|small|sm90|matrix|ratio|overhead|gbatch|cers|checkgpu|eight1|eight2|all}
 BIN=${SHLM_BIN:-.gpu/bin}
 OUT=${OUT:-/tmp/shlm-out}
 mkdir -p "$OUT"
@@ -344,6 +345,19 @@ cers_phase() {
     bench_table
     echo "elapsed ${SECONDS}s"
 }
+# checkgpu: `make check-gpu`'s script (tests/gpu/check_gpu.sh) on the carried binaries, laid
+# out as the build directory it expects
+checkgpu_phase() {
+    local b=/tmp/shlm-checkgpu
+    mkdir -p $b/tests/gpu
+    local bin=$BIN
+    case $bin in /*) ;; *) bin=$PWD/$bin ;; esac
+    for t in test_ops_cuda attn_sm90_check attn_bwd_sm90_check; do ln -sf "$bin/$t" $b/tests/gpu/$t; done
+    (cd "$OUT" && BUILDDIR=$b SHLM="$bin/shardlm" sh "$SHLM_SRCDIR/tests/gpu/check_gpu.sh")
+    echo "check_gpu.sh rc=$?"
+    grep -hE "FAIL|failure|PASS: |checks," "$OUT"/check-gpu-*.log | head -20
+    echo "elapsed ${SECONDS}s"
+}
 small_phase() {
     echo "== test_ops_cuda attention"
     "$BIN/test_ops_cuda" 1 attention > "$OUT/ops-attention.log" 2>&1; echo "rc=$?"; grep -E "FAIL" "$OUT/ops-attention.log" | head -5; tail -1 "$OUT/ops-attention.log"
@@ -467,6 +481,7 @@ ratio) ratio_phase ;;
 overhead) overhead_phase ;;
 gbatch) gbatch_phase ;;
 cers) cers_phase ;;
+checkgpu) checkgpu_phase ;;
 eight1) eight1_phase ;;
 eight2) eight2_phase ;;
 small) small_phase ;;
