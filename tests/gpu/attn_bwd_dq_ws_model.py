@@ -39,8 +39,12 @@ cannot run here (no GPU in the session that wrote it).
    other warps loaded their fragments; the kernel keeps the barrier because PTX does not
    spell that out.)
 Run: python3 tests/gpu/attn_bwd_dq_ws_model.py  (exit status 0: all passed)."""
+import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mbarrier_model import Mbar  # noqa: E402
 
 BK, BQ, DS_TILE, DS_FRAG = 128, 64, 128 * 64, 256
 TILE_BYTES = DS_TILE * 2
@@ -213,30 +217,6 @@ def check_index_math():
                 assert cols == [(nh + kvh) * HD + c for c in range(HD)]
     print(f"index math: {nblk} (T in 1..4096, query tile) blocks: products, copies and stores "
           "match attn_bwd_dq_wgmma<HD, 2, 2>; GQA 1/2/4 K columns")
-
-
-class Mbar:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _maybe_complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.count
-
-    def arrive(self, n=1, expect_tx=0):
-        assert self.pending >= n, "more arrivals than the phase's count"
-        self.tx += expect_tx
-        self.pending -= n
-        self._maybe_complete()
-
-    def complete_tx(self, b):
-        self.tx -= b
-        assert self.tx >= 0, "tx underflow"
-        self._maybe_complete()
-
-    def done(self, parity):  # try_wait.parity
-        return (self.phase & 1) != parity
 
 
 BUG = None  # None, "relk_early", "reld_early", "stage_in_k"

@@ -18,8 +18,12 @@
    phase gets exactly 8 arrivals; nothing is left pending at the end.
    Schedules XO 0, 1, 2 (their slot_ready / release order), NS 2 and 3.
 Run: python3 tests/gpu/attn_bwd_ws_model.py  (exit status 0: all passed)."""
+import os
 import random
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mbarrier_model import Mbar  # noqa: E402
 
 BK, BQ = 128, 64
 
@@ -75,33 +79,6 @@ def check_index_math():
                                 assert wl == 1 and q0 == k0
                     n += 1
     print(f"index math: {n} (T, group, kv head, key tile) blocks match attn_bwd_dkv_wgmma")
-
-
-class Mbar:
-    def __init__(self, count):
-        self.count, self.pending, self.tx, self.phase = count, count, 0, 0
-
-    def _maybe_complete(self):
-        if self.pending == 0 and self.tx == 0:
-            self.phase += 1
-            self.pending = self.count
-
-    def arrive(self, n=1, expect_tx=0):
-        assert self.pending >= n, "more arrivals than the phase's count"
-        self.tx += expect_tx
-        self.pending -= n
-        self._maybe_complete()
-
-    def expect_tx(self, b):
-        self.tx += b
-
-    def complete_tx(self, b):
-        self.tx -= b
-        assert self.tx >= 0, "tx underflow"
-        self._maybe_complete()
-
-    def done(self, parity):  # try_wait.parity
-        return (self.phase & 1) != parity
 
 
 def run_protocol(nqt, group, NS, XO, seed):
