@@ -270,6 +270,24 @@ static void run_case(const Case &c, bool check, bool timing) {
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
 
+    /* One backward (kv, dq as in paths[]) into dst, first filled with NaN (bf16 0xffff),
+     * waited for. False, with the FAIL printed and counted, when a wgmma kernel declined
+     * (rc 1) or CUDA failed; a CUDA error is sticky and poisons every later call, so the
+     * check stops there. */
+    auto run_path = [&](void *dst, int kv, int dq, float theta) -> bool {
+        CK(cudaMemsetAsync(dst, 0xff, n_qkv * 2, stream()));
+        const int rc = shlm_cuda_attention_bwd_variant(dst, d_do, d_qkv, d_out, d_lse, c.B, c.T,
+                                                       c.nh, c.nkv, c.hd, kv, dq, theta);
+        cudaError_t err = cudaStreamSynchronize(stream());
+        if (err == cudaSuccess) err = cudaGetLastError();
+        if (rc == 0 && err == cudaSuccess) return true;
+        printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
+               cudaGetErrorString(err));
+        n_failed++;
+        if (err != cudaSuccess) exit(1);
+        return false;
+    };
+
     if (check) {
         __nv_bfloat16 *h_g[NPATH], *h_g2 = (__nv_bfloat16 *)malloc(n_qkv * 2);
         float *f_old = (float *)malloc(n_qkv * 4);
@@ -286,19 +304,7 @@ static void run_case(const Case &c, bool check, bool timing) {
                 continue;
             }
             printf("  path %d: %s\n", k, paths[k].name);
-            CK(cudaMemsetAsync(d_g[k], 0xff, n_qkv * 2, stream())); /* bf16 0xffff: NaN */
-            const int rc = shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B,
-                                                           c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                           paths[k].dq, 0.0f);
-            cudaError_t err = cudaStreamSynchronize(stream());
-            if (err == cudaSuccess) err = cudaGetLastError();
-            if (rc != 0 || err != cudaSuccess) {
-                printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
-                       cudaGetErrorString(err));
-                n_failed++;
-                if (err != cudaSuccess) exit(1); /* a sticky error poisons every later call */
-                continue;
-            }
+            if (!run_path(d_g[k], paths[k].kv, paths[k].dq, 0.0f)) continue;
             CK(cudaMemcpy(h_g[k], d_g[k], n_qkv * 2, cudaMemcpyDeviceToHost));
             ran[k] = true;
             if (k == 0)
@@ -315,15 +321,12 @@ static void run_case(const Case &c, bool check, bool timing) {
                     check_part(what, part, h_g[k], f_old, c, 1e-2, 2e-2);
                 }
             }
-            CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
-            const int rc2 = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
-                                                            c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                            paths[k].dq, 0.0f);
-            CK(cudaStreamSynchronize(stream()));
-            CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
-            const bool same = rc2 == 0 && memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
-            printf("    %-26s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
-            if (!same) n_failed++;
+            if (run_path(d_g2, paths[k].kv, paths[k].dq, 0.0f)) {
+                CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+                const bool same = memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
+                printf("    %-26s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
+                if (!same) n_failed++;
+            }
             if (k > 0)
                 printf("    %-26s %s\n", "bitwise equal to path 0",
                        memcmp(h_g[k], h_g[0], n_qkv * 2) == 0 ? "yes" : "no (not required)");
@@ -348,20 +351,7 @@ static void run_case(const Case &c, bool check, bool timing) {
             memset(h_r[k], 0xff, n_qkv * 2);
             if (!ran[k]) continue;
             printf("  path %d with RoPE: %s\n", k, paths[k].name);
-            CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
-            const int rc = shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B,
-                                                           c.T, c.nh, c.nkv, c.hd, paths[k].kv,
-                                                           paths[k].dq, theta);
-            cudaError_t err = cudaStreamSynchronize(stream());
-            if (err == cudaSuccess) err = cudaGetLastError();
-            if (rc != 0 || err != cudaSuccess) {
-                printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
-                       cudaGetErrorString(err));
-                n_failed++;
-                if (err != cudaSuccess) exit(1);
-                memset(h_r[k], 0xff, n_qkv * 2);
-                continue;
-            }
+            if (!run_path(d_g2, paths[k].kv, paths[k].dq, theta)) continue; /* h_r[k] stays NaN */
             CK(cudaMemcpy(h_r[k], d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
             if (k == 0)
                 for (size_t i = 0; i < n_qkv; i++) f_r0[i] = bf(h_r[0][i]);
@@ -382,12 +372,10 @@ static void run_case(const Case &c, bool check, bool timing) {
             report_same("dv bitwise equal to no-RoPE dv", same_part(h_r[k], h_g[k], 2, c));
             if (k > 0) report_same("dv bitwise equal to path 0's", same_part(h_r[k], h_r[0], 2, c));
             if (k == 1) { /* determinism of the fused path */
-                CK(cudaMemsetAsync(d_g2, 0xff, n_qkv * 2, stream()));
-                shlm_cuda_attention_bwd_variant(d_g2, d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
-                                                c.nkv, c.hd, 1, 1, theta);
-                CK(cudaStreamSynchronize(stream()));
-                CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
-                report_same("second run bitwise equal", memcmp(h_g2, h_r[1], n_qkv * 2) == 0);
+                if (run_path(d_g2, 1, 1, theta)) {
+                    CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
+                    report_same("second run bitwise equal", memcmp(h_g2, h_r[1], n_qkv * 2) == 0);
+                }
                 printf("    %-40s %s\n", "dq, dk bitwise equal to path 0's",
                        memcmp(h_r[1], h_r[0], n_qkv * 2) == 0 ? "yes" : "no (as expected: one rounding, not two)");
             }
