@@ -12,18 +12,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
-py=""
-for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 &&
-        "$p" -c 'import torch, transformers, safetensors' 2>/dev/null; then
-        py=$p
-        break
-    fi
-done
-if [ -z "$py" ]; then
-    echo "ckpt_transformers: SKIP: no python3 with torch, transformers and safetensors"
+. "$here/pyenv.sh"
+if ! shlm_python torch transformers safetensors >"${TMPDIR:-/tmp}/shlm-py.$$"; then
+    echo "ckpt_transformers: SKIP: $(cat "${TMPDIR:-/tmp}/shlm-py.$$")"
+    rm -f "${TMPDIR:-/tmp}/shlm-py.$$"
     exit 77
 fi
+rm -f "${TMPDIR:-/tmp}/shlm-py.$$"
+py=$SHLM_PY
 work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-tf.XXXXXX") || exit 99
 fails=0
 run() {

@@ -14,9 +14,10 @@ mkdir -p "$SHLM_CACHE/wheels"
 [ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
 pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
 # reference tokenizers, the GGUF reader, a YAML reader (small)
-$pip sentencepiece tokenizers numpy gguf safetensors pyyaml
+$pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetensors==0.8.0 \
+    pyyaml==6.0.4
 # torch from PyPI is the CUDA build; it runs on the CPU as well
-[ $light -eq 1 ] || $pip torch transformers accelerate
+[ $light -eq 1 ] || $pip torch==2.15.0 transformers==5.24.0 accelerate==1.15.0
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
