@@ -297,7 +297,7 @@ int safe_file_lock(const char *path, const char *owner, int *fd, char *err, size
         }
         close(*fd);
         *fd = -1;
-        return e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS ? 1 : -1;
+        return e == EWOULDBLOCK ? -2 : e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS ? 1 : -1;
     }
     const size_t n = strlen(owner);
     if (ftruncate(*fd, 0) != 0 || pwrite(*fd, owner, n, 0) != (ssize_t)n ||

@@ -80,9 +80,9 @@ int safe_file_probe_dir(const char *dir, char *err, size_t errlen);
 /* Takes an exclusive flock on the lock file path (created if missing; a symbolic link,
  * a non-regular file or one with several hard links is refused) and writes owner (one
  * line) into it. *fd holds the lock until close (or the process's exit: a dead
- * holder's lock is free again). Returns 0 when taken; -1 when another process holds
- * it (err: "... held by <what the file says>") or on error; 1 when the file system
- * does not support flock (err holds a warning, *fd = -1). */
+ * holder's lock is free again). Returns 0 when taken; -2 when another process holds
+ * it (err: "<path> is held by <what the file says>"); -1 on any other error; 1 when
+ * the file system does not support flock (err holds a warning, *fd = -1). */
 int safe_file_lock(const char *path, const char *owner, int *fd, char *err, size_t errlen);
 
 #endif

@@ -424,11 +424,12 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
         } else {
             int lr = safe_file_lock(lock, owner, lock_fd, why, sizeof why);
             if (lr == 1) fprintf(stderr, "shardlm: warning: %s\n", why);
-            if (lr < 0) {
-                ok = 0;
+            if (lr == -2)
                 set_err(err, errlen, "checkpoint.dir = %s is in use by another run (%s): two "
                         "runs must not share a checkpoint directory", dir, why);
-            }
+            else if (lr == -1)
+                set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
+            ok = lr >= 0;
         }
         if (ok) ok = refuse_links(dir, err, errlen) == 0;
         if (ok && safe_file_probe_dir(dir, why, sizeof why) != 0) {
