@@ -191,8 +191,10 @@ fail:
  * O_DIRECT, or none uses it (tmpfs before Linux 6.6 and some network file systems
  * refuse it). Collective. */
 static void open_direct(ckpt_h5_file *f, int flags) {
-    f->direct_fd = open(f->path, flags | O_DIRECT | O_NOFOLLOW | O_CLOEXEC);
-    f->plain_fd = open(f->path, flags | O_NOFOLLOW | O_CLOEXEC);
+    /* writing: the file ckpt_h5_create made, never a link put in its place */
+    if (flags != O_RDONLY) flags |= O_NOFOLLOW;
+    f->direct_fd = open(f->path, flags | O_DIRECT | O_CLOEXEC);
+    f->plain_fd = open(f->path, flags | O_CLOEXEC);
     int all = f->direct_fd >= 0 && f->plain_fd >= 0 &&
               posix_memalign(&f->stage, DIRECT_ALIGN, CKPT_H5_STAGE) == 0;
     MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, f->comm);
