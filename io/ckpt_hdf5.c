@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---------------------------------------------------------------- errors */
@@ -171,7 +172,11 @@ static int init_file(ckpt_h5_file *f, const char *path, MPI_Comm comm,
     f->comm = comm;
     MPI_Comm_rank(comm, &f->rank);
     MPI_Comm_size(comm, &f->size);
-    snprintf(f->path, sizeof f->path, "%s", path);
+    if ((size_t)snprintf(f->path, sizeof f->path, "%s", path) >= sizeof f->path) {
+        set_err(err, errlen, "%.200s...: checkpoint path too long (%zu characters, at most %zu)",
+                path, strlen(path), sizeof f->path - 1);
+        return -1;
+    }
     const char *what = f->path;
     H5_CHECK(f->dxpl = H5Pcreate(H5P_DATASET_XFER));
     H5_CHECK(H5Pset_dxpl_mpio(f->dxpl, H5FD_MPIO_COLLECTIVE));
@@ -186,8 +191,10 @@ fail:
  * O_DIRECT, or none uses it (tmpfs before Linux 6.6 and some network file systems
  * refuse it). Collective. */
 static void open_direct(ckpt_h5_file *f, int flags) {
-    f->direct_fd = open(f->path, flags | O_DIRECT);
-    f->plain_fd = open(f->path, flags);
+    /* writing: the file ckpt_h5_create made, never a link put in its place */
+    if (flags != O_RDONLY) flags |= O_NOFOLLOW;
+    f->direct_fd = open(f->path, flags | O_DIRECT | O_CLOEXEC);
+    f->plain_fd = open(f->path, flags | O_CLOEXEC);
     int all = f->direct_fd >= 0 && f->plain_fd >= 0 &&
               posix_memalign(&f->stage, DIRECT_ALIGN, CKPT_H5_STAGE) == 0;
     MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, f->comm);
@@ -209,7 +216,21 @@ int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
     hid_t fapl = -1;
     if (init_file(f, path, comm, opt, err, errlen) != 0) goto fail;
     if ((fapl = make_fapl(comm, opt, err, errlen, what)) < 0) goto fail;
-    H5_CHECK(f->file = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    /* exclusive: MPI_MODE_EXCL, with which Open MPI's rank 0 creates the file
+     * O_CREAT|O_EXCL (refusing any name that exists, a dangling link included) and the
+     * other ranks open what it created */
+    errno = 0;
+    f->file = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (f->file < 0) {
+        const int sys_errno = errno;
+        struct stat sb;
+        h5_fail(err, errlen, what, "H5Fcreate", __FILE__, __LINE__, sys_errno);
+        if (lstat(path, &sb) == 0)
+            set_err(err, errlen, "%s already exists (%s): a checkpoint file is created "
+                    "exclusively, never truncated or written through a link", path,
+                    S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
+        goto fail;
+    }
     H5Pclose(fapl);
     if (opt->direct_io) open_direct(f, O_WRONLY);
     return 0;

@@ -75,7 +75,9 @@ typedef struct ckpt_h5_file {
     char path[1024];
 } ckpt_h5_file;
 
-/* Creates (truncating) path for writing. */
+/* Creates path for writing, exclusively: a file or link already at path (dangling or
+ * not) is refused, never truncated or followed. Callers pick an unpredictable name
+ * (io/safe_file.h, safe_file_temp_name) and rename it into place. */
 int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen);
 /* Opens path read-only. Fails with a clear message if it is not an HDF5 file. */

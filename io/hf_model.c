@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/safe_file.h"
+
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static void set_err(char *err, size_t errlen, const char *fmt, ...) {
@@ -170,33 +172,6 @@ done:
     return rc;
 }
 
-/* Writes text to path through path.tmp + fsync + rename. */
-static int write_text_atomic(const char *path, const char *text, char *err, size_t errlen) {
-    char tmp[1200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        set_err(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
-        return -1;
-    }
-    size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n;
-    bad |= fflush(f) != 0;
-    bad |= fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad) {
-        set_err(err, errlen, "%s: write failed: %s", tmp, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "%s: rename failed: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
-    return 0;
-}
-
 int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
                     size_t errlen) {
     cJSON *j = cJSON_CreateObject();
@@ -236,7 +211,7 @@ int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype
     if (withnl) {
         memcpy(withnl, text, n);
         strcpy(withnl + n, "\n");
-        rc = write_text_atomic(path, withnl, err, errlen);
+        rc = safe_file_write_all(path, withnl, n + 1, err, errlen);
     } else {
         set_err(err, errlen, "%s: out of memory", path);
     }
@@ -357,7 +332,7 @@ int hf_index_write(const char *dir, int n, const char *const *names,
     }
     char path[1200];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    int rc = write_text_atomic(path, text, err, errlen);
+    int rc = safe_file_write_all(path, text, strlen(text), err, errlen);
     free(text);
     return rc;
 }

@@ -578,7 +578,6 @@ int safetensors_writer_begin(safetensors_writer *w, const char *path, int n,
                              char *err, size_t errlen) {
     memset(w, 0, sizeof(*w));
     snprintf(w->path, sizeof(w->path), "%s", path);
-    snprintf(w->tmp_path, sizeof(w->tmp_path), "%s.tmp", path);
     if (n < 0 || n_meta < 0) {
         set_err(err, errlen, "%s: negative tensor or metadata count", path);
         return -1;
@@ -644,17 +643,15 @@ int safetensors_writer_begin(safetensors_writer *w, const char *path, int n,
     /* Pad with spaces so the data start at a multiple of 8, as the reference writer
      * does: then every tensor of a naturally ordered file is aligned in an mmap. */
     size_t padded = (len + 7) & ~(size_t)7;
-    w->fp = fopen(w->tmp_path, "wb");
-    if (!w->fp) {
-        set_err(err, errlen, "%s: cannot create %s: %s", path, w->tmp_path, strerror(errno));
-        goto done;
-    }
+    if (safe_file_begin(&w->out, path, err, errlen) != 0) goto done;
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-    int ok = fwrite(lenbuf, 1, 8, w->fp) == 8 && fwrite(json, 1, len, w->fp) == len;
-    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', w->fp) != EOF;
+    FILE *fp = w->out.fp;
+    int ok = fwrite(lenbuf, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
+    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
     if (!ok) {
-        set_err(err, errlen, "%s: writing the header: %s", path, strerror(errno));
+        set_err(err, errlen, "%s: writing the header to %s: %s", path, w->out.tmp,
+                strerror(errno));
         safetensors_writer_abort(w);
         goto done;
     }
@@ -671,7 +668,7 @@ done:
 
 int safetensors_writer_append(safetensors_writer *w, const void *bytes, size_t nbytes,
                               char *err, size_t errlen) {
-    if (!w->fp) {
+    if (!w->out.fp) {
         set_err(err, errlen, "%s: writer is not open", w->path);
         return -1;
     }
@@ -680,8 +677,8 @@ int safetensors_writer_append(safetensors_writer *w, const void *bytes, size_t n
                 w->path, nbytes, w->total_bytes);
         return -1;
     }
-    if (nbytes > 0 && fwrite(bytes, 1, nbytes, w->fp) != nbytes) {
-        set_err(err, errlen, "%s: write failed: %s", w->path, strerror(errno));
+    if (nbytes > 0 && fwrite(bytes, 1, nbytes, w->out.fp) != nbytes) {
+        set_err(err, errlen, "%s: writing %s failed: %s", w->path, w->out.tmp, strerror(errno));
         return -1;
     }
     w->written_bytes += nbytes;
@@ -689,7 +686,7 @@ int safetensors_writer_append(safetensors_writer *w, const void *bytes, size_t n
 }
 
 int safetensors_writer_finish(safetensors_writer *w, char *err, size_t errlen) {
-    if (!w->fp) {
+    if (!w->out.fp) {
         set_err(err, errlen, "%s: writer is not open", w->path);
         return -1;
     }
@@ -698,31 +695,10 @@ int safetensors_writer_finish(safetensors_writer *w, char *err, size_t errlen) {
                 PRIu64, w->path, w->written_bytes, w->total_bytes);
         return -1;
     }
-    int rc = fflush(w->fp);
-    if (rc == 0) rc = fsync(fileno(w->fp));
-    int rc2 = fclose(w->fp);
-    w->fp = NULL;
-    if (rc != 0 || rc2 != 0) {
-        set_err(err, errlen, "%s: closing %s: %s", w->path, w->tmp_path, strerror(errno));
-        unlink(w->tmp_path);
-        return -1;
-    }
-    if (rename(w->tmp_path, w->path) != 0) {
-        set_err(err, errlen, "%s: renaming %s into place: %s", w->path, w->tmp_path,
-                strerror(errno));
-        unlink(w->tmp_path);
-        return -1;
-    }
-    return 0;
+    return safe_file_finish(&w->out, err, errlen);
 }
 
-void safetensors_writer_abort(safetensors_writer *w) {
-    if (w->fp) {
-        fclose(w->fp);
-        w->fp = NULL;
-    }
-    if (w->tmp_path[0]) unlink(w->tmp_path);
-}
+void safetensors_writer_abort(safetensors_writer *w) { safe_file_abort(&w->out); }
 
 int safetensors_write(const char *path, int n, const char *const *names,
                       const safetensors_dtype *dtypes, const int *ndims,

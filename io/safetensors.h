@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "io/safe_file.h"
+
 typedef enum safetensors_dtype {
     SAFETENSORS_BOOL = 0,
     SAFETENSORS_U8,
@@ -101,7 +103,8 @@ uint16_t safetensors_f32_to_f16(float x);
  * dimensions shapes[i][0..ndims[i]), its bytes at data[i] (row-major, as stored);
  * n_meta string pairs of __metadata__ (meta_keys may be NULL when n_meta is 0).
  * The data are laid out in the order given. The file is written under a temporary
- * name and renamed into place, so a failure never leaves a partial file at path. */
+ * name and renamed into place, so a failure never leaves a partial file at path (and a
+ * symbolic link at path is refused, io/safe_file.h). */
 int safetensors_write(const char *path, int n, const char *const *names,
                       const safetensors_dtype *dtypes, const int *ndims,
                       const int64_t *const *shapes, const void *const *data, int n_meta,
@@ -115,8 +118,7 @@ int safetensors_write(const char *path, int n, const char *const *names,
  * place. abort() (also after a failed append/finish) removes the temporary file. */
 typedef struct safetensors_writer {
     char path[1024];
-    char tmp_path[1100];
-    FILE *fp;
+    safe_file out; /* under a temporary name until finish() (io/safe_file.h) */
     uint64_t total_bytes;   /* data bytes the header promises */
     uint64_t written_bytes; /* data bytes appended so far */
 } safetensors_writer;

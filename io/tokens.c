@@ -10,6 +10,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "io/safe_file.h"
+
 /* Tokens per fread/fwrite: large enough to stream at disk speed, small enough that the
  * staging buffer is a rounding error next to the tokens themselves. */
 enum { TOKENS_CHUNK = 1 << 20 };
@@ -187,16 +189,9 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
         }
     }
 
-    char tmp[1100];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= sizeof tmp) {
-        set_err(err, errlen, "%.200s...: path too long", path);
-        return -1;
-    }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        set_err(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-        return -1;
-    }
+    safe_file out;
+    if (safe_file_begin(&out, path, err, errlen) != 0) return -1;
+    FILE *f = out.fp;
     unsigned char hdr[TOKENS_HEADER_BYTES] = {0};
     memcpy(hdr, TOKENS_MAGIC, sizeof TOKENS_MAGIC);
     put_u32(hdr + 8, TOKENS_VERSION);
@@ -207,8 +202,7 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
 
     unsigned char *buf = ok ? malloc((size_t)TOKENS_CHUNK * width) : NULL;
     if (ok && !buf) {
-        fclose(f);
-        remove(tmp);
+        safe_file_abort(&out);
         set_err(err, errlen, "%s: out of memory", path);
         return -1;
     }
@@ -228,22 +222,11 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
         done += c;
     }
     free(buf);
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = 0;
-        saved = errno;
-    }
     if (!ok) {
-        remove(tmp);
-        set_err(err, errlen, "%s: write failed: %s", path, strerror(saved));
+        set_err(err, errlen, "%s: writing %s failed: %s", path, out.tmp, strerror(errno));
+        safe_file_abort(&out);
         return -1;
     }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        remove(tmp);
-        set_err(err, errlen, "%s: cannot rename %s into place: %s", path, tmp,
-                strerror(saved));
-        return -1;
-    }
+    if (safe_file_finish(&out, err, errlen) != 0) return -1;
     return 0;
 }

@@ -46,7 +46,8 @@ static inline int32_t token_at(const token_file *tf, uint64_t i) {
 int token_file_open(token_file *tf, const char *path, char *err, size_t errlen);
 void token_file_close(token_file *tf);
 
-/* Writes n tokens (each < vocab_size) with the given width. Returns 0, or -1 with err. */
+/* Writes n tokens (each < vocab_size) with the given width, under a temporary name renamed
+ * onto path (io/safe_file.h: a link at path is refused). Returns 0, or -1 with err. */
 int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int width,
                      uint32_t vocab_size, char *err, size_t errlen);
 

@@ -19,6 +19,7 @@
 
 #include "io/ckpt_hdf5.h"
 #include "io/hf_model.h"
+#include "io/safe_file.h"
 #include "kernels/check.h"
 #include "shlm_config.h"
 #include "src/shard.h"
@@ -72,25 +73,9 @@ static human_t human(double b) {
     return h;
 }
 
-static int mkdir_p(const char *path, char *err, size_t errlen) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) goto fail;
-    return 0;
-fail:
-    set_err(err, errlen, "cannot create checkpoint directory %s: %s", tmp, strerror(errno));
-    return -1;
-}
-
-/* fsync of a file or directory by path (what rename-based commits need to be durable). */
-static int fsync_path(const char *path, int is_dir, char *err, size_t errlen) {
-    int fd = open(path, (is_dir ? O_DIRECTORY : 0) | O_RDONLY);
+/* fsync of a file by path (what a rename-based commit needs to be durable). */
+static int fsync_file(const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 || fsync(fd) != 0) {
         set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
         if (fd >= 0) close(fd);
@@ -192,6 +177,16 @@ int checkpoint_check_shape(const char *path, const llama_config *s, const llama_
 
 /* ---------------------------------------------------------------- save */
 
+/* 1 when name is a checkpoint file's name as `latest` may give it: step_<N>.h5 with N
+ * decimal digits (no sign, no path, never "." or ".."). */
+static int is_checkpoint_name(const char *name) {
+    if (strncmp(name, "step_", 5) != 0) return 0;
+    const char *p = name + 5;
+    size_t digits = strspn(p, "0123456789");
+    return digits >= 1 && digits <= 19 && strcmp(p + digits, ".h5") == 0;
+}
+
+
 /* Writes the root attributes: training state, job, topology, model shape. */
 static int write_state_attrs(ckpt_h5_file *f, const topology *topo, const job_config *cfg,
                              const ckpt_state *st, char *err, size_t errlen) {
@@ -271,33 +266,16 @@ static int kill_requested(int rank, int64_t step) {
     return n >= 1 && r == rank && (n == 1 || s == step);
 }
 
-/* Renames tmp into place, fsyncs, and points <dir>/latest at it (rank 0 only). */
+/* Renames tmp into place, fsyncs, and points <dir>/latest at it (rank 0 only); both
+ * renames refuse a symbolic link at the name they replace (io/safe_file.h). */
 static int commit(const char *dir, const char *tmp, const char *final, const char *name,
                   char *err, size_t errlen) {
-    if (fsync_path(tmp, 0, err, errlen) != 0) return -1;
-    if (rename(tmp, final) != 0) {
-        set_err(err, errlen, "renaming %s to %s: %s", tmp, final, strerror(errno));
-        return -1;
-    }
-    if (fsync_path(dir, 1, err, errlen) != 0) return -1;
-    char latest[1100], latest_tmp[1200];
+    if (fsync_file(tmp, err, errlen) != 0) return -1;
+    if (safe_file_rename(tmp, final, err, errlen) != 0) return -1;
+    char latest[1100], line[80];
     snprintf(latest, sizeof latest, "%s/latest", dir);
-    snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
-    FILE *lf = fopen(latest_tmp, "w");
-    if (!lf) {
-        set_err(err, errlen, "%s: %s", latest_tmp, strerror(errno));
-        return -1;
-    }
-    int bad = fprintf(lf, "%s\n", name) < 0;
-    bad |= fflush(lf) != 0;
-    bad |= fsync(fileno(lf)) != 0;
-    bad |= fclose(lf) != 0;
-    if (bad || rename(latest_tmp, latest) != 0) {
-        set_err(err, errlen, "updating %s: %s", latest, strerror(errno));
-        unlink(latest_tmp);
-        return -1;
-    }
-    return fsync_path(dir, 1, err, errlen);
+    snprintf(line, sizeof line, "%s\n", name);
+    return safe_file_write_all(latest, line, strlen(line), err, errlen);
 }
 
 static int cmp_i64_desc(const void *a, const void *b) {
@@ -305,9 +283,11 @@ static int cmp_i64_desc(const void *a, const void *b) {
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Removes the step_*.h5.tmp of failed saves and, with keep > 0, the step_*.h5 beyond the
- * newest `keep` (never `saved`). Rank 0 only, after a commit; problems are printed, not
- * fatal. */
+/* Removes the temporary files of failed saves and commits (step_<N>.h5.tmp.*,
+ * latest.tmp.*, .shardlm-probe.tmp.*: regular files only, a link is neither followed nor
+ * removed) and, with keep > 0, the step_*.h5 beyond the newest `keep` (never `saved`).
+ * Rank 0 only, after a commit, under the directory's lock (no other run's files are
+ * there); problems are printed, not fatal. */
 static void prune(const char *dir, int keep, int64_t saved) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -316,12 +296,11 @@ static void prune(const char *dir, int keep, int64_t saved) {
     struct dirent *de;
     char path[2100];
     while ((de = readdir(d))) {
+        const char *nm = de->d_name;
         long long s;
-        int used = 0;
-        if (sscanf(de->d_name, "step_%lld.h5%n", &s, &used) != 1) continue;
-        char canon[64];
-        snprintf(canon, sizeof canon, "step_%lld.h5", s);
-        if (strcmp(de->d_name, canon) == 0) {
+        char canon[64] = "";
+        if (sscanf(nm, "step_%lld.h5", &s) == 1) snprintf(canon, sizeof canon, "step_%lld.h5", s);
+        if (canon[0] && strcmp(nm, canon) == 0) {
             if (n == cap) {
                 cap = cap ? 2 * cap : 64;
                 int64_t *g = realloc(steps, cap * sizeof *steps);
@@ -329,10 +308,15 @@ static void prune(const char *dir, int keep, int64_t saved) {
                 steps = g;
             }
             steps[n++] = s;
-        } else if (strcmp(de->d_name + used, ".tmp") == 0 && s != saved) {
-            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
-            if (unlink(path) == 0) printf("checkpoint: removed %s (left by a failed save)\n", path);
+            continue;
         }
+        if (!(canon[0] && safe_file_is_temp_of(nm, canon)) && !safe_file_is_temp_of(nm, "latest") &&
+            !safe_file_is_temp_of(nm, ".shardlm-probe"))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), nm, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(sb.st_mode)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
+        if (unlink(path) == 0) printf("checkpoint: removed %s (left by a failed save)\n", path);
     }
     closedir(d);
     if (keep > 0 && n > (size_t)keep) {
@@ -388,6 +372,91 @@ static int check_space(const char *dir, int rank, uint64_t need, char *err, size
     return 0;
 }
 
+/* The longest name a save creates in checkpoint.dir, its unpredictable suffix included. */
+#define LONGEST_CKPT_NAME "/step_9223372036854775807.h5.tmp.0123456789abcdef"
+
+/* Refuses a symbolic link at `latest` or at any step_<N>.h5 in dir (rank 0): a save would
+ * replace it, and whoever made it expects the write to go through it. */
+static int refuse_links(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        set_err(err, errlen, "checkpoint.dir = %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *de;
+    int rc = 0;
+    while (rc == 0 && (de = readdir(d))) {
+        struct stat sb;
+        if (strcmp(de->d_name, "latest") != 0 && !is_checkpoint_name(de->d_name)) continue;
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(sb.st_mode))
+            continue;
+        char path[2100];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        rc = safe_file_refuse_link(path, err, errlen);
+    }
+    closedir(d);
+    return rc;
+}
+
+int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                        int *lock_fd, char *err, size_t errlen) {
+    const char *dir = cfg->ckpt_dir;
+    const int rank = topo->world_rank;
+    *lock_fd = -1;
+    if (!dir[0]) return 0;
+    const size_t most = sizeof(((ckpt_h5_file *)0)->path) - 1 - strlen(LONGEST_CKPT_NAME);
+    if (strlen(dir) > most) {
+        set_err(err, errlen, "checkpoint.dir is %zu characters long, at most %zu fit (its "
+                "files' paths must stay under %zu characters)", strlen(dir), most,
+                sizeof(((ckpt_h5_file *)0)->path));
+        return -1;
+    }
+    int ok = 1;
+    char why[1536] = "";
+    if (rank == 0) {
+        char lock[1100], owner[1400];
+        snprintf(lock, sizeof lock, "%s/shardlm.lock", dir);
+        snprintf(owner, sizeof owner, "host %s pid %ld job %016llx (%s)", shlm_host(),
+                 (long)getpid(), (unsigned long long)job_config_hash(cfg), cfg->path);
+        ok = safe_file_mkdir_p(dir, why, sizeof why) == 0;
+        if (!ok) {
+            set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
+        } else {
+            int lr = safe_file_lock(lock, owner, lock_fd, why, sizeof why);
+            if (lr == 1) fprintf(stderr, "shardlm: warning: %s\n", why);
+            if (lr == -2)
+                set_err(err, errlen, "checkpoint.dir = %s is in use by another run (%s): two "
+                        "runs must not share a checkpoint directory", dir, why);
+            else if (lr == -1)
+                set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
+            ok = lr >= 0;
+        }
+        if (ok) ok = refuse_links(dir, err, errlen) == 0;
+        if (ok && safe_file_probe_dir(dir, why, sizeof why) != 0) {
+            ok = 0;
+            set_err(err, errlen, "checkpoint.dir = %s is not writable: %s", dir, why);
+        }
+    }
+    if (agree(topo->world, ok, err, errlen) == 0) {
+        /* what each save checks again: the file (an upper bound) must fit */
+        int nt;
+        tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
+        ckpt_h5_options opt;
+        ckpt_h5_default_options(&opt);
+        const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
+        free(tl);
+        ok = check_space(dir, rank, need, err, errlen) == 0;
+        if (agree(topo->world, ok, err, errlen) == 0) return 0;
+    }
+    checkpoint_dir_close(lock_fd);
+    return -1;
+}
+
+void checkpoint_dir_close(int *lock_fd) {
+    if (*lock_fd >= 0) close(*lock_fd);
+    *lock_fd = -1;
+}
+
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                     const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen) {
     /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
@@ -396,13 +465,17 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     const int rank = topo->world_rank;
     const double t0 = MPI_Wtime();
     const llama_layout *lay = fsdp_layout(e);
-    char name[64], final[1100], tmp[1200];
+    char name[64], final[1100], tmp[1200] = "";
     snprintf(name, sizeof name, "step_%lld.h5", (long long)st->step);
     snprintf(final, sizeof final, "%s/%s", dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp", final);
 
-    int ok = rank != 0 || mkdir_p(dir, err, errlen) == 0;
+    /* rank 0 picks an unpredictable temporary name, which all ranks then create
+     * exclusively (a planted link at a guessable name would be written through) */
+    int ok = rank != 0 || (safe_file_mkdir_p(dir, err, errlen) == 0 &&
+                           safe_file_refuse_link(final, err, errlen) == 0 &&
+                           safe_file_temp_name(final, tmp, sizeof tmp, err, errlen) == 0);
     if (agree(comm, ok, err, errlen)) return -1;
+    MPI_CHECK(MPI_Bcast(tmp, (int)sizeof tmp, MPI_CHAR, 0, comm));
 
     int nt;
     tensor_ref *tl = list_tensors(lay, &nt);
@@ -419,7 +492,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     ckpt_h5_default_options(&opt);
     double t_data = 0, t_close = 0;
     uint64_t bytes = 0;
-    int close_failed = 0;
+    int close_failed = 0, created = 0; /* created: tmp is this save's file */
     double prof[4] = {0, 0, 0, 0}; /* this rank's data phase: copy, write, checksum, wait */
 
     const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
@@ -430,6 +503,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
      * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end */
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
+    created = 1;
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
     for (int i = 0; ok && i < nd; i++) {
         const llama_tensor *t = tl[i % nt].t;
@@ -538,7 +612,7 @@ fail:
     }
 fail_closed:
     MPI_CHECK(MPI_Barrier(comm));
-    if (rank == 0) unlink(tmp);
+    if (rank == 0 && created) unlink(tmp);
     {
         /* MPI-IO reports a full disk as a short write: say how full the disk is */
         char why[1536], space[96] = "";
@@ -727,13 +801,16 @@ done:
 
 /* ---------------------------------------------------------------- resolve */
 
-/* The file <dir>/latest names, as a path. Rank 0's side of checkpoint_resolve. */
+/* The file <dir>/latest names, as a path. Rank 0's side of checkpoint_resolve. `latest`
+ * is the one-line regular file commit() writes; anything else there (a link, dangling
+ * or not, a name that is not step_<N>.h5, a file that is gone) is an error, never "no
+ * checkpoint": a run must not silently start again from step 0. */
 static int read_latest(const char *dir, char *path, size_t pathlen, int must, char *err,
                        size_t errlen) {
     char lp[1100];
     snprintf(lp, sizeof lp, "%s/latest", dir);
-    FILE *f = fopen(lp, "r");
-    if (!f) {
+    struct stat sb;
+    if (lstat(lp, &sb) != 0) {
         if (errno == ENOENT && !must) {
             path[0] = '\0';
             return 0;
@@ -741,12 +818,31 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
         set_err(err, errlen, "%s: %s (no checkpoint to resume from there)", lp, strerror(errno));
         return -1;
     }
-    char name[512] = "";
-    if (!fgets(name, sizeof name, f)) name[0] = '\0';
-    fclose(f);
-    name[strcspn(name, "\r\n")] = '\0';
-    if (!name[0] || strchr(name, '/')) {
-        set_err(err, errlen, "%s: expected the name of a checkpoint file, got '%.100s'", lp, name);
+    if (safe_file_refuse_link(lp, err, errlen) != 0) return -1;
+    if (!S_ISREG(sb.st_mode)) {
+        set_err(err, errlen, "%s is not a regular file (shardlm writes it as one line naming "
+                "a checkpoint file)", lp);
+        return -1;
+    }
+    char text[128] = "";
+    int fd = open(lp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    ssize_t got = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+    if (got < 0) {
+        set_err(err, errlen, "%s: %s", lp, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    text[got] = '\0';
+    char *name = text;
+    const size_t len = strcspn(name, "\r\n");
+    const int one_line = len + strspn(text + len, "\r\n") == (size_t)got;
+    name[len] = '\0';
+    if (!one_line || !is_checkpoint_name(name)) {
+        for (char *c = name; *c; c++)
+            if (*c < 32 || *c > 126) *c = '?';
+        set_err(err, errlen, "%s: expected one line naming a checkpoint file (step_<N>.h5), "
+                "got '%.100s'", lp, one_line ? name : "more than one line");
         return -1;
     }
     snprintf(path, pathlen, "%s/%s", dir, name);

@@ -5,7 +5,9 @@
 
 /*
  * A checkpoint is <dir>/step_<N>.h5 (io/ckpt_hdf5.h has the layout). Saving:
- *   1. all ranks create <dir>/step_<N>.h5.tmp with parallel HDF5 and write, per dataset,
+ *   1. all ranks create <dir>/step_<N>.h5.tmp.<16 random hex digits> (rank 0 picks the
+ *      name) with parallel HDF5, exclusively (nothing already there is truncated or
+ *      followed, io/ckpt_hdf5.h), and write, per dataset,
  *      the part of the tensor their shard covers (padding is not stored), as a flat
  *      element range of the dataset (io/ckpt_hdf5.h: O_DIRECT to the dataset's bytes, or
  *      H5Dwrite of the range's hyperslabs through MPI-IO). Replicas
@@ -14,10 +16,11 @@
  *   2. the checksums (partial sums over what each rank wrote, one MPI_Allreduce) and
  *      the training state go in as attributes; every rank closes the file;
  *   3. rank 0 fsyncs the file, renames it to step_<N>.h5, fsyncs the directory, then
- *      writes <dir>/latest.tmp (one line: the file name, "step_<N>.h5") and renames it
- *      to <dir>/latest;
- *   4. rank 0 removes leftover step_*.h5.tmp files of failed (killed) saves and, with
- *      keep = K > 0, the oldest step_*.h5 beyond the newest K.
+ *      writes `latest` (one line: the file name, "step_<N>.h5") under a temporary name
+ *      and renames it onto <dir>/latest; a symbolic link at either name is refused
+ *      (io/safe_file.h);
+ *   4. rank 0 removes leftover temporary files of failed (killed) saves (regular files
+ *      only) and, with keep = K > 0, the oldest step_*.h5 beyond the newest K.
  * Before anything is written, the file's size (an upper bound) is checked against the
  * free space and the file-size limit (ulimit -f); SHLM_CKPT_SPACE_CHECK=0 skips that.
  * Metadata is written and flushed before the data, so a disk that fills up during the
@@ -69,6 +72,20 @@ typedef enum ckpt_load_what {
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                     const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen);
 
+/* checkpoint.dir of a training run, before step 1 (a no-op when cfg->ckpt_dir is ""):
+ * refuses a directory name too long for its files; rank 0 creates the directory
+ * (mkdir -p), takes its lock <dir>/shardlm.lock (flock, with "host H pid P job HASH
+ * (JOB.ini)" written in it; a second run refuses, naming that holder; the lock ends with
+ * the process, so a dead holder's lock is free again; a file system without flock only
+ * gets a warning), refuses symbolic links at `latest` and step_<N>.h5, and creates,
+ * writes and removes a file there (EROFS, EACCES, ENOSPC reported as such); then the
+ * estimated checkpoint size is checked against free space and ulimit -f as each save
+ * does. *lock_fd is rank 0's lock descriptor (-1 elsewhere) for checkpoint_dir_close. */
+int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                        int *lock_fd, char *err, size_t errlen);
+/* Releases the lock (local; safe with -1). */
+void checkpoint_dir_close(int *lock_fd);
+
 /* Loads path into the engine (collective), checking the model shape and every
  * checksum of what it reads; fills *st (may be NULL). Rank 0 prints one line. */
 int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
@@ -77,7 +94,9 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
 
 /* Where to resume from: resume = "none" -> ""; "auto" -> the file <dir>/latest names,
  * or "" when dir is empty or has no `latest`; otherwise a checkpoint file, or a
- * directory whose `latest` is used. path receives "" or a file path. */
+ * directory whose `latest` is used. path receives "" or a file path. A `latest` that is
+ * a link (dangling or not), not one line "step_<N>.h5", or names a file that cannot be
+ * read is an error, never "no checkpoint". */
 int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
                        char *err, size_t errlen);
 

@@ -1,7 +1,9 @@
 /* Command-line dispatch: `shardlm train|eval|data|plan ...`, MPI start-up and shutdown
  * around the commands that run on ranks. */
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/check.h"
@@ -49,9 +51,16 @@ int shardlm_main(int argc, char **argv) {
         printf("shardlm %s\n", PACKAGE_VERSION);
         return 0;
     }
+    /* a file-size limit (ulimit -f) must fail a write with EFBIG, reported with the
+     * file's name, not kill the process with SIGXFSZ */
+    signal(SIGXFSZ, SIG_IGN);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
         if (!commands[i].uses_mpi) return commands[i].run(argc - 1, argv + 1);
+        /* Open MPI's sharedfp/lockedfile component overflows a buffer (abort) when
+         * MPI_File_open gets a path of about 240 characters or more; shardlm uses no
+         * shared file pointers, so it is left out unless the user chose otherwise */
+        setenv("OMPI_MCA_sharedfp", "^lockedfile", 0);
         /* train: a stop signal (Slurm's warning, scancel) during start-up must not kill
          * the rank; MPI_Init keeps these handlers (src/signals.h) */
         if (commands[i].run == cmd_train) shlm_signals_install();

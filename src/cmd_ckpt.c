@@ -10,6 +10,7 @@
 
 #include "io/ckpt_hdf5.h"
 #include "io/hf_model.h"
+#include "io/safe_file.h"
 #include "io/safetensors.h"
 #include "kernels/check.h"
 #include "src/checkpoint.h"
@@ -291,18 +292,6 @@ static int export_chunk(void *ctx, const float *x, uint64_t first, uint64_t coun
     return safetensors_writer_append(s->w, h, count * 2, err, errlen);
 }
 
-static int mkdir_p(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 static int ckpt_export(int argc, char **argv) {
     const char *arg = NULL, *out = NULL, *dt = "f32";
     unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
@@ -333,8 +322,7 @@ static int ckpt_export(int argc, char **argv) {
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
     const double t0 = MPI_Wtime();
     const int me = rank_of();
-    int ok = me != 0 || mkdir_p(out) == 0;
-    if (!ok) snprintf(err, sizeof err, "cannot create %s: %s", out, strerror(errno));
+    int ok = me != 0 || safe_file_mkdir_p(out, err, sizeof err) == 0;
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (!ok) {
         char ignored[64];
@@ -423,7 +411,9 @@ static int ckpt_export(int argc, char **argv) {
         uint64_t calls = (d.numel + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
         int cok = read_chunks(&f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
                               me == 0 ? export_chunk : NULL, &sink, err, sizeof err) == 0;
-        if (me == 0 && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
+        /* a tensor read whole (not cut short by a failed write) must match its checksum:
+         * only then is a mismatch the source's fault */
+        if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
             snprintf(err, sizeof err, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
                      path, dpath);
             cok = 0;

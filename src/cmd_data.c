@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/safe_file.h"
 #include "io/tokens.h"
 #include "src/commands.h"
 #include "src/rng.h"
@@ -143,6 +144,11 @@ int cmd_data(int argc, char **argv) {
     int width = strcmp(width_arg, "2") == 0 ? 2 : strcmp(width_arg, "4") == 0 ? 4 : 0;
     if (!width) return fail(2, "--width must be 2 or 4, not '%s'", width_arg);
     if (n_paths != 2) return fail(2, "prepare needs IN.txt and OUT.bin");
+    /* the output replaces its name: were it the input (by any path or link), the text
+     * would be gone */
+    if (safe_file_same(paths[0], paths[1]))
+        return fail(1, "%s is the input file %s itself (same file): refusing to replace the "
+                    "text with its tokens; choose another OUT.bin", paths[1], paths[0]);
 
     size_t n = 0;
     unsigned char *text = read_all(paths[0], &n);

@@ -1,38 +1,22 @@
 /* Step metrics output: fixed-width log line, JSON lines, FLOP count, peak memory. */
 #include "src/metrics.h"
 
-#include <errno.h>
 #include <math.h>
 #include <string.h>
-#include <sys/stat.h>
 
-static int mkdir_p(const char *path) {
-    char tmp[1024];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return -1;
-    return 0;
-}
+#include "io/safe_file.h"
 
 int metrics_open(metrics_log *log, const char *run_dir, char *err, size_t errlen) {
     log->jsonl = NULL;
-    if (mkdir_p(run_dir) != 0) {
-        snprintf(err, errlen, "cannot create run directory %s: %s", run_dir, strerror(errno));
+    char why[1024];
+    if (safe_file_mkdir_p(run_dir, why, sizeof why) != 0) {
+        snprintf(err, errlen, "log.run_dir: %s", why);
         return -1;
     }
     char path[1100];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    log->jsonl = fopen(path, "a");
-    if (!log->jsonl) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
-        return -1;
-    }
-    return 0;
+    log->jsonl = safe_file_append(path, err, errlen);
+    return log->jsonl ? 0 : -1;
 }
 
 void metrics_close(metrics_log *log) {

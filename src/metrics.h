@@ -30,7 +30,8 @@ typedef struct metrics_log {
     FILE *jsonl;
 } metrics_log;
 
-/* Creates run_dir (and parents) and opens metrics.jsonl for appending. */
+/* Creates run_dir (and parents) and opens metrics.jsonl for appending (a link there, or
+ * a file with other hard links, is refused: io/safe_file.h). */
 int metrics_open(metrics_log *log, const char *run_dir, char *err, size_t errlen);
 void metrics_close(metrics_log *log);
 void metrics_print_header(FILE *out);

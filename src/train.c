@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/safe_file.h"
 #include "kernels/check.h"
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
@@ -321,15 +322,16 @@ static void print_profile(const double *prof_s, double opt_s, double step_s, int
            1e3 * step_s / steps);
 }
 
-/* Each rank writes its schedule trace to <run_dir>/trace.rank<R>.jsonl. */
-static void write_trace(run *r) {
+/* Each rank writes its schedule trace to <run_dir>/trace.rank<R>.jsonl (replaced whole,
+ * io/safe_file.h). Returns 0, or -1 with err. */
+static int write_trace(run *r, char *err, size_t errlen) {
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); /* rank 0 created run_dir */
     char path[1200];
     snprintf(path, sizeof path, "%s/trace.rank%d.jsonl", r->cfg.run_dir, r->rank);
-    FILE *f = fopen(path, "w");
-    if (!f) SHLM_FATAL("cannot write %s", path);
-    fsdp_trace_write(r->engine, f);
-    fclose(f);
+    safe_file out;
+    if (safe_file_begin(&out, path, err, errlen) != 0) return -1;
+    fsdp_trace_write(r->engine, out.fp);
+    return safe_file_finish(&out, err, errlen);
 }
 
 /* The state a run starts from: checkpoint.resume (weights, moments, step, data position
@@ -514,7 +516,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     data_loader_free(&dl);
     metrics_close(&log);
     if (rc != 0) return rc;
-    if (c->trace) write_trace(r);
+    if (c->trace && all_ranks_ok(write_trace(r, err, sizeof err) == 0, err)) return -1;
     if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
     return 0;
 }
@@ -574,9 +576,14 @@ static int job_command(int argc, char **argv, int training) {
         return 1;
     }
     free(sets);
-    int rc = 0;
+    int rc = 0, lock_fd = -1;
     ckpt_state st;
-    if (load_initial(&r, training, &st) != 0) {
+    /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
+    if (training &&
+        checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &lock_fd, err, sizeof err) != 0) {
+        all_ranks_ok(0, err);
+        rc = 1;
+    } else if (load_initial(&r, training, &st) != 0) {
         rc = 1;
     } else if (training) {
         rc = train_loop(&r, &st) == 0 ? 0 : 1;
@@ -589,6 +596,7 @@ static int job_command(int argc, char **argv, int training) {
             printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
                    exp(loss));
     }
+    checkpoint_dir_close(&lock_fd);
     run_teardown(&r);
     return rc;
 }

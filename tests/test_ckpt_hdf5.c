@@ -1,5 +1,6 @@
 /* Test of the checkpoint file layer (io/ckpt_hdf5.c) on any number of ranks: the flat
- * range -> hyperslab blocks, the checksum's properties, collective range I/O, attributes. */
+ * range -> hyperslab blocks, the checksum's properties, collective range I/O, attributes,
+ * exclusive creation. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,6 +133,8 @@ static void test_file(const char *dir) {
         opt.alignment = mode ? 4096 : 0; /* both layouts */
         opt.align_threshold = 64;
         ckpt_h5_file f;
+        if (rank == 0) unlink(path); /* creation is exclusive (test_exclusive) */
+        MPI_Barrier(MPI_COMM_WORLD);
         CHECK(ckpt_h5_create(&f, path, MPI_COMM_WORLD, &opt, err, sizeof err) == 0, "%s", err);
         if (rank == 0) printf("mode %d: %s\n", mode, f.io_mode);
         /* a big one: 1000 x 37 (148 kB), ragged ranges at odd offsets, so that direct
@@ -255,6 +258,54 @@ static void test_file(const char *dir) {
               strstr(err, "No such file"), "%s", err);
 }
 
+/* ---- creation is exclusive on every rank: nothing at the name is truncated or followed
+ * (Open MPI's MPI_MODE_EXCL: rank 0 creates O_CREAT|O_EXCL, the others open its file) ---- */
+static void test_exclusive(const char *dir) {
+    char victim[700], target[700], names[3][700], err[1536] = "";
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    snprintf(target, sizeof target, "%s/not-there", dir);
+    const char *kinds[3] = {"link", "dangling", "file"};
+    for (int k = 0; k < 3; k++) snprintf(names[k], sizeof names[k], "%s/%s.h5", dir, kinds[k]);
+    if (rank == 0) {
+        FILE *v = fopen(victim, "w");
+        fputs("precious\n", v);
+        fclose(v);
+        CHECK(symlink(victim, names[0]) == 0 && symlink(target, names[1]) == 0, "symlink");
+        v = fopen(names[2], "w");
+        fputs("someone's\n", v);
+        fclose(v);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    ckpt_h5_options opt;
+    ckpt_h5_default_options(&opt);
+    for (int k = 0; k < 3; k++) {
+        ckpt_h5_file f;
+        err[0] = '\0';
+        int rc = ckpt_h5_create(&f, names[k], MPI_COMM_WORLD, &opt, err, sizeof err);
+        CHECK(rc != 0 && strstr(err, names[k]) && strstr(err, "already exists"),
+              "create over a %s: rc %d, '%s'", kinds[k], rc, err);
+        if (rc == 0) ckpt_h5_close(&f, err, sizeof err);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        char buf[64] = "";
+        FILE *v = fopen(victim, "r");
+        if (v) {
+            if (!fgets(buf, sizeof buf, v)) buf[0] = '\0';
+            fclose(v);
+        }
+        CHECK(strcmp(buf, "precious\n") == 0, "the link's target changed: '%s'", buf);
+        CHECK(access(target, F_OK) != 0, "the dangling link's target was created");
+        v = fopen(names[2], "r");
+        buf[0] = '\0';
+        if (v) {
+            if (!fgets(buf, sizeof buf, v)) buf[0] = '\0';
+            fclose(v);
+        }
+        CHECK(strcmp(buf, "someone's\n") == 0, "the existing file changed: '%s'", buf);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -273,6 +324,7 @@ int main(int argc, char **argv) {
         test_checksum();
     }
     test_file(dir);
+    test_exclusive(dir);
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
         char cmd[600];

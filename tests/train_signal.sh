@@ -132,7 +132,9 @@ check_stop() {
     [ -f "$work/$name/ckpt/step_$n.h5" ] || fail "$name: step_$n.h5 missing"
     [ "$(cat "$work/$name/ckpt/latest" 2>/dev/null)" = "step_$n.h5" ] ||
         fail "$name: latest does not name step_$n.h5"
-    ls "$work/$name/ckpt/"*.tmp >/dev/null 2>&1 && fail "$name: a .tmp file is left"
+    for t in "$work/$name/ckpt/"*.tmp "$work/$name/ckpt/"*.tmp.*; do
+        [ -e "$t" ] && fail "$name: a temporary file is left: $t"
+    done
     last=$(steps "$work/$name/metrics.jsonl" loss | tail -n 1 | cut -d' ' -f1)
     [ "$last" = "$n" ] || fail "$name: last logged step $last, stopped at $n"
     # the resume, at full speed, to step 40
