@@ -1,8 +1,9 @@
 #!/bin/sh
 # Hugging Face interop and HDF5 tools against the golden fixture (tests/golden/):
-#  1. a HF directory (a config.json in the newer rope_parameters style + the fixture as
-#     model.safetensors) imported on 2 ranks, each reading only its ranges, reproduces
-#     transformers' logits and loss (tests/test_ckpt_hf import), and is saved;
+#  1. a HF directory (a config.json in the newer rope_parameters style + the fixture's
+#     model tensors as model.safetensors) imported on 2 ranks, each reading only its
+#     ranges, reproduces transformers' logits and loss (tests/test_ckpt_hf import), and
+#     is saved;
 #  2. `shardlm ckpt export` of that checkpoint, as one file and as shards with an index,
 #     holds the fixture's tensors bit for bit, with a config.json describing the model;
 #  3. `shardlm generate --dump-logits` from the sharded export (2 ranks, model.init_from
@@ -25,7 +26,6 @@ SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 export SHLM_SRCDIR
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 t="$SHLM_BUILDDIR/tests/test_ckpt_hf"
-fixture="$SHLM_SRCDIR/tests/golden/tiny_llama_golden.safetensors"
 
 . "$SHLM_SRCDIR/tests/lib.sh"
 test_begin ckpt_hf shlm-ckpt-hf
@@ -71,7 +71,8 @@ cat >"$hf/config.json" <<'EOF'
   "torch_dtype": "float32"
 }
 EOF
-ln -s "$fixture" "$hf/model.safetensors"
+# the fixture's model tensors alone: its golden.* tensors are no parameters of the model
+step weights "$t" weights "$hf/model.safetensors" || exit 1
 
 # ---- 1. import on 2 ranks, golden logits and loss, saved as a checkpoint ----
 if step import sh "$mpi" 2 "$t" import "$hf" "$work/ck"; then
