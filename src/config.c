@@ -286,10 +286,11 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
 
 static void range_text(const key_def *k, char *out, size_t outlen) {
     int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
+    /* %.15g: integer bounds in full (1048576, not 1.04858e+06) */
     if (inf)
-        snprintf(out, outlen, "must be %s %g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
+        snprintf(out, outlen, "must be %s %.15g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
     else
-        snprintf(out, outlen, "must be in %c%g, %g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
+        snprintf(out, outlen, "must be in %c%.15g, %.15g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
                  k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
 }
 

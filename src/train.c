@@ -640,16 +640,17 @@ static int train_loop(run *r, const ckpt_state *st0) {
         }
         if (nonfinite_stop) {
             /* nothing of this step reaches the weights or a checkpoint */
+            char what[160];
+            snprintf(what, sizeof what, "step %d: the loss or the gradient norm is not finite "
+                     "on %d of %d ranks (mean loss %g, rank 0's gradient norm %g)", s + 1,
+                     (int)sums[2], r->world, loss, norm);
             if (r->rank == 0 && !skip_nonfinite)
-                fprintf(stderr, "shardlm: error: step %d: loss %g, gradient norm %g: not finite "
-                        "on %d of %d ranks; stopping before the update, nothing more saved "
-                        "(train.on_nonfinite = abort; skip drops such steps)\n", s + 1, loss,
-                        norm, (int)sums[2], r->world);
+                fprintf(stderr, "shardlm: error: %s; stopping before the update, nothing more "
+                        "saved (train.on_nonfinite = abort; skip drops such steps)\n", what);
             else if (r->rank == 0)
-                fprintf(stderr, "shardlm: error: step %d: loss %g, gradient norm %g: not finite "
-                        "on %d of %d ranks, %lld steps in a row, more than train.max_skipped = "
-                        "%d; stopping, nothing more saved\n", s + 1, loss, norm, (int)sums[2],
-                        r->world, (long long)in_a_row, c->max_skipped);
+                fprintf(stderr, "shardlm: error: %s, %lld steps in a row, more than "
+                        "train.max_skipped = %d; stopping, nothing more saved\n", what,
+                        (long long)in_a_row, c->max_skipped);
             fflush(stderr);
             rc = -1;
             break;
