@@ -324,15 +324,15 @@ static int check_record(const char *path, const ckpt_record *r, const char *suff
     else if ((int64_t)st->shard_size * st->replica_size != st->world_size)
         snprintf(why, sizeof why, "attributes shard_group_size = %d x replica_group_size = %d "
                  "is not world_size = %d", st->shard_size, st->replica_size, st->world_size);
-    else if (llama_config_validate(&r->m, val, sizeof val) == 0)
-        return 0;
-    if (!why[0]) {
-        char shape[200];
-        llama_config_validate(&r->m, shape, sizeof shape);
-        snprintf(why, sizeof why, "bad model shape in the attributes: %s", shape);
+    if (why[0]) {
+        set_err(err, errlen, "%s: %s %s", path, why, suffix);
+        return -1;
     }
-    set_err(err, errlen, "%s: %s %s", path, why, suffix);
-    return -1;
+    if (llama_config_validate(&r->m, why, sizeof why) != 0) {
+        set_err(err, errlen, "%s: bad model shape in the attributes: %s %s", path, why, suffix);
+        return -1;
+    }
+    return 0;
 }
 
 static int write_record(ckpt_h5_file *f, const ckpt_record *r, char *err, size_t errlen) {
@@ -389,7 +389,7 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
             if (a->type == FT_DOUBLE) *(double *)p = d;
             else *(float *)p = fabs(d) > FLT_MAX ? (float)copysign(INFINITY, d) : (float)d;
             break;
-        case FT_STR:
+        case FT_STR: /* the one string field, fsdp.strategy */
             if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
             if (rc == 0) snprintf(p, sizeof r->st.strategy, "%s", str ? str : "");
             if (rc == 0 && str && strlen(str) >= sizeof r->st.strategy) {

@@ -471,13 +471,13 @@ static int nonfinite_hook_get(int rank, nonfinite_hook *h, char *err, size_t err
     *h = (nonfinite_hook){NF_NONE, 0, -1};
     const char *v = getenv("SHLM_TEST_NONFINITE");
     if (!v || !*v) return 0;
-    char what[8] = "";
+    char what[8] = "", *p = NULL;
     int first = 0, last = 0, r = 0, n = 0;
     const int ok = sscanf(v, "%7[a-z]:%d%n", what, &first, &n) == 2;
-    const char *p = v + n;
+    p = (char *)v + n;
     last = first;
-    if (ok && *p == '-') last = (int)strtol(p + 1, (char **)&p, 10);
-    if (ok && *p == ':') r = (int)strtol(p + 1, (char **)&p, 10);
+    if (ok && *p == '-') last = (int)strtol(p + 1, &p, 10);
+    if (ok && *p == ':') r = (int)strtol(p + 1, &p, 10);
     nonfinite_target t = !strcmp(what, "loss") ? NF_LOSS : !strcmp(what, "norm") ? NF_NORM
                          : !strcmp(what, "weights") ? NF_WEIGHTS : NF_NONE;
     if (!ok || *p || t == NF_NONE || first < 1 || last < first) {

@@ -21,20 +21,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
-py=""
-for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import h5py, numpy' 2>/dev/null; then
-        py=$p
-        break
-    fi
-done
-if [ -z "$py" ]; then
+. "$SHLM_SRCDIR/tests/lib.sh"
+find_h5py
+if [ -z "$h5py" ]; then
     echo "ckpt_metadata: SKIP: no python3 with h5py and numpy (apt-get install python3-h5py)"
     exit 77
 fi
-edit="$py $SHLM_SRCDIR/tests/corrupt.py"
-
-. "$SHLM_SRCDIR/tests/lib.sh"
+edit="$h5py $SHLM_SRCDIR/tests/corrupt.py"
 test_begin ckpt_metadata shlm-ckpt-metadata
 prepare_corpus "$work/train.bin"
 
@@ -46,26 +39,6 @@ train() {
     echo "+ $SHLM train $job --set data.train=$work/train.bin --set log.run_dir=$work/$name $*"
     "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
         "$@" >"$work/$name.log" 2>"$work/$name.err" </dev/null
-}
-
-# refused NAME PATTERN...: the last command (stderr $work/NAME.err) exited 1 with one
-# error line naming every pattern, and trained no step
-refused() {
-    name=$1
-    rc_was=$2
-    shift 2
-    why=$(error_line_problem "$work/$name.err" "$@")
-    if [ "$rc_was" -ne 1 ]; then
-        tail -n 3 "$work/$name.err"
-        fail "$name: exit $rc_was, want 1"
-    elif [ -n "$why" ]; then
-        sed 's/^/    stderr: /' "$work/$name.err"
-        fail "$name: $why"
-    elif [ -s "$work/$name/metrics.jsonl" ]; then
-        fail "$name: trained $(wc -l <"$work/$name/metrics.jsonl") step(s) before refusing"
-    else
-        echo "ckpt_metadata: ok: $name: $(cat "$work/$name.err")"
-    fi
 }
 
 # case_file NAME EDIT...: a copy of the good checkpoint as $work/NAME.h5, edited by corrupt.py
@@ -84,14 +57,14 @@ resume_case() {
     name=$1
     shift
     train "$name" --set "checkpoint.resume=$work/$name.h5"
-    refused "$name" $? "$@"
+    refused_before_step1 "$name" $? "$@"
 }
 
 # ---- the good checkpoint: 10 steps ----
 train good --set "checkpoint.dir=$work/ck" --set train.stop_after=10 ||
     { tail -n 5 "$work/good.err"; fail "the first run failed"; exit 1; }
 good="$work/ck/step_10.h5"
-"$py" "$SHLM_SRCDIR/tests/ckpt_h5py.py" "$good" >"$work/h5py.log" 2>&1 ||
+"$h5py" "$SHLM_SRCDIR/tests/ckpt_h5py.py" "$good" >"$work/h5py.log" 2>&1 ||
     { cat "$work/h5py.log"; fail "h5py does not reproduce the state checksum"; }
 
 # ---- edits the state checksum catches ----
@@ -137,11 +110,11 @@ resume_case ext "$q1 is an external link"
 case_file layers attr model.n_layers 100000000 restamp
 echo "+ $SHLM ckpt info $work/layers.h5"
 "$SHLM" ckpt info "$work/layers.h5" >"$work/info.log" 2>"$work/info.err"
-refused info $? "attribute model.n_layers = 100000000" "must be in [1, 65536]"
+refused_before_step1 info $? "attribute model.n_layers = 100000000" "must be in [1, 65536]"
 case_file heads attr model.n_heads 0 restamp
 echo "+ $SHLM ckpt verify $work/heads.h5"
 "$SHLM" ckpt verify "$work/heads.h5" >"$work/verify.log" 2>"$work/verify.err"
-refused verify $? "attribute model.n_heads = 0" "must be in [1, 65536]"
+refused_before_step1 verify $? "attribute model.n_heads = 0" "must be in [1, 65536]"
 
 # ---- format versions ----
 case_file v1 v1

@@ -36,27 +36,22 @@ train() {
     rc=$?
 }
 
-# refused NAME PATTERN...: exit 1, one error line naming every pattern, no step trained
-refused() {
-    name=$1
-    shift
-    why=$(error_line_problem "$work/$name.err" "$@")
-    if [ "$rc" -ne 1 ] || [ -n "$why" ]; then
-        sed 's/^/    stderr: /' "$work/$name.err" | tail -n 5
-        fail "$name: exit $rc (want 1) $why"
-    elif [ -s "$work/$name/metrics.jsonl" ]; then
-        fail "$name: trained $(wc -l <"$work/$name/metrics.jsonl") step(s) before refusing"
-    else
-        ok "$name: $(cat "$work/$name.err")"
-    fi
-}
-
 # ran NAME: the run succeeded
 ran() {
     [ "$rc" -eq 0 ] && return 0
     tail -n 5 "$work/$1.err"
     fail "$1: exit $rc, want 0"
     return 1
+}
+
+# position_after NAME PATTERN CKPT POS WHAT: run NAME said PATTERN (a grep regex) and
+# checkpoint CKPT holds data position POS
+position_after() {
+    if grep -q "$2" "$work/$1.log" && "$SHLM" ckpt info "$3" | grep -q "data_position  *$4 "; then
+        ok "$1: $5: the position of $(basename "$3" .h5) is $4"
+    else
+        fail "$1: the data position after the change (want $4 in $3)"
+    fi
 }
 
 # field FILE KEY: "step value" of every line of metrics.jsonl, value as printed
@@ -74,7 +69,7 @@ lr10=$(field "$work/base/metrics.jsonl" lr | awk '$1 == 10 { print $2 }')
 # ---- steps ----
 copy s1
 train steps "$work/s1" --set train.steps=40
-refused steps "train.steps = 20" "this job has 40" "checkpoint.allow_steps_change = true"
+refused_before_step1 steps "$rc" "train.steps = 20" "this job has 40" "checkpoint.allow_steps_change = true"
 train steps_ok "$work/s1" --set train.steps=40 --set checkpoint.allow_steps_change=true
 if ran steps_ok; then
     grep -q "train.steps 20 -> 40 (checkpoint.allow_steps_change): the learning rate continues" \
@@ -109,33 +104,25 @@ fi
 # ---- global_batch ----
 copy g1
 train gb "$work/g1" --set train.steps=20 --set train.global_batch=16
-refused gb "train.global_batch = 8" "this job has 16" "checkpoint.allow_global_batch_change = true"
+refused_before_step1 gb "$rc" "train.global_batch = 8" "this job has 16" "checkpoint.allow_global_batch_change = true"
 train gb_ok "$work/g1" --set train.steps=20 --set train.global_batch=16 \
     --set checkpoint.allow_global_batch_change=true --set train.stop_after=12
-if ran gb_ok; then
-    grep -q "train.global_batch 8 -> 16 .*: the next step starts at sample 80" "$work/gb_ok.log" &&
-        "$SHLM" ckpt info "$work/g1/step_12.h5" | grep -q 'data_position  *112 ' &&
-        ok "gb_ok: 16 sequences a step from sample 80 on: step 12's data position is 112" ||
-        fail "gb_ok: the data position after the change"
-fi
+ran gb_ok && position_after gb_ok "train.global_batch 8 -> 16 .*: the next step starts at sample 80" \
+    "$work/g1/step_12.h5" 112 "16 sequences a step from sample 80 on"
 
 # ---- seq_len ----
 copy q1
 train sl "$work/q1" --set train.steps=20 --set train.seq_len=16
-refused sl "train.seq_len = 32" "this job has 16" "checkpoint.allow_seq_len_change = true"
+refused_before_step1 sl "$rc" "train.seq_len = 32" "this job has 16" "checkpoint.allow_seq_len_change = true"
 train sl_shuffled "$work/q1" --set train.steps=20 --set train.seq_len=16 \
     --set checkpoint.allow_seq_len_change=true
-refused sl_shuffled "its data is shuffled"
+refused_before_step1 sl_shuffled "$rc" "its data is shuffled"
 train plain "$work/p1" --set train.steps=20 --set train.stop_after=10 --set data.shuffle=false
 ran plain
 train sl_ok "$work/p1" --set train.steps=20 --set data.shuffle=false --set train.seq_len=16 \
     --set checkpoint.allow_seq_len_change=true --set train.stop_after=12
-if ran sl_ok; then
-    grep -q "train.seq_len 32 -> 16 .*: data position 80 -> 160" "$work/sl_ok.log" &&
-        "$SHLM" ckpt info "$work/p1/step_12.h5" | grep -q 'data_position  *176 ' &&
-        ok "sl_ok: windows of 16 from token 2560 (window 160) on: step 12's position is 176" ||
-        fail "sl_ok: the data position after the change"
-fi
+ran sl_ok && position_after sl_ok "train.seq_len 32 -> 16 .*: data position 80 -> 160" \
+    "$work/p1/step_12.h5" 176 "windows of 16 from token 2560 (window 160) on"
 
 echo "resume_changes: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "resume_changes: work directory kept: $work"

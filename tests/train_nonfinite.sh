@@ -171,12 +171,11 @@ hf="$work/hf"
 echo "+ $SHLM ckpt export $work/skip/ck/step_4.h5 $hf"
 "$SHLM" ckpt export "$work/skip/ck/step_4.h5" "$hf" >"$work/export.log" 2>&1 ||
     { cat "$work/export.log"; fail "export failed"; }
-py="" h5py=""
+py=""
 for p in python3 /usr/bin/python3; do
-    command -v "$p" >/dev/null 2>&1 || continue
-    [ -z "$py" ] && py=$p
-    [ -z "$h5py" ] && "$p" -c 'import h5py, numpy' 2>/dev/null && h5py=$p
+    command -v "$p" >/dev/null 2>&1 && py=$p && break
 done
+find_h5py
 up=model.layers.1.mlp.up_proj.weight
 if [ -n "$py" ] && "$py" "$SHLM_SRCDIR/tests/corrupt.py" st-poison "$hf/model.safetensors" "$up"; then
     train hfnan 1 - --set "model.init_from=$hf" --set train.stop_after=2
