@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -354,6 +355,39 @@ fail:
     return -1;
 }
 
+/* Every component of path is a hard link to an object with no other name. */
+static int plain_links(ckpt_h5_file *f, const char *path, char *err, size_t errlen) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        const char c = *p;
+        *p = '\0';
+        H5L_info_t li;
+        H5O_info_t oi;
+        const char *bad = NULL;
+        if (H5Lget_info(f->file, buf, &li, H5P_DEFAULT) < 0) bad = "cannot be inspected";
+        else if (li.type == H5L_TYPE_SOFT) bad = "is a soft link";
+        else if (li.type == H5L_TYPE_EXTERNAL) bad = "is an external link";
+        else if (li.type != H5L_TYPE_HARD) bad = "is a user-defined link";
+        else if (H5Oget_info_by_name2(f->file, buf, &oi, H5O_INFO_BASIC, H5P_DEFAULT) < 0)
+            bad = "cannot be inspected";
+        if (bad) {
+            H5Eclear2(H5E_DEFAULT);
+            set_err(err, errlen, "%s: %s %s: a checkpoint holds no links (refusing it)", f->path,
+                    buf, bad);
+            return -1;
+        }
+        if (oi.rc != 1) {
+            set_err(err, errlen, "%s: %s is one object under %u names (hard links): a "
+                    "checkpoint holds none (refusing it)", f->path, buf, oi.rc);
+            return -1;
+        }
+        if (!c) return 0;
+        *p = c;
+    }
+}
+
 int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, char *err,
                          size_t errlen) {
     const char *what = path;
@@ -366,6 +400,7 @@ int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, 
         set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
         return -1;
     }
+    if (plain_links(f, path, err, errlen) != 0) return -1;
     H5_CHECK(d->id = H5Dopen2(f->file, path, H5P_DEFAULT));
     H5_CHECK(type = H5Dget_type(d->id));
     if (H5Tget_class(type) != H5T_FLOAT) {
@@ -734,12 +769,43 @@ static int attr_read(ckpt_h5_file *f, const char *obj, const char *name, hid_t m
                      char *err, size_t errlen) {
     char what[400];
     snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
-    hid_t a = -1;
+    hid_t a = -1, type = -1;
     if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
-    H5_CHECK(H5Aread(a, mtype, v));
+    H5_CHECK(type = H5Aget_type(a));
+    if (H5Tget_class(type) != H5Tget_class(mtype)) {
+        set_err(err, errlen, "%s: %s, not %s (a corrupt or edited checkpoint)", what,
+                H5Tget_class(type) == H5T_FLOAT ? "a floating-point number"
+                : H5Tget_class(type) == H5T_INTEGER ? "an integer" : "not a number",
+                H5Tget_class(mtype) == H5T_FLOAT ? "a floating-point number" : "an integer");
+        goto fail;
+    }
+    if (H5Tget_class(mtype) == H5T_INTEGER && H5Tget_sign(type) != H5Tget_sign(mtype)) {
+        /* HDF5 would clamp (-1 read as unsigned is 0): read it as stored, then refuse what
+         * the 64-bit type asked for cannot hold */
+        long long sv = 0;
+        unsigned long long uv = 0;
+        const int is_signed = H5Tget_sign(type) == H5T_SGN_2;
+        H5_CHECK(H5Aread(a, is_signed ? H5T_NATIVE_LLONG : H5T_NATIVE_ULLONG,
+                         is_signed ? (void *)&sv : (void *)&uv));
+        if (is_signed && sv < 0) {
+            set_err(err, errlen, "%s: %lld is negative (a corrupt or edited checkpoint)", what, sv);
+            goto fail;
+        }
+        if (!is_signed && uv > (unsigned long long)LLONG_MAX) {
+            set_err(err, errlen, "%s: %llu is beyond 2^63 (a corrupt or edited checkpoint)", what,
+                    uv);
+            goto fail;
+        }
+        if (is_signed) *(unsigned long long *)v = (unsigned long long)sv;
+        else *(long long *)v = (long long)uv;
+    } else {
+        H5_CHECK(H5Aread(a, mtype, v));
+    }
+    H5Tclose(type);
     H5Aclose(a);
     return 0;
 fail:
+    if (type >= 0) H5Tclose(type);
     H5Aclose(a);
     return -1;
 }
@@ -864,19 +930,21 @@ uint64_t ckpt_h5_mix(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-void ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count) {
+uint64_t ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count) {
     /* sum_i (first + i)·w_i = first·sum_i w_i + sum_i i·w_i, so the loop does not
      * depend on where the range starts; memcpy reads the bits without aliasing games */
-    uint64_t s1 = 0, s2 = 0;
+    uint64_t s1 = 0, s2 = 0, nonfinite = 0;
     const unsigned char *p = (const unsigned char *)x;
     for (uint64_t i = 0; i < count; i++) {
         uint32_t w;
         memcpy(&w, p + 4 * i, 4);
         s1 += w;
         s2 += i * (uint64_t)w;
+        nonfinite += (w & 0x7f800000u) == 0x7f800000u;
     }
     acc->s1 += s1;
     acc->s2 += s2 + first * s1;
+    return nonfinite;
 }
 
 uint64_t ckpt_h5_sum_final(const ckpt_h5_sum *s, uint64_t n) {

@@ -111,7 +111,10 @@ typedef struct ckpt_h5_dataset {
 /* Creates an fp32 dataset (contiguous, space allocated at creation, never filled). */
 int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const int64_t *shape,
                            ckpt_h5_dataset *d, char *err, size_t errlen);
-/* Opens an existing dataset; checks it is a floating-point dataset of 1 or 2 dims. */
+/* Opens an existing dataset; checks it is a floating-point dataset of 1 or 2 dims
+ * reached through hard links only, each object on the way with that one name: a soft or
+ * external link, or a second name for a dataset or group (another dataset's data, another
+ * group's moments), is refused. */
 int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, char *err,
                          size_t errlen);
 void ckpt_h5_close_dataset(ckpt_h5_dataset *d);
@@ -127,7 +130,9 @@ int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint
                        float *buf, char *err, size_t errlen);
 
 /* ---- attributes of an object (obj = "/" or a dataset's path) ----
- * Writes are collective with the same value on every rank; a second write replaces. */
+ * Writes are collective with the same value on every rank; a second write replaces.
+ * Reads refuse an attribute of another class (a float read as an integer, ...), which
+ * HDF5 would otherwise convert, clamping or rounding it. */
 int ckpt_h5_attr_write_i64(ckpt_h5_file *f, const char *obj, const char *name, int64_t v,
                            char *err, size_t errlen);
 int ckpt_h5_attr_write_u64(ckpt_h5_file *f, const char *obj, const char *name, uint64_t v,
@@ -157,8 +162,10 @@ typedef struct ckpt_h5_sum {
     uint64_t s1, s2;
 } ckpt_h5_sum;
 
-/* Adds elements [first, first + count) of a dataset, held in x, to the partial sums. */
-void ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count);
+/* Adds elements [first, first + count) of a dataset, held in x, to the partial sums;
+ * returns how many of them are not finite (NaN or infinite: exponent bits all ones), found
+ * in the same pass. */
+uint64_t ckpt_h5_sum_add(ckpt_h5_sum *acc, const float *x, uint64_t first, uint64_t count);
 /* The checksum of a dataset of n elements from its completed sums. */
 uint64_t ckpt_h5_sum_final(const ckpt_h5_sum *s, uint64_t n);
 /* splitmix64's finaliser (after the golden-ratio increment). */

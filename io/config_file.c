@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shlm_config.h"
+
 int config_file_read(const char *path, char **text, char *err, size_t errlen) {
     *text = NULL;
     FILE *f = fopen(path, "rb");
@@ -127,9 +129,32 @@ static int on_entry(void *user, const char *section, const char *name, const cha
     return 1;
 }
 
+#if HAVE_INIH_RUNTIME_LINE
+/* The length of the longest line of text, '\n' not counted. */
+static size_t longest_line(const char *text) {
+    size_t most = 0;
+    for (const char *p = text; *p;) {
+        size_t n = strcspn(p, "\n");
+        if (n > most) most = n;
+        p += n + (p[n] == '\n');
+    }
+    return most;
+}
+#endif
+
 int config_file_parse(const char *text, const char *name, config_file_entry_fn fn, void *user,
                       char *err, size_t errlen) {
     parse_state st = {.p = text, .name = name, .fn = fn, .user = user};
+#if HAVE_INIH_RUNTIME_LINE
+    /* inih's line buffer is INI_MAX_LINE (200) bytes on the stack unless the library is
+     * told otherwise at run time, as Debian's can be: a heap buffer that holds the
+     * longest line (+ '\r', '\n', NUL), so a line with a 1023-character path parses */
+    size_t need = longest_line(text) + 3;
+    if (need > (size_t)ini_max_line) {
+        ini_use_stack = 0;
+        ini_max_line = ini_initial_alloc = (int)need;
+    }
+#endif
     int rc = ini_parse_stream(read_line, &st, on_entry, &st);
     if (rc == -2) {
         snprintf(err, errlen, "%s: out of memory while parsing", name);

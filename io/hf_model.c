@@ -95,8 +95,20 @@ static int get_double(const cJSON *o, const char *key, double def, double *out,
     return 0;
 }
 
-static int is_true(const cJSON *o, const char *key) {
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key));
+/* A boolean member: absent or null -> 0; true/false; anything else ("true" as a string,
+ * 1) is an error rather than silently false. */
+static int get_bool(const cJSON *o, const char *key, int *out, const char *path, char *err,
+                    size_t errlen) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = 0;
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) {
+        set_err(err, errlen, "%s: \"%s\" must be true or false (JSON booleans, unquoted), "
+                "got %s", path, key, cJSON_IsString(v) ? "a string" : "another type");
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 0;
 }
 
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
@@ -155,7 +167,12 @@ int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
         set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE)", path);
         goto done;
     }
-    if (is_true(j, "attention_bias") || is_true(j, "mlp_bias")) {
+    int attention_bias, mlp_bias;
+    if (get_bool(j, "attention_bias", &attention_bias, path, err, errlen) ||
+        get_bool(j, "mlp_bias", &mlp_bias, path, err, errlen) ||
+        get_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, path, err, errlen))
+        goto done;
+    if (attention_bias || mlp_bias) {
         set_err(err, errlen, "%s: attention_bias / mlp_bias are not supported", path);
         goto done;
     }
@@ -165,7 +182,6 @@ int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
                 act->valuestring);
         goto done;
     }
-    c->tie_word_embeddings = is_true(j, "tie_word_embeddings");
     rc = 0;
 done:
     cJSON_Delete(j);

@@ -5,9 +5,12 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,9 @@
 #include "shlm_config.h"
 #include "src/shard.h"
 
-enum { CKPT_FORMAT_VERSION = 1, N_KINDS = 3 };
+/* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; version 1 files
+ * are read too (their state range-checked, without a checksum to compare) */
+enum { CKPT_FORMAT_VERSION = 2, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
@@ -35,6 +40,14 @@ const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
     "s1 = sum w_i, s2 = sum i*w_i, checksum = mix(s1 ^ mix(s2 + n)), mix = splitmix64 "   \
     "finaliser (x += 0x9E3779B97F4A7C15; x = (x ^ x>>30) * 0xBF58476D1CE4E5B9; "          \
     "x = (x ^ x>>27) * 0x94D049BB133111EB; x ^ x>>31)"
+
+#define CKPT_STATE_CHECKSUM_DOC                                                            \
+    "state_checksum = sum64-pos of the 32-bit little-endian words of this text, "          \
+    "zero-padded to a multiple of 4 bytes: a line NAME=VALUE per state attribute (in the "  \
+    "order of the attribute state_attributes; integers in decimal, "                        \
+    "floating point as the 16 hex digits of the double's bits, strings as they are), then " \
+    "a line 'PATH SHAPE CHECKSUM' per dataset in byte order of the paths (SHAPE: the "      \
+    "dimensions joined by x; CHECKSUM: 16 lowercase hex digits)"
 
 static void set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -71,6 +84,26 @@ static human_t human(double b) {
     else if (b >= 1e6) snprintf(h.s, sizeof h.s, "%.2f MB", b / 1e6);
     else snprintf(h.s, sizeof h.s, "%.1f kB", b / 1e3);
     return h;
+}
+
+/* A tensor's shape for messages: "[16]", "[64, 256]". */
+typedef struct shape_t {
+    char s[96];
+} shape_t;
+static shape_t shape_text(int ndim, const int64_t *shape) {
+    shape_t t = {"["};
+    for (int i = 0; i < ndim; i++)
+        snprintf(t.s + strlen(t.s), sizeof t.s - strlen(t.s), "%s%lld", i ? ", " : "",
+                 (long long)shape[i]);
+    snprintf(t.s + strlen(t.s), sizeof t.s - strlen(t.s), "]");
+    return t;
+}
+
+/* The number of elements of x[0, n) that are NaN or infinite. */
+static uint64_t count_nonfinite(const float *x, size_t n) {
+    uint64_t bad = 0;
+    for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    return bad;
 }
 
 /* fsync of a file by path (what a rename-based commit needs to be durable). */
@@ -124,32 +157,284 @@ static size_t max_shard_numel(fsdp_engine *e) {
     return m;
 }
 
-/* ---------------------------------------------------------------- shape */
+/* ---------------------------------------------------------------- state */
 
-static int read_shape(ckpt_h5_file *f, llama_config *out, char *err, size_t errlen) {
-    memset(out, 0, sizeof *out);
-    struct {
-        const char *name;
-        int *field;
-    } ints[] = {{"model.dim", &out->dim},         {"model.n_layers", &out->n_layers},
-                {"model.n_heads", &out->n_heads}, {"model.n_kv_heads", &out->n_kv_heads},
-                {"model.head_dim", &out->head_dim}, {"model.ffn_dim", &out->ffn_dim},
-                {"model.vocab_size", &out->vocab_size},
-                {"model.max_seq_len", &out->max_seq_len}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        int64_t v;
-        if (ckpt_h5_attr_read_i64(f, "/", ints[i].name, &v, err, errlen) != 0) return -1;
-        *ints[i].field = (int)v;
+/* What the root attributes of the state, the sharding and the shape hold. */
+typedef struct ckpt_record {
+    ckpt_state st;
+    llama_config m;
+} ckpt_record;
+
+typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR } field_type;
+
+/* A root attribute every save writes and every open reads back, range-checked, and that
+ * the state checksum covers. Its bounds are the job key's named `key` where one exists
+ * (config.c's table: one copy of each rule), else [min, max]. Files of a format version
+ * before `since` lack it and read `absent`. */
+typedef struct state_attr {
+    const char *name;
+    field_type type;
+    size_t offset;      /* of the field in ckpt_record */
+    const char *key;
+    double min, max;
+    int since;
+    double absent;
+} state_attr;
+
+#define ST(f) offsetof(ckpt_record, st.f)
+#define MD(f) offsetof(ckpt_record, m.f)
+#define KEY(name) name, 0, 0
+#define IMAXD ((double)INT_MAX)
+#define NODES ((double)(1 << 24))
+static const state_attr state_attrs[] = {
+    /* where training stands */
+    {"step", FT_I64, ST(step), NULL, 0, IMAXD, 1, 0},
+    {"adamw_step", FT_I64, ST(adamw_step), NULL, 0, IMAXD, 1, 0},
+    {"skipped_in_a_row", FT_I64, ST(skipped_in_a_row), NULL, 0, IMAXD, 2, 0},
+    {"tokens_seen", FT_I64, ST(tokens_seen), NULL, 0, (double)INT64_MAX, 1, 0},
+    {"data_position", FT_U64, ST(data_position), NULL, 0, (double)UINT64_MAX, 1, 0},
+    {"lr_last", FT_DOUBLE, ST(lr_last), KEY("train.lr"), 1, 0},
+    {"lr_decay_from", FT_I64, ST(lr_decay_from), NULL, -1, IMAXD, 2, -1},
+    {"lr_decay_lr", FT_DOUBLE, ST(lr_decay_lr), KEY("train.lr"), 2, 0},
+    /* the data order, the batch and the schedule's length */
+    {"train.seed", FT_U64, ST(seed), KEY("train.seed"), 1, 0},
+    {"data.shuffle", FT_INT, ST(shuffle), KEY("data.shuffle"), 1, 0},
+    {"train.global_batch", FT_INT, ST(global_batch), KEY("train.global_batch"), 1, 0},
+    {"train.seq_len", FT_INT, ST(seq_len), KEY("train.seq_len"), 1, 0},
+    {"train.steps", FT_INT, ST(steps), KEY("train.steps"), 1, 0},
+    /* the sharding it was saved with (informative: any other loads it) */
+    {"fsdp.strategy", FT_STR, ST(strategy), NULL, 0, 0, 1, 0},
+    {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},
+    {"shard_group_size", FT_INT, ST(shard_size), NULL, 1, NODES, 1, 0},
+    {"replica_group_size", FT_INT, ST(replica_size), NULL, 1, NODES, 1, 0},
+    /* the model's shape */
+    {"model.dim", FT_INT, MD(dim), KEY("model.dim"), 1, 0},
+    {"model.n_layers", FT_INT, MD(n_layers), KEY("model.n_layers"), 1, 0},
+    {"model.n_heads", FT_INT, MD(n_heads), KEY("model.n_heads"), 1, 0},
+    {"model.n_kv_heads", FT_INT, MD(n_kv_heads), KEY("model.n_kv_heads"), 1, 0},
+    {"model.head_dim", FT_INT, MD(head_dim), NULL, 1, 1 << 20, 1, 0},
+    {"model.ffn_dim", FT_INT, MD(ffn_dim), KEY("model.ffn_dim"), 1, 0},
+    {"model.vocab_size", FT_INT, MD(vocab_size), KEY("model.vocab_size"), 1, 0},
+    {"model.max_seq_len", FT_INT, MD(max_seq_len), KEY("model.max_seq_len"), 1, 0},
+    {"model.norm_eps", FT_FLOAT, MD(norm_eps), KEY("model.norm_eps"), 1, 0},
+    {"model.rope_theta", FT_FLOAT, MD(rope_theta), KEY("model.rope_theta"), 1, 0},
+    {"model.init_std", FT_FLOAT, MD(init_std), KEY("model.init_std"), 1, 0},
+};
+#undef KEY
+#define N_STATE_ATTRS ((int)(sizeof state_attrs / sizeof state_attrs[0]))
+#define CORRUPT "(a corrupt or edited checkpoint)"
+
+/* A numeric field's value (for bounds and messages). */
+static double field_value(const ckpt_record *r, const state_attr *a) {
+    const char *p = (const char *)r + a->offset;
+    switch (a->type) {
+    case FT_INT: return *(const int *)p;
+    case FT_I64: return (double)*(const int64_t *)p;
+    case FT_U64: return (double)*(const uint64_t *)p;
+    case FT_FLOAT: return *(const float *)p;
+    case FT_DOUBLE: return *(const double *)p;
+    case FT_STR: break;
     }
-    double eps, theta, std;
-    if (ckpt_h5_attr_read_f64(f, "/", "model.norm_eps", &eps, err, errlen) != 0 ||
-        ckpt_h5_attr_read_f64(f, "/", "model.rope_theta", &theta, err, errlen) != 0 ||
-        ckpt_h5_attr_read_f64(f, "/", "model.init_std", &std, err, errlen) != 0)
-        return -1;
-    out->norm_eps = (float)eps;
-    out->rope_theta = (float)theta;
-    out->init_std = (float)std;
     return 0;
+}
+
+/* The field as text: integers in decimal, floating point as the 16 hex digits of the
+ * IEEE-754 double stored in the file, strings as they are (the state checksum's form). */
+static void field_text(const ckpt_record *r, const state_attr *a, char *out, size_t outlen) {
+    const char *p = (const char *)r + a->offset;
+    double d;
+    uint64_t bits;
+    switch (a->type) {
+    case FT_INT: snprintf(out, outlen, "%d", *(const int *)p); return;
+    case FT_I64: snprintf(out, outlen, "%lld", (long long)*(const int64_t *)p); return;
+    case FT_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(const uint64_t *)p); return;
+    case FT_FLOAT:
+    case FT_DOUBLE:
+        d = a->type == FT_FLOAT ? (double)*(const float *)p : *(const double *)p;
+        memcpy(&bits, &d, 8);
+        snprintf(out, outlen, "%016llx", (unsigned long long)bits);
+        return;
+    case FT_STR: snprintf(out, outlen, "%s", p); return;
+    }
+}
+
+/* Whether value v of attribute a (shown as `shown`) lies in a's bounds; else -1 with
+ * "PATH: attribute NAME = SHOWN: out of range, must be in [...] SUFFIX". */
+static int check_value(const char *path, const state_attr *a, double v, const char *shown,
+                       const char *suffix, char *err, size_t errlen) {
+    char why[256];
+    if (a->type == FT_STR) {
+        fsdp_strategy sg;
+        if (strategy_from_name(shown, &sg, why, sizeof why) == 0) return 0;
+    } else if (a->key) {
+        if (job_key_check(a->key, v, why, sizeof why) == 0) return 0;
+    } else if (v >= a->min && v <= a->max) {
+        return 0;
+    } else {
+        snprintf(why, sizeof why, "out of range, must be in [%.0f, %.0f]", a->min, a->max);
+    }
+    set_err(err, errlen, "%s: attribute %s = %s: %s %s", path, a->name, shown, why, suffix);
+    return -1;
+}
+
+/* Whether every field lies in its bounds and the fields agree with each other; else -1
+ * with the first problem, followed by suffix (what it means for the caller). */
+static int check_record(const char *path, const ckpt_record *r, const char *suffix, char *err,
+                        size_t errlen) {
+    char why[256], val[40];
+    for (int i = 0; i < N_STATE_ATTRS; i++) {
+        const state_attr *a = &state_attrs[i];
+        const double v = field_value(r, a);
+        field_text(r, a, val, sizeof val);
+        if (a->type == FT_FLOAT || a->type == FT_DOUBLE) snprintf(val, sizeof val, "%g", v);
+        if (check_value(path, a, v, val, suffix, err, errlen) != 0) return -1;
+    }
+    const ckpt_state *st = &r->st;
+    why[0] = '\0';
+    if (st->adamw_step > st->step)
+        snprintf(why, sizeof why, "attribute adamw_step = %lld is more than step = %lld",
+                 (long long)st->adamw_step, (long long)st->step);
+    else if (st->skipped_in_a_row > st->step - st->adamw_step)
+        snprintf(why, sizeof why, "attribute skipped_in_a_row = %lld is more than the %lld "
+                 "steps skipped", (long long)st->skipped_in_a_row,
+                 (long long)(st->step - st->adamw_step));
+    else if (st->lr_decay_from > st->step)
+        snprintf(why, sizeof why, "attribute lr_decay_from = %lld is past step = %lld",
+                 (long long)st->lr_decay_from, (long long)st->step);
+    /* each step advances the position by one global batch, at most 2^30 samples */
+    else if (st->data_position > (uint64_t)st->step << 30)
+        snprintf(why, sizeof why, "attribute data_position = %llu is more than step %lld x "
+                 "the largest train.global_batch (2^30)", (unsigned long long)st->data_position,
+                 (long long)st->step);
+    else if ((int64_t)st->shard_size * st->replica_size != st->world_size)
+        snprintf(why, sizeof why, "attributes shard_group_size = %d x replica_group_size = %d "
+                 "is not world_size = %d", st->shard_size, st->replica_size, st->world_size);
+    if (why[0]) {
+        set_err(err, errlen, "%s: %s %s", path, why, suffix);
+        return -1;
+    }
+    if (llama_config_validate(&r->m, why, sizeof why) != 0) {
+        set_err(err, errlen, "%s: bad model shape in the attributes: %s %s", path, why, suffix);
+        return -1;
+    }
+    return 0;
+}
+
+static int write_record(ckpt_h5_file *f, const ckpt_record *r, char *err, size_t errlen) {
+    for (int i = 0; i < N_STATE_ATTRS; i++) {
+        const state_attr *a = &state_attrs[i];
+        const char *p = (const char *)r + a->offset;
+        int rc;
+        switch (a->type) {
+        case FT_INT: rc = ckpt_h5_attr_write_i64(f, "/", a->name, *(const int *)p, err, errlen); break;
+        case FT_I64: rc = ckpt_h5_attr_write_i64(f, "/", a->name, *(const int64_t *)p, err, errlen); break;
+        case FT_U64: rc = ckpt_h5_attr_write_u64(f, "/", a->name, *(const uint64_t *)p, err, errlen); break;
+        case FT_FLOAT: rc = ckpt_h5_attr_write_f64(f, "/", a->name, *(const float *)p, err, errlen); break;
+        case FT_DOUBLE: rc = ckpt_h5_attr_write_f64(f, "/", a->name, *(const double *)p, err, errlen); break;
+        default: rc = ckpt_h5_attr_write_str(f, "/", a->name, p, err, errlen); break;
+        }
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* Reads every state attribute of a file of format `version` into *r, unchecked. */
+static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, size_t errlen) {
+    memset(r, 0, sizeof *r);
+    for (int i = 0; i < N_STATE_ATTRS; i++) {
+        const state_attr *a = &state_attrs[i];
+        char *p = (char *)r + a->offset;
+        int64_t i64 = (int64_t)a->absent;
+        uint64_t u64 = 0;
+        double d = a->absent;
+        char *str = NULL;
+        int rc = 0;
+        const int present = version >= a->since;
+        switch (a->type) {
+        case FT_INT:
+        case FT_I64:
+            if (present) rc = ckpt_h5_attr_read_i64(f, "/", a->name, &i64, err, errlen);
+            if (rc == 0 && a->type == FT_INT && (i64 < INT_MIN || i64 > INT_MAX)) {
+                /* refused before an (int) cast could make 2^32 + 16 read as 16 */
+                char shown[32];
+                snprintf(shown, sizeof shown, "%lld", (long long)i64);
+                check_value(f->path, a, (double)i64, shown, CORRUPT, err, errlen);
+                return -1;
+            }
+            if (a->type == FT_INT) *(int *)p = (int)i64;
+            else *(int64_t *)p = i64;
+            break;
+        case FT_U64:
+            if (present) rc = ckpt_h5_attr_read_u64(f, "/", a->name, &u64, err, errlen);
+            *(uint64_t *)p = u64;
+            break;
+        case FT_FLOAT:
+        case FT_DOUBLE:
+            if (present) rc = ckpt_h5_attr_read_f64(f, "/", a->name, &d, err, errlen);
+            if (a->type == FT_DOUBLE) *(double *)p = d;
+            else *(float *)p = fabs(d) > FLT_MAX ? (float)copysign(INFINITY, d) : (float)d;
+            break;
+        case FT_STR: /* the one string field, fsdp.strategy */
+            if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
+            if (rc == 0) snprintf(p, sizeof r->st.strategy, "%s", str ? str : "");
+            if (rc == 0 && str && strlen(str) >= sizeof r->st.strategy) {
+                set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
+                        "edited checkpoint)", f->path, a->name, strlen(str));
+                rc = -1;
+            }
+            free(str);
+            break;
+        }
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* A dataset of the checkpoint as the state checksum sees it. */
+typedef struct ds_entry {
+    char path[256];
+    int ndim;
+    int64_t shape[2];
+    uint64_t checksum;
+} ds_entry;
+
+static int cmp_ds_path(const void *a, const void *b) {
+    return strcmp(((const ds_entry *)a)->path, ((const ds_entry *)b)->path);
+}
+
+/* The state checksum: sum64-pos (as of a dataset) of the 32-bit little-endian words of
+ * this text, zero-padded to a multiple of 4 bytes: one line "NAME=VALUE" per state
+ * attribute in state_attrs order (field_text's form), then one line "PATH SHAPE
+ * CHECKSUM" per dataset in byte order of the paths (SHAPE: the dimensions joined by 'x';
+ * CHECKSUM: 16 lowercase hex digits). It binds the state to the file's structure: every
+ * dataset's name, shape and contents. Sorts ds. */
+static uint64_t state_checksum(const ckpt_record *r, ds_entry *ds, int n) {
+    qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
+    /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
+    const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320;
+    size_t len = 0;
+    char *text = calloc(cap, 1);
+    SHLM_CHECK_ALLOC(text);
+    char val[40];
+    for (int i = 0; i < N_STATE_ATTRS; i++) {
+        field_text(r, &state_attrs[i], val, sizeof val);
+        len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
+    }
+    for (int i = 0; i < n; i++) {
+        char dims[48];
+        if (ds[i].ndim == 2)
+            snprintf(dims, sizeof dims, "%lldx%lld", (long long)ds[i].shape[0],
+                     (long long)ds[i].shape[1]);
+        else
+            snprintf(dims, sizeof dims, "%lld", (long long)ds[i].shape[0]);
+        len += (size_t)snprintf(text + len, cap - len, "%s %s %016llx\n", ds[i].path, dims,
+                                (unsigned long long)ds[i].checksum);
+    }
+    const uint64_t words = (len + 3) / 4; /* calloc'd: the padding is zeros */
+    ckpt_h5_sum s = {0, 0};
+    ckpt_h5_sum_add(&s, (const float *)(const void *)text, 0, words);
+    free(text);
+    return ckpt_h5_sum_final(&s, words);
 }
 
 int checkpoint_check_shape(const char *path, const llama_config *s, const llama_config *m,
@@ -187,10 +472,11 @@ static int is_checkpoint_name(const char *name) {
 }
 
 
-/* Writes the root attributes: training state, job, topology, model shape. */
-static int write_state_attrs(ckpt_h5_file *f, const topology *topo, const job_config *cfg,
-                             const ckpt_state *st, char *err, size_t errlen) {
-    const llama_config *m = &cfg->model;
+/* Writes the root attributes: the state record (state_attrs), a placeholder state
+ * checksum (set once the datasets' checksums are known), and what is only informative:
+ * versions, the time, the job's text and path, AdamW's hyper-parameters. */
+static int write_state_attrs(ckpt_h5_file *f, const ckpt_record *rec, const job_config *cfg,
+                             char *err, size_t errlen) {
     char when[32];
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
@@ -208,24 +494,16 @@ static int write_state_attrs(ckpt_h5_file *f, const topology *topo, const job_co
     STR("hdf5_version", h5v);
     STR("created_utc", when);
     STR("checksum_algorithm", CKPT_CHECKSUM_DOC);
-    /* where training stands */
-    I64("step", st->step);
-    I64("tokens_seen", st->tokens_seen);
-    U64("data_position", st->data_position);
-    F64("lr_last", st->lr_last);
-    I64("adamw_step", st->step);
-    /* the sharding it was saved with (informative: any other loads it) */
-    STR("fsdp.strategy", strategy_name(topo->strategy));
-    I64("world_size", topo->world_size);
-    I64("shard_group_size", topo->shard_size);
-    I64("replica_group_size", topo->replica_size);
-    /* the job: what the schedule, data order and optimizer were */
-    U64("train.seed", st->seed);
-    I64("data.shuffle", st->shuffle);
-    I64("train.global_batch", st->global_batch);
-    I64("train.seq_len", st->seq_len);
+    STR("state_checksum_text", CKPT_STATE_CHECKSUM_DOC);
+    char names[1024] = "";
+    for (int i = 0; i < N_STATE_ATTRS; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " " : "",
+                 state_attrs[i].name);
+    STR("state_attributes", names);
+    if (write_record(f, rec, err, errlen) != 0) return -1;
+    U64("state_checksum", 0);
+    /* informative: the rest of the schedule and AdamW, the job */
     I64("train.micro_batch", cfg->micro_batch);
-    I64("train.steps", cfg->steps);
     F64("train.lr", cfg->lr);
     F64("train.min_lr", cfg->min_lr);
     I64("train.warmup_steps", cfg->warmup_steps);
@@ -236,19 +514,7 @@ static int write_state_attrs(ckpt_h5_file *f, const topology *topo, const job_co
     F64("train.grad_clip", cfg->grad_clip);
     STR("job_path", cfg->path);
     STR("job_text", cfg->text ? cfg->text : "");
-    /* the model's shape */
-    I64("model.dim", m->dim);
-    I64("model.n_layers", m->n_layers);
-    I64("model.n_heads", m->n_heads);
-    I64("model.n_kv_heads", m->n_kv_heads);
-    I64("model.head_dim", m->head_dim);
-    I64("model.ffn_dim", m->ffn_dim);
-    I64("model.vocab_size", m->vocab_size);
-    I64("model.max_seq_len", m->max_seq_len);
-    F64("model.norm_eps", m->norm_eps);
-    F64("model.rope_theta", m->rope_theta);
-    F64("model.init_std", m->init_std);
-    I64("model.param_count", llama_param_count(m));
+    I64("model.param_count", llama_param_count(&rec->m));
 #undef I64
 #undef U64
 #undef F64
@@ -495,6 +761,16 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     int close_failed = 0, created = 0; /* created: tmp is this save's file */
     double prof[4] = {0, 0, 0, 0}; /* this rank's data phase: copy, write, checksum, wait */
 
+    /* the state as it will be read back: a file no load would accept is not written */
+    ckpt_record rec = {.st = *st, .m = cfg->model};
+    snprintf(rec.st.strategy, sizeof rec.st.strategy, "%s", strategy_name(topo->strategy));
+    rec.st.world_size = topo->world_size;
+    rec.st.shard_size = topo->shard_size;
+    rec.st.replica_size = topo->replica_size;
+    ok = check_record(final, &rec, "(refusing to write a checkpoint no load would accept)", err,
+                      errlen) == 0;
+    if (agree(comm, ok, err, errlen)) goto fail_closed;
+
     const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
     ok = check_space(dir, rank, need, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail_closed;
@@ -513,7 +789,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
              ckpt_h5_attr_write_u64(&f, path, "checksum", 0, err, errlen) == 0;
         bytes += t->numel * sizeof(float);
     }
-    if (ok) ok = write_state_attrs(&f, topo, cfg, st, err, errlen) == 0;
+    if (ok) ok = write_state_attrs(&f, &rec, cfg, err, errlen) == 0;
     if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     t_data = MPI_Wtime();
@@ -546,9 +822,15 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                     ok = 0;
                 double ts = MPI_Wtime();
                 ckpt_h5_sum s = {0, 0};
-                ckpt_h5_sum_add(&s, src, ov.tensor_offset, ov.count);
+                const uint64_t bad = ckpt_h5_sum_add(&s, src, ov.tensor_offset, ov.count);
                 sums[2 * di] = s.s1;
                 sums[2 * di + 1] = s.s2;
+                /* `latest` never names a checkpoint with a NaN or an infinity in it */
+                if (bad && ok)
+                    set_err(err, errlen, "%s: %llu of the %llu elements rank %d writes are not "
+                            "finite (NaN or infinite): refusing to save them", ds[di].path,
+                            (unsigned long long)bad, (unsigned long long)ov.count, rank);
+                if (bad) ok = 0;
                 double ta = MPI_Wtime();
                 prof[1] += ts - tw;
                 prof[2] += ta - ts;
@@ -567,11 +849,22 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     /* complete the checksums: every element was summed by exactly one rank */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     ok = 1;
+    ds_entry *entries = calloc((size_t)nd, sizeof *entries);
+    SHLM_CHECK_ALLOC(entries);
     for (int i = 0; ok && i < nd; i++) {
         ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
-        ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum",
-                                    ckpt_h5_sum_final(&s, ds[i].numel), err, errlen) == 0;
+        ds_entry *de = &entries[i];
+        snprintf(de->path, sizeof de->path, "%s", ds[i].path);
+        de->ndim = ds[i].ndim;
+        de->shape[0] = ds[i].shape[0];
+        de->shape[1] = ds[i].shape[1];
+        de->checksum = ckpt_h5_sum_final(&s, ds[i].numel);
+        ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum", de->checksum, err, errlen) == 0;
     }
+    if (ok)
+        ok = ckpt_h5_attr_write_u64(&f, "/", "state_checksum", state_checksum(&rec, entries, nd),
+                                    err, errlen) == 0;
+    free(entries);
     if (agree(comm, ok, err, errlen)) goto fail;
     t_close = MPI_Wtime();
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
@@ -637,31 +930,35 @@ fail_closed:
 
 /* ---------------------------------------------------------------- load */
 
-static int read_state_attrs(ckpt_h5_file *f, ckpt_state *st, char *err, size_t errlen) {
-    memset(st, 0, sizeof *st);
-    int64_t v;
-    char *s = NULL;
-    double lr;
-    if (ckpt_h5_attr_read_i64(f, "/", "step", &st->step, err, errlen) ||
-        ckpt_h5_attr_read_i64(f, "/", "tokens_seen", &st->tokens_seen, err, errlen) ||
-        ckpt_h5_attr_read_u64(f, "/", "data_position", &st->data_position, err, errlen) ||
-        ckpt_h5_attr_read_u64(f, "/", "train.seed", &st->seed, err, errlen) ||
-        ckpt_h5_attr_read_f64(f, "/", "lr_last", &lr, err, errlen))
-        return -1;
-    st->lr_last = lr;
-    struct {
-        const char *name;
-        int *field;
-    } ints[] = {{"data.shuffle", &st->shuffle},       {"train.global_batch", &st->global_batch},
-                {"train.seq_len", &st->seq_len},      {"world_size", &st->world_size},
-                {"shard_group_size", &st->shard_size}, {"replica_group_size", &st->replica_size}};
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (ckpt_h5_attr_read_i64(f, "/", ints[i].name, &v, err, errlen)) return -1;
-        *ints[i].field = (int)v;
+/* The datasets of a checkpoint of shape m as the state checksum covers them: path,
+ * shape and stored checksum of each, opened through plain links only. */
+static int read_datasets(ckpt_h5_file *f, const llama_config *m, ds_entry **out, int *n,
+                         char *err, size_t errlen) {
+    llama_layout lay;
+    llama_layout_init(&lay, m);
+    int nt;
+    tensor_ref *tl = list_tensors(&lay, &nt);
+    ds_entry *e = calloc((size_t)N_KINDS * nt, sizeof *e);
+    SHLM_CHECK_ALLOC(e);
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < N_KINDS * nt; i++) {
+        snprintf(e[i].path, sizeof e[i].path, "%s/%s", kind_group[i / nt], tl[i % nt].t->name);
+        ckpt_h5_dataset d = {.id = -1};
+        rc = ckpt_h5_open_dataset(f, e[i].path, &d, err, errlen);
+        if (rc == 0) rc = ckpt_h5_attr_read_u64(f, e[i].path, "checksum", &e[i].checksum, err, errlen);
+        e[i].ndim = d.ndim;
+        e[i].shape[0] = d.shape[0];
+        e[i].shape[1] = d.shape[1];
+        ckpt_h5_close_dataset(&d);
     }
-    if (ckpt_h5_attr_read_str(f, "/", "fsdp.strategy", &s, err, errlen)) return -1;
-    snprintf(st->strategy, sizeof st->strategy, "%s", s);
-    free(s);
+    free(tl);
+    llama_layout_free(&lay);
+    if (rc != 0) {
+        free(e);
+        return -1;
+    }
+    *out = e;
+    *n = N_KINDS * nt;
     return 0;
 }
 
@@ -678,17 +975,44 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_conf
         return -1;
     }
     free(fmt);
-    if (ver != CKPT_FORMAT_VERSION) {
-        set_err(err, errlen, "%s: checkpoint format version %lld, this shardlm reads %d", path,
-                (long long)ver, CKPT_FORMAT_VERSION);
+    if (ver < CKPT_FORMAT_OLDEST || ver > CKPT_FORMAT_VERSION) {
+        set_err(err, errlen, "%s: checkpoint format version %lld, this shardlm reads %d to %d",
+                path, (long long)ver, CKPT_FORMAT_OLDEST, CKPT_FORMAT_VERSION);
         return -1;
     }
-    llama_config sh;
-    ckpt_state s;
-    if (read_shape(f, shape ? shape : &sh, err, errlen) != 0 ||
-        read_state_attrs(f, st ? st : &s, err, errlen) != 0)
+    ckpt_record rec;
+    if (read_record(f, (int)ver, &rec, err, errlen) != 0 ||
+        check_record(path, &rec, CORRUPT, err, errlen) != 0)
         return -1;
+    if (ver >= 2) {
+        uint64_t stored;
+        ds_entry *entries;
+        int n;
+        if (ckpt_h5_attr_read_u64(f, "/", "state_checksum", &stored, err, errlen) != 0 ||
+            read_datasets(f, &rec.m, &entries, &n, err, errlen) != 0)
+            return -1;
+        const uint64_t got = state_checksum(&rec, entries, n);
+        free(entries);
+        if (got != stored) {
+            set_err(err, errlen, "%s: the state attributes and the datasets' names, shapes and "
+                    "checksums give state checksum 0x%016llx, the file says 0x%016llx %s", path,
+                    (unsigned long long)got, (unsigned long long)stored, CORRUPT);
+            return -1;
+        }
+    }
+    rec.st.format_version = (int)ver;
+    if (shape) *shape = rec.m;
+    if (st) *st = rec.st;
     return 0;
+}
+
+int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char *err,
+                          size_t errlen) {
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    int ok = checkpoint_open(&f, path, comm, NULL, st, err, errlen) == 0;
+    char ignored[256];
+    if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
+    return agree(comm, ok, err, errlen);
 }
 
 int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
@@ -733,11 +1057,8 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
                 ok = ckpt_h5_open_dataset(&f, dpath, &d, err, errlen) == 0;
                 if (ok && (d.ndim != t->ndim || d.shape[0] != t->shape[0] ||
                            (t->ndim == 2 && d.shape[1] != t->shape[1]))) {
-                    set_err(err, errlen, "%s: dataset %s has shape [%lld%s%lld], the model "
-                            "needs [%lld%s%lld]", path, dpath, (long long)d.shape[0],
-                            d.ndim == 2 ? ", " : "", d.ndim == 2 ? (long long)d.shape[1] : 0LL,
-                            (long long)t->shape[0], t->ndim == 2 ? ", " : "",
-                            t->ndim == 2 ? (long long)t->shape[1] : 0LL);
+                    set_err(err, errlen, "%s: dataset %s has shape %s, the model needs %s", path,
+                            dpath, shape_text(d.ndim, d.shape).s, shape_text(t->ndim, t->shape).s);
                     ok = 0;
                 }
                 if (ok) ok = ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored[di], err, errlen) == 0;
@@ -751,9 +1072,19 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
                                             errlen) == 0;
                 if (ok && pv.count) {
                     ckpt_h5_sum s = {0, 0};
-                    ckpt_h5_sum_add(&s, buf + (pv.flat_offset - sb), pv.tensor_offset, pv.count);
+                    const uint64_t bad = ckpt_h5_sum_add(&s, buf + (pv.flat_offset - sb),
+                                                         pv.tensor_offset, pv.count);
                     sums[2 * di] = s.s1;
                     sums[2 * di + 1] = s.s2;
+                    /* every element is summed, so checked, by exactly one rank */
+                    if (bad) {
+                        set_err(err, errlen, "%s: dataset %s holds %llu non-finite values (NaN "
+                                "or infinite) in elements [%llu, %llu): refusing to load it",
+                                path, dpath, (unsigned long long)bad,
+                                (unsigned long long)pv.tensor_offset,
+                                (unsigned long long)(pv.tensor_offset + pv.count));
+                        ok = 0;
+                    }
                 }
                 ckpt_h5_close_dataset(&d);
                 bytes += t->numel * sizeof(float);
@@ -779,10 +1110,12 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
     if (rank == 0) {
         double dt = MPI_Wtime() - t0;
         printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %s in %.3f s "
-               "= %.2f GB/s, checksums ok (%d ranks, %s)\n",
+               "= %.2f GB/s, checksums ok%s (%d ranks, %s)\n",
                what == CKPT_LOAD_ALL ? "weights and optimizer" : "weights", path,
                (long long)st.step, st.world_size, st.strategy, human((double)bytes).s, dt,
-               bytes / 1e9 / dt, topo->world_size, io_mode);
+               bytes / 1e9 / dt,
+               st.format_version < 2 ? ", format 1: the state has no checksum to compare" : "",
+               topo->world_size, io_mode);
         fflush(stdout);
     }
     if (st_out) *st_out = st;
@@ -888,6 +1221,47 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
 
 static int close_enough(double a, double b) { return fabs(a - b) <= 1e-6 * fabs(b); }
 
+static int layout_has(const llama_layout *lay, const char *name) {
+    for (int u = 0; u < lay->n_units; u++)
+        for (int k = 0; k < lay->units[u].n_tensors; k++)
+            if (strcmp(lay->units[u].tensors[k].name, name) == 0) return 1;
+    return 0;
+}
+
+/* Every tensor of the safetensors must be one the model reads: a parameter of the
+ * layout, or one known to be redundant, which is skipped with a warning (printed when
+ * `say`): lm_head.weight when tie_word_embeddings (the head is the embedding), a
+ * layer's self_attn.rotary_emb.inv_freq (recomputed from rope_theta). Anything else is
+ * refused: a name this model does not have means another model. Local. */
+static int check_hf_names(const hf_weights *w, const llama_layout *lay, const hf_config *hc,
+                          int say, char *err, size_t errlen) {
+    for (int f = 0; f < w->n_files; f++) {
+        const safetensors_file *sf = &w->files[f];
+        for (int i = 0; i < sf->n_tensors; i++) {
+            const char *name = sf->tensors[i].name;
+            const char *why = NULL; /* why a tensor the model does not read is harmless */
+            int l = -1, n = 0;
+            if (hc->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
+                why = "the head is the embedding (tie_word_embeddings)";
+            else if (sscanf(name, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &l, &n) == 1 &&
+                     n > 0 && name[n] == '\0' && l >= 0 && l < hc->num_hidden_layers)
+                why = "RoPE's frequencies are recomputed from rope_theta";
+            else if (layout_has(lay, name))
+                continue;
+            if (!why) {
+                set_err(err, errlen, "%s: tensor %s is not a parameter of this Llama (%d layers, "
+                        "tie_word_embeddings %s): refusing a file of another model", sf->path,
+                        name, hc->num_hidden_layers, hc->tie_word_embeddings ? "true" : "false");
+                return -1;
+            }
+            if (say)
+                fprintf(stderr, "shardlm: warning: %s: tensor %s is not used: %s\n", sf->path,
+                        name, why);
+        }
+    }
+    return 0;
+}
+
 int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
                          const char *dir, char *err, size_t errlen) {
     MPI_Comm comm = topo->world;
@@ -927,6 +1301,11 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
     ok = hf_weights_open(&w, dir, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) return -1;
     const llama_layout *lay = fsdp_layout(e);
+    ok = check_hf_names(&w, lay, &hc, topo->world_rank == 0, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen)) {
+        hf_weights_close(&w);
+        return -1;
+    }
     float *buf = malloc(max_shard_numel(e) * sizeof(float));
     SHLM_CHECK_ALLOC(buf);
     uint64_t bytes = 0;
@@ -948,15 +1327,22 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
             ok = hf_weights_find(&w, name, &sf, &st, err, errlen) == 0;
             if (ok && (st->ndim != t->ndim || st->shape[0] != t->shape[0] ||
                        (t->ndim == 2 && st->shape[1] != t->shape[1]))) {
-                set_err(err, errlen, "%s: tensor %s has shape [%lld, %lld], the model needs "
-                        "[%lld, %lld]", sf->path, name, (long long)st->shape[0],
-                        st->ndim > 1 ? (long long)st->shape[1] : 0LL, (long long)t->shape[0],
-                        (long long)t->shape[1]);
+                set_err(err, errlen, "%s: tensor %s has shape %s, the model needs %s", sf->path,
+                        name, shape_text(st->ndim, st->shape).s, shape_text(t->ndim, t->shape).s);
                 ok = 0;
             }
             if (ok)
                 ok = safetensors_read_f32(sf, st, ov.tensor_offset, ov.count,
                                           buf + (ov.flat_offset - sb), err, errlen) == 0;
+            /* after the conversion to fp32: an F64 beyond FLT_MAX is infinite too */
+            const uint64_t bad = ok ? count_nonfinite(buf + (ov.flat_offset - sb), ov.count) : 0;
+            if (bad) {
+                set_err(err, errlen, "%s: tensor %s holds %llu non-finite values (NaN or "
+                        "infinite) in elements [%llu, %llu): refusing to load it", sf->path, name,
+                        (unsigned long long)bad, (unsigned long long)ov.tensor_offset,
+                        (unsigned long long)(ov.tensor_offset + ov.count));
+                ok = 0;
+            }
             bytes += ov.count * sizeof(float);
         }
         if (agree(comm, ok, err, errlen)) {

@@ -49,16 +49,25 @@
 
 /* Training state kept beside the tensors. */
 typedef struct ckpt_state {
-    int64_t step;             /* optimizer steps done (= AdamW's step count) */
+    int64_t step;             /* training steps done: the schedule's and the data's clock */
+    int64_t adamw_step;       /* updates applied (AdamW's step count): step minus the
+                               * steps skipped under train.on_nonfinite = skip */
+    int64_t skipped_in_a_row; /* non-finite steps skipped since the last applied update */
     int64_t tokens_seen;
     uint64_t data_position;   /* next global sample index of the data loader */
     uint64_t seed;            /* train.seed: init, data order (with shuffle), sampling */
     int shuffle;
     int global_batch, seq_len;
+    int steps;                /* train.steps the schedule spans */
     double lr_last;           /* learning rate of the last step taken */
+    int64_t lr_decay_from;    /* -1: the job's schedule; else the cosine starts at this
+                               * 0-based step with lr_decay_lr (src/optim.h: a schedule
+                               * extended when a resume changed train.steps) */
+    double lr_decay_lr;
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;
+    int format_version;       /* 1: no state checksum (range checks only) */
 } ckpt_state;
 
 /* What a load takes from the file. */
@@ -120,9 +129,17 @@ extern const char *const checkpoint_groups[FSDP_STATE_N];
 
 /* Opens a checkpoint read-only over comm (collective), checks that it is a shardlm
  * checkpoint of a format version this build reads, and reads its model shape and
- * training state (either may be NULL). */
+ * training state (either may be NULL), before anything is allocated from them: every
+ * state attribute within its bounds (the job key's of the same name where there is one),
+ * consistent with the others, and (format 2) the state checksum over the state and every
+ * dataset's path, shape and checksum matching; a dataset reached through a soft,
+ * external or second hard link is refused. */
 int checkpoint_open(struct ckpt_h5_file *f, const char *path, MPI_Comm comm,
                     llama_config *shape, ckpt_state *st, char *err, size_t errlen);
+
+/* checkpoint_open, then close: the state of path (collective). */
+int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char *err,
+                          size_t errlen);
 
 /* 0 when the stored shape equals mc's, else -1 with a message naming the first [model]
  * key that differs (a different model is refused, never loaded). Local. */

@@ -103,10 +103,15 @@ static int read_chunks(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t lo, uint64_
     return ok ? 0 : -1;
 }
 
+/* Sums a chunk; a NaN or an infinity fails it (a load would refuse the dataset). */
 static int sum_chunk(void *ctx, const float *x, uint64_t first, uint64_t count, char *err,
                      size_t errlen) {
-    ckpt_h5_sum_add(ctx, x, first, count);
-    return 0;
+    const uint64_t bad = ckpt_h5_sum_add(ctx, x, first, count);
+    if (bad)
+        snprintf(err, errlen, "%llu non-finite values (NaN or infinite) in elements [%llu, %llu)",
+                 (unsigned long long)bad, (unsigned long long)first,
+                 (unsigned long long)(first + count));
+    return bad ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- info */
@@ -141,11 +146,19 @@ static int ckpt_info(int argc, char **argv) {
     const int me = rank_of();
     if (ok && me == 0) {
         printf("checkpoint %s\n", path);
-        printf("  %-20s %lld\n", "step", (long long)st.step);
+        printf("  %-20s %lld (%lld updates applied, %lld steps skipped as not finite)\n",
+               "step", (long long)st.step, (long long)st.adamw_step,
+               (long long)(st.step - st.adamw_step));
         printf("  %-20s %lld\n", "tokens_seen", (long long)st.tokens_seen);
         printf("  %-20s %llu (next global sample)\n", "data_position",
                (unsigned long long)st.data_position);
         printf("  %-20s %.6e\n", "lr_last", st.lr_last);
+        if (st.lr_decay_from >= 0)
+            printf("  %-20s cosine from %.6e at step %lld to train.min_lr at step %d "
+                   "(extended on a resume)\n", "schedule", st.lr_decay_lr,
+                   (long long)st.lr_decay_from + 1, st.steps);
+        printf("  %-20s %d (%s)\n", "format_version", st.format_version,
+               st.format_version >= 2 ? "state checksum ok" : "no state checksum");
         printf("  %-20s %llu (shuffle %s)\n", "seed", (unsigned long long)st.seed,
                st.shuffle ? "on" : "off");
         printf("  %-20s %d x %d tokens\n", "global_batch", st.global_batch, st.seq_len);
@@ -233,7 +246,11 @@ static int ckpt_verify(int argc, char **argv) {
             uint64_t calls = (most + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
             ckpt_h5_sum s = {0, 0};
             int rok = read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err, sizeof err) == 0;
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+            /* the lowest failing rank's message is the one printed */
+            int first_bad = rok ? world : me;
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+            rok = first_bad == world;
+            if (!rok) MPI_CHECK(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, first_bad, MPI_COMM_WORLD));
             uint64_t sums[2] = {s.s1, s.s2};
             MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
             s.s1 = sums[0], s.s2 = sums[1];
@@ -298,9 +315,16 @@ static int ckpt_export(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dt = argv[++i];
         else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
-            char *end;
-            shard_size = strtoull(argv[++i], &end, 10);
-            if (*end || shard_size == 0) return ckpt_usage(stderr), 2;
+            /* strtoull would take "-5" as 2^64 - 5: digits only */
+            const char *v = argv[++i];
+            char *end, msg[160];
+            errno = 0;
+            shard_size = strtoull(v, &end, 10);
+            if (!*v || v[strspn(v, "0123456789")] || errno == ERANGE || shard_size == 0) {
+                snprintf(msg, sizeof msg, "--shard-size '%.60s': expected a positive number of "
+                         "bytes", v);
+                return fail(2, msg);
+            }
         } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
         else if (!arg) arg = argv[i];
         else if (!out) out = argv[i];

@@ -98,6 +98,13 @@ static const key_def keys[] = {
     /* 0: run to `steps`; N: stop after step N (saving a checkpoint when checkpoint.dir is
      * set), with the learning-rate schedule of `steps` */
     {"train", "stop_after", KT_INT, F(stop_after), "0", 0, IMAX, NULL, 0},
+    /* a step whose loss or gradient norm is NaN or infinite never reaches the optimizer
+     * (all ranks agree through the step's loss reduction): abort ends the run with an
+     * error naming the step and saves nothing more; skip drops that step's update (no
+     * weight, moment or AdamW step-count change; its data is consumed) and aborts after
+     * more than max_skipped such steps in a row */
+    {"train", "on_nonfinite", KT_ENUM, F(on_nonfinite), "abort", NOLIM, "abort|skip", 0},
+    {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0},
 
     /* [data] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
@@ -126,6 +133,19 @@ static const key_def keys[] = {
     {"checkpoint", "keep", KT_INT, F(ckpt_keep), "0", 0, IMAX, NULL, 0},
     /* auto: <dir>/latest when it exists; none; or a checkpoint file or directory */
     {"checkpoint", "resume", KT_STRING, F(ckpt_resume), "auto", NOLIM, NULL, KF_PATH},
+    /* a resume refuses a job whose train.steps, global_batch or seq_len differ from the
+     * checkpoint's unless the change is allowed here. steps: the learning rate continues
+     * from the checkpoint's lr_last and decays (cosine) to min_lr at the new last step
+     * (warm-up, if not over, is kept). global_batch: the data position, a global sample
+     * index, stays valid: the next step takes the next global_batch samples. seq_len:
+     * the position is re-expressed in tokens (the first window of the new length that
+     * starts at or after the first unread token); refused for shuffled data, whose
+     * order of windows of another length has no common place with the old one */
+    {"checkpoint", "allow_steps_change", KT_BOOL, F(allow_steps_change), "false", NOLIM, NULL, 0},
+    {"checkpoint", "allow_global_batch_change", KT_BOOL, F(allow_global_batch_change), "false",
+     NOLIM, NULL, 0},
+    {"checkpoint", "allow_seq_len_change", KT_BOOL, F(allow_seq_len_change), "false", NOLIM,
+     NULL, 0},
 
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
@@ -266,10 +286,11 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
 
 static void range_text(const key_def *k, char *out, size_t outlen) {
     int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
+    /* %.15g: integer bounds in full (1048576, not 1.04858e+06) */
     if (inf)
-        snprintf(out, outlen, "must be %s %g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
+        snprintf(out, outlen, "must be %s %.15g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
     else
-        snprintf(out, outlen, "must be in %c%g, %g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
+        snprintf(out, outlen, "must be in %c%.15g, %.15g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
                  k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
 }
 
@@ -505,15 +526,21 @@ static int on_entry(void *user, const char *section, const char *key, const char
 
 /* Applies one "section.key=value" override. */
 static int apply_override(loader *ld, const char *arg, char *err, size_t errlen) {
-    char buf[2048], shown[72];
+    char shown[72];
     const char *eq = strchr(arg, '=');
     const char *dot = strchr(arg, '.');
-    if (!eq || !dot || dot > eq || strlen(arg) >= sizeof buf) {
+    if (!eq || !dot || dot > eq) {
         set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
         return -1;
     }
+    /* a copy as long as the argument: the value's own limit (a path's 1023 characters)
+     * is what a long one runs into, with that key's message */
+    char *buf = strdup(arg);
+    if (!buf) {
+        set_err(err, errlen, "--set '%s': out of memory", show(arg, shown));
+        return -1;
+    }
     /* trim blanks around the section, the key and the value, like the file parser */
-    strcpy(buf, arg);
     char *section = buf, *key = buf + (dot - arg) + 1, *value = buf + (eq - arg) + 1;
     key[-1] = '\0';
     value[-1] = '\0';
@@ -528,6 +555,7 @@ static int apply_override(loader *ld, const char *arg, char *err, size_t errlen)
     ld->set_arg = arg;
     int rc = on_entry(ld, parts[0], parts[1], parts[2], 0, err, errlen);
     ld->set_arg = NULL;
+    free(buf);
     return rc;
 }
 
@@ -761,6 +789,57 @@ void job_config_print(const job_config *cfg, int world_size) {
     if (cfg->global_batch % per_step == 0)
         printf("  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
     fflush(stdout);
+}
+
+int job_key_check(const char *name, double v, char *why, size_t whylen) {
+    const char *dot = strchr(name, '.');
+    int i = -1;
+    if (dot) {
+        char section[32];
+        snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+        i = find_key(section, dot + 1);
+    }
+    if (i < 0) {
+        set_err(why, whylen, "internal error: no job key %s", name);
+        return -1;
+    }
+    const key_def *k = &keys[i];
+    char range[96];
+    switch (k->type) {
+    case KT_INT:
+        if (v != floor(v)) break;
+        if (!(v >= INT_MIN && v <= INT_MAX) || !in_range(k, v)) {
+            range_text(k, range, sizeof range);
+            set_err(why, whylen, "out of range, %s", range);
+            return -1;
+        }
+        return 0;
+    case KT_FLOAT:
+        if (!isfinite(v)) {
+            set_err(why, whylen, "not a number");
+            return -1;
+        }
+        if (fabs(v) > FLT_MAX || !in_range(k, v)) {
+            range_text(k, range, sizeof range);
+            set_err(why, whylen, "out of range, %s", range);
+            return -1;
+        }
+        return 0;
+    case KT_BOOL:
+        if (v == 0 || v == 1) return 0;
+        set_err(why, whylen, "not a boolean (0 or 1)");
+        return -1;
+    case KT_U64:
+        if (v >= 0 && v == floor(v)) return 0;
+        set_err(why, whylen, "not an unsigned integer");
+        return -1;
+    case KT_STRING:
+    case KT_ENUM:
+        set_err(why, whylen, "internal error: %s is not a number", name);
+        return -1;
+    }
+    set_err(why, whylen, "not an integer");
+    return -1;
 }
 
 uint64_t job_config_hash(const job_config *cfg) {

@@ -34,6 +34,9 @@ typedef struct job_config {
     float sample_top_p;
     int stop_after;          /* stop after this step (0 = at `steps`); the schedule still
                               * spans `steps`: for time-sliced jobs and resume tests */
+    char on_nonfinite[8];    /* abort | skip: what a step whose loss or gradient norm is
+                              * NaN or infinite does (its update is never applied) */
+    int max_skipped;         /* skip: at most this many such steps in a row, then abort */
 
     /* [fsdp] */
     char strategy[16];       /* FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD */
@@ -59,6 +62,9 @@ typedef struct job_config {
     int ckpt_keep;           /* keep the newest K checkpoints; 0 = keep all */
     char ckpt_resume[1024];  /* auto | none | PATH (a checkpoint file, or a directory
                               * whose `latest` names one) */
+    int allow_steps_change;  /* a resume may change train.steps (schedule extended) */
+    int allow_global_batch_change; /* ... train.global_batch (sample index kept) */
+    int allow_seq_len_change;      /* ... train.seq_len (position re-expressed in tokens) */
 
     /* [runtime] */
     char backend[16];        /* auto | cpu | cuda */
@@ -81,6 +87,12 @@ void job_config_free(job_config *cfg);
 
 /* Prints the resolved configuration as a table (rank 0 calls it once). */
 void job_config_print(const job_config *cfg, int world_size);
+
+/* Checks a value read from elsewhere (a checkpoint's attribute) against the bounds of the
+ * job key `name` ("section.key"): the table's rule, so both sources obey one copy of it.
+ * Returns 0, or -1 with the reason ("out of range, must be in [1, 65536]", "not an
+ * integer", "not a number") in why. */
+int job_key_check(const char *name, double v, char *why, size_t whylen);
 
 /* 64-bit FNV-1a hash of the job's text, to check all ranks run the same job. */
 uint64_t job_config_hash(const job_config *cfg);

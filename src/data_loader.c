@@ -104,3 +104,16 @@ void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inp
         }
     }
 }
+
+int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, uint64_t *out) {
+    if (t_old < 1 || t_new < 1 || n_tokens < 2) return -1;
+    const uint64_t nw_old = (n_tokens - 1) / (uint64_t)t_old;
+    const uint64_t nw_new = (n_tokens - 1) / (uint64_t)t_new;
+    if (nw_old == 0 || nw_new == 0) return -1;
+    const uint64_t epoch = p / nw_old, first_unread = p % nw_old * (uint64_t)t_old;
+    const unsigned __int128 pos = (unsigned __int128)epoch * nw_new +
+                                  (first_unread + (uint64_t)t_new - 1) / (uint64_t)t_new;
+    if (pos > UINT64_MAX) return -1;
+    *out = (uint64_t)pos;
+    return 0;
+}

@@ -35,6 +35,13 @@ void data_loader_free(data_loader *dl);
 /* Window index of global sample g. */
 uint64_t data_loader_window(data_loader *dl, uint64_t g);
 
+/* The data position of a run resumed with windows of t_new tokens instead of t_old, over
+ * a file of n_tokens tokens, unshuffled: position p (epoch p / nw_old, window p % nw_old)
+ * has read every token before window (p % nw_old)'s first; the new position is that
+ * epoch's first window of t_new tokens starting at or after that token. Pure; returns
+ * 0, or -1 when either length leaves no window or the result overflows. */
+int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, uint64_t *out);
+
 /* Fills inputs and targets (micro_batch × seq_len each) for micro-batch m of the
  * optimizer step whose first global sample is `step_start` (= s·G). */
 void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,

@@ -24,6 +24,7 @@ typedef struct step_metrics {
     double comm_exposed_ms; /* time waiting on collectives not hidden by compute */
     size_t mem_peak_bytes;  /* peak resident memory of this rank */
     long long tokens_seen;
+    int skipped;            /* the loss or gradient norm was not finite: no update applied */
 } step_metrics;
 
 typedef struct metrics_log {

@@ -334,26 +334,122 @@ static int write_trace(run *r, char *err, size_t errlen) {
     return safe_file_finish(&out, err, errlen);
 }
 
+/* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
+ * means): a train.seq_len, global_batch or steps other than the checkpoint's is refused
+ * unless allowed, naming both values and the key; an allowed change adjusts *st (the
+ * data position in windows of the new length; the schedule's new cosine). n_tokens: the
+ * training file's token count. Local: every rank reaches the same verdict. */
+static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens,
+                        ckpt_state *st, char *err, size_t errlen) {
+    if (st->seq_len != c->seq_len) {
+        if (!c->allow_seq_len_change) {
+            snprintf(err, errlen, "%s was saved with train.seq_len = %d, this job has %d: its "
+                     "data position counts windows of %d tokens; set "
+                     "checkpoint.allow_seq_len_change = true to continue at the same token, or "
+                     "resume with train.seq_len = %d", path, st->seq_len, c->seq_len, st->seq_len,
+                     st->seq_len);
+            return -1;
+        }
+        if (st->shuffle) {
+            snprintf(err, errlen, "%s: checkpoint.allow_seq_len_change cannot apply: its data is "
+                     "shuffled (data.shuffle = true), and windows of %d tokens are permuted "
+                     "otherwise than windows of %d, so its place in the epoch has no "
+                     "equivalent; resume with train.seq_len = %d", path, st->seq_len,
+                     c->seq_len, st->seq_len);
+            return -1;
+        }
+        uint64_t pos;
+        if (data_loader_reposition(st->data_position, n_tokens, st->seq_len, c->seq_len,
+                                   &pos) != 0) {
+            snprintf(err, errlen, "%s: data position %llu in windows of %d tokens has no "
+                     "equivalent in windows of %d of this data", path,
+                     (unsigned long long)st->data_position, st->seq_len, c->seq_len);
+            return -1;
+        }
+        st->data_position = pos;
+        st->seq_len = c->seq_len;
+    }
+    if (st->global_batch != c->global_batch) {
+        if (!c->allow_global_batch_change) {
+            snprintf(err, errlen, "%s was saved with train.global_batch = %d, this job has %d: "
+                     "set checkpoint.allow_global_batch_change = true to take %d sequences per "
+                     "step from the next sample on, or resume with train.global_batch = %d",
+                     path, st->global_batch, c->global_batch, c->global_batch,
+                     st->global_batch);
+            return -1;
+        }
+        st->global_batch = c->global_batch;
+    }
+    if (st->steps != c->steps) {
+        if (!c->allow_steps_change) {
+            snprintf(err, errlen, "%s was saved with train.steps = %d, this job has %d: the "
+                     "learning-rate schedule would be another one (lr %.3e at step %lld); set "
+                     "checkpoint.allow_steps_change = true to continue from lr %.3e and decay to "
+                     "train.min_lr at step %d, or resume with train.steps = %d", path, st->steps,
+                     c->steps, st->lr_last, (long long)st->step, st->lr_last, c->steps,
+                     st->steps);
+            return -1;
+        }
+        lr_schedule ext = lr_schedule_extend(c->lr, c->min_lr, c->warmup_steps, c->steps,
+                                             (int)st->step, (float)st->lr_last);
+        st->lr_decay_from = ext.decay_from;
+        st->lr_decay_lr = ext.decay_lr;
+        st->steps = c->steps;
+    }
+    return 0;
+}
+
 /* The state a run starts from: checkpoint.resume (weights, moments, step, data position
  * when training; weights only for eval), else model.init_from (weights), else the seed's
- * init and step 0. Returns 0, or -1 with the message printed. */
+ * init and step 0. A resumed job is checked against the checkpoint's state before any
+ * tensor is read (resume_rules). Returns 0, or -1 with the message printed. */
 static int load_initial(run *r, int training, ckpt_state *st) {
     const job_config *c = &r->cfg;
     char err[1536] = "", path[2048];
-    *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle};
+    *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
+                       .seq_len = c->seq_len, .steps = c->steps, .lr_decay_from = -1};
     if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
     if (path[0]) {
         if (r->rank == 0 && c->init_from[0])
             printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
                    c->init_from);
+        if (training) {
+            ckpt_state peek;
+            if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
+                return all_ranks_ok(0, err);
+            int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
+            if (all_ranks_ok(ok, err)) return -1;
+        }
         if (checkpoint_load(r->engine, &r->topo, &c->model, path,
                             training ? CKPT_LOAD_ALL : CKPT_LOAD_WEIGHTS, st, err, sizeof err) != 0)
             return all_ranks_ok(0, err);
-        if (r->rank == 0 && training && (st->seed != c->seed || st->shuffle != c->shuffle))
+        if (!training) return 0;
+        const ckpt_state saved = *st;
+        if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
+            return all_ranks_ok(0, err); /* the file changed since it was first read */
+        if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))
             printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
                    "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
                    st->shuffle, (unsigned long long)c->seed, c->shuffle);
+        if (r->rank == 0 && saved.seq_len != st->seq_len)
+            printf("checkpoint: train.seq_len %d -> %d (checkpoint.allow_seq_len_change): data "
+                   "position %llu -> %llu, the first window of %d tokens at or after the first "
+                   "unread token\n", saved.seq_len, st->seq_len,
+                   (unsigned long long)saved.data_position, (unsigned long long)st->data_position,
+                   st->seq_len);
+        if (r->rank == 0 && saved.global_batch != st->global_batch)
+            printf("checkpoint: train.global_batch %d -> %d (checkpoint.allow_global_batch_change)"
+                   ": the next step starts at sample %llu\n", saved.global_batch,
+                   c->global_batch, (unsigned long long)st->data_position);
+        if (r->rank == 0 && saved.steps != st->steps && st->step <= c->warmup_steps)
+            printf("checkpoint: train.steps %d -> %d (checkpoint.allow_steps_change): the "
+                   "warm-up continues, then the cosine decays to %.3e at step %d\n",
+                   saved.steps, st->steps, c->min_lr, st->steps);
+        else if (r->rank == 0 && saved.steps != st->steps)
+            printf("checkpoint: train.steps %d -> %d (checkpoint.allow_steps_change): the "
+                   "learning rate continues from %.3e and decays to %.3e at step %d\n",
+                   saved.steps, st->steps, st->lr_last, c->min_lr, st->steps);
         return 0;
     }
     if (c->init_from[0] &&
@@ -362,11 +458,62 @@ static int load_initial(run *r, int training, ckpt_state *st) {
     return 0;
 }
 
+/* Test hook SHLM_TEST_NONFINITE=WHAT:FIRST[-LAST][:RANK], WHAT = loss | norm | weights:
+ * on world rank RANK (default 0), in 1-based steps FIRST..LAST, the rank's loss or its
+ * gradient norm reads NaN, or (weights) its shard of the embedding is set to NaN right
+ * after the update, as if the arithmetic had overflowed there. For the tests of
+ * train.on_nonfinite and of the save's refusal of non-finite tensors. */
+typedef enum nonfinite_target { NF_NONE, NF_LOSS, NF_NORM, NF_WEIGHTS } nonfinite_target;
+typedef struct nonfinite_hook {
+    nonfinite_target what;
+    int first, last;
+} nonfinite_hook;
+
+static int nonfinite_hook_get(int rank, nonfinite_hook *h, char *err, size_t errlen) {
+    *h = (nonfinite_hook){NF_NONE, 0, -1};
+    const char *v = getenv("SHLM_TEST_NONFINITE");
+    if (!v || !*v) return 0;
+    char what[8] = "", *p = NULL;
+    int first = 0, last = 0, r = 0, n = 0;
+    const int ok = sscanf(v, "%7[a-z]:%d%n", what, &first, &n) == 2;
+    p = (char *)v + n;
+    last = first;
+    if (ok && *p == '-') last = (int)strtol(p + 1, &p, 10);
+    if (ok && *p == ':') r = (int)strtol(p + 1, &p, 10);
+    nonfinite_target t = !strcmp(what, "loss") ? NF_LOSS : !strcmp(what, "norm") ? NF_NORM
+                         : !strcmp(what, "weights") ? NF_WEIGHTS : NF_NONE;
+    if (!ok || *p || t == NF_NONE || first < 1 || last < first) {
+        snprintf(err, errlen, "SHLM_TEST_NONFINITE=%.100s: expected loss|norm|weights:FIRST"
+                 "[-LAST][:RANK]", v);
+        return -1;
+    }
+    if (r == rank) *h = (nonfinite_hook){t, first, last};
+    return 0;
+}
+
+static int nonfinite_hook_hits(const nonfinite_hook *h, nonfinite_target t, int step) {
+    return h->what == t && step >= h->first && step <= h->last;
+}
+
+/* NF_WEIGHTS: every element of this rank's shard of the embedding becomes NaN. */
+static void poison_embedding_shard(fsdp_engine *e) {
+    size_t b, en;
+    fsdp_shard_range(e, LLAMA_UNIT_EMBED, &b, &en);
+    float *x = malloc((en - b + 1) * sizeof(float));
+    SHLM_CHECK_ALLOC(x);
+    for (size_t i = 0; i < en - b; i++) x[i] = NAN;
+    fsdp_set_state(e, LLAMA_UNIT_EMBED, FSDP_STATE_MASTER, x);
+    free(x);
+}
+
 static int train_loop(run *r, const ckpt_state *st0) {
     const job_config *c = &r->cfg;
     char err[1536] = "";
     metrics_log log = {0};
-    int ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
+    nonfinite_hook hook;
+    int ok = nonfinite_hook_get(r->rank, &hook, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
 
     /* a resumed run continues the checkpoint's data stream: same order, next sample */
@@ -379,7 +526,13 @@ static int train_loop(run *r, const ckpt_state *st0) {
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
     SHLM_CHECK_ALLOC(tg);
-    const lr_schedule sch = {c->lr, c->min_lr, c->warmup_steps, c->steps};
+    lr_schedule sch = lr_schedule_job(c->lr, c->min_lr, c->warmup_steps, c->steps);
+    if (st0->lr_decay_from >= 0) { /* extended when a resume changed train.steps */
+        sch.decay_from = (int)st0->lr_decay_from;
+        sch.decay_lr = (float)st0->lr_decay_lr;
+    }
+    const int skip_nonfinite = strcmp(c->on_nonfinite, "skip") == 0;
+    int64_t adamw_step = st0->adamw_step, in_a_row = st0->skipped_in_a_row;
     const adamw_hparams hp = {c->beta1, c->beta2, c->eps, c->weight_decay};
     const double flops_tok = model_flops_per_token(&c->model, c->seq_len);
     const long long tokens_per_step = (long long)c->global_batch * c->seq_len;
@@ -406,7 +559,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
         double t0 = MPI_Wtime();
         fsdp_zero_grad(r->engine);
         fsdp_begin_pass(r->engine, 1);
-        double sums[2] = {0, 0};
+        double sums[3] = {0, 0, 0}; /* loss·count, count, ranks whose loss or norm is not finite */
         for (int m = 0; m < r->grad_accum; m++) {
             data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
                               m, in, tg);
@@ -417,10 +570,26 @@ static int train_loop(run *r, const ckpt_state *st0) {
             sums[0] += (double)loss * valid;
             sums[1] += valid;
         }
+        if (nonfinite_hook_hits(&hook, NF_LOSS, s + 1)) sums[0] = NAN;
         if (c->profile) r->ops->sync(), prof_opt_t0 = MPI_Wtime();
         double norm = fsdp_finish_grads(r->engine);
+        if (nonfinite_hook_hits(&hook, NF_NORM, s + 1)) norm = NAN;
+        /* the step's loss sums and whether this rank's loss or gradient norm is not finite,
+         * in one reduction before the update: every rank, replicas included, then takes the
+         * same decision (the norm is the shard group's, its NaN spread by the reductions) */
+        sums[2] = isfinite(sums[0]) && isfinite(norm) ? 0 : 1;
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        const int nonfinite = sums[2] > 0;
         float lr = lr_at(&sch, s);
-        fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp, s + 1);
+        if (!nonfinite) {
+            fsdp_optimizer_step(r->engine, lr, clip_factor(norm, c->grad_clip), &hp,
+                                (int)++adamw_step);
+            in_a_row = 0;
+            if (nonfinite_hook_hits(&hook, NF_WEIGHTS, s + 1)) poison_embedding_shard(r->engine);
+        } else {
+            in_a_row++; /* the update is dropped: weights, moments and step count stay */
+        }
+        const int nonfinite_stop = nonfinite && (!skip_nonfinite || in_a_row > c->max_skipped);
         if (c->profile) {
             r->ops->sync();
             double step_prof[LLAMA_PROF_N];
@@ -438,7 +607,6 @@ static int train_loop(run *r, const ckpt_state *st0) {
         size_t used = 0, total = 0;
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
          * learns that some rank saw one, so all stop after this same step */
         double times[3] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
@@ -454,14 +622,17 @@ static int train_loop(run *r, const ckpt_state *st0) {
         /* stopping early on a signal: log this step, skip validation, save, exit */
         const int stop_sig = last ? 0 : (int)times[2];
         double val = NAN;
-        if (r->have_val && !stop_sig &&
+        if (r->have_val && !stop_sig && !nonfinite_stop &&
             (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
             val = run_validate(r);
-        if (r->rank == 0 && (last || stop_sig || (s + 1) % c->log_every == 0 || !isnan(val))) {
-            step_metrics sm = {.step = s + 1, .loss = sums[1] > 0 ? sums[0] / sums[1] : NAN,
-                               .val_loss = val, .lr = lr, .grad_norm = norm,
-                               .step_ms = 1000 * step_s, .comm_exposed_ms = times[1],
-                               .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first)};
+        const double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+        if (r->rank == 0 &&
+            (last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 || !isnan(val))) {
+            step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
+                               .grad_norm = norm, .step_ms = 1000 * step_s,
+                               .comm_exposed_ms = times[1],
+                               .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first),
+                               .skipped = nonfinite};
             sm.tokens_per_s = tokens_per_step / step_s;
             sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
             sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
@@ -469,12 +640,32 @@ static int train_loop(run *r, const ckpt_state *st0) {
             metrics_print_step(stdout, &sm);
             metrics_write_json(&log, &sm);
         }
+        if (nonfinite_stop) {
+            /* nothing of this step reaches the weights or a checkpoint */
+            char what[160];
+            snprintf(what, sizeof what, "step %d: the loss or the gradient norm is not finite "
+                     "on %d of %d ranks (mean loss %g, rank 0's gradient norm %g)", s + 1,
+                     (int)sums[2], r->world, loss, norm);
+            if (r->rank == 0 && !skip_nonfinite)
+                fprintf(stderr, "shardlm: error: %s; stopping before the update, nothing more "
+                        "saved (train.on_nonfinite = abort; skip drops such steps)\n", what);
+            else if (r->rank == 0)
+                fprintf(stderr, "shardlm: error: %s, %lld steps in a row, more than "
+                        "train.max_skipped = %d; stopping, nothing more saved\n", what,
+                        (long long)in_a_row, c->max_skipped);
+            fflush(stderr);
+            rc = -1;
+            break;
+        }
         /* checkpoint every N steps, at the end and on a stop signal (a failed save ends
          * the run) */
         if (c->ckpt_dir[0] &&
             (last || stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0))) {
             ckpt_state st = *st0;
             st.step = s + 1;
+            st.adamw_step = adamw_step;
+            st.skipped_in_a_row = in_a_row;
+            st.steps = c->steps;
             st.tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first);
             st.data_position = st0->data_position + (uint64_t)(s + 1 - first) * c->global_batch;
             st.global_batch = c->global_batch;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Reads a shardlm checkpoint with h5py alone (tests/ckpt_h5py.sh): every tensor under its
 Hugging Face name and shape in /model, /optim/exp_avg and /optim/exp_avg_sq, as float32,
-and every dataset's checksum recomputed from the documented formula (io/ckpt_hdf5.h).
+every dataset's checksum recomputed from the documented formula (io/ckpt_hdf5.h), and the
+state checksum from the text of the attribute state_checksum_text (src/checkpoint.c).
 
 usage: ckpt_h5py.py CHECKPOINT.h5    exit 0 ok, 1 wrong, 77 no h5py/numpy here
 """
@@ -27,11 +28,39 @@ def mix(x):
 
 def checksum(a):
     """sum64-pos of a float32 array in row-major order."""
-    w = np.ascontiguousarray(a, dtype="<f4").reshape(-1).view("<u4").astype(np.uint64)
+    return words_checksum(np.ascontiguousarray(a, dtype="<f4").reshape(-1).view("<u4"))
+
+
+def words_checksum(w):
+    """sum64-pos of an array of 32-bit words (the datasets' checksum, before the view)."""
+    w = w.astype(np.uint64)
     with np.errstate(over="ignore"):
         s1 = int(w.sum(dtype=np.uint64))
         s2 = int((np.arange(w.size, dtype=np.uint64) * w).sum(dtype=np.uint64))
     return mix(s1 ^ mix((s2 + w.size) & M64))
+
+
+def state_checksum(f):
+    """The state checksum from its documentation (attribute state_checksum_text): a line
+    NAME=VALUE per attribute listed in state_attributes, then 'PATH SHAPE CHECKSUM' per
+    dataset in byte order of the paths, as 32-bit little-endian words, zero-padded."""
+    lines = []
+    for name in f.attrs["state_attributes"].decode().split():
+        v = f.attrs[name]
+        if isinstance(v, bytes):
+            text = v.decode()
+        elif np.issubdtype(np.asarray(v).dtype, np.floating):
+            text = "%016x" % int(np.array(v, dtype="<f8").view("<u8"))
+        else:
+            text = str(int(v))
+        lines.append(f"{name}={text}\n")
+    paths = [f"/{g}/{n}" for g in ("model", "optim/exp_avg", "optim/exp_avg_sq") for n in f[g]]
+    for p in sorted(paths):
+        d = f[p]
+        lines.append(f"{p} {'x'.join(str(n) for n in d.shape)} {int(d.attrs['checksum']):016x}\n")
+    raw = "".join(lines).encode()
+    raw += b"\0" * (-len(raw) % 4)
+    return words_checksum(np.frombuffer(raw, dtype="<u4"))
 
 
 def hf_names(L):
@@ -87,8 +116,13 @@ def main(path):
                     print(f"ckpt_h5py: FAIL: /{group}/{name} holds non-finite values")
                     bad += 1
                 n += 1
+        got, stored = state_checksum(f), int(a["state_checksum"])
+        if got != stored:
+            print(f"ckpt_h5py: FAIL: state checksum {got:#018x} != stored {stored:#018x}")
+            bad += 1
         print(f"ckpt_h5py: read {n} datasets under their HF names and shapes; every checksum "
-              f"recomputed from the documented formula {'matches' if not bad else 'FAILED'}")
+              f"and the state checksum recomputed from the documented formulas "
+              f"{'match' if not bad else 'FAILED'}")
     return 1 if bad else 0
 
 

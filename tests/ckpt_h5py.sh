@@ -8,13 +8,9 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
-py=""
-for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import h5py, numpy' 2>/dev/null; then
-        py=$p
-        break
-    fi
-done
+. "$SHLM_SRCDIR/tests/lib.sh"
+find_h5py
+py=$h5py
 if [ -z "$py" ]; then
     echo "ckpt_h5py: SKIP: no python3 with h5py and numpy (apt-get install python3-h5py)"
     exit 77

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Hugging Face interop and HDF5 tools against the golden fixture (tests/golden/):
-#  1. a HF directory (a config.json in the newer rope_parameters style + the fixture as
-#     model.safetensors) imported on 2 ranks, each reading only its ranges, reproduces
-#     transformers' logits and loss (tests/test_ckpt_hf import), and is saved;
+#  1. a HF directory (a config.json in the newer rope_parameters style + the fixture's
+#     model tensors as model.safetensors) imported on 2 ranks, each reading only its
+#     ranges, reproduces transformers' logits and loss (tests/test_ckpt_hf import), and
+#     is saved;
 #  2. `shardlm ckpt export` of that checkpoint, as one file and as shards with an index,
 #     holds the fixture's tensors bit for bit, with a config.json describing the model;
 #  3. `shardlm generate --dump-logits` from the sharded export (2 ranks, model.init_from
@@ -11,7 +12,11 @@
 #     sampling gives the same text on 1 and 2 ranks;
 #  4. h5ls lists every tensor under its HF name and shape in /model and both /optim
 #     groups; h5dump prints a tensor's values as the fixture holds them;
-#  5. `shardlm ckpt info` and `ckpt verify` on the checkpoint.
+#  5. `shardlm ckpt info` and `ckpt verify` on the checkpoint;
+#  6. an import refuses, with one error line: a config.json boolean written as a string,
+#     a tensor this Llama does not have, a 1-D tensor of another length (named [16] and
+#     [32]); a known tensor it does not read (a layer's rotary_emb.inv_freq) loads with a
+#     warning naming it.
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand:
 #   SHLM=./shardlm SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_hf.sh
@@ -25,7 +30,6 @@ SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 export SHLM_SRCDIR
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 t="$SHLM_BUILDDIR/tests/test_ckpt_hf"
-fixture="$SHLM_SRCDIR/tests/golden/tiny_llama_golden.safetensors"
 
 . "$SHLM_SRCDIR/tests/lib.sh"
 test_begin ckpt_hf shlm-ckpt-hf
@@ -71,7 +75,8 @@ cat >"$hf/config.json" <<'EOF'
   "torch_dtype": "float32"
 }
 EOF
-ln -s "$fixture" "$hf/model.safetensors"
+# the fixture's model tensors alone: its golden.* tensors are no parameters of the model
+step weights "$t" weights "$hf/model.safetensors" || exit 1
 
 # ---- 1. import on 2 ranks, golden logits and loss, saved as a checkpoint ----
 if step import sh "$mpi" 2 "$t" import "$hf" "$work/ck"; then
@@ -157,6 +162,59 @@ fi
 # ---- 5. info and verify ----
 step info "$SHLM" ckpt info "$ck" && grep -E 'step|world_size|strategy|datasets' "$work/info.log"
 step verify sh "$mpi" 2 "$SHLM" ckpt verify "$ck" && grep verify: "$work/verify.log"
+
+# ---- 6. what an import refuses or warns about (python3 edits the files) ----
+# variant NAME: a copy of the HF directory as $work/NAME (config.json and weights)
+variant() {
+    mkdir -p "$work/$1"
+    cp "$hf/config.json" "$hf/model.safetensors" "$work/$1/"
+}
+# refused_import NAME PATTERN...: generate from $work/NAME fails with one error line
+refused_import() {
+    name=$1
+    shift
+    echo "+ $SHLM generate $work/golden.ini --ckpt $work/$name --prompt-ids 1,2 --tokens 1"
+    "$SHLM" generate "$work/golden.ini" --ckpt "$work/$name" --prompt-ids 1,2 --tokens 1 \
+        >"$work/$name.log" 2>"$work/$name.err" </dev/null
+    rc=$?
+    why=$(error_line_problem "$work/$name.err" "$@")
+    if [ $rc -ne 1 ] || [ -n "$why" ]; then
+        cat "$work/$name.err"
+        fail "$name: exit $rc (want 1) $why"
+    else
+        echo "ckpt_hf: ok: $name: $(cat "$work/$name.err")"
+    fi
+}
+py=""
+for p in python3 /usr/bin/python3; do
+    command -v "$p" >/dev/null 2>&1 && py=$p && break
+done
+if [ -n "$py" ]; then
+    edit="$py $SHLM_SRCDIR/tests/corrupt.py"
+    variant hf_bool
+    sed -i 's/"tie_word_embeddings": false/"tie_word_embeddings": "true"/' "$work/hf_bool/config.json"
+    refused_import hf_bool "hf_bool/config.json" '"tie_word_embeddings" must be true or false'
+    variant hf_extra
+    $edit st-add "$work/hf_extra/model.safetensors" model.layers.0.mlp.bias 44
+    refused_import hf_extra "tensor model.layers.0.mlp.bias is not a parameter of this Llama"
+    variant hf_short
+    $edit st-reshape "$work/hf_short/model.safetensors" model.norm.weight 16
+    refused_import hf_short "tensor model.norm.weight has shape [16], the model needs [32]"
+    variant hf_inv
+    $edit st-add "$work/hf_inv/model.safetensors" model.layers.1.self_attn.rotary_emb.inv_freq 4
+    echo "+ $SHLM generate $work/golden.ini --ckpt $work/hf_inv --prompt-ids 1,2 --tokens 1"
+    if "$SHLM" generate "$work/golden.ini" --ckpt "$work/hf_inv" --prompt-ids 1,2 --tokens 1 \
+        >"$work/hf_inv.log" 2>"$work/hf_inv.err" </dev/null &&
+        grep -q "warning: .*tensor model.layers.1.self_attn.rotary_emb.inv_freq is not used" \
+            "$work/hf_inv.err"; then
+        echo "ckpt_hf: ok: hf_inv: $(cat "$work/hf_inv.err")"
+    else
+        cat "$work/hf_inv.err"
+        fail "hf_inv: a known, unused tensor must load with a warning naming it"
+    fi
+else
+    echo "ckpt_hf: SKIP (6): no python3 to edit the files"
+fi
 
 echo "ckpt_hf: $(($(date +%s) - t_start)) s"
 if [ $fails -ne 0 ]; then

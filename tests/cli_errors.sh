@@ -253,6 +253,12 @@ run "$SHLM" data prepare --tokenizer bytes "$T/no-such-input.txt" "$T/out.bin"
 expect "data prepare with a missing input" no-such-input.txt
 if [ -e "$T/out.bin" ]; then fail "data prepare left $T/out.bin behind"; fi
 
+# ---- ckpt ----
+run "$SHLM" ckpt export "$T/no-ckpt" "$T/hf" --shard-size -5
+expect "ckpt export --shard-size -5" "--shard-size '-5'" "positive number of bytes"
+run "$SHLM" ckpt export "$T/no-ckpt" "$T/hf" --shard-size 0x10
+expect "ckpt export --shard-size 0x10" "--shard-size '0x10'"
+
 # ---- on 2 ranks: the line once, every rank exits non-zero by itself ----
 
 # Each rank runs under a wrapper that records its own exit status, and Open MPI is told

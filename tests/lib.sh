@@ -53,3 +53,32 @@ prepare_corpus() {
         exit 1
     fi
 }
+
+# refused_before_step1 NAME RC: the run NAME (stderr in $work/NAME.err, run directory
+# $work/NAME) exited with RC = 1 after one error line naming every further argument
+# (fixed strings), having trained no step; counts a failure otherwise
+refused_before_step1() {
+    rbs_name=$1 rbs_rc=$2
+    shift 2
+    rbs_why=$(error_line_problem "$work/$rbs_name.err" "$@")
+    if [ "$rbs_rc" -ne 1 ] || [ -n "$rbs_why" ]; then
+        sed 's/^/    stderr: /' "$work/$rbs_name.err" | tail -n 5
+        fail "$rbs_name: exit $rbs_rc (want 1) $rbs_why"
+    elif [ -s "$work/$rbs_name/metrics.jsonl" ]; then
+        fail "$rbs_name: trained $(wc -l <"$work/$rbs_name/metrics.jsonl") step(s) before refusing"
+    else
+        echo "$test_name: ok: $rbs_name: $(cat "$work/$rbs_name.err")"
+    fi
+}
+
+# find_h5py: sets $h5py to a python3 that has h5py and numpy (Debian: python3-h5py), or
+# to "" when there is none
+find_h5py() {
+    h5py=""
+    for fh_p in python3 /usr/bin/python3; do
+        if command -v "$fh_p" >/dev/null 2>&1 && "$fh_p" -c 'import h5py, numpy' 2>/dev/null; then
+            h5py=$fh_p
+            return
+        fi
+    done
+}

@@ -141,7 +141,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     jc.model = cfg;
     jc.text = "[test] test_ckpt_hf import";
     snprintf(jc.path, sizeof jc.path, "test_ckpt_hf");
-    ckpt_state st = {.seed = 7, .global_batch = B, .seq_len = T};
+    ckpt_state st = {.seed = 7, .global_batch = B, .seq_len = T, .steps = 1, .lr_decay_from = -1};
     CHECK(checkpoint_save(e, &topo, &jc, &st, ckdir, 0, err, sizeof err) == 0, "save: %s", err);
     free(ids);
     free(tg);
@@ -194,6 +194,37 @@ static void cmd_compare(const char *dir) {
            dir, n, w.n_files);
     CHECK(n == 3 + 9 * cfg.n_layers, "%d tensors compared", n);
     hf_weights_close(&w);
+}
+
+/* weights OUT: the fixture's model tensors alone (not its golden.* inputs and outputs),
+ * as they are stored, in a safetensors file OUT: a Hugging Face model.safetensors. */
+static void cmd_weights(const char *out) {
+    const char **names = calloc((size_t)fx.n_tensors, sizeof *names);
+    safetensors_dtype *dts = calloc((size_t)fx.n_tensors, sizeof *dts);
+    int *nds = calloc((size_t)fx.n_tensors, sizeof *nds);
+    const int64_t **shapes = calloc((size_t)fx.n_tensors, sizeof *shapes);
+    const void **data = calloc((size_t)fx.n_tensors, sizeof *data);
+    int n = 0;
+    for (int i = 0; i < fx.n_tensors; i++) {
+        const safetensors_tensor *t = &fx.tensors[i];
+        if (strncmp(t->name, "golden.", 7) == 0) continue;
+        names[n] = t->name;
+        dts[n] = t->dtype;
+        nds[n] = t->ndim;
+        shapes[n] = t->shape;
+        data[n] = read_all(&fx, t->name, NULL);
+        n++;
+    }
+    char err[512];
+    CHECK(safetensors_write(out, n, names, dts, nds, shapes, data, 0, NULL, NULL, err,
+                            sizeof err) == 0, "%s", err);
+    printf("weights %s: %d tensors of the fixture\n", out, n);
+    for (int i = 0; i < n; i++) free((void *)data[i]);
+    free(names);
+    free(dts);
+    free(nds);
+    free(shapes);
+    free(data);
 }
 
 /* logits FILE...: `shardlm generate --dump-logits` files of the fixture's rows 0..n-1;
@@ -250,6 +281,8 @@ int main(int argc, char **argv) {
         cmd_import(argv[2], argv[3]);
     } else if (strcmp(mode, "compare") == 0 && argc == 3) {
         if (rank == 0) cmd_compare(argv[2]);
+    } else if (strcmp(mode, "weights") == 0 && argc == 3) {
+        if (rank == 0) cmd_weights(argv[2]);
     } else if (strcmp(mode, "logits") == 0 && argc >= 3) {
         if (rank == 0) cmd_logits(argc - 2, argv + 2);
     } else if (strcmp(mode, "ids") == 0 && argc == 3) {
@@ -271,7 +304,7 @@ int main(int argc, char **argv) {
             else printf("%s {%lld}\n", t->name, (long long)t->shape[0]);
         }
     } else {
-        fprintf(stderr, "usage: test_ckpt_hf import HFDIR CKPTDIR | compare DIR | logits FILE... "
+        fprintf(stderr, "usage: test_ckpt_hf import HFDIR CKPTDIR | compare DIR | weights OUT | logits FILE... "
                 "| ids ROW | values NAME | shapes\n");
         failures++;
     }

@@ -240,6 +240,36 @@ static void test_permutations(void) {
     free(tf.tokens);
 }
 
+/* data_loader_reposition against the window layout itself: for every position of a
+ * few epochs, the new window is the first of the new length starting at or after the
+ * first token the old position had not read, in the same epoch. */
+static void test_reposition(void) {
+    const uint64_t n = 1001; /* 1000 windows of 1, 31 of 32, 62 of 16 (+ 1 token), 20 of 50 */
+    const int lens[] = {32, 16, 50, 1};
+    int bad = 0, cases = 0;
+    for (int a = 0; a < 4; a++) {
+        for (int b = 0; b < 4; b++) {
+            const int to = lens[a], tn = lens[b];
+            const uint64_t nwo = (n - 1) / (uint64_t)to, nwn = (n - 1) / (uint64_t)tn;
+            for (uint64_t p = 0; p < 3 * nwo; p++) {
+                uint64_t q = 0;
+                const uint64_t tok = p % nwo * (uint64_t)to; /* first unread token */
+                if (data_loader_reposition(p, n, to, tn, &q) != 0) { bad++; continue; }
+                const uint64_t start = (q - p / nwo * nwn) * (uint64_t)tn; /* q's first token */
+                bad += !(q >= p / nwo * nwn && start >= tok && start < tok + (uint64_t)tn);
+                cases++;
+            }
+        }
+    }
+    uint64_t q = 0;
+    check(bad == 0 && cases > 0, "reposition: %d positions of 4 x 4 lengths, each the first new "
+          "window at or after the first unread token of its epoch (%d wrong)", cases, bad);
+    const int rc = data_loader_reposition(80, 100000, 32, 16, &q);
+    check(rc == 0 && q == 160, "reposition: window 80 of 32 tokens -> window 160 of 16 (got %llu)",
+          (unsigned long long)q);
+    check(data_loader_reposition(5, 10, 32, 16, &q) == -1, "reposition: no window of 32 in 10 tokens");
+}
+
 int main(int argc, char **argv) {
     char cwd[512];
     printf("# reproduce: cd %s && %s\n", getcwd(cwd, sizeof cwd) ? cwd : ".", argv[0]);
@@ -250,6 +280,7 @@ int main(int argc, char **argv) {
     test_world_sizes(0);
     test_world_sizes(1);
     test_permutations();
+    test_reposition();
     printf("# %d checks, %d failed\n", n_checks, n_failed);
     return n_failed ? 1 : 0;
 }
