@@ -64,7 +64,7 @@ int token_ids_append(token_ids *t, const int32_t *ids, size_t n) {
     return 0;
 }
 
-int byte_buf_append(byte_buf *b, const void *data, size_t n) {
+int byte_buf_reserve(byte_buf *b, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n + 1) cap *= 2;
@@ -73,6 +73,11 @@ int byte_buf_append(byte_buf *b, const void *data, size_t n) {
         b->data = g;
         b->cap = cap;
     }
+    return 0;
+}
+
+int byte_buf_append(byte_buf *b, const void *data, size_t n) {
+    if (byte_buf_reserve(b, n) != 0) return -1;
     if (n) memcpy(b->data + b->n, data, n);
     b->n += n;
     b->data[b->n] = '\0'; /* always a C string too */

@@ -40,6 +40,8 @@ typedef struct byte_buf {
 int token_ids_push(token_ids *t, int32_t id);
 int token_ids_append(token_ids *t, const int32_t *ids, size_t n);
 int byte_buf_append(byte_buf *b, const void *data, size_t n);
+/* Room for n more bytes (and a NUL) without reallocation. */
+int byte_buf_reserve(byte_buf *b, size_t n);
 
 /* Opens SPEC:
  *   "bytes"                  the byte tokenizer

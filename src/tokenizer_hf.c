@@ -314,11 +314,10 @@ static int hf_encode(void *impl, const char *text, size_t len, token_ids *out, c
     }
     /* every piece may get a prefix space: at most one byte per input byte, plus one */
     hf->work.n = 0;
-    if (byte_buf_append(&hf->work, NULL, 2 * len + 16) != 0) {
+    if (byte_buf_reserve(&hf->work, 2 * len + 16) != 0) {
         tokenizer_set_err(err, errlen, "%s: out of memory", hf->path);
         return -1;
     }
-    hf->work.n = 0;
     encoder e = {.hf = hf, .out = out};
     split_added(&e, 0, text, len);
     if (e.failed) {

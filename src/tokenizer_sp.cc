@@ -170,10 +170,14 @@ int sp_encode(void *impl, const char *text, size_t len, token_ids *out, char *er
               size_t errlen) {
     sp_tokenizer *s = static_cast<sp_tokenizer *>(impl);
     if (!s->by_words || len == 0) return library_encode(s, text, len, out, err, errlen);
-    // words end before a space that follows a non-space
+    // words end before a space that follows a non-space (U+2581 in the text counts as a
+    // space: the normaliser leaves it as it is, the escaped space), except a lone space
+    // ending the text: alone it would be a word the dummy prefix cannot stand for
     size_t start = 0;
     for (size_t i = 1; i <= len; i++) {
-        if (i < len && !(text[i] == ' ' && text[i - 1] != ' ')) continue;
+        if (i < len && !(text[i] == ' ' && text[i - 1] != ' ' && i + 1 < len &&
+                         !(i >= 3 && memcmp(text + i - 3, "\xE2\x96\x81", 3) == 0)))
+            continue;
         // a later word starts with a space, which the dummy prefix stands for
         size_t skip = start > 0 && s->dummy_prefix ? 1 : 0;
         if (encode_word(s, text + start + skip, i - start - skip, out, err, errlen) != 0)
