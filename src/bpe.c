@@ -105,7 +105,7 @@ bpe *bpe_create(void) {
     b->merge_mask = 1023;
     b->vocab = id_map_create();
     b->merges = calloc(b->merge_mask + 1, sizeof *b->merges);
-    b->cache = token_cache_create(1 << 15);
+    b->cache = token_cache_create(1 << 17);
     if (!b->vocab || !b->merges || !b->cache) {
         bpe_free(b);
         return NULL;

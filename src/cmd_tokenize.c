@@ -87,10 +87,25 @@ static int parse(int argc, char **argv, int decode, options *o, int *status) {
     return 0;
 }
 
+/* One line of ids, space-separated (formatted by hand: printf per id costs more than
+ * encoding it). */
 static int write_ids(const token_ids *ids) {
-    for (size_t i = 0; i < ids->n; i++)
-        if (printf(i ? " %ld" : "%ld", (long)ids->ids[i]) < 0) return -1;
-    return putchar('\n') == EOF ? -1 : 0;
+    char buf[1 << 14];
+    size_t n = 0;
+    for (size_t i = 0; i < ids->n; i++) {
+        if (n > sizeof buf - 16) {
+            if (fwrite(buf, 1, n, stdout) != n) return -1;
+            n = 0;
+        }
+        char digits[12];
+        int k = 0;
+        uint32_t v = (uint32_t)ids->ids[i];
+        do digits[k++] = (char)('0' + v % 10); while (v /= 10);
+        if (i) buf[n++] = ' ';
+        while (k) buf[n++] = digits[--k];
+    }
+    buf[n++] = '\n';
+    return fwrite(buf, 1, n, stdout) == n ? 0 : -1;
 }
 
 static int write_out(const char *p, size_t n) {

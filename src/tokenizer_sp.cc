@@ -252,7 +252,7 @@ const tokenizer_ops sp_ops = {
 
 extern "C" int tokenizer_sp_open(tokenizer *t, const char *path, char *err, size_t errlen) {
     sp_tokenizer *s = new (std::nothrow) sp_tokenizer;
-    if (!s || !(s->cache = token_cache_create(1 << 15))) {
+    if (!s || !(s->cache = token_cache_create(1 << 17))) {
         delete s;
         tokenizer_set_err(err, errlen, "%s: out of memory", path);
         return -1;
