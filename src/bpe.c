@@ -182,6 +182,7 @@ void bpe_set_options(bpe *b, int ignore_merges, int32_t unk, int fuse_unk) {
     b->ignore_merges = ignore_merges;
     b->unk = unk;
     b->fuse_unk = fuse_unk;
+    token_cache_clear(b->cache); /* memoised words were encoded with the old options */
 }
 
 /* ---- the merge loop ---- */

@@ -84,13 +84,16 @@ const int32_t *token_cache_get(const token_cache *c, const char *key, size_t len
     }
 }
 
+void token_cache_clear(token_cache *c) {
+    memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
+    c->used = c->keys_used = c->ids_used = 0;
+}
+
 void token_cache_put(token_cache *c, const char *key, size_t len, const int32_t *ids, size_t n) {
     if (len > TOKEN_CACHE_MAX_KEY || n > 0xFFFF || n > c->ids_cap) return;
     if (c->used + 1 > c->max_used || c->keys_used + len > c->keys_cap ||
-        c->ids_used + n > c->ids_cap) {
-        memset(c->slots, 0, (c->mask + 1) * sizeof *c->slots);
-        c->used = c->keys_used = c->ids_used = 0;
-    }
+        c->ids_used + n > c->ids_cap)
+        token_cache_clear(c);
     uint64_t h = token_cache_hash(key, len);
     size_t i = h & c->mask;
     while (c->slots[i].hash) i = (i + 1) & c->mask;

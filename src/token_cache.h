@@ -25,6 +25,9 @@ const int32_t *token_cache_get(const token_cache *c, const char *key, size_t len
 /* Memoises ids[0, n) for the key (ignored when len > TOKEN_CACHE_MAX_KEY). */
 void token_cache_put(token_cache *c, const char *key, size_t len, const int32_t *ids, size_t n);
 
+/* Forgets every entry. */
+void token_cache_clear(token_cache *c);
+
 /* The hash used for keys (64 bits, any length). */
 uint64_t token_cache_hash(const void *data, size_t len);
 

@@ -129,6 +129,15 @@ bool words_are_exact(sp_tokenizer *s) {
     return true;
 }
 
+// The library's message on one line: control characters as spaces, trailing blanks cut.
+std::string one_line(const sentencepiece::util::Status &st) {
+    std::string m = st.ToString();
+    for (char &c : m)
+        if ((unsigned char)c < 0x20) c = ' ';
+    while (!m.empty() && m.back() == ' ') m.pop_back();
+    return m;
+}
+
 // ---- the table ----
 
 int library_encode(sp_tokenizer *s, const char *text, size_t len, token_ids *out, char *err,
@@ -137,7 +146,7 @@ int library_encode(sp_tokenizer *s, const char *text, size_t len, token_ids *out
     auto st = s->proc.Encode(absl::string_view(text, len), &s->scratch);
     if (!st.ok()) {
         tokenizer_set_err(err, errlen, "%s: sentencepiece: %s", s->path.c_str(),
-                          st.ToString().c_str());
+                          one_line(st).c_str());
         return -1;
     }
     static_assert(sizeof(int) == sizeof(int32_t), "library ids are int");
@@ -200,7 +209,7 @@ int sp_decode(void *impl, const int32_t *ids, size_t n, int skip_special, byte_b
     auto st = s->proc.Decode(s->kept, spt.mutable_proto());
     if (!st.ok()) {
         tokenizer_set_err(err, errlen, "%s: sentencepiece: %s", s->path.c_str(),
-                          st.ToString().c_str());
+                          one_line(st).c_str());
         return -1;
     }
     const std::string &text = spt.text();
@@ -265,7 +274,7 @@ extern "C" int tokenizer_sp_open(tokenizer *t, const char *path, char *err, size
         tokenizer_set_err(err, errlen,
                           "%s: not a SentencePiece model (nor a tokenizer.json): sentencepiece "
                           "says: %s",
-                          path, st.ToString().c_str());
+                          path, one_line(st).c_str());
         return -1;
     }
     s->by_words = words_are_exact(s);
