@@ -261,8 +261,9 @@ int cmd_data_tokenizer(int argc, char **argv) {
     char err[1536];
     tokenizer *t;
     if (tokenizer_open(&t, o.tokenizer, err, sizeof err) != 0) return fail(1, "%s", err);
-    printf("%-12s %s\n%-12s %s\n%-12s %u\n", "kind", tokenizer_kind(t), "file",
-           tokenizer_path(t), "vocab_size", tokenizer_vocab_size(t));
+    printf("%-12s %s\n%-12s %s\n%-12s %s\n%-12s %u\n", "kind", tokenizer_kind(t), "file",
+           tokenizer_path(t), "encoder", tokenizer_encoder(t), "vocab_size",
+           tokenizer_vocab_size(t));
     print_token(t, "bos", tokenizer_bos(t));
     print_token(t, "eos", tokenizer_eos(t));
     print_token(t, "pad", tokenizer_pad(t));

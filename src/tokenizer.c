@@ -112,6 +112,7 @@ static int32_t bytes_token_id(const void *impl, const char *s) { return -1; }
 static const char *bytes_token_string(const void *impl, int32_t id) { return NULL; }
 static int bytes_is_special(const void *impl, int32_t id) { return 0; }
 static void bytes_free(void *impl) {}
+static const char *bytes_encoder(const void *impl) { return "bytes"; }
 
 static const tokenizer_ops bytes_ops = {
     .kind = "bytes",
@@ -120,6 +121,7 @@ static const tokenizer_ops bytes_ops = {
     .token_id = bytes_token_id,
     .token_string = bytes_token_string,
     .is_special = bytes_is_special,
+    .encoder = bytes_encoder,
     .free = bytes_free,
 };
 
@@ -223,6 +225,7 @@ void tokenizer_free(tokenizer *t) {
 
 const char *tokenizer_kind(const tokenizer *t) { return t->ops->kind; }
 const char *tokenizer_path(const tokenizer *t) { return t->path; }
+const char *tokenizer_encoder(const tokenizer *t) { return t->ops->encoder(t->impl); }
 
 /* ---- encode and decode ---- */
 

@@ -60,6 +60,8 @@ int tokenizer_dir_has_one(const char *dir);
 /* "bytes", "sentencepiece" or "hf-bpe"; and the file read ("bytes" for the byte one). */
 const char *tokenizer_kind(const tokenizer *t);
 const char *tokenizer_path(const tokenizer *t);
+/* How encode works, in a few words (which of an implementation's exact paths it takes). */
+const char *tokenizer_encoder(const tokenizer *t);
 
 enum tokenizer_flags {
     TOKENIZER_ADD_BOS = 1 << 0,      /* encode: prepend bos */

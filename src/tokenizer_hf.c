@@ -24,6 +24,7 @@
 #include "src/bpe.h"
 #include "src/id_map.h"
 #include "src/tokenizer_impl.h"
+#include "src/utf8.h"
 
 /* GPT-2's pattern, which ByteLevel(use_regex = true) splits with */
 static const char gpt2_pattern[] =
@@ -85,37 +86,13 @@ typedef struct hf_tokenizer {
 
 /* Length of the valid UTF-8 prefix of s[0, n) (n when all of it is valid). */
 static size_t utf8_valid_prefix(const unsigned char *s, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t need = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                    : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (!need || i + need > n) return i;
-        for (size_t k = 1; k < need; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        /* overlong, surrogate and > U+10FFFF forms */
-        if ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] > 0x9F) ||
-            (c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] > 0x8F))
-            return i;
-        i += need;
-    }
-    return n;
+    size_t i = 0, k;
+    while (i < n && (k = utf8_valid_len(s + i, n - i)) > 0) i += k;
+    return i;
 }
 
 static size_t utf8_char_len(unsigned char c) {
     return c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-}
-
-static uint32_t utf8_decode(const unsigned char *s, size_t *len) {
-    *len = utf8_char_len(s[0]);
-    if (*len == 1) return s[0];
-    uint32_t cp = s[0] & (0xFF >> (*len + 1));
-    for (size_t k = 1; k < *len; k++) cp = cp << 6 | (s[k] & 0x3F);
-    return cp;
 }
 
 /* Unicode White_Space (Rust's char::is_whitespace, which lstrip/rstrip use) */
@@ -358,6 +335,10 @@ static int hf_is_special(const void *impl, int32_t id) {
     return ((const hf_tokenizer *)impl)->special[id];
 }
 
+static const char *hf_encoder(const void *impl) {
+    return "added tokens, pre-tokenizer (PCRE2), byte-level BPE in C";
+}
+
 static void hf_free(void *impl) {
     hf_tokenizer *hf = impl;
     bpe_free(hf->model);
@@ -387,6 +368,7 @@ static const tokenizer_ops hf_ops = {
     .token_id = hf_token_id,
     .token_string = hf_token_string,
     .is_special = hf_is_special,
+    .encoder = hf_encoder,
     .free = hf_free,
 };
 

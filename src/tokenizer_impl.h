@@ -23,6 +23,7 @@ typedef struct tokenizer_ops {
     int32_t (*token_id)(const void *impl, const char *s);      /* -1: none */
     const char *(*token_string)(const void *impl, int32_t id); /* NULL: none */
     int (*is_special)(const void *impl, int32_t id);
+    const char *(*encoder)(const void *impl); /* tokenizer_encoder() */
     void (*free)(void *impl);
 } tokenizer_ops;
 

@@ -1,16 +1,22 @@
 // SentencePiece model files (tokenizer.model) through Debian's libsentencepiece (C++ API),
-// behind the C table of src/tokenizer_impl.h. Every id comes from the library's Encode.
+// behind the C table of src/tokenizer_impl.h: loading, piece lookups, decoding, and
+// encoding wherever the shortcuts below are not exact.
 //
 // Speed: where it is exact, the text is cut into words and each word's ids are memoised
-// (src/token_cache.h), so the library only sees words it has not seen. It is exact when
-// (a) the model is BPE with the identity normaliser, whitespace escaped to U+2581 and not
-// collapsed, not treated as a suffix (Llama-2, Mistral, TinyLlama: read from the model's
-// protobuf), and (b) no mergeable piece holds U+2581 after another character (checked over
-// the vocabulary at load). Then no piece can span the boundary before a space that follows
-// a non-space, BPE merges never cross it, and encoding the text is encoding each word: the
-// first word as it is, every later one (which starts with a space) without one space,
-// because the library's dummy prefix stands for it. Otherwise the whole text goes to the
-// library in one call.
+// (src/token_cache.h). It is exact when (a) the model is BPE with the identity normaliser,
+// whitespace escaped to U+2581 and not collapsed, not treated as a suffix (Llama-2,
+// Mistral, TinyLlama: read from the model's protobuf), and (b) no mergeable piece holds
+// U+2581 after another character (checked over the vocabulary at load). Then no piece can
+// span the boundary before a space that follows a character other than a space or U+2581
+// (the escaped space itself, which the normaliser leaves as it is), BPE merges never cross
+// it, and encoding the text is encoding each word: the first word as it is, every later
+// one (which starts with a space) without one space, because the dummy prefix stands for
+// it. Otherwise the whole text goes to the library in one call.
+//
+// Where, besides, the model has no user-defined or unused pieces, a word the memo does not
+// hold is encoded by src/sp_bpe.c (the library's BPE in C over flat buffers) instead of a
+// library call, which costs a normaliser pass, a std::vector and a heap of allocated pairs
+// per word; tests/tokenizer_ref.sh holds the ids to python sentencepiece's.
 #include <sentencepiece_processor.h>
 
 #include <cstdint>
@@ -19,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "src/sp_bpe.h"
 #include "src/token_cache.h"
 #include "src/tokenizer_impl.h"
 
@@ -30,6 +37,7 @@ struct sp_tokenizer {
     bool by_words = false;       // the word-by-word path is exact (see the file comment)
     bool dummy_prefix = true;    // normalizer_spec.add_dummy_prefix
     token_cache *cache = nullptr;
+    sp_bpe *native = nullptr;    // the C encoder of a word, where exact (see above)
     std::vector<int> scratch;    // one library call's ids
     std::vector<int> kept;       // decode: the ids that are not skipped
 };
@@ -76,6 +84,8 @@ struct model_facts {
     bool remove_extra_ws = true;       // (4)
     bool escape_ws = true;             // (5)
     bool rules = false;                // normalization_rule_tsv (6)
+    bool byte_fallback = false;        // TrainerSpec.byte_fallback (35)
+    bool user_or_unused = false;       // a piece of type USER_DEFINED (4) or UNUSED (5)
 };
 
 bool read_facts(const std::string &bytes, model_facts *f) {
@@ -87,14 +97,16 @@ bool read_facts(const std::string &bytes, model_facts *f) {
     proto_reader sub{nullptr, nullptr};
     while (r.p < r.end) {
         if (!r.field(&num, &wire, &v, &sub)) return false;
-        if (wire != 2 || (num != 2 && num != 3)) continue;
+        if (wire != 2 || num < 1 || num > 3) continue;
         proto_reader s = sub, inner{nullptr, nullptr};
         uint32_t n2;
         int w2;
         uint64_t v2;
         while (s.p < s.end) {
             if (!s.field(&n2, &w2, &v2, &inner)) return false;
+            if (num == 1 && w2 == 0 && n2 == 3 && (v2 == 4 || v2 == 5)) f->user_or_unused = true;
             if (num == 2 && w2 == 0 && n2 == 3) f->model_type = (int)v2;
+            if (num == 2 && w2 == 0 && n2 == 35) f->byte_fallback = v2 != 0;
             if (num == 2 && w2 == 0 && n2 == 24) f->suffix = v2 != 0;
             if (num == 3 && w2 == 2 && n2 == 1) f->normalizer.assign((const char *)inner.p, v2);
             if (num == 3 && w2 == 2 && n2 == 2) f->charsmap = v2 > 0;
@@ -115,8 +127,7 @@ bool spaces_lead_only(const std::string &piece) {
     return piece.find(ws, i) == std::string::npos;
 }
 
-bool words_are_exact(sp_tokenizer *s) {
-    model_facts f;
+bool words_are_exact(sp_tokenizer *s, model_facts &f) {
     if (!read_facts(s->proc.serialized_model_proto(), &f)) return false;
     s->dummy_prefix = f.dummy_prefix;
     if (f.model_type != 2 || f.suffix || f.normalizer != "identity" || f.charsmap || f.rules ||
@@ -135,6 +146,21 @@ std::string one_line(const sentencepiece::util::Status &st) {
     for (char &c : m)
         if ((unsigned char)c < 0x20) c = ' ';
     while (!m.empty() && m.back() == ' ') m.pop_back();
+    return m;
+}
+
+// The C encoder over the model's pieces (normal ones mergeable), NULL when out of memory.
+sp_bpe *native_encoder(sp_tokenizer *s, const model_facts &f) {
+    int n = s->proc.GetPieceSize();
+    sp_bpe *m = sp_bpe_create(n, s->proc.unk_id(), f.byte_fallback);
+    for (int id = 0; m && id < n; id++) {
+        const std::string &piece = s->proc.IdToPiece(id);
+        bool special = s->proc.IsControl(id) || s->proc.IsUnknown(id) || s->proc.IsByte(id);
+        if (sp_bpe_add_piece(m, id, piece.data(), piece.size(), s->proc.GetScore(id), !special)) {
+            sp_bpe_free(m);
+            m = nullptr;
+        }
+    }
     return m;
 }
 
@@ -164,7 +190,14 @@ int encode_word(sp_tokenizer *s, const char *w, size_t len, token_ids *out, char
     const int32_t *ids = token_cache_get(s->cache, w, len, &n);
     if (!ids) {
         size_t before = out->n;
-        if (library_encode(s, w, len, out, err, errlen) != 0) return -1;
+        if (s->native) {
+            if (sp_bpe_encode(s->native, w, len, s->dummy_prefix, out) != 0) {
+                tokenizer_set_err(err, errlen, "%s: out of memory", s->path.c_str());
+                return -1;
+            }
+        } else if (library_encode(s, w, len, out, err, errlen) != 0) {
+            return -1;
+        }
         token_cache_put(s->cache, w, len, out->ids + before, out->n - before);
         return 0;
     }
@@ -247,14 +280,23 @@ int sp_is_special(const void *impl, int32_t id) {
     return s->proc.IsControl(id) || s->proc.IsUnknown(id);
 }
 
+const char *sp_encoder(const void *impl) {
+    const sp_tokenizer *s = static_cast<const sp_tokenizer *>(impl);
+    return s->native     ? "words, BPE in C"
+           : s->by_words ? "words, through libsentencepiece"
+                         : "whole text, through libsentencepiece";
+}
+
 void sp_free(void *impl) {
     sp_tokenizer *s = static_cast<sp_tokenizer *>(impl);
     token_cache_free(s->cache);
+    sp_bpe_free(s->native);
     delete s;
 }
 
 const tokenizer_ops sp_ops = {
-    "sentencepiece", sp_encode, sp_decode, sp_token_id, sp_token_string, sp_is_special, sp_free,
+    "sentencepiece", sp_encode,  sp_decode,  sp_token_id,
+    sp_token_string, sp_is_special, sp_encoder, sp_free,
 };
 
 } // namespace
@@ -277,7 +319,12 @@ extern "C" int tokenizer_sp_open(tokenizer *t, const char *path, char *err, size
                           path, one_line(st).c_str());
         return -1;
     }
-    s->by_words = words_are_exact(s);
+    model_facts facts;
+    s->by_words = words_are_exact(s, facts);
+    if (s->by_words && !facts.user_or_unused && !(s->native = native_encoder(s, facts))) {
+        tokenizer_set_err(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
     t->vocab_size = (uint32_t)s->proc.GetPieceSize();
     t->file.bos = s->proc.bos_id();
     t->file.eos = s->proc.eos_id();

@@ -14,6 +14,13 @@ Hugging Face tokenizers, in the formats `shardlm data encode|decode` writes.
         "a b" merge strings, added tokens with lstrip/rstrip/single_word/normalized),
         DIR/splits (Split behaviours Contiguous+invert, Removed, MergedWithNext,
         MergedWithPrevious)
+  tokenizer_ref.py make-sp-variants DIR TRAIN_TEXT
+        writes small SentencePiece models trained on TRAIN_TEXT, one for each way shardlm
+        encodes: DIR/sp-user.model (BPE, identity normaliser, byte fallback, user-defined
+        symbols: words through the library), DIR/sp-nfkc.model (the default nmt_nfkc
+        normaliser, extra whitespace removed: the whole text through the library),
+        DIR/sp-nofallback.model (BPE, identity, no byte fallback: words in C, unknown
+        characters as unk)
 
 Text is read as bytes and split on b'\\n' only (a last line without '\\n' counts);
 sentencepiece gets bytes (it takes invalid UTF-8), tokenizers gets str.
@@ -139,10 +146,28 @@ def make_variants(root, train):
         Tokenizer.from_file(path)  # the reference still loads it
 
 
+def make_sp_variants(root, train):
+    import sentencepiece
+
+    common = dict(input=train, vocab_size=800, model_type="bpe", unk_id=0, bos_id=1, eos_id=2,
+                  pad_id=-1, minloglevel=2)
+    identity = dict(normalization_rule_name="identity", remove_extra_whitespaces=False)
+    os.makedirs(root, exist_ok=True)
+    train_one = sentencepiece.SentencePieceTrainer.train
+    train_one(model_prefix=os.path.join(root, "sp-user"), byte_fallback=True,
+              user_defined_symbols=["<|im_start|>", "<|im_end|>"], **identity, **common)
+    train_one(model_prefix=os.path.join(root, "sp-nfkc"), byte_fallback=True, **common)
+    train_one(model_prefix=os.path.join(root, "sp-nofallback"), byte_fallback=False,
+              **identity, **common)
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "make-variants":
         make_variants(sys.argv[2], sys.argv[3])
+        return 0
+    if cmd == "make-sp-variants":
+        make_sp_variants(sys.argv[2], sys.argv[3])
         return 0
     ref = Ref(sys.argv[2], sys.argv[3])
     if cmd == "encode-lines":

@@ -2,7 +2,9 @@
 # Tokenizer ids and texts against the reference libraries (tests/tokenizer_ref.py): on every
 # line of the bundled corpus and of tests/data/tokenizer_edge.txt, and on each whole file,
 # `shardlm data encode` gives the ids of python sentencepiece (Mistral's tokenizer.model.v1:
-# BPE, byte fallback, dummy prefix) or Hugging Face tokenizers (SmolLM2's tokenizer.json,
+# BPE, byte fallback, dummy prefix; and small models trained here that take the other
+# encoding paths: user-defined symbols, the nmt_nfkc normaliser, no byte fallback) or Hugging
+# Face tokenizers (SmolLM2's tokenizer.json,
 # and small tokenizers built here with Llama-3's, GPT-2's and other pre-tokenizer structures);
 # `data decode` (whole and --stream) gives the reference's text for those ids, and gives
 # every line back that the reference gives back. Invalid UTF-8: sentencepiece's ids; the
@@ -60,15 +62,33 @@ check() {
 }
 
 # SentencePiece: Mistral's tokenizer.model.v1 from the mistral-common wheel
+bad=$SHLM_SRCDIR/tests/data/tokenizer_invalid_utf8.txt
 if sp=$(shlm_wheel_file mistral-common mistral_common/data/tokenizer.model.v1); then
+    "$SHLM" data tokenizer --tokenizer "$sp" | grep -q -F -x "encoder      words, BPE in C" ||
+        fail "mistral-v1: encode does not take the C path"
     check mistral-v1 sp "$sp"
-    bad=$SHLM_SRCDIR/tests/data/tokenizer_invalid_utf8.txt
     "$SHLM" data encode --tokenizer "$sp" --lines <"$bad" >"$work/bad.ids" &&
         $ref encode-lines sp "$sp" <"$bad" >"$work/bad.ref" &&
         cmp -s "$work/bad.ids" "$work/bad.ref" ||
         fail "mistral-v1: invalid UTF-8 lines: ids differ from sentencepiece's"
 else
     echo "$test_name: SKIP mistral-v1: $sp"
+fi
+# SentencePiece: small models trained here, one per way of encoding (tokenizer_ref.py)
+if $ref make-sp-variants "$work/spv" "$data/shakespeare-train.txt" >"$work/spv.log" 2>&1; then
+    for v in sp-user:"words, through libsentencepiece" sp-nfkc:"whole text, through libsentencepiece" \
+        sp-nofallback:"words, BPE in C"; do
+        path=${v#*:} v=${v%%:*}
+        "$SHLM" data tokenizer --tokenizer "$work/spv/$v.model" | grep -q -F -x "encoder      $path" ||
+            fail "$v: encode does not take the path '$path'"
+        check "$v" sp "$work/spv/$v.model"
+        "$SHLM" data encode --tokenizer "$work/spv/$v.model" --lines <"$bad" >"$work/bad.ids" &&
+            $ref encode-lines sp "$work/spv/$v.model" <"$bad" >"$work/bad.ref" &&
+            cmp -s "$work/bad.ids" "$work/bad.ref" ||
+            fail "$v: invalid UTF-8 lines: ids differ from sentencepiece's"
+    done
+else
+    fail "could not train the test SentencePiece models: $(tail -n 3 "$work/spv.log")"
 fi
 
 # Hugging Face: SmolLM2-135M-Instruct's tokenizer.json (examples/smollm2/get-model.sh DIR)
