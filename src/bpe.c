@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "src/id_map.h"
+#include "src/merge_heap.h"
 #include "src/token_cache.h"
 
 /* ---- the byte-level alphabet (GPT-2's bytes_to_unicode) ---- */
@@ -77,10 +78,6 @@ typedef struct merge_slot {
     int32_t merged;
 } merge_slot;
 
-typedef struct heap_item {
-    uint32_t rank, pos;
-} heap_item;
-
 struct bpe {
     int32_t byte_id[256]; /* the token of each single byte, -1: none */
     id_map *vocab;        /* raw bytes -> id */
@@ -93,8 +90,8 @@ struct bpe {
     /* scratch of one word: symbols as a linked list over byte positions, and the heap */
     int32_t *sym;
     int32_t *prev, *next;
-    heap_item *heap;
-    size_t heap_n, scratch_cap;
+    merge_heap heap; /* key: rank (ranks are below 2^24, exact in a float); tag: rank */
+    size_t scratch_cap;
 };
 
 bpe *bpe_create(void) {
@@ -121,7 +118,7 @@ void bpe_free(bpe *b) {
     free(b->sym);
     free(b->prev);
     free(b->next);
-    free(b->heap);
+    free(b->heap.items);
     free(b);
 }
 
@@ -197,47 +194,18 @@ static int scratch_reserve(bpe *b, size_t n) {
     if (p) b->prev = p;
     int32_t *x = realloc(b->next, cap * sizeof *x);
     if (x) b->next = x;
-    heap_item *h = realloc(b->heap, 2 * cap * sizeof *h);
-    if (h) b->heap = h;
+    merge_cand *h = realloc(b->heap.items, 3 * cap * sizeof *h);
+    if (h) b->heap.items = h;
     if (!s || !p || !x || !h) return -1;
     b->scratch_cap = cap;
     return 0;
-}
-
-static inline int heap_less(heap_item a, heap_item c) {
-    return a.rank < c.rank || (a.rank == c.rank && a.pos < c.pos);
-}
-
-static void heap_push(bpe *b, uint32_t rank, uint32_t pos) {
-    size_t i = b->heap_n++;
-    heap_item it = {rank, pos};
-    while (i > 0 && heap_less(it, b->heap[(i - 1) / 2])) {
-        b->heap[i] = b->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    b->heap[i] = it;
-}
-
-static heap_item heap_pop(bpe *b) {
-    heap_item top = b->heap[0], last = b->heap[--b->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= b->heap_n) break;
-        if (c + 1 < b->heap_n && heap_less(b->heap[c + 1], b->heap[c])) c++;
-        if (!heap_less(b->heap[c], last)) break;
-        b->heap[i] = b->heap[c];
-        i = c;
-    }
-    if (b->heap_n) b->heap[i] = last;
-    return top;
 }
 
 /* the candidate merge of the symbol at pos with its successor, if any */
 static void push_pair(bpe *b, int32_t pos) {
     if (pos < 0 || b->next[pos] < 0) return;
     const merge_slot *m = merge_find(b, b->sym[pos], b->sym[b->next[pos]]);
-    if (m) heap_push(b, m->rank, (uint32_t)pos);
+    if (m) merge_heap_push(&b->heap, (merge_cand){(float)m->rank, pos, b->next[pos], m->rank});
 }
 
 static int merge_word(bpe *b, const unsigned char *w, size_t len, token_ids *out) {
@@ -259,16 +227,16 @@ static int merge_word(bpe *b, const unsigned char *w, size_t len, token_ids *out
     }
     if (n == 0) return 0;
     b->next[n - 1] = -1;
-    b->heap_n = 0;
+    b->heap.n = 0;
     for (int32_t i = 0; i + 1 < n; i++) push_pair(b, i);
-    while (b->heap_n) {
-        heap_item top = heap_pop(b);
-        int32_t pos = (int32_t)top.pos;
+    while (b->heap.n) {
+        merge_cand top = merge_heap_pop(&b->heap);
+        int32_t pos = top.pos;
         /* stale: the symbol was merged into its left neighbour, or its pair changed */
         if (b->sym[pos] < 0 || b->next[pos] < 0) continue;
         int32_t right = b->next[pos];
         const merge_slot *m = merge_find(b, b->sym[pos], b->sym[right]);
-        if (!m || m->rank != top.rank) continue;
+        if (!m || m->rank != top.tag) continue;
         b->sym[pos] = m->merged;
         b->sym[right] = -1;
         b->next[pos] = b->next[right];

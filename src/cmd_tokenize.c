@@ -26,14 +26,15 @@ static void tokenize_usage(FILE *out) {
             "     'bytes' (id = byte value, vocab 256)\n");
 }
 
+/* The one error line (written at once); returns status. */
 static int fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int fail(int status, const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "shardlm: error: data: ");
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "shardlm: error: data: %s\n", msg);
     return status;
 }
 
@@ -112,45 +113,66 @@ static int write_out(const char *p, size_t n) {
     return fwrite(p, 1, n, stdout) == n ? 0 : -1;
 }
 
-/* shardlm data encode */
-int cmd_data_encode(int argc, char **argv) {
+/* What one command does with one unit of input (the whole of stdin, or a line): 0, or -1
+ * with the message in err. */
+typedef struct unit_ctx {
+    tokenizer *t;
+    const options *o;
+    int flags;
+    token_ids ids;
+    byte_buf text;
+    char err[1536];
+} unit_ctx;
+typedef int (*unit_fn)(unit_ctx *u, const char *in, size_t n);
+
+/* The commands' common frame: options, the tokenizer, stdin whole or line by line (a last
+ * line without '\n' counts), one call of fn per unit, cleanup. */
+static int run_units(int argc, char **argv, int mode, unit_fn fn) {
     options o;
     int status;
-    if (parse(argc, argv, 0, &o, &status) != 0) return status;
-    char err[1536];
-    tokenizer *t;
-    if (tokenizer_open(&t, o.tokenizer, err, sizeof err) != 0) return fail(1, "%s", err);
-    int flags = (o.bos ? TOKENIZER_ADD_BOS : 0) | (o.eos ? TOKENIZER_ADD_EOS : 0) |
-                (o.add_special ? tokenizer_default_flags(t) : 0);
+    if (parse(argc, argv, mode, &o, &status) != 0) return status;
+    unit_ctx u = {.o = &o};
+    if (tokenizer_open(&u.t, o.tokenizer, u.err, sizeof u.err) != 0) return fail(1, "%s", u.err);
+    u.flags = mode == 1 ? (o.skip_special ? TOKENIZER_SKIP_SPECIAL : 0)
+                        : (o.bos ? TOKENIZER_ADD_BOS : 0) | (o.eos ? TOKENIZER_ADD_EOS : 0) |
+                              (o.add_special ? tokenizer_default_flags(u.t) : 0);
     byte_buf in = {0};
-    token_ids ids = {0};
     int rc = 0;
     if (read_stdin(&in) != 0) {
-        rc = fail(1, "encode: cannot read stdin: %s", strerror(errno));
+        rc = fail(1, "%s: cannot read stdin: %s", argv[1], strerror(errno));
     } else {
-        /* the whole input, or line by line (a last line without '\n' counts) */
         size_t at = 0;
         do {
             const char *nl = o.lines ? memchr(in.data + at, '\n', in.n - at) : NULL;
             size_t end = nl ? (size_t)(nl - in.data) : in.n;
-            ids.n = 0;
-            if (tokenizer_encode_with(t, in.data + at, end - at, flags, &ids, err, sizeof err)) {
-                rc = fail(1, "encode%s: %s", o.lines ? " (a line)" : "", err);
-                break;
-            }
-            if (write_ids(&ids) != 0) {
-                rc = fail(1, "encode: cannot write stdout: %s", strerror(errno));
+            if (fn(&u, in.data + at, end - at) != 0) {
+                rc = fail(1, "%s: %s", argv[1], u.err);
                 break;
             }
             at = end + 1;
         } while (o.lines && at < in.n);
     }
+    if (rc == 0 && fflush(stdout) != 0) rc = fail(1, "%s: cannot write stdout", argv[1]);
     free(in.data);
-    free(ids.ids);
-    tokenizer_free(t);
-    if (rc == 0 && fflush(stdout) != 0) rc = fail(1, "encode: cannot write stdout");
+    free(u.ids.ids);
+    free(u.text.data);
+    tokenizer_free(u.t);
     return rc;
 }
+
+static int encode_unit(unit_ctx *u, const char *in, size_t n) {
+    u->ids.n = 0;
+    if (tokenizer_encode_with(u->t, in, n, u->flags, &u->ids, u->err, sizeof u->err) != 0)
+        return -1;
+    if (write_ids(&u->ids) != 0) {
+        snprintf(u->err, sizeof u->err, "cannot write stdout: %s", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* shardlm data encode */
+int cmd_data_encode(int argc, char **argv) { return run_units(argc, argv, 0, encode_unit); }
 
 /* The ids of text[0, n): integers separated by blanks or commas. */
 static int parse_ids(const char *text, size_t n, token_ids *ids, char *err, size_t errlen) {
@@ -184,66 +206,40 @@ static int parse_ids(const char *text, size_t n, token_ids *ids, char *err, size
     return 0;
 }
 
-/* Decodes ids to stdout, whole or one token at a time through the incremental decoder. */
-static int decode_ids(tokenizer *t, const token_ids *ids, const options *o, byte_buf *text,
-                      char *err, size_t errlen) {
-    int flags = o->skip_special ? TOKENIZER_SKIP_SPECIAL : 0;
-    text->n = 0;
-    if (!o->stream) {
-        if (tokenizer_decode(t, ids->ids, ids->n, flags, text, err, errlen) != 0) return -1;
-        return write_out(text->data, text->n) == 0 ? 0 : (snprintf(err, errlen, "stdout: write error"), -1);
-    }
-    tokenizer_stream s;
-    tokenizer_stream_init(&s, flags);
+/* Decodes one unit of ids to stdout, whole or one token at a time through the
+ * incremental decoder. */
+static int decode_unit(unit_ctx *u, const char *in, size_t n) {
+    u->ids.n = 0;
+    if (parse_ids(in, n, &u->ids, u->err, sizeof u->err) != 0) return -1;
     int rc = 0;
-    for (size_t i = 0; i <= ids->n && rc == 0; i++) {
-        text->n = 0;
-        rc = i < ids->n ? tokenizer_stream_push(t, &s, ids->ids[i], text, err, errlen)
-                        : tokenizer_stream_flush(t, &s, text, err, errlen);
-        if (rc == 0 && (write_out(text->data, text->n) != 0 || fflush(stdout) != 0)) {
-            snprintf(err, errlen, "stdout: write error");
+    tokenizer_stream s;
+    tokenizer_stream_init(&s, u->flags);
+    for (size_t i = 0; i <= u->ids.n && rc == 0; i++) {
+        u->text.n = 0;
+        if (!u->o->stream)
+            rc = i == 0 ? tokenizer_decode(u->t, u->ids.ids, u->ids.n, u->flags, &u->text, u->err,
+                                           sizeof u->err)
+                        : 0;
+        else if (i < u->ids.n)
+            rc = tokenizer_stream_push(u->t, &s, u->ids.ids[i], &u->text, u->err, sizeof u->err);
+        else
+            rc = tokenizer_stream_flush(u->t, &s, &u->text, u->err, sizeof u->err);
+        if (rc == 0 && (write_out(u->text.data, u->text.n) != 0 ||
+                        (u->o->stream && fflush(stdout) != 0))) {
+            snprintf(u->err, sizeof u->err, "cannot write stdout: %s", strerror(errno));
             rc = -1;
         }
     }
     tokenizer_stream_free(&s);
+    if (rc == 0 && u->o->lines && putchar('\n') == EOF) {
+        snprintf(u->err, sizeof u->err, "cannot write stdout: %s", strerror(errno));
+        rc = -1;
+    }
     return rc;
 }
 
 /* shardlm data decode */
-int cmd_data_decode(int argc, char **argv) {
-    options o;
-    int status;
-    if (parse(argc, argv, 1, &o, &status) != 0) return status;
-    char err[1536];
-    tokenizer *t;
-    if (tokenizer_open(&t, o.tokenizer, err, sizeof err) != 0) return fail(1, "%s", err);
-    byte_buf in = {0}, text = {0};
-    token_ids ids = {0};
-    int rc = 0;
-    if (read_stdin(&in) != 0) {
-        rc = fail(1, "decode: cannot read stdin: %s", strerror(errno));
-    } else {
-        size_t at = 0;
-        do {
-            const char *nl = o.lines ? memchr(in.data + at, '\n', in.n - at) : NULL;
-            size_t end = nl ? (size_t)(nl - in.data) : in.n;
-            ids.n = 0;
-            if (parse_ids(in.data + at, end - at, &ids, err, sizeof err) != 0 ||
-                decode_ids(t, &ids, &o, &text, err, sizeof err) != 0 ||
-                (o.lines && putchar('\n') == EOF)) {
-                rc = fail(1, "decode: %s", err);
-                break;
-            }
-            at = end + 1;
-        } while (o.lines && at < in.n);
-    }
-    free(in.data);
-    free(text.data);
-    free(ids.ids);
-    tokenizer_free(t);
-    if (rc == 0 && fflush(stdout) != 0) rc = fail(1, "decode: cannot write stdout");
-    return rc;
-}
+int cmd_data_decode(int argc, char **argv) { return run_units(argc, argv, 1, decode_unit); }
 
 static void print_token(const tokenizer *t, const char *what, int32_t id) {
     const char *s = id >= 0 ? tokenizer_token_string(t, id) : NULL;

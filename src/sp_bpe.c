@@ -8,13 +8,8 @@
 #include <string.h>
 
 #include "src/id_map.h"
+#include "src/merge_heap.h"
 #include "src/utf8.h"
-
-typedef struct pair {
-    float score;
-    int32_t left, right;
-    uint32_t size; /* bytes of the merged piece */
-} pair;
 
 struct sp_bpe {
     id_map *mergeable; /* normal pieces: what a merge may produce */
@@ -28,8 +23,8 @@ struct sp_bpe {
     size_t norm_cap;
     uint32_t *off, *len;
     int32_t *prev, *next;
-    pair *heap;
-    size_t heap_n, sym_cap;
+    merge_heap heap; /* key: minus the merged piece's score; tag: its bytes */
+    size_t sym_cap;
 };
 
 sp_bpe *sp_bpe_create(int32_t n, int32_t unk, int byte_fallback) {
@@ -59,7 +54,7 @@ void sp_bpe_free(sp_bpe *m) {
     free(m->len);
     free(m->prev);
     free(m->next);
-    free(m->heap);
+    free(m->heap.items);
     free(m);
 }
 
@@ -96,40 +91,12 @@ static int reserve(sp_bpe *m, size_t text_len) {
         if (p) m->prev = p;
         int32_t *x = realloc(m->next, need * sizeof *x);
         if (x) m->next = x;
-        pair *h = realloc(m->heap, 3 * need * sizeof *h);
-        if (h) m->heap = h;
+        merge_cand *h = realloc(m->heap.items, 3 * need * sizeof *h);
+        if (h) m->heap.items = h;
         if (!o || !l || !p || !x || !h) return -1;
         m->sym_cap = need;
     }
     return 0;
-}
-
-static inline int before(const pair *a, const pair *b) {
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static void heap_push(sp_bpe *m, pair p) {
-    size_t i = m->heap_n++;
-    while (i > 0 && before(&p, &m->heap[(i - 1) / 2])) {
-        m->heap[i] = m->heap[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    m->heap[i] = p;
-}
-
-static pair heap_pop(sp_bpe *m) {
-    pair top = m->heap[0], last = m->heap[--m->heap_n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= m->heap_n) break;
-        if (c + 1 < m->heap_n && before(&m->heap[c + 1], &m->heap[c])) c++;
-        if (!before(&m->heap[c], &last)) break;
-        m->heap[i] = m->heap[c];
-        i = c;
-    }
-    if (m->heap_n) m->heap[i] = last;
-    return top;
 }
 
 /* the candidate merge of symbols left and right (adjacent, so contiguous in norm) */
@@ -137,7 +104,7 @@ static void maybe_add(sp_bpe *m, int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
     uint32_t size = m->len[left] + m->len[right];
     int32_t id = id_map_get(m->mergeable, m->norm + m->off[left], size);
-    if (id >= 0) heap_push(m, (pair){m->score[id], left, right, size});
+    if (id >= 0) merge_heap_push(&m->heap, (merge_cand){-m->score[id], left, right, size});
 }
 
 int sp_bpe_encode(sp_bpe *m, const char *text, size_t len, int dummy_prefix, token_ids *out) {
@@ -166,19 +133,18 @@ int sp_bpe_encode(sp_bpe *m, const char *text, size_t len, int dummy_prefix, tok
         n++;
     }
     m->next[n - 1] = -1;
-    m->heap_n = 0;
+    m->heap.n = 0;
     for (int32_t i = 1; i < n; i++) maybe_add(m, i - 1, i);
-    while (m->heap_n) {
-        pair top = heap_pop(m);
-        if (!m->len[top.left] || !m->len[top.right] ||
-            m->len[top.left] + m->len[top.right] != top.size)
-            continue;
-        m->len[top.left] = top.size;
-        m->next[top.left] = m->next[top.right];
-        if (m->next[top.right] >= 0) m->prev[m->next[top.right]] = top.left;
-        m->len[top.right] = 0;
-        maybe_add(m, m->prev[top.left], top.left);
-        maybe_add(m, top.left, m->next[top.left]);
+    while (m->heap.n) {
+        merge_cand top = merge_heap_pop(&m->heap);
+        int32_t left = top.pos, right = top.right;
+        if (!m->len[left] || !m->len[right] || m->len[left] + m->len[right] != top.tag) continue;
+        m->len[left] = top.tag;
+        m->next[left] = m->next[right];
+        if (m->next[right] >= 0) m->prev[m->next[right]] = left;
+        m->len[right] = 0;
+        maybe_add(m, m->prev[left], left);
+        maybe_add(m, left, m->next[left]);
     }
     int prev_unk = 0;
     for (int32_t i = 0; i >= 0; i = m->next[i]) {

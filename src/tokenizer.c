@@ -299,45 +299,42 @@ static int ends_unfinished(const char *text, size_t n) {
     return 0;
 }
 
+/* a = decode(ids[prefix, read)), the text released; b = decode(ids[prefix, n)). Both
+ * start at the same token, so a leading-space rule applied to the first applies to both.
+ * Unless `force`, b is released only when it extends a and ends with whole characters.
+ * What is new in b goes to out, and the window moves on. */
+static int stream_release(tokenizer *t, tokenizer_stream *s, int force, byte_buf *out,
+                          char *err, size_t errlen) {
+    s->a.n = s->b.n = 0;
+    if (tokenizer_decode(t, s->ids.ids + s->prefix, s->read - s->prefix, s->flags, &s->a, err,
+                         errlen) != 0 ||
+        tokenizer_decode(t, s->ids.ids + s->prefix, s->ids.n - s->prefix, s->flags, &s->b, err,
+                         errlen) != 0)
+        return -1;
+    int ready = s->b.n > s->a.n && !ends_unfinished(s->b.data, s->b.n) &&
+                memcmp(s->a.data, s->b.data, s->a.n) == 0;
+    if (!ready && !force) return 0;
+    if (s->b.n > s->a.n && byte_buf_append(out, s->b.data + s->a.n, s->b.n - s->a.n) != 0) {
+        tokenizer_set_err(err, errlen, "%s: out of memory", t->path);
+        return -1;
+    }
+    s->prefix = force ? s->ids.n : s->read;
+    s->read = s->ids.n;
+    return 0;
+}
+
 int tokenizer_stream_push(tokenizer *t, tokenizer_stream *s, int32_t id, byte_buf *out,
                           char *err, size_t errlen) {
     if (token_ids_push(&s->ids, id) != 0) {
         tokenizer_set_err(err, errlen, "%s: out of memory", t->path);
         return -1;
     }
-    /* released = decode(ids[prefix, read)); full = decode(ids[prefix, n)): both start at the
-     * same token, so a leading-space rule applied to the first one applies to both */
-    s->a.n = s->b.n = 0;
-    if (tokenizer_decode(t, s->ids.ids + s->prefix, s->read - s->prefix, s->flags, &s->a, err,
-                         errlen) != 0 ||
-        tokenizer_decode(t, s->ids.ids + s->prefix, s->ids.n - s->prefix, s->flags, &s->b, err,
-                         errlen) != 0)
-        return -1;
-    if (s->b.n <= s->a.n || ends_unfinished(s->b.data, s->b.n)) return 0;
-    if (memcmp(s->a.data, s->b.data, s->a.n) != 0) return 0; /* not a prefix yet: wait */
-    if (byte_buf_append(out, s->b.data + s->a.n, s->b.n - s->a.n) != 0) {
-        tokenizer_set_err(err, errlen, "%s: out of memory", t->path);
-        return -1;
-    }
-    s->prefix = s->read;
-    s->read = s->ids.n;
-    return 0;
+    return stream_release(t, s, 0, out, err, errlen);
 }
 
 int tokenizer_stream_flush(tokenizer *t, tokenizer_stream *s, byte_buf *out, char *err,
                            size_t errlen) {
-    s->a.n = s->b.n = 0;
-    if (tokenizer_decode(t, s->ids.ids + s->prefix, s->read - s->prefix, s->flags, &s->a, err,
-                         errlen) != 0 ||
-        tokenizer_decode(t, s->ids.ids + s->prefix, s->ids.n - s->prefix, s->flags, &s->b, err,
-                         errlen) != 0)
-        return -1;
-    if (s->b.n > s->a.n && byte_buf_append(out, s->b.data + s->a.n, s->b.n - s->a.n) != 0) {
-        tokenizer_set_err(err, errlen, "%s: out of memory", t->path);
-        return -1;
-    }
-    s->prefix = s->read = s->ids.n;
-    return 0;
+    return stream_release(t, s, 1, out, err, errlen);
 }
 
 /* ---- special tokens ---- */

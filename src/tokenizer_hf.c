@@ -575,6 +575,7 @@ static int load_model(loader *ld, const cJSON *model, const cJSON *added) {
 
     /* merges: "a b" strings or [a, b] pairs, ranked in order */
     int rank = 0;
+    if (cJSON_GetArraySize(merges) >= (1 << 24)) return fail(ld, "more than 2^24 merges");
     for (const cJSON *m = merges->child; m; m = m->next, rank++) {
         const char *a, *b;
         size_t la, lb;
