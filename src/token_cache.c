@@ -103,7 +103,7 @@ void token_cache_put(token_cache *c, const char *key, size_t len, const int32_t 
                           .key_len = (uint16_t)len,
                           .n_ids = (uint16_t)n};
     memcpy(c->keys + c->keys_used, key, len);
-    memcpy(c->ids + c->ids_used, ids, n * sizeof *ids);
+    if (n) memcpy(c->ids + c->ids_used, ids, n * sizeof *ids);
     c->keys_used += len;
     c->ids_used += n;
     c->used++;

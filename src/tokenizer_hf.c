@@ -68,7 +68,7 @@ typedef struct hf_tokenizer {
      * longest first: indices into added, -1 terminated lists in first_list */
     int32_t first_start[2][256];
     int32_t *first_list;
-    pcre2_code *word_char; /* \w, for single_word */
+    pcre2_code *word_char; /* a word character, for single_word */
     pcre2_match_data *word_md;
     /* id -> the file's string and its decoded bytes; specials */
     uint32_t vocab_size;
@@ -622,7 +622,8 @@ static int load_added(loader *ld, const cJSON *added, const cJSON *vocab) {
     hf_tokenizer *hf = ld->hf;
     int n = added ? cJSON_GetArraySize(added) : 0;
     hf->added = calloc((size_t)n + 1, sizeof *hf->added);
-    hf->first_list = malloc(((size_t)n + 2) * 2 * 256 * sizeof *hf->first_list);
+    /* every token once, and a -1 after each list: at most 2n + 1 entries */
+    hf->first_list = malloc((2 * (size_t)n + 1) * sizeof *hf->first_list);
     id_map *names = id_map_create();
     if (!hf->added || !hf->first_list || !names) {
         id_map_free(names);
@@ -676,7 +677,10 @@ static int load_added(loader *ld, const cJSON *added, const cJSON *vocab) {
         }
     int code;
     PCRE2_SIZE at;
-    hf->word_char = pcre2_compile((PCRE2_SPTR) "\\w", 2, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    /* Rust regex's \w (what tokenizers' single_word tests), not PCRE2's \p{L}\p{N}_ */
+    static const char word[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
+    hf->word_char =
+        pcre2_compile((PCRE2_SPTR)word, sizeof word - 1, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
     hf->word_md = hf->word_char ? pcre2_match_data_create_from_pattern(hf->word_char, NULL) : NULL;
     return hf->word_md ? 0 : fail(ld, "out of memory");
 }
