@@ -403,6 +403,34 @@ static int flag(const cJSON *o, const char *key, int def) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : def;
 }
 
+/* A pattern with \s and \S as Oniguruma (the tokenizers library's engine) means them: the
+ * White_Space property. PCRE2's \s also takes U+180E, which Unicode 6.3 moved out of it.
+ * Escapes are copied in pairs, \Q...\E sections as they are. NULL when out of memory. */
+static char *onig_spaces(const char *p, size_t n, size_t *out_n) {
+    char *q = malloc(8 * n + 1);
+    if (!q) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != '\\' || i + 1 == n) {
+            q[k++] = p[i];
+        } else if (p[i + 1] == 's' || p[i + 1] == 'S') {
+            k += (size_t)sprintf(q + k, "\\%c{White_Space}", p[i + 1] == 's' ? 'p' : 'P');
+            i++;
+        } else if (p[i + 1] == 'Q') {
+            const char *e = memmem(p + i, n - i, "\\E", 2);
+            size_t stop = e ? (size_t)(e - p) + 2 : n;
+            memcpy(q + k, p + i, stop - i);
+            k += stop - i;
+            i = stop - 1;
+        } else {
+            q[k++] = p[i];
+            q[k++] = p[++i];
+        }
+    }
+    *out_n = k;
+    return q;
+}
+
 static int add_stage(loader *ld, const char *pattern, size_t len, split_behavior behavior,
                      int invert, int add_prefix_space, const char *what) {
     hf_tokenizer *hf = ld->hf;
@@ -412,7 +440,11 @@ static int add_stage(loader *ld, const char *pattern, size_t len, split_behavior
     if (!pattern) return 0;
     int code;
     PCRE2_SIZE at;
-    st->re = pcre2_compile((PCRE2_SPTR)pattern, len, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    size_t n;
+    char *onig = onig_spaces(pattern, len, &n);
+    if (!onig) return fail(ld, "out of memory");
+    st->re = pcre2_compile((PCRE2_SPTR)onig, n, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    free(onig);
     if (!st->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
