@@ -1,6 +1,7 @@
-/* `shardlm data prepare`: turns a text file into a token file with the byte tokenizer
- * (token = byte, vocab 256); `shardlm data random`: uniform random tokens for
- * benchmarks at any vocabulary. A plain process: it needs no MPI. */
+/* `shardlm data prepare`: turns a text file into a token file with any tokenizer
+ * (src/tokenizer.h; the file is one document); `shardlm data random`: uniform random
+ * tokens for benchmarks at any vocabulary; `data encode|decode|tokenizer` are in
+ * src/cmd_tokenize.c. A plain process: it needs no MPI. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,11 +12,16 @@
 #include "io/tokens.h"
 #include "src/commands.h"
 #include "src/rng.h"
+#include "src/tokenizer.h"
 
 static void data_usage(FILE *out) {
-    fprintf(out, "usage: shardlm data prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin\n"
-                 "  --tokenizer bytes   token = byte value, vocab 256 (the only one so far)\n"
-                 "  --width 2|4         bytes per token in OUT (default 2)\n"
+    fprintf(out, "usage: shardlm data prepare --tokenizer T [--width 2|4] IN.txt OUT.bin\n"
+                 "  --tokenizer T       a tokenizer.model or tokenizer.json file, a model directory\n"
+                 "                      holding one, or bytes (token = byte value, vocab 256);\n"
+                 "                      IN is one document: bos as the model says, eos at the end\n"
+                 "  --width 2|4         bytes per token in OUT (default: 2 when the vocab fits)\n"
+                 "       shardlm data encode|decode|tokenizer --tokenizer T ...\n"
+                 "  text <-> ids on stdin/stdout (shardlm data encode --help)\n"
                  "       shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
                  "  uniform random token ids in [0, V), for benchmarks (width 2 if V <= 65536)\n");
 }
@@ -111,10 +117,13 @@ int cmd_data(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "random") == 0) return data_random(argc, argv);
+    if (strcmp(argv[1], "encode") == 0) return cmd_data_encode(argc, argv);
+    if (strcmp(argv[1], "decode") == 0) return cmd_data_decode(argc, argv);
+    if (strcmp(argv[1], "tokenizer") == 0) return cmd_data_tokenizer(argc, argv);
     if (strcmp(argv[1], "prepare") != 0)
         return fail(2, "unknown subcommand '%s' (try: shardlm data prepare --help)", argv[1]);
 
-    const char *tokenizer = NULL, *width_arg = "2", *paths[2] = {NULL, NULL};
+    const char *tokenizer = NULL, *width_arg = NULL, *paths[2] = {NULL, NULL};
     int n_paths = 0;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
@@ -138,37 +147,49 @@ int cmd_data(int argc, char **argv) {
             return fail(2, "unexpected argument '%s' (takes IN.txt OUT.bin)", a);
         }
     }
-    if (!tokenizer) return fail(2, "--tokenizer is required (known: bytes)");
-    if (strcmp(tokenizer, "bytes") != 0)
-        return fail(2, "unknown tokenizer '%s' (known: bytes)", tokenizer);
-    int width = strcmp(width_arg, "2") == 0 ? 2 : strcmp(width_arg, "4") == 0 ? 4 : 0;
-    if (!width) return fail(2, "--width must be 2 or 4, not '%s'", width_arg);
+    if (!tokenizer)
+        return fail(2, "--tokenizer is required (a tokenizer file, a model directory, or bytes)");
+    int width = !width_arg ? 0 : strcmp(width_arg, "2") == 0 ? 2 : strcmp(width_arg, "4") == 0 ? 4 : -1;
+    if (width < 0) return fail(2, "--width must be 2 or 4, not '%s'", width_arg);
     if (n_paths != 2) return fail(2, "prepare needs IN.txt and OUT.bin");
     /* the output replaces its name: were it the input (by any path or link), the text
      * would be gone */
     if (safe_file_same(paths[0], paths[1]))
         return fail(1, "%s is the input file %s itself (same file): refusing to replace the "
                     "text with its tokens; choose another OUT.bin", paths[1], paths[0]);
+    char err[1536];
+    struct tokenizer *tok; /* (`tokenizer` is the option's name here) */
+    if (tokenizer_open(&tok, tokenizer, err, sizeof err) != 0) return fail(1, "%s", err);
+    uint32_t vocab = tokenizer_vocab_size(tok);
+    if (!width) width = vocab <= 65536 ? 2 : 4;
+    if (width == 2 && vocab > 65536) {
+        tokenizer_free(tok);
+        return fail(2, "--width 2 cannot hold the ids of %s (vocab %u > 65536)", tokenizer, vocab);
+    }
 
     size_t n = 0;
     unsigned char *text = read_all(paths[0], &n);
-    if (!text) return fail(1, "%s: cannot read: %s", paths[0], strerror(errno));
+    if (!text) {
+        tokenizer_free(tok);
+        return fail(1, "%s: cannot read: %s", paths[0], strerror(errno));
+    }
     if (n == 0) {
         free(text);
+        tokenizer_free(tok);
         return fail(1, "%s: empty file, nothing to tokenize", paths[0]);
     }
-    int32_t *tokens = malloc(n * sizeof *tokens);
-    if (!tokens) {
-        free(text);
-        return fail(1, "%s: out of memory for the tokens", paths[0]);
-    }
-    for (size_t i = 0; i < n; i++) tokens[i] = text[i]; /* the byte tokenizer */
+    token_ids ids = {0};
+    int rc = tokenizer_encode_with(tok, (const char *)text, n, tokenizer_document_flags(tok), &ids,
+                                   err, sizeof err);
     free(text);
-
-    char err[1536];
-    int rc = token_file_write(paths[1], tokens, n, width, BYTE_VOCAB_SIZE, err, sizeof err);
-    free(tokens);
+    tokenizer_free(tok);
+    if (rc != 0) {
+        free(ids.ids);
+        return fail(1, "%s: %s", paths[0], err);
+    }
+    rc = token_file_write(paths[1], ids.ids, ids.n, width, vocab, err, sizeof err);
+    free(ids.ids);
     if (rc != 0) return fail(1, "%s", err);
-    printf("wrote %zu tokens (vocab %d) to %s\n", n, (int)BYTE_VOCAB_SIZE, paths[1]);
+    printf("wrote %zu tokens (vocab %u) to %s\n", ids.n, vocab, paths[1]);
     return 0;
 }

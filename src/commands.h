@@ -8,9 +8,14 @@
 int cmd_train(int argc, char **argv);
 /* shardlm eval JOB.ini [--set section.key=value ...]    (src/train.c; every rank) */
 int cmd_eval(int argc, char **argv);
-/* shardlm data prepare --tokenizer bytes [--width 2|4] IN.txt OUT.bin
+/* shardlm data prepare --tokenizer T [--width 2|4] IN.txt OUT.bin
  * (src/cmd_data.c; a plain process, needs no MPI) */
 int cmd_data(int argc, char **argv);
+/* shardlm data encode|decode|tokenizer --tokenizer T ...   (src/cmd_tokenize.c; called by
+ * cmd_data with the same arguments) */
+int cmd_data_encode(int argc, char **argv);
+int cmd_data_decode(int argc, char **argv);
+int cmd_data_tokenizer(int argc, char **argv);
 
 /* shardlm plan JOB.ini --ranks N [--ranks-per-node M]   (src/plan.c; a plain process) */
 int cmd_plan(int argc, char **argv);

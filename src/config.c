@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "src/tokenizer.h"
 
 typedef enum key_type {
     KT_INT,    /* int */
@@ -120,6 +121,9 @@ static const key_def keys[] = {
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
     {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
+    /* a tokenizer file or model directory (src/tokenizer.h), or bytes; default: the
+     * model.init_from directory's when it holds one, else bytes */
+    {"data", "tokenizer", KT_STRING, F(tokenizer), NULL, NOLIM, NULL, KF_PATH | KF_DERIVED},
 
     /* [log] */
     {"log", "every", KT_INT, F(log_every), "1", 1, IMAX, NULL, 0},
@@ -711,9 +715,10 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
         char *field = (char *)c + keys[i].offset;
         if (!field[0] || field[0] == '/' || !slash) continue;
-        /* checkpoint.resume is a path or one of two words */
+        /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes */
         if (i == idx("checkpoint", "resume") && (!strcmp(field, "auto") || !strcmp(field, "none")))
             continue;
+        if (i == idx("data", "tokenizer") && !strcmp(field, "bytes")) continue;
         char joined[2100];
         int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - c->path), c->path,
                          field);
@@ -726,6 +731,11 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
         memcpy(field, joined, (size_t)n + 1);
     }
+    /* the tokenizer: the one of the model the run starts from, else bytes (after the
+     * paths are joined: init_from is then where the model is) */
+    if (!st[idx("data", "tokenizer")].set)
+        snprintf(c->tokenizer, sizeof c->tokenizer, "%s",
+                 c->init_from[0] && tokenizer_dir_has_one(c->init_from) ? c->init_from : "bytes");
     return 0;
 }
 

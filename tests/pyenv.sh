@@ -8,6 +8,9 @@
 #   $SHLM_PYENV   the virtual environment (default $SHLM_CACHE/venv)
 SHLM_CACHE=${SHLM_CACHE:-${HOME:-/root}/.cache/shardlm}
 SHLM_PYENV=${SHLM_PYENV:-$SHLM_CACHE/venv}
+#   $SHLM_SMOLLM2 SmolLM2-135M-Instruct as a Hugging Face directory, which
+#                 examples/smollm2/get-model.sh makes (default $SHLM_CACHE/models/...)
+SHLM_SMOLLM2=${SHLM_SMOLLM2:-$SHLM_CACHE/models/SmolLM2-135M-Instruct}
 
 # shlm_python MODULE...: sets SHLM_PY to a python3 in which every MODULE imports (the
 # environment's, else python3 on PATH); returns 1 with a reason on stdout when none does.

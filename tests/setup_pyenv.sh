@@ -23,7 +23,7 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
 # SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0), which examples/smollm2/get-model.sh
 # downloads (pinned, sha256-checked) and converts into the Hugging Face directory
-# $SHLM_CACHE/models/SmolLM2-135M-Instruct that the tests load
+# $SHLM_SMOLLM2 that the tests load (tests/pyenv.sh)
 for w in mistral-common chatterbot-corpus==1.3.3; do
     w_file=$(printf %s "${w%%==*}" | tr - _)-
     case $w in *==*) w_file=$w_file${w#*==}- ;; esac
@@ -31,5 +31,5 @@ for w in mistral-common chatterbot-corpus==1.3.3; do
         "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
             -d "$SHLM_CACHE/wheels" "$w"
 done
-"$here/../examples/smollm2/get-model.sh" "$SHLM_CACHE/models/SmolLM2-135M-Instruct"
+"$here/../examples/smollm2/get-model.sh" "$SHLM_SMOLLM2"
 echo "setup_pyenv: $SHLM_PYENV ready; downloads in $SHLM_CACHE/wheels"

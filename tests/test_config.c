@@ -397,6 +397,42 @@ static void test_paths(void) {
     if (chdir(cwd) != 0) check(0, "chdir back to %s", cwd);
 }
 
+/* [data] tokenizer: bytes by default, model.init_from's directory when it holds a
+ * tokenizer, a path relative to the job file, and the word bytes kept as it is. */
+static void test_tokenizer_key(void) {
+    job_config c;
+    char err[1536] = "", model[600], want[700];
+    int rc = load(variant(0, NULL, NULL), 0, NULL, &c, err, sizeof err);
+    check(rc == 0 && !strcmp(c.tokenizer, "bytes"), "data.tokenizer defaults to bytes: %s",
+          rc ? err : c.tokenizer);
+    if (rc == 0) job_config_free(&c);
+    snprintf(model, sizeof model, "%s/jobs/model", dir);
+    mkdir(model, 0700);
+    const char *with_init = variant(3, "preset = tiny\ninit_from = model", NULL);
+    rc = load(with_init, 0, NULL, &c, err, sizeof err);
+    check(rc == 0 && !strcmp(c.tokenizer, "bytes"),
+          "init_from without a tokenizer: data.tokenizer is bytes: %s", rc ? err : c.tokenizer);
+    if (rc == 0) job_config_free(&c);
+    snprintf(want, sizeof want, "%s/tokenizer.json", model);
+    FILE *f = fopen(want, "w");
+    if (f) fclose(f);
+    rc = load(with_init, 0, NULL, &c, err, sizeof err);
+    check(rc == 0 && !strcmp(c.tokenizer, model),
+          "init_from holding tokenizer.json: data.tokenizer is that directory: %s",
+          rc ? err : c.tokenizer);
+    if (rc == 0) job_config_free(&c);
+    snprintf(want, sizeof want, "%s/jobs/tok/tokenizer.model", dir);
+    rc = load(variant(0, NULL, "tokenizer = tok/tokenizer.model\n"), 0, NULL, &c, err, sizeof err);
+    check(rc == 0 && !strcmp(c.tokenizer, want), "data.tokenizer is relative to the job: %s",
+          rc ? err : c.tokenizer);
+    if (rc == 0) job_config_free(&c);
+    rc = load(variant(3, "preset = tiny\ninit_from = model", "tokenizer = bytes\n"), 0, NULL, &c,
+              err, sizeof err);
+    check(rc == 0 && !strcmp(c.tokenizer, "bytes"), "data.tokenizer = bytes stays bytes: %s",
+          rc ? err : c.tokenizer);
+    if (rc == 0) job_config_free(&c);
+}
+
 /* The repository's own job files, when the test knows where the sources are. */
 static void test_repo_jobs(void) {
     const char *src = getenv("SHLM_SRCDIR");
@@ -438,6 +474,7 @@ int main(int argc, char **argv) {
     test_overrides();
     test_long_lines();
     test_paths();
+    test_tokenizer_key();
     test_repo_jobs();
 
     char cmd[600];
