@@ -497,35 +497,24 @@ static void bench_embedding(int N, int C, int V) {
     gpu->free(cur.tok), gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
 }
 
-static void run_add(void) { gpu->add(cur.c, cur.a, cur.b, cur.n); }
 static void run_f32_to_act(void) { gpu->f32_to_act(cur.a, cur.f0, cur.n); }
 
-static void bench_add_convert(size_t n) {
+static void bench_convert(size_t n) {
     char shape[64];
     snprintf(shape, sizeof shape, "n=%zu", n);
-    cur.a = dev_act(n, 2424);
-    cur.b = dev_act(n, 3535);
-    cur.c = gpu->alloc(n * 2);
-    cur.n = n;
-    run_add();
-    float *a = host_vals(2424, n, 1.0f), *b = host_vals(3535, n, 1.0f), *ref = xmalloc(n * 4);
-    cpu->add(ref, a, b, n);
-    float *got = down_act(cur.c, n);
-    int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "add");
-    double us = time_us(run_add);
-    row("add", shape, us, 0, 3.0 * n * 2, nwrong);
-    free(got);
-
+    float *ref = host_vals(2424, n, 1.0f);
+    cur.a = gpu->alloc(n * 2);
     cur.f0 = dev_f32_from(ref, n);
+    cur.n = n;
     run_f32_to_act();
-    got = down_act(cur.a, n);
+    float *got = down_act(cur.a, n);
     shlm_cpu_round_to_bf16(ref, n);
-    nwrong = memcmp(got, ref, n * sizeof(float)) != 0;
+    int nwrong = memcmp(got, ref, n * sizeof(float)) != 0;
     if (nwrong) fprintf(stderr, "# WRONG: f32_to_act differs from the cpu's rounding\n");
-    us = time_us(run_f32_to_act);
+    double us = time_us(run_f32_to_act);
     row("f32_to_act", shape, us, 0, n * 6.0, nwrong);
-    free(a), free(b), free(ref), free(got);
-    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
+    free(ref), free(got);
+    gpu->free(cur.a), gpu->free(cur.f0);
 }
 
 static void run_adamw(void) {
@@ -533,7 +522,6 @@ static void run_adamw(void) {
 }
 static double g_ss;
 static void run_sum_squares(void) { g_ss = gpu->sum_squares(cur.f1, cur.n); }
-static void run_scale(void) { gpu->scale(cur.f1, 1.0f, cur.n); }
 static void run_accumulate(void) { gpu->accumulate(cur.f2, cur.f1, cur.n); }
 
 static void bench_optimizer(size_t n) {
@@ -559,8 +547,6 @@ static void bench_optimizer(size_t n) {
     nwrong = wrong(fabs(g_ss - ref) / ref, 1e-10, "sum_squares");
     us = time_us(run_sum_squares); /* includes the copy of the result to the host */
     row("sum_squares", shape, us, 0, 4.0 * n, nwrong);
-    us = time_us(run_scale);
-    row("scale", shape, us, 0, 8.0 * n, 0);
 
     gpu->to_device(cur.f2, m, n * sizeof(float)); /* the cpu's m after its step */
     run_accumulate();
@@ -662,7 +648,7 @@ int main(int argc, char **argv) {
     if (want("matmul_bwd o")) bench_matmul_bwd("matmul_bwd o", N, D, D);
     if (want("rope")) bench_rope(N, SEQ, 1);
     if (want("matmul_bwd qkv")) bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
-    if (want("add_convert")) bench_add_convert((size_t)N * D);
+    if (want("convert")) bench_convert((size_t)N * D);
     if (want("optimizer")) /* one block */
         bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D);
 

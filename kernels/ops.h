@@ -68,8 +68,6 @@ typedef struct shlm_ops {
     /* ---- dtype conversion ---- */
     /* act[i] = (act_dtype) f32[i], round-to-nearest-even when act is bf16 */
     void (*f32_to_act)(void *act, const float *f32, size_t n);
-    /* f32[i] = act[i] */
-    void (*act_to_f32)(float *f32, const void *act, size_t n);
     /* x[i] = bf16(x[i]) kept in fp32 storage: emulates bf16 collectives on fp32 backends */
     void (*round_to_bf16)(float *x, size_t n);
     /* bf16[i] = bf16(f32[i]), round-to-nearest-even: casts for bf16 collectives */
@@ -135,9 +133,6 @@ typedef struct shlm_ops {
     /* dgu (N, 2F) = */
     void (*swiglu_bwd)(void *dgu, const void *dout, const void *gu, int N, int F);
 
-    /* out(n) = a + b (out may alias a or b) */
-    void (*add)(void *out, const void *a, const void *b, size_t n);
-
     /* Softmax cross-entropy over logits (N,V) with targets (N):
      * losses[i] = -log softmax(logits_i)[targets[i]], 0 for ignored rows;
      * if dlogits is non-NULL, dlogits_i = (softmax(logits_i) - onehot) * dscale
@@ -153,8 +148,6 @@ typedef struct shlm_ops {
                   int step);
     /* Σ x[i]², accumulated in double, returned to the host */
     double (*sum_squares)(const float *x, size_t n);
-    /* x[i] *= s */
-    void (*scale)(float *x, float s, size_t n);
 } shlm_ops;
 
 /* Profiler ranges, no-ops on backends without them. */

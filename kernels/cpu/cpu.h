@@ -30,7 +30,6 @@ void shlm_cpu_sync(void);
 
 /* ---- conversion (convert.c); act is fp32 on this backend ---- */
 void shlm_cpu_f32_to_act(void *act, const float *f32, size_t n);
-void shlm_cpu_act_to_f32(float *f32, const void *act, size_t n);
 void shlm_cpu_round_to_bf16(float *x, size_t n);
 void shlm_cpu_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n);
 void shlm_cpu_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n);
@@ -69,7 +68,6 @@ void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
 void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu (each gate/up pair is read before it is written). */
 void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
-void shlm_cpu_add(void *out, const void *a, const void *b, size_t n);
 
 /* Aborts on a target >= V. */
 void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
@@ -82,7 +80,6 @@ void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t 
                     int step);
 /* Deterministic for any thread count: fixed blocks, summed in a fixed order. */
 double shlm_cpu_sum_squares(const float *x, size_t n);
-void shlm_cpu_scale(float *x, float s, size_t n);
 void shlm_cpu_accumulate(float *y, const float *x, size_t n);
 
 #endif

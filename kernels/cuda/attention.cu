@@ -835,18 +835,18 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     CUDA_CHECK_LAST();
 }
 
-/* kv, dq (shlm_cuda_attention_bwd_variant's): which dK/dV and dQ kernels; 0 this file's,
- * 1 attention_bwd_sm90.cu's wgmma one in its default variant, 2 + v its variant v. A wgmma
- * kernel that declines a pass falls back to this file's. Returns 0 when every pass ran
- * the requested kernels. rope_theta > 0: dq, dk w.r.t. the pre-RoPE q, k; the wgmma
- * kernels rotate in their epilogues (rope_tab: rope.cu's table of T positions), and a
- * pass whose dK/dV or dQ ran here gets rope.cu's inverse kernel on that part (k or q
- * heads) of its rows, after both of its kernels (neither reads dqkv). */
+/* The backward's passes: per pass, the dK/dV and dQ kernels of attention_bwd_sm90.cu when
+ * sm90 is set and they accept the pass, else this file's (the fallback; both write the same
+ * scratch layout, so either dQ kernel follows either dK/dV kernel). rope_theta > 0: dq, dk
+ * w.r.t. the pre-RoPE q, k; the wgmma kernels rotate in their epilogues (rope_tab: rope.cu's
+ * table of T positions), and a pass whose dK/dV or dQ ran here gets rope.cu's inverse
+ * kernel on that part (k or q heads) of its rows, after both of its kernels (neither reads
+ * dqkv). Returns the SHLM_ATTN_RAN_ bits of the parts that ran on wgmma in every pass. */
 template <int HDP>
-int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
-               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int kv,
-               int dq, float rope_theta, const void *rope_tab) {
-    int fell_back = 0;
+unsigned bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
+                    const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a,
+                    bool sm90, float rope_theta, const void *rope_tab) {
+    unsigned ran = sm90 ? SHLM_ATTN_RAN_SM90_DKV | SHLM_ATTN_RAN_SM90_DQ : 0u;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
     const size_t smem_kv = (size_t)(2 * KV_BK + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
@@ -859,33 +859,23 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
     /* bc batch elements per pass: their dS fits the scratch */
     for (int b0 = 0; b0 < a.B; b0 += bc) {
         const int nb = min(bc, a.B - b0);
-        const int kv_rc =
-            kv == 0 ? 1
-            : kv == 1
-                ? shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb,
-                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2,
-                                                   rope_tab)
-                : shlm_cuda_attention_bwd_dkv_sm90_variant(dqkv, dS, ds_head, dout, qkv, lse, Dv,
-                                                           b0, nb, a.T, a.nh, a.nkv, a.hd,
-                                                           a.scale, a.scale_log2, kv - 2,
-                                                           rope_tab);
+        const int kv_rc = !sm90 ? 1
+                                : shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse,
+                                                                   Dv, b0, nb, a.T, a.nh, a.nkv, a.hd,
+                                                                   a.scale, a.scale_log2, rope_tab);
         if (kv_rc != 0) {
-            fell_back |= kv != 0;
+            ran &= ~SHLM_ATTN_RAN_SM90_DKV;
             dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
             attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
                 dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
                 a.scale_log2, a.vec, a.vec_do, a.ovec);
             CUDA_CHECK_LAST();
         }
-        const int dq_rc =
-            dq == 0 ? 1
-            : dq == 1 ? shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
-                                                        a.nkv, a.hd, rope_tab)
-                      : shlm_cuda_attention_bwd_dq_sm90_variant(dqkv, dS, ds_head, qkv, b0, nb,
-                                                                a.T, a.nh, a.nkv, a.hd, dq - 2,
-                                                                rope_tab);
+        const int dq_rc = !sm90 ? 1
+                                : shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T,
+                                                                  a.nh, a.nkv, a.hd, rope_tab);
         if (dq_rc != 0) {
-            fell_back |= dq != 0;
+            ran &= ~SHLM_ATTN_RAN_SM90_DQ;
             dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
             attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
                 dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
@@ -902,7 +892,7 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
                            rope_theta, 1);
         }
     }
-    return fell_back;
+    return ran;
 }
 
 attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
@@ -924,16 +914,20 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
     return a;
 }
 
-/* The Hopper wgmma kernels (attention_sm90.cu's forward, attention_bwd_sm90.cu's dK/dV)
- * are tried first unless the environment has SHLM_ATTN_SM90=0 (read once). */
+/* Whether the Hopper wgmma kernels (attention_sm90.cu, attention_bwd_sm90.cu) are tried
+ * first: yes unless the environment has SHLM_ATTN_SM90=0 (read once) or
+ * shlm_cuda_attention_set_sm90 said otherwise. */
+int sm90_state = -1;
 bool sm90_enabled() {
-    static int on = -1;
-    if (on < 0) {
+    if (sm90_state < 0) {
         const char *e = getenv("SHLM_ATTN_SM90");
-        on = !(e != NULL && strcmp(e, "0") == 0);
+        sm90_state = !(e != NULL && strcmp(e, "0") == 0);
     }
-    return on == 1;
+    return sm90_state == 1;
 }
+
+/* the SHLM_ATTN_RAN_ bits of the last forward and the last backward */
+unsigned ran_fwd = 0, ran_bwd = 0;
 
 } // namespace
 
@@ -942,7 +936,11 @@ extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, 
     if (B <= 0 || T <= 0) return;
     /* the wgmma kernel of attention_sm90.cu where it applies, unless SHLM_ATTN_SM90=0:
      * 1.29x this file's kernel at 7B shapes on an H200 */
-    if (sm90_enabled() && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) return;
+    ran_fwd = 0;
+    if (sm90_enabled() && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) {
+        ran_fwd = SHLM_ATTN_RAN_SM90_FWD;
+        return;
+    }
     attn_args a = make_args("attention_fwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(out, 16);
@@ -981,19 +979,19 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
     return d_bytes + (size_t)bc * ds_b;
 }
 
-extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
-                                               const void *out, const float *lse, int B, int T,
-                                               int nh, int nkv, int hd, int kv, int dq,
-                                               float rope_theta) {
-    if (B <= 0 || T <= 0) return 0;
+extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
+                                        const void *out, const float *lse, int B, int T, int nh,
+                                        int nkv, int hd, float rope_theta) {
+    ran_bwd = 0;
+    if (B <= 0 || T <= 0) return;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
     if (rope_theta > 0.0f && hd % 2 != 0)
         SHLM_FATAL("attention_bwd: rope needs an even head_dim (%d)", hd);
+    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply */
+    const bool sm90 = sm90_enabled();
     /* the table first: building it (once per shape) must not come between the passes */
-    const void *rope_tab = rope_theta > 0.0f && (kv != 0 || dq != 0)
-                               ? shlm_cuda_rope_table(T, hd, rope_theta)
-                               : NULL;
+    const void *rope_tab = rope_theta > 0.0f && sm90 ? shlm_cuda_rope_table(T, hd, rope_theta) : NULL;
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
@@ -1015,18 +1013,12 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
     const float th = rope_theta;
     const void *rt = rope_tab;
-    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
+    if (hd <= 16) ran_bwd = bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    else if (hd <= 32) ran_bwd = bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    else if (hd <= 64) ran_bwd = bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    else ran_bwd = bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
 }
 
-extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
-                                        const void *out, const float *lse, int B, int T, int nh,
-                                        int nkv, int hd, float rope_theta) {
-    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
-     * sm90_enabled) */
-    const int k = sm90_enabled() ? 1 : 0;
-    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k,
-                                    rope_theta);
-}
+extern "C" void shlm_cuda_attention_set_sm90(int enable) { sm90_state = enable ? 1 : 0; }
+
+extern "C" unsigned shlm_cuda_attention_sm90_ran(void) { return ran_fwd | ran_bwd; }

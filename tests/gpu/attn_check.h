@@ -1,6 +1,7 @@
 /* What tests/gpu/attn_sm90_check.cu and attn_bwd_sm90_check.cu share: the CUDA error
  * check, the failure count, a seeded host generator (the same sequence in both), the
- * shape of a case. Header-only, for those two standalone nvcc builds. */
+ * shape of a case, the float64 reference, timing. Header-only, for those two standalone
+ * nvcc builds. */
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +38,70 @@ static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
 struct Case {
     int B, T, nh, nkv, hd;
 };
+
+/* Float64 causal attention on the host from the bf16 inputs: out (B·T, nh·hd) and lse
+ * (B, nh, T) when non-NULL; with dout (B·T, nh·hd) non-NULL also the backward, dqkv
+ * (B·T, (nh + 2·nkv)·hd). Naive: every score row in full. */
+static void ref_attention(float *out, float *lse, float *dqkv, const __nv_bfloat16 *qkv,
+                          const __nv_bfloat16 *dout, const Case &c) {
+    const int hd = c.hd, T = c.T;
+    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * hd, CO = (size_t)c.nh * hd;
+    const double scale = 1.0 / sqrt((double)hd);
+    const size_t n = (size_t)c.B * T * C3;
+    double *acc = dqkv ? (double *)calloc(n, sizeof(double)) : NULL;
+    double *p = (double *)malloc(sizeof(double) * T), *o = (double *)malloc(sizeof(double) * hd);
+    double *dp = (double *)malloc(sizeof(double) * T);
+    auto X = [&](int b, int t, size_t col) { return (double)bf(qkv[((size_t)b * T + t) * C3 + col]); };
+    for (int b = 0; b < c.B; b++)
+        for (int h = 0; h < c.nh; h++) {
+            const int kvh = h / (c.nh / c.nkv);
+            const size_t qc = (size_t)h * hd, kc = (size_t)(c.nh + kvh) * hd,
+                         vc = (size_t)(c.nh + c.nkv + kvh) * hd;
+            for (int i = 0; i < T; i++) {
+                const int j0 = 0; /* the first key query i sees */
+                double mx = -INFINITY;
+                for (int j = j0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += X(b, i, qc + d) * X(b, j, kc + d);
+                    p[j] = s * scale;
+                    if (p[j] > mx) mx = p[j];
+                }
+                double sum = 0;
+                for (int j = j0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int d = 0; d < hd; d++) o[d] = 0;
+                for (int j = j0; j <= i; j++) {
+                    p[j] /= sum;
+                    for (int d = 0; d < hd; d++) o[d] += p[j] * X(b, j, vc + d);
+                }
+                const size_t orow = ((size_t)b * T + i) * CO + qc;
+                if (out)
+                    for (int d = 0; d < hd; d++) out[orow + d] = (float)o[d];
+                if (lse) lse[((size_t)b * c.nh + h) * T + i] = (float)(mx + log(sum));
+                if (!acc) continue;
+                const __nv_bfloat16 *go = dout + orow;
+                double D = 0;
+                for (int d = 0; d < hd; d++) D += (double)bf(go[d]) * o[d];
+                for (int j = j0; j <= i; j++) {
+                    double s = 0;
+                    for (int d = 0; d < hd; d++) s += (double)bf(go[d]) * X(b, j, vc + d);
+                    dp[j] = p[j] * (s - D) * scale; /* dS */
+                }
+                double *dq = acc + ((size_t)b * T + i) * C3 + qc;
+                for (int j = j0; j <= i; j++) {
+                    double *dk = acc + ((size_t)b * T + j) * C3 + kc;
+                    double *dv = acc + ((size_t)b * T + j) * C3 + vc;
+                    for (int d = 0; d < hd; d++) {
+                        dq[d] += dp[j] * X(b, j, kc + d);
+                        dk[d] += dp[j] * X(b, i, qc + d);
+                        dv[d] += p[j] * (double)bf(go[d]);
+                    }
+                }
+            }
+        }
+    if (acc)
+        for (size_t i = 0; i < n; i++) dqkv[i] = (float)acc[i];
+    free(acc), free(p), free(o), free(dp);
+}
 
 /* After a failed comparison: the max |diff| table by row block ((t % 128) / 16, rows) and
  * head-dim block (d / 16, columns; at most 8), which shows a wrong fragment or warp */

@@ -1,7 +1,7 @@
 /* GPU test of the cuda backend: every op of shlm_ops_cuda against shlm_ops_cpu on the same
  * random inputs (rounded to bf16 first, so both backends see identical values). */
 
-/* Usage: test_ops_cuda [seed [group]]   (run by `make check-gpu`; exits 77 without a GPU)
+/* Usage: test_ops_cuda [seed [group]]   (run by `make check-gpu`; exits 77 when no GPU is visible)
  * group runs one group of checks only: memory, embedding, rmsnorm, matmul, rope,
  * attention, attention-small (its cases with T <= 300, quick enough for
  * compute-sanitizer), swiglu, xent, adamw.
@@ -201,10 +201,8 @@ static void test_memory_convert(void) {
         for (size_t i = 0; i < n; i++) rb[i] = shlm_f32_to_bf16(x[off + i]);
         check_bits("f32_to_act", shape, "bits", hb, rb, n * 2);
         float *back = gpu->alloc((n + 1) * sizeof(float));
-        gpu->act_to_f32(back + off, dact + off, n);
-        float *hf = h_f32(back + off, n), *rf = xmalloc(n * sizeof(float));
+        float *rf = xmalloc(n * sizeof(float));
         for (size_t i = 0; i < n; i++) rf[i] = shlm_bf16_to_f32(rb[i]);
-        check_bits("act_to_f32", shape, "bits", hf, rf, n * sizeof(float));
         /* the collectives' casts: the same conversions under their own names */
         uint16_t *dact2 = gpu->alloc((n + 1) * 2);
         gpu->f32_to_bf16(dact2 + off, dx + off, n);
@@ -220,7 +218,7 @@ static void test_memory_convert(void) {
         shlm_cpu_round_to_bf16(rr, n);
         check_bits("round_to_bf16", shape, "bits", hr, rr, n * sizeof(float));
         gpu->free(dx), gpu->free(dact), gpu->free(back);
-        free(hb), free(rb), free(hf), free(rf), free(hr), free(rr);
+        free(hb), free(rb), free(rf), free(hr), free(rr);
     }
     free(x);
     /* a size where every thread of the cast's grid-stride loop takes more than one pair of
@@ -509,7 +507,7 @@ static void test_attention(int B, int T, int nh, int nkv, int hd) {
     free(h_dqkv);
 }
 
-/* ------------------------------------------------------------------ swiglu, add */
+/* ------------------------------------------------------------------ swiglu */
 static void test_swiglu(int N, int F) {
     char shape[64];
     snprintf(shape, sizeof shape, "N=%d F=%d", N, F);
@@ -533,24 +531,6 @@ static void test_swiglu(int N, int F) {
     check("swiglu_bwd", shape, "in-place", h_in, c_dgu, ngu, TOL_BF16);
     gpu->free(ggu), gpu->free(gdy), gpu->free(gout), gpu->free(gdgu);
     free(gu), free(dy), free(c_out), free(c_dgu), free(h_out), free(h_dgu), free(h_in);
-}
-
-static void test_add(size_t n, int off) {
-    char shape[64];
-    snprintf(shape, sizeof shape, "n=%zu%s", n, off ? " unaligned" : "");
-    float *a = rnd_bf(n + 1, 1.0), *b = rnd_bf(n + 1, 1.0);
-    float *c = xmalloc(n * sizeof(float));
-    cpu->add(c, a + off, b + off, n);
-    uint16_t *ga = g_act(a, n + 1), *gb = g_act(b, n + 1), *go = gpu->alloc((n + 1) * 2);
-    poison(go, (n + 1) * 2);
-    gpu->add(go + off, ga + off, gb + off, n);
-    float *h = h_act(go + off, n);
-    check("add", shape, "out", h, c, n, TOL_BF16);
-    gpu->add(ga + off, ga + off, gb + off, n); /* out aliasing a */
-    float *h2 = h_act(ga + off, n);
-    check("add", shape, "in-place", h2, c, n, TOL_BF16);
-    gpu->free(ga), gpu->free(gb), gpu->free(go);
-    free(a), free(b), free(c), free(h), free(h2);
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
@@ -631,18 +611,13 @@ static void test_adamw(size_t n, int off) {
     double ss_g = gpu->sum_squares(gp + off, n), ss_c = cpu->sum_squares(p + off, n);
     report("sum_squares", shape, "sum", fabs(ss_g - ss_c) / ss_c, 1e-12);
 
-    gpu->scale(gg + off, 0.37f, n);
-    cpu->scale(g + off, 0.37f, n);
-    float *hg = h_f32(gg + off, n);
-    check_bits("scale", shape, "x", hg, g + off, n * sizeof(float));
-
     gpu->accumulate(gm + off, gg + off, n); /* y += x */
     cpu->accumulate(m + off, g + off, n);
     float *ha = h_f32(gm + off, n);
     check_bits("accumulate", shape, "y", ha, m + off, n * sizeof(float));
     free(ha);
     gpu->free(gp), gpu->free(gg), gpu->free(gm), gpu->free(gv);
-    free(p), free(g), free(m), free(v), free(hp), free(hm), free(hv), free(hg);
+    free(p), free(g), free(m), free(v), free(hp), free(hm), free(hv);
 }
 
 /* ------------------------------------------------------------------ main */
@@ -706,8 +681,6 @@ int main(int argc, char **argv) {
     if (want("swiglu")) {
         test_swiglu(13, 37);
         test_swiglu(256, 11008);
-        test_add(1001, 1);
-        test_add((1u << 20) + 3, 0);
     }
     if (want("xent")) {
         test_xent(7, 1001, 1, 0);
