@@ -111,11 +111,18 @@ typedef struct shlm_ops {
 
     /* Causal grouped-query attention. qkv (N, (nh + 2·nkv)·hd) rows hold
      * [q heads | k heads | v heads] of token (b,t), N = B·T; query head h uses kv head
-     * h / (nh/nkv). out (N, nh·hd) = softmax(q·kᵀ/√hd, causal) · v;
-     * lse (B, nh, T) = logsumexp of each score row (kept for the backward). */
-    void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv,
-                          int hd);
-    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv. rope_theta 0: w.r.t. qkv as given.
+     * h / (nh/nkv). out (N, nh·hd) = softmax(q·kᵀ/√hd, masked) · v;
+     * lse (B, nh, T) = logsumexp of each score row (kept for the backward).
+     * doc_start: NULL, the plain causal mask (query t sees keys 0..t), or B·T int32
+     * (packed documents: block-diagonal attention): doc_start[b·T + t] is the position in
+     * sequence b of the first token of token t's document, non-decreasing along a row and
+     * at most t (so t always sees itself); query t sees keys doc_start[b·T + t]..t. The
+     * backends skip the work of masked key tiles; all zeros gives NULL's results bit for
+     * bit. */
+    void (*attention_fwd)(void *out, float *lse, const void *qkv, const int32_t *doc_start,
+                          int B, int T, int nh, int nkv, int hd);
+    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv under the forward's mask (doc_start
+     * as there, the same values). rope_theta 0: w.r.t. qkv as given.
      * rope_theta > 0: qkv's q and k heads are taken to hold RoPE'd values (rope above,
      * this theta) and dqkv's q and k parts are the gradients w.r.t. the PRE-RoPE q and k,
      * i.e. the inverse rotation applied to them, as rope(dqkv, N, T, (nh+2·nkv)·hd,
@@ -125,8 +132,8 @@ typedef struct shlm_ops {
      * bf16 (so not bitwise equal to attention then rope, which rounds twice) and runs
      * the rope kernel after the kernels that cannot. */
     void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
-                          const float *lse, int B, int T, int nh, int nkv, int hd,
-                          float rope_theta);
+                          const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                          int nkv, int hd, float rope_theta);
 
     /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up */
     void (*swiglu_fwd)(void *out, const void *gu, int N, int F);

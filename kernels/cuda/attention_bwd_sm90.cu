@@ -38,7 +38,10 @@
  * only when its first key is at or before the reading warp's last query, never for such
  * a step. Keys past T come in as zero rows, are masked on the diagonal steps (the only
  * steps that can hold them) and are never stored; queries past T get lse = +inf (P = 0),
- * D = 0 and zero Q/dO rows.
+ * D = 0 and zero Q/dO rows. Documents (DOC, doc_start non-NULL; attention_doc.cuh): the
+ * steps of a head end with the last one that starts before doc_query_end of the tile's
+ * last key, and Pᵀ is 0 where a key precedes its query's first key (one per query, in the
+ * slot beside lse and D); DOC = false is the plain causal kernel, unchanged.
  *
  * Shared memory, every tile in the 128-byte-swizzled 64-column panels of
  * attention_sm90.cu (chunk c of row r at c ^ (r % 8); a panel of R rows is R·128 bytes,
@@ -51,6 +54,7 @@
  *
  * dQ (attn_bwd_dq_wgmma) has its own comment further down. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/attention_doc.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -69,14 +73,15 @@ constexpr int DS_TILE = BK * BQ;       /* elements of one dS tile (attention.cu)
 constexpr int DS_FRAG = 256;           /* elements of one 16×16 fragment */
 constexpr float LOG2E = 1.4426950408889634f;
 
-/* the dK/dV pass's shared memory: K, V of the block's 128 keys; NS slots of Q, dO, lse, D */
-template <int HD> struct cfg {
+/* the dK/dV pass's shared memory: K, V of the block's 128 keys; NS slots of Q, dO, lse, D
+ * (and DOC: the queries' first keys) */
+template <int HD, bool DOC> struct cfg {
     static_assert(HD == 64 || HD == 128, "head_dim 64 or 128");
     static constexpr int NS = 3;                    /* ring slots (Q/dO steps in flight) */
     static constexpr int KPAN = BK * ROW_BYTES;     /* K, V panel */
     static constexpr int KTILE = (HD / 64) * KPAN;
     static constexpr int QTILE = (HD / 64) * QPANEL;
-    static constexpr int VEC = 2 * NS * BQ * 4; /* lse, D: [NS][64] fp32 each */
+    static constexpr int VEC = (DOC ? 3 : 2) * NS * BQ * 4; /* lse, D (, lo): [NS][64] each */
     static constexpr int SMEM = 2 * KTILE + 2 * NS * QTILE + VEC + 1024;
 };
 
@@ -265,15 +270,15 @@ __device__ __forceinline__ void dkv_store(unsigned char *gbase, const float (&dk
 constexpr int DKV_WS_THREADS = 384;
 constexpr int DKV_WS_PRODUCER_REGS = 24, DKV_WS_CONSUMER_REGS = 240; /* 128·24 + 256·240 <= 65536 */
 
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     attn_bwd_dkv_ws(bf16 *dqkv, bf16 *dS, size_t ds_head, const float *lse, const float *Dv,
                     const __grid_constant__ CUtensorMap tm_kv, const __grid_constant__ CUtensorMap tm_q,
                     const __grid_constant__ CUtensorMap tm_o, int b0, int T, int nh, int nkv,
-                    float scale, float scale_log2, const float2 *rope) {
+                    float scale, float scale_log2, const float2 *rope, const int32_t *doc) {
 #if SHLM_WGMMA
     using namespace shlm_tma;
-    using C = cfg<HD>;
+    using C = cfg<HD, DOC>;
     constexpr int NS = C::NS;
     constexpr int NA = HD / 2; /* dK or dV accumulators per thread */
     constexpr int NP = HD / 64; /* 64-column panels per tile: TMA boxes per tile */
@@ -285,6 +290,7 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     const uint32_t sV = sK + C::KTILE, sQ = sK + 2 * C::KTILE, sO = sQ + NS * C::QTILE;
     float *const lse_b = reinterpret_cast<float *>(gbase + 2 * C::KTILE + 2 * NS * C::QTILE);
     float *const D_b = lse_b + NS * BQ;
+    int *const lo_b = reinterpret_cast<int *>(D_b + NS * BQ); /* DOC */
     const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(bars);
     const uint32_t kv_full = bar0;
     auto full = [&](int s) { return bar0 + 8u * (1 + s); };
@@ -294,8 +300,10 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
     const int k0 = kt * BK;
     const int group = nh / nkv;
     const size_t C3 = (size_t)(nh + 2 * nkv) * HD;
-    /* query steps from the block's first key, head-major */
-    const int nqt = (T - k0 + BQ - 1) / BQ, nsteps = group * nqt;
+    /* query steps from the block's first key to T (DOC: to q_end), head-major; every warp
+     * finds q_end itself */
+    const int q_end = DOC ? doc_query_end(doc, b, T, k0 + BK - 1) : T;
+    const int nqt = (q_end - k0 + BQ - 1) / BQ, nsteps = group * nqt;
     const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
 
     if (threadIdx.x == 0) {
@@ -331,11 +339,13 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
              * probability of a query past T exactly zero */
             const size_t row = ((size_t)b * nh + h) * T;
             float lv[2], dv[2];
+            int ov[2]; /* DOC: the queries' first keys (T past T: masks every key) */
 #pragma unroll
             for (int e = 0; e < 2; e++) {
                 const int q = q0 + lane + 32 * e;
                 lv[e] = q < T ? lse[row + q] * LOG2E : INFINITY;
                 dv[e] = q < T ? Dv[row + q] : 0.0f;
+                if (DOC) ov[e] = q < T ? doc_first_key(doc, b, T, q) : T;
             }
             if (u > 0) mbar_wait(empty(slot), (u - 1) & 1); /* both warpgroups are done with step s - NS */
             if (lane == 0) {
@@ -350,6 +360,7 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
             for (int e = 0; e < 2; e++) {
                 lse_b[slot * BQ + lane + 32 * e] = lv[e];
                 D_b[slot * BQ + lane + 32 * e] = dv[e];
+                if (DOC) lo_b[slot * BQ + lane + 32 * e] = ov[e];
             }
             mbar_arrive(full(slot)); /* release: this lane's stores above */
             if (++qs == nqt) qs = 0, hi++;
@@ -439,16 +450,19 @@ __global__ void __launch_bounds__(DKV_WS_THREADS, 1)
          * other path released it there, and skipped steps release their own) */
         release((step + NS - 1) % NS, carried);
         const float *const lse_s = lse_b + slot * BQ, *const D_s = D_b + slot * BQ;
+        const int *const lo_s = lo_b + slot * BQ;
 
         /* Pᵀ into pf, dSᵀ straight into sa, never in place (see above); pf takes s's
          * registers */
         float pf[32];
         const bool diag = kg0 + 63 > q0; /* some key follows some query */
+        const bool before = DOC && kg0 < lo_s[BQ - 1]; /* some key precedes some first key */
 #pragma unroll
         for (int i = 0; i < 32; i++) {
             const int qi = 8 * (i >> 2) + 2 * t + (i & 1);
             float p = ex2(fmaf(s[i], scale_log2, -lse_s[qi]));
             if (diag && kr0 + 8 * ((i >> 1) & 1) > q0 + qi) p = 0.0f;
+            if (before && kr0 + 8 * ((i >> 1) & 1) < lo_s[qi]) p = 0.0f;
             pf[i] = p;
         }
         wgmma_wait<0>(); /* dPᵀ */
@@ -595,14 +609,16 @@ template <int HD> struct dqcfg {
  * movmatrix into register-A fragments of dS and the warpgroup runs dq += dS·K (rs
  * m64n{hd}k16, K N-major as V in the forward). On the diagonal tile of an even Q only
  * keys 0-63 count: the dK/dV pass did not write the rest (its keys all follow the
- * queries). dQ leaves through an unused stage. The pass is bound by memory, not by wgmma
+ * queries). DOC: key tiles from the first key tile of query tile 2qt, each warpgroup
+ * skipping those before its own tile's (attention_doc.cuh): exactly the dS tiles the dK/dV
+ * pass wrote. dQ leaves through an unused stage. The pass is bound by memory, not by wgmma
  * (an estimate: it moves about 2·nh·T² bytes, the dS tiles once from HBM and as many K
  * bytes mostly from L2; the dS half alone takes ~115 us at 4.8 TB/s at T = 4096 and 32
  * heads, of the ~240 us the pass takes). */
-template <int HD>
+template <int HD, bool DOC>
 __global__ void __launch_bounds__(2 * WG_THREADS, 1)
     attn_bwd_dq_wgmma(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int T,
-                      int nh, int nkv, const float2 *rope) {
+                      int nh, int nkv, const float2 *rope, const int32_t *doc) {
 #if SHLM_WGMMA
     using C = dqcfg<HD>;
     constexpr int NS = C::NS;
@@ -622,19 +638,22 @@ __global__ void __launch_bounds__(2 * WG_THREADS, 1)
     const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * HD;
     const bf16 *const dsh = dS + ((size_t)z * nh + h) * ds_head * DS_TILE;
     const int nq64 = (T + BQ - 1) / BQ;
-    const int nsteps = qt + 1; /* key tiles 0..qt: 128·qt <= q0 < T */
+    /* key tiles kb..qt, step s at key tile kb + s: 128·qt <= q0 < T; kb = 0 or (DOC) the
+     * first key tile of query tile Qb (attention_doc.cuh) */
+    const int kb = DOC ? doc_first_key(doc, b, T, q0) / BK : 0;
+    const int nsteps = qt + 1 - kb;
     auto issue = [&](int s) {
         const uint32_t st = s0 + (s % NS) * C::STAGE;
-        load_tile<HD, BK, NT>(st, kbase, C3, s * BK, T);
+        load_tile<HD, BK, NT>(st, kbase, C3, (kb + s) * BK, T);
 #pragma unroll
         for (int qh = 0; qh < 2; qh++) {
             const int Q = Qb + qh;
             if (Q >= nq64) break;
-            const bf16 *const src = dsh + (ds_tile_base(Q) + s) * DS_TILE;
+            const bf16 *const src = dsh + (ds_tile_base(Q) + kb + s) * DS_TILE;
             const uint32_t dst = st + C::KTILE + qh * DS_TILE * 2;
             /* the diagonal tile of an even Q: only fragments 0-15 (keys 0-63) were written
              * by the dK/dV pass, and only they are read (dq_tile<HD, 4>) */
-            const int n16 = (s == qt && (Q & 1) == 0) ? DS_TILE / 16 : DS_TILE / 8;
+            const int n16 = (kb + s == qt && (Q & 1) == 0) ? DS_TILE / 16 : DS_TILE / 8;
 #pragma unroll 4
             for (int i = threadIdx.x; i < n16; i += NT)
                 cp_async16(dst + 16 * i, src + 8 * i, true);
@@ -648,6 +667,9 @@ __global__ void __launch_bounds__(2 * WG_THREADS, 1)
     const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
     const int g = lane >> 2, t = lane & 3;
     const bool active = Q < nq64; /* the warpgroup has queries */
+    /* DOC: the warpgroup's own first key tile (the dK/dV pass wrote no dS tile of Q before
+     * it) */
+    const int kw = DOC && active ? doc_first_key(doc, b, T, Q * BQ) / BK : 0;
     float dq[NA];
 #pragma unroll
     for (int i = 0; i < NA; i++) dq[i] = 0.0f;
@@ -658,12 +680,12 @@ __global__ void __launch_bounds__(2 * WG_THREADS, 1)
         tiles_ready<NS - 2>();
         if (s + NS - 1 < nsteps) issue(s + NS - 1);
         cp_async_commit();
-        if (!active) continue;
+        if (!active || (DOC && kb + s < kw)) continue;
         const int off = (s % NS) * C::STAGE;
         const unsigned char *const fr =
             g0 + off + C::KTILE + wl * DS_TILE * 2 + warp * DS_FRAG * 2 + lane * 16;
         const uint64_t dk = make_desc(s0 + off, KPANEL, 1024);
-        if (s == qt && (Q & 1) == 0) dq_tile<HD, 4>(dq, fr, dk);
+        if (kb + s == qt && (Q & 1) == 0) dq_tile<HD, 4>(dq, fr, dk);
         else dq_tile<HD, 8>(dq, fr, dk);
     }
     if (!active) return;
@@ -684,11 +706,11 @@ __global__ void __launch_bounds__(2 * WG_THREADS, 1)
 /* attn_bwd_dkv_ws: three tensor maps (K/V boxes of 128 rows and Q boxes of 64 over qkv,
  * dO boxes of 64 over dout), each covering batch elements 0..b0+nb-1; false (nothing
  * queued) when the driver cannot encode them */
-template <int HD>
+template <int HD, bool DOC>
 bool launch_dkv(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf16 *qkv,
-                const float *lse, const float *Dv, int b0, int nb, int T, int nh, int nkv,
-                float scale, float scale_log2, const float2 *rope) {
-    using C = cfg<HD>;
+                const float *lse, const float *Dv, const int32_t *doc, int b0, int nb, int T,
+                int nh, int nkv, float scale, float scale_log2, const float2 *rope) {
+    using C = cfg<HD, DOC>;
     static_assert(C::SMEM + 1024 <= 227 * 1024, "dynamic + static shared memory per block");
     const size_t C3 = (size_t)(nh + 2 * nkv) * HD, CO = (size_t)nh * HD;
     CUtensorMap tm_kv, tm_q, tm_o;
@@ -698,20 +720,21 @@ bool launch_dkv(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout, const bf
         return false;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dkv_ws<HD, DOC>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
     dim3 grid(nkv, (T + BK - 1) / BK, nb);
-    attn_bwd_dkv_ws<HD><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, lse, Dv, tm_kv, tm_q, tm_o, b0, T, nh, nkv, scale, scale_log2, rope);
+    attn_bwd_dkv_ws<HD, DOC><<<grid, DKV_WS_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, lse, Dv, tm_kv, tm_q, tm_o, b0, T, nh, nkv, scale, scale_log2, rope,
+        doc);
     CUDA_CHECK_LAST();
     return true;
 }
 
 int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv, const float *lse,
-        const float *Dv, int b0, int nb, int T, int nh, int nkv, int hd, float scale,
-        float scale_log2, const void *rope) {
+        const float *Dv, const int32_t *doc, int b0, int nb, int T, int nh, int nkv, int hd,
+        float scale, float scale_log2, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nkv > 65535) return 1; /* grid limits */
@@ -723,30 +746,34 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
     const float2 *rp = (const float2 *)rope;
-    const bool ok =
-        hd == 128 ? launch_dkv<128>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp)
-                  : launch_dkv<64>(d, s, ds_head, g, x, lse, Dv, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    bool ok;
+    if (hd == 128)
+        ok = doc ? launch_dkv<128, true>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp)
+                 : launch_dkv<128, false>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    else
+        ok = doc ? launch_dkv<64, true>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp)
+                 : launch_dkv<64, false>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp);
     return ok ? 0 : 1;
 }
 
-template <int HD>
-void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0, int nb, int T,
-               int nh, int nkv, const float2 *rope) {
+template <int HD, bool DOC>
+void launch_dq(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, const int32_t *doc,
+               int b0, int nb, int T, int nh, int nkv, const float2 *rope) {
     using C = dqcfg<HD>;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_bwd_dq_wgmma<HD, DOC>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
         done = true;
     }
     dim3 grid(nh, (T + 127) / 128, nb);
-    attn_bwd_dq_wgmma<HD><<<grid, 2 * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
-        dqkv, dS, ds_head, qkv, b0, T, nh, nkv, rope);
+    attn_bwd_dq_wgmma<HD, DOC><<<grid, 2 * WG_THREADS, C::SMEM, shlm_cuda_stream()>>>(
+        dqkv, dS, ds_head, qkv, b0, T, nh, nkv, rope, doc);
     CUDA_CHECK_LAST();
 }
 
-int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int nb, int T, int nh,
-       int nkv, int hd, const void *rope) {
+int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, const int32_t *doc, int b0,
+       int nb, int T, int nh, int nkv, int hd, const void *rope) {
     if (b0 < 0 || nb <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + 63) / 64 > 65535 || nb > 65535 || nh > 65535) return 1;
@@ -757,8 +784,13 @@ int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int 
     bf16 *d = (bf16 *)dqkv;
     const bf16 *s = (const bf16 *)dS, *x = (const bf16 *)qkv;
     const float2 *rp = (const float2 *)rope;
-    if (hd == 128) launch_dq<128>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
-    else launch_dq<64>(d, s, ds_head, x, b0, nb, T, nh, nkv, rp);
+    if (hd == 128) {
+        if (doc) launch_dq<128, true>(d, s, ds_head, x, doc, b0, nb, T, nh, nkv, rp);
+        else launch_dq<128, false>(d, s, ds_head, x, doc, b0, nb, T, nh, nkv, rp);
+    } else {
+        if (doc) launch_dq<64, true>(d, s, ds_head, x, doc, b0, nb, T, nh, nkv, rp);
+        else launch_dq<64, false>(d, s, ds_head, x, doc, b0, nb, T, nh, nkv, rp);
+    }
     return 0;
 }
 
@@ -769,17 +801,19 @@ int dq(void *dqkv, const void *dS, size_t ds_head, const void *qkv, int b0, int 
  * handled (shape, alignment, device, build or tensor maps), nothing queued. */
 extern "C" int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head,
                                                 const void *dout, const void *qkv,
-                                                const float *lse, const float *D, int b0, int nb,
-                                                int T, int nh, int nkv, int hd, float scale,
+                                                const float *lse, const float *D,
+                                                const int32_t *doc_start, int b0, int nb, int T,
+                                                int nh, int nkv, int hd, float scale,
                                                 float scale_log2, const void *rope) {
-    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, b0, nb, T, nh, nkv, hd, scale,
-                      scale_log2, rope);
+    return sm90b::dkv(dqkv, dS, ds_head, dout, qkv, lse, D, doc_start, b0, nb, T, nh, nkv, hd,
+                      scale, scale_log2, rope);
 }
 
 /* 0: queued (the dq rows of batch elements b0..b0+nb-1, from the dS tiles of the pass);
  * 1: not handled, nothing queued. */
 extern "C" int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head,
-                                               const void *qkv, int b0, int nb, int T, int nh,
-                                               int nkv, int hd, const void *rope) {
-    return sm90b::dq(dqkv, dS, ds_head, qkv, b0, nb, T, nh, nkv, hd, rope);
+                                               const void *qkv, const int32_t *doc_start, int b0,
+                                               int nb, int T, int nh, int nkv, int hd,
+                                               const void *rope) {
+    return sm90b::dq(dqkv, dS, ds_head, qkv, doc_start, b0, nb, T, nh, nkv, hd, rope);
 }

@@ -16,6 +16,10 @@
  * Keys stream in tiles of BN = 128: S = Q·Kᵀ is one m64n128 product per warpgroup (hd/16
  * k-steps of 16), O += P·V one m64n{hd} product (8 k-steps over the tile's 128 keys).
  * Query tile qt visits key tiles 0..qt; only tile qt (the diagonal: BM == BN) is masked.
+ * Documents (DOC, doc_start non-NULL; attention_doc.cuh): the tile visits key tiles
+ * jb..qt, jb = its first row's first key / BN, and the tiles that start before its last
+ * row's first key also mask keys before each row's first key (-inf); DOC = false is the
+ * plain causal kernel, unchanged.
  *
  * Schedules. Few tiles (at most one per SM): one block per tile, longest rows first.
  * More: persistent blocks, one per SM, the producer taking the next tile of the list
@@ -86,6 +90,7 @@
  * warpgroups (FA3's inter-warpgroup schedule) and a third K/V stage measured within
  * run-to-run noise (±3%) of this at T = 4096, so neither is built. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/attention_doc.cuh"
 #include "kernels/cuda/wgmma.cuh"
 #include "kernels/cuda/tma.cuh"
 
@@ -143,15 +148,21 @@ __device__ __forceinline__ void gemm_pv(float (&o)[HD / 2], const uint32_t (&p)[
  * m the new running max of each of the thread's two rows; l is rescaled and gains this
  * thread's part of the row sums; alpha = 2^(m_old − m_new) is what O must be scaled by.
  * With MASK (the diagonal tile) columns after lim[r] (the row's offset from the tile's
- * first key) are -inf first. */
-template <bool MASK>
+ * first key) are -inf first; with LOW those before low[r] (the row's first key, as an
+ * offset from the tile's first key: documents). */
+template <bool MASK, bool LOW = false>
 __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], float (&l)[2],
                                              float (&alpha)[2], const int (&lim)[2], int t,
-                                             float scale_log2) {
+                                             float scale_log2, const int (&low)[2] = {0, 0}) {
     if (MASK) {
 #pragma unroll
         for (int i = 0; i < 64; i++)
             if (8 * (i >> 2) + 2 * t + (i & 1) > lim[(i >> 1) & 1]) s[i] = -INFINITY;
+    }
+    if (LOW) {
+#pragma unroll
+        for (int i = 0; i < 64; i++)
+            if (8 * (i >> 2) + 2 * t + (i & 1) < low[(i >> 1) & 1]) s[i] = -INFINITY;
     }
     float mref[2];
 #pragma unroll
@@ -162,7 +173,8 @@ __device__ __forceinline__ void softmax_tile(float (&s)[64], float (&m)[2], floa
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mn = fmaxf(m[r], mx * scale_log2); /* scale > 0 */
-        /* every row sees key 0 in tile 0, so mn is finite; guard anyway */
+        /* -inf while every key the row has seen was masked (documents: tiles before its
+         * first key); it sees its own key on the diagonal */
         mref[r] = mn == -INFINITY ? 0.0f : mn;
         alpha[r] = ex2(m[r] - mref[r]);
         m[r] = mn;
@@ -253,10 +265,10 @@ using namespace shlm_tma;
  * stream guarantees). */
 __device__ unsigned int g_tile_next, g_tile_done;
 
-template <int HD, bool PERSIST>
+template <int HD, bool PERSIST, bool DOC>
 __global__ void __launch_bounds__(WS_THREADS, 1)
     attn_fwd_ws(bf16 *out, float *lse, const __grid_constant__ CUtensorMap tm, int T, int nh,
-                int nkv, int nqt, int B, float scale_log2) {
+                int nkv, int nqt, int B, float scale_log2, const int32_t *doc) {
 #if SHLM_WGMMA
     constexpr int STAGES = WS_STAGES;
     using C = cfg<HD>;
@@ -340,7 +352,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
 #pragma unroll
                 for (int p = 0; p < NP; p++)
                     tma_load_3d(sQ + p * PANEL, &tm, fullQ, cq + 64 * p, qt * BM, b);
-                for (int j = 0; j <= qt; j++, it++) {
+                /* DOC: from the first key tile the tile's first row sees */
+                const int jb = DOC ? doc_first_key(doc, b, T, qt * BM) / BN : 0;
+                for (int j = jb; j <= qt; j++, it++) {
                     const int st = it % STAGES, u = it / STAGES;
                     if (u > 0) mbar_wait(emptyK(st), (u - 1) & 1);
                     mbar_arrive_expect_tx(fullK(st), C::TILE);
@@ -402,11 +416,35 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         }
     };
     for (int k = 0; next(k); k++) {
-        const int q0 = qt * BM, n = qt + 1;
+        const int q0 = qt * BM;
+        /* DOC: key tiles jb..qt (as the producer), each row's first key (rows past T take
+         * the last row's), the last row's */
+        const int jb = DOC ? doc_first_key(doc, b, T, q0) / BN : 0, n = qt + 1 - jb;
+        int low[2] = {0, 0}, low_last = 0;
+        if constexpr (DOC) {
+            low[0] = doc_first_key(doc, b, T, min(q0 + wrow, T - 1));
+            low[1] = doc_first_key(doc, b, T, min(q0 + wrow + 8, T - 1));
+            low_last = doc_first_key(doc, b, T, min(q0 + BM - 1, T - 1));
+        }
         float o[NO], s[64], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}, alpha[2];
         uint32_t p[32];
 #pragma unroll
         for (int i = 0; i < NO; i++) o[i] = 0.0f;
+        /* the softmax of relative key tile j (diag: the last, the diagonal); DOC: the rows'
+         * first keys count on the tiles that start before the last row's */
+        auto softmax = [&](bool diag, int j) {
+            if constexpr (DOC) {
+                const int k0 = (jb + j) * BN;
+                const int rel[2] = {low[0] - k0, low[1] - k0};
+                if (k0 < low_last) {
+                    if (diag) softmax_tile<true, true>(s, m, l, alpha, lim, t, scale_log2, rel);
+                    else softmax_tile<false, true>(s, m, l, alpha, lim, t, scale_log2, rel);
+                    return;
+                }
+            }
+            if (diag) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
+            else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+        };
 
         mbar_wait(fullQ, k & 1);
         mbar_wait(fullK(i0 % STAGES), par(i0));
@@ -417,8 +455,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
         reg_fence(s);
         release(emptyK(i0 % STAGES));
         if constexpr (PERSIST) mbar_arrive_if(emptyQ, lane == 0 && n == 1);
-        if (n == 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
-        else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+        softmax(n == 1, 0);
         to_bf16(p, s);
         for (int j = 1; j < n; j++) {
             const int i = i0 + j;
@@ -435,8 +472,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             reg_fence(s);
             release(emptyK(i % STAGES));
             if constexpr (PERSIST) mbar_arrive_if(emptyQ, lane == 0 && j == n - 1);
-            if (j == n - 1) softmax_tile<true>(s, m, l, alpha, lim, t, scale_log2);
-            else softmax_tile<false>(s, m, l, alpha, lim, t, scale_log2);
+            softmax(j == n - 1, j);
             wgmma_wait<0>(); /* P_{j-1}·V_{j-1} */
             reg_fence(o);
             reg_fence(p);
@@ -493,8 +529,9 @@ bool usable() {
 
 /* Queues attn_fwd_ws; false (nothing queued) when the driver cannot encode the tensor map
  * or the tile count does not fit an int. */
-template <int HD, bool PERSIST>
-bool launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nkv) {
+template <int HD, bool PERSIST, bool DOC>
+bool launch(bf16 *out, float *lse, const bf16 *qkv, const int32_t *doc, int B, int T, int nh,
+            int nkv) {
     constexpr int SMEM = (1 + (PERSIST ? 1 : 0) + 2 * WS_STAGES) * cfg<HD>::TILE + 1024;
     /* qkv as (column, row t < T, batch b < B), boxes of 64 columns x BN rows: one panel
      * of the kernel's layout per load */
@@ -503,7 +540,7 @@ bool launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nk
         return false;
     static bool done = false;
     if (!done) {
-        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, PERSIST>,
+        CUDA_CHECK(cudaFuncSetAttribute(attn_fwd_ws<HD, PERSIST, DOC>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, SMEM));
         done = true;
     }
@@ -515,13 +552,21 @@ bool launch(bf16 *out, float *lse, const bf16 *qkv, int B, int T, int nh, int nk
         if (tiles > 0x7fffffffL) return false;
         grid = dim3((unsigned)std::min<long>(tiles, shlm_cuda_sm_count()), 1, 1);
     }
-    attn_fwd_ws<HD, PERSIST><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
-        out, lse, map, T, nh, nkv, nqt, B, scale_log2);
+    attn_fwd_ws<HD, PERSIST, DOC><<<grid, WS_THREADS, SMEM, shlm_cuda_stream()>>>(
+        out, lse, map, T, nh, nkv, nqt, B, scale_log2, doc);
     CUDA_CHECK_LAST();
     return true;
 }
 
-int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv, int hd) {
+template <int HD, bool DOC>
+bool launch_hd(bool persist, bf16 *o, float *lse, const bf16 *x, const int32_t *doc, int B, int T,
+               int nh, int nkv) {
+    return persist ? launch<HD, true, DOC>(o, lse, x, doc, B, T, nh, nkv)
+                   : launch<HD, false, DOC>(o, lse, x, doc, B, T, nh, nkv);
+}
+
+int forward(void *out, float *lse, const void *qkv, const int32_t *doc, int B, int T, int nh,
+            int nkv, int hd) {
     if (B <= 0 || T <= 0 || nh <= 0 || nkv <= 0 || nh % nkv != 0) return 1;
     if (hd != 64 && hd != 128) return 1;
     if ((T + BM - 1) / BM > 65535 || B > 65535 || nh > 65535) return 1; /* grid limits */
@@ -533,11 +578,11 @@ int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nk
     const bool persist = (long)nh * ((T + BM - 1) / BM) * B > shlm_cuda_sm_count();
     bool ok;
     if (hd == 128)
-        ok = persist ? launch<128, true>(o, lse, x, B, T, nh, nkv)
-                     : launch<128, false>(o, lse, x, B, T, nh, nkv);
+        ok = doc ? launch_hd<128, true>(persist, o, lse, x, doc, B, T, nh, nkv)
+                 : launch_hd<128, false>(persist, o, lse, x, doc, B, T, nh, nkv);
     else
-        ok = persist ? launch<64, true>(o, lse, x, B, T, nh, nkv)
-                     : launch<64, false>(o, lse, x, B, T, nh, nkv);
+        ok = doc ? launch_hd<64, true>(persist, o, lse, x, doc, B, T, nh, nkv)
+                 : launch_hd<64, false>(persist, o, lse, x, doc, B, T, nh, nkv);
     return ok ? 0 : 1;
 }
 
@@ -547,9 +592,10 @@ int forward(void *out, float *lse, const void *qkv, int B, int T, int nh, int nk
 /* 0: done (out and lse written, queued on the backend's stream); 1: not handled (shape,
  * alignment, device, build or tensor map), nothing queued: the caller runs attention.cu's
  * kernel. */
-extern "C" int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T,
-                                            int nh, int nkv, int hd) {
-    return sm90::forward(out, lse, qkv, B, T, nh, nkv, hd);
+extern "C" int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv,
+                                            const int32_t *doc_start, int B, int T, int nh,
+                                            int nkv, int hd) {
+    return sm90::forward(out, lse, qkv, doc_start, B, T, nh, nkv, hd);
 }
 
 /* 1 when this process's device can run the sm_90a kernels (this file's and

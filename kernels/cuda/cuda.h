@@ -99,15 +99,17 @@ const void *shlm_cuda_rope_table(int npos, int head_dim, float theta);
  * (attention_sm90.cu, attention_bwd_sm90.cu: head_dim 64 and 128 on a compute capability
  * 9.0 device, tried first) and the portable mma.sync kernels of attention.cu, the declared
  * fallback, which run wherever a Hopper kernel declines. The backward's give the same bits
- * either way; the forward's agree to bf16 rounding. */
-void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
-                             int nkv, int hd);
+ * either way; the forward's agree to bf16 rounding. doc_start (ops.h; device memory):
+ * every kernel skips the key tiles wholly before its rows' documents and masks the rest
+ * element by element (attention_doc.cuh); NULL runs the plain causal kernels. */
+void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc_start,
+                             int B, int T, int nh, int nkv, int hd);
 /* rope_theta > 0 (ops.h): dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels rotate their
  * fp32 accumulators before the store (one rounding), a pass whose dK/dV or dQ ran on the
  * mma.sync kernels gets shlm_cuda_rope(inverse) on those rows afterwards. */
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                             const float *lse, int B, int T, int nh, int nkv, int hd,
-                             float rope_theta);
+                             const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                             int nkv, int hd, float rope_theta);
 /* Which implementation later attention calls try first: enable 1 the Hopper kernels (the
  * default, unless the environment has SHLM_ATTN_SM90=0), 0 the mma.sync fallback alone.
  * For tests and benchmarks, which run both. */
@@ -120,29 +122,30 @@ unsigned shlm_cuda_attention_sm90_ran(void);
  * 16-byte-aligned qkv and out, a compute capability 9.0 device and a build with its
  * sm_90a code. Returns 0 when it queued the work, 1 when it did not (the caller then runs
  * attention.cu's kernel). */
-int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T, int nh,
-                                 int nkv, int hd);
+int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv,
+                                 const int32_t *doc_start, int B, int T, int nh, int nkv, int hd);
 /* 1 when the sm_90a kernels of attention_sm90.cu and attention_bwd_sm90.cu can run here
  * (compute capability 9.0, sm_90a image in the binary; probed once per process). */
 int shlm_cuda_sm90_usable(void);
 /* The backward's dK/dV (+dS) pass on Hopper warpgroup MMA (attention_bwd_sm90.cu), same
  * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
- * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
+ * pass (ds_head, scale, scale_log2, doc_start as there): head_dim 64 or 128, 16-byte-aligned
  * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
  * (nothing queued). rope: NULL, or shlm_cuda_rope_table(npos >= T, hd, theta): the dk rows
  * are stored inverse-rotated (w.r.t. the pre-RoPE k, key position t of row b·T + t),
  * rotated in fp32 before the one rounding to bf16; dv and the dS tiles are the same
  * either way. */
 int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
-                                     const void *qkv, const float *lse, const float *D, int b0,
-                                     int nb, int T, int nh, int nkv, int hd, float scale,
-                                     float scale_log2, const void *rope);
+                                     const void *qkv, const float *lse, const float *D,
+                                     const int32_t *doc_start, int b0, int nb, int T, int nh,
+                                     int nkv, int hd, float scale, float scale_log2,
+                                     const void *rope);
 /* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
  * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
  * return value as the dK/dV one. rope: as for dK/dV, on the dq rows (query positions). */
 int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
-                                    int b0, int nb, int T, int nh, int nkv, int hd,
-                                    const void *rope);
+                                    const int32_t *doc_start, int b0, int nb, int T, int nh,
+                                    int nkv, int hd, const void *rope);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */

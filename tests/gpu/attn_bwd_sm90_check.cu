@@ -2,7 +2,7 @@
  * dQ kernels (kernels/cuda/attention_bwd_sm90.cu, the default) against the portable
  * mma.sync kernels (kernels/cuda/attention.cu, the declared fallback), inside the whole
  * backward (shlm_cuda_attention_bwd: D, then per pass dK/dV and dQ), and both against a
- * float64 reference, with timings.
+ * float64 reference, causal and with document masks (ops.h doc_start), with timings.
  *
  * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_bwd_sm90_check),
  * or with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
@@ -18,14 +18,18 @@
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
- * from shlm_cuda_attention_fwd. Per case, with dqkv poisoned with NaN first:
+ * from shlm_cuda_attention_fwd; the causal mask or a layout of documents from
+ * tests/doc_layout.h (several per tile, spanning tiles, single tokens, a start at T - 1).
+ * Per case, with dqkv poisoned with NaN first:
  *   the default must have run the Hopper dK/dV and dQ kernels in every pass
  *     (shlm_cuda_attention_sm90_ran);
  *   NaN/unwritten: none of dq, dk, dv may be NaN;
  *   default and fallback bitwise equal (the same products in the same order);
  *   vs float64 (the cases small enough for the host, from the same bf16 inputs): relative
  *     L2 error of dq, dk, dv each < 1.5e-2 (P, dS and the outputs are rounded to bf16);
- *   determinism: a second run of the default is bitwise equal.
+ *   determinism: a second run of the default is bitwise equal;
+ *   causal cases: an all-zero doc_start (the document kernels) gives the bits of doc_start
+ *     NULL, on the default and on the fallback.
  * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
  * rotate their fp32 accumulators before the one rounding to bf16, the fallback runs
  * rope.cu's inverse kernel on its bf16 output, rounding twice), both again:
@@ -38,7 +42,7 @@
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
  * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
  * Timings: the whole backward (D + dK/dV + dQ) of both, cudaEvent over 10 launches after 3
- * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; the default
+ * warm-up ones; TFLOP/s with 10·hd flops per (query, key) pair the mask keeps; the default
  * with RoPE fused, and without it followed by the separate inverse rope kernel; then the
  * Hopper dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
 #include <cuda_bf16.h>
@@ -142,19 +146,20 @@ static const char *const PART[3] = {"dq", "dk", "dv"};
 struct Inputs {
     void *qkv, *dout, *out;
     float *lse;
+    int32_t *doc; /* doc_start (device) or NULL */
 };
 
 /* One backward on the default (sm90 = 1) or the fallback (0) into dst, first filled with
  * NaN (bf16 0xffff), waited for, copied to host. False, with the FAIL printed and counted,
  * when the default did not run the Hopper kernels in every pass; a CUDA error is sticky
  * and ends the check. */
-static bool run_bwd(__nv_bfloat16 *host, void *dst, const Inputs &in, const Case &c, int sm90,
-                    float theta) {
+static bool run_bwd(__nv_bfloat16 *host, void *dst, const Inputs &in, const int32_t *doc,
+                    const Case &c, int sm90, float theta) {
     const size_t n_qkv = (size_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
     CK(cudaMemsetAsync(dst, 0xff, n_qkv * 2, stream()));
     shlm_cuda_attention_set_sm90(sm90);
-    shlm_cuda_attention_bwd(dst, in.dout, in.qkv, in.out, in.lse, c.B, c.T, c.nh, c.nkv, c.hd,
-                            theta);
+    shlm_cuda_attention_bwd(dst, in.dout, in.qkv, in.out, in.lse, doc, c.B, c.T, c.nh, c.nkv,
+                            c.hd, theta);
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
     CK(cudaMemcpy(host, dst, n_qkv * 2, cudaMemcpyDeviceToHost));
@@ -169,34 +174,34 @@ static bool run_bwd(__nv_bfloat16 *host, void *dst, const Inputs &in, const Case
 }
 
 static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_qkv,
-                       const __nv_bfloat16 *h_do, void *d_g) {
+                       const __nv_bfloat16 *h_do, const int32_t *h_doc, void *d_g) {
     const size_t n_qkv = (size_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
     __nv_bfloat16 *h_fb = (__nv_bfloat16 *)malloc(n_qkv * 2), *h_df = (__nv_bfloat16 *)malloc(n_qkv * 2);
     __nv_bfloat16 *h_2 = (__nv_bfloat16 *)malloc(n_qkv * 2);
     __nv_bfloat16 *h_fbr = (__nv_bfloat16 *)malloc(n_qkv * 2), *h_dfr = (__nv_bfloat16 *)malloc(n_qkv * 2);
     float *f_fb = (float *)malloc(n_qkv * 4), *f_cpu = NULL;
-    if ((double)c.B * c.nh * c.T * c.T * c.hd < 2e9) {
+    if (case_pairs(c, h_doc) * c.nh * c.hd < 6e8) {
         f_cpu = (float *)malloc(n_qkv * 4);
-        ref_attention(NULL, NULL, f_cpu, h_qkv, h_do, c);
+        ref_attention(NULL, NULL, f_cpu, h_qkv, h_do, h_doc, c);
     }
     char what[64];
 
     printf("  fallback (mma.sync)\n");
-    const bool fb = run_bwd(h_fb, d_g, in, c, 0, 0.0f);
+    const bool fb = run_bwd(h_fb, d_g, in, in.doc, c, 0, 0.0f);
     for (size_t i = 0; i < n_qkv; i++) f_fb[i] = bf(h_fb[i]);
     for (int part = 0; fb && f_cpu && part < 3; part++) {
         snprintf(what, sizeof what, "%s vs float64", PART[part]);
         check_part(what, part, h_fb, f_cpu, c, 1.5e-2, 0);
     }
     printf("  default (Hopper wgmma)\n");
-    const bool df = run_bwd(h_df, d_g, in, c, 1, 0.0f);
+    const bool df = run_bwd(h_df, d_g, in, in.doc, c, 1, 0.0f);
     if (df) {
         for (int part = 0; f_cpu && part < 3; part++) {
             snprintf(what, sizeof what, "%s vs float64", PART[part]);
             check_part(what, part, h_df, f_cpu, c, 1.5e-2, 0);
         }
         if (fb) report_same("bitwise equal to the fallback", memcmp(h_df, h_fb, n_qkv * 2) == 0);
-        if (run_bwd(h_2, d_g, in, c, 1, 0.0f))
+        if (run_bwd(h_2, d_g, in, in.doc, c, 1, 0.0f))
             report_same("second run bitwise equal", memcmp(h_df, h_2, n_qkv * 2) == 0);
     }
 
@@ -207,7 +212,7 @@ static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_q
     rope_inv_host(f_rot, c, ROPE_THETA);
     if (f_cpu) rope_inv_host(f_cpu, c, ROPE_THETA);
     printf("  fallback with RoPE\n");
-    const bool fbr = fb && run_bwd(h_fbr, d_g, in, c, 0, theta);
+    const bool fbr = fb && run_bwd(h_fbr, d_g, in, in.doc, c, 0, theta);
     for (size_t i = 0; i < n_qkv; i++) f_fbr[i] = bf(h_fbr[i]);
     for (int part = 0; fbr && part < 3; part++) {
         snprintf(what, sizeof what, "%s vs host-rotated", PART[part]);
@@ -218,7 +223,7 @@ static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_q
         }
     }
     printf("  default with RoPE\n");
-    if (df && run_bwd(h_dfr, d_g, in, c, 1, theta)) {
+    if (df && run_bwd(h_dfr, d_g, in, in.doc, c, 1, theta)) {
         for (int part = 0; part < 3; part++) {
             snprintf(what, sizeof what, "%s vs host-rotated", PART[part]);
             check_part(what, part, h_dfr, f_rot, c, 1e-2, 2e-2);
@@ -233,20 +238,35 @@ static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_q
         }
         if (fbr) report_same("dv bitwise equal to the fallback's", same_part(h_dfr, h_fbr, 2, c));
         report_same("dv bitwise equal to the dv without RoPE", same_part(h_dfr, h_df, 2, c));
-        if (run_bwd(h_2, d_g, in, c, 1, theta))
+        if (run_bwd(h_2, d_g, in, in.doc, c, 1, theta))
             report_same("second run bitwise equal", memcmp(h_dfr, h_2, n_qkv * 2) == 0);
+    }
+    if (!h_doc) { /* the document kernels on one document per sequence: the same bits */
+        int32_t *d_zeros;
+        CK(cudaMalloc(&d_zeros, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemset(d_zeros, 0, (size_t)c.B * c.T * sizeof(int32_t)));
+        printf("  all-zero doc_start\n");
+        if (fb && run_bwd(h_2, d_g, in, d_zeros, c, 0, 0.0f))
+            report_same("fallback: zeros == NULL", memcmp(h_2, h_fb, n_qkv * 2) == 0);
+        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, 0.0f))
+            report_same("default: zeros == NULL", memcmp(h_2, h_df, n_qkv * 2) == 0);
+        if (fbr && run_bwd(h_2, d_g, in, d_zeros, c, 0, theta))
+            report_same("fallback with RoPE: zeros == NULL", memcmp(h_2, h_fbr, n_qkv * 2) == 0);
+        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, theta))
+            report_same("default with RoPE: zeros == NULL", memcmp(h_2, h_dfr, n_qkv * 2) == 0);
+        CK(cudaFree(d_zeros));
     }
     free(h_fb), free(h_df), free(h_2), free(h_fbr), free(h_dfr), free(f_fb), free(f_cpu);
     free(f_rot), free(f_fbr);
 }
 
-static void time_case(const Case &c, const Inputs &in, void *d_g) {
-    const double flops = 2.5 * 4.0 * c.B * c.nh * (double)c.T * c.T * c.hd / 2;
+static void time_case(const Case &c, const Inputs &in, const int32_t *h_doc, void *d_g) {
+    const double flops = 10.0 * c.hd * c.nh * case_pairs(c, h_doc);
     for (int sm90 = 0; sm90 < 2; sm90++) {
         shlm_cuda_attention_set_sm90(sm90);
         auto launch = [&]() {
-            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, c.B, c.T, c.nh, c.nkv,
-                                    c.hd, 0.0f);
+            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
+                                    c.nkv, c.hd, 0.0f);
         };
         const double us = mean_launch_us(stream(), 3, 10, launch);
         printf("  time backward %-22s %8.1f us  %6.1f TFLOP/s\n",
@@ -259,8 +279,8 @@ static void time_case(const Case &c, const Inputs &in, void *d_g) {
         const float theta = (float)ROPE_THETA;
         const int C3i = (c.nh + 2 * c.nkv) * c.hd;
         auto launch = [&]() {
-            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, c.B, c.T, c.nh, c.nkv,
-                                    c.hd, fused ? theta : 0.0f);
+            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
+                                    c.nkv, c.hd, fused ? theta : 0.0f);
             if (!fused) shlm_cuda_rope(d_g, c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
         };
         const double us = mean_launch_us(stream(), 3, 10, launch);
@@ -280,10 +300,10 @@ static void time_case(const Case &c, const Inputs &in, void *d_g) {
         auto launch = [&]() -> int {
             if (kv)
                 return shlm_cuda_attention_bwd_dkv_sm90(d_g, d_ds, ds_head, in.dout, in.qkv, in.lse,
-                                                        d_D, 0, c.B, c.T, c.nh, c.nkv, c.hd, scale,
-                                                        sl2, NULL);
-            return shlm_cuda_attention_bwd_dq_sm90(d_g, d_ds, ds_head, in.qkv, 0, c.B, c.T, c.nh,
-                                                   c.nkv, c.hd, NULL);
+                                                        d_D, in.doc, 0, c.B, c.T, c.nh, c.nkv, c.hd,
+                                                        scale, sl2, NULL);
+            return shlm_cuda_attention_bwd_dq_sm90(d_g, d_ds, ds_head, in.qkv, in.doc, 0, c.B, c.T,
+                                                   c.nh, c.nkv, c.hd, NULL);
         };
         if (launch() != 0) {
             printf("  time alone: wgmma %s declined: FAIL\n", kv ? "dK/dV" : "dQ");
@@ -299,7 +319,7 @@ static void time_case(const Case &c, const Inputs &in, void *d_g) {
 }
 
 static void run_case(const Case &c, bool check, bool timing) {
-    printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
+    print_case(c, "");
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
     const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
     const size_t n_lse = (size_t)c.B * c.nh * c.T;
@@ -311,6 +331,12 @@ static void run_case(const Case &c, bool check, bool timing) {
     for (size_t i = 0; i < n_out; i++) h_do[i] = __float2bfloat16(gauss());
     Inputs in;
     void *d_g;
+    int32_t *h_doc = case_docs(c);
+    in.doc = NULL;
+    if (h_doc) {
+        CK(cudaMalloc(&in.doc, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemcpy(in.doc, h_doc, (size_t)c.B * c.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
     CK(cudaMalloc(&in.qkv, n_qkv * 2));
     CK(cudaMalloc(&in.dout, n_out * 2));
     CK(cudaMalloc(&in.out, n_out * 2));
@@ -320,19 +346,20 @@ static void run_case(const Case &c, bool check, bool timing) {
     CK(cudaMemcpy(in.dout, h_do, n_out * 2, cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize()); /* the kernels run on the backend's non-blocking stream */
     shlm_cuda_attention_set_sm90(1);
-    shlm_cuda_attention_fwd(in.out, in.lse, in.qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    shlm_cuda_attention_fwd(in.out, in.lse, in.qkv, in.doc, c.B, c.T, c.nh, c.nkv, c.hd);
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
 
-    if (check) check_case(c, in, h_qkv, h_do, d_g);
-    if (timing) time_case(c, in, d_g);
+    if (check) check_case(c, in, h_qkv, h_do, h_doc, d_g);
+    if (timing) time_case(c, in, h_doc, d_g);
 
     CK(cudaFree(in.qkv));
     CK(cudaFree(in.dout));
     CK(cudaFree(in.out));
     CK(cudaFree(in.lse));
     CK(cudaFree(d_g));
-    free(h_qkv), free(h_do);
+    if (in.doc) CK(cudaFree(in.doc));
+    free(h_qkv), free(h_do), free(h_doc);
 }
 
 int main(int argc, char **argv) {
@@ -354,16 +381,16 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&d_a, 1 << 20));
         char *a = (char *)d_a;
         float *f = (float *)(a + (1 << 19));
-        const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2, 96,
+        const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 2, 2, 96,
                                                          0.1f, 0.1f, NULL);
-        const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, 0, 1, 64, 2, 2,
+        const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, NULL, 0, 1, 64, 2, 2,
                                                           128, 0.1f, 0.1f, NULL);
-        const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 3, 2,
+        const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 3, 2,
                                                           128, 0.1f, 0.1f, NULL);
         /* a RoPE table that is not 16-byte aligned: both passes decline */
-        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2,
+        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 2, 2,
                                                            128, 0.1f, 0.1f, f + 2);
-        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, 0, 1, 64, 2, 2, 128, f + 2);
+        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, NULL, 0, 1, 64, 2, 2, 128, f + 2);
         const bool ok = r96 == 1 && rmis == 1 && rgqa == 1 && rrope == 1 && rrq == 1;
         printf("declines hd=96, misaligned qkv, nh %% nkv != 0, misaligned RoPE table (dK/dV, "
                "dQ): rc %d %d %d %d %d %s\n",
@@ -376,12 +403,21 @@ int main(int argc, char **argv) {
     const Case small_cases[] = {
         {2, 130, 4, 2, 128}, {2, 130, 4, 4, 128}, {2, 256, 4, 2, 128}, {2, 256, 4, 4, 128},
         {2, 130, 4, 2, 64},  {2, 130, 4, 4, 64},  {2, 256, 4, 2, 64},  {2, 256, 4, 4, 64},
+        /* documents: several per tile, spanning tiles, single tokens, a start at T - 1 */
+        {2, 130, 4, 2, 128, DOC_RANDOM, 40}, {2, 256, 4, 4, 128, DOC_SHORT, 2},
+        {2, 256, 4, 2, 128, DOC_LAST, 100},  {2, 130, 4, 4, 64, DOC_LAST, 30},
+        {2, 256, 4, 2, 64, DOC_RANDOM, 150}, {2, 256, 4, 4, 64, DOC_FIXED, 64},
     };
     const Case big_cases[] = {
         {2, 1000, 8, 2, 128},   /* GQA 4:1, T not a multiple of 64 */
         {2, 4096, 32, 32, 128}, /* two passes (b0 = 1 on the second) */
+        {2, 1000, 8, 2, 128, DOC_RANDOM, 300},
+        {3, 1000, 8, 8, 64, DOC_RANDOM, 200},
+        {2, 4096, 32, 32, 128, DOC_FIXED, 512}, /* two passes */
     };
-    const Case time_cases[] = {{1, 4096, 32, 32, 128}, {1, 4096, 32, 32, 64}};
+    const Case time_cases[] = {{1, 4096, 32, 32, 128}, {1, 4096, 32, 32, 64},
+                               {1, 4096, 32, 32, 128, DOC_FIXED, 512},
+                               {1, 4096, 32, 32, 64, DOC_FIXED, 512}};
     if (check) {
         for (const Case &c : small_cases) run_case(c, true, false);
         if (!small)

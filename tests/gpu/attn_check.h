@@ -7,6 +7,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "tests/doc_layout.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,24 +28,53 @@ static int n_failed;
 
 /* xorshift64, fixed seed: every run draws the same inputs */
 static uint64_t rng = 0x5eed5eedull;
-static double uniform01(void) {
+static uint64_t rnd64(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return ((rng >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return rng;
 }
+static double uniform01(void) { return ((rnd64() >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static float gauss(void) {
     return (float)(sqrt(-2.0 * log(uniform01())) * cos(6.283185307179586 * uniform01()));
 }
 static float bf(__nv_bfloat16 x) { return __bfloat162float(x); }
 
+/* doc_kind -1: the plain causal mask (doc_start NULL); else each sequence cut into
+ * documents by doc_layout(doc_kind, maxlen) */
 struct Case {
     int B, T, nh, nkv, hd;
+    int doc_kind = -1, maxlen = 0;
 };
 
-/* Float64 causal attention on the host from the bf16 inputs: out (B·T, nh·hd) and lse
- * (B, nh, T) when non-NULL; with dout (B·T, nh·hd) non-NULL also the backward, dqkv
- * (B·T, (nh + 2·nkv)·hd). Naive: every score row in full. */
+/* The case's document starts (B·T, host), NULL for the causal mask; drawn from rnd64 */
+static int32_t *case_docs(const Case &c) {
+    if (c.doc_kind < 0) return NULL;
+    int32_t *doc = (int32_t *)malloc((size_t)c.B * c.T * sizeof(int32_t));
+    for (int b = 0; b < c.B; b++)
+        doc_layout(doc + (size_t)b * c.T, c.T, (enum doc_layout_kind)c.doc_kind, c.maxlen, rnd64);
+    return doc;
+}
+
+/* (query, key) pairs the case's mask keeps, per head */
+static double case_pairs(const Case &c, const int32_t *doc) {
+    double n = 0;
+    for (int b = 0; b < c.B; b++)
+        for (int t = 0; t < c.T; t++) n += t + 1 - (doc ? doc[(size_t)b * c.T + t] : 0);
+    return n;
+}
+
+/* "B=.. T=.. nh=.. nkv=.. hd=..[, documents]" */
+static void print_case(const Case &c, const char *extra) {
+    printf("== B=%d T=%d nh=%d nkv=%d hd=%d%s%s%s\n", c.B, c.T, c.nh, c.nkv, c.hd,
+           c.doc_kind < 0 ? "" : ", ", c.doc_kind < 0 ? "" : doc_layout_name((enum doc_layout_kind)c.doc_kind),
+           extra);
+}
+
+/* Float64 attention on the host from the bf16 inputs: out (B·T, nh·hd) and lse (B, nh, T)
+ * when non-NULL; with dout (B·T, nh·hd) non-NULL also the backward, dqkv (B·T, (nh +
+ * 2·nkv)·hd). The mask written out: query i sees key j <= i of its own document (doc:
+ * host doc_start, tokens of a document share their first token; NULL: one document). */
 static void ref_attention(float *out, float *lse, float *dqkv, const __nv_bfloat16 *qkv,
-                          const __nv_bfloat16 *dout, const Case &c) {
+                          const __nv_bfloat16 *dout, const int32_t *doc, const Case &c) {
     const int hd = c.hd, T = c.T;
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * hd, CO = (size_t)c.nh * hd;
     const double scale = 1.0 / sqrt((double)hd);
@@ -58,18 +89,22 @@ static void ref_attention(float *out, float *lse, float *dqkv, const __nv_bfloat
             const size_t qc = (size_t)h * hd, kc = (size_t)(c.nh + kvh) * hd,
                          vc = (size_t)(c.nh + c.nkv + kvh) * hd;
             for (int i = 0; i < T; i++) {
-                const int j0 = 0; /* the first key query i sees */
+                const int32_t *row = doc ? doc + (size_t)b * T : NULL;
+                auto sees = [&](int j) { return !row || row[j] == row[i]; };
                 double mx = -INFINITY;
-                for (int j = j0; j <= i; j++) {
+                for (int j = 0; j <= i; j++) {
+                    if (!sees(j)) continue;
                     double s = 0;
                     for (int d = 0; d < hd; d++) s += X(b, i, qc + d) * X(b, j, kc + d);
                     p[j] = s * scale;
                     if (p[j] > mx) mx = p[j];
                 }
                 double sum = 0;
-                for (int j = j0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
+                for (int j = 0; j <= i; j++)
+                    if (sees(j)) sum += (p[j] = exp(p[j] - mx));
                 for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int j = j0; j <= i; j++) {
+                for (int j = 0; j <= i; j++) {
+                    if (!sees(j)) continue;
                     p[j] /= sum;
                     for (int d = 0; d < hd; d++) o[d] += p[j] * X(b, j, vc + d);
                 }
@@ -81,13 +116,15 @@ static void ref_attention(float *out, float *lse, float *dqkv, const __nv_bfloat
                 const __nv_bfloat16 *go = dout + orow;
                 double D = 0;
                 for (int d = 0; d < hd; d++) D += (double)bf(go[d]) * o[d];
-                for (int j = j0; j <= i; j++) {
+                for (int j = 0; j <= i; j++) {
+                    if (!sees(j)) continue;
                     double s = 0;
                     for (int d = 0; d < hd; d++) s += (double)bf(go[d]) * X(b, j, vc + d);
                     dp[j] = p[j] * (s - D) * scale; /* dS */
                 }
                 double *dq = acc + ((size_t)b * T + i) * C3 + qc;
-                for (int j = j0; j <= i; j++) {
+                for (int j = 0; j <= i; j++) {
+                    if (!sees(j)) continue;
                     double *dk = acc + ((size_t)b * T + j) * C3 + kc;
                     double *dv = acc + ((size_t)b * T + j) * C3 + vc;
                     for (int d = 0; d < hd; d++) {

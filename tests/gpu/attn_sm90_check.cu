@@ -1,7 +1,7 @@
 /* GPU check of the attention forward's two implementations: the Hopper wgmma kernel
  * (kernels/cuda/attention_sm90.cu, the default) against the portable mma.sync kernel
  * (kernels/cuda/attention.cu, the declared fallback) and both against a float64
- * reference, with timings.
+ * reference, causal and with document masks (ops.h doc_start), with timings.
  *
  * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_sm90_check), or
  * with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
@@ -15,19 +15,22 @@
  *   compute-sanitizer attn_sm90_check --small   # the small cases, no timings
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
- * Per case (B, T, nh, nkv, hd), on random bf16 inputs (q, k ~ N(0, 1.5²) so that softmax
- * rows are peaked and the running max moves; v ~ N(0, 1)), outputs poisoned with NaN
- * first:
+ * Per case (B, T, nh, nkv, hd, and the causal mask or a layout of documents from
+ * tests/doc_layout.h: several per tile, spanning tiles, single tokens, a start at T - 1),
+ * on random bf16 inputs (q, k ~ N(0, 1.5²) so that softmax rows are peaked and the running
+ * max moves; v ~ N(0, 1)), outputs poisoned with NaN first:
  *   the default must have run the Hopper kernel (shlm_cuda_attention_sm90_ran), in the
  *     schedule the tile count picks (one block per tile, or persistent: both occur);
  *   out: max |default − fallback| / max |fallback| < 1e-2 (both round P and out to bf16),
  *        no NaN, no element left unwritten; lse: max |d| / max(1, |ref|) < 1e-3;
  *   both against float64 (the cases small enough for the host), same bounds;
- *   determinism: a second run of the default is bitwise equal (out and lse).
+ *   determinism: a second run of the default is bitwise equal (out and lse);
+ *   causal cases: an all-zero doc_start (the document kernels) gives the bits of doc_start
+ *     NULL, on the default and on the fallback.
  * On a failure the worst errors are printed by row block (query row % 128 / 16: warpgroup
  * 0 is rows 0-63) and column block (dim / 16), which points at the fragment at fault.
  * Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
- * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair; then the
+ * benchmarks/bench_kernels.c's count, 4·hd flops per (query, key) pair the mask keeps; the
  * default once more while another stream's kernel holds 16 SMs for about 100 us (as
  * NCCL's kernels do in training), which the persistent schedule must absorb. */
 #include <cuda_bf16.h>
@@ -122,12 +125,13 @@ static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(
 /* One forward on the default (sm90 = 1) or the fallback (0) into out, lse, first filled
  * with NaN, waited for. False, with the FAIL printed and counted, when the default did
  * not run the Hopper kernel; a CUDA error is sticky and ends the check. */
-static bool run_fwd(void *out, float *lse, const void *qkv, const Case &c, int sm90) {
+static bool run_fwd(void *out, float *lse, const void *qkv, const int32_t *doc, const Case &c,
+                    int sm90) {
     const size_t n_out = (size_t)c.B * c.T * c.nh * c.hd, n_lse = (size_t)c.B * c.nh * c.T;
     CK(cudaMemsetAsync(out, 0xff, n_out * 2, stream())); /* bf16 0xffff: NaN */
     CK(cudaMemsetAsync(lse, 0xff, n_lse * 4, stream())); /* fp32 0xffffffff: NaN */
     shlm_cuda_attention_set_sm90(sm90);
-    shlm_cuda_attention_fwd(out, lse, qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    shlm_cuda_attention_fwd(out, lse, qkv, doc, c.B, c.T, c.nh, c.nkv, c.hd);
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
     const bool ran = (shlm_cuda_attention_sm90_ran() & SHLM_ATTN_RAN_SM90_FWD) != 0;
@@ -138,12 +142,30 @@ static bool run_fwd(void *out, float *lse, const void *qkv, const Case &c, int s
     return false;
 }
 
+/* the bytes of two device buffers equal (out, or lse) */
+static bool same_device(const void *a, const void *b, size_t bytes) {
+    char *ha = (char *)malloc(bytes), *hb = (char *)malloc(bytes);
+    CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(ha, hb, bytes) == 0;
+    free(ha), free(hb);
+    return same;
+}
+
 static void run_case(const Case &c, bool timing) {
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     const long tiles = (long)c.nh * ((c.T + 127) / 128) * c.B;
-    printf("== B=%d T=%d nh=%d nkv=%d hd=%d: %ld tiles, %s schedule\n", c.B, c.T, c.nh, c.nkv,
-           c.hd, tiles, tiles > sms ? "persistent" : "one block per tile");
+    char extra[96];
+    snprintf(extra, sizeof extra, ": %ld tiles, %s schedule", tiles,
+             tiles > sms ? "persistent" : "one block per tile");
+    print_case(c, extra);
+    int32_t *h_doc = case_docs(c), *d_doc = NULL;
+    if (h_doc) {
+        CK(cudaMalloc(&d_doc, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemcpy(d_doc, h_doc, (size_t)c.B * c.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    const double pairs = case_pairs(c, h_doc) * c.nh;
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
     const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
     const size_t n_lse = (size_t)c.B * c.nh * c.T;
@@ -171,23 +193,23 @@ static void run_case(const Case &c, bool timing) {
           *l_new = (float *)malloc(n_lse * 4), *l_new2 = (float *)malloc(n_lse * 4);
 
     printf("  fallback (mma.sync)\n");
-    run_fwd(d_ref, d_lref, d_qkv, c, 0);
+    run_fwd(d_ref, d_lref, d_qkv, d_doc, c, 0);
     CK(cudaMemcpy(h_ref, d_ref, n_out * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(l_ref, d_lref, n_lse * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n_out; i++) f_ref[i] = bf(h_ref[i]);
 
     /* the cases small enough for the host: both kernels against float64 */
     float *f_cpu = NULL, *l_cpu = NULL;
-    if ((double)c.B * c.nh * c.T * c.T * c.hd < 3e9) {
+    if (pairs * c.hd < 1.5e9) {
         f_cpu = (float *)malloc(n_out * 4);
         l_cpu = (float *)malloc(n_lse * 4);
-        ref_attention(f_cpu, l_cpu, NULL, h_qkv, NULL, c);
+        ref_attention(f_cpu, l_cpu, NULL, h_qkv, NULL, h_doc, c);
         check_out("out vs float64", h_ref, f_cpu, c, 1e-2);
         check_lse("lse vs float64", l_ref, l_cpu, n_lse);
     }
 
     printf("  default (Hopper wgmma)\n");
-    if (run_fwd(d_new, d_lnew, d_qkv, c, 1)) {
+    if (run_fwd(d_new, d_lnew, d_qkv, d_doc, c, 1)) {
         CK(cudaMemcpy(h_new, d_new, n_out * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(l_new, d_lnew, n_lse * 4, cudaMemcpyDeviceToHost));
         check_out("out vs fallback", h_new, f_ref, c, 1e-2);
@@ -196,7 +218,7 @@ static void run_case(const Case &c, bool timing) {
             check_out("out vs float64", h_new, f_cpu, c, 1e-2);
             check_lse("lse vs float64", l_new, l_cpu, n_lse);
         }
-        if (run_fwd(d_new2, d_lnew2, d_qkv, c, 1)) {
+        if (run_fwd(d_new2, d_lnew2, d_qkv, d_doc, c, 1)) {
             CK(cudaMemcpy(h_new2, d_new2, n_out * 2, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(l_new2, d_lnew2, n_lse * 4, cudaMemcpyDeviceToHost));
             const bool same = memcmp(h_new, h_new2, n_out * 2) == 0 &&
@@ -205,13 +227,29 @@ static void run_case(const Case &c, bool timing) {
             if (!same) n_failed++;
         }
     }
+    if (!h_doc) { /* the document kernels on one document per sequence: the same bits */
+        int32_t *d_zeros;
+        CK(cudaMalloc(&d_zeros, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemset(d_zeros, 0, (size_t)c.B * c.T * sizeof(int32_t)));
+        for (int sm90 = 1; sm90 >= 0; sm90--) {
+            void *o = sm90 ? d_new : d_ref;
+            float *l = sm90 ? d_lnew : d_lref;
+            if (!run_fwd(d_new2, d_lnew2, d_qkv, d_zeros, c, sm90)) continue;
+            const bool same = same_device(d_new2, o, n_out * 2) && same_device(d_lnew2, l, n_lse * 4);
+            printf("    %-28s %s\n", sm90 ? "default: zeros == NULL" : "fallback: zeros == NULL",
+                   same ? "ok" : "FAIL");
+            if (!same) n_failed++;
+        }
+        CK(cudaFree(d_zeros));
+    }
 
     if (timing) {
-        const double pairs = (double)c.B * c.nh * ((double)c.T * (c.T + 1) / 2);
         const double flops = 4.0 * c.hd * pairs;
         for (int sm90 = 0; sm90 < 2; sm90++) {
             shlm_cuda_attention_set_sm90(sm90);
-            auto launch = [&]() { shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd); };
+            auto launch = [&]() {
+                shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, d_doc, c.B, c.T, c.nh, c.nkv, c.hd);
+            };
             const double us = mean_launch_us(stream(), 3, 20, launch);
             printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", sm90 ? "default (wgmma)" : "fallback (mma.sync)",
                    us, flops / (us * 1e-6) / 1e12);
@@ -229,7 +267,7 @@ static void run_case(const Case &c, bool timing) {
             hog_kernel<<<HOG_BLOCKS, 32, HOG_SMEM, s2>>>(200000, NULL);
             hog_kernel<<<1, 32, 0, stream()>>>(40000, NULL);
             CK(cudaEventRecord(e0, stream()));
-            shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+            shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, d_doc, c.B, c.T, c.nh, c.nkv, c.hd);
             CK(cudaEventRecord(e1, stream()));
             CK(cudaEventSynchronize(e1));
             CK(cudaStreamSynchronize(s2));
@@ -253,7 +291,8 @@ static void run_case(const Case &c, bool timing) {
     CK(cudaFree(d_lnew));
     CK(cudaFree(d_lnew2));
     free(h_qkv), free(h_ref), free(h_new), free(h_new2), free(f_ref), free(l_ref), free(l_new);
-    free(l_new2), free(f_cpu), free(l_cpu);
+    free(l_new2), free(f_cpu), free(l_cpu), free(h_doc);
+    if (d_doc) CK(cudaFree(d_doc));
 }
 
 int main(int argc, char **argv) {
@@ -275,9 +314,10 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&d_qkv, 1 << 20));
         CK(cudaMalloc(&d_out, 1 << 20));
         CK(cudaMalloc(&d_lse, 1 << 16));
-        const int r96 = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 2, 2, 96);
-        const int rmis = shlm_cuda_attention_fwd_sm90(d_out, d_lse, (char *)d_qkv + 2, 1, 64, 2, 2, 128);
-        const int rgqa = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 3, 2, 128);
+        const int r96 = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, NULL, 1, 64, 2, 2, 96);
+        const int rmis =
+            shlm_cuda_attention_fwd_sm90(d_out, d_lse, (char *)d_qkv + 2, NULL, 1, 64, 2, 2, 128);
+        const int rgqa = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, NULL, 1, 64, 3, 2, 128);
         const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
         printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
                ok ? "ok" : "FAIL");
@@ -297,6 +337,16 @@ int main(int argc, char **argv) {
         {2, 1000, 8, 2, 64},
         {2, 520, 20, 4, 64},
         {1, 4096, 32, 32, 64},
+        /* documents: one block per tile and persistent; single tokens; a start at T - 1 */
+        {1, 130, 4, 4, 128, DOC_SHORT, 2},
+        {2, 1000, 8, 2, 128, DOC_RANDOM, 300},
+        {2, 520, 20, 4, 128, DOC_RANDOM, 100},
+        {2, 1000, 8, 2, 128, DOC_LAST, 60},
+        {1, 4096, 32, 32, 128, DOC_FIXED, 512},
+        {1, 130, 4, 4, 64, DOC_LAST, 20},
+        {2, 1000, 8, 2, 64, DOC_RANDOM, 300},
+        {2, 520, 20, 4, 64, DOC_SHORT, 2},
+        {1, 4096, 32, 32, 64, DOC_FIXED, 512},
     };
     for (const Case &c : cases)
         if (!small || c.T < 1000) run_case(c, timing && c.T == 4096);
