@@ -20,7 +20,7 @@
  * documents of 512 tokens ("docs" rows: ops.h doc_start) only the pairs the mask keeps;
  * memory-bound
  * ops the fewest bytes they must move (each input read once, each output written once).
- * Exit status: 0, or 1 when any check failed (the #wrong column), 77 without a GPU. */
+ * Exit status: 0, or 1 when any check failed (the #wrong column), 77 when no GPU is visible. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -20,8 +20,8 @@
  *
  * Each warp owns 32 rows (two m16 tiles) of its block's tile, so every B fragment read
  * from shared memory feeds two products: half the shared-memory traffic per product of
- * 16-row warps, which is what bounded the earlier kernels (measured on an H200, B=1,
- * T=4096, 32 heads of 128, causal: forward 721 -> 464 us, backward 2597 -> 1778 us).
+ * 16-row warps, whose shared-memory reads bound them (forward 721 against 464 us on an
+ * H200, B=1, T=4096, 32 heads of 128).
  *
  * The head dimension is padded with zeros to HDP ∈ {16, 32, 64, 128} (a zero column
  * adds nothing to q·k and produces an output column nobody stores), so any hd ≤ 128
@@ -217,6 +217,23 @@ __device__ __forceinline__ void store_tile(bf16 *g, size_t ld, const bf16 *s, in
 
 /* ------------------------------------------------------------------ forward */
 
+/* Scores of a warp's 32 rows (C fragments of NT 8-key n-tiles from key k0) become -inf
+ * where the key lies after (AFTER) or before the row's bound (bound[mt][r]: the row of
+ * m-tile mt, half r of the fragment). */
+template <bool AFTER, int NT>
+__device__ __forceinline__ void mask_keys(float (&s)[2][NT][4], int k0, const int (&bound)[2][2],
+                                          int t) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int k = k0 + 8 * j + 2 * t + (e & 1);
+                if (AFTER ? k > bound[mt][e >> 1] : k < bound[mt][e >> 1]) s[mt][j][e] = -INFINITY;
+            }
+}
+
 constexpr int FWD_THREADS = 128; /* 4 warps */
 constexpr int FWD_BR = 128;      /* queries per block: 32 per warp */
 constexpr int FWD_BC = 64;       /* keys per step (32 measured 10% slower) */
@@ -260,7 +277,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
 #pragma unroll
         for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) qlo[mt][r] = doc_first_key(doc, b, T, min(qrow[mt][r], T - 1));
+            for (int r = 0; r < 2; r++)
+                qlo[mt][r] = doc_first_key(doc, b, T, min(qrow[mt][r], T - 1));
     }
 
     load_tile<FWD_BR, HDP, FWD_THREADS>(Qs, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd,
@@ -327,24 +345,9 @@ __global__ void __launch_bounds__(FWD_THREADS)
                 }
             }
         }
-        if (diag) {
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (k0 + 8 * j + 2 * t + (e & 1) > qrow[mt][e >> 1]) s[mt][j][e] = -INFINITY;
-        }
-        if (DOC && __any_sync(0xffffffffu, k0 < qlo[1][1])) { /* some key before some row's first */
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (k0 + 8 * j + 2 * t + (e & 1) < qlo[mt][e >> 1]) s[mt][j][e] = -INFINITY;
-        }
+        if (diag) mask_keys<true>(s, k0, qrow, t);
+        /* DOC: some key before some row's first */
+        if (DOC && __any_sync(0xffffffffu, k0 < qlo[1][1])) mask_keys<false>(s, k0, qlo, t);
         float mref[2][2], alpha[2][2];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
@@ -477,9 +480,8 @@ __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
  *  - dQ, block (head, 128-query tile): dQ = Σ over key tiles, in order, of dS·K.
  * That is 5 products per tile pair, as in a flash-attention backward with atomic dQ,
  * instead of the 7 of recomputing S and dP for dQ; the price is writing and reading dS
- * once (2 bytes per causal pair and head), cheap next to the two products it saves.
- * Measured on an H200 (B=1, T=4096, 32 heads of 128): backward 1766 -> 1411 us (D 31 ->
- * 26, dK/dV 1072 -> 1144, dQ 660 -> 243).
+ * once (2 bytes per causal pair and head), cheap next to the two products it saves
+ * (the whole backward 1411 against 1766 us recomputing, B=1, T=4096, 32 heads of 128).
  *
  * dS scratch, per (batch element of the pass, head): the tiles of 64 queries (query tile
  * Q) × 128 keys (key tile kt), kt ≤ Q/2 — the (key tile, query step) pairs the dK/dV
@@ -490,12 +492,11 @@ __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
  * 16-byte store per lane (a warp writes 512 contiguous bytes), the dQ kernel copies tiles
  * with plain 16-byte cp.async, reads a lane's fragment with one conflict-free 16-byte
  * shared load and transposes its four 8×8 quarters with movmatrix into the A fragment of
- * dS. (Transposing in the dK/dV kernel instead measured 57 us slower there and 15 us
- * faster here: it costs registers in the bottleneck kernel.) */
+ * dS. (Transposing in the dK/dV kernel instead costs registers there, in the bottleneck
+ * kernel: 57 us slower there for 15 us gained here.) */
 
-/* Measured on an H200 (B=1, T=4096, 32 heads of 128, whole backward, with the former
- * recomputing dQ kernel and no dS stores): 128 keys × 64 queries 1778 us; 128 × 48 1805;
- * 128 × 32 1991; 64 × 48 (two blocks per SM) 1894; 64 × 32 1938. */
+/* 128 keys × 64 queries per block measured fastest of 128 × {32, 48, 64} and 64 × {32, 48}
+ * (two blocks per SM). */
 constexpr int KV_BK = 128;             /* keys per block: 32 per warp pair */
 constexpr int KV_NS = KV_BK / 32;      /* key slices (warp pairs) */
 constexpr int KV_THREADS = 64 * KV_NS; /* 2 warps (roles) per slice */
@@ -825,7 +826,8 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
         __syncthreads(); /* ...visible to all; everyone is done with step s-1's buffer */
         issue(s + DQ_STAGES - 1);       /* into step s-1's buffer */
         if (wq0 >= T) continue;         /* no rows (and perhaps no dS tile) */
-        if (DOC && (warp >> 1) && s < s1) continue; /* no dS tile: before the rows' first key tile */
+        /* DOC: no dS tile before the rows' first key tile */
+        if (DOC && (warp >> 1) && s < s1) continue;
         const int k1 = s * DQ_BC;
         const bf16 *const Ks = Kb + buf * DQ_BC * SS;
         const bf16 *const Sf = Sb + 2 * buf * HALF + foff;
@@ -1076,7 +1078,8 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply */
     const bool sm90 = sm90_enabled();
     /* the table first: building it (once per shape) must not come between the passes */
-    const void *rope_tab = rope_theta > 0.0f && sm90 ? shlm_cuda_rope_table(T, hd, rope_theta) : NULL;
+    const void *rope_tab =
+        rope_theta > 0.0f && sm90 ? shlm_cuda_rope_table(T, hd, rope_theta) : NULL;
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);

@@ -12,10 +12,11 @@
  * the same bits as the mma.sync kernels: the same products in the same order, the same
  * k-steps of 16, the same fp32 formulas (checked by tests/gpu/attn_bwd_sm90_check.cu).
  * Measured on an H200 (B=1, T=4096, 32 heads, causal, whole backward with D): hd 128
- * 826 us, hd 64 532 us, against 1411 and 1015 us on the mma.sync kernels; the dQ pass fed
- * by TMA and bulk copies from producer warps was faster alone but gained nothing in the
- * whole backward, and dK/dV with one warpgroup per block, three Q/dO buffers or a fixed
- * issue order between the warpgroups were slower.
+ * 778 us, hd 64 514 us, against 1409 and 1016 us on the mma.sync kernels (with 512-token
+ * documents 193 and 134 us against 291 and 213); the dQ pass fed by TMA and bulk copies
+ * from producer warps was faster alone but gained nothing in the whole backward, and
+ * dK/dV with one warpgroup per block, three Q/dO buffers or a fixed issue order between
+ * the warpgroups were slower.
  *
  * Block of the dK/dV pass = (kv head, 128-key tile kt, batch element b0 + z); consumer
  * warpgroup wg owns keys k0 + 64·wg .. + 63, one m64 wgmma tile, and keeps dK and dV of
@@ -746,13 +747,12 @@ int dkv(void *dqkv, void *dS, size_t ds_head, const void *dout, const void *qkv,
     bf16 *d = (bf16 *)dqkv, *s = (bf16 *)dS;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
     const float2 *rp = (const float2 *)rope;
+    auto run = [&](auto launch) {
+        return launch(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    };
     bool ok;
-    if (hd == 128)
-        ok = doc ? launch_dkv<128, true>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp)
-                 : launch_dkv<128, false>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp);
-    else
-        ok = doc ? launch_dkv<64, true>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp)
-                 : launch_dkv<64, false>(d, s, ds_head, g, x, lse, Dv, doc, b0, nb, T, nh, nkv, scale, scale_log2, rp);
+    if (hd == 128) ok = doc ? run(launch_dkv<128, true>) : run(launch_dkv<128, false>);
+    else ok = doc ? run(launch_dkv<64, true>) : run(launch_dkv<64, false>);
     return ok ? 0 : 1;
 }
 
