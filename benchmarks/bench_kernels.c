@@ -16,9 +16,11 @@
  * runs 2 + iters times; the time is the median of the iters, each between CUDA events
  * on the backend's stream. Counted work: matmul 2·M·N·K FLOP (backward 4·M·N·K);
  * attention the causal pairs only, 4·hd per pair forward and 10·hd backward (the five
- * products of the standard count; the deterministic backward does seven); memory-bound
+ * products of the standard count; the deterministic backward does seven), and with
+ * documents of 512 tokens ("docs" rows: ops.h doc_start) only the pairs the mask keeps;
+ * memory-bound
  * ops the fewest bytes they must move (each input read once, each output written once).
- * Exit status: 0, or 1 when any check failed (the #wrong column), 77 without a GPU. */
+ * Exit status: 0, or 1 when any check failed (the #wrong column), 77 when no GPU is visible. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -198,7 +200,7 @@ static void row(const char *op, const char *shape, double us, double flops, doub
 static struct {
     void *a, *b, *c, *d, *e;
     float *f0, *f1, *f2, *f3;
-    int32_t *tok;
+    int32_t *tok, *doc;
     int N, C, OC, acc, B, T, V;
     size_t n;
 } cur;
@@ -271,75 +273,110 @@ static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
     gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
 }
 
-/* ---- attention: B sequences of T, nh = nkv = 32, hd = 128 */
+/* ---- attention: B sequences of T, nh = nkv = 32, hd = 128; cur.doc NULL (causal) or
+ * documents of doc_len tokens (ops.h doc_start) */
 static void run_att_fwd(void) {
-    gpu->attention_fwd(cur.b, cur.f0, cur.a, cur.B, cur.T, NH, NKV, HD);
+    gpu->attention_fwd(cur.b, cur.f0, cur.a, cur.doc, cur.B, cur.T, NH, NKV, HD);
 }
 static void run_att_bwd(void) {
-    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD, 0.0f);
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
+                       0.0f);
 }
 /* with the inverse RoPE of dq, dk fused (what the model runs) */
 static void run_att_bwd_rope(void) {
-    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.B, cur.T, NH, NKV, HD, 10000.0f);
+    gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
+                       10000.0f);
 }
 
-static void bench_attention(int B, int T) {
+/* doc_len 0: causal; else documents of doc_len tokens (the last one cut at T), FLOPs
+ * counted over the (query, key) pairs the mask keeps. Checked: the 64 positions from w0
+ * (0, or with documents the start of sequence 0's second), which depend on nothing before
+ * w0 or after w0 + 63, against the cpu backend on those 64 tokens as a sequence of their
+ * own (the rope rows need the true positions: checked only at w0 = 0). */
+static void bench_attention(int B, int T, int doc_len) {
     const int N = B * T, C3 = (NH + 2 * NKV) * HD, CO = NH * HD, TC = 64;
-    char shape[64];
+    const int w0 = doc_len > 0 && doc_len + TC <= T ? doc_len : 0;
+    char shape[64], name[32];
     snprintf(shape, sizeof shape, "B=%d T=%d nh=%d hd=%d", B, T, NH, HD);
+    if (doc_len > 0)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), " doc=%d", doc_len);
     cur.a = dev_act((size_t)N * C3, 555);                          /* qkv */
     cur.b = gpu->alloc((size_t)N * CO * 2);                        /* out */
     cur.f0 = gpu->alloc((size_t)B * NH * T * sizeof(float));      /* lse */
     cur.c = dev_act((size_t)N * CO, 6666);                         /* dout */
     cur.d = gpu->alloc((size_t)N * C3 * 2);                        /* dqkv */
     cur.B = B, cur.T = T;
-    const double pairs = (double)B * NH * ((double)T * (T + 1) / 2);
+    cur.doc = NULL;
+    double pairs = (double)B * NH * ((double)T * (T + 1) / 2);
+    if (doc_len > 0) {
+        int32_t *doc = xmalloc((size_t)N * sizeof(int32_t));
+        pairs = 0;
+        for (int i = 0; i < N; i++) {
+            const int t = i % T, start = t - t % doc_len;
+            doc[i] = start;
+            pairs += (double)NH * (t - start + 1);
+        }
+        cur.doc = gpu->alloc((size_t)N * sizeof(int32_t));
+        gpu->to_device(cur.doc, doc, (size_t)N * sizeof(int32_t));
+        free(doc);
+    }
+    const char *sfx = doc_len > 0 ? " docs" : "";
 
     run_att_fwd();
-    /* positions 0..63 of sequence 0 depend only on themselves */
-    float *qkv = host_vals(555, (size_t)TC * C3, 1.0f);
+    float *qkv = host_vals(555 + (size_t)w0 * C3, (size_t)TC * C3, 1.0f);
     float *ref = xmalloc((size_t)TC * CO * sizeof(float)), *rl = xmalloc((size_t)NH * TC * sizeof(float));
-    cpu->attention_fwd(ref, rl, qkv, 1, TC, NH, NKV, HD);
-    float *got = down_act(cur.b, (size_t)TC * CO);
-    int nwrong = wrong(rel_l2(got, ref, (size_t)TC * CO), 1e-2, "attention_fwd");
+    cpu->attention_fwd(ref, rl, qkv, NULL, 1, TC, NH, NKV, HD);
+    void *got_rows = (uint16_t *)cur.b + (size_t)w0 * CO;
+    float *got = down_act(got_rows, (size_t)TC * CO);
+    snprintf(name, sizeof name, "attention_fwd%s", sfx);
+    int nwrong = wrong(rel_l2(got, ref, (size_t)TC * CO), 1e-2, name);
     double us = time_us(run_att_fwd);
-    row("attention_fwd", shape, us, 4.0 * HD * pairs, 0, nwrong);
+    row(name, shape, us, 4.0 * HD * pairs, 0, nwrong);
 
     run_att_fwd(); /* out and lse as the backward expects them */
     run_att_bwd();
-    /* dq of positions 0..63: their own keys, lse and D only; out and lse are the GPU's */
-    float *out = down_act(cur.b, (size_t)TC * CO), *lse_all = down_f32(cur.f0, (size_t)NH * T);
+    /* dq of the 64 positions: their own keys, lse and D only; out and lse are the GPU's */
+    float *out = down_act(got_rows, (size_t)TC * CO), *lse_all = down_f32(cur.f0, (size_t)NH * T);
     float *lse = xmalloc((size_t)NH * TC * sizeof(float));
-    for (int h = 0; h < NH; h++) memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T, TC * sizeof(float));
-    float *dout = host_vals(6666, (size_t)TC * CO, 1.0f);
+    for (int h = 0; h < NH; h++)
+        memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T + w0, TC * sizeof(float));
+    float *dout = host_vals(6666 + (size_t)w0 * CO, (size_t)TC * CO, 1.0f);
     float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD, 0.0f);
-    float *gdq = down_act(cur.d, (size_t)TC * C3);
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 0.0f);
+    void *gdq_rows = (uint16_t *)cur.d + (size_t)w0 * C3;
+    float *gdq = down_act(gdq_rows, (size_t)TC * C3);
     float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
     for (int i = 0; i < TC; i++) {
         memcpy(a + (size_t)i * CO, gdq + (size_t)i * C3, CO * sizeof(float));
         memcpy(r + (size_t)i * CO, rdq + (size_t)i * C3, CO * sizeof(float));
     }
-    nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd dq");
+    snprintf(name, sizeof name, "attention_bwd%s", sfx);
+    nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, name);
     us = time_us(run_att_bwd);
-    row("attention_bwd", shape, us, 10.0 * HD * pairs, 0, nwrong);
+    row(name, shape, us, 10.0 * HD * pairs, 0, nwrong);
     /* the same with rope_theta: its time minus the row above is what the fused inverse
      * RoPE costs, against the "rope (inverse)" row it replaces; dq of positions 0..63
      * against cpu attention_bwd then cpu rope (positions row % 64 = the gpu's) */
     run_att_bwd_rope();
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, 1, TC, NH, NKV, HD, 10000.0f);
-    free(gdq);
-    gdq = down_act(cur.d, (size_t)TC * C3);
-    for (int i = 0; i < TC; i++) {
-        memcpy(a + (size_t)i * CO, gdq + (size_t)i * C3, CO * sizeof(float));
-        memcpy(r + (size_t)i * CO, rdq + (size_t)i * C3, CO * sizeof(float));
+    nwrong = 0;
+    if (w0 == 0) {
+        cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 10000.0f);
+        free(gdq);
+        gdq = down_act(gdq_rows, (size_t)TC * C3);
+        for (int i = 0; i < TC; i++) {
+            memcpy(a + (size_t)i * CO, gdq + (size_t)i * C3, CO * sizeof(float));
+            memcpy(r + (size_t)i * CO, rdq + (size_t)i * C3, CO * sizeof(float));
+        }
+        nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd+rope dq");
     }
-    nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, "attention_bwd+rope dq");
+    snprintf(name, sizeof name, "attention_bwd+rope%s", sfx);
     us = time_us(run_att_bwd_rope);
-    row("attention_bwd+rope", shape, us, 10.0 * HD * pairs, 0, nwrong);
+    row(name, shape, us, 10.0 * HD * pairs, 0, nwrong);
     free(qkv), free(ref), free(rl), free(got), free(out), free(lse_all), free(lse), free(dout);
     free(rdq), free(gdq), free(a), free(r);
     gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
+    gpu->free(cur.doc);
+    cur.doc = NULL;
 }
 
 /* ---- memory-bound ops, checked whole on the cpu */
@@ -497,35 +534,24 @@ static void bench_embedding(int N, int C, int V) {
     gpu->free(cur.tok), gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
 }
 
-static void run_add(void) { gpu->add(cur.c, cur.a, cur.b, cur.n); }
 static void run_f32_to_act(void) { gpu->f32_to_act(cur.a, cur.f0, cur.n); }
 
-static void bench_add_convert(size_t n) {
+static void bench_convert(size_t n) {
     char shape[64];
     snprintf(shape, sizeof shape, "n=%zu", n);
-    cur.a = dev_act(n, 2424);
-    cur.b = dev_act(n, 3535);
-    cur.c = gpu->alloc(n * 2);
-    cur.n = n;
-    run_add();
-    float *a = host_vals(2424, n, 1.0f), *b = host_vals(3535, n, 1.0f), *ref = xmalloc(n * 4);
-    cpu->add(ref, a, b, n);
-    float *got = down_act(cur.c, n);
-    int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "add");
-    double us = time_us(run_add);
-    row("add", shape, us, 0, 3.0 * n * 2, nwrong);
-    free(got);
-
+    float *ref = host_vals(2424, n, 1.0f);
+    cur.a = gpu->alloc(n * 2);
     cur.f0 = dev_f32_from(ref, n);
+    cur.n = n;
     run_f32_to_act();
-    got = down_act(cur.a, n);
+    float *got = down_act(cur.a, n);
     shlm_cpu_round_to_bf16(ref, n);
-    nwrong = memcmp(got, ref, n * sizeof(float)) != 0;
+    int nwrong = memcmp(got, ref, n * sizeof(float)) != 0;
     if (nwrong) fprintf(stderr, "# WRONG: f32_to_act differs from the cpu's rounding\n");
-    us = time_us(run_f32_to_act);
+    double us = time_us(run_f32_to_act);
     row("f32_to_act", shape, us, 0, n * 6.0, nwrong);
-    free(a), free(b), free(ref), free(got);
-    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.f0);
+    free(ref), free(got);
+    gpu->free(cur.a), gpu->free(cur.f0);
 }
 
 static void run_adamw(void) {
@@ -533,7 +559,6 @@ static void run_adamw(void) {
 }
 static double g_ss;
 static void run_sum_squares(void) { g_ss = gpu->sum_squares(cur.f1, cur.n); }
-static void run_scale(void) { gpu->scale(cur.f1, 1.0f, cur.n); }
 static void run_accumulate(void) { gpu->accumulate(cur.f2, cur.f1, cur.n); }
 
 static void bench_optimizer(size_t n) {
@@ -559,8 +584,6 @@ static void bench_optimizer(size_t n) {
     nwrong = wrong(fabs(g_ss - ref) / ref, 1e-10, "sum_squares");
     us = time_us(run_sum_squares); /* includes the copy of the result to the host */
     row("sum_squares", shape, us, 0, 4.0 * n, nwrong);
-    us = time_us(run_scale);
-    row("scale", shape, us, 0, 8.0 * n, 0);
 
     gpu->to_device(cur.f2, m, n * sizeof(float)); /* the cpu's m after its step */
     run_accumulate();
@@ -649,7 +672,8 @@ int main(int argc, char **argv) {
     if (want("rmsnorm")) bench_rmsnorm(N, D);
     if (want("matmul_fwd qkv")) bench_matmul("matmul_fwd qkv", N, D, 3 * D, 0);
     if (want("rope")) bench_rope(N, SEQ, 0);
-    if (want("attention")) bench_attention(mb, SEQ);
+    if (want("attention")) bench_attention(mb, SEQ, 0);
+    if (want("attention docs")) bench_attention(mb, SEQ, 512);
     if (want("matmul_fwd o")) bench_matmul("matmul_fwd o", N, D, D, 1);
     if (want("matmul_fwd gate_up")) bench_matmul("matmul_fwd gate_up", N, D, 2 * FF, 0);
     if (want("swiglu")) bench_swiglu(N, FF);
@@ -662,7 +686,7 @@ int main(int argc, char **argv) {
     if (want("matmul_bwd o")) bench_matmul_bwd("matmul_bwd o", N, D, D);
     if (want("rope")) bench_rope(N, SEQ, 1);
     if (want("matmul_bwd qkv")) bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
-    if (want("add_convert")) bench_add_convert((size_t)N * D);
+    if (want("convert")) bench_convert((size_t)N * D);
     if (want("optimizer")) /* one block */
         bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D);
 

@@ -68,8 +68,6 @@ typedef struct shlm_ops {
     /* ---- dtype conversion ---- */
     /* act[i] = (act_dtype) f32[i], round-to-nearest-even when act is bf16 */
     void (*f32_to_act)(void *act, const float *f32, size_t n);
-    /* f32[i] = act[i] */
-    void (*act_to_f32)(float *f32, const void *act, size_t n);
     /* x[i] = bf16(x[i]) kept in fp32 storage: emulates bf16 collectives on fp32 backends */
     void (*round_to_bf16)(float *x, size_t n);
     /* bf16[i] = bf16(f32[i]), round-to-nearest-even: casts for bf16 collectives */
@@ -113,11 +111,18 @@ typedef struct shlm_ops {
 
     /* Causal grouped-query attention. qkv (N, (nh + 2·nkv)·hd) rows hold
      * [q heads | k heads | v heads] of token (b,t), N = B·T; query head h uses kv head
-     * h / (nh/nkv). out (N, nh·hd) = softmax(q·kᵀ/√hd, causal) · v;
-     * lse (B, nh, T) = logsumexp of each score row (kept for the backward). */
-    void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int nh, int nkv,
-                          int hd);
-    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv. rope_theta 0: w.r.t. qkv as given.
+     * h / (nh/nkv). out (N, nh·hd) = softmax(q·kᵀ/√hd, masked) · v;
+     * lse (B, nh, T) = logsumexp of each score row (kept for the backward).
+     * doc_start: NULL, the plain causal mask (query t sees keys 0..t), or B·T int32
+     * (packed documents: block-diagonal attention): doc_start[b·T + t] is the position in
+     * sequence b of the first token of token t's document, non-decreasing along a row and
+     * at most t (so t always sees itself); query t sees keys doc_start[b·T + t]..t. The
+     * backends skip the work of masked key tiles; all zeros gives NULL's results bit for
+     * bit. */
+    void (*attention_fwd)(void *out, float *lse, const void *qkv, const int32_t *doc_start,
+                          int B, int T, int nh, int nkv, int hd);
+    /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv under the forward's mask (doc_start
+     * as there, the same values). rope_theta 0: w.r.t. qkv as given.
      * rope_theta > 0: qkv's q and k heads are taken to hold RoPE'd values (rope above,
      * this theta) and dqkv's q and k parts are the gradients w.r.t. the PRE-RoPE q and k,
      * i.e. the inverse rotation applied to them, as rope(dqkv, N, T, (nh+2·nkv)·hd,
@@ -127,16 +132,13 @@ typedef struct shlm_ops {
      * bf16 (so not bitwise equal to attention then rope, which rounds twice) and runs
      * the rope kernel after the kernels that cannot. */
     void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
-                          const float *lse, int B, int T, int nh, int nkv, int hd,
-                          float rope_theta);
+                          const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                          int nkv, int hd, float rope_theta);
 
     /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up */
     void (*swiglu_fwd)(void *out, const void *gu, int N, int F);
     /* dgu (N, 2F) = */
     void (*swiglu_bwd)(void *dgu, const void *dout, const void *gu, int N, int F);
-
-    /* out(n) = a + b (out may alias a or b) */
-    void (*add)(void *out, const void *a, const void *b, size_t n);
 
     /* Softmax cross-entropy over logits (N,V) with targets (N):
      * losses[i] = -log softmax(logits_i)[targets[i]], 0 for ignored rows;
@@ -153,8 +155,6 @@ typedef struct shlm_ops {
                   int step);
     /* Σ x[i]², accumulated in double, returned to the host */
     double (*sum_squares)(const float *x, size_t n);
-    /* x[i] *= s */
-    void (*scale)(float *x, float s, size_t n);
 } shlm_ops;
 
 /* Profiler ranges, no-ops on backends without them. */

@@ -351,7 +351,7 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
-    PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
+    PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, NULL, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
     PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
@@ -376,7 +376,7 @@ static void recompute(llama_model *m, int l, const void *p, int B, int T) {
         block_forward(m, l, p, B, T, 0);
     } else if (m->ac == LLAMA_AC_SELECTIVE) {
         PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
-        PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
+        PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, NULL, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
         PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
         PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim));
     }
@@ -416,7 +416,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
      * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
      * backward's RoPE time is counted under attention bwd (PROF_ROPE is the forward's) */
-    PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, B, T, c->n_heads, c->n_kv_heads,
+    PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, NULL, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, c->rope_theta));
     progress(m);
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,

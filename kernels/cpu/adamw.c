@@ -1,5 +1,5 @@
 /* cpu backend optimizer and reductions over flat fp32 buffers: fused AdamW with
- * decoupled weight decay, the sum of squares (for the gradient norm), and scaling. */
+ * decoupled weight decay, the sum of squares (for the gradient norm) and accumulation. */
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
@@ -47,11 +47,6 @@ double shlm_cpu_sum_squares(const float *x, size_t n) {
     double total = 0.0;
     for (int blk = 0; blk < nb; blk++) total += part[blk];
     return total;
-}
-
-void shlm_cpu_scale(float *x, float s, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
 void shlm_cpu_accumulate(float *y, const float *x, size_t n) {

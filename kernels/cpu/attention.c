@@ -1,5 +1,6 @@
-/* cpu backend causal grouped-query attention over a fused qkv buffer: forward keeps the
- * logsumexp of every score row; backward recomputes the probabilities from it. */
+/* cpu backend causal grouped-query attention over a fused qkv buffer, optionally
+ * block-diagonal per document (doc_start): forward keeps the logsumexp of every score row;
+ * backward recomputes the probabilities from it. */
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
@@ -23,12 +24,26 @@ static void check_heads(const char *what, int nh, int nkv, int hd) {
                    what, nh, nkv, hd);
 }
 
-void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int nh,
-                            int nkv, int hd) {
+/* ops.h's contract on doc_start (NULL passes): every row non-decreasing, 0 <= value <= t */
+static void check_doc_start(const char *what, const int32_t *doc_start, int B, int T) {
+    if (!doc_start) return;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const int32_t v = doc_start[(size_t)b * T + t];
+            const int32_t prev = t > 0 ? doc_start[(size_t)b * T + t - 1] : 0;
+            if (v < prev || v > t)
+                SHLM_FATAL("%s: doc_start[%d·T + %d] = %d is not a document start of token %d "
+                           "(need %d <= it <= %d)", what, b, t, (int)v, t, (int)prev, t);
+        }
+}
+
+void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, const int32_t *doc_start,
+                            int B, int T, int nh, int nkv, int hd) {
     float *out = out_;
     const float *qkv = qkv_;
     if (B <= 0 || T <= 0) return;
     check_heads("attention_fwd", nh, nkv, hd);
+    check_doc_start("attention_fwd", doc_start, B, T);
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const int group = nh / nkv;
     const float scale = (float)(1.0 / sqrt((double)hd));
@@ -51,18 +66,20 @@ void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int
                     const float *q = qkv + (size_t)(b * T + t) * C3 + (size_t)h * hd;
                     const float *kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * hd;
                     const float *vbase = kbase + (size_t)nkv * hd;
+                    /* the keys s0..t: t's document up to t */
+                    const int s0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
                     float mx = -INFINITY;
-                    for (int s = 0; s <= t; s++) {
+                    for (int s = s0; s <= t; s++) {
                         att[s] = dot_f32(q, kbase + (size_t)s * C3, hd) * scale;
                         if (att[s] > mx) mx = att[s];
                     }
                     double sum = 0.0;
-                    for (int s = 0; s <= t; s++) {
+                    for (int s = s0; s <= t; s++) {
                         att[s] = expf(att[s] - mx);
                         sum += att[s];
                     }
                     memset(acc, 0, (size_t)hd * sizeof(float));
-                    for (int s = 0; s <= t; s++) {
+                    for (int s = s0; s <= t; s++) {
                         const float *restrict v = vbase + (size_t)s * C3;
                         const float p = att[s];
 #pragma omp simd
@@ -81,12 +98,13 @@ void shlm_cpu_attention_fwd(void *out_, float *lse, const void *qkv_, int B, int
 }
 
 void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out_,
-                            const float *lse, int B, int T, int nh, int nkv, int hd,
-                            float rope_theta) {
+                            const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                            int nkv, int hd, float rope_theta) {
     float *dqkv = dqkv_;
     const float *dout = dout_, *qkv = qkv_, *out = out_;
     if (B <= 0 || T <= 0) return;
     check_heads("attention_bwd", nh, nkv, hd);
+    check_doc_start("attention_bwd", doc_start, B, T);
     if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
     const size_t C3 = (size_t)(nh + 2 * nkv) * hd, CO = (size_t)nh * hd;
     const int group = nh / nkv;
@@ -122,7 +140,8 @@ void shlm_cpu_attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, co
                         /* D = Σ_s p_s dp_s = dO·O: the softmax Jacobian's row term */
                         const float D = dot_f32(dO, O, hd);
                         memset(dq, 0, (size_t)hd * sizeof(float));
-                        for (int s = 0; s <= t; s++) {
+                        const int s0 = doc_start ? doc_start[(size_t)b * T + t] : 0;
+                        for (int s = s0; s <= t; s++) {
                             /* restrict: the four rows are distinct slices, which lets the
                              * update loop below vectorise without overlap checks */
                             const float *restrict k = kbase + (size_t)s * C3;

@@ -28,10 +28,6 @@ void shlm_cpu_f32_to_act(void *act, const float *f32, size_t n) {
     if (n && act != (const void *)f32) memmove(act, f32, n * sizeof(float));
 }
 
-void shlm_cpu_act_to_f32(float *f32, const void *act, size_t n) {
-    if (n && (const void *)f32 != act) memmove(f32, act, n * sizeof(float));
-}
-
 void shlm_cpu_round_to_bf16(float *x, size_t n) {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; i++) x[i] = shlm_bf16_to_f32(shlm_f32_to_bf16(x[i]));

@@ -30,7 +30,6 @@ void shlm_cpu_sync(void);
 
 /* ---- conversion (convert.c); act is fp32 on this backend ---- */
 void shlm_cpu_f32_to_act(void *act, const float *f32, size_t n);
-void shlm_cpu_act_to_f32(float *f32, const void *act, size_t n);
 void shlm_cpu_round_to_bf16(float *x, size_t n);
 void shlm_cpu_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n);
 void shlm_cpu_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n);
@@ -54,22 +53,22 @@ void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const voi
 void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
                    int inverse);
 
-/* nh must be a multiple of nkv (aborts otherwise). Memory O(T) per thread: one score row
- * at a time, never a T×T matrix. The backward recomputes probabilities from lse, runs one
- * task per (batch, kv head) so no two threads write the same dk/dv, and requires that
- * dqkv alias none of its inputs. */
-void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
-                            int nkv, int hd);
+/* nh must be a multiple of nkv, doc_start (NULL or B·T values) as ops.h says (aborts
+ * otherwise, naming the first bad value). Memory O(T) per thread: one score row at a
+ * time, never a T×T matrix; a row visits only its document's keys. The backward
+ * recomputes probabilities from lse, runs one task per (batch, kv head) so no two threads
+ * write the same dk/dv, and requires that dqkv alias none of its inputs. */
+void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc_start,
+                            int B, int T, int nh, int nkv, int hd);
 /* rope_theta > 0: then shlm_cpu_rope(dqkv, B·T, T, (nh+2·nkv)·hd, nh + nkv, hd,
  * rope_theta, 1) (ops.h) */
 void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                            const float *lse, int B, int T, int nh, int nkv, int hd,
-                            float rope_theta);
+                            const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                            int nkv, int hd, float rope_theta);
 
 void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu (each gate/up pair is read before it is written). */
 void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
-void shlm_cpu_add(void *out, const void *a, const void *b, size_t n);
 
 /* Aborts on a target >= V. */
 void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
@@ -82,7 +81,6 @@ void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t 
                     int step);
 /* Deterministic for any thread count: fixed blocks, summed in a fixed order. */
 double shlm_cpu_sum_squares(const float *x, size_t n);
-void shlm_cpu_scale(float *x, float s, size_t n);
 void shlm_cpu_accumulate(float *y, const float *x, size_t n);
 
 #endif

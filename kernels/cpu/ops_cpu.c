@@ -30,7 +30,6 @@ const shlm_ops shlm_ops_cpu = {
     .sync = shlm_cpu_sync,
 
     .f32_to_act = shlm_cpu_f32_to_act,
-    .act_to_f32 = shlm_cpu_act_to_f32,
     .round_to_bf16 = shlm_cpu_round_to_bf16,
     .f32_to_bf16 = shlm_cpu_f32_to_bf16,
     .bf16_to_f32 = shlm_cpu_bf16_to_f32,
@@ -47,10 +46,8 @@ const shlm_ops shlm_ops_cpu = {
     .attention_bwd = shlm_cpu_attention_bwd,
     .swiglu_fwd = shlm_cpu_swiglu_fwd,
     .swiglu_bwd = shlm_cpu_swiglu_bwd,
-    .add = shlm_cpu_add,
     .xent_fwd_bwd = shlm_cpu_xent_fwd_bwd,
 
     .adamw = shlm_cpu_adamw,
     .sum_squares = shlm_cpu_sum_squares,
-    .scale = shlm_cpu_scale,
 };

@@ -1,5 +1,4 @@
-/* cpu backend SwiGLU: out = silu(gate) * up over rows of [gate | up], its backward, and
- * the elementwise add used by the residual stream. */
+/* cpu backend SwiGLU: out = silu(gate) * up over rows of [gate | up] and its backward. */
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
@@ -33,11 +32,4 @@ void shlm_cpu_swiglu_bwd(void *dgu_, const void *dout_, const void *gu_, int N, 
             du[j] = dy[j] * gj * s;
         }
     }
-}
-
-void shlm_cpu_add(void *out_, const void *a_, const void *b_, size_t n) {
-    float *out = out_;
-    const float *a = a_, *b = b_;
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }

@@ -1,5 +1,5 @@
 /* cuda backend optimizer and reductions over flat fp32 buffers: fused AdamW with decoupled
- * weight decay, the sum of squares (for the gradient norm), scaling and accumulation. */
+ * weight decay, the sum of squares (for the gradient norm) and accumulation. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <math.h>
@@ -92,25 +92,6 @@ __global__ void sum_partials_kernel(double *out, const double *part, int nb) {
     double t = 0.0;
     for (int b = 0; b < nb; b++) t += part[b];
     *out = t;
-}
-
-__global__ void scale_kernel(float *x, float s, size_t n, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / 4;
-        for (size_t k = i; k < nv; k += stride) {
-            float4 f = reinterpret_cast<float4 *>(x)[k];
-            f.x *= s;
-            f.y *= s;
-            f.z *= s;
-            f.w *= s;
-            reinterpret_cast<float4 *>(x)[k] = f;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < n; k += stride) x[k] *= s;
 }
 
 __global__ void accumulate_kernel(float *y, const float *x, size_t n, bool vec) {
@@ -209,13 +190,6 @@ extern "C" double shlm_cuda_sum_squares(const float *x, size_t n) {
     CUDA_CHECK(cudaMemcpyAsync(&total, part + nb, sizeof total, cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
     return total;
-}
-
-extern "C" void shlm_cuda_scale(float *x, float s, size_t n) {
-    if (n == 0) return;
-    scale_kernel<<<opt_blocks(n), OPT_THREADS, 0, shlm_cuda_stream()>>>(x, s, n,
-                                                                         shlm_aligned(x, 16));
-    CUDA_CHECK_LAST();
 }
 
 extern "C" void shlm_cuda_accumulate(float *y, const float *x, size_t n) {

@@ -1,6 +1,7 @@
 /* cuda backend causal grouped-query flash attention on tensor cores (mma.sync bf16, fp32
  * accumulation): the T×T scores never exist; the backward recomputes P from the lse. */
 #include "kernels/cuda/cuda_common.cuh"
+#include "kernels/cuda/attention_doc.cuh"
 
 #include <math.h>
 #include <string.h>
@@ -19,8 +20,8 @@
  *
  * Each warp owns 32 rows (two m16 tiles) of its block's tile, so every B fragment read
  * from shared memory feeds two products: half the shared-memory traffic per product of
- * 16-row warps, which is what bounded the earlier kernels (measured on an H200, B=1,
- * T=4096, 32 heads of 128, causal: forward 721 -> 464 us, backward 2597 -> 1778 us).
+ * 16-row warps, whose shared-memory reads bound them (forward 721 against 464 us on an
+ * H200, B=1, T=4096, 32 heads of 128).
  *
  * The head dimension is padded with zeros to HDP ∈ {16, 32, 64, 128} (a zero column
  * adds nothing to q·k and produces an output column nobody stores), so any hd ≤ 128
@@ -34,7 +35,11 @@
  *
  * Causality: key tiles after a query tile's last row are never visited, a warp skips
  * the tiles that are fully masked for its own 32 rows, and only tiles that straddle the
- * diagonal apply the mask. Blocks are ordered longest first over the whole grid. */
+ * diagonal apply the mask. Blocks are ordered longest first over the whole grid.
+ * Documents (DOC, doc_start non-NULL; the rules of attention_doc.cuh): the same for the
+ * tiles before a row's first key: never visited before the query tile's first row's
+ * first key, skipped by a warp before its own first row's, masked element-wise where a
+ * tile starts before its last row's. DOC = false is the plain causal kernel, unchanged. */
 
 namespace {
 
@@ -212,6 +217,23 @@ __device__ __forceinline__ void store_tile(bf16 *g, size_t ld, const bf16 *s, in
 
 /* ------------------------------------------------------------------ forward */
 
+/* Scores of a warp's 32 rows (C fragments of NT 8-key n-tiles from key k0) become -inf
+ * where the key lies after (AFTER) or before the row's bound (bound[mt][r]: the row of
+ * m-tile mt, half r of the fragment). */
+template <bool AFTER, int NT>
+__device__ __forceinline__ void mask_keys(float (&s)[2][NT][4], int k0, const int (&bound)[2][2],
+                                          int t) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int k = k0 + 8 * j + 2 * t + (e & 1);
+                if (AFTER ? k > bound[mt][e >> 1] : k < bound[mt][e >> 1]) s[mt][j][e] = -INFINITY;
+            }
+}
+
 constexpr int FWD_THREADS = 128; /* 4 warps */
 constexpr int FWD_BR = 128;      /* queries per block: 32 per warp */
 constexpr int FWD_BC = 64;       /* keys per step (32 measured 10% slower) */
@@ -220,10 +242,10 @@ constexpr int FWD_BC = 64;       /* keys per step (32 measured 10% slower) */
  * tile sees): running max m and sum l per row, O rescaled by exp2(m_old − m_new) as m
  * grows. Q stays in shared memory (its fragments are re-read per key tile: 32 rows of Q
  * plus 64 keys of K and V per warp and tile). K/V tiles are double-buffered. */
-template <int HDP>
+template <int HDP, bool DOC>
 __global__ void __launch_bounds__(FWD_THREADS)
     attn_fwd_kernel(bf16 *out, float *lse, const bf16 *qkv, int T, int nh, int nkv, int hd,
-                    float scale_log2, bool vec, bool ovec) {
+                    float scale_log2, bool vec, bool ovec, const int32_t *doc) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, NT = FWD_BC / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *const Qs = reinterpret_cast<bf16 *>(smem_raw); /* [FWD_BR][SS] */
@@ -246,11 +268,25 @@ __global__ void __launch_bounds__(FWD_THREADS)
     const bf16 *const kbase = base + (size_t)(nh + kvh) * hd;
     const bf16 *const vbase = base + (size_t)(nh + nkv + kvh) * hd;
     const int nq = min(FWD_BR, T - q0);
+    /* DOC: the first key tile any row of the block sees; each row's first key (rows past T
+     * take the last row's: first keys grow with the row, so qlo[0][0] is the least of the
+     * thread's and qlo[1][1] the greatest) */
+    const int kt0 = DOC ? doc_first_key(doc, b, T, q0) / FWD_BC : 0;
+    int qlo[2][2];
+    if constexpr (DOC) {
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++)
+                qlo[mt][r] = doc_first_key(doc, b, T, min(qrow[mt][r], T - 1));
+    }
 
     load_tile<FWD_BR, HDP, FWD_THREADS>(Qs, base + (size_t)q0 * C3 + (size_t)h * hd, C3, nq, hd,
                                         vec);
-    load_tile<FWD_BC, HDP, FWD_THREADS>(Kb, kbase, C3, min(FWD_BC, T), hd, vec);
-    load_tile<FWD_BC, HDP, FWD_THREADS>(Vb, vbase, C3, min(FWD_BC, T), hd, vec);
+    load_tile<FWD_BC, HDP, FWD_THREADS>(Kb, kbase + (size_t)kt0 * FWD_BC * C3, C3,
+                                        min(FWD_BC, T - kt0 * FWD_BC), hd, vec);
+    load_tile<FWD_BC, HDP, FWD_THREADS>(Vb, vbase + (size_t)kt0 * FWD_BC * C3, C3,
+                                        min(FWD_BC, T - kt0 * FWD_BC), hd, vec);
     cp_async_commit();
 
     float o[2][DT][4];
@@ -265,8 +301,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
     const int koff = b_off<SS>(lane), voff = t_off<SS>(lane);
     const int kt_end = min((q0 + FWD_BR - 1) / FWD_BC, (T - 1) / FWD_BC);
 
-    for (int kt = 0; kt <= kt_end; kt++) {
-        const int buf = kt & 1;
+    for (int kt = kt0; kt <= kt_end; kt++) {
+        const int buf = (kt - kt0) & 1;
         cp_async_wait_all(); /* tile kt (and Q) */
         __syncthreads();     /* ...visible to all; everyone is done with tile kt-1's buffer */
         if (kt < kt_end) {
@@ -281,6 +317,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
         }
         const int k0 = kt * FWD_BC;
         if (k0 > wq0 + 31) continue; /* every key after every row of this warp */
+        /* every key before every row's first key */
+        if (DOC && __all_sync(0xffffffffu, k0 + FWD_BC - 1 < qlo[0][0])) continue;
         const bool diag = k0 + FWD_BC - 1 > wq0;
         const bf16 *const Ks = Kb + buf * FWD_BC * SS, *const Vs = Vb + buf * FWD_BC * SS;
 
@@ -307,15 +345,9 @@ __global__ void __launch_bounds__(FWD_THREADS)
                 }
             }
         }
-        if (diag) {
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int j = 0; j < NT; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++)
-                        if (k0 + 8 * j + 2 * t + (e & 1) > qrow[mt][e >> 1]) s[mt][j][e] = -INFINITY;
-        }
+        if (diag) mask_keys<true>(s, k0, qrow, t);
+        /* DOC: some key before some row's first */
+        if (DOC && __any_sync(0xffffffffu, k0 < qlo[1][1])) mask_keys<false>(s, k0, qlo, t);
         float mref[2][2], alpha[2][2];
 #pragma unroll
         for (int mt = 0; mt < 2; mt++) {
@@ -328,7 +360,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
                 mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
                 const float mn = fmaxf(m[mt][r], mx * scale_log2); /* scale > 0 */
-                /* every row sees key 0 in tile 0, so mn is finite; guard anyway */
+                /* -inf while every key the row has seen was masked (DOC: tiles before its
+                 * first key); it sees its own key on the diagonal */
                 mref[mt][r] = mn == -INFINITY ? 0.0f : mn;
                 alpha[mt][r] = ex2(m[mt][r] - mref[mt][r]);
                 m[mt][r] = mn;
@@ -447,9 +480,8 @@ __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
  *  - dQ, block (head, 128-query tile): dQ = Σ over key tiles, in order, of dS·K.
  * That is 5 products per tile pair, as in a flash-attention backward with atomic dQ,
  * instead of the 7 of recomputing S and dP for dQ; the price is writing and reading dS
- * once (2 bytes per causal pair and head), cheap next to the two products it saves.
- * Measured on an H200 (B=1, T=4096, 32 heads of 128): backward 1766 -> 1411 us (D 31 ->
- * 26, dK/dV 1072 -> 1144, dQ 660 -> 243).
+ * once (2 bytes per causal pair and head), cheap next to the two products it saves
+ * (the whole backward 1411 against 1766 us recomputing, B=1, T=4096, 32 heads of 128).
  *
  * dS scratch, per (batch element of the pass, head): the tiles of 64 queries (query tile
  * Q) × 128 keys (key tile kt), kt ≤ Q/2 — the (key tile, query step) pairs the dK/dV
@@ -460,12 +492,11 @@ __global__ void attn_bwd_d_kernel(float *Dv, const bf16 *dout, const bf16 *out, 
  * 16-byte store per lane (a warp writes 512 contiguous bytes), the dQ kernel copies tiles
  * with plain 16-byte cp.async, reads a lane's fragment with one conflict-free 16-byte
  * shared load and transposes its four 8×8 quarters with movmatrix into the A fragment of
- * dS. (Transposing in the dK/dV kernel instead measured 57 us slower there and 15 us
- * faster here: it costs registers in the bottleneck kernel.) */
+ * dS. (Transposing in the dK/dV kernel instead costs registers there, in the bottleneck
+ * kernel: 57 us slower there for 15 us gained here.) */
 
-/* Measured on an H200 (B=1, T=4096, 32 heads of 128, whole backward, with the former
- * recomputing dQ kernel and no dS stores): 128 keys × 64 queries 1778 us; 128 × 48 1805;
- * 128 × 32 1991; 64 × 48 (two blocks per SM) 1894; 64 × 32 1938. */
+/* 128 keys × 64 queries per block measured fastest of 128 × {32, 48, 64} and 64 × {32, 48}
+ * (two blocks per SM). */
 constexpr int KV_BK = 128;             /* keys per block: 32 per warp pair */
 constexpr int KV_NS = KV_BK / 32;      /* key slices (warp pairs) */
 constexpr int KV_THREADS = 64 * KV_NS; /* 2 warps (roles) per slice */
@@ -494,13 +525,15 @@ __host__ __device__ __forceinline__ size_t ds_tile_base(int Q) {
  * Each warp holds one 32×HDP accumulator and reads every B fragment for 32 keys. The
  * steps (query head, query tile) run as one sequence whose Q/dO/lse/D tiles are
  * double-buffered. A dS warp whose keys all follow the step's queries skips the step and
- * stores nothing: the dQ kernel never reads those fragments. */
-template <int HDP>
+ * stores nothing: the dQ kernel never reads those fragments. DOC: the steps end with the
+ * last one that starts before doc_query_end (attention_doc.cuh), and Pᵀ is 0 where the
+ * key precedes the query's first key (lo_b, one per query, beside lse and D). */
+template <int HDP, bool DOC>
 __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     attn_bwd_dkv_kernel(bf16 *dqkv, bf16 *dS, size_t ds_head, const bf16 *dout,
                         const bf16 *qkv, const float *lse, const float *Dv, int b0, int T,
                         int nh, int nkv, int hd, float scale, float scale_log2, bool vec,
-                        bool vec_do, bool ovec) {
+                        bool vec_do, bool ovec, const int32_t *doc) {
     constexpr int SS = HDP + 8, KS = HDP / 16, DT = HDP / 8, QT = KV_BQ / 8;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *const Ks = reinterpret_cast<bf16 *>(smem_raw); /* [KV_BK][SS] */
@@ -510,6 +543,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     float4 *const Pex = reinterpret_cast<float4 *>(dOb + 2 * KV_BQ * SS); /* [KV_NS][2·QT][32] */
     float *const lse_b = reinterpret_cast<float *>(Pex + KV_NS * 2 * QT * 32); /* [2][KV_BQ] */
     float *const D_b = lse_b + 2 * KV_BQ;                                  /* [2][KV_BQ] */
+    int *const lo_b = reinterpret_cast<int *>(D_b + 2 * KV_BQ); /* DOC: [2][KV_BQ] */
 
     const int kvh = blockIdx.x, kt = blockIdx.y, b = b0 + blockIdx.z;
     const int k0 = kt * KV_BK;
@@ -535,8 +569,10 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     load_tile<KV_BK, HDP, KV_THREADS>(Vs, base + (size_t)k0 * C3 + (size_t)(nh + nkv + kvh) * hd,
                                       C3, nk, hd, vec);
 
-    /* queries before k0 see none of these keys: tiles from k0 to T, for each head */
-    const int nqt = (T - k0 + KV_BQ - 1) / KV_BQ, nsteps = group * nqt;
+    /* queries before k0 see none of these keys, nor (DOC) those from q_end on: tiles from
+     * k0 to q_end, for each head */
+    const int q_end = DOC ? doc_query_end(doc, b, T, k0 + KV_BK - 1) : T;
+    const int nqt = (q_end - k0 + KV_BQ - 1) / KV_BQ, nsteps = group * nqt;
     /* starts step s's copies into buffer `buf` (lse and D by plain loads) */
     auto issue = [&](int s, int buf) {
         const int h = kvh * group + s / nqt, q0 = k0 + (s % nqt) * KV_BQ;
@@ -552,6 +588,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
             lse_b[buf * KV_BQ + threadIdx.x] =
                 q < T ? lse[((size_t)b * nh + h) * T + q] * LOG2E : INFINITY;
             D_b[buf * KV_BQ + threadIdx.x] = q < T ? Dv[((size_t)b * nh + h) * T + q] : 0.0f;
+            if (DOC) lo_b[buf * KV_BQ + threadIdx.x] = q < T ? doc_first_key(doc, b, T, q) : T;
         }
     };
     issue(0, 0);
@@ -580,8 +617,10 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
         }
         const bf16 *const Qs = Qb + cur * KV_BQ * SS, *const dOs = dOb + cur * KV_BQ * SS;
         const float *const lse_s = lse_b + cur * KV_BQ, *const D_s = D_b + cur * KV_BQ;
+        const int *const lo_s = lo_b + cur * KV_BQ;
         const bool active = klo <= q0 + KV_BQ - 1; /* some query sees some key of the slice */
         const bool diag = klo + 31 > q0;           /* some query precedes some key */
+        const bool before = DOC && klo < lo_s[KV_BQ - 1]; /* some key precedes some first key */
 
         /* x: Sᵀ then Pᵀ (P warps) or dPᵀ then dSᵀ (dS warps); rows = keys, cols = queries */
         float x[2][QT][4];
@@ -610,6 +649,21 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
                 }
             }
             if (!ds_role) {
+                /* DOC: per key row, the first query of the step whose first key follows it
+                 * (first keys grow with the query: a binary search of lo_s; KV_BQ: none) */
+                int cut[2][2] = {{KV_BQ, KV_BQ}, {KV_BQ, KV_BQ}};
+                if (before) {
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            int c = 0;
+#pragma unroll
+                            for (int half = KV_BQ / 2; half > 0; half >>= 1)
+                                if (lo_s[c + half - 1] <= krow[mt][r]) c += half;
+                            cut[mt][r] = lo_s[c] <= krow[mt][r] && c == KV_BQ - 1 ? KV_BQ : c;
+                        }
+                }
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++)
 #pragma unroll
@@ -619,6 +673,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
                             const int qi = 8 * j + 2 * t + (e & 1);
                             float p = ex2(fmaf(x[mt][j][e], scale_log2, -lse_s[qi]));
                             if (diag && krow[mt][e >> 1] > q0 + qi) p = 0.0f;
+                            if (DOC && qi >= cut[mt][e >> 1]) p = 0.0f;
                             x[mt][j][e] = p;
                         }
                         pex[(mt * QT + j) * 32] =
@@ -703,11 +758,13 @@ static_assert(DQ_STAGES * DQ_BC >= DQ_BR, "the K buffers stage dQ");
  * fragments of both its 64-query tiles, DQ_STAGES-buffered, and accumulates in
  * registers. Only the products remain (a dS fragment is all a warp needs of its rows),
  * so this kernel is short; dS comes from HBM once. Fragments whose keys all follow the
- * warp's rows are skipped: the dK/dV kernel did not write them. */
-template <int HDP>
+ * warp's rows are skipped: the dK/dV kernel did not write them. DOC: key steps start at
+ * the first 128-key tile of the block's first dS tile (attention_doc.cuh), and the warps
+ * of the second skip those before its own: the dK/dV kernel wrote neither. */
+template <int HDP, bool DOC>
 __global__ void __launch_bounds__(DQ_THREADS, 3)
     attn_bwd_dq_kernel(bf16 *dqkv, const bf16 *dS, size_t ds_head, const bf16 *qkv, int b0,
-                       int T, int nh, int nkv, int hd, bool vec, bool ovec) {
+                       int T, int nh, int nkv, int hd, bool vec, bool ovec, const int32_t *doc) {
     constexpr int SS = HDP + 8, DT = HDP / 8, HALF = DS_TILE / 2;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     bf16 *const Kb = reinterpret_cast<bf16 *>(smem_raw); /* [DQ_STAGES][DQ_BC][SS], then dQ */
@@ -720,8 +777,10 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
     const bf16 *const kbase = qkv + (size_t)b * T * C3 + (size_t)(nh + kvh) * hd;
     const bf16 *const dsh = dS + ((size_t)blockIdx.z * nh + h) * ds_head * DS_TILE;
     const int nq64 = (T + KV_BQ - 1) / KV_BQ;
-    /* key steps up to the diagonal, none starting past T */
+    /* key steps up to the diagonal, none starting past T; DOC: from the first key tile of
+     * query tile 2qt (s0), and of query tile 2qt + 1 for the warps of its rows (s1) */
     const int nsteps = min(2 * qt + 2, (T + DQ_BC - 1) / DQ_BC);
+    const int s0 = DOC ? 2 * (doc_first_key(doc, b, T, q0) / KV_BK) : 0;
     /* starts step s's copies, if there is a step s, and commits a group either way (so
      * that the wait below counts steps): keys s·DQ_BC.., and the half s % 2 (fragments
      * kk = 4(s % 2)..) of key tile s / 2 of both query tiles */
@@ -745,7 +804,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
         cp_async_commit();
     };
 #pragma unroll
-    for (int s = 0; s < DQ_STAGES - 1; s++) issue(s);
+    for (int s = 0; s < DQ_STAGES - 1; s++) issue(s0 + s);
 
     float dq[2][DT][4];
 #pragma unroll
@@ -759,13 +818,16 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
     const int toff = t_off<SS>(lane);
     /* the warp's rows: query tile warp / 2, m-tiles qm = 2(warp % 2) + mt */
     const int foff = (warp >> 1) * HALF + (warp & 1) * 2 * DS_FRAG + lane * 8;
+    const int s1 = DOC && q0 + KV_BQ < T ? 2 * (doc_first_key(doc, b, T, q0 + KV_BQ) / KV_BK) : 0;
 
-    for (int s = 0; s < nsteps; s++) {
+    for (int s = s0; s < nsteps; s++) {
         const int buf = s % DQ_STAGES;
         cp_async_wait<DQ_STAGES - 2>(); /* step s's group is complete */
         __syncthreads(); /* ...visible to all; everyone is done with step s-1's buffer */
         issue(s + DQ_STAGES - 1);       /* into step s-1's buffer */
         if (wq0 >= T) continue;         /* no rows (and perhaps no dS tile) */
+        /* DOC: no dS tile before the rows' first key tile */
+        if (DOC && (warp >> 1) && s < s1) continue;
         const int k1 = s * DQ_BC;
         const bf16 *const Ks = Kb + buf * DQ_BC * SS;
         const bf16 *const Sf = Sb + 2 * buf * HALF + foff;
@@ -822,73 +884,67 @@ struct attn_args {
     int B, T, nh, nkv, hd;
     float scale, scale_log2;
     bool vec, vec_do, ovec;
+    const int32_t *doc; /* doc_start, or NULL */
 };
 
-template <int HDP>
+template <int HDP, bool DOC>
 void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
     static bool done = false;
     const size_t smem = (size_t)(FWD_BR + 4 * FWD_BC) * (HDP + 8) * sizeof(bf16); /* Q; K, V twice */
-    allow_smem(attn_fwd_kernel<HDP>, smem, &done);
+    allow_smem(attn_fwd_kernel<HDP, DOC>, smem, &done);
     dim3 grid(a.nh, (a.T + FWD_BR - 1) / FWD_BR, a.B);
-    attn_fwd_kernel<HDP><<<grid, FWD_THREADS, smem, shlm_cuda_stream()>>>(
-        out, lse, qkv, a.T, a.nh, a.nkv, a.hd, a.scale_log2, a.vec, a.ovec);
+    attn_fwd_kernel<HDP, DOC><<<grid, FWD_THREADS, smem, shlm_cuda_stream()>>>(
+        out, lse, qkv, a.T, a.nh, a.nkv, a.hd, a.scale_log2, a.vec, a.ovec, a.doc);
     CUDA_CHECK_LAST();
 }
 
-/* kv, dq (shlm_cuda_attention_bwd_variant's): which dK/dV and dQ kernels; 0 this file's,
- * 1 attention_bwd_sm90.cu's wgmma one in its default variant, 2 + v its variant v. A wgmma
- * kernel that declines a pass falls back to this file's. Returns 0 when every pass ran
- * the requested kernels. rope_theta > 0: dq, dk w.r.t. the pre-RoPE q, k; the wgmma
- * kernels rotate in their epilogues (rope_tab: rope.cu's table of T positions), and a
- * pass whose dK/dV or dQ ran here gets rope.cu's inverse kernel on that part (k or q
- * heads) of its rows, after both of its kernels (neither reads dqkv). */
-template <int HDP>
-int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
-               const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a, int kv,
-               int dq, float rope_theta, const void *rope_tab) {
-    int fell_back = 0;
+/* The backward's passes: per pass, the dK/dV and dQ kernels of attention_bwd_sm90.cu when
+ * sm90 is set and they accept the pass, else this file's (the fallback; both write the same
+ * scratch layout, so either dQ kernel follows either dK/dV kernel). rope_theta > 0: dq, dk
+ * w.r.t. the pre-RoPE q, k; the wgmma kernels rotate in their epilogues (rope_tab: rope.cu's
+ * table of T positions), and a pass whose dK/dV or dQ ran here gets rope.cu's inverse
+ * kernel on that part (k or q heads) of its rows, after both of its kernels (neither reads
+ * dqkv). Returns the SHLM_ATTN_RAN_ bits of the parts that ran on wgmma in every pass. */
+template <int HDP, bool DOC>
+unsigned bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
+                    const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a,
+                    bool sm90, float rope_theta, const void *rope_tab) {
+    unsigned ran = sm90 ? SHLM_ATTN_RAN_SM90_DKV | SHLM_ATTN_RAN_SM90_DQ : 0u;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
     const size_t smem_kv = (size_t)(2 * KV_BK + 4 * KV_BQ) * (HDP + 8) * sizeof(bf16) +
                            (size_t)KV_NS * 2 * (KV_BQ / 8) * 32 * sizeof(float4) +
-                           4 * KV_BQ * sizeof(float); /* K, V; Q, dO twice; Pᵀ; lse, D twice */
-    allow_smem(attn_bwd_dkv_kernel<HDP>, smem_kv, &done_kv);
+                           (DOC ? 6 : 4) * KV_BQ * sizeof(float); /* K, V; Q, dO twice; Pᵀ;
+                                                                     lse, D (, lo) twice */
+    allow_smem(attn_bwd_dkv_kernel<HDP, DOC>, smem_kv, &done_kv);
     const size_t smem_q = (size_t)DQ_STAGES * (DQ_BC * (HDP + 8) + DS_TILE) * sizeof(bf16);
     /* per stage: K rows and the halves of two dS tiles */
-    allow_smem(attn_bwd_dq_kernel<HDP>, smem_q, &done_q);
+    allow_smem(attn_bwd_dq_kernel<HDP, DOC>, smem_q, &done_q);
     /* bc batch elements per pass: their dS fits the scratch */
     for (int b0 = 0; b0 < a.B; b0 += bc) {
         const int nb = min(bc, a.B - b0);
-        const int kv_rc =
-            kv == 0 ? 1
-            : kv == 1
-                ? shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, nb,
-                                                   a.T, a.nh, a.nkv, a.hd, a.scale, a.scale_log2,
-                                                   rope_tab)
-                : shlm_cuda_attention_bwd_dkv_sm90_variant(dqkv, dS, ds_head, dout, qkv, lse, Dv,
-                                                           b0, nb, a.T, a.nh, a.nkv, a.hd,
-                                                           a.scale, a.scale_log2, kv - 2,
-                                                           rope_tab);
+        const int kv_rc = !sm90 ? 1
+                                : shlm_cuda_attention_bwd_dkv_sm90(dqkv, dS, ds_head, dout, qkv, lse,
+                                                                   Dv, a.doc, b0, nb, a.T, a.nh, a.nkv,
+                                                                   a.hd, a.scale, a.scale_log2,
+                                                                   rope_tab);
         if (kv_rc != 0) {
-            fell_back |= kv != 0;
+            ran &= ~SHLM_ATTN_RAN_SM90_DKV;
             dim3 grid_kv(a.nkv, (a.T + KV_BK - 1) / KV_BK, nb);
-            attn_bwd_dkv_kernel<HDP><<<grid_kv, KV_THREADS, smem_kv, s>>>(
+            attn_bwd_dkv_kernel<HDP, DOC><<<grid_kv, KV_THREADS, smem_kv, s>>>(
                 dqkv, dS, ds_head, dout, qkv, lse, Dv, b0, a.T, a.nh, a.nkv, a.hd, a.scale,
-                a.scale_log2, a.vec, a.vec_do, a.ovec);
+                a.scale_log2, a.vec, a.vec_do, a.ovec, a.doc);
             CUDA_CHECK_LAST();
         }
-        const int dq_rc =
-            dq == 0 ? 1
-            : dq == 1 ? shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, b0, nb, a.T, a.nh,
-                                                        a.nkv, a.hd, rope_tab)
-                      : shlm_cuda_attention_bwd_dq_sm90_variant(dqkv, dS, ds_head, qkv, b0, nb,
-                                                                a.T, a.nh, a.nkv, a.hd, dq - 2,
-                                                                rope_tab);
+        const int dq_rc = !sm90 ? 1
+                                : shlm_cuda_attention_bwd_dq_sm90(dqkv, dS, ds_head, qkv, a.doc, b0,
+                                                                  nb, a.T, a.nh, a.nkv, a.hd,
+                                                                  rope_tab);
         if (dq_rc != 0) {
-            fell_back |= dq != 0;
+            ran &= ~SHLM_ATTN_RAN_SM90_DQ;
             dim3 grid_q(a.nh, (a.T + DQ_BR - 1) / DQ_BR, nb);
-            attn_bwd_dq_kernel<HDP><<<grid_q, DQ_THREADS, smem_q, s>>>(
-                dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec);
+            attn_bwd_dq_kernel<HDP, DOC><<<grid_q, DQ_THREADS, smem_q, s>>>(
+                dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec, a.doc);
             CUDA_CHECK_LAST();
         }
         if (rope_theta > 0.0f && (kv_rc != 0 || dq_rc != 0)) {
@@ -902,7 +958,7 @@ int bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
                            rope_theta, 1);
         }
     }
-    return fell_back;
+    return ran;
 }
 
 attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
@@ -921,37 +977,65 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
     a.scale = (float)(1.0 / sqrt((double)hd));
     a.scale_log2 = a.scale * LOG2E;
     a.vec = a.vec_do = a.ovec = false;
+    a.doc = NULL;
     return a;
 }
 
-/* The Hopper wgmma kernels (attention_sm90.cu's forward, attention_bwd_sm90.cu's dK/dV)
- * are tried first unless the environment has SHLM_ATTN_SM90=0 (read once). */
+/* Whether the Hopper wgmma kernels (attention_sm90.cu, attention_bwd_sm90.cu) are tried
+ * first: yes unless the environment has SHLM_ATTN_SM90=0 (read once) or
+ * shlm_cuda_attention_set_sm90 said otherwise. */
+int sm90_state = -1;
 bool sm90_enabled() {
-    static int on = -1;
-    if (on < 0) {
+    if (sm90_state < 0) {
         const char *e = getenv("SHLM_ATTN_SM90");
-        on = !(e != NULL && strcmp(e, "0") == 0);
+        sm90_state = !(e != NULL && strcmp(e, "0") == 0);
     }
-    return on == 1;
+    return sm90_state == 1;
+}
+
+/* the SHLM_ATTN_RAN_ bits of the last forward and the last backward */
+unsigned ran_fwd = 0, ran_bwd = 0;
+
+template <bool DOC>
+void fwd_dispatch(bf16 *o, float *lse, const bf16 *x, const attn_args &a) {
+    if (a.hd <= 16) fwd_launch<16, DOC>(o, lse, x, a);
+    else if (a.hd <= 32) fwd_launch<32, DOC>(o, lse, x, a);
+    else if (a.hd <= 64) fwd_launch<64, DOC>(o, lse, x, a);
+    else fwd_launch<128, DOC>(o, lse, x, a);
+}
+
+template <bool DOC>
+unsigned bwd_dispatch(bf16 *d, bf16 *dS, size_t ds_head, int bc, const bf16 *g, const bf16 *x,
+                      const float *lse, const float *Dv, const attn_args &a, bool sm90, float th,
+                      const void *rt) {
+    if (a.hd <= 16) return bwd_launch<16, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    if (a.hd <= 32) return bwd_launch<32, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    if (a.hd <= 64) return bwd_launch<64, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
+    return bwd_launch<128, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
 }
 
 } // namespace
 
-extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T,
-                                        int nh, int nkv, int hd) {
+extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv,
+                                        const int32_t *doc_start, int B, int T, int nh, int nkv,
+                                        int hd) {
     if (B <= 0 || T <= 0) return;
     /* the wgmma kernel of attention_sm90.cu where it applies, unless SHLM_ATTN_SM90=0:
      * 1.29x this file's kernel at 7B shapes on an H200 */
-    if (sm90_enabled() && shlm_cuda_attention_fwd_sm90(out, lse, qkv, B, T, nh, nkv, hd) == 0) return;
+    ran_fwd = 0;
+    if (sm90_enabled() &&
+        shlm_cuda_attention_fwd_sm90(out, lse, qkv, doc_start, B, T, nh, nkv, hd) == 0) {
+        ran_fwd = SHLM_ATTN_RAN_SM90_FWD;
+        return;
+    }
     attn_args a = make_args("attention_fwd", B, T, nh, nkv, hd);
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(out, 16);
+    a.doc = doc_start;
     bf16 *o = (bf16 *)out;
     const bf16 *x = (const bf16 *)qkv;
-    if (hd <= 16) fwd_launch<16>(o, lse, x, a);
-    else if (hd <= 32) fwd_launch<32>(o, lse, x, a);
-    else if (hd <= 64) fwd_launch<64>(o, lse, x, a);
-    else fwd_launch<128>(o, lse, x, a);
+    if (doc_start) fwd_dispatch<true>(o, lse, x, a);
+    else fwd_dispatch<false>(o, lse, x, a);
 }
 
 /* The backward's one scratch: D (B·nh·T fp32), then the dS tiles of bc batch elements:
@@ -981,22 +1065,25 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
     return d_bytes + (size_t)bc * ds_b;
 }
 
-extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
-                                               const void *out, const float *lse, int B, int T,
-                                               int nh, int nkv, int hd, int kv, int dq,
-                                               float rope_theta) {
-    if (B <= 0 || T <= 0) return 0;
+extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
+                                        const void *out, const float *lse,
+                                        const int32_t *doc_start, int B, int T, int nh, int nkv,
+                                        int hd, float rope_theta) {
+    ran_bwd = 0;
+    if (B <= 0 || T <= 0) return;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
     if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
     if (rope_theta > 0.0f && hd % 2 != 0)
         SHLM_FATAL("attention_bwd: rope needs an even head_dim (%d)", hd);
+    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply */
+    const bool sm90 = sm90_enabled();
     /* the table first: building it (once per shape) must not come between the passes */
-    const void *rope_tab = rope_theta > 0.0f && (kv != 0 || dq != 0)
-                               ? shlm_cuda_rope_table(T, hd, rope_theta)
-                               : NULL;
+    const void *rope_tab =
+        rope_theta > 0.0f && sm90 ? shlm_cuda_rope_table(T, hd, rope_theta) : NULL;
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
+    a.doc = doc_start;
     size_t d_bytes, ds_b, ds_head;
     int bc;
     bwd_scratch_layout(B, T, nh, nkv, &d_bytes, &ds_b, &ds_head, &bc);
@@ -1015,18 +1102,10 @@ extern "C" int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, con
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
     const float th = rope_theta;
     const void *rt = rope_tab;
-    if (hd <= 16) return bwd_launch<16>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    if (hd <= 32) return bwd_launch<32>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    if (hd <= 64) return bwd_launch<64>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
-    return bwd_launch<128>(d, dS, ds_head, bc, g, x, lse, Dv, a, kv, dq, th, rt);
+    ran_bwd = doc_start ? bwd_dispatch<true>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt)
+                        : bwd_dispatch<false>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
 }
 
-extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
-                                        const void *out, const float *lse, int B, int T, int nh,
-                                        int nkv, int hd, float rope_theta) {
-    /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply (see
-     * sm90_enabled) */
-    const int k = sm90_enabled() ? 1 : 0;
-    shlm_cuda_attention_bwd_variant(dqkv, dout, qkv, out, lse, B, T, nh, nkv, hd, k, k,
-                                    rope_theta);
-}
+extern "C" void shlm_cuda_attention_set_sm90(int enable) { sm90_state = enable ? 1 : 0; }
+
+extern "C" unsigned shlm_cuda_attention_sm90_ran(void) { return ran_fwd | ran_bwd; }

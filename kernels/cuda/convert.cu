@@ -105,20 +105,15 @@ extern "C" void shlm_cuda_f32_to_act(void *act, const float *f32, size_t n) {
     CUDA_CHECK_LAST();
 }
 
-extern "C" void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n) {
-    if (n == 0) return;
-    bool vec = shlm_aligned(act, 8) && shlm_aligned(f32, 16);
-    bf16_to_f32_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(
-        f32, (const uint16_t *)act, n, vec);
-    CUDA_CHECK_LAST();
-}
-
 extern "C" void shlm_cuda_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n) {
     shlm_cuda_f32_to_act(bf16, f32, n);
 }
 
 extern "C" void shlm_cuda_bf16_to_f32(float *f32, const uint16_t *bf16, size_t n) {
-    shlm_cuda_act_to_f32(f32, bf16, n);
+    if (n == 0) return;
+    bool vec = shlm_aligned(bf16, 8) && shlm_aligned(f32, 16);
+    bf16_to_f32_kernel<<<conv_blocks(n), CONV_THREADS, 0, shlm_cuda_stream()>>>(f32, bf16, n, vec);
+    CUDA_CHECK_LAST();
 }
 
 extern "C" void shlm_cuda_round_to_bf16(float *x, size_t n) {

@@ -57,7 +57,6 @@ size_t shlm_cuda_sum_squares_scratch(void);
 /* ---- conversion (convert.cu); act is bf16 on this backend, rounding as the cpu
  * backend's shlm_f32_to_bf16 (nearest-even, NaN stays a quiet NaN of the same sign) ---- */
 void shlm_cuda_f32_to_act(void *act, const float *f32, size_t n);
-void shlm_cuda_act_to_f32(float *f32, const void *act, size_t n);
 void shlm_cuda_round_to_bf16(float *x, size_t n);
 /* the casts of bf16 collectives: the same two conversions with explicit types */
 void shlm_cuda_f32_to_bf16(uint16_t *bf16, const float *f32, size_t n);
@@ -94,76 +93,63 @@ void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim
  * backward's Hopper epilogues). */
 const void *shlm_cuda_rope_table(int npos, int head_dim, float theta);
 
-/* Flash attention on tensor cores (mma.sync bf16, fp32 accumulation); any head_dim up
- * to 128; nh must be a multiple of nkv (aborts otherwise). The backward is deterministic
- * (no atomics): one kernel owns dk/dv per key tile, another dq per query tile. Both
- * directions run the Hopper wgmma kernels below where they apply (SHLM_ATTN_SM90=0 in the
- * environment turns them off); the backward's give the same bits as the mma.sync ones. */
-void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, int B, int T, int nh,
-                             int nkv, int hd);
+/* Flash attention on tensor cores; any head_dim up to 128; nh must be a multiple of nkv
+ * (aborts otherwise). Deterministic (no atomics): every output row has one writer summing
+ * in a fixed order. Two implementations of the same contract: the Hopper wgmma kernels
+ * (attention_sm90.cu, attention_bwd_sm90.cu: head_dim 64 and 128 on a compute capability
+ * 9.0 device, tried first) and the portable mma.sync kernels of attention.cu, the declared
+ * fallback, which run wherever a Hopper kernel declines. The backward's give the same bits
+ * either way; the forward's agree to bf16 rounding. doc_start (ops.h; device memory):
+ * every kernel skips the key tiles wholly before its rows' documents and masks the rest
+ * element by element (attention_doc.cuh); NULL runs the plain causal kernels. */
+void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc_start,
+                             int B, int T, int nh, int nkv, int hd);
 /* rope_theta > 0 (ops.h): dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels rotate their
  * fp32 accumulators before the store (one rounding), a pass whose dK/dV or dQ ran on the
  * mma.sync kernels gets shlm_cuda_rope(inverse) on those rows afterwards. */
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                             const float *lse, int B, int T, int nh, int nkv, int hd,
-                             float rope_theta);
-/* The forward on Hopper warpgroup MMA (attention_sm90.cu, checked on an H200 by
- * tests/gpu/attn_sm90_check.cu): head_dim 64 or 128, 16-byte-aligned qkv and out, a
- * compute capability 9.0 device and a build with its sm_90a code. Returns 0 when it
- * queued the work, 1 when it did not (the caller then runs shlm_cuda_attention_fwd's own
- * kernel). shlm_cuda_attention_fwd tries it first unless the environment has
- * SHLM_ATTN_SM90=0. The _variant
- * form picks the pipeline (numbered in attention_sm90.cu's sm90::forward; -1 the default):
- * for tests/gpu/attn_sm90_check.cu, which checks and times them all. */
-int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv, int B, int T, int nh,
-                                 int nkv, int hd);
-int shlm_cuda_attention_fwd_sm90_variant(void *out, float *lse, const void *qkv, int B, int T,
-                                         int nh, int nkv, int hd, int variant);
+                             const float *lse, const int32_t *doc_start, int B, int T, int nh,
+                             int nkv, int hd, float rope_theta);
+/* Which implementation later attention calls try first: enable 1 the Hopper kernels (the
+ * default, unless the environment has SHLM_ATTN_SM90=0), 0 the mma.sync fallback alone.
+ * For tests and benchmarks, which run both. */
+void shlm_cuda_attention_set_sm90(int enable);
+/* What the last forward and the last backward ran: SHLM_ATTN_RAN_SM90_FWD when the forward
+ * ran the Hopper kernel, _DKV / _DQ when every pass of the backward's dK/dV / dQ did. */
+enum { SHLM_ATTN_RAN_SM90_FWD = 1, SHLM_ATTN_RAN_SM90_DKV = 2, SHLM_ATTN_RAN_SM90_DQ = 4 };
+unsigned shlm_cuda_attention_sm90_ran(void);
+/* The forward on Hopper warpgroup MMA (attention_sm90.cu): head_dim 64 or 128,
+ * 16-byte-aligned qkv and out, a compute capability 9.0 device and a build with its
+ * sm_90a code. Returns 0 when it queued the work, 1 when it did not (the caller then runs
+ * attention.cu's kernel). */
+int shlm_cuda_attention_fwd_sm90(void *out, float *lse, const void *qkv,
+                                 const int32_t *doc_start, int B, int T, int nh, int nkv, int hd);
 /* 1 when the sm_90a kernels of attention_sm90.cu and attention_bwd_sm90.cu can run here
  * (compute capability 9.0, sm_90a image in the binary; probed once per process). */
 int shlm_cuda_sm90_usable(void);
 /* The backward's dK/dV (+dS) pass on Hopper warpgroup MMA (attention_bwd_sm90.cu), same
  * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
- * pass (ds_head, scale, scale_log2 as there): head_dim 64 or 128, 16-byte-aligned
+ * pass (ds_head, scale, scale_log2, doc_start as there): head_dim 64 or 128, 16-byte-aligned
  * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
- * (nothing queued). shlm_cuda_attention_bwd tries it per pass unless SHLM_ATTN_SM90=0.
- * The _variant form picks the pipeline (attention_bwd_sm90.cu's DKV_DEFAULT lists them).
- * rope: NULL, or shlm_cuda_rope_table(npos >= T, hd, theta): the dk rows are stored
- * inverse-rotated (w.r.t. the pre-RoPE k, key position t of row b·T + t), rotated in fp32
- * before the one rounding to bf16; dv and the dS tiles are the same either way. */
+ * (nothing queued). rope: NULL, or shlm_cuda_rope_table(npos >= T, hd, theta): the dk rows
+ * are stored inverse-rotated (w.r.t. the pre-RoPE k, key position t of row b·T + t),
+ * rotated in fp32 before the one rounding to bf16; dv and the dS tiles are the same
+ * either way. */
 int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const void *dout,
-                                     const void *qkv, const float *lse, const float *D, int b0,
-                                     int nb, int T, int nh, int nkv, int hd, float scale,
-                                     float scale_log2, const void *rope);
-int shlm_cuda_attention_bwd_dkv_sm90_variant(void *dqkv, void *dS, size_t ds_head,
-                                             const void *dout, const void *qkv, const float *lse,
-                                             const float *D, int b0, int nb, int T, int nh,
-                                             int nkv, int hd, float scale, float scale_log2,
-                                             int variant, const void *rope);
+                                     const void *qkv, const float *lse, const float *D,
+                                     const int32_t *doc_start, int b0, int nb, int T, int nh,
+                                     int nkv, int hd, float scale, float scale_log2,
+                                     const void *rope);
 /* The backward's dQ pass on wgmma (attention_bwd_sm90.cu): dq rows of batch elements
  * b0..b0+nb-1 from the dS tiles the dK/dV pass (either kernel) wrote; same conditions and
- * return value as the dK/dV one; variants: DQ_DEFAULT there. rope: as for dK/dV, on the
- * dq rows (query positions). */
+ * return value as the dK/dV one. rope: as for dK/dV, on the dq rows (query positions). */
 int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
-                                    int b0, int nb, int T, int nh, int nkv, int hd,
-                                    const void *rope);
-int shlm_cuda_attention_bwd_dq_sm90_variant(void *dqkv, const void *dS, size_t ds_head,
-                                            const void *qkv, int b0, int nb, int T, int nh,
-                                            int nkv, int hd, int variant, const void *rope);
-/* shlm_cuda_attention_bwd with its kernels chosen (for tests and benchmarks): kv picks
- * the dK/dV kernel, dq the dQ one: 0 attention.cu's mma.sync kernel, 1 the wgmma one in
- * its default variant (what shlm_cuda_attention_bwd runs), 2 + v its variant v. Returns 1
- * when a wgmma kernel was asked for but declined some pass (the mma.sync one ran there
- * instead), else 0. rope_theta as shlm_cuda_attention_bwd's: fused into the wgmma
- * kernels, the rope kernel after the mma.sync ones (per pass, on their rows only). */
-int shlm_cuda_attention_bwd_variant(void *dqkv, const void *dout, const void *qkv,
-                                    const void *out, const float *lse, int B, int T, int nh,
-                                    int nkv, int hd, int kv, int dq, float rope_theta);
+                                    const int32_t *doc_start, int b0, int nb, int T, int nh,
+                                    int nkv, int hd, const void *rope);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
 /* dgu may alias gu */
 void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
-void shlm_cuda_add(void *out, const void *a, const void *b, size_t n);
 
 /* A target >= V cannot abort from the device: its row's loss is NaN (so the step's
  * loss shows it) and its gradient row is zero. */
@@ -178,7 +164,6 @@ void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t
                      int step);
 /* Deterministic: fixed blocks (a function of n only) summed in a fixed order. */
 double shlm_cuda_sum_squares(const float *x, size_t n);
-void shlm_cuda_scale(float *x, float s, size_t n);
 /* y[i] += x[i] */
 void shlm_cuda_accumulate(float *y, const float *x, size_t n);
 /* out[i] = (slices[i] + slices[count + i] + ... + slices[(S-1)·count + i]) / divisor,

@@ -31,7 +31,6 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .sync = shlm_cuda_sync,
 
     .f32_to_act = shlm_cuda_f32_to_act,
-    .act_to_f32 = shlm_cuda_act_to_f32,
     .round_to_bf16 = shlm_cuda_round_to_bf16,
     .f32_to_bf16 = shlm_cuda_f32_to_bf16,
     .bf16_to_f32 = shlm_cuda_bf16_to_f32,
@@ -48,10 +47,8 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .attention_bwd = shlm_cuda_attention_bwd,
     .swiglu_fwd = shlm_cuda_swiglu_fwd,
     .swiglu_bwd = shlm_cuda_swiglu_bwd,
-    .add = shlm_cuda_add,
     .xent_fwd_bwd = shlm_cuda_xent_fwd_bwd,
 
     .adamw = shlm_cuda_adamw,
     .sum_squares = shlm_cuda_sum_squares,
-    .scale = shlm_cuda_scale,
 };

@@ -1,5 +1,5 @@
-/* cuda backend SwiGLU: out = silu(gate) * up over rows of [gate | up], its backward, and
- * the elementwise add used by the residual stream (all bf16, fp32 arithmetic). */
+/* cuda backend SwiGLU: out = silu(gate) * up over rows of [gate | up] and its backward
+ * (bf16, fp32 arithmetic). */
 #include "kernels/cuda/cuda_common.cuh"
 
 /* ------------------------------------------------------------------ kernels */
@@ -68,24 +68,6 @@ __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dout, const bf16 *gu, i
     }
 }
 
-template <int VEC>
-__global__ void add_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n) {
-    const size_t nv = n / VEC;
-    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < nv;
-         it += (size_t)gridDim.x * blockDim.x) {
-        if (VEC == 8) {
-            float fa[8], fb[8];
-            load_bf16x8(fa, a + it * 8);
-            load_bf16x8(fb, b + it * 8);
-#pragma unroll
-            for (int k = 0; k < 8; k++) fa[k] += fb[k];
-            store_bf16x8(out + it * 8, fa);
-        } else {
-            out[it] = __float2bfloat16_rn(__bfloat162float(a[it]) + __bfloat162float(b[it]));
-        }
-    }
-}
-
 /* ------------------------------------------------------------------ launchers */
 
 enum { EW_THREADS = 256 };
@@ -116,26 +98,4 @@ extern "C" void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu
         swiglu_bwd_kernel<1><<<ew_blocks((size_t)N * F), EW_THREADS, 0, s>>>(
             (bf16 *)dgu, (const bf16 *)dout, (const bf16 *)gu, N, F);
     CUDA_CHECK_LAST();
-}
-
-extern "C" void shlm_cuda_add(void *out, const void *a, const void *b, size_t n) {
-    if (n == 0) return;
-    cudaStream_t s = shlm_cuda_stream();
-    if (shlm_aligned(out, 16) && shlm_aligned(a, 16) && shlm_aligned(b, 16)) {
-        const size_t nv = n / 8 * 8;
-        if (nv) {
-            add_kernel<8><<<ew_blocks(nv / 8), EW_THREADS, 0, s>>>((bf16 *)out, (const bf16 *)a,
-                                                                  (const bf16 *)b, nv);
-            CUDA_CHECK_LAST();
-        }
-        if (n > nv) { /* the last n % 8 elements */
-            add_kernel<1><<<1, 32, 0, s>>>((bf16 *)out + nv, (const bf16 *)a + nv,
-                                            (const bf16 *)b + nv, n - nv);
-            CUDA_CHECK_LAST();
-        }
-    } else {
-        add_kernel<1><<<ew_blocks(n), EW_THREADS, 0, s>>>((bf16 *)out, (const bf16 *)a,
-                                                         (const bf16 *)b, n);
-        CUDA_CHECK_LAST();
-    }
 }

@@ -1,8 +1,8 @@
-/* GPU check of the Hopper wgmma kernels of the attention backward
- * (kernels/cuda/attention_bwd_sm90.cu: the dK/dV(+dS) pass and the dQ pass) inside the
- * whole backward (shlm_cuda_attention_bwd_variant: D, dK/dV, dQ; either dQ kernel reads
- * the dS fragments either dK/dV kernel wrote), against the backward on attention.cu's
- * mma.sync kernels and against a float64 CPU reference, with timings.
+/* GPU check of the attention backward's two implementations: the Hopper wgmma dK/dV and
+ * dQ kernels (kernels/cuda/attention_bwd_sm90.cu, the default) against the portable
+ * mma.sync kernels (kernels/cuda/attention.cu, the declared fallback), inside the whole
+ * backward (shlm_cuda_attention_bwd: D, then per pass dK/dV and dQ), and both against a
+ * float64 reference, causal and with document masks (ops.h doc_start), with timings.
  *
  * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_bwd_sm90_check),
  * or with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
@@ -10,52 +10,41 @@
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
  *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
  *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
- * Run (on the H200):
- *   attn_bwd_sm90_check              # every case, both pipelines, then timings
- *   attn_bwd_sm90_check --no-time    # correctness only
- *   attn_bwd_sm90_check --small      # the float64 cases only (for compute-sanitizer)
+ * Run (on a compute capability 9.0 GPU):
+ *   attn_bwd_sm90_check              # every case, then timings
+ *   attn_bwd_sm90_check --no-time    # correctness only (what `make check-gpu` runs)
+ *   attn_bwd_sm90_check --small      # the small cases only (for compute-sanitizer)
  *   attn_bwd_sm90_check --time-only  # timings only
- *   attn_bwd_sm90_check --no-ws      # (with any of the above) without paths 10-16
- *                                    # (path 1 still runs the default dK/dV, variant 6)
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
  * Inputs: q, k ~ N(0, 1.5²) (peaked softmax rows), v, dout ~ N(0, 1), bf16; out and lse
- * from shlm_cuda_attention_fwd. Per case and per path (the kernels chosen through
- * shlm_cuda_attention_bwd_variant: path 0 attention.cu's mma.sync dK/dV and dQ, path 1
- * the wgmma defaults, paths 2-16 the wgmma variants and mixes, see `paths` below; 10-13
- * are the warp-specialised TMA dK/dV kernel attn_bwd_dkv_ws; path 1 runs its variant 6 since it became the default;
- * 14-16 the default dK/dV with the warp-specialised dQ attn_bwd_dq_ws, dQ variants 3-5), with
- * dqkv poisoned with NaN first:
+ * from shlm_cuda_attention_fwd; the causal mask or a layout of documents from
+ * tests/doc_layout.h (several per tile, spanning tiles, single tokens, a start at T - 1).
+ * Per case, with dqkv poisoned with NaN first:
+ *   the default must have run the Hopper dK/dV and dQ kernels in every pass
+ *     (shlm_cuda_attention_sm90_ran);
  *   NaN/unwritten: none of dq, dk, dv may be NaN;
- *   vs float64 (small cases: naive causal attention forward and backward on the host, in
- *     double, from the same bf16 inputs): relative L2 error of dq, dk, dv each < 1.5e-2
- *     (bf16 inputs of every product: P, dS and the outputs are rounded to bf16; the
- *     mma.sync kernel is held to the same bound);
- *   wgmma vs mma.sync: relative L2 < 1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv;
- *   determinism: a second run is bitwise equal; paths 1-16 are bitwise equal (the same
- *     products in the same order);
- *   (reported, not required: whether a path is bitwise equal to path 0).
+ *   default and fallback bitwise equal (the same products in the same order);
+ *   vs float64 (the cases small enough for the host, from the same bf16 inputs): relative
+ *     L2 error of dq, dk, dv each < 1.5e-2 (P, dS and the outputs are rounded to bf16);
+ *   determinism: a second run of the default is bitwise equal;
+ *   causal cases: an all-zero doc_start (the document kernels) gives the bits of doc_start
+ *     NULL, on the default and on the fallback.
  * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
- * rotate their fp32 accumulators before the one rounding to bf16, the mma.sync path runs
- * rope.cu's inverse kernel on its bf16 output, rounding twice), every path again:
- *   vs the host rotation (in double) of path 0's unrotated result: relative L2 < 1e-2 and
- *     max |d| / max |ref| < 2e-2 for dq, dk, dv (dv is not rotated);
+ * rotate their fp32 accumulators before the one rounding to bf16, the fallback runs
+ * rope.cu's inverse kernel on its bf16 output, rounding twice), both again:
+ *   vs the host rotation (in double) of the fallback's unrotated result: relative L2 <
+ *     1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv (dv is not rotated);
  *   vs float64 rotated (small cases): < 1.5e-2;
- *   paths 1-9 vs path 0 with RoPE (mma.sync, then the rope kernel): relative L2 < 5e-3 and
- *     max |d| / max |ref| < 2e-2 for dq, dk (the two roundings differ by at most about
- *     one bf16 ulp of an element, ~2^-8 of it; about 2e-3 expected in L2), dv bitwise
- *     equal to path 0's dv;
- *   dv of every path bitwise equal to its dv without RoPE; paths 1-8 and 10-16 (both parts
- *     fused) bitwise equal to each other; path 9 (wgmma dK/dV, mma.sync dQ): dk bitwise equal to
- *     path 1's, dq to path 0's (the same rope kernel on the same dq);
- *   determinism: path 1 with RoPE twice, bitwise equal.
+ *   default vs fallback: relative L2 < 5e-3 and max |d| / max |ref| < 2e-2 for dq, dk (the
+ *     two roundings differ by at most about one bf16 ulp, ~2^-8 of an element), dv
+ *     bitwise equal; dv bitwise equal to the dv without RoPE; a second run bitwise equal.
  * On a failure the worst error is located (tensor, b, t, head, dim) and the max |diff| is
  * printed by key block (t % 128 / 16: warpgroup 0 is 0-3) × dim block (dim / 16).
- * Timings: the whole backward (D + dK/dV + dQ), cudaEvent over 10 launches after 3
- * warm-up ones; TFLOP/s with 2.5 × the causal forward's 4·B·nh·T²·hd/2 flops; the wgmma
- * defaults with RoPE fused, and without it followed by the separate rope inverse kernel
- * (what the model ran before); then the wgmma dK/dV and dQ passes alone (4/5 and 1/5 of
- * those flops). */
+ * Timings: the whole backward (D + dK/dV + dQ) of both, cudaEvent over 10 launches after 3
+ * warm-up ones; TFLOP/s with 10·hd flops per (query, key) pair the mask keeps; the default
+ * with RoPE fused, and without it followed by the separate inverse rope kernel; then the
+ * Hopper dK/dV and dQ passes alone (4/5 and 1/5 of those flops). */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -114,61 +103,6 @@ static bool check_part(const char *what, int part, const __nv_bfloat16 *got, con
     return ok;
 }
 
-/* float64 causal attention forward and backward on the host: dqkv (B·T, C3) */
-static void cpu_backward(float *dqkv, const __nv_bfloat16 *qkv, const __nv_bfloat16 *dout,
-                         const Case &c) {
-    const int hd = c.hd, T = c.T;
-    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * hd, CO = (size_t)c.nh * hd;
-    const double scale = 1.0 / sqrt((double)hd);
-    const size_t n = (size_t)c.B * T * C3;
-    double *acc = (double *)calloc(n, sizeof(double));
-    double *p = (double *)malloc(sizeof(double) * T), *o = (double *)malloc(sizeof(double) * hd);
-    double *dp = (double *)malloc(sizeof(double) * T);
-    auto X = [&](int b, int t, size_t col) { return (double)bf(qkv[((size_t)b * T + t) * C3 + col]); };
-    for (int b = 0; b < c.B; b++)
-        for (int h = 0; h < c.nh; h++) {
-            const int kvh = h / (c.nh / c.nkv);
-            const size_t qc = (size_t)h * hd, kc = (size_t)(c.nh + kvh) * hd,
-                         vc = (size_t)(c.nh + c.nkv + kvh) * hd;
-            for (int i = 0; i < T; i++) {
-                double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int d = 0; d < hd; d++) s += X(b, i, qc + d) * X(b, j, kc + d);
-                    p[j] = s * scale;
-                    if (p[j] > mx) mx = p[j];
-                }
-                double sum = 0;
-                for (int j = 0; j <= i; j++) sum += (p[j] = exp(p[j] - mx));
-                for (int d = 0; d < hd; d++) o[d] = 0;
-                for (int j = 0; j <= i; j++) {
-                    p[j] /= sum;
-                    for (int d = 0; d < hd; d++) o[d] += p[j] * X(b, j, vc + d);
-                }
-                const __nv_bfloat16 *go = dout + ((size_t)b * T + i) * CO + qc;
-                double D = 0;
-                for (int d = 0; d < hd; d++) D += (double)bf(go[d]) * o[d];
-                for (int j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int d = 0; d < hd; d++) s += (double)bf(go[d]) * X(b, j, vc + d);
-                    dp[j] = p[j] * (s - D) * scale; /* dS */
-                }
-                double *dq = acc + ((size_t)b * T + i) * C3 + qc;
-                for (int j = 0; j <= i; j++) {
-                    double *dk = acc + ((size_t)b * T + j) * C3 + kc;
-                    double *dv = acc + ((size_t)b * T + j) * C3 + vc;
-                    for (int d = 0; d < hd; d++) {
-                        dq[d] += dp[j] * X(b, j, kc + d);
-                        dk[d] += dp[j] * X(b, i, qc + d);
-                        dv[d] += p[j] * (double)bf(go[d]);
-                    }
-                }
-            }
-        }
-    for (size_t i = 0; i < n; i++) dqkv[i] = (float)acc[i];
-    free(acc), free(p), free(o), free(dp);
-}
-
 /* The inverse RoPE rotation (ops.h rope, inverse = 1) of the q and k heads of dqkv
  * (B·T rows), in double on the host: angle t·theta^(-2f/hd) for row b·T + t */
 static void rope_inv_host(float *x, const Case &c, double theta) {
@@ -205,47 +139,187 @@ static void report_same(const char *what, bool ok) {
 }
 
 static const double ROPE_THETA = 10000.0;
+static const char *const PART[3] = {"dq", "dk", "dv"};
 
 /* ------------------------------------------------------------------ one case */
 
-/* (kv, dq) arguments of shlm_cuda_attention_bwd_variant: 0 mma.sync, 1 the wgmma
- * default, 2 + v wgmma variant v (dK/dV: 0 two warpgroups overlapped, 1 two serial, 2 one
- * warpgroup per block, 3 three Q/dO buffers, 4 ping-pong issue, 5-8 attn_bwd_dkv_ws, the
- * TMA producer warp: 5 two slots FA3's order (XO 2), 6 three slots XO 2, 7 two slots the
- * plain order (XO 0), 8 two slots XO 1; dQ: 0 two warpgroups, 1 one, 2 two with
- * three stages, 3-5 attn_bwd_dq_ws, the producer warps (TMA K, bulk-copy dS): 3 K ring 3
- * slots, dS ring 4, fragments of the next step loaded under the current wgmma (OV); 4 the
- * same rings without OV; 5 K ring 3, dS ring 2, OV; attention_bwd_sm90.cu's DKV_DEFAULT
- * and DQ_DEFAULT). hd: 0 every head_dim,
- * else the only one the path runs at (the others are skipped, not failed). */
-#define NPATH 17
-static const struct {
-    int kv, dq, hd;
-    const char *name;
-} paths[NPATH] = {
-    {0, 0, 0, "mma.sync dKdV + dQ"},     {1, 1, 0, "wgmma defaults"},
-    {2, 2, 0, "dKdV 2wg, dQ 2wg"},       {3, 2, 0, "dKdV 2wg serial, dQ 2wg"},
-    {4, 3, 0, "dKdV 1wg, dQ 1wg"},
-    {5, 2, 0, "dKdV 2wg 3buf, dQ 2wg"},  {6, 2, 0, "dKdV 2wg pp, dQ 2wg"},
-    {2, 4, 0, "dKdV 2wg, dQ 2wg 3st"},   {6, 4, 0, "dKdV 2wg pp, dQ 2wg 3st"},
-    {2, 0, 0, "dKdV 2wg, dQ mma.sync"},
-    {7, 2, 0, "dKdV ws XO2 2slot, dQ 2wg"}, {8, 2, 0, "dKdV ws XO2 3slot, dQ 2wg"},
-    {9, 2, 0, "dKdV ws XO0 2slot, dQ 2wg"}, {10, 2, 0, "dKdV ws XO1 2slot, dQ 2wg"},
-    {1, 5, 0, "dKdV default, dQ ws K3 dS4 ov"}, {1, 6, 0, "dKdV default, dQ ws K3 dS4"},
-    {1, 7, 0, "dKdV default, dQ ws K3 dS2 ov"},
+struct Inputs {
+    void *qkv, *dout, *out;
+    float *lse;
+    int32_t *doc; /* doc_start (device) or NULL */
 };
 
-/* --no-ws: leave out the warp-specialised dK/dV variants (paths 10-13, variants 5-8) and
- * dQ variants (paths 14-16, variants 3-5), so that a hang there cannot cost the other
- * checks their run (path 1 runs the default dK/dV, warp-specialised since session 4) */
-static bool skip_ws = false;
-static bool is_ws_path(int k) { return paths[k].kv >= 7 || paths[k].dq >= 5; }
-static bool path_runs(int k, int hd) {
-    return !(paths[k].hd && paths[k].hd != hd) && !(skip_ws && is_ws_path(k));
+/* One backward on the default (sm90 = 1) or the fallback (0) into dst, first filled with
+ * NaN (bf16 0xffff), waited for, copied to host. False, with the FAIL printed and counted,
+ * when the default did not run the Hopper kernels in every pass; a CUDA error is sticky
+ * and ends the check. */
+static bool run_bwd(__nv_bfloat16 *host, void *dst, const Inputs &in, const int32_t *doc,
+                    const Case &c, int sm90, float theta) {
+    const size_t n_qkv = (size_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
+    CK(cudaMemsetAsync(dst, 0xff, n_qkv * 2, stream()));
+    shlm_cuda_attention_set_sm90(sm90);
+    shlm_cuda_attention_bwd(dst, in.dout, in.qkv, in.out, in.lse, doc, c.B, c.T, c.nh, c.nkv,
+                            c.hd, theta);
+    CK(cudaStreamSynchronize(stream()));
+    CK(cudaGetLastError());
+    CK(cudaMemcpy(host, dst, n_qkv * 2, cudaMemcpyDeviceToHost));
+    const unsigned want = sm90 ? SHLM_ATTN_RAN_SM90_DKV | SHLM_ATTN_RAN_SM90_DQ : 0u;
+    const unsigned ran = shlm_cuda_attention_sm90_ran() & (SHLM_ATTN_RAN_SM90_DKV | SHLM_ATTN_RAN_SM90_DQ);
+    if (ran == want) return true;
+    printf("    FAIL: the %s ran dK/dV on %s, dQ on %s\n", sm90 ? "default" : "fallback",
+           ran & SHLM_ATTN_RAN_SM90_DKV ? "wgmma" : "mma.sync",
+           ran & SHLM_ATTN_RAN_SM90_DQ ? "wgmma" : "mma.sync");
+    n_failed++;
+    return false;
+}
+
+static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_qkv,
+                       const __nv_bfloat16 *h_do, const int32_t *h_doc, void *d_g) {
+    const size_t n_qkv = (size_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
+    __nv_bfloat16 *h_fb = (__nv_bfloat16 *)malloc(n_qkv * 2), *h_df = (__nv_bfloat16 *)malloc(n_qkv * 2);
+    __nv_bfloat16 *h_2 = (__nv_bfloat16 *)malloc(n_qkv * 2);
+    __nv_bfloat16 *h_fbr = (__nv_bfloat16 *)malloc(n_qkv * 2), *h_dfr = (__nv_bfloat16 *)malloc(n_qkv * 2);
+    float *f_fb = (float *)malloc(n_qkv * 4), *f_cpu = NULL;
+    if (case_pairs(c, h_doc) * c.nh * c.hd < 6e8) {
+        f_cpu = (float *)malloc(n_qkv * 4);
+        ref_attention(NULL, NULL, f_cpu, h_qkv, h_do, h_doc, c);
+    }
+    char what[64];
+
+    printf("  fallback (mma.sync)\n");
+    const bool fb = run_bwd(h_fb, d_g, in, in.doc, c, 0, 0.0f);
+    for (size_t i = 0; i < n_qkv; i++) f_fb[i] = bf(h_fb[i]);
+    for (int part = 0; fb && f_cpu && part < 3; part++) {
+        snprintf(what, sizeof what, "%s vs float64", PART[part]);
+        check_part(what, part, h_fb, f_cpu, c, 1.5e-2, 0);
+    }
+    printf("  default (Hopper wgmma)\n");
+    const bool df = run_bwd(h_df, d_g, in, in.doc, c, 1, 0.0f);
+    if (df) {
+        for (int part = 0; f_cpu && part < 3; part++) {
+            snprintf(what, sizeof what, "%s vs float64", PART[part]);
+            check_part(what, part, h_df, f_cpu, c, 1.5e-2, 0);
+        }
+        if (fb) report_same("bitwise equal to the fallback", memcmp(h_df, h_fb, n_qkv * 2) == 0);
+        if (run_bwd(h_2, d_g, in, in.doc, c, 1, 0.0f))
+            report_same("second run bitwise equal", memcmp(h_df, h_2, n_qkv * 2) == 0);
+    }
+
+    /* RoPE */
+    const float theta = (float)ROPE_THETA;
+    float *f_rot = (float *)malloc(n_qkv * 4), *f_fbr = (float *)malloc(n_qkv * 4);
+    memcpy(f_rot, f_fb, n_qkv * 4);
+    rope_inv_host(f_rot, c, ROPE_THETA);
+    if (f_cpu) rope_inv_host(f_cpu, c, ROPE_THETA);
+    printf("  fallback with RoPE\n");
+    const bool fbr = fb && run_bwd(h_fbr, d_g, in, in.doc, c, 0, theta);
+    for (size_t i = 0; i < n_qkv; i++) f_fbr[i] = bf(h_fbr[i]);
+    for (int part = 0; fbr && part < 3; part++) {
+        snprintf(what, sizeof what, "%s vs host-rotated", PART[part]);
+        check_part(what, part, h_fbr, f_rot, c, 1e-2, 2e-2);
+        if (f_cpu) {
+            snprintf(what, sizeof what, "%s vs float64 rotated", PART[part]);
+            check_part(what, part, h_fbr, f_cpu, c, 1.5e-2, 0);
+        }
+    }
+    printf("  default with RoPE\n");
+    if (df && run_bwd(h_dfr, d_g, in, in.doc, c, 1, theta)) {
+        for (int part = 0; part < 3; part++) {
+            snprintf(what, sizeof what, "%s vs host-rotated", PART[part]);
+            check_part(what, part, h_dfr, f_rot, c, 1e-2, 2e-2);
+            if (f_cpu) {
+                snprintf(what, sizeof what, "%s vs float64 rotated", PART[part]);
+                check_part(what, part, h_dfr, f_cpu, c, 1.5e-2, 0);
+            }
+            if (fbr && part < 2) {
+                snprintf(what, sizeof what, "%s vs fallback+rope", PART[part]);
+                check_part(what, part, h_dfr, f_fbr, c, 5e-3, 2e-2);
+            }
+        }
+        if (fbr) report_same("dv bitwise equal to the fallback's", same_part(h_dfr, h_fbr, 2, c));
+        report_same("dv bitwise equal to the dv without RoPE", same_part(h_dfr, h_df, 2, c));
+        if (run_bwd(h_2, d_g, in, in.doc, c, 1, theta))
+            report_same("second run bitwise equal", memcmp(h_dfr, h_2, n_qkv * 2) == 0);
+    }
+    if (!h_doc) { /* the document kernels on one document per sequence: the same bits */
+        int32_t *d_zeros;
+        CK(cudaMalloc(&d_zeros, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemset(d_zeros, 0, (size_t)c.B * c.T * sizeof(int32_t)));
+        printf("  all-zero doc_start\n");
+        if (fb && run_bwd(h_2, d_g, in, d_zeros, c, 0, 0.0f))
+            report_same("fallback: zeros == NULL", memcmp(h_2, h_fb, n_qkv * 2) == 0);
+        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, 0.0f))
+            report_same("default: zeros == NULL", memcmp(h_2, h_df, n_qkv * 2) == 0);
+        if (fbr && run_bwd(h_2, d_g, in, d_zeros, c, 0, theta))
+            report_same("fallback with RoPE: zeros == NULL", memcmp(h_2, h_fbr, n_qkv * 2) == 0);
+        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, theta))
+            report_same("default with RoPE: zeros == NULL", memcmp(h_2, h_dfr, n_qkv * 2) == 0);
+        CK(cudaFree(d_zeros));
+    }
+    free(h_fb), free(h_df), free(h_2), free(h_fbr), free(h_dfr), free(f_fb), free(f_cpu);
+    free(f_rot), free(f_fbr);
+}
+
+static void time_case(const Case &c, const Inputs &in, const int32_t *h_doc, void *d_g) {
+    const double flops = 10.0 * c.hd * c.nh * case_pairs(c, h_doc);
+    for (int sm90 = 0; sm90 < 2; sm90++) {
+        shlm_cuda_attention_set_sm90(sm90);
+        auto launch = [&]() {
+            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
+                                    c.nkv, c.hd, 0.0f);
+        };
+        const double us = mean_launch_us(stream(), 3, 10, launch);
+        printf("  time backward %-22s %8.1f us  %6.1f TFLOP/s\n",
+               sm90 ? "default (wgmma)" : "fallback (mma.sync)", us, flops / (us * 1e-6) / 1e12);
+    }
+    /* RoPE on the default: fused into the epilogues, against the backward then the
+     * separate inverse rope kernel over dqkv */
+    shlm_cuda_attention_set_sm90(1);
+    for (int fused = 1; fused >= 0; fused--) {
+        const float theta = (float)ROPE_THETA;
+        const int C3i = (c.nh + 2 * c.nkv) * c.hd;
+        auto launch = [&]() {
+            shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
+                                    c.nkv, c.hd, fused ? theta : 0.0f);
+            if (!fused) shlm_cuda_rope(d_g, c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
+        };
+        const double us = mean_launch_us(stream(), 3, 10, launch);
+        printf("  time backward + RoPE, default, %-14s %8.1f us\n", fused ? "fused" : "then rope", us);
+    }
+    /* the Hopper passes alone (D left zero: the timing does not depend on it) */
+    const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
+    const size_t ds_head = (nq64 & 1) ? (size_t)(m + 1) * (m + 1) : (size_t)m * (m + 1);
+    const size_t n_lse = (size_t)c.B * c.nh * c.T;
+    void *d_ds;
+    float *d_D;
+    CK(cudaMalloc(&d_ds, (size_t)c.B * c.nh * ds_head * 8192 * 2));
+    CK(cudaMalloc(&d_D, n_lse * 4));
+    CK(cudaMemset(d_D, 0, n_lse * 4));
+    const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
+    for (int kv = 1; kv >= 0; kv--) {
+        auto launch = [&]() -> int {
+            if (kv)
+                return shlm_cuda_attention_bwd_dkv_sm90(d_g, d_ds, ds_head, in.dout, in.qkv, in.lse,
+                                                        d_D, in.doc, 0, c.B, c.T, c.nh, c.nkv, c.hd,
+                                                        scale, sl2, NULL);
+            return shlm_cuda_attention_bwd_dq_sm90(d_g, d_ds, ds_head, in.qkv, in.doc, 0, c.B, c.T,
+                                                   c.nh, c.nkv, c.hd, NULL);
+        };
+        if (launch() != 0) {
+            printf("  time alone: wgmma %s declined: FAIL\n", kv ? "dK/dV" : "dQ");
+            n_failed++;
+            continue;
+        }
+        const double us = mean_launch_us(stream(), 2, 10, launch);
+        printf("  time alone: wgmma %s %8.1f us  %6.1f TFLOP/s\n", kv ? "dK/dV" : "dQ   ", us,
+               (kv ? 0.8 : 0.2) * flops / (us * 1e-6) / 1e12);
+    }
+    CK(cudaFree(d_ds));
+    CK(cudaFree(d_D));
 }
 
 static void run_case(const Case &c, bool check, bool timing) {
-    printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
+    print_case(c, "");
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
     const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
     const size_t n_lse = (size_t)c.B * c.nh * c.T;
@@ -255,222 +329,37 @@ static void run_case(const Case &c, bool check, bool timing) {
         h_qkv[i] = __float2bfloat16(is_v ? gauss() : 1.5f * gauss());
     }
     for (size_t i = 0; i < n_out; i++) h_do[i] = __float2bfloat16(gauss());
-    void *d_qkv, *d_do, *d_out, *d_g[NPATH], *d_g2;
-    float *d_lse;
-    CK(cudaMalloc(&d_qkv, n_qkv * 2));
-    CK(cudaMalloc(&d_do, n_out * 2));
-    CK(cudaMalloc(&d_out, n_out * 2));
-    CK(cudaMalloc(&d_lse, n_lse * 4));
-    for (int k = 0; k < NPATH; k++) CK(cudaMalloc(&d_g[k], n_qkv * 2));
-    CK(cudaMalloc(&d_g2, n_qkv * 2));
-    CK(cudaMemcpy(d_qkv, h_qkv, n_qkv * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(d_do, h_do, n_out * 2, cudaMemcpyHostToDevice));
+    Inputs in;
+    void *d_g;
+    int32_t *h_doc = case_docs(c);
+    in.doc = NULL;
+    if (h_doc) {
+        CK(cudaMalloc(&in.doc, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemcpy(in.doc, h_doc, (size_t)c.B * c.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&in.qkv, n_qkv * 2));
+    CK(cudaMalloc(&in.dout, n_out * 2));
+    CK(cudaMalloc(&in.out, n_out * 2));
+    CK(cudaMalloc(&in.lse, n_lse * 4));
+    CK(cudaMalloc(&d_g, n_qkv * 2));
+    CK(cudaMemcpy(in.qkv, h_qkv, n_qkv * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(in.dout, h_do, n_out * 2, cudaMemcpyHostToDevice));
     CK(cudaDeviceSynchronize()); /* the kernels run on the backend's non-blocking stream */
-    shlm_cuda_attention_fwd(d_out, d_lse, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
+    shlm_cuda_attention_set_sm90(1);
+    shlm_cuda_attention_fwd(in.out, in.lse, in.qkv, in.doc, c.B, c.T, c.nh, c.nkv, c.hd);
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
 
-    /* One backward (kv, dq as in paths[]) into dst, first filled with NaN (bf16 0xffff),
-     * waited for. False, with the FAIL printed and counted, when a wgmma kernel declined
-     * (rc 1) or CUDA failed; a CUDA error is sticky and poisons every later call, so the
-     * check stops there. */
-    auto run_path = [&](void *dst, int kv, int dq, float theta) -> bool {
-        CK(cudaMemsetAsync(dst, 0xff, n_qkv * 2, stream()));
-        const int rc = shlm_cuda_attention_bwd_variant(dst, d_do, d_qkv, d_out, d_lse, c.B, c.T,
-                                                       c.nh, c.nkv, c.hd, kv, dq, theta);
-        cudaError_t err = cudaStreamSynchronize(stream());
-        if (err == cudaSuccess) err = cudaGetLastError();
-        if (rc == 0 && err == cudaSuccess) return true;
-        printf("    FAIL: rc %d (1 = a wgmma kernel declined), CUDA: %s\n", rc,
-               cudaGetErrorString(err));
-        n_failed++;
-        if (err != cudaSuccess) exit(1);
-        return false;
-    };
+    if (check) check_case(c, in, h_qkv, h_do, h_doc, d_g);
+    if (timing) time_case(c, in, h_doc, d_g);
 
-    if (check) {
-        __nv_bfloat16 *h_g[NPATH], *h_g2 = (__nv_bfloat16 *)malloc(n_qkv * 2);
-        float *f_old = (float *)malloc(n_qkv * 4);
-        float *f_cpu = NULL;
-        if ((double)c.B * c.nh * c.T * c.T * c.hd < 1e8) {
-            f_cpu = (float *)malloc(n_qkv * 4);
-            cpu_backward(f_cpu, h_qkv, h_do, c);
-        }
-        bool ran[NPATH] = {};
-        for (int k = 0; k < NPATH; k++) {
-            h_g[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
-            if (!path_runs(k, c.hd)) {
-                printf("  path %d: %s: skipped\n", k, paths[k].name);
-                continue;
-            }
-            printf("  path %d: %s\n", k, paths[k].name);
-            if (!run_path(d_g[k], paths[k].kv, paths[k].dq, 0.0f)) continue;
-            CK(cudaMemcpy(h_g[k], d_g[k], n_qkv * 2, cudaMemcpyDeviceToHost));
-            ran[k] = true;
-            if (k == 0)
-                for (size_t i = 0; i < n_qkv; i++) f_old[i] = bf(h_g[0][i]);
-            const char *pn[3] = {"dq", "dk", "dv"};
-            char what[64];
-            for (int part = 0; part < 3; part++) {
-                if (f_cpu) {
-                    snprintf(what, sizeof what, "%s vs float64", pn[part]);
-                    check_part(what, part, h_g[k], f_cpu, c, 1.5e-2, 0);
-                }
-                if (k > 0) {
-                    snprintf(what, sizeof what, "%s vs mma.sync", pn[part]);
-                    check_part(what, part, h_g[k], f_old, c, 1e-2, 2e-2);
-                }
-            }
-            if (run_path(d_g2, paths[k].kv, paths[k].dq, 0.0f)) {
-                CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
-                const bool same = memcmp(h_g[k], h_g2, n_qkv * 2) == 0;
-                printf("    %-26s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
-                if (!same) n_failed++;
-            }
-            if (k > 0)
-                printf("    %-26s %s\n", "bitwise equal to path 0",
-                       memcmp(h_g[k], h_g[0], n_qkv * 2) == 0 ? "yes" : "no (not required)");
-        }
-        for (int k = 2; k < NPATH; k++)
-            if (ran[1] && ran[k] && memcmp(h_g[1], h_g[k], n_qkv * 2) != 0) {
-                printf("    path %d differs bitwise from path 1: FAIL\n", k);
-                n_failed++;
-            }
-
-        /* RoPE: the same paths with rope_theta, against the host rotation of path 0's
-         * unrotated result and against path 0 with RoPE (mma.sync, then the rope kernel) */
-        const float theta = (float)ROPE_THETA;
-        float *f_rot = (float *)malloc(n_qkv * 4);
-        memcpy(f_rot, f_old, n_qkv * 4);
-        rope_inv_host(f_rot, c, ROPE_THETA);
-        if (f_cpu) rope_inv_host(f_cpu, c, ROPE_THETA);
-        float *f_r0 = (float *)malloc(n_qkv * 4);
-        __nv_bfloat16 *h_r[NPATH];
-        for (int k = 0; k < NPATH; k++) {
-            h_r[k] = (__nv_bfloat16 *)malloc(n_qkv * 2);
-            memset(h_r[k], 0xff, n_qkv * 2);
-            if (!ran[k]) continue;
-            printf("  path %d with RoPE: %s\n", k, paths[k].name);
-            if (!run_path(d_g2, paths[k].kv, paths[k].dq, theta)) continue; /* h_r[k] stays NaN */
-            CK(cudaMemcpy(h_r[k], d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
-            if (k == 0)
-                for (size_t i = 0; i < n_qkv; i++) f_r0[i] = bf(h_r[0][i]);
-            const char *pn[3] = {"dq", "dk", "dv"};
-            char what[64];
-            for (int part = 0; part < 3; part++) {
-                snprintf(what, sizeof what, "%s vs host-rotated", pn[part]);
-                check_part(what, part, h_r[k], f_rot, c, 1e-2, 2e-2);
-                if (f_cpu) {
-                    snprintf(what, sizeof what, "%s vs float64 rotated", pn[part]);
-                    check_part(what, part, h_r[k], f_cpu, c, 1.5e-2, 0);
-                }
-                if (k > 0 && part < 2) {
-                    snprintf(what, sizeof what, "%s vs mma.sync+rope", pn[part]);
-                    check_part(what, part, h_r[k], f_r0, c, 5e-3, 2e-2);
-                }
-            }
-            report_same("dv bitwise equal to no-RoPE dv", same_part(h_r[k], h_g[k], 2, c));
-            if (k > 0) report_same("dv bitwise equal to path 0's", same_part(h_r[k], h_r[0], 2, c));
-            if (k == 1) { /* determinism of the fused path */
-                if (run_path(d_g2, 1, 1, theta)) {
-                    CK(cudaMemcpy(h_g2, d_g2, n_qkv * 2, cudaMemcpyDeviceToHost));
-                    report_same("second run bitwise equal", memcmp(h_g2, h_r[1], n_qkv * 2) == 0);
-                }
-                printf("    %-40s %s\n", "dq, dk bitwise equal to path 0's",
-                       memcmp(h_r[1], h_r[0], n_qkv * 2) == 0 ? "yes" : "no (as expected: one rounding, not two)");
-            }
-        }
-        /* every fused path but 9, whose dq is mma.sync's then the rope kernel (checked below) */
-        for (int k = 2; k < NPATH; k++)
-            if (k != 9 && ran[1] && ran[k] && memcmp(h_r[1], h_r[k], n_qkv * 2) != 0) {
-                printf("    RoPE: path %d differs bitwise from path 1: FAIL\n", k);
-                n_failed++;
-            }
-        report_same("RoPE: path 9 dk bitwise equal to path 1's", same_part(h_r[9], h_r[1], 1, c));
-        report_same("RoPE: path 9 dq bitwise equal to path 0's", same_part(h_r[9], h_r[0], 0, c));
-        for (int k = 0; k < NPATH; k++) free(h_r[k]);
-        free(f_rot), free(f_r0);
-
-        for (int k = 0; k < NPATH; k++) free(h_g[k]);
-        free(h_g2), free(f_old), free(f_cpu);
-    }
-
-    if (timing) {
-        const double flops = 2.5 * 4.0 * c.B * c.nh * (double)c.T * c.T * c.hd / 2;
-        for (int k = 0; k < NPATH; k++) {
-            if (!path_runs(k, c.hd)) continue;
-            auto launch = [&]() {
-                shlm_cuda_attention_bwd_variant(d_g[k], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
-                                                c.nkv, c.hd, paths[k].kv, paths[k].dq, 0.0f);
-            };
-            const double us = mean_launch_us(stream(), 3, 10, launch);
-            printf("  time backward, path %d %-24s %8.1f us  %6.1f TFLOP/s\n", k, paths[k].name, us,
-                   flops / (us * 1e-6) / 1e12);
-        }
-        /* RoPE on the wgmma defaults: fused into the epilogues, against the backward then
-         * the separate inverse rope kernel over dqkv (what the model ran before) */
-        for (int fused = 1; fused >= 0; fused--) {
-            const float theta = (float)ROPE_THETA;
-            const int C3i = (c.nh + 2 * c.nkv) * c.hd;
-            auto launch = [&]() {
-                shlm_cuda_attention_bwd_variant(d_g[1], d_do, d_qkv, d_out, d_lse, c.B, c.T, c.nh,
-                                                c.nkv, c.hd, 1, 1, fused ? theta : 0.0f);
-                if (!fused)
-                    shlm_cuda_rope(d_g[1], c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
-            };
-            const double us = mean_launch_us(stream(), 3, 10, launch);
-            printf("  time backward + RoPE, wgmma defaults, %-14s %8.1f us\n",
-                   fused ? "fused" : "then rope", us);
-        }
-        /* the wgmma passes alone (D left zero: the timing does not depend on it) */
-        const int nq64 = (c.T + 63) / 64, m = nq64 >> 1;
-        const size_t ds_head = (nq64 & 1) ? (size_t)(m + 1) * (m + 1) : (size_t)m * (m + 1);
-        void *d_ds;
-        float *d_D;
-        CK(cudaMalloc(&d_ds, (size_t)c.B * c.nh * ds_head * 8192 * 2));
-        CK(cudaMalloc(&d_D, n_lse * 4));
-        CK(cudaMemset(d_D, 0, n_lse * 4));
-        const float scale = (float)(1.0 / sqrt((double)c.hd)), sl2 = scale * 1.4426950408889634f;
-        const double fkv = 0.8 * flops, fdq = 0.2 * flops; /* 4 and 1 of the 5 products */
-        /* dK/dV variants 0, 3, 4 (cp.async), 5-8 (TMA, warp-specialised); dQ variants 0, 2
-         * (cp.async), 3-5 (TMA and bulk copies, warp-specialised) */
-        static const struct {
-            bool kv;
-            int v;
-        } alone[] = {{true, 0}, {true, 3}, {true, 4}, {true, 5}, {true, 6},
-                     {true, 7}, {true, 8}, {false, 0}, {false, 2}, {false, 3},
-                     {false, 4}, {false, 5}};
-        for (const auto &a : alone) {
-            const int v = a.v;
-            if (skip_ws && (a.kv ? v >= 5 : v >= 3)) continue;
-            auto launch = [&]() -> int {
-                if (a.kv)
-                    return shlm_cuda_attention_bwd_dkv_sm90_variant(
-                        d_g[1], d_ds, ds_head, d_do, d_qkv, d_lse, d_D, 0, c.B, c.T, c.nh, c.nkv,
-                        c.hd, scale, sl2, v, NULL);
-                return shlm_cuda_attention_bwd_dq_sm90_variant(d_g[1], d_ds, ds_head, d_qkv, 0, c.B,
-                                                               c.T, c.nh, c.nkv, c.hd, v, NULL);
-            };
-            if (launch() != 0) { /* declined (e.g. no tensor-map entry point): nothing queued */
-                printf("  time alone: wgmma %s variant %d declined at hd %d\n",
-                       a.kv ? "dK/dV" : "dQ   ", v, c.hd);
-                continue;
-            }
-            const double us = mean_launch_us(stream(), 2, 10, launch);
-            printf("  time alone: wgmma %s variant %d %8.1f us  %6.1f TFLOP/s\n",
-                   a.kv ? "dK/dV" : "dQ   ", v, us, (a.kv ? fkv : fdq) / (us * 1e-6) / 1e12);
-        }
-        CK(cudaFree(d_ds));
-        CK(cudaFree(d_D));
-    }
-
-    CK(cudaFree(d_qkv));
-    CK(cudaFree(d_do));
-    CK(cudaFree(d_out));
-    CK(cudaFree(d_lse));
-    for (int k = 0; k < NPATH; k++) CK(cudaFree(d_g[k]));
-    CK(cudaFree(d_g2));
-    free(h_qkv), free(h_do);
+    CK(cudaFree(in.qkv));
+    CK(cudaFree(in.dout));
+    CK(cudaFree(in.out));
+    CK(cudaFree(in.lse));
+    CK(cudaFree(d_g));
+    if (in.doc) CK(cudaFree(in.doc));
+    free(h_qkv), free(h_do), free(h_doc);
 }
 
 int main(int argc, char **argv) {
@@ -479,30 +368,29 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--no-time") == 0) timing = false;
         else if (strcmp(argv[i], "--small") == 0) small = true, timing = false;
         else if (strcmp(argv[i], "--time-only") == 0) check = false;
-        else if (strcmp(argv[i], "--no-ws") == 0) skip_ws = true;
         else {
-            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only] [--no-ws]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--no-time] [--small] [--time-only]\n", argv[0]);
             return 2;
         }
     }
     if (const int skip = sm90_device_or_skip()) return skip;
 
-    /* what the wgmma dK/dV pass must decline (the caller then falls back) */
+    /* what the Hopper passes must decline (the caller then falls back) */
     if (check) {
         void *d_a;
         CK(cudaMalloc(&d_a, 1 << 20));
         char *a = (char *)d_a;
         float *f = (float *)(a + (1 << 19));
-        const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2, 96,
+        const int r96 = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 2, 2, 96,
                                                          0.1f, 0.1f, NULL);
-        const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, 0, 1, 64, 2, 2,
+        const int rmis = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a + 2, f, f, NULL, 0, 1, 64, 2, 2,
                                                           128, 0.1f, 0.1f, NULL);
-        const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 3, 2,
+        const int rgqa = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 3, 2,
                                                           128, 0.1f, 0.1f, NULL);
         /* a RoPE table that is not 16-byte aligned: both passes decline */
-        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, 0, 1, 64, 2, 2,
+        const int rrope = shlm_cuda_attention_bwd_dkv_sm90(a, a, 1, a, a, f, f, NULL, 0, 1, 64, 2, 2,
                                                            128, 0.1f, 0.1f, f + 2);
-        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, 0, 1, 64, 2, 2, 128, f + 2);
+        const int rrq = shlm_cuda_attention_bwd_dq_sm90(a, a, 1, a, NULL, 0, 1, 64, 2, 2, 128, f + 2);
         const bool ok = r96 == 1 && rmis == 1 && rgqa == 1 && rrope == 1 && rrq == 1;
         printf("declines hd=96, misaligned qkv, nh %% nkv != 0, misaligned RoPE table (dK/dV, "
                "dQ): rc %d %d %d %d %d %s\n",
@@ -515,12 +403,21 @@ int main(int argc, char **argv) {
     const Case small_cases[] = {
         {2, 130, 4, 2, 128}, {2, 130, 4, 4, 128}, {2, 256, 4, 2, 128}, {2, 256, 4, 4, 128},
         {2, 130, 4, 2, 64},  {2, 130, 4, 4, 64},  {2, 256, 4, 2, 64},  {2, 256, 4, 4, 64},
+        /* documents: several per tile, spanning tiles, single tokens, a start at T - 1 */
+        {2, 130, 4, 2, 128, DOC_RANDOM, 40}, {2, 256, 4, 4, 128, DOC_SHORT, 2},
+        {2, 256, 4, 2, 128, DOC_LAST, 100},  {2, 130, 4, 4, 64, DOC_LAST, 30},
+        {2, 256, 4, 2, 64, DOC_RANDOM, 150}, {2, 256, 4, 4, 64, DOC_FIXED, 64},
     };
     const Case big_cases[] = {
         {2, 1000, 8, 2, 128},   /* GQA 4:1, T not a multiple of 64 */
         {2, 4096, 32, 32, 128}, /* two passes (b0 = 1 on the second) */
+        {2, 1000, 8, 2, 128, DOC_RANDOM, 300},
+        {3, 1000, 8, 8, 64, DOC_RANDOM, 200},
+        {2, 4096, 32, 32, 128, DOC_FIXED, 512}, /* two passes */
     };
-    const Case time_cases[] = {{1, 4096, 32, 32, 128}, {1, 4096, 32, 32, 64}};
+    const Case time_cases[] = {{1, 4096, 32, 32, 128}, {1, 4096, 32, 32, 64},
+                               {1, 4096, 32, 32, 128, DOC_FIXED, 512},
+                               {1, 4096, 32, 32, 64, DOC_FIXED, 512}};
     if (check) {
         for (const Case &c : small_cases) run_case(c, true, false);
         if (!small)

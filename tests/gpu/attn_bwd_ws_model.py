@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """CPU model of attn_bwd_dkv_ws's index math and mbarrier protocol
-(kernels/cuda/attention_bwd_sm90.cu), for checking by reading what cannot run here.
+(kernels/cuda/attention_bwd_sm90.cu), run by `make check` (tests/kernel_models.sh).
 
 1. Index math, per block (kv head, key tile kt) and T, group: the steps the producer
    loads (head, q0, TMA row coordinates, lse/D rows and their +inf/0 past T) equal the
-   steps attn_bwd_dkv_wgmma<HD, true, 2, 2> visits (its issue(s, buf) and step loop), and
-   which warpgroup stores dS fragments on which step equals that kernel's skip rule.
+   steps attention.cu's attn_bwd_dkv_kernel (the fallback, whose dS layout both dQ kernels
+   read) visits, and the dS fragments each warpgroup stores on each step equal the ones
+   that kernel's 32-key slices store.
 2. Protocol: the producer warp and the two consumer warpgroups (each its 4 warps' arrivals
    as one agent: the wgmma of a warpgroup keep its warps within a step of each other, and
    no warp can pass the full barrier of step j + NS before all 8 warps released step j)
@@ -15,8 +16,10 @@
    the lanes' lse/D stores and their 32 arrivals). Checked: no
    deadlock; a slot is never rewritten (lse/D stores or TMA bytes) while a warpgroup
    still uses the step it held; every consumer reads the step it expects; every empty
-   phase gets exactly 8 arrivals; nothing is left pending at the end.
-   Schedules XO 0, 1, 2 (their slot_ready / release order), NS 2 and 3.
+   phase gets exactly 8 arrivals; nothing is left pending at the end. The kernel's
+   schedule (FA3's order: step j's slot released at the top of step j + 1 when both are
+   the warpgroup's), NS = 3 slots.
+3. A negative case the model must catch (releasing skipped steps without their wait).
 Run: python3 tests/gpu/attn_bwd_ws_model.py  (exit status 0: all passed)."""
 import os
 import random
@@ -26,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mbarrier_model import Mbar  # noqa: E402
 
 BK, BQ = 128, 64
+NS = 3  # cfg<HD>::NS
 
 
 def ws_steps(kt, T, group, kvh):
@@ -45,7 +49,8 @@ def ws_steps(kt, T, group, kvh):
 
 
 def ref_steps(kt, T, group, kvh):
-    """attn_bwd_dkv_wgmma<HD, true, NWG=2, NS>: kb0 = k0, issue(s): h, q0"""
+    """attention.cu's attn_bwd_dkv_kernel: nqt = (T - k0 + 63) / 64, step s: head
+    kvh·group + s / nqt, queries k0 + (s % nqt)·64"""
     k0 = kt * BK
     nqt = (T - k0 + BQ - 1) // BQ
     out = []
@@ -54,6 +59,20 @@ def ref_steps(kt, T, group, kvh):
         lse_rows = [(q0 + e) if q0 + e < T else None for e in range(BQ)]
         out.append((h, q0, q0, lse_rows))
     return out
+
+
+def ref_fragments(k0, q0):
+    """the dS fragments kk·4 + qm attn_bwd_dkv_kernel stores on a step: 32-key slice kw
+    (keys k0 + 32kw..) stores kk = 2kw, 2kw + 1 when k0 + 32kw <= q0 + 63"""
+    return {kk * 4 + qm for kw in range(4) if k0 + 32 * kw <= q0 + BQ - 1
+            for kk in (2 * kw, 2 * kw + 1) for qm in range(4)}
+
+
+def ws_fragments(k0, q0):
+    """attn_bwd_dkv_ws: warpgroup wl (keys k0 + 64wl..) stores when k0 + 64wl <= q0 + 63;
+    its warp w holds key block kk = 4wl + w"""
+    return {(4 * wl + w) * 4 + qm for wl in range(2) if k0 + 64 * wl <= q0 + BQ - 1
+            for w in range(4) for qm in range(4)}
 
 
 def check_index_math():
@@ -66,22 +85,17 @@ def check_index_math():
                     assert a == b, (T, group, kt)
                     assert len(a) >= 1  # nsteps >= 1: the consumer loop's for (;;)
                     k0 = kt * BK
-                    for wl in (0, 1):
-                        kg0 = k0 + 64 * wl
-                        for (h, q0, _, _) in a:
-                            ref_skip = kg0 > q0 + BQ - 1          # attn_bwd_dkv_wgmma's continue
-                            ws_store = kg0 <= q0 + BQ - 1         # attn_bwd_dkv_ws's predicate
-                            assert ws_store == (not ref_skip)
-                            if ref_skip:
-                                # the step ws computes anyway must be fully masked:
-                                # every key kr of the warpgroup > every query q0 + qi
-                                assert kg0 > q0 + BQ - 1 and kg0 + 63 > q0  # diag true
+                    for (h, q0, _, _) in a:
+                        assert ws_fragments(k0, q0) == ref_fragments(k0, q0), (T, kt, q0)
+                        # a warpgroup that skips: all its keys after all the step's queries
+                        for wl in (0, 1):
+                            if k0 + 64 * wl > q0 + BQ - 1:
                                 assert wl == 1 and q0 == k0
                     n += 1
-    print(f"index math: {n} (T, group, kv head, key tile) blocks match attn_bwd_dkv_wgmma")
+    print(f"index math: {n} (T, group, kv head, key tile) blocks match attn_bwd_dkv_kernel")
 
 
-def run_protocol(nqt, group, NS, XO, seed):
+def run_protocol(nqt, group, NS, seed):
     nsteps = nqt * group
     rnd = random.Random(seed)
     kv_full = Mbar(1)
@@ -116,7 +130,7 @@ def run_protocol(nqt, group, NS, XO, seed):
 
     def consumer(wg):
         # the kernel's consumer loop, step for step (hi/qs folded into active())
-        def active(st):  # attn_bwd_dkv_wgmma's rule: warpgroup 1 skips each head's first step
+        def active(st):  # the skip rule: warpgroup 1 skips each head's first step
             return not (wg == 1 and st % nqt == 0)
 
         while not kv_full.done(0):
@@ -158,19 +172,16 @@ def run_protocol(nqt, group, NS, XO, seed):
         yield from skip_steps()
         if state["step"] == nsteps:
             return
-        if XO != 0:
-            yield from slot_ready(state["step"])
+        yield from slot_ready(state["step"])
         while True:
             step = state["step"]
             assert active(step)
-            if XO == 0:
-                yield from slot_ready(step)
             yield
-            if XO != 0 and carried:
+            if carried:
                 release(step - 1)
             yield  # exp, dV, dS, dK ...
             assert in_use[wg].get(step % NS) == step
-            if XO != 0 and step + 1 < nsteps and active(step + 1):
+            if step + 1 < nsteps and active(step + 1):
                 yield from slot_ready(step + 1)
                 state["step"] = step + 1
                 carried = True
@@ -181,8 +192,7 @@ def run_protocol(nqt, group, NS, XO, seed):
             yield from skip_steps()
             if state["step"] == nsteps:
                 break
-            if XO != 0:
-                yield from slot_ready(state["step"])
+            yield from slot_ready(state["step"])
 
     agents = [producer(), consumer(0), consumer(1)]
     alive = [True] * 3
@@ -213,16 +223,13 @@ def run_protocol(nqt, group, NS, XO, seed):
 
 def check_protocol():
     n = 0
-    for NS in (2, 3):
-        for XO in (0, 1, 2):
-            for nqt in (1, 2, 3, 5, 8):
-                for group in (1, 2, 4):
-                    for seed in range(25):
-                        run_protocol(nqt, group, NS, XO, seed * 1000 + nqt * 10 + group)
-                        n += 1
-    print(f"protocol: {n} random interleavings (NS 2/3, XO 0/1/2, nqt 1-8, GQA 1/2/4; warpgroup 1 "
+    for nqt in (1, 2, 3, 5, 8):
+        for group in (1, 2, 4):
+            for seed in range(40):
+                run_protocol(nqt, group, NS, seed * 1000 + nqt * 10 + group)
+                n += 1
+    print(f"protocol: {n} random interleavings (NS {NS}, nqt 1-8, GQA 1/2/4; warpgroup 1 "
           "skips each head's first step): no deadlock, no slot rewritten in use, every phase complete")
-
 
 
 def check_negative():
@@ -235,7 +242,7 @@ def check_negative():
     tripped = 0
     for seed in range(200):
         try:
-            run_protocol(1, 4, 2, 0, seed)
+            run_protocol(1, 4, NS, seed)
         except AssertionError:
             tripped += 1
     BUGGY_SKIP = False

@@ -1,44 +1,38 @@
-/* GPU check of the Hopper wgmma attention forward (kernels/cuda/attention_sm90.cu)
- * against the existing mma.sync forward (kernels/cuda/attention.cu), with timings.
+/* GPU check of the attention forward's two implementations: the Hopper wgmma kernel
+ * (kernels/cuda/attention_sm90.cu, the default) against the portable mma.sync kernel
+ * (kernels/cuda/attention.cu, the declared fallback) and both against a float64
+ * reference, causal and with document masks (ops.h doc_start), with timings.
  *
- * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_sm90_check, the
- * nvcc command of a) below, as Makefile.am's ATTN_CHECKS rule), or by hand, either way:
- *  a) nvcc alone, no MPI needed to run it (tests/gpu/attn_sm90_shim.cu stands in for the
- *     backend's stream, scratch and fatal path), from the repository root:
- *       mkdir -p .gpu/bin && nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. \
- *           -o .gpu/bin/attn_sm90_check tests/gpu/attn_sm90_check.cu \
- *           tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu kernels/cuda/attention_sm90.cu \
- *           kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
- *     (attention.cu's backward calls into the last two, so they must link too)
- *  b) against the project's library, out of tree (needs Open MPI's libmpi where it runs:
- *     source .gpu/env.sh .gpu/debs there, as for the other carried binaries), with SRC the
- *     repository and BUILD a configured build directory:
- *       make -C $BUILD libshardlm.a
- *       nvcc -std=c++17 -O2 -gencode arch=compute_90a,code=sm_90a -I$SRC -I$BUILD \
- *           -c $SRC/tests/gpu/attn_sm90_check.cu -o $BUILD/attn_sm90_check.o
- *       mpicc -o $SRC/.gpu/bin/attn_sm90_check $BUILD/attn_sm90_check.o \
- *           $BUILD/libshardlm.a -L/usr/local/cuda/lib64 -Wl,-rpath,/usr/local/cuda/lib64 \
- *           -lcublasLt -lcublas -lcudart -lstdc++ -lm
- * Run (on the H200, from the repository root):
- *   .gpu/bin/attn_sm90_check            # every case, every pipeline, then timings
- *   .gpu/bin/attn_sm90_check --no-time  # correctness only
- *   compute-sanitizer .gpu/bin/attn_sm90_check --small   # the T = 130 cases, no timings
+ * Build: `make check` in a CUDA build directory builds it (tests/gpu/attn_sm90_check), or
+ * with nvcc alone (tests/gpu/attn_sm90_shim.cu stands in for the backend's stream,
+ * scratch and fatal path), from the repository root:
+ *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_sm90_check \
+ *       tests/gpu/attn_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
+ *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
+ * Run (on a compute capability 9.0 GPU):
+ *   attn_sm90_check            # every case, then timings
+ *   attn_sm90_check --no-time  # correctness only (what `make check-gpu` runs)
+ *   compute-sanitizer attn_sm90_check --small   # the small cases, no timings
  * Exit status 0: all passed; 1: a check failed; 77: no compute capability 9.0 GPU.
  *
- * Per case (B, T, nh, nkv, hd) and per pipeline of the new kernel (every variant of
- * shlm_cuda_attention_fwd_sm90_variant, named in variant_names below), on random inputs (bf16; q, k ~ N(0, 1.5²) so that softmax rows
- * are peaked and the running max moves; v ~ N(0, 1)):
- *   out: max |new − old| / max |old| < 1e-2 (both round P and out to bf16), no NaN, no
- *        element left unwritten (outputs are poisoned with NaN first);
- *   lse: max |new − old| / max(1, |old|) < 1e-3;
- *   determinism: a second run is bitwise equal (out and lse);
- *   the smallest case is also checked against a float64 CPU reference (both kernels).
+ * Per case (B, T, nh, nkv, hd, and the causal mask or a layout of documents from
+ * tests/doc_layout.h: several per tile, spanning tiles, single tokens, a start at T - 1),
+ * on random bf16 inputs (q, k ~ N(0, 1.5²) so that softmax rows are peaked and the running
+ * max moves; v ~ N(0, 1)), outputs poisoned with NaN first:
+ *   the default must have run the Hopper kernel (shlm_cuda_attention_sm90_ran), in the
+ *     schedule the tile count picks (one block per tile, or persistent: both occur);
+ *   out: max |default − fallback| / max |fallback| < 1e-2 (both round P and out to bf16),
+ *        no NaN, no element left unwritten; lse: max |d| / max(1, |ref|) < 1e-3;
+ *   both against float64 (the cases small enough for the host), same bounds;
+ *   determinism: a second run of the default is bitwise equal (out and lse);
+ *   causal cases: an all-zero doc_start (the document kernels) gives the bits of doc_start
+ *     NULL, on the default and on the fallback.
  * On a failure the worst errors are printed by row block (query row % 128 / 16: warpgroup
- * 0 is rows 0-63) and column block (dim / 16), which points at the descriptor or fragment
- * mapping at fault. Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
- * benchmarks/bench_kernels.c's count, 4·hd flops per causal (query, key) pair; then each
- * wgmma pipeline once more while another stream's kernel holds 16 SMs for about 100 us
- * (as NCCL's kernels do in training), which a static split of the tiles suffers from. */
+ * 0 is rows 0-63) and column block (dim / 16), which points at the fragment at fault.
+ * Timings: cudaEvent over 20 launches after 3 warm-up ones, TFLOP/s with
+ * benchmarks/bench_kernels.c's count, 4·hd flops per (query, key) pair the mask keeps; the
+ * default once more while another stream's kernel holds 16 SMs for about 100 us (as
+ * NCCL's kernels do in training), which the persistent schedule must absorb. */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -50,20 +44,6 @@
 
 #include "kernels/cuda/cuda.h"
 #include "tests/gpu/attn_check.h"
-
-/* shlm_cuda_attention_fwd_sm90_variant's pipelines (attention_sm90.cu, sm90::forward) */
-static const char *const variant_names[] = {
-    "overlapped",          /* 0: cp.async by all threads, intra-warpgroup overlap */
-    "serial",              /* 1: the same, S / softmax / P·V in turn */
-    "TMA ws 2st",          /* 2: producer warpgroup + TMA, 2-stage K/V ring */
-    "TMA ws 2st pingpong", /* 3: the same with ping-pong between consumer warpgroups */
-    "TMA ws 3st",          /* 4: 3-stage ring */
-    "TMA ws 3st pingpong", /* 5: 3-stage ring, ping-pong */
-    "TMA ws persistent",   /* 6: 2-stage ring, one block per SM, static split of the tiles */
-    "TMA ws persist pp",   /* 7: the same with ping-pong */
-    "TMA ws persist dyn",  /* 8: persistent, tiles from a global counter */
-};
-static const int n_variants = (int)(sizeof variant_names / sizeof variant_names[0]);
 
 /* ------------------------------------------------------------------ comparisons */
 
@@ -124,43 +104,6 @@ static bool check_lse(const char *what, const float *got, const float *ref, size
     return ok;
 }
 
-/* float64 causal attention on the host: out (B·T, nh·hd), lse (B, nh, T) */
-static void cpu_attention(float *out, float *lse, const __nv_bfloat16 *qkv, const Case &c) {
-    const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd, CO = (size_t)c.nh * c.hd;
-    const double scale = 1.0 / sqrt((double)c.hd);
-    double *p = (double *)malloc(sizeof(double) * c.T), *acc = (double *)malloc(sizeof(double) * c.hd);
-    for (int b = 0; b < c.B; b++)
-        for (int h = 0; h < c.nh; h++) {
-            const int kvh = h / (c.nh / c.nkv);
-            for (int i = 0; i < c.T; i++) {
-                const __nv_bfloat16 *q = qkv + ((size_t)b * c.T + i) * C3 + (size_t)h * c.hd;
-                double mx = -INFINITY;
-                for (int j = 0; j <= i; j++) {
-                    const __nv_bfloat16 *k =
-                        qkv + ((size_t)b * c.T + j) * C3 + (size_t)(c.nh + kvh) * c.hd;
-                    double s = 0;
-                    for (int d = 0; d < c.hd; d++) s += (double)bf(q[d]) * bf(k[d]);
-                    p[j] = s * scale;
-                    if (p[j] > mx) mx = p[j];
-                }
-                double sum = 0;
-                for (int d = 0; d < c.hd; d++) acc[d] = 0;
-                for (int j = 0; j <= i; j++) {
-                    const double e = exp(p[j] - mx);
-                    sum += e;
-                    const __nv_bfloat16 *v =
-                        qkv + ((size_t)b * c.T + j) * C3 + (size_t)(c.nh + c.nkv + kvh) * c.hd;
-                    for (int d = 0; d < c.hd; d++) acc[d] += e * bf(v[d]);
-                }
-                for (int d = 0; d < c.hd; d++)
-                    out[((size_t)b * c.T + i) * CO + (size_t)h * c.hd + d] = (float)(acc[d] / sum);
-                lse[((size_t)b * c.nh + h) * c.T + i] = (float)(mx + log(sum));
-            }
-        }
-    free(p);
-    free(acc);
-}
-
 /* ------------------------------------------------------------------ SMs held elsewhere */
 
 /* Stands in for a kernel that holds SMs while attention runs (NCCL's, in training): each
@@ -179,13 +122,50 @@ constexpr int HOG_SMEM = 200 * 1024, HOG_BLOCKS = 16;
 
 static cudaStream_t stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
 
-static void poison(void *out, size_t out_bytes, float *lse, size_t lse_bytes) {
-    CK(cudaMemsetAsync(out, 0xff, out_bytes, stream())); /* bf16 0xffff: NaN */
-    CK(cudaMemsetAsync(lse, 0xff, lse_bytes, stream())); /* fp32 0xffffffff: NaN */
+/* One forward on the default (sm90 = 1) or the fallback (0) into out, lse, first filled
+ * with NaN, waited for. False, with the FAIL printed and counted, when the default did
+ * not run the Hopper kernel; a CUDA error is sticky and ends the check. */
+static bool run_fwd(void *out, float *lse, const void *qkv, const int32_t *doc, const Case &c,
+                    int sm90) {
+    const size_t n_out = (size_t)c.B * c.T * c.nh * c.hd, n_lse = (size_t)c.B * c.nh * c.T;
+    CK(cudaMemsetAsync(out, 0xff, n_out * 2, stream())); /* bf16 0xffff: NaN */
+    CK(cudaMemsetAsync(lse, 0xff, n_lse * 4, stream())); /* fp32 0xffffffff: NaN */
+    shlm_cuda_attention_set_sm90(sm90);
+    shlm_cuda_attention_fwd(out, lse, qkv, doc, c.B, c.T, c.nh, c.nkv, c.hd);
+    CK(cudaStreamSynchronize(stream()));
+    CK(cudaGetLastError());
+    const bool ran = (shlm_cuda_attention_sm90_ran() & SHLM_ATTN_RAN_SM90_FWD) != 0;
+    if (ran == (sm90 != 0)) return true;
+    printf("    FAIL: the %s ran the %s kernel\n", sm90 ? "default" : "fallback",
+           ran ? "Hopper" : "mma.sync");
+    n_failed++;
+    return false;
+}
+
+/* the bytes of two device buffers equal (out, or lse) */
+static bool same_device(const void *a, const void *b, size_t bytes) {
+    char *ha = (char *)malloc(bytes), *hb = (char *)malloc(bytes);
+    CK(cudaMemcpy(ha, a, bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hb, b, bytes, cudaMemcpyDeviceToHost));
+    const bool same = memcmp(ha, hb, bytes) == 0;
+    free(ha), free(hb);
+    return same;
 }
 
 static void run_case(const Case &c, bool timing) {
-    printf("== B=%d T=%d nh=%d nkv=%d hd=%d\n", c.B, c.T, c.nh, c.nkv, c.hd);
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const long tiles = (long)c.nh * ((c.T + 127) / 128) * c.B;
+    char extra[96];
+    snprintf(extra, sizeof extra, ": %ld tiles, %s schedule", tiles,
+             tiles > sms ? "persistent" : "one block per tile");
+    print_case(c, extra);
+    int32_t *h_doc = case_docs(c), *d_doc = NULL;
+    if (h_doc) {
+        CK(cudaMalloc(&d_doc, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemcpy(d_doc, h_doc, (size_t)c.B * c.T * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    const double pairs = case_pairs(c, h_doc) * c.nh;
     const size_t C3 = (size_t)(c.nh + 2 * c.nkv) * c.hd;
     const size_t n_qkv = (size_t)c.B * c.T * C3, n_out = (size_t)c.B * c.T * c.nh * c.hd;
     const size_t n_lse = (size_t)c.B * c.nh * c.T;
@@ -212,111 +192,93 @@ static void run_case(const Case &c, bool timing) {
     float *f_ref = (float *)malloc(n_out * 4), *l_ref = (float *)malloc(n_lse * 4),
           *l_new = (float *)malloc(n_lse * 4), *l_new2 = (float *)malloc(n_lse * 4);
 
-    /* the existing kernel (SHLM_ATTN_SM90=0: see main) */
-    poison(d_ref, n_out * 2, d_lref, n_lse * 4);
-    shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
-    CK(cudaStreamSynchronize(stream()));
-    CK(cudaGetLastError());
+    printf("  fallback (mma.sync)\n");
+    run_fwd(d_ref, d_lref, d_qkv, d_doc, c, 0);
     CK(cudaMemcpy(h_ref, d_ref, n_out * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(l_ref, d_lref, n_lse * 4, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n_out; i++) f_ref[i] = bf(h_ref[i]);
 
-    /* the smallest case: both kernels against float64 */
+    /* the cases small enough for the host: both kernels against float64 */
     float *f_cpu = NULL, *l_cpu = NULL;
-    if ((double)c.B * c.nh * c.T * c.T * c.hd < 5e7) {
+    if (pairs * c.hd < 1.5e9) {
         f_cpu = (float *)malloc(n_out * 4);
         l_cpu = (float *)malloc(n_lse * 4);
-        cpu_attention(f_cpu, l_cpu, h_qkv, c);
-        check_out("old out vs float64", h_ref, f_cpu, c, 1e-2);
-        check_lse("old lse vs float64", l_ref, l_cpu, n_lse);
+        ref_attention(f_cpu, l_cpu, NULL, h_qkv, NULL, h_doc, c);
+        check_out("out vs float64", h_ref, f_cpu, c, 1e-2);
+        check_lse("lse vs float64", l_ref, l_cpu, n_lse);
     }
 
-    for (int variant = 0; variant < n_variants; variant++) {
-        const char *vn = variant_names[variant];
-        printf("  new kernel, %s pipeline (variant %d)\n", vn, variant);
-        poison(d_new, n_out * 2, d_lnew, n_lse * 4);
-        int rc = shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
-                                                      c.hd, variant);
-        cudaError_t err = cudaStreamSynchronize(stream());
-        if (err == cudaSuccess) err = cudaGetLastError();
-        if (rc != 0 || err != cudaSuccess) {
-            printf("    FAIL: rc %d (1 = not handled), CUDA: %s\n", rc, cudaGetErrorString(err));
-            n_failed++;
-            if (err != cudaSuccess) exit(1); /* a sticky error poisons every later call */
-            continue;
-        }
+    printf("  default (Hopper wgmma)\n");
+    if (run_fwd(d_new, d_lnew, d_qkv, d_doc, c, 1)) {
         CK(cudaMemcpy(h_new, d_new, n_out * 2, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(l_new, d_lnew, n_lse * 4, cudaMemcpyDeviceToHost));
-        check_out("out vs old kernel", h_new, f_ref, c, 1e-2);
-        check_lse("lse vs old kernel", l_new, l_ref, n_lse);
+        check_out("out vs fallback", h_new, f_ref, c, 1e-2);
+        check_lse("lse vs fallback", l_new, l_ref, n_lse);
         if (f_cpu) {
             check_out("out vs float64", h_new, f_cpu, c, 1e-2);
             check_lse("lse vs float64", l_new, l_cpu, n_lse);
         }
-        poison(d_new2, n_out * 2, d_lnew2, n_lse * 4);
-        rc = shlm_cuda_attention_fwd_sm90_variant(d_new2, d_lnew2, d_qkv, c.B, c.T, c.nh, c.nkv,
-                                                  c.hd, variant);
-        CK(cudaStreamSynchronize(stream()));
-        CK(cudaMemcpy(h_new2, d_new2, n_out * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(l_new2, d_lnew2, n_lse * 4, cudaMemcpyDeviceToHost));
-        const bool same = rc == 0 && memcmp(h_new, h_new2, n_out * 2) == 0 &&
-                          memcmp(l_new, l_new2, n_lse * 4) == 0;
-        printf("    %-28s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
-        if (!same) n_failed++;
+        if (run_fwd(d_new2, d_lnew2, d_qkv, d_doc, c, 1)) {
+            CK(cudaMemcpy(h_new2, d_new2, n_out * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(l_new2, d_lnew2, n_lse * 4, cudaMemcpyDeviceToHost));
+            const bool same = memcmp(h_new, h_new2, n_out * 2) == 0 &&
+                              memcmp(l_new, l_new2, n_lse * 4) == 0;
+            printf("    %-28s %s\n", "second run bitwise equal", same ? "ok" : "FAIL");
+            if (!same) n_failed++;
+        }
+    }
+    if (!h_doc) { /* the document kernels on one document per sequence: the same bits */
+        int32_t *d_zeros;
+        CK(cudaMalloc(&d_zeros, (size_t)c.B * c.T * sizeof(int32_t)));
+        CK(cudaMemset(d_zeros, 0, (size_t)c.B * c.T * sizeof(int32_t)));
+        for (int sm90 = 1; sm90 >= 0; sm90--) {
+            void *o = sm90 ? d_new : d_ref;
+            float *l = sm90 ? d_lnew : d_lref;
+            if (!run_fwd(d_new2, d_lnew2, d_qkv, d_zeros, c, sm90)) continue;
+            const bool same = same_device(d_new2, o, n_out * 2) && same_device(d_lnew2, l, n_lse * 4);
+            printf("    %-28s %s\n", sm90 ? "default: zeros == NULL" : "fallback: zeros == NULL",
+                   same ? "ok" : "FAIL");
+            if (!same) n_failed++;
+        }
+        CK(cudaFree(d_zeros));
     }
 
     if (timing) {
-        const double pairs = (double)c.B * c.nh * ((double)c.T * (c.T + 1) / 2);
         const double flops = 4.0 * c.hd * pairs;
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        /* which: 0 the old kernel, 1 the new default, 2.. variant which - 2 */
-        for (int which = 0; which < 2 + n_variants; which++) {
-            const char *name = which == 0 ? "old (mma.sync)" : which == 1 ? "new default" : variant_names[which - 2];
+        for (int sm90 = 0; sm90 < 2; sm90++) {
+            shlm_cuda_attention_set_sm90(sm90);
             auto launch = [&]() {
-                if (which == 0) shlm_cuda_attention_fwd(d_ref, d_lref, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
-                else if (which == 1)
-                    shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
-                else
-                    shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv,
-                                                         c.hd, which - 2);
+                shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, d_doc, c.B, c.T, c.nh, c.nkv, c.hd);
             };
             const double us = mean_launch_us(stream(), 3, 20, launch);
-            printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", name, us, flops / (us * 1e-6) / 1e12);
+            printf("  time %-20s %9.1f us  %6.1f TFLOP/s\n", sm90 ? "default (wgmma)" : "fallback (mma.sync)",
+                   us, flops / (us * 1e-6) / 1e12);
         }
-        /* the same launches while HOG_BLOCKS SMs are held for about 100 us by another
-         * stream's kernel (started first: a 20 us spin on this stream gives it the SMs) */
-        {
-            cudaStream_t s2;
-            CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
-            CK(cudaFuncSetAttribute(hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HOG_SMEM));
-            for (int which = 1; which < 2 + n_variants; which++) {
-                const char *name = which == 1 ? "new default" : variant_names[which - 2];
-                if (which >= 2 && which - 2 < 2) continue; /* attn_fwd_wgmma: not of interest */
-                double tot = 0;
-                for (int r = 0; r < 6; r++) {
-                    hog_kernel<<<HOG_BLOCKS, 32, HOG_SMEM, s2>>>(200000, NULL);
-                    hog_kernel<<<1, 32, 0, stream()>>>(40000, NULL);
-                    CK(cudaEventRecord(e0, stream()));
-                    if (which == 1)
-                        shlm_cuda_attention_fwd_sm90(d_new, d_lnew, d_qkv, c.B, c.T, c.nh, c.nkv, c.hd);
-                    else
-                        shlm_cuda_attention_fwd_sm90_variant(d_new, d_lnew, d_qkv, c.B, c.T, c.nh,
-                                                             c.nkv, c.hd, which - 2);
-                    CK(cudaEventRecord(e1, stream()));
-                    CK(cudaEventSynchronize(e1));
-                    CK(cudaStreamSynchronize(s2));
-                    float ms = 0;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    if (r > 0) tot += ms; /* the first is a warm-up */
-                }
-                CK(cudaGetLastError());
-                printf("  time %-20s %9.1f us  with %d SMs held ~100 us\n", name, 1e3 * tot / 5,
-                       HOG_BLOCKS);
-            }
-            CK(cudaStreamDestroy(s2));
+        /* the default while HOG_BLOCKS SMs are held for about 100 us by another stream's
+         * kernel (started first: a 20 us spin on this stream gives it the SMs) */
+        cudaStream_t s2;
+        cudaEvent_t e0, e1;
+        CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        CK(cudaFuncSetAttribute(hog_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HOG_SMEM));
+        double tot = 0;
+        for (int r = 0; r < 6; r++) {
+            hog_kernel<<<HOG_BLOCKS, 32, HOG_SMEM, s2>>>(200000, NULL);
+            hog_kernel<<<1, 32, 0, stream()>>>(40000, NULL);
+            CK(cudaEventRecord(e0, stream()));
+            shlm_cuda_attention_fwd(d_new, d_lnew, d_qkv, d_doc, c.B, c.T, c.nh, c.nkv, c.hd);
+            CK(cudaEventRecord(e1, stream()));
+            CK(cudaEventSynchronize(e1));
+            CK(cudaStreamSynchronize(s2));
+            float ms = 0;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            if (r > 0) tot += ms; /* the first is a warm-up */
         }
+        CK(cudaGetLastError());
+        printf("  time %-20s %9.1f us  with %d SMs held ~100 us\n", "default (wgmma)", 1e3 * tot / 5,
+               HOG_BLOCKS);
+        CK(cudaStreamDestroy(s2));
         CK(cudaEventDestroy(e0));
         CK(cudaEventDestroy(e1));
     }
@@ -329,7 +291,8 @@ static void run_case(const Case &c, bool timing) {
     CK(cudaFree(d_lnew));
     CK(cudaFree(d_lnew2));
     free(h_qkv), free(h_ref), free(h_new), free(h_new2), free(f_ref), free(l_ref), free(l_new);
-    free(l_new2), free(f_cpu), free(l_cpu);
+    free(l_new2), free(f_cpu), free(l_cpu), free(h_doc);
+    if (d_doc) CK(cudaFree(d_doc));
 }
 
 int main(int argc, char **argv) {
@@ -342,21 +305,19 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    /* shlm_cuda_attention_fwd must be the old mma.sync kernel: since attention_sm90.cu is on
-     * by default it would otherwise run variant 0 and compare the new kernel with itself */
-    setenv("SHLM_ATTN_SM90", "0", 1);
     if (const int skip = sm90_device_or_skip()) return skip;
 
-    /* what the new kernel must decline (the caller then falls back) */
+    /* what the Hopper kernel must decline (the caller then falls back) */
     {
         void *d_qkv, *d_out;
         float *d_lse;
         CK(cudaMalloc(&d_qkv, 1 << 20));
         CK(cudaMalloc(&d_out, 1 << 20));
         CK(cudaMalloc(&d_lse, 1 << 16));
-        const int r96 = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 2, 2, 96);
-        const int rmis = shlm_cuda_attention_fwd_sm90(d_out, d_lse, (char *)d_qkv + 2, 1, 64, 2, 2, 128);
-        const int rgqa = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, 1, 64, 3, 2, 128);
+        const int r96 = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, NULL, 1, 64, 2, 2, 96);
+        const int rmis =
+            shlm_cuda_attention_fwd_sm90(d_out, d_lse, (char *)d_qkv + 2, NULL, 1, 64, 2, 2, 128);
+        const int rgqa = shlm_cuda_attention_fwd_sm90(d_out, d_lse, d_qkv, NULL, 1, 64, 3, 2, 128);
         const bool ok = r96 == 1 && rmis == 1 && rgqa == 1;
         printf("declines hd=96, misaligned qkv, nh %% nkv != 0: rc %d %d %d %s\n", r96, rmis, rgqa,
                ok ? "ok" : "FAIL");
@@ -368,15 +329,27 @@ int main(int argc, char **argv) {
     }
 
     const Case cases[] = {
-        {1, 130, 4, 4, 128},   /* two query tiles, the second one mostly padding */
-        {2, 1000, 8, 2, 128},  /* GQA 4:1, T not a multiple of 128, two sequences */
+        {1, 130, 4, 4, 128},    /* two query tiles, the second one mostly padding */
+        {2, 1000, 8, 2, 128},   /* GQA 4:1, T not a multiple of 128, two sequences: one wave */
+        {2, 520, 20, 4, 128},   /* 200 tiles: persistent, small enough for float64 */
         {1, 4096, 32, 32, 128}, /* the benchmark shape */
         {1, 130, 4, 4, 64},
-        {2, 1000, 8, 2, 64},   /* hd 64: GQA, padding, two sequences */
+        {2, 1000, 8, 2, 64},
+        {2, 520, 20, 4, 64},
         {1, 4096, 32, 32, 64},
+        /* documents: one block per tile and persistent; single tokens; a start at T - 1 */
+        {1, 130, 4, 4, 128, DOC_SHORT, 2},
+        {2, 1000, 8, 2, 128, DOC_RANDOM, 300},
+        {2, 520, 20, 4, 128, DOC_RANDOM, 100},
+        {2, 1000, 8, 2, 128, DOC_LAST, 60},
+        {1, 4096, 32, 32, 128, DOC_FIXED, 512},
+        {1, 130, 4, 4, 64, DOC_LAST, 20},
+        {2, 1000, 8, 2, 64, DOC_RANDOM, 300},
+        {2, 520, 20, 4, 64, DOC_SHORT, 2},
+        {1, 4096, 32, 32, 64, DOC_FIXED, 512},
     };
     for (const Case &c : cases)
-        if (!small || c.T < 1000) run_case(c, timing && c.T >= 1000);
+        if (!small || c.T < 1000) run_case(c, timing && c.T == 4096);
     printf("%s: %d check(s) failed\n", n_failed ? "FAIL" : "PASS", n_failed);
     return n_failed ? 1 : 0;
 }

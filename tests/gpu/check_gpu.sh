@@ -3,8 +3,10 @@
 #   test_ops_cuda        every cuda op against the cpu backend (bf16 tolerances per op)
 #   model_steps.sh       whole-model steps on 1 and 2 GPUs against the cpu backend, every
 #                        strategy, accumulation, bitwise repeat, exact resume
-#   attn_sm90_check      the Hopper attention forward against mma.sync and float64
-#   attn_bwd_sm90_check  the Hopper attention backward, every path, bitwise and float64
+#   attn_sm90_check      the attention forward: Hopper default against the mma.sync
+#                        fallback and float64
+#   attn_bwd_sm90_check  the attention backward: default and fallback bitwise equal,
+#                        both against float64, with and without RoPE
 # Each log goes to check-gpu-NAME.log in the current directory. A test that finds no
 # suitable GPU exits 77 and is reported SKIP. Exit 1 when any test failed.
 # Env: BUILDDIR (the build directory), SHLM, SHLM_SRCDIR, MPIRUN (as `make check` sets).

@@ -1,6 +1,5 @@
-"""A CPU model of one Hopper mbarrier (arrival count, transaction bytes, phase parity),
-shared by the protocol models of the warp-specialised attention kernels
-(attn_bwd_ws_model.py, attn_bwd_dq_ws_model.py)."""
+"""A CPU model of one Hopper mbarrier (arrival count, transaction bytes, phase parity), for
+the protocol models of the warp-specialised attention kernels (attn_bwd_ws_model.py)."""
 
 
 class Mbar:
