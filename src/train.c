@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kernels/check.h"
+#include "kernels/comm_watchdog.h"
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
@@ -22,7 +23,7 @@ int all_ranks_ok(int ok, const char *msg) {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
     int first_bad = ok ? world : rank;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (first_bad == world) return 0;
     if (rank == first_bad) {
         if (world > 1) fprintf(stderr, "shardlm: error: %s (rank %d)\n", msg, rank);
@@ -94,7 +95,9 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     MPI_CHECK(MPI_Comm_free(&node));
 
     char err[1536] = "";
-    int ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
+    int ok = shlm_watchdog_init(MPI_COMM_WORLD, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
     job_config *c = &r->cfg;
 
@@ -279,7 +282,7 @@ int run_validate(run *r, double *loss) {
         sums[1] += valid;
     }
     sums[2] = data_failed;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     free(in);
     free(tg);
     data_loader_free(&dl);
@@ -406,6 +409,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     llama_set_profile(r->model, c->profile);
     int rc = 0, stopped_at = 0; /* the step after which a stop signal ended the loop */
     for (int s = first; s < end; s++) {
+        shlm_watchdog_test_stop(r->rank, s + 1);
         shlm_comm_stats before[2], after[2];
         fsdp_comm_stats(r->engine, &before[0], &before[1]);
         double t0 = MPI_Wtime();
@@ -446,7 +450,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
         size_t used = 0, total = 0;
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
          * learns that some rank saw one, so all stop after this same step. [3]: the same
          * for a token file that changed under the run */
@@ -455,7 +459,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
         for (int g = 0; g < 2; g++)
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, times, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         if (times[3] > 0) { /* the step trained on placeholder rows: log and save nothing */
             all_ranks_ok(!data_failed, err);
             rc = -1;
