@@ -91,6 +91,9 @@ typedef struct shlm_comm_stats {
  *   transfer may only start in wait(), and nothing overlaps.
  * - Not thread-safe: one thread issues, tests and waits (MPI_THREAD_FUNNELED suffices).
  * - MPI errors abort the job through MPI_CHECK with the call, rank and host.
+ * - A collective unfinished SHLM_COMM_TIMEOUT_S after its issue ends the job, naming the
+ *   ranks that did not arrive (kernels/comm_watchdog.h): wait() and progress() check it,
+ *   and the blocking members too (the MPI backend issues them non-blocking and waits).
  */
 typedef struct shlm_comm {
     const char *name; /* "mpi" or "nccl" */

@@ -16,6 +16,14 @@
 #  ok:        shlm_timed_allreduce gives MPI_Allreduce's results
 #  badenv:    SHLM_COMM_TIMEOUT_S=abc is refused at start-up with one line
 #
+# `hung_rank.sh cuda` (tests/gpu/hung_rank.sh, `make check-gpu`, 2 GPUs) runs the NCCL
+# backend's cases instead, with a timeout of 10 s: a stuck NCCL collective leaves the
+# host free, so the watchdog runs from progress() and from the cuda backend's host waits
+# (kernels/cuda/cuda.h shlm_cuda_set_host_wait_hook):
+#  cuda2:        2 ranks FULL_SHARD, rank 1 stops at step 3: the all_gather (copy engines)
+#  cuda2_smgath: the same with SHLM_NCCL_CE_ALLGATHER=0 (NCCL's SM kernels)
+#  cuda2_hybrid: HYBRID_SHARD with one rank per node: the replica all_reduce
+#
 # Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand from a
 # build directory:
 #   SHLM=./shardlm SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/hung_rank.sh
@@ -28,10 +36,16 @@ SHLM=${SHLM:-./shardlm}
 SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
-T=3
+backend=${1:-cpu}
+case $backend in
+cpu) T=3 ;;
+cuda) T=10 ;; # CUDA and NCCL start-up and the first step's plans take seconds
+*) echo "usage: hung_rank.sh [cpu|cuda]" >&2; exit 99 ;;
+esac
 # the bound on one case: the timeout, the grace, start-up and the abort, with margin
-SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-60}
+SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
+extra_env="" # more environment for the next expect_hang
 
 sh "$mpi" 1 true >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "hung_rank: SKIP: no MPI launcher"; exit 77; }
@@ -62,7 +76,7 @@ expect_hang() {
         shift
     done
     shift
-    envs="SHLM_COMM_TIMEOUT_S=$T"
+    envs="SHLM_COMM_TIMEOUT_S=$T $extra_env"
     [ "$stop" = "-" ] || envs="$envs SHLM_TEST_STOP_AT=$stop"
     echo "+ env $envs sh $mpi $np $*"
     t0=$(date +%s)
@@ -81,8 +95,8 @@ expect_hang() {
     why=""
     if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
         why="exit status $rc, want non-zero (124, 137: timed out)"
-    elif [ "$secs" -gt $((T + 5 + 15)) ]; then
-        why="took $secs s, want at most T + grace + 15 = $((T + 20)) s"
+    elif [ "$secs" -gt $((T + 5 + 25)) ]; then
+        why="took $secs s, want at most T + grace + 25 = $((T + 30)) s"
     elif [ -n "$left" ]; then
         why="processes left behind: $left"
     elif [ "$n" -ne 1 ]; then
@@ -104,10 +118,32 @@ expect_hang() {
     fi
 }
 
-# train NAME: the training command of case NAME (its run directory is its tag)
+# train NAME: the training command of case NAME (its run directory is its tag); on the
+# cuda backend the shape of tests/gpu/model_steps.sh, which its kernels are tested at
 train() {
-    echo "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$1-tag"
+    echo "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$1-tag" \
+        --set "runtime.backend=$backend"
+    [ "$backend" = cpu ] || echo --set model.dim=256 --set model.ffn_dim=688 \
+        --set train.seq_len=128 --set fsdp.param_dtype=bf16
 }
+
+if [ "$backend" = cuda ]; then
+    # shellcheck disable=SC2046 # train's words
+    expect_hang cuda2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
+        "rank 1 did not arrive" -- $(train cuda2)
+    extra_env=SHLM_NCCL_CE_ALLGATHER=0
+    # shellcheck disable=SC2046
+    expect_hang cuda2_smgath 2 1:3 "all_gather #" "rank 1 did not arrive" -- $(train cuda2_smgath)
+    extra_env=""
+    # shellcheck disable=SC2046
+    expect_hang cuda2_hybrid 2 1:3 "all_reduce #" "on replica group (ranks 0,1)" \
+        "rank 1 did not arrive" -- $(train cuda2_hybrid) --set fsdp.strategy=HYBRID_SHARD \
+        --set runtime.ranks_per_node=1
+    echo "hung_rank (cuda): $(($(date +%s) - t_start)) s"
+    [ $fails -eq 0 ] || { echo "hung_rank: $fails failure(s); work directory kept: $work"; exit 1; }
+    rm -rf "$work"
+    exit 0
+fi
 
 # shellcheck disable=SC2046 # train's words
 expect_hang train2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
