@@ -5,21 +5,16 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "io/errmsg.h"
+
+/* names and keys read from the file go into messages: one line whatever they hold */
+#define set_err io_set_err
 
 /* Reads a whole (small) text file; NULL with err on failure. */
 static char *read_text(const char *path, char *err, size_t errlen) {

@@ -5,26 +5,20 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/errmsg.h"
+
 /* Tokens per fread/fwrite: large enough to stream at disk speed, small enough that the
  * staging buffer is a rounding error next to the tokens themselves. */
 enum { TOKENS_CHUNK = 1 << 20 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* names and keys read from the file go into messages: one line whatever they hold */
+#define set_err io_set_err
 
 /* Little-endian decoding by bytes, so the format is the same on any host. */
 static uint32_t get_u32(const unsigned char *p) {
