@@ -154,7 +154,8 @@ typedef struct shlm_comm {
      * must be called, and then returns at once. */
     int (*test)(shlm_comm_req *req);
     /* Advances every outstanding request of every group and returns how many are not yet
-     * complete. Cheap (one MPI_Test each); call it often while computing. */
+     * complete; also answers the watchdog's roll calls and ends the job on a collective
+     * past its deadline. Cheap (one MPI_Test each); call it often while computing. */
     int (*progress)(void);
 
     /* ---- measurement ---- */

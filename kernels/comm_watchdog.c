@@ -280,7 +280,10 @@ static void print_and_abort(const char *line, void (*before_abort)(void *), void
 static void print_and_abort(const char *line, void (*before_abort)(void *), void *ctx) {
     fprintf(stderr, "shardlm: error: %s\n", line);
     fflush(stderr);
-    if (before_abort) before_abort(ctx);
+    if (before_abort) {
+        alarm(10); /* should the clean-up itself hang, SIGALRM ends the process */
+        before_abort(ctx);
+    }
     MPI_Abort(MPI_COMM_WORLD, 1);
     exit(1);
 }
