@@ -80,8 +80,9 @@ static int get_double(const cJSON *o, const char *key, double def, double *out,
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v)) {
-        set_err(err, errlen, "%s: \"%s\" must be a number", path, key);
+    /* cJSON reads 1e999 as infinity, which no writer can give back */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0) {
+        set_err(err, errlen, "%s: \"%s\" must be a positive finite number", path, key);
         return -1;
     }
     *out = v->valuedouble;

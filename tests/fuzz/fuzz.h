@@ -12,12 +12,16 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-/* This process's private directory (made on first use, removed at exit). */
+/* This process's private directory, $TMPDIR/shlm-fuzz-PID (made on first use, removed
+ * at exit; those of processes that are gone are removed then too). */
 const char *fuzz_dir(void);
 
 /* Writes size bytes to fuzz_dir()/name; returns the path (valid until the next call
  * with the same name). Aborts when the file cannot be written: the harness is broken. */
 const char *fuzz_write(const char *name, const void *data, size_t size);
+
+/* Reports a breached contract of `what` and aborts, so the fuzzer keeps the input. */
+void fuzz_fail(const char *what, const char *why) __attribute__((noreturn));
 
 /* A reader's error contract: rc is 0 or -1, and after -1 err is one non-empty line that
  * starts with `prefix` (the file it names) when prefix is not NULL. A breach aborts with

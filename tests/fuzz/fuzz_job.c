@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int rc = job_config_load(&cfg, path, n_sets, sets, err, sizeof err);
     fuzz_check_error(rc, err, NULL, "job_config_load");
     if (rc == -1 && !strstr(err, path) && !strstr(err, "--set"))
-        fuzz_check_error(2, err, NULL, "job_config_load (message names neither file nor --set)");
+        fuzz_fail("job_config_load: the message names neither the file nor the --set", err);
     if (rc == 0) {
         job_config_print(&cfg, 1 + (int)(size % 64));
         fflush(stdout);

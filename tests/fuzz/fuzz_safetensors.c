@@ -17,13 +17,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc != 0) return 0;
     for (int i = 0; i < f.n_meta; i++)
         if (safetensors_metadata(&f, f.meta_keys[i]) == NULL)
-            fuzz_check_error(2, "a metadata key is not found", NULL, "safetensors_metadata");
+            fuzz_fail("safetensors_metadata", "a metadata key is not found");
     for (int i = 0; i < f.n_tensors; i++) {
         const safetensors_tensor *t = &f.tensors[i];
         if (safetensors_find(&f, t->name) != t)
-            fuzz_check_error(2, "a tensor is not found by its name", NULL, "safetensors_find");
+            fuzz_fail("safetensors_find", "a tensor is not found by its name");
         if (t->end - t->begin > size)
-            fuzz_check_error(2, "a tensor is larger than the file", NULL, "safetensors_open");
+            fuzz_fail("safetensors_open", "a tensor is larger than the file");
         size_t bytes = (size_t)(t->end - t->begin);
         void *raw = malloc(bytes + 1);
         rc = safetensors_read_raw(&f, t, raw, bytes, err, sizeof err);

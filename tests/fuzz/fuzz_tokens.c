@@ -18,16 +18,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_check_error(rc, err, path, "token_file_open");
     if (rc != 0) return 0;
     if ((tf.width != 2 && tf.width != 4) || TOKENS_HEADER_BYTES + tf.count * tf.width != size)
-        fuzz_check_error(2, "open file breaks its header's promises", NULL, "token_file_open");
+        fuzz_fail("token_file_open", "open file breaks its header's promises");
     int32_t *all = malloc((tf.count + 1) * sizeof *all);
     rc = token_file_read(&tf, 0, tf.count, all, err, sizeof err);
     fuzz_check_error(rc, err, path, "token_file_read");
     for (uint64_t i = 0; rc == 0 && i < tf.count; i++)
         if (all[i] < 0 || (uint32_t)all[i] >= tf.vocab_size)
-            fuzz_check_error(2, "a token read back is outside the vocabulary", NULL, "token_file_read");
+            fuzz_fail("token_file_read", "a token read back is outside the vocabulary");
     rc = token_file_check(&tf, err, sizeof err);
     fuzz_check_error(rc, err, path, "token_file_check");
-    if (rc != 0) fuzz_check_error(2, "the file as opened fails the check", NULL, "token_file_check");
+    if (rc != 0) fuzz_fail("token_file_check", "the file as opened fails the check");
     /* a loader over it: shuffled windows of 7, two ranks' first batches */
     data_loader dl;
     for (int r = 0; r < 2; r++) {
@@ -37,8 +37,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fuzz_check_error(rc, err, path, "data_loader_batch");
         for (int i = 0; rc == 0 && i < 14; i++)
             if ((uint32_t)in[i] >= tf.vocab_size || (uint32_t)tg[i] >= tf.vocab_size)
-                fuzz_check_error(2, "a batch holds a token outside the vocabulary", NULL,
-                                 "data_loader_batch");
+                fuzz_fail("data_loader_batch", "a batch holds a token outside the vocabulary");
         data_loader_free(&dl);
     }
     free(all);

@@ -42,10 +42,15 @@ for name in "$@"; do
     [ "$name" = ckpt ] && leaks=0 # MPI and HDF5 keep allocations for the process's life
     echo "run_all: $name for $seconds s ($(date -u +%FT%TZ)), log $log"
     # -timeout: one input taking 30 s is a hang; -rss_limit_mb: 2 GB is a memory bomb
-    ASAN_OPTIONS=detect_leaks=$leaks "$out/bin/fuzz_$name" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
+    # Open MPI's session directories (the ckpt harness is an MPI singleton per job) go to
+    # OUT/tmp, emptied after each harness: jobs ended by _Exit or a crash leave theirs
+    mkdir -p "$out/tmp"
+    OMPI_MCA_orte_tmpdir_base="$out/tmp" TMPDIR="$out/tmp" ASAN_OPTIONS=detect_leaks=$leaks \
+        "$out/bin/fuzz_$name" -fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1 \
         -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 -detect_leaks=$leaks \
         -close_fd_mask=3 -artifact_prefix="$out/crashes/$name/" \
         "$out/corpus/$name" "$corpus/$name" >"$log" 2>&1
+    rm -rf "${out:?}/tmp"
     last=$(grep '^#[0-9]*:' "$log" | tail -n 1)
     execs=$(echo "$last" | sed -n 's/^#\([0-9]*\):.*/\1/p')
     secs=$(echo "$last" | sed -n 's/.* time: \([0-9]*\)s.*/\1/p')
