@@ -1,9 +1,9 @@
 #!/bin/sh
 # Runs the libFuzzer harnesses one after another (`make fuzz`, and the long runs):
 #   sh tests/fuzz/run_all.sh --seconds N --bin DIR --corpus DIR --out OUT NAME...
-# For each NAME: DIR/fuzz_NAME is copied to OUT/bin/ first (a rebuild cannot change a
-# run under way), then runs for N seconds in libFuzzer's fork mode, so a crash, a timeout
-# or an out-of-memory input is kept and the fuzzing goes on:
+# Every DIR/fuzz_NAME is copied to OUT/bin/ first (a rebuild cannot change a run under
+# way); then each runs for N seconds in libFuzzer's fork mode, so a crash, a timeout or an
+# out-of-memory input is kept and the fuzzing goes on:
 #   OUT/corpus/NAME/    the inputs it found (the committed seeds, --corpus/NAME, are
 #                       read, never written)
 #   OUT/crashes/NAME/   crash-*, timeout-*, oom-*, leak-* inputs: replay one with
@@ -33,9 +33,11 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "usage: run_all.sh [--seconds N] [--bin DIR] [--corpus DIR] [--out OUT] NAME..." >&2; exit 2; }
 mkdir -p "$out/bin" "$out/logs" || exit 1
-found=0
 for name in "$@"; do
     cp "$bin/fuzz_$name" "$out/bin/" || exit 1
+done
+found=0
+for name in "$@"; do
     mkdir -p "$out/corpus/$name" "$out/crashes/$name"
     log="$out/logs/$name.log"
     leaks=1
