@@ -5,7 +5,6 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,15 +12,10 @@
 #include <unistd.h>
 
 #include "io/safe_file.h"
+#include "io/errmsg.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* names and keys read from the file go into messages: one line whatever they hold */
+#define set_err io_set_err
 
 /* Reads a whole (small) text file; NULL with err on failure. */
 static char *read_text(const char *path, char *err, size_t errlen) {
@@ -87,8 +81,9 @@ static int get_double(const cJSON *o, const char *key, double def, double *out,
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v)) {
-        set_err(err, errlen, "%s: \"%s\" must be a number", path, key);
+    /* cJSON reads 1e999 as infinity, which no writer can give back */
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble <= 0) {
+        set_err(err, errlen, "%s: \"%s\" must be a positive finite number", path, key);
         return -1;
     }
     *out = v->valuedouble;

@@ -6,12 +6,13 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include "io/errmsg.h"
 
 /* The reference implementation refuses headers over 100 MB; so do we, which also
  * bounds what a corrupt length field can make us allocate. */
@@ -52,15 +53,8 @@ int safetensors_dtype_parse(const char *name, safetensors_dtype *out) {
     return -1;
 }
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (err == NULL || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* names and keys read from the file go into messages: one line whatever they hold */
+#define set_err io_set_err
 
 /* ---- fp16 / bf16 ---- */
 

@@ -1,30 +1,25 @@
-/* Token data files (see tokens.h for the layout): open with full validation, and write
- * through a temporary name so a crash never leaves a half-written file under OUT. */
+/* Token data files (see tokens.h for the layout): open with full validation, windows read
+ * with pread and checked against the file as opened, and writes through a temporary name
+ * so a crash never leaves a half-written file under OUT. */
 #include "io/tokens.h"
 
 #include <errno.h>
-#include <stdarg.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "io/safe_file.h"
+#include "io/errmsg.h"
 
 /* Tokens per fread/fwrite: large enough to stream at disk speed, small enough that the
  * staging buffer is a rounding error next to the tokens themselves. */
 enum { TOKENS_CHUNK = 1 << 20 };
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* names and keys read from the file go into messages: one line whatever they hold */
+#define set_err io_set_err
 
 /* Little-endian decoding by bytes, so the format is the same on any host. */
 static uint32_t get_u32(const unsigned char *p) {
@@ -40,23 +35,143 @@ static void put_u64(unsigned char *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
 }
 
+/* Why pread and not a mapping: a mapped file that is truncated under a running job turns
+ * the next read of a vanished page into SIGBUS, which no return code can report; a
+ * handler would have to own a process-wide signal that Open MPI and CUDA install their
+ * own handlers for. pread reports a truncation as a short read, and costs one system call
+ * per window (bench_data_loader: benchmarks/RESULTS.md), nothing next to a step. */
+
+/* Reads exactly n bytes at off; returns 0, or -1 with errno set (0 for end of file). */
+static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = 0;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        off += (uint64_t)got;
+    }
+    return 0;
+}
+
+/* Tokens [first, first + n) into out; `after_open` says whether a failure means the file
+ * changed under us (a run) or is simply bad (the validation pass of open). */
+static int read_tokens(const token_file *tf, uint64_t first, size_t n, int32_t *out,
+                       int after_open, char *err, size_t errlen) {
+    const char *changed = after_open ? " (the file changed after it was opened)" : "";
+    if (first > tf->count || n > tf->count - first) {
+        set_err(err, errlen, "%s: tokens %llu..%llu asked for, the file holds %llu", tf->path,
+                (unsigned long long)first, (unsigned long long)(first + n),
+                (unsigned long long)tf->count);
+        return -1;
+    }
+    if (tf->tokens) {
+        memcpy(out, tf->tokens + first, n * sizeof *out);
+        return 0;
+    }
+    const size_t w = (size_t)tf->width;
+    unsigned char *raw = (unsigned char *)out; /* the bytes land in out, decoded in place */
+    if (pread_full(tf->fd, raw, n * w, TOKENS_HEADER_BYTES + first * w) != 0) {
+        if (errno == 0)
+            set_err(err, errlen, "%s: end of file at token %llu of %llu: the file was "
+                    "truncated%s", tf->path, (unsigned long long)first,
+                    (unsigned long long)tf->count, after_open ? " after it was opened" : "");
+        else
+            set_err(err, errlen, "%s: cannot read tokens %llu..%llu: %s%s", tf->path,
+                    (unsigned long long)first, (unsigned long long)(first + n),
+                    strerror(errno), changed);
+        return -1;
+    }
+    /* widen from the last token down: token i's bytes [w·i, w·i + w) are read before
+     * out[i] (bytes [4i, 4i + 4)) is written, and nothing below w·i is touched */
+    for (size_t i = n; i-- > 0;) {
+        const unsigned char *p = raw + i * w;
+        uint32_t id = w == 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : get_u32(p);
+        if (id >= tf->vocab_size) {
+            set_err(err, errlen, "%s: token %u at index %llu is >= vocab_size %u%s", tf->path,
+                    id, (unsigned long long)(first + i), tf->vocab_size, changed);
+            return -1;
+        }
+        out[i] = (int32_t)id;
+    }
+    return 0;
+}
+
+int token_file_read(const token_file *tf, uint64_t first, size_t n, int32_t *out, char *err,
+                    size_t errlen) {
+    return read_tokens(tf, first, n, out, 1, err, errlen);
+}
+
+static int64_t mtime_ns(const struct stat *sb) {
+    return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+int token_file_check(const token_file *tf, char *err, size_t errlen) {
+    if (tf->tokens) return 0;
+    /* one stat of the name covers every case: the open file's own size and time are the
+     * name's as long as the name leads to it, and a name leading elsewhere is a change */
+    struct stat named;
+    if (stat(tf->path, &named) != 0) {
+        set_err(err, errlen, "%s: the token file was removed or renamed during the run (%s)",
+                tf->path, strerror(errno));
+        return -1;
+    }
+    if ((uint64_t)named.st_dev != tf->dev || (uint64_t)named.st_ino != tf->ino) {
+        set_err(err, errlen, "%s: the token file was replaced during the run (the name now "
+                "leads to another file)", tf->path);
+        return -1;
+    }
+    if ((uint64_t)named.st_size != tf->size) {
+        set_err(err, errlen, "%s: the token file changed size during the run (%llu bytes at "
+                "start, %llu now: truncated or rewritten)", tf->path,
+                (unsigned long long)tf->size, (unsigned long long)named.st_size);
+        return -1;
+    }
+    if (mtime_ns(&named) != tf->mtime_ns) {
+        set_err(err, errlen, "%s: the token file was modified during the run", tf->path);
+        return -1;
+    }
+    return 0;
+}
+
 int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) {
     memset(tf, 0, sizeof *tf);
+    tf->fd = -1;
     if (strlen(path) >= sizeof tf->path) {
         set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
                 sizeof tf->path - 1);
         return -1;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    int32_t *chunk = NULL;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
         set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    unsigned char hdr[TOKENS_HEADER_BYTES];
-    size_t got = fread(hdr, 1, sizeof hdr, f);
-    if (got < sizeof hdr && ferror(f)) { /* e.g. a directory */
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
         set_err(err, errlen, "%s: cannot read: %s", path, strerror(errno));
         goto fail;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        set_err(err, errlen, "%s: cannot read: %s", path, strerror(EISDIR));
+        goto fail;
+    }
+    unsigned char hdr[TOKENS_HEADER_BYTES];
+    size_t got = 0;
+    while (got < sizeof hdr) {
+        ssize_t r = pread(fd, hdr + got, sizeof hdr - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            set_err(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+            goto fail;
+        }
+        if (r == 0) break;
+        got += (size_t)r;
     }
     if (got == 0) {
         set_err(err, errlen, "%s: empty file (not a shardlm token file)", path);
@@ -100,16 +215,7 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
 
     /* The body must hold exactly `count` tokens: compare against the file's length
      * before allocating anything, so a garbage count cannot ask for terabytes. */
-    if (fseeko(f, 0, SEEK_END) != 0) {
-        set_err(err, errlen, "%s: cannot seek: %s", path, strerror(errno));
-        goto fail;
-    }
-    off_t size = ftello(f);
-    if (size < 0 || fseeko(f, TOKENS_HEADER_BYTES, SEEK_SET) != 0) {
-        set_err(err, errlen, "%s: cannot seek: %s", path, strerror(errno));
-        goto fail;
-    }
-    uint64_t body = (uint64_t)size - TOKENS_HEADER_BYTES;
+    uint64_t body = (uint64_t)sb.st_size - TOKENS_HEADER_BYTES;
     uint64_t held = body / width, stray = body % width;
     if (held != count || stray != 0) {
         const char *what = held < count ? "truncated" : "trailing data";
@@ -123,48 +229,44 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
                     (unsigned long long)count, (unsigned long long)held);
         goto fail;
     }
-    /* map the file: the ids are checked in one sequential pass and then read where the
-     * loader needs them, never copied whole into memory */
-    size_t map_len = (size_t)size;
-    void *map = mmap(NULL, map_len, PROT_READ, MAP_SHARED, fileno(f), 0);
-    if (map == MAP_FAILED) {
-        set_err(err, errlen, "%s: cannot map %llu bytes: %s", path, (unsigned long long)size,
-                strerror(errno));
-        goto fail;
-    }
-    fclose(f);
-    f = NULL;
-    madvise(map, map_len, MADV_SEQUENTIAL);
-    tf->map = map;
-    tf->map_len = map_len;
-    tf->body = (const unsigned char *)map + TOKENS_HEADER_BYTES;
+    strcpy(tf->path, path);
+    tf->fd = fd;
     tf->width = (int)width;
     tf->count = count;
     tf->vocab_size = vocab;
-    for (uint64_t i = 0; i < count; i++) {
-        uint32_t id = (uint32_t)token_at(tf, i);
-        if (id >= vocab) {
-            set_err(err, errlen, "%s: token %u at index %llu is >= vocab_size %u", path, id,
-                    (unsigned long long)i, vocab);
-            goto fail;
-        }
+    tf->dev = (uint64_t)sb.st_dev;
+    tf->ino = (uint64_t)sb.st_ino;
+    tf->size = (uint64_t)sb.st_size;
+    tf->mtime_ns = mtime_ns(&sb);
+    /* every id checked in one sequential pass, a chunk at a time, never the whole body in
+     * memory */
+    posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    chunk = malloc((size_t)TOKENS_CHUNK * sizeof *chunk);
+    if (!chunk) {
+        set_err(err, errlen, "%s: out of memory", path);
+        goto fail;
     }
-    madvise(map, map_len, MADV_RANDOM); /* windows are read in shuffled order */
-    strcpy(tf->path, path);
+    for (uint64_t first = 0; first < count; first += TOKENS_CHUNK) {
+        size_t n = count - first < TOKENS_CHUNK ? (size_t)(count - first) : TOKENS_CHUNK;
+        if (read_tokens(tf, first, n, chunk, 0, err, errlen) != 0) goto fail;
+    }
+    free(chunk);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* windows are read in shuffled order */
     return 0;
 
 fail:
-    if (f) fclose(f);
-    if (tf->map) munmap(tf->map, tf->map_len);
-    free(tf->tokens);
+    free(chunk);
+    close(fd);
     memset(tf, 0, sizeof *tf);
+    tf->fd = -1;
     return -1;
 }
 
 void token_file_close(token_file *tf) {
-    if (tf->map) munmap(tf->map, tf->map_len);
-    free(tf->tokens);
+    if (tf->tokens) free(tf->tokens);
+    else if (tf->fd >= 0) close(tf->fd);
     memset(tf, 0, sizeof *tf);
+    tf->fd = -1;
 }
 
 int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int width,

@@ -91,6 +91,9 @@ typedef struct shlm_comm_stats {
  *   transfer may only start in wait(), and nothing overlaps.
  * - Not thread-safe: one thread issues, tests and waits (MPI_THREAD_FUNNELED suffices).
  * - MPI errors abort the job through MPI_CHECK with the call, rank and host.
+ * - A collective unfinished SHLM_COMM_TIMEOUT_S after its issue ends the job, naming the
+ *   ranks that did not arrive (kernels/comm_watchdog.h): wait() and progress() check it,
+ *   and the blocking members too (the MPI backend issues them non-blocking and waits).
  */
 typedef struct shlm_comm {
     const char *name; /* "mpi" or "nccl" */
@@ -151,7 +154,8 @@ typedef struct shlm_comm {
      * must be called, and then returns at once. */
     int (*test)(shlm_comm_req *req);
     /* Advances every outstanding request of every group and returns how many are not yet
-     * complete. Cheap (one MPI_Test each); call it often while computing. */
+     * complete; also answers the watchdog's roll calls and ends the job on a collective
+     * past its deadline. Cheap (one MPI_Test each); call it often while computing. */
     int (*progress)(void);
 
     /* ---- measurement ---- */

@@ -1,5 +1,5 @@
-/* The MPI comm backend (see comm.h): host buffers, blocking collectives as MPI's own,
- * non-blocking ones as MPI_I*, bf16 reductions through a user-defined MPI_Op. */
+/* The MPI comm backend (see comm.h): host buffers, every collective an MPI_I* one whose
+ * wait has a deadline (comm_watchdog.h), bf16 reductions through a user-defined MPI_Op. */
 #include <mpi.h>
 
 #include <errno.h>
@@ -10,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "kernels/comm.h"
+#include "kernels/comm_watchdog.h"
 
 struct shlm_comm_group {
     MPI_Comm comm;    /* our duplicate: our traffic never matches the caller's */
@@ -17,6 +18,7 @@ struct shlm_comm_group {
     long delay_us;    /* < 0: follow the backend-wide default_delay_us */
     int n_inflight;   /* requests not yet waited for; group_free checks it */
     shlm_comm_stats stats;
+    char label[160];  /* "shard group (ranks 0-3)", for the watchdog's messages */
 };
 
 struct shlm_comm_req {
@@ -24,7 +26,8 @@ struct shlm_comm_req {
     MPI_Request mpi;
     int mpi_done;     /* MPI reported completion */
     int finished;     /* post-processing (shift, average) done */
-    int64_t deadline_ns;
+    int64_t deadline_ns;  /* runtime.comm_delay_us: not complete before this */
+    shlm_watch watch;     /* SHLM_COMM_TIMEOUT_S: the job ends past this one's deadline */
     /* post-processing on completion */
     const void *move_src; /* in-place reduce_scatter: MPI leaves the result at the */
     void *move_dst;       /*   start of the buffer, NCCL's convention wants it at the */
@@ -130,8 +133,8 @@ static void finish(shlm_comm_req *r) {
     r->finished = 1;
 }
 
-/* Counts the call and sets its deadline: counted at issue so the counters do not
- * depend on when (or whether) anyone tests. */
+/* Counts the call, sets its delay and puts it under watch: counted at issue so the
+ * counters do not depend on when (or whether) anyone tests. */
 static void account(shlm_comm_req *r, shlm_comm_op op, size_t count, shlm_dtype dt) {
     shlm_comm_group *g = r->g;
     uint64_t S = (uint64_t)g->size, es = shlm_dtype_size(dt), n = (uint64_t)count * es;
@@ -150,27 +153,24 @@ static void account(shlm_comm_req *r, shlm_comm_op op, size_t count, shlm_dtype 
     r->deadline_ns = now_ns() + (int64_t)d * 1000;
     r->count = count;
     r->dt = dt;
+    r->watch = shlm_watch_issue(shlm_comm_op_name(op), NULL, g->label, g->comm);
 }
 
-/* ---- one code path per collective, blocking or not ---- */
+/* ---- one code path per collective: issued non-blocking, the blocking members wait ---- */
 
 static void start_all_gather(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                             void *recv, size_t count, shlm_dtype dt, int blocking) {
+                             void *recv, size_t count, shlm_dtype dt) {
     check_args(g, "all_gather", count, dt);
     r->g = g;
     account(r, SHLM_COMM_ALL_GATHER, count, dt);
     const char *own = (const char *)recv + (size_t)g->rank * count * shlm_dtype_size(dt);
     const void *sbuf = (send == NULL || send == own) ? MPI_IN_PLACE : send;
     MPI_Datatype t = mpi_type(dt);
-    if (blocking)
-        MPI_CHECK(MPI_Allgather(sbuf, (int)count, t, recv, (int)count, t, g->comm));
-    else
-        MPI_CHECK(MPI_Iallgather(sbuf, (int)count, t, recv, (int)count, t, g->comm, &r->mpi));
+    MPI_CHECK(MPI_Iallgather(sbuf, (int)count, t, recv, (int)count, t, g->comm, &r->mpi));
 }
 
 static void start_reduce_scatter(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                                 void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op,
-                                 int blocking) {
+                                 void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_args(g, "reduce_scatter", count, dt);
     r->g = g;
     account(r, SHLM_COMM_REDUCE_SCATTER, count, dt);
@@ -187,44 +187,35 @@ static void start_reduce_scatter(shlm_comm_req *r, shlm_comm_group *g, const voi
     }
     if (op == SHLM_COMM_AVG) r->avg_dst = recv;
     MPI_Datatype t = mpi_type(dt);
-    if (blocking)
-        MPI_CHECK(MPI_Reduce_scatter_block(sbuf, rbuf, (int)count, t, mpi_sum(dt), g->comm));
-    else
-        MPI_CHECK(MPI_Ireduce_scatter_block(sbuf, rbuf, (int)count, t, mpi_sum(dt), g->comm,
-                                            &r->mpi));
+    MPI_CHECK(MPI_Ireduce_scatter_block(sbuf, rbuf, (int)count, t, mpi_sum(dt), g->comm, &r->mpi));
 }
 
 static void start_all_reduce(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                             void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op,
-                             int blocking) {
+                             void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_args(g, "all_reduce", count, dt);
     r->g = g;
     account(r, SHLM_COMM_ALL_REDUCE, count, dt);
     const void *sbuf = (send == NULL || send == recv) ? MPI_IN_PLACE : send;
     if (op == SHLM_COMM_AVG) r->avg_dst = recv;
     MPI_Datatype t = mpi_type(dt);
-    if (blocking)
-        MPI_CHECK(MPI_Allreduce(sbuf, recv, (int)count, t, mpi_sum(dt), g->comm));
-    else
-        MPI_CHECK(MPI_Iallreduce(sbuf, recv, (int)count, t, mpi_sum(dt), g->comm, &r->mpi));
+    MPI_CHECK(MPI_Iallreduce(sbuf, recv, (int)count, t, mpi_sum(dt), g->comm, &r->mpi));
 }
 
 static void start_broadcast(shlm_comm_req *r, shlm_comm_group *g, void *buf, size_t count,
-                            shlm_dtype dt, int root, int blocking) {
+                            shlm_dtype dt, int root) {
     check_args(g, "broadcast", count, dt);
     if (root < 0 || root >= g->size)
         SHLM_FATAL("comm mpi: broadcast root %d outside the group of %d ranks", root, g->size);
     r->g = g;
     account(r, SHLM_COMM_BROADCAST, count, dt);
-    if (blocking)
-        MPI_CHECK(MPI_Bcast(buf, (int)count, mpi_type(dt), root, g->comm));
-    else
-        MPI_CHECK(MPI_Ibcast(buf, (int)count, mpi_type(dt), root, g->comm, &r->mpi));
+    MPI_CHECK(MPI_Ibcast(buf, (int)count, mpi_type(dt), root, g->comm, &r->mpi));
 }
 
-/* A blocking call has completed inside MPI: sleep out the delay, post-process, count
- * the whole time from issue as blocked. Its request lives on the caller's stack. */
+/* A blocking call: wait (with the watchdog's deadline), sleep out the delay,
+ * post-process, count the whole time from issue as blocked. Its request lives on the
+ * caller's stack. */
 static void end_blocking(shlm_comm_req *r, int64_t t0) {
+    MPI_CHECK(shlm_watch_wait(&r->mpi, &r->watch));
     sleep_until_ns(r->deadline_ns);
     finish(r);
     r->g->stats.blocked_ns += (uint64_t)(now_ns() - t0);
@@ -256,6 +247,7 @@ static shlm_comm_group *mpi_group_create(MPI_Comm comm) {
     MPI_CHECK(MPI_Comm_set_errhandler(g->comm, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(g->comm, &g->rank));
     MPI_CHECK(MPI_Comm_size(g->comm, &g->size));
+    shlm_comm_describe(comm, g->label, sizeof g->label);
     g->delay_us = -1;
     return g;
 }
@@ -275,7 +267,7 @@ static void mpi_all_gather(shlm_comm_group *g, const void *send, void *recv, siz
                            shlm_dtype dt) {
     shlm_comm_req r = {0};
     int64_t t0 = now_ns();
-    start_all_gather(&r, g, send, recv, count, dt, 1);
+    start_all_gather(&r, g, send, recv, count, dt);
     end_blocking(&r, t0);
 }
 
@@ -283,7 +275,7 @@ static void mpi_reduce_scatter(shlm_comm_group *g, const void *send, void *recv,
                                shlm_dtype dt, shlm_comm_redop op) {
     shlm_comm_req r = {0};
     int64_t t0 = now_ns();
-    start_reduce_scatter(&r, g, send, recv, count, dt, op, 1);
+    start_reduce_scatter(&r, g, send, recv, count, dt, op);
     end_blocking(&r, t0);
 }
 
@@ -291,42 +283,42 @@ static void mpi_all_reduce(shlm_comm_group *g, const void *send, void *recv, siz
                            shlm_dtype dt, shlm_comm_redop op) {
     shlm_comm_req r = {0};
     int64_t t0 = now_ns();
-    start_all_reduce(&r, g, send, recv, count, dt, op, 1);
+    start_all_reduce(&r, g, send, recv, count, dt, op);
     end_blocking(&r, t0);
 }
 
 static void mpi_broadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dtype dt, int root) {
     shlm_comm_req r = {0};
     int64_t t0 = now_ns();
-    start_broadcast(&r, g, buf, count, dt, root, 1);
+    start_broadcast(&r, g, buf, count, dt, root);
     end_blocking(&r, t0);
 }
 
 static shlm_comm_req *mpi_iall_gather(shlm_comm_group *g, const void *send, void *recv,
                                       size_t count, shlm_dtype dt) {
     shlm_comm_req *r = new_req(g);
-    start_all_gather(r, g, send, recv, count, dt, 0);
+    start_all_gather(r, g, send, recv, count, dt);
     return r;
 }
 
 static shlm_comm_req *mpi_ireduce_scatter(shlm_comm_group *g, const void *send, void *recv,
                                           size_t count, shlm_dtype dt, shlm_comm_redop op) {
     shlm_comm_req *r = new_req(g);
-    start_reduce_scatter(r, g, send, recv, count, dt, op, 0);
+    start_reduce_scatter(r, g, send, recv, count, dt, op);
     return r;
 }
 
 static shlm_comm_req *mpi_iall_reduce(shlm_comm_group *g, const void *send, void *recv,
                                       size_t count, shlm_dtype dt, shlm_comm_redop op) {
     shlm_comm_req *r = new_req(g);
-    start_all_reduce(r, g, send, recv, count, dt, op, 0);
+    start_all_reduce(r, g, send, recv, count, dt, op);
     return r;
 }
 
 static shlm_comm_req *mpi_ibroadcast(shlm_comm_group *g, void *buf, size_t count,
                                      shlm_dtype dt, int root) {
     shlm_comm_req *r = new_req(g);
-    start_broadcast(r, g, buf, count, dt, root, 0);
+    start_broadcast(r, g, buf, count, dt, root);
     return r;
 }
 
@@ -340,7 +332,7 @@ static void poll_mpi(shlm_comm_req *r) {
 static void mpi_wait(shlm_comm_req *r) {
     if (r == NULL) return;
     int64_t t0 = now_ns();
-    if (!r->mpi_done) MPI_CHECK(MPI_Wait(&r->mpi, MPI_STATUS_IGNORE));
+    if (!r->mpi_done) MPI_CHECK(shlm_watch_wait(&r->mpi, &r->watch));
     r->mpi_done = 1;
     sleep_until_ns(r->deadline_ns);
     finish(r);
@@ -361,12 +353,16 @@ static int mpi_test(shlm_comm_req *r) {
 }
 
 /* Only MPI_Test here: finish()'s copies and divisions are left to test()/wait() so a
- * progress() call in the middle of compute stays a few microseconds. */
+ * progress() call in the middle of compute stays a few microseconds. A request still
+ * unfinished past its deadline ends the job here too, so a loop over progress() cannot
+ * spin forever. */
 static int mpi_progress(void) {
     int pending = 0;
     int64_t t = now_ns();
+    shlm_watchdog_poll();
     for (shlm_comm_req *r = inflight; r != NULL; r = r->next) {
         poll_mpi(r);
+        if (!r->mpi_done && shlm_watch_expired(&r->watch)) shlm_watch_fail(&r->watch, NULL, NULL);
         pending += !r->mpi_done || t < r->deadline_ns;
     }
     return pending;

@@ -7,7 +7,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -16,6 +15,7 @@
 
 #include "kernels/check.h"
 #include "kernels/comm.h"
+#include "kernels/comm_watchdog.h"
 #include "kernels/cuda/cuda.h"
 
 #define NCCL_CHECK(call)                                                                  \
@@ -53,6 +53,7 @@ struct shlm_comm_group {
     cudaStream_t stream; /* this group's collectives run here, in issue order */
     shlm_comm_stats stats;
     long delay_us;       /* -1: follow the backend-wide delay */
+    char label[160];     /* "shard group (ranks 0-3)", for the watchdog's messages */
 };
 
 /* One collective in flight, watched until its completion event fires: the request
@@ -60,7 +61,7 @@ struct shlm_comm_group {
  * until the GPU is done, so a stuck collective is caught even after wait(). */
 typedef struct watch {
     cudaEvent_t done;
-    double issued_s;
+    shlm_watch sw;       /* number, issue time, deadline (SHLM_COMM_TIMEOUT_S) */
     shlm_comm_op op;
     shlm_comm_group *g;
     int detached;        /* wait() was called */
@@ -82,23 +83,6 @@ static watch *g_watch;
 static stall *g_stalls;
 static long g_delay_us;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-/* Seconds a collective may stay unfinished before the job is aborted
- * (SHLM_COMM_TIMEOUT_S, default 600). */
-static double timeout_s(void) {
-    static double t = -1;
-    if (t < 0) {
-        const char *e = getenv("SHLM_COMM_TIMEOUT_S");
-        t = e && atof(e) > 0 ? atof(e) : 600.0;
-    }
-    return t;
-}
-
 static cudaStream_t compute_stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
 
 static ncclDataType_t nccl_type(shlm_dtype dt) { return dt == SHLM_BF16 ? ncclBfloat16 : ncclFloat32; }
@@ -109,12 +93,19 @@ static int nccl_available(void) {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
+static int nccl_progress(void);
+
+/* the cuda backend's host waits run the watchdog: a compute stream stuck behind a
+ * collective must not hang the host where progress() is never called */
+static void progress_while_host_waits(void) { nccl_progress(); }
+
 static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     shlm_comm_group *g = calloc(1, sizeof *g);
     SHLM_CHECK_ALLOC(g);
     MPI_CHECK(MPI_Comm_dup(comm, &g->mpi));
     MPI_CHECK(MPI_Comm_rank(g->mpi, &g->rank));
     MPI_CHECK(MPI_Comm_size(g->mpi, &g->size));
+    shlm_comm_describe(comm, g->label, sizeof g->label);
     ncclUniqueId id;
     if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
@@ -130,10 +121,9 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     NCCL_CHECK(ncclCommInitRankConfig(&g->nccl, g->size, id, g->rank, &cfg));
     CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
     g->delay_us = -1;
+    shlm_cuda_set_host_wait_hook(progress_while_host_waits);
     return g;
 }
-
-static int nccl_progress(void);
 
 /* ---- copy-engine collectives ----
  * NCCL (2.28 and later) moves an all-gather or all-to-all with the GPUs' copy engines
@@ -315,7 +305,7 @@ static shlm_comm_req *finish(shlm_comm_group *g, shlm_comm_op op) {
     SHLM_CHECK_ALLOC(r);
     CUDART_CHECK(cudaEventCreateWithFlags(&w->done, cudaEventDisableTiming));
     CUDART_CHECK(cudaEventRecord(w->done, g->stream));
-    w->issued_s = now_s();
+    w->sw = shlm_watch_issue(shlm_comm_op_name(op), NULL, g->label, MPI_COMM_NULL);
     w->op = op;
     w->g = g;
     w->next = g_watch;
@@ -426,14 +416,17 @@ static void nccl_broadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dty
 
 static const char *op_name(shlm_comm_op op) { return shlm_comm_op_name(op); }
 
-static void abort_group(shlm_comm_group *g) {
+static void abort_group(void *group) {
+    shlm_comm_group *g = group;
     if (g->nccl_ce) ncclCommAbort(g->nccl_ce);
     ncclCommAbort(g->nccl);
 }
 
 /* Retires finished collectives; aborts on an NCCL error or one unfinished past the
- * timeout. Returns how many are still unfinished. */
+ * timeout (after the watchdog's roll call has named the ranks that did not arrive).
+ * Answers other ranks' roll calls. Returns how many are still unfinished. */
 static int nccl_progress(void) {
+    shlm_watchdog_poll();
     int pending = 0;
     watch **pp = &g_watch;
     while (*pp) {
@@ -459,12 +452,7 @@ static int nccl_progress(void) {
                 SHLM_FATAL("NCCL %s on a group of %d ranks failed: %s", op_name(w->op),
                            w->g->size, ncclGetErrorString(async));
             }
-            if (now_s() - w->issued_s > timeout_s()) {
-                abort_group(w->g);
-                SHLM_FATAL("NCCL %s on a group of %d ranks did not finish within %.0f s (a rank "
-                           "died or hangs; SHLM_COMM_TIMEOUT_S sets the limit)",
-                           op_name(w->op), w->g->size, timeout_s());
-            }
+            if (shlm_watch_expired(&w->sw)) shlm_watch_fail(&w->sw, abort_group, w->g);
         }
         pp = &w->next;
     }

@@ -62,11 +62,18 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
     dl->rank = rank;
     dl->world = world;
     dl->micro_batch = micro_batch;
+    dl->window = malloc(((size_t)seq_len + 1) * sizeof *dl->window);
+    if (!dl->window) {
+        snprintf(err, errlen, "%s: out of memory for a window of %d tokens", tf->path,
+                 seq_len + 1);
+        return -1;
+    }
     if (dl->shuffle) {
         dl->perm = malloc(dl->n_windows * sizeof *dl->perm);
         if (!dl->perm) {
             snprintf(err, errlen, "%s: out of memory for a permutation of %llu windows",
                      tf->path, (unsigned long long)dl->n_windows);
+            data_loader_free(dl);
             return -1;
         }
     }
@@ -75,7 +82,9 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
 
 void data_loader_free(data_loader *dl) {
     free(dl->perm);
+    free(dl->window);
     dl->perm = NULL;
+    dl->window = NULL;
     dl->cached_epoch = UINT64_MAX;
 }
 
@@ -91,18 +100,24 @@ uint64_t data_loader_window(data_loader *dl, uint64_t g) {
     return dl->perm[i];
 }
 
-void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
-                       int32_t *targets) {
+int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
+                      int32_t *targets, char *err, size_t errlen) {
     const int T = dl->seq_len;
+    const size_t n = (size_t)dl->micro_batch * T;
+    if (token_file_check(dl->tf, err, errlen) != 0) goto fail;
     for (int b = 0; b < dl->micro_batch; b++) {
         uint64_t g = step_start +
                      ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
         const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
-        for (int t = 0; t < T; t++) {
-            inputs[(size_t)b * T + t] = token_at(dl->tf, w + t);
-            targets[(size_t)b * T + t] = token_at(dl->tf, w + t + 1);
-        }
+        if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0) goto fail;
+        memcpy(inputs + (size_t)b * T, dl->window, (size_t)T * sizeof *inputs);
+        memcpy(targets + (size_t)b * T, dl->window + 1, (size_t)T * sizeof *targets);
     }
+    return 0;
+fail:
+    memset(inputs, 0, n * sizeof *inputs);
+    memset(targets, 0, n * sizeof *targets);
+    return -1;
 }
 
 int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, uint64_t *out) {

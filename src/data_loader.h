@@ -10,6 +10,7 @@
 #ifndef SHLM_DATA_LOADER_H
 #define SHLM_DATA_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "io/tokens.h"
@@ -24,6 +25,7 @@ typedef struct data_loader {
     int micro_batch;        /* rows per micro-batch on this rank */
     uint64_t cached_epoch;  /* epoch of perm below (UINT64_MAX = none) */
     uint64_t *perm;         /* window permutation of cached_epoch (shuffle only) */
+    int32_t *window;        /* seq_len+1 tokens: the window being read */
 } data_loader;
 
 /* Fails (returns -1, message in err) when the file holds fewer than seq_len+1 tokens. */
@@ -43,8 +45,11 @@ uint64_t data_loader_window(data_loader *dl, uint64_t g);
 int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, uint64_t *out);
 
 /* Fills inputs and targets (micro_batch × seq_len each) for micro-batch m of the
- * optimizer step whose first global sample is `step_start` (= s·G). */
-void data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
-                       int32_t *targets);
+ * optimizer step whose first global sample is `step_start` (= s·G), after checking that
+ * the token file is still the one opened (token_file_check). Returns 0; or -1 with one
+ * line in err when the file changed or cannot be read, the rows then all token 0, so
+ * the caller can finish the step's collectives and end the run with every rank. */
+int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
+                      int32_t *targets, char *err, size_t errlen);
 
 #endif

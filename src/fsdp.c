@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "kernels/check.h"
+#include "kernels/comm_watchdog.h"
 #include "src/shard.h"
 
 enum { N_SLOTS = 2 }; /* FULL_SHARD and HYBRID_SHARD keep at most two gathered units */
@@ -522,7 +523,7 @@ double fsdp_finish_grads(fsdp_engine *e) {
     for (int u = 0; u < e->n_units; u++) sq += e->ops->sum_squares(e->units[u].grad, e->units[u].n);
     /* a host double over MPI whatever the comm backend: exact to the last bits */
     if (e->S > 1)
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, e->shard_mpi));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, e->shard_mpi));
     shlm_range_pop(e->ops);
     return sqrt(sq);
 }

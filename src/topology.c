@@ -142,6 +142,7 @@ int topology_create(topology *t, MPI_Comm world, const topology_options *opt, ch
     } else {
         t->node = host;
     }
+    MPI_CHECK(MPI_Comm_set_name(t->node, "node group")); /* names for messages */
     MPI_CHECK(MPI_Comm_rank(t->node, &t->node_rank));
     MPI_CHECK(MPI_Comm_size(t->node, &t->node_size));
     int min_node, max_node;
@@ -171,6 +172,7 @@ int topology_create(topology *t, MPI_Comm world, const topology_options *opt, ch
     default: color = sgs > 0 ? t->world_rank / sgs : 0; break;
     }
     MPI_CHECK(MPI_Comm_split(t->world, color, t->world_rank, &t->shard));
+    MPI_CHECK(MPI_Comm_set_name(t->shard, "shard group"));
     MPI_CHECK(MPI_Comm_rank(t->shard, &t->shard_rank));
     MPI_CHECK(MPI_Comm_size(t->shard, &t->shard_size));
     t->shard_index = color;
@@ -178,6 +180,7 @@ int topology_create(topology *t, MPI_Comm world, const topology_options *opt, ch
 
     /* the replica group: equal shard position, ordered by shard group */
     MPI_CHECK(MPI_Comm_split(t->world, t->shard_rank, t->shard_index, &t->replica));
+    MPI_CHECK(MPI_Comm_set_name(t->replica, "replica group"));
     MPI_CHECK(MPI_Comm_rank(t->replica, &t->replica_rank));
     MPI_CHECK(MPI_Comm_size(t->replica, &t->replica_size));
     return 0;

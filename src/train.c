@@ -10,6 +10,7 @@
 
 #include "io/safe_file.h"
 #include "kernels/check.h"
+#include "kernels/comm_watchdog.h"
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
@@ -23,7 +24,7 @@ int all_ranks_ok(int ok, const char *msg) {
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
     int first_bad = ok ? world : rank;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
     if (first_bad == world) return 0;
     if (rank == first_bad) {
         if (world > 1) fprintf(stderr, "shardlm: error: %s (rank %d)\n", msg, rank);
@@ -95,7 +96,9 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     MPI_CHECK(MPI_Comm_free(&node));
 
     char err[1536] = "";
-    int ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
+    int ok = shlm_watchdog_init(MPI_COMM_WORLD, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
     job_config *c = &r->cfg;
 
@@ -246,7 +249,7 @@ void run_teardown(run *r) {
     job_config_free(&r->cfg);
 }
 
-double run_validate(run *r) {
+int run_validate(run *r, double *loss) {
     const job_config *c = &r->cfg;
     data_loader dl;
     char err[512];
@@ -265,21 +268,28 @@ double run_validate(run *r) {
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
     SHLM_CHECK_ALLOC(tg);
-    double sums[2] = {0, 0}; /* loss·count, count */
+    double sums[3] = {0, 0, 0}; /* loss·count, count, ranks whose token file changed */
+    char data_err[1536] = "";
+    int data_failed = 0;
     fsdp_begin_pass(r->engine, 0);
     for (uint64_t b = 0; b < batches; b++) {
-        data_loader_batch(&dl, b * per_batch, 0, in, tg);
+        if (!data_failed &&
+            data_loader_batch(&dl, b * per_batch, 0, in, tg, data_err, sizeof data_err) != 0)
+            data_failed = 1;
         int valid = 0;
         float loss = llama_forward(r->model, in, tg, c->micro_batch, c->seq_len, &valid, NULL,
                                    NULL);
         sums[0] += (double)loss * valid;
         sums[1] += valid;
     }
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    sums[2] = data_failed;
+    MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     free(in);
     free(tg);
     data_loader_free(&dl);
-    return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    if (sums[2] > 0) return all_ranks_ok(!data_failed, data_err);
+    *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    return 0;
 }
 
 static void print_sample(run *r) {
@@ -554,15 +564,19 @@ static int train_loop(run *r, const ckpt_state *st0) {
     llama_set_profile(r->model, c->profile);
     int rc = 0, stopped_at = 0; /* the step after which a stop signal ended the loop */
     for (int s = first; s < end; s++) {
+        shlm_watchdog_test_stop(r->rank, s + 1);
         shlm_comm_stats before[2], after[2];
         fsdp_comm_stats(r->engine, &before[0], &before[1]);
         double t0 = MPI_Wtime();
         fsdp_zero_grad(r->engine);
         fsdp_begin_pass(r->engine, 1);
         double sums[3] = {0, 0, 0}; /* loss·count, count, ranks whose loss or norm is not finite */
+        int data_failed = 0; /* this rank's token file changed: see the step-end check */
         for (int m = 0; m < r->grad_accum; m++) {
-            data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
-                              m, in, tg);
+            if (!data_failed &&
+                data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
+                                  m, in, tg, err, sizeof err) != 0)
+                data_failed = 1;
             int valid = 0;
             if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
             float loss = llama_forward_backward(r->model, in, tg, c->micro_batch, c->seq_len,
@@ -578,7 +592,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
          * in one reduction before the update: every rank, replicas included, then takes the
          * same decision (the norm is the shard group's, its NaN spread by the reductions) */
         sums[2] = isfinite(sums[0]) && isfinite(norm) ? 0 : 1;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
         const int nonfinite = sums[2] > 0;
         float lr = lr_at(&sch, s);
         if (!nonfinite) {
@@ -608,13 +622,19 @@ static int train_loop(run *r, const ckpt_state *st0) {
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
         /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
-         * learns that some rank saw one, so all stop after this same step */
-        double times[3] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
-                           (double)shlm_signals_pending()};
+         * learns that some rank saw one, so all stop after this same step. [3]: the same
+         * for a token file that changed under the run */
+        double times[4] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
+                           (double)shlm_signals_pending(), (double)data_failed};
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
         for (int g = 0; g < 2; g++)
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, times, 3, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, times, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+        if (times[3] > 0) { /* the step trained on placeholder rows: log and save nothing */
+            all_ranks_ok(!data_failed, err);
+            rc = -1;
+            break;
+        }
         double step_s = times[0];
         if (c->profile && s > first) prof_step_s += step_s;
 
@@ -624,7 +644,10 @@ static int train_loop(run *r, const ckpt_state *st0) {
         double val = NAN;
         if (r->have_val && !stop_sig && !nonfinite_stop &&
             (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
-            val = run_validate(r);
+            if (run_validate(r, &val) != 0) {
+                rc = -1;
+                break;
+            }
         const double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
         if (r->rank == 0 &&
             (last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 || !isnan(val))) {
@@ -782,8 +805,9 @@ static int job_command(int argc, char **argv, int training) {
         snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
         rc = all_ranks_ok(0, err) ? 1 : 0;
     } else {
-        double loss = run_validate(&r);
-        if (r.rank == 0)
+        double loss = NAN;
+        if (run_validate(&r, &loss) != 0) rc = 1;
+        else if (r.rank == 0)
             printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
                    exp(loss));
     }

@@ -36,7 +36,9 @@ int all_ranks_ok(int ok, const char *msg);
 int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train_data);
 void run_teardown(run *r);
 
-/* Mean loss over the validation set (or its first eval_batches micro-batches). */
-double run_validate(run *r);
+/* Mean loss over the validation set (or its first eval_batches micro-batches) into
+ * *loss. Collective; returns 0, or -1 on every rank (message printed once) when a rank's
+ * token file changed under the run. */
+int run_validate(run *r, double *loss);
 
 #endif

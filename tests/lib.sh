@@ -82,3 +82,19 @@ find_h5py() {
         fi
     done
 }
+
+# lines DIR: logged steps so far (lines of DIR/metrics.jsonl)
+lines() { [ -f "$1/metrics.jsonl" ] && wc -l <"$1/metrics.jsonl" || echo 0; }
+
+# wait_step DIR N PID: until DIR's metrics.jsonl has N lines (0: a step more than now),
+# while PID runs, 30 s at most; prints the count
+wait_step() {
+    want=$2
+    [ "$want" -gt 0 ] || want=$(($(lines "$1") + 1))
+    i=0
+    while [ "$(lines "$1")" -lt "$want" ] && kill -0 "$3" 2>/dev/null && [ $i -lt 600 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    lines "$1"
+}

@@ -44,7 +44,10 @@ static int step_windows(const token_file *tf, int T, int shuffle, uint64_t seed,
             break;
         }
         for (int m = 0; m < G / (mb * W); m++) {
-            data_loader_batch(&dl, step * (uint64_t)G, m, in, tg);
+            if (data_loader_batch(&dl, step * (uint64_t)G, m, in, tg, err, sizeof err) != 0) {
+                printf("     batch failed: %s\n", err);
+                ok = 0;
+            }
             for (int b = 0; b < mb; b++) {
                 int32_t first = in[b * T];
                 if (first % T != 0) ok = 0;
@@ -99,7 +102,7 @@ static void test_rank_order(void) {
             uint64_t k = 0;
             for (uint64_t s = 0; s < 3; s++) {
                 for (int m = 0; m < 4; m++, k++) {
-                    data_loader_batch(&dl, s * 4 * W, m, in, tg);
+                    if (data_loader_batch(&dl, s * 4 * W, m, in, tg, err, sizeof err) != 0) ok = 0;
                     uint64_t want = (r + k * W) % 10;
                     if ((uint64_t)in[0] != want * T) ok = 0;
                 }
@@ -112,8 +115,8 @@ static void test_rank_order(void) {
     data_loader dl;
     char err[256];
     data_loader_init(&dl, &tf, T, 0, 7, 1, 2, 2, err, sizeof err);
-    data_loader_batch(&dl, 0, 1, in, tg);
-    check(in[0] == 5 * T && in[T] == 7 * T, "W=2 micro_batch 2, rank 1, micro-batch 1: windows "
+    int rc = data_loader_batch(&dl, 0, 1, in, tg, err, sizeof err);
+    check(rc == 0 && in[0] == 5 * T && in[T] == 7 * T, "W=2 micro_batch 2, rank 1, micro-batch 1: windows "
           "5 and 7 (got %d, %d)", in[0] / T, in[T] / T);
     data_loader_free(&dl);
     free(tf.tokens);
@@ -135,8 +138,9 @@ static void test_windows(void) {
         /* the last window's last target is a real token */
         if (rc == 0) {
             int32_t in[64], tg[64];
-            data_loader_batch(&dl, dl.n_windows - 1, 0, in, tg);
-            check((uint64_t)tg[cases[i].T - 1] < tf.count, "last window stays inside the data");
+            rc = data_loader_batch(&dl, dl.n_windows - 1, 0, in, tg, err, sizeof err);
+            check(rc == 0 && (uint64_t)tg[cases[i].T - 1] < tf.count,
+                  "last window stays inside the data %s", err);
             data_loader_free(&dl);
         }
         free(tf.tokens);

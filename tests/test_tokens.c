@@ -10,6 +10,7 @@
 
 #include "io/tokens.h"
 #include "src/commands.h"
+#include "src/data_loader.h"
 #include "src/rng.h"
 
 #include "tests/check.h"
@@ -83,11 +84,100 @@ static void test_round_trip(int width, uint32_t vocab, uint64_t n) {
               strcmp(tf.path, path) == 0,
           "reopen: rc %d width %d count %llu vocab %u %s", rc, tf.width,
           (unsigned long long)tf.count, tf.vocab_size, err);
-    int same = rc == 0;
-    for (uint64_t i = 0; same && i < n; i++) same = token_at(&tf, i) == tok[i];
-    check(same, "width %d: tokens read back equal tokens written", width);
+    int32_t *back = malloc(n * sizeof *back);
+    int same = rc == 0 && token_file_read(&tf, 0, n, back, err, sizeof err) == 0;
+    for (uint64_t i = 0; same && i < n; i++) same = back[i] == tok[i];
+    check(same, "width %d: tokens read back equal tokens written %s", width, err);
+    /* a window in the middle, and the range check */
+    same = rc == 0 && n > 10 && token_file_read(&tf, n / 2, 5, back, err, sizeof err) == 0 &&
+           memcmp(back, tok + n / 2, 5 * sizeof *back) == 0;
+    check(same, "width %d: tokens [n/2, n/2+5) read back %s", width, err);
+    check(rc == 0 && token_file_read(&tf, n - 1, 2, back, err, sizeof err) == -1 &&
+              strstr(err, "the file holds"),
+          "width %d: a read past the count is refused: %s", width, err);
     if (rc == 0) token_file_close(&tf);
+    free(back);
     free(tok);
+}
+
+/* Opens `path` (tokens 0..n-1 of width 2, vocab 1000), then `change` alters the file:
+ * token_file_check must say so naming the file and `problem`, and so must a data-loader
+ * batch, whose rows are then all zero. When `read_problem` is given, reading tokens
+ * [n/2, n) must fail with it too (no signal: the file is read, not mapped). */
+static void expect_change(const char *what, void (*change)(const char *path), const char *problem,
+                          const char *read_problem) {
+    enum { N = 4000, T = 16 };
+    static int32_t tok[N];
+    for (int i = 0; i < N; i++) tok[i] = i % 1000;
+    const char *path = tmp_path("changing.bin");
+    char err[1024] = "";
+    token_file tf;
+    if (token_file_write(path, tok, N, 2, 1000, err, sizeof err) != 0 ||
+        token_file_open(&tf, path, err, sizeof err) != 0) {
+        check(0, "%s: set-up: %s", what, err);
+        return;
+    }
+    data_loader dl;
+    int32_t in[2 * T], tg[2 * T];
+    int rc = data_loader_init(&dl, &tf, T, 1, 7, 0, 1, 2, err, sizeof err);
+    rc = rc == 0 ? data_loader_batch(&dl, 0, 0, in, tg, err, sizeof err) : rc;
+    check(rc == 0 && token_file_check(&tf, err, sizeof err) == 0,
+          "%s: the file as opened passes the check %s", what, err);
+    change(path);
+    err[0] = '\0';
+    rc = token_file_check(&tf, err, sizeof err);
+    check(rc == -1 && strstr(err, path) == err && strstr(err, problem) && !strchr(err, '\n'),
+          "%s: check fails naming the file and \"%s\": %s", what, problem, err);
+    err[0] = '\0';
+    memset(in, 0x5a, sizeof in);
+    rc = data_loader_batch(&dl, 0, 1, in, tg, err, sizeof err);
+    int zero = 1;
+    for (int i = 0; i < 2 * T; i++) zero = zero && in[i] == 0 && tg[i] == 0;
+    check(rc == -1 && strstr(err, path) && strstr(err, problem) && zero,
+          "%s: the next batch fails with the same message, rows zero: %s", what, err);
+    if (read_problem) {
+        static int32_t back[N];
+        err[0] = '\0';
+        rc = token_file_read(&tf, N / 2, N / 2, back, err, sizeof err);
+        check(rc == -1 && strstr(err, path) == err && strstr(err, read_problem),
+              "%s: a read fails with \"%s\": %s", what, read_problem, err);
+    }
+    data_loader_free(&dl);
+    token_file_close(&tf);
+    remove(path);
+}
+
+static void truncate_half(const char *path) {
+    if (truncate(path, TOKENS_HEADER_BYTES + 2000) != 0) perror(path);
+}
+
+static void replace_by_rename(const char *path) {
+    int32_t t[4000] = {0};
+    char err[1024], other[600];
+    snprintf(other, sizeof other, "%s.new", path);
+    if (token_file_write(other, t, 4000, 2, 1000, err, sizeof err) != 0 || rename(other, path) != 0)
+        printf("     replace: %s\n", err);
+}
+
+/* same size, one id out of range, and an mtime that surely differs (a coarse clock could
+ * give the write the time of the open) */
+static void rewrite_in_place(const char *path) {
+    int fd = open(path, O_WRONLY);
+    unsigned char big[2] = {0xff, 0xff};
+    if (fd < 0 || pwrite(fd, big, 2, TOKENS_HEADER_BYTES + 2 * 3999) != 2) perror(path);
+    struct timespec times[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = 1000000000}};
+    if (fd >= 0 && futimens(fd, times) != 0) perror(path);
+    if (fd >= 0) close(fd);
+}
+
+static void remove_file(const char *path) { remove(path); }
+
+static void test_changed_file(void) {
+    expect_change("truncated", truncate_half, "changed size", "truncated after it was opened");
+    expect_change("replaced by rename", replace_by_rename, "was replaced during the run", NULL);
+    expect_change("rewritten in place", rewrite_in_place, "was modified during the run",
+                  "token 65535 at index 3999 is >= vocab_size 1000 (the file changed");
+    expect_change("removed", remove_file, "removed or renamed", NULL);
 }
 
 /* Runs cmd_data with stderr captured into `msg`; returns its status. */
@@ -131,7 +221,9 @@ static void test_cmd_data(void) {
     char err[1024] = "";
     int orc = token_file_open(&tf, out, err, sizeof err);
     int same = orc == 0 && tf.count == strlen(text) && tf.vocab_size == 256 && tf.width == 2;
-    for (size_t i = 0; same && i < tf.count; i++) same = token_at(&tf, i) == (unsigned char)text[i];
+    int32_t back[64];
+    same = same && token_file_read(&tf, 0, tf.count, back, err, sizeof err) == 0;
+    for (size_t i = 0; same && i < tf.count; i++) same = back[i] == (unsigned char)text[i];
     check(rc == 0 && same, "data prepare --tokenizer bytes: rc %d, file holds the bytes %s",
           rc, err);
     if (orc == 0) token_file_close(&tf);
@@ -292,8 +384,11 @@ int main(int argc, char **argv) {
         rc = token_file_open(&tf, g, err, sizeof err);
         if (rc == 0) {
             accepted++;
-            for (uint64_t i = 0; i < tf.count; i++)
-                if (token_at(&tf, i) < 0 || (uint32_t)token_at(&tf, i) >= tf.vocab_size) garbage_ok = 0;
+            int32_t *back = malloc((tf.count + 1) * sizeof *back);
+            if (token_file_read(&tf, 0, tf.count, back, err, sizeof err) != 0) garbage_ok = 0;
+            for (uint64_t i = 0; garbage_ok && i < tf.count; i++)
+                if (back[i] < 0 || (uint32_t)back[i] >= tf.vocab_size) garbage_ok = 0;
+            free(back);
             if (tf.width != 2 && tf.width != 4) garbage_ok = 0;
             token_file_close(&tf);
         } else if (rc != -1 || strstr(err, g) != err || strchr(err, '\n')) {
@@ -304,6 +399,7 @@ int main(int argc, char **argv) {
     check(garbage_ok, "500 corrupted files: each rejected with a one-line message naming the "
                       "file, or read consistently (%d read)", accepted);
 
+    test_changed_file();
     test_cmd_data();
 
     char cmd[600];

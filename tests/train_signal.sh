@@ -85,22 +85,6 @@ rank_pids() {
     descendants "$1" | awk '$2 == "shardlm" { print $1 }' | sort -n
 }
 
-# lines DIR: logged steps so far
-lines() { [ -f "$1/metrics.jsonl" ] && wc -l <"$1/metrics.jsonl" || echo 0; }
-
-# wait_step DIR N PID: until DIR's metrics.jsonl has N lines (0: a step more than now),
-# while PID runs; prints the count
-wait_step() {
-    want=$2
-    [ "$want" -gt 0 ] || want=$(($(lines "$1") + 1))
-    i=0
-    while [ "$(lines "$1")" -lt "$want" ] && kill -0 "$3" 2>/dev/null && [ $i -lt 600 ]; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    lines "$1"
-}
-
 # steps FILE KEY: "step value" lines of metrics.jsonl, value as printed (%.9g)
 steps() {
     sed -n "s/.*\"step\": \([0-9]*\),.*\"$2\": \([^,}]*\).*/\1 \2/p" "$1"

@@ -187,8 +187,9 @@ extern "C" double shlm_cuda_sum_squares(const float *x, size_t n) {
     sum_partials_kernel<<<1, 1, 0, s>>>(part + nb, part, nb);
     CUDA_CHECK_LAST();
     double total = 0.0;
+    shlm_cuda_host_wait(s);
     CUDA_CHECK(cudaMemcpyAsync(&total, part + nb, sizeof total, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    shlm_cuda_host_wait(s);
     return total;
 }
 

@@ -522,8 +522,9 @@ bool usable() {
     int ok = 0;
     probe_kernel<<<1, 1, 0, st>>>();
     if (cudaGetLastError() != cudaSuccess) return false; /* e.g. no image for this device */
+    shlm_cuda_host_wait(st);
     CUDA_CHECK(cudaMemcpyFromSymbolAsync(&ok, g_probe, sizeof ok, 0, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    shlm_cuda_host_wait(st);
     state = ok == 1;
     return state == 1;
 }

@@ -40,6 +40,11 @@ void shlm_cuda_copy(void *dst, const void *src, size_t bytes);
 void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes); /* synchronises */
 void shlm_cuda_sync(void);
+/* Called about every 0.2 ms while the host waits for the stream (sync, copies to and
+ * from the host, sum_squares): the NCCL comm backend runs its watchdog there, so a
+ * stream stuck behind a collective that never finishes ends the job instead of hanging
+ * the host. NULL (the default): plain cudaStreamSynchronize. */
+void shlm_cuda_set_host_wait_hook(void (*hook)(void));
 /* The largest scratch a training step's ops request (ops.h scratch_bytes), and
  * allocating it ahead (scratch_reserve). */
 size_t shlm_cuda_step_scratch_bytes(int B, int T, int dim, int n_heads, int n_kv_heads,

@@ -71,6 +71,13 @@ cudaStream_t shlm_cuda_stream(void);
  * undefined. */
 void *shlm_cuda_scratch(size_t bytes);
 
+/* Waits on the host until everything queued on s has run. With a host-wait hook set
+ * (shlm_cuda_set_host_wait_hook) it polls the stream and calls the hook meanwhile
+ * instead of blocking in the driver; every host wait of a training step goes through it,
+ * and a copy to or from host memory first drains the stream with it (a pageable copy can
+ * block the host inside the driver until the stream reaches it). */
+void shlm_cuda_host_wait(cudaStream_t s);
+
 /* Multiprocessor count of the current device (cached). */
 int shlm_cuda_sm_count(void);
 

@@ -2,6 +2,8 @@
  * copies, the backend's single stream, and a growable scratch buffer shared by the ops. */
 #include "kernels/cuda/cuda_common.cuh"
 
+#include <time.h>
+
 #include <nvtx3/nvToolsExt.h>
 
 /* One process drives one GPU (the rank binds it with cudaSetDevice before the first op),
@@ -12,6 +14,7 @@ static int g_stream_device = -1;
 static void *g_scratch;
 static size_t g_scratch_bytes;
 static int g_sm_count;
+static void (*g_host_wait_hook)(void);
 
 cudaStream_t shlm_cuda_stream(void) {
     if (!g_stream_made) {
@@ -26,6 +29,34 @@ cudaStream_t shlm_cuda_stream(void) {
 
 extern "C" void *shlm_cuda_stream_handle(void) { return (void *)shlm_cuda_stream(); }
 
+extern "C" void shlm_cuda_set_host_wait_hook(void (*hook)(void)) { g_host_wait_hook = hook; }
+
+static double host_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+void shlm_cuda_host_wait(cudaStream_t s) {
+    if (!g_host_wait_hook) {
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        return;
+    }
+    /* a query costs about a microsecond: the spin notices the end as soon as a
+     * synchronize would, and the hook runs every 0.2 ms */
+    double next_hook = host_now_s() + 2e-4;
+    for (;;) {
+        cudaError_t e = cudaStreamQuery(s);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) CUDA_CHECK(e);
+        double t = host_now_s();
+        if (t >= next_hook) {
+            g_host_wait_hook();
+            next_hook = t + 2e-4;
+        }
+    }
+}
+
 int shlm_cuda_sm_count(void) {
     if (g_sm_count == 0) {
         int dev = 0;
@@ -39,7 +70,7 @@ void *shlm_cuda_scratch(size_t bytes) {
     if (bytes <= g_scratch_bytes) return g_scratch;
     cudaStream_t s = shlm_cuda_stream();
     /* the old buffer may still be read by queued kernels */
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    shlm_cuda_host_wait(s);
     CUDA_CHECK(cudaFree(g_scratch));
     /* grow geometrically so that a few small sizes seen in turn do not reallocate every
      * time; a large request (attention's dS, hundreds of MB) gets exactly its size */
@@ -205,17 +236,19 @@ extern "C" void shlm_cuda_copy(void *dst, const void *src, size_t bytes) {
 extern "C" void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes) {
     if (bytes == 0) return;
     cudaStream_t s = shlm_cuda_stream();
+    shlm_cuda_host_wait(s);
     CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
     /* the caller may reuse host_src as soon as this returns (it may be pinned, when the
      * copy would otherwise still be in flight); uploads are once per micro-batch */
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    shlm_cuda_host_wait(s);
 }
 
 extern "C" void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes) {
     if (bytes == 0) return;
     cudaStream_t s = shlm_cuda_stream();
+    shlm_cuda_host_wait(s);
     CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    CUDA_CHECK(cudaStreamSynchronize(s));
+    shlm_cuda_host_wait(s);
 }
 
-extern "C" void shlm_cuda_sync(void) { CUDA_CHECK(cudaStreamSynchronize(shlm_cuda_stream())); }
+extern "C" void shlm_cuda_sync(void) { shlm_cuda_host_wait(shlm_cuda_stream()); }

@@ -1,5 +1,5 @@
 /* Stand-ins for the few backend functions that kernels/cuda/attention.cu and
- * attention_sm90.cu call (memory.cu's stream and scratch, check.c's fatal path), so that
+ * attention_sm90.cu call (memory.cu's stream, scratch and host wait, check.c's fatal path), so that
  * tests/gpu/attn_sm90_check.cu can also be built with nvcc alone -- no MPI, no
  * configure, no libshardlm.a -- e.g. on the GPU machine, from the repository root:
  *
@@ -31,6 +31,9 @@ int shlm_cuda_sm_count(void) {
     }
     return n;
 }
+
+/* no host-wait hook outside the program: a plain synchronize */
+void shlm_cuda_host_wait(cudaStream_t s) { CUDA_CHECK(cudaStreamSynchronize(s)); }
 
 /* grows (after synchronising the stream: the old buffer may be in use), never shrinks */
 void *shlm_cuda_scratch(size_t bytes) {

@@ -7,6 +7,8 @@
 #                        fallback and float64
 #   attn_bwd_sm90_check  the attention backward: default and fallback bitwise equal,
 #                        both against float64, with and without RoPE
+#   hung_rank.sh         a rank stopped mid-run on 2 GPUs: the other ends the job within
+#                        SHLM_COMM_TIMEOUT_S naming it (NCCL watchdog; skipped on 1 GPU)
 # Each log goes to check-gpu-NAME.log in the current directory. A test that finds no
 # suitable GPU exits 77 and is reported SKIP. Exit 1 when any test failed.
 # Env: BUILDDIR (the build directory), SHLM, SHLM_SRCDIR, MPIRUN (as `make check` sets).
@@ -27,4 +29,5 @@ run test_ops_cuda "$B/tests/gpu/test_ops_cuda"
 run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time
 run attn_bwd_sm90_check "$B/tests/gpu/attn_bwd_sm90_check" --no-time
+run hung_rank sh "$SHLM_SRCDIR/tests/gpu/hung_rank.sh"
 exit $failed

@@ -1,0 +1,30 @@
+/* One-line error messages (errmsg.h). */
+#include "io/errmsg.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+void io_set_err(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    char *raw = malloc(errlen);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(raw ? raw : err, errlen, fmt, ap);
+    va_end(ap);
+    if (!raw) return; /* out of memory: the message as it came */
+    size_t n = 0;
+    for (const unsigned char *s = (const unsigned char *)raw; *s && n + 1 < errlen; s++) {
+        char esc[5];
+        if (*s >= 0x20 && *s != 0x7f) {
+            err[n++] = (char)*s;
+            continue;
+        }
+        snprintf(esc, sizeof esc, *s == '\n' ? "\\n" : *s == '\r' ? "\\r" : *s == '\t' ? "\\t"
+                                                                                      : "\\x%02x",
+                 *s);
+        for (const char *e = esc; *e && n + 1 < errlen; e++) err[n++] = *e;
+    }
+    err[n] = '\0';
+    free(raw);
+}

@@ -1,0 +1,14 @@
+/* One-line error messages for the readers of io/: what a file says (a tensor name, a
+ * shard name, a key) goes into messages, and a file may put line breaks in it. */
+#ifndef SHLM_ERRMSG_H
+#define SHLM_ERRMSG_H
+
+#include <stddef.h>
+
+/* snprintf into err (errlen bytes, nothing when err is NULL or errlen 0), then every
+ * control character of the result written as an escape (\n, \r, \t, \xNN), so the
+ * message stays one line whatever the strings it quotes hold; cut to fit. */
+void io_set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,188 @@
+#!/bin/sh
+# A rank that hangs instead of dying (kernels/comm_watchdog.h): with SHLM_COMM_TIMEOUT_S=T
+# the other ranks must end the job within T + the roll call's grace (at most 5 s) + a few
+# seconds, with exactly one line "shardlm: error: ..." naming the operation and the rank
+# that did not arrive, a non-zero exit, and no process of the job left behind (the
+# stopped one included).
+#
+#  train2:    2 ranks FULL_SHARD; rank 1 stops itself (SIGSTOP) at step 3
+#             (SHLM_TEST_STOP_AT=1:3): rank 0 waits in an all_gather of the shard group
+#  hybrid4:   4 ranks HYBRID_SHARD as 2 nodes x 2, rank 2 stops: the replica all_reduce
+#  noshard4:  4 ranks NO_SHARD, rank 0 stops: ranks 1-3 wait in the replica all_reduce
+#  allreduce: tests/test_watchdog on 3 ranks, rank 1 stopped before a shlm_timed_allreduce
+#             (the step's host reductions): "MPI_Allreduce (main)", rank 1
+#  order:     tests/test_watchdog on 3 ranks waiting in reductions over two different
+#             communicators: nobody is missing, every rank answers, the line says so
+#  ok:        shlm_timed_allreduce gives MPI_Allreduce's results
+#  badenv:    SHLM_COMM_TIMEOUT_S=abc is refused at start-up with one line
+#
+# `hung_rank.sh cuda` (tests/gpu/hung_rank.sh, `make check-gpu`, 2 GPUs) runs the NCCL
+# backend's cases instead, with a timeout of 10 s: a stuck NCCL collective leaves the
+# host free, so the watchdog runs from progress() and from the cuda backend's host waits
+# (kernels/cuda/cuda.h shlm_cuda_set_host_wait_hook):
+#  cuda2:        2 ranks FULL_SHARD, rank 1 stops at step 3: the all_gather (copy engines)
+#  cuda2_smgath: the same with SHLM_NCCL_CE_ALLGATHER=0 (NCCL's SM kernels)
+#  cuda2_hybrid: HYBRID_SHARD with one rank per node: the replica all_reduce
+#
+# Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand from a
+# build directory:
+#   SHLM=./shardlm SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/hung_rank.sh
+# Exit 0 pass, 1 fail, 77 skip (no MPI launcher). The work directory is kept on failure.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
+SHLM=${SHLM:-./shardlm}
+SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
+mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
+job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
+backend=${1:-cpu}
+case $backend in
+cpu) T=3 ;;
+cuda) T=10 ;; # CUDA and NCCL start-up and the first step's plans take seconds
+*) echo "usage: hung_rank.sh [cpu|cuda]" >&2; exit 99 ;;
+esac
+# the bound on one case: the timeout, the grace, start-up and the abort, with margin
+SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
+export SHLM_TEST_TIMEOUT
+extra_env="" # more environment for the next expect_hang
+
+sh "$mpi" 1 true >/dev/null 2>&1
+[ $? -eq 77 ] && { echo "hung_rank: SKIP: no MPI launcher"; exit 77; }
+
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin hung_rank shlm-hung-rank
+
+prepare_corpus "$work/train.bin"
+
+# pids of processes whose command line holds the fixed string $1
+procs_with() {
+    for f in /proc/[0-9]*/cmdline; do
+        { tr '\0' ' ' <"$f"; } 2>/dev/null | grep -q -F -e "$1" && { p=${f#/proc/}; echo "${p%/cmdline}"; }
+    done
+}
+
+# expect_hang NAME NP STOP-ENV PATTERN... -- CMD...: runs CMD on NP ranks with
+# SHLM_COMM_TIMEOUT_S=$T (and SHLM_TEST_STOP_AT=STOP-ENV unless it is "-"), and checks
+# the end: non-zero exit within the bound, one error line holding every PATTERN, no
+# process left (matched by the case's own tag in the command line)
+expect_hang() {
+    name=$1 np=$2 stop=$3
+    shift 3
+    n_pat=0
+    while [ "$1" != "--" ]; do
+        n_pat=$((n_pat + 1))
+        eval "pat_$n_pat=\$1"
+        shift
+    done
+    shift
+    envs="SHLM_COMM_TIMEOUT_S=$T $extra_env"
+    [ "$stop" = "-" ] || envs="$envs SHLM_TEST_STOP_AT=$stop"
+    echo "+ env $envs sh $mpi $np $*"
+    t0=$(date +%s)
+    # shellcheck disable=SC2086 # the env words
+    env $envs sh "$mpi" "$np" "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null
+    rc=$?
+    secs=$(($(date +%s) - t0))
+    i=0 # the launcher's kill reaches every rank
+    while left=$(procs_with "$work/$name-tag" | tr '\n' ' ') && [ -n "$left" ] && [ $i -lt 30 ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    for p in $left; do kill -CONT "$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; done
+    n=$(grep -c '^shardlm: error: ' "$work/$name.err")
+    line=$(grep '^shardlm: error: ' "$work/$name.err")
+    why=""
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+        why="exit status $rc, want non-zero (124, 137: timed out)"
+    elif [ "$secs" -gt $((T + 5 + 25)) ]; then
+        why="took $secs s, want at most T + grace + 25 = $((T + 30)) s"
+    elif [ -n "$left" ]; then
+        why="processes left behind: $left"
+    elif [ "$n" -ne 1 ]; then
+        why="$n 'shardlm: error:' lines, want 1"
+    else
+        i=1
+        while [ $i -le $n_pat ]; do
+            eval "p=\$pat_$i"
+            printf '%s\n' "$line" | grep -q -F -e "$p" || { why="the line does not say '$p'"; break; }
+            i=$((i + 1))
+        done
+    fi
+    if [ -n "$why" ]; then
+        fail "$name: $why"
+        sed 's/^/    stderr: /' "$work/$name.err" | head -n 20
+    else
+        echo "$name: exit $rc after $secs s:"
+        echo "    $line"
+    fi
+}
+
+# train NAME: the training command of case NAME (its run directory is its tag); on the
+# cuda backend the shape of tests/gpu/model_steps.sh, which its kernels are tested at
+train() {
+    echo "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$1-tag" \
+        --set "runtime.backend=$backend"
+    [ "$backend" = cpu ] || echo --set model.dim=256 --set model.ffn_dim=688 \
+        --set train.seq_len=128 --set fsdp.param_dtype=bf16
+}
+
+if [ "$backend" = cuda ]; then
+    # shellcheck disable=SC2046 # train's words
+    expect_hang cuda2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
+        "rank 1 did not arrive" -- $(train cuda2)
+    extra_env=SHLM_NCCL_CE_ALLGATHER=0
+    # shellcheck disable=SC2046
+    expect_hang cuda2_smgath 2 1:3 "all_gather #" "rank 1 did not arrive" -- $(train cuda2_smgath)
+    extra_env=""
+    # shellcheck disable=SC2046
+    expect_hang cuda2_hybrid 2 1:3 "all_reduce #" "on replica group (ranks 0,1)" \
+        "rank 1 did not arrive" -- $(train cuda2_hybrid) --set fsdp.strategy=HYBRID_SHARD \
+        --set runtime.ranks_per_node=1
+    echo "hung_rank (cuda): $(($(date +%s) - t_start)) s"
+    [ $fails -eq 0 ] || { echo "hung_rank: $fails failure(s); work directory kept: $work"; exit 1; }
+    rm -rf "$work"
+    exit 0
+fi
+
+# shellcheck disable=SC2046 # train's words
+expect_hang train2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
+    "rank 1 did not arrive" "SHLM_COMM_TIMEOUT_S" -- $(train train2)
+# shellcheck disable=SC2046
+expect_hang hybrid4 4 2:3 "rank 2 did not arrive" "all_reduce #" "on replica group (ranks 0,2)" -- \
+    $(train hybrid4) --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2
+# shellcheck disable=SC2046
+expect_hang noshard4 4 0:3 "rank 0 did not arrive" "waiting in it: ranks 1-3" -- \
+    $(train noshard4) --set fsdp.strategy=NO_SHARD
+
+wd="$SHLM_BUILDDIR/tests/test_watchdog"
+expect_hang allreduce 3 - "MPI_Allreduce (main) #7 on MPI_COMM_WORLD (ranks 0-2)" \
+    "rank 1 did not arrive" -- "$wd" stop 1 "$work/allreduce-tag"
+expect_hang order 3 - "every rank answers" "MPI_Allreduce (main) #1 on first (ranks 0-2)" \
+    "MPI_Allreduce (main) #1 on second (ranks 0-2)" -- "$wd" order "$work/order-tag"
+
+echo "+ sh $mpi 3 $wd ok"
+if sh "$mpi" 3 "$wd" ok >"$work/ok.out" 2>&1 </dev/null && grep -q "as MPI_Allreduce's" "$work/ok.out"; then
+    echo "ok: $(grep '^test_watchdog ok' "$work/ok.out")"
+else
+    fail "ok: shlm_timed_allreduce's results differ from MPI_Allreduce's"
+    sed 's/^/    /' "$work/ok.out"
+fi
+
+echo "+ SHLM_COMM_TIMEOUT_S=abc $SHLM train $job --set data.train=$work/train.bin"
+SHLM_COMM_TIMEOUT_S=abc "$SHLM" train "$job" --set "data.train=$work/train.bin" \
+    --set "log.run_dir=$work/badenv" >"$work/badenv.out" 2>"$work/badenv.err" </dev/null
+rc=$?
+why=$(error_line_problem "$work/badenv.err" "SHLM_COMM_TIMEOUT_S=abc" "positive number")
+if [ $rc -eq 0 ] || [ -n "$why" ]; then
+    fail "badenv: exit $rc; $why"
+else
+    echo "badenv: $(cat "$work/badenv.err")"
+fi
+
+echo "hung_rank: $(($(date +%s) - t_start)) s"
+if [ $fails -ne 0 ]; then
+    echo "hung_rank: $fails failure(s); work directory kept: $work"
+    exit 1
+fi
+rm -rf "$work"
