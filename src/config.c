@@ -121,6 +121,9 @@ static const key_def keys[] = {
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
     {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
+    /* packed documents attend only within themselves (block-diagonal causal attention
+     * from the token file's document starts), and a document's first token is no target */
+    {"data", "doc_mask", KT_BOOL, F(doc_mask), "false", NOLIM, NULL, 0},
     /* a tokenizer file or model directory (src/tokenizer.h), or bytes; default: the
      * model.init_from directory's when it holds one, else bytes */
     {"data", "tokenizer", KT_STRING, F(tokenizer), NULL, NOLIM, NULL, KF_PATH | KF_DERIVED},
