@@ -94,17 +94,19 @@ static int prompt_response_doc(tokenizer *tok, const prepare_options *o, const c
         get_string(rec, "input", 0, &input, "", err, errlen) ||
         get_string(rec, "output", 0, &output, "", err, errlen))
         return -1;
-    const int pr = prompt || response, alpaca = instruction || output;
-    if (pr == alpaca || (pr && (!prompt || !response)) || (alpaca && (!instruction || !output))) {
-        const char *missing = pr && !prompt ? "prompt" : pr && !response ? "response"
-                            : alpaca && !instruction ? "instruction" : alpaca ? "output" : NULL;
-        if (missing)
-            snprintf(err, errlen, "missing \"%s\" (a record holds \"prompt\" and \"response\", "
-                     "or Alpaca's \"instruction\", \"input\" and \"output\")", missing);
-        else
-            snprintf(err, errlen, "a record holds \"prompt\" and \"response\", or Alpaca's "
-                     "\"instruction\", \"input\" (optional) and \"output\"%s",
-                     pr ? ", not both" : "");
+    const int pr = prompt || response, alpaca = instruction || input || output;
+    const char *missing = pr && alpaca ? NULL
+                        : pr           ? (!prompt ? "prompt" : !response ? "response" : NULL)
+                        : alpaca       ? (!instruction ? "instruction" : !output ? "output" : NULL)
+                                       : "prompt";
+    if (pr && alpaca) {
+        snprintf(err, errlen, "a record holds \"prompt\" and \"response\", or Alpaca's "
+                 "\"instruction\", \"input\" (optional) and \"output\", not both");
+        return -1;
+    }
+    if (missing) {
+        snprintf(err, errlen, "missing \"%s\" (a record holds \"prompt\" and \"response\", or "
+                 "Alpaca's \"instruction\", \"input\" (optional) and \"output\")", missing);
         return -1;
     }
     if (alpaca) {
