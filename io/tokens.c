@@ -137,36 +137,62 @@ static int read_groups(const token_file *tf, uint64_t g0, size_t ng, uint64_t *w
     return 0;
 }
 
+/* Words of the range's bits from in-memory flags, or version 1's. */
+static void bits_of_flags(const token_file *tf, uint64_t first, size_t n, uint64_t *trained,
+                          uint64_t *doc) {
+    for (size_t k = 0; k < (n + 63) / 64; k++) trained[k] = doc[k] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t t = first + i;
+        const uint8_t f = tf->flags ? tf->flags[t] : (uint8_t)(TOKEN_TRAINED | (t == 0) * TOKEN_DOC_START);
+        trained[i / 64] |= (uint64_t)(f & TOKEN_TRAINED) << (i % 64);
+        doc[i / 64] |= (uint64_t)((f & TOKEN_DOC_START) >> 1) << (i % 64);
+    }
+}
+
+int token_file_read_bits(const token_file *tf, uint64_t first, size_t n, uint64_t *trained,
+                         uint64_t *doc, char *err, size_t errlen) {
+    if (!range_ok(tf, first, n, err, errlen)) return -1;
+    if (tf->tokens || tf->version == 1) {
+        bits_of_flags(tf, first, n, trained, doc);
+        return 0;
+    }
+    /* the groups covering the range, a piece of at most CHUNK at a time, each output word
+     * made of two group words shifted by the range's offset in its first group */
+    enum { CHUNK = 128 };
+    uint64_t words[2 * (CHUNK + 1)];
+    const unsigned shift = (unsigned)(first % TOKENS_GROUP);
+    const size_t n_out = (n + 63) / 64;
+    const uint64_t g_end = (first + n - 1) / TOKENS_GROUP + 1;
+    for (size_t k0 = 0; k0 < n_out; k0 += CHUNK) {
+        const uint64_t g0 = first / TOKENS_GROUP + k0;
+        const size_t k_n = n_out - k0 < CHUNK ? n_out - k0 : CHUNK;
+        const size_t ng = g_end - g0 < k_n + 1 ? (size_t)(g_end - g0) : k_n + 1;
+        if (read_groups(tf, g0, ng, words, 1, err, errlen) != 0) return -1;
+        for (size_t k = 0; k < k_n; k++) {
+            for (int which = 0; which < 2; which++) {
+                const uint64_t lo = words[2 * k + which] >> shift;
+                const uint64_t hi = shift && k + 1 < ng ? words[2 * (k + 1) + which] << (64 - shift) : 0;
+                (which ? doc : trained)[k0 + k] = lo | hi;
+            }
+        }
+    }
+    const unsigned tail = (unsigned)(n % 64);
+    if (tail) trained[n_out - 1] &= ~(~0ull << tail), doc[n_out - 1] &= ~(~0ull << tail);
+    return 0;
+}
+
 int token_file_read_flags(const token_file *tf, uint64_t first, size_t n, uint8_t *out,
                           char *err, size_t errlen) {
     if (!range_ok(tf, first, n, err, errlen)) return -1;
-    if (tf->tokens || tf->version == 1) {
-        if (tf->tokens && tf->flags) {
-            memcpy(out, tf->flags + first, n);
-        } else {
-            memset(out, TOKEN_TRAINED, n);
-            if (first == 0 && n > 0) out[0] |= TOKEN_DOC_START;
-        }
-        return 0;
-    }
-    /* a window's groups in pieces of at most CHUNK groups: no allocation per call */
-    enum { CHUNK = 128 };
-    uint64_t words[2 * CHUNK];
+    enum { WORDS = 64 }; /* 4096 tokens a piece */
+    uint64_t trained[WORDS], doc[WORDS];
     for (size_t done = 0; done < n;) {
-        const uint64_t t = first + done, g0 = t / TOKENS_GROUP;
-        const uint64_t last = first + n - 1, g_end = last / TOKENS_GROUP + 1;
-        const size_t ng = g_end - g0 < CHUNK ? (size_t)(g_end - g0) : CHUNK;
-        if (read_groups(tf, g0, ng, words, 1, err, errlen) != 0) return -1;
-        /* tokens of these groups that are in the range */
-        const uint64_t stop = (g0 + ng) * TOKENS_GROUP < first + n ? (g0 + ng) * TOKENS_GROUP
-                                                                   : first + n;
-        for (uint64_t i = t; i < stop; i++) {
-            const uint64_t g = i / TOKENS_GROUP - g0;
-            const unsigned b = (unsigned)(i % TOKENS_GROUP);
-            out[i - first] = (uint8_t)((words[2 * g] >> b & 1) * TOKEN_TRAINED |
-                                       (words[2 * g + 1] >> b & 1) * TOKEN_DOC_START);
-        }
-        done = (size_t)(stop - first);
+        const size_t k = n - done < 64 * WORDS ? n - done : 64 * WORDS;
+        if (token_file_read_bits(tf, first + done, k, trained, doc, err, errlen) != 0) return -1;
+        for (size_t i = 0; i < k; i++)
+            out[done + i] = (uint8_t)((trained[i / 64] >> (i % 64) & 1) * TOKEN_TRAINED |
+                                      (doc[i / 64] >> (i % 64) & 1) * TOKEN_DOC_START);
+        done += k;
     }
     return 0;
 }

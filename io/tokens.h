@@ -114,6 +114,10 @@ int token_file_read(const token_file *tf, uint64_t first, size_t n, int32_t *out
  * TOKEN_TRAINED everywhere, TOKEN_DOC_START on token 0. Errors as token_file_read. */
 int token_file_read_flags(const token_file *tf, uint64_t first, size_t n, uint8_t *out,
                           char *err, size_t errlen);
+/* The same bits as words, for counting: bit i of trained[k] and of doc[k] (ceil(n/64)
+ * words each) belongs to token first + 64k + i; bits past the range are 0. */
+int token_file_read_bits(const token_file *tf, uint64_t first, size_t n, uint64_t *trained,
+                         uint64_t *doc, char *err, size_t errlen);
 
 /* 0 when the file under tf->path is still the one opened: same device and inode (not
  * replaced, e.g. by a rename), same size and modification time (not truncated or

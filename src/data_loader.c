@@ -65,7 +65,8 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
     dl->micro_batch = micro_batch;
     dl->window = malloc(((size_t)seq_len + 1) * sizeof *dl->window);
     dl->flags = malloc((size_t)seq_len + 1);
-    if (!dl->window || !dl->flags) {
+    dl->bits = malloc(2 * (((size_t)seq_len + 63) / 64) * sizeof *dl->bits);
+    if (!dl->window || !dl->flags || !dl->bits) {
         snprintf(err, errlen, "%s: out of memory for a window of %d tokens", tf->path,
                  seq_len + 1);
         data_loader_free(dl);
@@ -87,6 +88,8 @@ void data_loader_free(data_loader *dl) {
     free(dl->perm);
     free(dl->window);
     free(dl->flags);
+    free(dl->bits);
+    dl->bits = NULL;
     dl->perm = NULL;
     dl->window = NULL;
     dl->flags = NULL;
@@ -152,11 +155,14 @@ int data_loader_count_targets(data_loader *dl, uint64_t first, uint64_t n, int64
         return 0;
     }
     int64_t total = 0;
+    const size_t words = ((size_t)T + 63) / 64;
+    uint64_t *trained = dl->bits, *doc = dl->bits + words;
     for (uint64_t g = first; g < first + n; g++) {
         /* the targets of window w are its tokens 1..T */
         const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
-        if (token_file_read_flags(tf, w + 1, (size_t)T, dl->flags, err, errlen) != 0) return -1;
-        for (int t = 0; t < T; t++) total += data_loader_target_trained(dl->flags[t], dl->doc_mask);
+        if (token_file_read_bits(tf, w + 1, (size_t)T, trained, doc, err, errlen) != 0) return -1;
+        for (size_t k = 0; k < words; k++)
+            total += __builtin_popcountll(data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
     }
     *out = total;
     return 0;

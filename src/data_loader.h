@@ -36,6 +36,7 @@ typedef struct data_loader {
                              * doc_start and the target at a document start is ignored */
     int32_t *window;        /* seq_len+1 tokens: the window being read */
     uint8_t *flags;         /* their TOKEN_* flags (io/tokens.h) */
+    uint64_t *bits;         /* 2 x ceil(seq_len / 64) words: a window's targets' bits */
 } data_loader;
 
 /* Fails (returns -1, message in err) when the file holds fewer than seq_len+1 tokens. */
@@ -68,9 +69,13 @@ int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inpu
 
 /* The rule for one target: the flags of the token it predicts (TOKEN_* of io/tokens.h)
  * say whether the loss covers it: its loss-mask bit, and under doc_mask not a document's
- * first token. */
+ * first token. The same rule on 64 tokens' bits at once, for counting (the tests hold the
+ * two to the same counts). */
 static inline int data_loader_target_trained(uint8_t next_flags, int doc_mask) {
     return (next_flags & TOKEN_TRAINED) && !(doc_mask && (next_flags & TOKEN_DOC_START));
+}
+static inline uint64_t data_loader_targets_trained(uint64_t trained, uint64_t doc, int doc_mask) {
+    return trained & ~(doc_mask ? doc : 0);
 }
 
 /* The trained targets of global samples [first, first + n) (all ranks' rows of all the
