@@ -37,22 +37,7 @@ info() { "$SHLM" data info "$1" | awk -v k="$2" '$1 == k { print $2 }'; }
 refused() {
     what=$1 want=$2
     shift 2
-    pats=
-    while [ "$1" != "--" ]; do
-        pats="$pats$1
-"
-        shift
-    done
-    shift
-    echo "+ $*"
-    "$@" >"$work/out" 2>"$work/err" </dev/null
-    rc=$?
-    old_ifs=$IFS
-    IFS='
-'
-    # shellcheck disable=SC2086
-    why=$(error_line_problem "$work/err" $pats)
-    IFS=$old_ifs
+    run_expecting_error "$@"
     if [ $rc -ne "$want" ] || [ -n "$why" ]; then
         fail "$what: exit $rc (want $want) $why: $(head -c 300 "$work/err")"
     elif [ -e "$work/refused.bin" ]; then
@@ -219,11 +204,4 @@ ok "nothing trained left" "$SHLM" data prepare --tokenizer bytes --format prompt
 grep -q "1 documents have no trained token (the first at line 1)" "$work/err" ||
     fail "a document without trained tokens is not reported: $(cat "$work/err")"
 
-t_end=$(date +%s)
-if [ $fails -ne 0 ]; then
-    echo "data_prepare: FAIL ($fails; $((t_end - t_start)) s); work directory kept: $work"
-    exit 1
-fi
-echo "data_prepare: PASS ($((t_end - t_start)) s)"
-rm -rf "$work"
-exit 0
+test_end

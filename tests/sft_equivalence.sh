@@ -124,11 +124,4 @@ echo "# every step against the 1-rank run without accumulation ($steps steps, fp
 echo "# max relative difference of the training loss, the validation loss and the gradient norm"
 printf '# %-24s %3s  %-10s %-10s %-10s %s\n' run ranks loss val_loss grad_norm verdict
 cat "$table"
-t_end=$(date +%s)
-if [ $fails -ne 0 ]; then
-    echo "sft_equivalence: FAIL ($fails; $((t_end - t_start)) s); logs kept in $work"
-    exit 1
-fi
-echo "sft_equivalence: PASS ($((t_end - t_start)) s)"
-rm -rf "$work"
-exit 0
+test_end
