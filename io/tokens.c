@@ -143,7 +143,8 @@ static void bits_of_flags(const token_file *tf, uint64_t first, size_t n, uint64
     for (size_t k = 0; k < (n + 63) / 64; k++) trained[k] = doc[k] = 0;
     for (size_t i = 0; i < n; i++) {
         const uint64_t t = first + i;
-        const uint8_t f = tf->flags ? tf->flags[t] : (uint8_t)(TOKEN_TRAINED | (t == 0) * TOKEN_DOC_START);
+        const uint8_t f = tf->flags ? tf->flags[t]
+                                    : (uint8_t)(TOKEN_TRAINED | (t == 0) * TOKEN_DOC_START);
         trained[i / 64] |= (uint64_t)(f & TOKEN_TRAINED) << (i % 64);
         doc[i / 64] |= (uint64_t)((f & TOKEN_DOC_START) >> 1) << (i % 64);
     }
@@ -171,7 +172,8 @@ int token_file_read_bits(const token_file *tf, uint64_t first, size_t n, uint64_
         for (size_t k = 0; k < k_n; k++) {
             for (int which = 0; which < 2; which++) {
                 const uint64_t lo = words[2 * k + which] >> shift;
-                const uint64_t hi = shift && k + 1 < ng ? words[2 * (k + 1) + which] << (64 - shift) : 0;
+                const uint64_t hi =
+                    shift && k + 1 < ng ? words[2 * (k + 1) + which] << (64 - shift) : 0;
                 (which ? doc : trained)[k0 + k] = lo | hi;
             }
         }
@@ -639,8 +641,9 @@ int token_file_write(const char *path, const int32_t *tokens, const uint8_t *fla
             uint64_t mask = 0, doc = 0;
             const uint64_t base = (g0 + g) * TOKENS_GROUP;
             for (unsigned b = 0; b < TOKENS_GROUP && base + b < n; b++) {
-                const uint8_t fl = flags ? flags[base + b]
-                                         : (uint8_t)(TOKEN_TRAINED | (base + b == 0) * TOKEN_DOC_START);
+                const uint8_t fl =
+                    flags ? flags[base + b]
+                          : (uint8_t)(TOKEN_TRAINED | (base + b == 0) * TOKEN_DOC_START);
                 mask |= (uint64_t)(fl & TOKEN_TRAINED) << b;
                 doc |= (uint64_t)((fl & TOKEN_DOC_START) >> 1) << b;
             }

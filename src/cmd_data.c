@@ -238,7 +238,8 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     if (o->format == TOKEN_FORMAT_OTHER)
         return fail(2, "--format must be text, jsonl-text, prompt-response or chat, not '%s'",
                     a->format);
-    const int templated = o->format == TOKEN_FORMAT_PROMPT_RESPONSE || o->format == TOKEN_FORMAT_CHAT;
+    const int templated =
+        o->format == TOKEN_FORMAT_PROMPT_RESPONSE || o->format == TOKEN_FORMAT_CHAT;
     if (a->chat_template && !templated)
         return fail(2, "--chat-template applies to --format prompt-response and chat");
     if (a->overlong && !a->max_doc_len) return fail(2, "--overlong needs --max-doc-len");

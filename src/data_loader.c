@@ -162,7 +162,8 @@ int data_loader_count_targets(data_loader *dl, uint64_t first, uint64_t n, int64
         const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
         if (token_file_read_bits(tf, w + 1, (size_t)T, trained, doc, err, errlen) != 0) return -1;
         for (size_t k = 0; k < words; k++)
-            total += __builtin_popcountll(data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
+            total += __builtin_popcountll(
+                data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
     }
     *out = total;
     return 0;

@@ -53,36 +53,32 @@ static int get_string(const cJSON *obj, const char *key, int required, const cha
     return 0;
 }
 
-/* A text document: bos as the model adds it, the text, eos; all trained. */
-static int text_doc(tokenizer *tok, const char *text, size_t len, doc_pieces *d) {
+/* A document without a template: bos as the model adds it, the prompt (when there is one;
+ * it and the bos untrained), the text, the eos (when the tokenizer has one). */
+static int plain_doc(const tokenizer *tok, doc_pieces *d, const char *prompt, const char *text,
+                     size_t len) {
     const int flags = tokenizer_document_flags(tok);
+    const int32_t bos = tokenizer_bos(tok), eos = tokenizer_eos(tok);
     int rc = 0;
     if (flags & TOKENIZER_ADD_BOS)
-        rc |= doc_pieces_token(d, tokenizer_bos(tok), tokenizer_token_string(tok, tokenizer_bos(tok)), 1);
+        rc |= doc_pieces_token(d, bos, tokenizer_token_string(tok, bos), !prompt);
+    if (prompt) rc |= doc_pieces_text(d, prompt, strlen(prompt), 0);
     rc |= doc_pieces_text(d, text, len, 1);
     if (flags & TOKENIZER_ADD_EOS)
-        rc |= doc_pieces_token(d, tokenizer_eos(tok), tokenizer_token_string(tok, tokenizer_eos(tok)), 1);
+        rc |= doc_pieces_token(d, eos, tokenizer_token_string(tok, eos), 1);
     return rc ? -1 : 0;
 }
 
-/* A prompt and its response: a two-turn chat with a template; without one bos, the
- * prompt, then the response and eos trained. */
+/* A prompt and its response: a two-turn chat with a template, else a plain document. */
 static int pair_doc(tokenizer *tok, const prepare_options *o, const char *prompt,
                     const char *response, doc_pieces *d, char *err, size_t errlen) {
     if (o->tmpl) {
         const chat_message m[2] = {{"user", prompt}, {"assistant", response}};
         return chat_render(o->tmpl, m, 2, 0, d, err, errlen);
     }
-    const int flags = tokenizer_document_flags(tok);
-    int rc = 0;
-    if (flags & TOKENIZER_ADD_BOS)
-        rc |= doc_pieces_token(d, tokenizer_bos(tok), tokenizer_token_string(tok, tokenizer_bos(tok)), 0);
-    rc |= doc_pieces_text(d, prompt, strlen(prompt), 0);
-    rc |= doc_pieces_text(d, response, strlen(response), 1);
-    if (flags & TOKENIZER_ADD_EOS)
-        rc |= doc_pieces_token(d, tokenizer_eos(tok), tokenizer_token_string(tok, tokenizer_eos(tok)), 1);
-    if (rc) snprintf(err, errlen, "out of memory");
-    return rc ? -1 : 0;
+    if (plain_doc(tok, d, prompt, response, strlen(response)) == 0) return 0;
+    snprintf(err, errlen, "out of memory");
+    return -1;
 }
 
 static int prompt_response_doc(tokenizer *tok, const prepare_options *o, const cJSON *rec,
@@ -237,7 +233,7 @@ static int record_doc(tokenizer *tok, const prepare_options *o, const char *line
             snprintf(err, errlen, "empty \"text\"");
             rc = -1;
         }
-        if (rc == 0 && text_doc(tok, text, strlen(text), d) != 0) {
+        if (rc == 0 && plain_doc(tok, d, NULL, text, strlen(text)) != 0) {
             snprintf(err, errlen, "out of memory");
             rc = -1;
         }
@@ -261,8 +257,12 @@ int prepare_records(tokenizer *tok, const prepare_options *o, const char *path,
     uint64_t line = 0, records = 0;
     if (o->format == TOKEN_FORMAT_TEXT) {
         line = 1;
-        if (text_doc(tok, data, len, &d) != 0) snprintf(why, sizeof why, "out of memory"), rc = -1;
-        else if (visit(ctx, 1, &d, err, errlen) != 0) rc = -2;
+        if (plain_doc(tok, &d, NULL, data, len) != 0) {
+            snprintf(why, sizeof why, "out of memory");
+            rc = -1;
+        } else if (visit(ctx, 1, &d, err, errlen) != 0) {
+            rc = -2;
+        }
         records = 1;
     } else {
         for (size_t a = 0; rc == 0 && a < len;) {
@@ -328,7 +328,8 @@ static int add_document(void *vctx, uint64_t line, const doc_pieces *d, char *er
     }
     p->flags.data[start] |= TOKEN_DOC_START;
     int trained = 0;
-    for (size_t i = start; i < p->ids.n && !trained; i++) trained = p->flags.data[i] & TOKEN_TRAINED;
+    for (size_t i = start; i < p->ids.n && !trained; i++)
+        trained = p->flags.data[i] & TOKEN_TRAINED;
     if (!trained && !p->untrained++) p->untrained_first_line = line;
     return 0;
 }
