@@ -227,7 +227,16 @@ def main(argv):
         x = torch.randint(0, shape["vocab"], (a.micro_batch, seq), device=dev, generator=gen)
         loss = model(input_ids=x, labels=x).loss
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP, foreach=True)
+        # torchtitan's clipping for FSDP2: the total norm of the sharded gradients (a DTensor
+        # until made whole), then every gradient scaled by min(1, clip / norm)
+        if hasattr(torch.nn.utils, "get_total_norm"):
+            grads = [p.grad for p in model.parameters() if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads, 2.0, False, True)
+            if hasattr(norm, "full_tensor"):
+                norm = norm.full_tensor()
+            torch.nn.utils.clip_grads_with_norm_(model.parameters(), GRAD_CLIP, norm, True)
+        else:  # torch before 2.6
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP, foreach=True)
         try:
             opt.step()
         except (RuntimeError, NotImplementedError) as e:
@@ -259,6 +268,7 @@ def main(argv):
                   transformers=transformers.__version__,
                   nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                   nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"))
+    OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
     times, losses, norms, mem_peak = [], [], [], 0
     if cuda:
         torch.cuda.reset_peak_memory_stats(dev)
@@ -268,7 +278,7 @@ def main(argv):
         t0 = time.perf_counter()
         try:
             loss, norm = step()
-        except torch.OutOfMemoryError as e:
+        except OutOfMemory as e:
             # the other ranks wait in a collective this rank will never join: report from
             # here and leave at once (torchrun then stops the rest)
             result.update(error=f"out of memory at step {s + 1} on rank {rank}: "
