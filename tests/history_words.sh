@@ -8,15 +8,15 @@ set -u
 cd "$SHLM_SRCDIR" || exit 99
 # the patterns, with a bracketed space so that this file does not match itself
 pattern='session [0-9]|call [A-Z]\b|not[ ]yet run|without[ ]a gpu|first[ ]run'
-CHECKED="benchmarks docs tests/history_words.sh tests/anchor_cpu.sh tests/gpu_suite_cpu.sh"
+OWN_TESTS="tests/history_words.sh tests/anchor_cpu.sh tests/gpu_suite_cpu.sh tests/results_files.sh"
+CHECKED="benchmarks docs $OWN_TESTS"
 ELSEWHERE="src kernels io tests slurm examples jobs/*.ini README.md Makefile.am configure.ac setup.sh"
 
-printf '+ grep -rniE %s %s\n' "'$pattern'" "$CHECKED"
+printf '+ grep -rniIE %s %s\n' "'$pattern'" "$CHECKED"
 # shellcheck disable=SC2086 # the path lists are words
-hits=$(grep -rniE "$pattern" $CHECKED 2>/dev/null)
+hits=$(grep -rniIE "$pattern" $CHECKED 2>/dev/null)
 # shellcheck disable=SC2086
-others=$(grep -rniE "$pattern" $ELSEWHERE 2>/dev/null | grep -v -F -e "tests/history_words.sh:" \
-    -e "tests/anchor_cpu.sh:" -e "tests/gpu_suite_cpu.sh:")
+others=$(grep -rniIE "$pattern" $ELSEWHERE 2>/dev/null | grep -v -F "$(printf '%s:\n' $OWN_TESTS)")
 if [ -n "$others" ]; then
     echo "history_words: note: outside the checked paths ($(printf '%s\n' "$others" | wc -l) lines):"
     printf '%s\n' "$others" | sed 's/^/  /'
