@@ -48,7 +48,7 @@ has 8 "strong_scaling.sh --ranks 1,2,4,8 .*--global-batch 16 "
 has 8 "strong_scaling.sh --weak --ranks 1,2,4,8 .*--global-batch 1 "
 # what the suite may ask nvidia-smi: -L, --query-gpu, topo -m; never a setting
 calls=$(grep 'nvidia-smi ' "$suite" | grep -v '^ *#' | grep -v 'nvidia-smi -L lists' |
-    sed 's/.*nvidia-smi \([^|)>]*\).*/\1/')
+    grep -o 'nvidia-smi [^|)>;&]*' | sed 's/^nvidia-smi //')
 bad=$(printf '%s\n' "$calls" | grep -vE '^(-L|--query-gpu=|topo -m)')
 bad="$bad$(printf '%s\n' "$calls" | grep -E -e '(^| )-(pm|pl|lgc|rgc|lmc|rmc|ac|rac|mig|r|c|e)( |$)' \
     -e '--(gpu-reset|persistence-mode|power-limit|lock-gpu-clocks|applications-clocks|compute-mode)')"
