@@ -44,7 +44,7 @@ libprotobuf-lite32 libpcre2-8-0"
 x() { echo "+ $*"; [ "$dry" = 1 ] || "$@"; }
 
 [ -f "$build/shlm_config.h" ] || die "$build is not a configured build (run ./configure there)"
-grep -q '^#define HAVE_CUDA 1' "$build/shlm_config.h" ||
+grep -Eq '^#define (SHLM_)?HAVE_CUDA 1' "$build/shlm_config.h" ||
     die "$build was configured without CUDA: run ./configure (CUDA is auto-detected) or --with-cuda=DIR there"
 jobs=$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 # shellcheck disable=SC2086 # the target list is words
@@ -63,7 +63,7 @@ echo "+ write $dest/bin/BUILD-INFO"
     echo "commit $commit"
     echo "date $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "host $(hostname) ($(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"))"
-    echo "configure $(cd "$build" && ./config.status --config 2>/dev/null)"
+    echo "configure $(cd "$build" && ./config.status --config 2>/dev/null | grep . || echo '(no options)')"
     echo "nvcc $(sed -n 's/^NVCC *= *//p' "$build/Makefile" | head -n 1)"
     echo "nvcc_version $($(sed -n 's/^NVCC *= *//p' "$build/Makefile" | head -n 1) --version 2>/dev/null | tail -n 1)"
     echo "binaries $(for t in $TARGETS; do printf '%s ' "${t##*/}"; done)"
