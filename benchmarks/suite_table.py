@@ -217,7 +217,28 @@ def cmd_tests(a):
 
 
 def fmt(v, spec, width):
-    return f"{v:{width}{spec}}" if isinstance(v, (int, float)) else f"{'-':>{width}}"
+    """v formatted as {v:WIDTH SPEC}; text left-aligned in WIDTH; '-' where there is none"""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return f"{v:{width}{spec}}"
+    if isinstance(v, str) and spec == "s":
+        return f"{v:{width}s}"
+    return f"{'-':>{width}}"
+
+
+def table(title, columns, rows):
+    """One section: a title line, a '#' header, a row per result. columns: (header, width,
+    spec, value of a row); spec 's' is left-aligned text, the rest right-aligned numbers."""
+    print(title)
+    print("#  " + " ".join(f"{h:{w}s}" if spec == "s" else f"{h:>{w}s}" for h, w, spec, _ in columns))
+    for r in rows:
+        print("   " + " ".join(fmt(get(r), spec, w) for _, w, spec, get in columns))
+
+
+def key(name, scale=None):
+    """the value of a row's NAME, times SCALE when given and a number"""
+    if scale is None:
+        return lambda r: r.get(name)
+    return lambda r: r.get(name) * scale if isinstance(r.get(name), (int, float)) else r.get(name)
 
 
 def cmd_print(a):
@@ -226,109 +247,83 @@ def cmd_print(a):
             rows = [json.loads(l) for l in f if l.strip()]
     except OSError:
         rows = []
-    bad = 0
-    train = [r for r in rows if r["kind"] == "train"]
+    of = lambda kind: [r for r in rows if r["kind"] == kind]
+    train, scal, kern, comm, tests = of("train"), of("scaling"), of("kernel"), of("comm"), of("test")
+    bad = sum(r["status"] != "ok" for r in train + kern + comm) + sum(bool(r.get("wrong")) for r in comm)
+    bad += sum(r["status"] == "FAIL" for r in tests)
+    mine = {(r["phase"], r["pair"]): r for r in train if r["system"] == "shardlm" and r["status"] == "ok"}
+
+    def ratio(r):
+        ref = mine.get((r["phase"], r["pair"]))
+        if r["status"] != "ok" or not ref or r["system"] == "shardlm":
+            return None
+        return ref["tokens_per_s_per_gpu"] / r["tokens_per_s_per_gpu"]
+
+    def note(r):
+        return r.get("mem_note") or "" if r["status"] == "ok" else f"{r['status'].upper()}: {r.get('why') or ''}"
     if train:
-        print("## training steps: tokens/s per GPU; MFU at 989 TFLOP/s; memory: device memory in "
-              "use at its peak (GiB); x: shardlm's tokens/s over this row's")
-        print(f"#  {'phase':13s} {'model':12s} {'seq':>5s} {'gpus':>4s} {'strategy':13s} {'ac':4s} "
-              f"{'mb':>3s} {'system':13s} {'tok/s/GPU':>10s} {'TFLOP/s':>8s} {'MFU%':>6s} "
-              f"{'step_ms':>9s} {'mem_GiB':>8s} {'x':>7s}  notes")
-        mine = {(r["phase"], r["pair"]): r for r in train if r["system"] == "shardlm" and r["status"] == "ok"}
-        for r in train:
-            ok = r["status"] == "ok"
-            bad += not ok
-            ref = mine.get((r["phase"], r["pair"]))
-            x = (ref["tokens_per_s_per_gpu"] / r["tokens_per_s_per_gpu"]
-                 if ok and ref and r["system"] != "shardlm" else None)
-            note = r.get("mem_note") or ""
-            if not ok:
-                note = f"{r['status'].upper()}: {r.get('why') or ''}"
-            print(f"   {r['phase']:13s} {r['model']:12s} {r['seq']:5d} {r['gpus']:4d} {r['strategy']:13s} "
-                  f"{r['ac']:4s} {r['mb']:3d} {r['system']:13s} "
-                  f"{fmt(r.get('tokens_per_s_per_gpu'), ',.0f', 10)} {fmt(r.get('tflops_per_gpu'), '.1f', 8)} "
-                  f"{fmt(100 * r['mfu'] if ok else None, '.1f', 6)} {fmt(r.get('step_ms'), '.1f', 9)} "
-                  f"{fmt(r.get('mem_gib'), '.1f', 8)} {fmt(x, '.3f', 7)}  {note}")
-    scal = [r for r in rows if r["kind"] == "scaling"]
+        table("## training steps: tokens/s per GPU; MFU at 989 TFLOP/s; memory: device memory in use "
+              "at its peak (GiB); ratio: shardlm's tokens/s over this row's",
+              [("phase", 13, "s", key("phase")), ("model", 12, "s", key("model")), ("seq", 5, "d", key("seq")),
+               ("gpus", 4, "d", key("gpus")), ("strategy", 13, "s", key("strategy")), ("ac", 4, "s", key("ac")),
+               ("mb", 3, "d", key("mb")), ("system", 13, "s", key("system")),
+               ("tok/s/GPU", 10, ",.0f", key("tokens_per_s_per_gpu")), ("TFLOP/s", 8, ".1f", key("tflops_per_gpu")),
+               ("MFU%", 6, ".1f", key("mfu", 100)), ("step_ms", 9, ".1f", key("step_ms")),
+               ("mem_GiB", 8, ".1f", key("mem_gib")), ("ratio", 7, ".3f", ratio), ("notes", 0, "s", note)],
+              train)
     if scal:
-        print("## scaling (strong: one global batch at every size, T_1 / (N T_N); weak: one "
-              "micro-batch per GPU, T_1 / T_N; T = mean step time)")
-        print(f"#  {'mode':6s} {'strategy':13s} {'gpus':>4s} {'global':>6s} {'mb':>3s} {'tok/s/GPU':>10s} "
-              f"{'step_ms':>9s} {'MFU%':>6s} {'efficiency%':>11s} {'runs':>4s} {'spread%':>7s}")
-        for r in scal:
-            print(f"   {r['mode']:6s} {r['strategy']:13s} {r['gpus']:4d} {r['global_batch']:6d} {r['mb']:3d} "
-                  f"{r['tokens_per_s_per_gpu']:10,.0f} {r['step_ms']:9.1f} {100 * r['mfu']:6.1f} "
-                  f"{100 * r['efficiency']:11.1f} {r['repeats']:4d} {r['spread_pct']:7.1f}")
-    kern = [r for r in rows if r["kind"] == "kernel"]
+        table("## scaling (strong: one global batch at every size, T_1 / (N T_N); weak: one micro-batch "
+              "per GPU, T_1 / T_N; T = mean step time)",
+              [("mode", 6, "s", key("mode")), ("strategy", 13, "s", key("strategy")), ("gpus", 4, "d", key("gpus")),
+               ("global", 6, "d", key("global_batch")), ("mb", 3, "d", key("mb")),
+               ("tok/s/GPU", 10, ",.0f", key("tokens_per_s_per_gpu")), ("step_ms", 9, ".1f", key("step_ms")),
+               ("MFU%", 6, ".1f", key("mfu", 100)), ("efficiency%", 11, ".1f", key("efficiency", 100)),
+               ("runs", 4, "d", key("repeats")), ("spread%", 7, ".1f", key("spread_pct"))], scal)
     if kern:
-        print("## kernels: bench_kernels at Llama-2-7B shapes; % of the bf16 matmul ceiling it measured")
-        print(f"#  {'case':48s} {'time(us)':>9s} {'TFLOP/s':>8s} {'GB/s':>6s} {'%ceiling':>8s} {'#wrong':>6s}")
-        for r in kern:
-            bad += r["status"] != "ok"
-            print(f"   {r['case']:48s} {fmt(r.get('us'), '.1f', 9)} {fmt(r.get('tflops'), '.1f', 8)} "
-                  f"{fmt(r.get('gbs'), '.0f', 6)} {fmt(r.get('pct'), '.1f', 8)} {fmt(r.get('wrong'), 'd', 6)}"
-                  + (f"  FAILED: {r.get('why')}" if r["status"] != "ok" and r.get("why") else ""))
-    comm = [r for r in rows if r["kind"] == "comm"]
+        table("## kernels: bench_kernels at Llama-2-7B shapes; % of the bf16 matmul ceiling it measured",
+              [("case", 48, "s", key("case")), ("time(us)", 9, ".1f", key("us")), ("TFLOP/s", 8, ".1f", key("tflops")),
+               ("GB/s", 6, ".0f", key("gbs")), ("%ceiling", 8, ".1f", key("pct")), ("#wrong", 6, "d", key("wrong")),
+               ("notes", 0, "s", lambda r: "" if r["status"] == "ok" else f"FAILED: {r.get('why') or ''}")], kern)
     if comm:
-        print("## collectives: bus bandwidth GB/s (in place), shardlm's NCCL backend beside torch.distributed")
-        print(f"#  {'op':15s} {'dtype':5s} {'size(B)':>11s} {'ranks':>5s} {'shardlm':>8s} {'torch':>8s} {'#wrong':>6s}")
-        for r in comm:
-            bad += r["status"] != "ok" or bool(r.get("wrong"))
-            print(f"   {r['op']:15s} {r.get('dtype', '-'):5s} {fmt(r.get('size_bytes'), 'd', 11)} "
-                  f"{fmt(r.get('ranks'), 'd', 5)} {fmt(r.get('busbw'), '.1f', 8)} "
-                  f"{fmt(r.get('torch_busbw'), '.1f', 8)} {fmt(r.get('wrong'), 'd', 6)}")
-    tests = [r for r in rows if r["kind"] == "test"]
+        table("## collectives: bus bandwidth GB/s (in place), shardlm's comm backend (bench_comm) beside "
+              "torch.distributed",
+              [("op", 15, "s", key("op")), ("dtype", 5, "s", key("dtype")), ("size(B)", 11, "d", key("size_bytes")),
+               ("ranks", 5, "d", key("ranks")), ("shardlm", 8, ".1f", key("busbw")),
+               ("torch", 8, ".1f", key("torch_busbw")), ("#wrong", 6, "d", key("wrong"))], comm)
     if tests:
-        print("## GPU tests (tests/gpu/check_gpu.sh, what make check-gpu runs)")
-        for r in tests:
-            bad += r["status"] == "FAIL"
-            print(f"   {r['status']:4s} {r['name']}" + (f"  ({r['why']})" if r.get("why") else ""))
+        table("## GPU tests (tests/gpu/check_gpu.sh, what make check-gpu runs)",
+              [("result", 6, "s", key("status")), ("test", 20, "s", key("name")), ("notes", 0, "s", key("why"))],
+              tests)
     return 1 if bad else 0
+
+
+# each subcommand's function and arguments; an option without a default is required
+OUT = [("--out", {})]
+TRAIN = OUT + [("--phase", {}), ("--pair", {}), ("--system", dict(default="shardlm")), ("--model", {}),
+               ("--seq", dict(type=int)), ("--gpus", dict(type=int)), ("--strategy", {}), ("--ac", {}),
+               ("--mb", dict(type=int)), ("--log", dict(default=None))]
+SUBCOMMANDS = {
+    "shardlm": (cmd_shardlm, [("metrics", {}), ("--warmup", dict(type=int))] + TRAIN),
+    "anchor": (cmd_anchor, [("json", {})] + TRAIN),
+    "kernels": (cmd_kernels, [("table", {}), ("--torch", dict(default=None))] + OUT),
+    "comm": (cmd_comm, [("shardlm", {}), ("torch", {})] + OUT),
+    "scaling": (cmd_scaling, [("csv", {}), ("--phase", {})] + OUT),
+    "tests": (cmd_tests, [("log", {})] + OUT),
+    "print": (cmd_print, [("results", {})]),
+}
 
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-
-    def train_args(p):
-        p.add_argument("--out", required=True)
-        p.add_argument("--phase", required=True)
-        p.add_argument("--pair", required=True)
-        p.add_argument("--system", default="shardlm")
-        p.add_argument("--model", required=True)
-        p.add_argument("--seq", type=int, required=True)
-        p.add_argument("--gpus", type=int, required=True)
-        p.add_argument("--strategy", required=True)
-        p.add_argument("--ac", required=True)
-        p.add_argument("--mb", type=int, required=True)
-        p.add_argument("--log", default=None)
-    p = sub.add_parser("shardlm")
-    p.add_argument("metrics")
-    p.add_argument("--warmup", type=int, required=True)
-    train_args(p)
-    p = sub.add_parser("anchor")
-    p.add_argument("json")
-    train_args(p)
-    p = sub.add_parser("kernels")
-    p.add_argument("table")
-    p.add_argument("--torch", default=None)
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("comm")
-    p.add_argument("shardlm")
-    p.add_argument("torch")
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("scaling")
-    p.add_argument("csv")
-    p.add_argument("--phase", required=True)
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("tests")
-    p.add_argument("log")
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("print")
-    p.add_argument("results")
+    for name, (fn, args) in SUBCOMMANDS.items():
+        p = sub.add_parser(name)
+        p.set_defaults(fn=fn)
+        for arg, kw in args:
+            required = arg.startswith("--") and "default" not in kw
+            p.add_argument(arg, **(dict(required=True) if required else {}), **kw)
     a = ap.parse_args(argv)
-    return {"shardlm": cmd_shardlm, "anchor": cmd_anchor, "kernels": cmd_kernels, "comm": cmd_comm,
-            "scaling": cmd_scaling, "tests": cmd_tests, "print": cmd_print}[a.cmd](a) or 0
+    return a.fn(a) or 0
 
 
 if __name__ == "__main__":
