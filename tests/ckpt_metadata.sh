@@ -62,7 +62,7 @@ resume_case() {
 
 # ---- the good checkpoint: 10 steps ----
 train good --set "checkpoint.dir=$work/ck" --set train.stop_after=10 ||
-    { tail -n 5 "$work/good.err"; fail "the first run failed"; exit 1; }
+    { tail -n 5 "$work/good.err"; fail "the 10-step run that makes the good checkpoint failed"; exit 1; }
 good="$work/ck/step_10.h5"
 "$h5py" "$SHLM_SRCDIR/tests/ckpt_h5py.py" "$good" >"$work/h5py.log" 2>&1 ||
     { cat "$work/h5py.log"; fail "h5py does not reproduce the state checksum"; }
