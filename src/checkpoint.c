@@ -27,9 +27,10 @@
 #include "shlm_config.h"
 #include "src/shard.h"
 
-/* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; version 1 files
- * are read too (their state range-checked, without a checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 2, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
+/* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; 3:
+ * model.tie_word_embeddings (older files are untied); versions 1 and 2 are read too
+ * (version 1's state range-checked, without a checksum to compare) */
+enum { CKPT_FORMAT_VERSION = 3, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
@@ -219,6 +220,8 @@ static const state_attr state_attrs[] = {
     {"model.norm_eps", FT_FLOAT, MD(norm_eps), KEY("model.norm_eps"), 1, 0},
     {"model.rope_theta", FT_FLOAT, MD(rope_theta), KEY("model.rope_theta"), 1, 0},
     {"model.init_std", FT_FLOAT, MD(init_std), KEY("model.init_std"), 1, 0},
+    {"model.tie_word_embeddings", FT_INT, MD(tie_word_embeddings), KEY("model.tie_word_embeddings"),
+     3, 0},
 };
 #undef KEY
 #define N_STATE_ATTRS ((int)(sizeof state_attrs / sizeof state_attrs[0]))
@@ -402,13 +405,13 @@ static int cmp_ds_path(const void *a, const void *b) {
     return strcmp(((const ds_entry *)a)->path, ((const ds_entry *)b)->path);
 }
 
-/* The state checksum: sum64-pos (as of a dataset) of the 32-bit little-endian words of
- * this text, zero-padded to a multiple of 4 bytes: one line "NAME=VALUE" per state
- * attribute in state_attrs order (field_text's form), then one line "PATH SHAPE
- * CHECKSUM" per dataset in byte order of the paths (SHAPE: the dimensions joined by 'x';
- * CHECKSUM: 16 lowercase hex digits). It binds the state to the file's structure: every
- * dataset's name, shape and contents. Sorts ds. */
-static uint64_t state_checksum(const ckpt_record *r, ds_entry *ds, int n) {
+/* The state checksum of a file of format `version`: sum64-pos (as of a dataset) of the
+ * 32-bit little-endian words of this text, zero-padded to a multiple of 4 bytes: one line
+ * "NAME=VALUE" per state attribute of that version in state_attrs order (field_text's
+ * form), then one line "PATH SHAPE CHECKSUM" per dataset in byte order of the paths
+ * (SHAPE: the dimensions joined by 'x'; CHECKSUM: 16 lowercase hex digits). It binds the
+ * state to the file's structure: every dataset's name, shape and contents. Sorts ds. */
+static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
     /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
     const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320;
@@ -417,6 +420,7 @@ static uint64_t state_checksum(const ckpt_record *r, ds_entry *ds, int n) {
     SHLM_CHECK_ALLOC(text);
     char val[40];
     for (int i = 0; i < N_STATE_ATTRS; i++) {
+        if (state_attrs[i].since > version) continue;
         field_text(r, &state_attrs[i], val, sizeof val);
         len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
     }
@@ -447,14 +451,16 @@ int checkpoint_check_shape(const char *path, const llama_config *s, const llama_
              {"n_heads", s->n_heads, m->n_heads},
              {"n_kv_heads", s->n_kv_heads, m->n_kv_heads},
              {"ffn_dim", s->ffn_dim, m->ffn_dim},
-             {"vocab_size", s->vocab_size, m->vocab_size}};
+             {"vocab_size", s->vocab_size, m->vocab_size},
+             {"tie_word_embeddings", s->tie_word_embeddings, m->tie_word_embeddings}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i].stored == f[i].job) continue;
         set_err(err, errlen,
                 "%s holds a different model: [model] %s = %d there, %d in this job (checkpoint: "
-                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d); "
-                "refusing to load it", path, f[i].key, f[i].stored, f[i].job, s->dim,
-                s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim, s->vocab_size);
+                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d, "
+                "tie_word_embeddings %d); refusing to load it", path, f[i].key, f[i].stored,
+                f[i].job, s->dim, s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim,
+                s->vocab_size, s->tie_word_embeddings);
         return -1;
     }
     return 0;
@@ -862,7 +868,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum", de->checksum, err, errlen) == 0;
     }
     if (ok)
-        ok = ckpt_h5_attr_write_u64(&f, "/", "state_checksum", state_checksum(&rec, entries, nd),
+        ok = ckpt_h5_attr_write_u64(&f, "/", "state_checksum", state_checksum(&rec, CKPT_FORMAT_VERSION, entries, nd),
                                     err, errlen) == 0;
     free(entries);
     if (agree(comm, ok, err, errlen)) goto fail;
@@ -991,7 +997,7 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_conf
         if (ckpt_h5_attr_read_u64(f, "/", "state_checksum", &stored, err, errlen) != 0 ||
             read_datasets(f, &rec.m, &entries, &n, err, errlen) != 0)
             return -1;
-        const uint64_t got = state_checksum(&rec, entries, n);
+        const uint64_t got = state_checksum(&rec, (int)ver, entries, n);
         free(entries);
         if (got != stored) {
             set_err(err, errlen, "%s: the state attributes and the datasets' names, shapes and "
@@ -1278,7 +1284,9 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
              {"num_key_value_heads", "n_kv_heads", hc.num_key_value_heads, mc->n_kv_heads},
              {"head_dim", "dim / n_heads", hc.head_dim, mc->head_dim},
              {"intermediate_size", "ffn_dim", hc.intermediate_size, mc->ffn_dim},
-             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size}};
+             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size},
+             {"tie_word_embeddings", "tie_word_embeddings", hc.tie_word_embeddings,
+              mc->tie_word_embeddings}};
     for (size_t i = 0; ok && i < sizeof f / sizeof f[0]; i++) {
         if (f[i].theirs == f[i].mine) continue;
         set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
@@ -1318,10 +1326,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
             const llama_tensor *t = &lu->tensors[i];
             shard_overlap ov;
             if (!shard_intersect(sb, se, t->offset, t->numel, &ov)) continue;
-            const char *name = t->name;
-            /* a tied head is the embedding: shardlm keeps its own copy of it */
-            if (hc.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
-                name = "model.embed_tokens.weight";
+            const char *name = t->name; /* tied: the layout has no lm_head.weight */
             safetensors_file *sf;
             const safetensors_tensor *st;
             ok = hf_weights_find(&w, name, &sf, &st, err, errlen) == 0;

@@ -166,9 +166,9 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
         printf("  %-20s dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size "
-               "%d, max_seq_len %d; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
+               "%d, max_seq_len %d%s; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
                m.n_kv_heads, m.ffn_dim, m.vocab_size, m.max_seq_len,
-               (long long)llama_param_count(&m));
+               m.tie_word_embeddings ? ", tied embeddings" : "", (long long)llama_param_count(&m));
         printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
     }
     uint64_t total = 0;
@@ -473,7 +473,7 @@ static int ckpt_export(int argc, char **argv) {
                         .max_position_embeddings = m.max_seq_len,
                         .rms_norm_eps = m.norm_eps,
                         .rope_theta = m.rope_theta,
-                        .tie_word_embeddings = 0};
+                        .tie_word_embeddings = m.tie_word_embeddings};
         ok = hf_config_write(out, &hc, torch_dtype, err, sizeof err) == 0;
     }
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));

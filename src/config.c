@@ -70,6 +70,8 @@ static const key_def keys[] = {
     {"model", "rope_theta", KT_FLOAT, F(model.rope_theta), "10000", 0, 1e12, NULL,
      KF_MODEL | KF_MIN_OPEN},
     {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN},
+    {"model", "tie_word_embeddings", KT_BOOL, F(model.tie_word_embeddings), "false", NOLIM, NULL,
+     KF_MODEL},
     /* a Hugging Face directory (config.json + safetensors) or a shardlm checkpoint whose
      * weights start the run; a resumed checkpoint wins over it */
     {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH},

@@ -63,9 +63,10 @@ def state_checksum(f):
     return words_checksum(np.frombuffer(raw, dtype="<u4"))
 
 
-def hf_names(L):
-    names = {"model.embed_tokens.weight": ("V", "d"), "model.norm.weight": ("d",),
-             "lm_head.weight": ("V", "d")}
+def hf_names(L, tied):
+    names = {"model.embed_tokens.weight": ("V", "d"), "model.norm.weight": ("d",)}
+    if not tied:  # tied embeddings: the output projection is the embedding, stored once
+        names["lm_head.weight"] = ("V", "d")
     for l in range(L):
         p = f"model.layers.{l}."
         names[p + "input_layernorm.weight"] = ("d",)
@@ -88,7 +89,7 @@ def main(path):
                 "F": int(a["model.ffn_dim"]),
                 "q": int(a["model.n_heads"]) * int(a["model.head_dim"]),
                 "kv": int(a["model.n_kv_heads"]) * int(a["model.head_dim"])}
-        names = hf_names(int(a["model.n_layers"]))
+        names = hf_names(int(a["model.n_layers"]), int(a.get("model.tie_word_embeddings", 0)))
         print(f"ckpt_h5py: {path}: step {int(a['step'])}, tokens {int(a['tokens_seen'])}, "
               f"saved by {int(a['world_size'])} ranks {a['fsdp.strategy'].decode()}, "
               f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version})")
