@@ -106,6 +106,60 @@ static int get_bool(const cJSON *o, const char *key, int *out, const char *path,
     return 0;
 }
 
+/* Whether path names something that exists (a dangling link counts as nothing). */
+static int exists(const char *dir, const char *name) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+int hf_source_kind(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        if (exists(path, "config.json")) {
+            if (exists(path, "model.safetensors") || exists(path, "model.safetensors.index.json"))
+                return HF_SOURCE_HF_DIR;
+            set_err(err, errlen, "%s has a config.json but no weights: neither model.safetensors "
+                    "nor model.safetensors.index.json is there", path);
+            return -1;
+        }
+        if (exists(path, "latest")) return HF_SOURCE_CHECKPOINT;
+        set_err(err, errlen, "%s is a directory with neither config.json (a Hugging Face model) "
+                "nor latest (a shardlm checkpoint directory)", path);
+        return -1;
+    }
+    unsigned char head[16] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    static const unsigned char hdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    if (got >= 8 && memcmp(head, hdf5, 8) == 0) return HF_SOURCE_CHECKPOINT;
+    const size_t n = strlen(path);
+    /* safetensors: an 8-byte little-endian header length, then the JSON header */
+    if ((n > 12 && strcmp(path + n - 12, ".safetensors") == 0) || (got >= 9 && head[8] == '{')) {
+        set_err(err, errlen, "%s is a safetensors file: give the Hugging Face directory that "
+                "holds it with its config.json", path);
+        return -1;
+    }
+    if (got >= 4 && memcmp(head, "GGUF", 4) == 0) {
+        set_err(err, errlen, "%s is a GGUF file (llama.cpp's format), which shardlm does not "
+                "read: convert it to a Hugging Face directory (config.json + safetensors) first",
+                path);
+        return -1;
+    }
+    set_err(err, errlen, "%s is neither a Hugging Face model directory nor a shardlm checkpoint "
+            "(no HDF5 signature)", path);
+    return -1;
+}
+
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
     char path[1100];
     snprintf(path, sizeof path, "%s/config.json", dir);

@@ -29,6 +29,18 @@ typedef struct hf_config {
     int tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
 } hf_config;
 
+/* What a model source path is (model.init_from, generate/eval --ckpt). Local. */
+typedef enum hf_source {
+    HF_SOURCE_HF_DIR = 1,     /* a directory with config.json and its safetensors weights */
+    HF_SOURCE_CHECKPOINT = 2, /* a shardlm checkpoint: an HDF5 file, or a directory with a
+                               * `latest` (src/checkpoint.h resolves it) */
+} hf_source;
+/* The kind of path, or -1 with one line naming what it is instead and what is expected:
+ * nothing there, a directory with neither config.json nor `latest`, a config.json with no
+ * weights beside it, a bare .safetensors file (its directory is the model), a GGUF file
+ * (llama.cpp's format), any other file. */
+int hf_source_kind(const char *path, char *err, size_t errlen);
+
 /* Reads DIR/config.json. */
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen);
 /* Writes DIR/config.json for LlamaForCausalLM (torch_dtype e.g. "float32"), through a

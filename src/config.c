@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "io/hf_model.h"
 #include "src/tokenizer.h"
 
 typedef enum key_type {
@@ -34,6 +35,7 @@ enum key_flags {
     KF_PRESET = 1 << 5,   /* must name a preset of llama_preset() */
     KF_MIN_OPEN = 1 << 6, /* value must be > min (not >=) */
     KF_MAX_OPEN = 1 << 7, /* value must be < max (not <=) */
+    KF_TRAINING = 1 << 8, /* KF_REQUIRED only when the job trains (JOB_TRAIN) */
 };
 
 typedef struct key_def {
@@ -77,11 +79,13 @@ static const key_def keys[] = {
     {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH},
 
     /* [train] */
-    {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED},
+    /* eval and generate: default model.max_seq_len (and eval's windows no longer than the
+     * validation file) */
+    {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED | KF_TRAINING},
     {"train", "micro_batch", KT_INT, F(micro_batch), "1", 1, 1 << 20, NULL, 0},
     /* default 0: micro_batch x ranks, one micro-batch per rank per step */
     {"train", "global_batch", KT_INT, F(global_batch), "0", 0, 1 << 30, NULL, 0},
-    {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED},
+    {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED | KF_TRAINING},
     {"train", "lr", KT_FLOAT, F(lr), "3e-4", 0, 10, NULL, 0},
     /* default: min_lr = lr / 10 */
     {"train", "min_lr", KT_FLOAT, F(min_lr), NULL, 0, 10, NULL, KF_DERIVED},
@@ -120,7 +124,8 @@ static const key_def keys[] = {
     {"fsdp", "shard_group_size", KT_INT, F(shard_group_size), "0", 0, 1 << 24, NULL, 0},
     {"fsdp", "trace", KT_BOOL, F(trace), "false", NOLIM, NULL, 0},
 
-    {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
+    {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL,
+     KF_REQUIRED | KF_TRAINING | KF_PATH},
     {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
     /* a tokenizer file or model directory (src/tokenizer.h), or bytes; default: the
@@ -573,6 +578,110 @@ static int idx(const char *section, const char *key) {
     return i;
 }
 
+/* A path of the job file (field as written there) relative to the job file's directory,
+ * into out: an absolute path, an empty one or a job file without a directory part
+ * leave it as it is. Returns its length (snprintf's: >= outlen when it does not fit). */
+static int join_job_dir(const char *job_path, const char *field, char *out, size_t outlen) {
+    const char *slash = strrchr(job_path, '/');
+    if (!field[0] || field[0] == '/' || !slash) return snprintf(out, outlen, "%s", field);
+    return snprintf(out, outlen, "%.*s/%s", (int)(slash - job_path), job_path, field);
+}
+
+/* model.init_from as the run will see it (relative to the job file when set there),
+ * before the other keys are resolved: the architecture may come from it. */
+static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
+                          size_t errlen) {
+    const int i = idx("model", "init_from");
+    job_config scratch;
+    char why[512], at[1100];
+    parse_value(&keys[i], ld->st[i].value, &scratch, why, sizeof why); /* checked when read */
+    const char *field = (const char *)&scratch + keys[i].offset;
+    int n = ld->st[i].line > 0 ? join_job_dir(ld->cfg->path, field, out, outlen)
+                               : snprintf(out, outlen, "%s", field);
+    if (n < 0 || (size_t)n >= outlen) {
+        origin(ld, i, at, sizeof at);
+        set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
+                "joined to the job file's directory", at, outlen - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* The architecture in DIR/config.json as a shardlm shape (init_std, which a config.json
+ * does not hold, the key's default). */
+static int model_from_hf(const char *dir, llama_config *m, char *err, size_t errlen) {
+    hf_config h;
+    if (hf_config_read(dir, &h, err, errlen) != 0) return -1;
+    if (h.head_dim != h.hidden_size / h.num_attention_heads) {
+        set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
+                "num_attention_heads = %d", dir, h.head_dim, h.hidden_size / h.num_attention_heads);
+        return -1;
+    }
+    *m = (llama_config){.dim = h.hidden_size, .n_layers = h.num_hidden_layers,
+                        .n_heads = h.num_attention_heads, .n_kv_heads = h.num_key_value_heads,
+                        .head_dim = h.head_dim, .ffn_dim = h.intermediate_size,
+                        .vocab_size = h.vocab_size, .max_seq_len = h.max_position_embeddings,
+                        .norm_eps = (float)h.rms_norm_eps, .rope_theta = (float)h.rope_theta,
+                        .tie_word_embeddings = h.tie_word_embeddings};
+    char why[512];
+    job_config scratch;
+    const int i_std = idx("model", "init_std");
+    parse_value(&keys[i_std], keys[i_std].def, &scratch, why, sizeof why);
+    m->init_std = scratch.model.init_std;
+    if (llama_config_validate(m, why, sizeof why) != 0) {
+        set_err(err, errlen, "%s/config.json: %s", dir, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The [model] keys whose value a config.json gives, and its names for them. */
+static const struct {
+    const char *key, *hf;
+} hf_names[] = {{"dim", "hidden_size"},
+                {"n_layers", "num_hidden_layers"},
+                {"n_heads", "num_attention_heads"},
+                {"n_kv_heads", "num_key_value_heads"},
+                {"ffn_dim", "intermediate_size"},
+                {"vocab_size", "vocab_size"},
+                {"max_seq_len", "max_position_embeddings"},
+                {"norm_eps", "rms_norm_eps"},
+                {"rope_theta", "rope_theta"},
+                {"tie_word_embeddings", "tie_word_embeddings"}};
+
+/* Every [model] key the job gives (set, or through its preset) must hold the value of
+ * init_from's config.json: all those that differ, in one message naming both values, where
+ * the job's comes from, and the file. */
+static int check_against_hf(const loader *ld, int have_preset, const llama_config *hf,
+                            const char *dir, char *err, size_t errlen) {
+    const job_config *c = ld->cfg;
+    job_config theirs;
+    theirs.model = *hf;
+    char list[1400] = "", mine[64], their[64], at[200];
+    int n = 0;
+    for (size_t k = 0; k < sizeof hf_names / sizeof hf_names[0]; k++) {
+        const int i = idx("model", hf_names[k].key);
+        if (!ld->st[i].set && !have_preset) continue;
+        const char *a = (const char *)c + keys[i].offset, *b = (const char *)&theirs + keys[i].offset;
+        const int same = keys[i].type == KT_FLOAT
+                             ? fabsf(*(const float *)a - *(const float *)b) <=
+                                   1e-6f * fabsf(*(const float *)b)
+                             : *(const int *)a == *(const int *)b;
+        if (same) continue;
+        format_value(&keys[i], c, mine, sizeof mine);
+        format_value(&keys[i], &theirs, their, sizeof their);
+        if (ld->st[i].set) origin(ld, i, at, sizeof at);
+        else snprintf(at, sizeof at, "preset %s", c->preset);
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s = %s (%s) but %s = %s", n++ ? "; " : "",
+                 keys[i].key, mine, at, hf_names[k].hf, their);
+    }
+    if (!n) return 0;
+    set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
+            "leave [model] out to take the architecture from config.json", c->path, dir, list);
+    return -1;
+}
+
 static int resolve(loader *ld, char *err, size_t errlen) {
     job_config *c = ld->cfg;
     const key_state *st = ld->st;
@@ -589,13 +698,30 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
     }
 
-    /* the model: a preset first, or else every shape key must be given */
+    /* the model: from model.init_from's config.json when it is a Hugging Face directory,
+     * else a preset, else every shape key must be given */
+    const int i_init = idx("model", "init_from");
+    char init_path[1024] = "";
+    llama_config hf;
+    if (st[i_init].set && init_from_path(ld, init_path, sizeof init_path, err, errlen) != 0)
+        return -1;
+    if (init_path[0]) {
+        char why2[1536];
+        int kind = hf_source_kind(init_path, why2, sizeof why2);
+        if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
+                         model_from_hf(init_path, &hf, why2, sizeof why2) != 0)) {
+            origin(ld, i_init, at, sizeof at);
+            set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
+            return -1;
+        }
+        c->hf_model = kind == HF_SOURCE_HF_DIR;
+    }
     int i_preset = idx("model", "preset");
     int have_preset = st[i_preset].set && st[i_preset].value[0];
     if (have_preset) {
         parse_value(&keys[i_preset], st[i_preset].value, c, why, sizeof why);
         llama_preset(c->preset, &c->model);
-    } else {
+    } else if (!c->hf_model) {
         char missing[256] = "", all[256] = "";
         for (int i = 0; i < N_KEYS; i++) {
             if (!(keys[i].flags & KF_SHAPE)) continue;
@@ -607,22 +733,34 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
         if (missing[0]) {
             set_err(err, errlen,
-                    "%s: [model] needs a preset (%s) or all of %s; missing: %s", c->path,
-                    llama_preset_names(), all, missing);
+                    "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging Face "
+                    "directory; missing: %s", c->path, llama_preset_names(), all, missing);
             return -1;
         }
+    }
+    if (!have_preset)
         for (int i = 0; i < N_KEYS; i++)
             if (keys[i].flags & KF_MODEL && keys[i].def)
                 parse_value(&keys[i], keys[i].def, c, why, sizeof why);
-    }
 
     /* what the job says, over the defaults (already validated when read) */
     for (int i = 0; i < N_KEYS; i++)
         if (st[i].set) parse_value(&keys[i], st[i].value, c, why, sizeof why);
+    c->seq_len_given = st[idx("train", "seq_len")].set;
 
-    /* required keys (an empty string, quoted or not, counts as missing) */
+    /* a Hugging Face model's architecture is its config.json's: what the job says of it
+     * must agree (init_std, which no config.json holds, stays the job's) */
+    if (c->hf_model) {
+        if (check_against_hf(ld, have_preset, &hf, init_path, err, errlen) != 0) return -1;
+        hf.init_std = c->model.init_std;
+        c->model = hf;
+    }
+
+    /* required keys (an empty string, quoted or not, counts as missing); a forward-only
+     * use needs none of the training ones */
     for (int i = 0; i < N_KEYS; i++) {
         const char *field = (const char *)c + keys[i].offset;
+        if (keys[i].flags & KF_TRAINING && c->use != JOB_TRAIN) continue;
         if (keys[i].flags & KF_REQUIRED &&
             (!st[i].set || (keys[i].type == KT_STRING && !field[0]))) {
             set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
@@ -635,8 +773,17 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const int i_kv = idx("model", "n_kv_heads"), i_msl = idx("model", "max_seq_len");
     const int i_gb = idx("train", "global_batch"), i_min_lr = idx("train", "min_lr");
     const int i_run_dir = idx("log", "run_dir");
-    if (!have_preset && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
-    if (!have_preset && !st[i_msl].set) c->model.max_seq_len = c->seq_len;
+    const int own_shape = !have_preset && !c->hf_model; /* the shape is the job's keys */
+    if (own_shape && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
+    if (own_shape && !st[i_msl].set) {
+        if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
+            set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
+                    c->path);
+            return -1;
+        }
+        c->model.max_seq_len = c->seq_len;
+    }
+    if (!c->seq_len_given) c->seq_len = c->model.max_seq_len;
     if (!st[i_min_lr].set) c->min_lr = c->lr / 10;
     if (!st[i_run_dir].set) {
         const char *base = strrchr(c->path, '/');
@@ -684,14 +831,16 @@ static int resolve(loader *ld, char *err, size_t errlen) {
                 c->lr);
         return -1;
     }
-    if (c->warmup_steps > c->steps) {
+    /* the schedule's checks only where there is one (a forward-only job may have none) */
+    const int schedule = st[i_steps].set || c->use == JOB_TRAIN;
+    if (schedule && c->warmup_steps > c->steps) {
         origin2(ld, i_warm, i_steps, at, sizeof at);
         set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
                 c->warmup_steps, c->steps);
         return -1;
     }
     const int i_stop = idx("train", "stop_after"), i_every = idx("checkpoint", "every");
-    if (c->stop_after > c->steps) {
+    if (schedule && c->stop_after > c->steps) {
         origin2(ld, i_stop, i_steps, at, sizeof at);
         set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
                 c->stop_after, c->steps);
@@ -712,18 +861,15 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     /* paths written in the job file are relative to its directory, so a job runs the
      * same from any working directory; a --set path is the shell's, relative to the
      * working directory */
-    const char *slash = strrchr(c->path, '/');
     for (int i = 0; i < N_KEYS; i++) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
         char *field = (char *)c + keys[i].offset;
-        if (!field[0] || field[0] == '/' || !slash) continue;
         /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes */
         if (i == idx("checkpoint", "resume") && (!strcmp(field, "auto") || !strcmp(field, "none")))
             continue;
         if (i == idx("data", "tokenizer") && !strcmp(field, "bytes")) continue;
         char joined[2100];
-        int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - c->path), c->path,
-                         field);
+        int n = join_job_dir(c->path, field, joined, sizeof joined);
         if (n < 0 || (size_t)n >= keys[i].size) {
             origin(ld, i, at, sizeof at);
             set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
@@ -735,7 +881,8 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
     /* the tokenizer: the one of the model the run starts from, else bytes (after the
      * paths are joined: init_from is then where the model is) */
-    if (!st[idx("data", "tokenizer")].set)
+    c->tokenizer_given = st[idx("data", "tokenizer")].set;
+    if (!c->tokenizer_given)
         snprintf(c->tokenizer, sizeof c->tokenizer, "%s",
                  c->init_from[0] && tokenizer_dir_has_one(c->init_from) ? c->init_from : "bytes");
     return 0;
@@ -743,7 +890,13 @@ static int resolve(loader *ld, char *err, size_t errlen) {
 
 int job_config_load(job_config *cfg, const char *path, int n_overrides,
                     char *const *overrides, char *err, size_t errlen) {
+    return job_config_load_for(cfg, path, n_overrides, overrides, JOB_TRAIN, err, errlen);
+}
+
+int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
+                        char *const *overrides, job_use use, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
+    cfg->use = use;
     if (strlen(path) >= sizeof cfg->path) {
         set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
                 sizeof cfg->path - 1);

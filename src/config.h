@@ -8,15 +8,23 @@
 
 #include "src/llama.h"
 
+/* What a job is loaded for: training needs the whole [train] schedule and data.train;
+ * eval and generate (forward passes only) need neither, and train.seq_len defaults to
+ * model.max_seq_len for them. */
+typedef enum job_use { JOB_TRAIN = 0, JOB_FORWARD = 1 } job_use;
+
 typedef struct job_config {
     /* [model] */
     char preset[64];         /* shape preset; other [model] keys override it */
     llama_config model;
-    char init_from[1024];    /* initial weights: a Hugging Face directory or a shardlm
-                              * checkpoint (weights only); empty = init from seed */
+    char init_from[1024];    /* initial weights: a Hugging Face directory (which also gives
+                              * the architecture: its config.json) or a shardlm checkpoint
+                              * (weights only); empty = init from seed */
+    int hf_model;            /* 1: init_from is a Hugging Face directory */
 
     /* [train] */
     int seq_len;             /* T */
+    int seq_len_given;       /* the job set train.seq_len (else a JOB_FORWARD default) */
     int micro_batch;         /* sequences per rank per micro-batch */
     int global_batch;        /* sequences per optimizer step, over all ranks;
                               * 0 = micro_batch x ranks (resolved at start-up) */
@@ -53,6 +61,7 @@ typedef struct job_config {
     int shuffle;             /* 1: windows permuted per epoch from (seed, epoch) */
     char tokenizer[1024];    /* a tokenizer file or model directory, or "bytes"; default:
                               * model.init_from's when it holds one, else bytes */
+    int tokenizer_given;     /* the job set data.tokenizer */
 
     /* [log] */
     int log_every;
@@ -75,6 +84,7 @@ typedef struct job_config {
     int comm_delay_us;       /* benchmarks only: every collective takes at least this long */
     int profile;             /* time every op (synchronising) and print a breakdown */
 
+    job_use use;
     /* the job's text and where it came from, kept for messages and checkpoints */
     char path[1024];
     char *text;              /* file contents followed by the --set lines */
@@ -85,6 +95,10 @@ typedef struct job_config {
  * into err and returns -1; 0 on success. */
 int job_config_load(job_config *cfg, const char *path, int n_overrides,
                     char *const *overrides, char *err, size_t errlen);
+/* The same for a use: JOB_TRAIN is job_config_load; JOB_FORWARD (eval, generate) does not
+ * require train.steps, train.seq_len or data.train. */
+int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
+                        char *const *overrides, job_use use, char *err, size_t errlen);
 void job_config_free(job_config *cfg);
 
 /* Prints the resolved configuration as a table (rank 0 calls it once). */

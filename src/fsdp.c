@@ -186,9 +186,11 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->grad_slot = -1;
         size_t bytes = s->n * sizeof(float);
         s->master = balloc(e, bytes, &e->state_bytes);
-        s->grad = balloc(e, bytes, &e->state_bytes);
-        s->m = balloc(e, bytes, &e->state_bytes);
-        s->v = balloc(e, bytes, &e->state_bytes);
+        if (!opt->forward_only) {
+            s->grad = balloc(e, bytes, &e->state_bytes);
+            s->m = balloc(e, bytes, &e->state_bytes);
+            s->v = balloc(e, bytes, &e->state_bytes);
+        }
         if (e->keep_gathered && !direct) s->own = registered_alloc(e, s->padded * e->esz, 0, &s->own_from_comm);
         float *host = malloc(bytes ? bytes : 1);
         SHLM_CHECK_ALLOC(host);
@@ -203,7 +205,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         e->gslots[k].unit = -1;
         if (!e->keep_gathered && !direct)
             e->slots[k].buf = registered_alloc(e, max_padded * e->esz, 0, &e->slots[k].buf_from_comm);
-        if (e->S > 1) {
+        if (e->S > 1 && !opt->forward_only) {
             /* a bf16 reduction sends from the bf16 staging, not from buf */
             e->gslots[k].buf = registered_alloc(e, max_padded * sizeof(float),
                                                 opt->reduce_dtype == SHLM_F32,
@@ -212,7 +214,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
                 e->gslots[k].bf16 = balloc(e, max_padded * 2, &e->buffer_bytes);
         }
     }
-    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16)
+    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16 && !opt->forward_only)
         e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
     e->with_backward = 1;
     return e;
@@ -423,6 +425,7 @@ static void zero_padding(fsdp_engine *e, const unit_state *s, float *buf) {
 static float *src_grad(void *ctx, int u, int *overwrite) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
+    if (e->opt.forward_only) SHLM_FATAL("a backward pass on an engine made forward-only");
     if (e->S == 1) { /* nothing to scatter: the shard is the whole unit */
         *overwrite = s->grad_fresh;
         if (s->grad_fresh) zero_padding(e, s, s->grad);
@@ -595,6 +598,8 @@ void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
 
 static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
     unit_state *s = &e->units[u];
+    if (kind != FSDP_STATE_MASTER && e->opt.forward_only)
+        SHLM_FATAL("the AdamW moments of an engine made forward-only");
     return kind == FSDP_STATE_EXP_AVG ? s->m : kind == FSDP_STATE_EXP_AVG_SQ ? s->v : s->master;
 }
 
@@ -638,16 +643,21 @@ void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, i
         if (n > max_shard) max_shard = n;
         if (u >= 1 && u <= mc->n_layers) block_padded += padded;
     }
-    out->master = out->grad = sum_shard * 4;
-    out->moments = 2 * sum_shard * 4;
+    out->master = sum_shard * 4;
+    if (!opt->forward_only) {
+        out->grad = sum_shard * 4;
+        out->moments = 2 * sum_shard * 4;
+    }
     if (keep && !direct) out->gathered = sum_padded * es;
     if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
-    if (S > 1) out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
-    if (S > 1 && opt->reduce_dtype == SHLM_F32) {
+    const int grads = !opt->forward_only;
+    if (S > 1 && grads)
+        out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
+    if (S > 1 && grads && opt->reduce_dtype == SHLM_F32) {
         out->grad_send_buffers = N_SLOTS * max_padded * 4;
         out->reduce_staging = max_padded * 4;
     }
-    if (R > 1 && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
+    if (R > 1 && grads && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
     /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */
     if (S > 1) {
         size_t gathers = sum_padded; /* every unit's forward */
