@@ -237,31 +237,61 @@ done:
     return rc;
 }
 
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
-                    size_t errlen) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+/* The shortest decimal that reads back as the float v is (shardlm keeps rms_norm_eps and
+ * rope_theta as floats): 1e-05 rather than 9.99999974737875e-06. */
+static double float_decimal(double v) {
+    const float f = (float)v;
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return v;
+}
+
+/* Sets member key of object j to item (replacing one there). */
+static void put(cJSON *j, const char *key, cJSON *item) {
+    if (cJSON_GetObjectItemCaseSensitive(j, key)) cJSON_ReplaceItemInObjectCaseSensitive(j, key, item);
+    else cJSON_AddItemToObject(j, key, item);
+}
+
+int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
+                    const char *base, char *err, size_t errlen) {
+    cJSON *j = base ? cJSON_Parse(base) : cJSON_CreateObject();
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        set_err(err, errlen, "%s/config.json: the source's config.json to build on is not a "
+                "JSON object", dir);
+        return -1;
+    }
+    cJSON *arch = cJSON_CreateArray();
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", "llama");
-    cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(j, "intermediate_size", c->intermediate_size);
-    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_hidden_layers);
-    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_attention_heads);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_key_value_heads);
-    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
-    cJSON_AddNullToObject(j, "rope_scaling");
-    cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
-    cJSON_AddBoolToObject(j, "mlp_bias", 0);
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    cJSON_AddNumberToObject(j, "pretraining_tp", 1);
-    cJSON_AddBoolToObject(j, "use_cache", 1);
-    cJSON_AddStringToObject(j, "torch_dtype", torch_dtype);
+    put(j, "architectures", arch);
+    put(j, "model_type", cJSON_CreateString("llama"));
+    put(j, "hidden_size", cJSON_CreateNumber(c->hidden_size));
+    put(j, "intermediate_size", cJSON_CreateNumber(c->intermediate_size));
+    put(j, "num_hidden_layers", cJSON_CreateNumber(c->num_hidden_layers));
+    put(j, "num_attention_heads", cJSON_CreateNumber(c->num_attention_heads));
+    put(j, "num_key_value_heads", cJSON_CreateNumber(c->num_key_value_heads));
+    put(j, "head_dim", cJSON_CreateNumber(c->head_dim));
+    put(j, "vocab_size", cJSON_CreateNumber(c->vocab_size));
+    put(j, "max_position_embeddings", cJSON_CreateNumber(c->max_position_embeddings));
+    put(j, "rms_norm_eps", cJSON_CreateNumber(float_decimal(c->rms_norm_eps)));
+    cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const double theta = float_decimal(c->rope_theta);
+    if (cJSON_IsObject(rp)) put(rp, "rope_theta", cJSON_CreateNumber(theta));
+    else put(j, "rope_theta", cJSON_CreateNumber(theta));
+    put(j, "rope_scaling", cJSON_CreateNull());
+    put(j, "hidden_act", cJSON_CreateString("silu"));
+    put(j, "attention_bias", cJSON_CreateBool(0));
+    put(j, "mlp_bias", cJSON_CreateBool(0));
+    put(j, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings));
+    if (!cJSON_GetObjectItemCaseSensitive(j, "initializer_range"))
+        cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    put(j, "pretraining_tp", cJSON_CreateNumber(1));
+    if (!cJSON_GetObjectItemCaseSensitive(j, "use_cache")) cJSON_AddBoolToObject(j, "use_cache", 1);
+    put(j, "torch_dtype", cJSON_CreateString(torch_dtype));
+    if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) put(j, "dtype", cJSON_CreateString(torch_dtype));
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) {

@@ -44,9 +44,13 @@ int hf_source_kind(const char *path, char *err, size_t errlen);
 /* Reads DIR/config.json. */
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen);
 /* Writes DIR/config.json for LlamaForCausalLM (torch_dtype e.g. "float32"), through a
- * temporary file renamed into place. */
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
-                    size_t errlen);
+ * temporary file renamed into place. base (may be NULL): the text of a JSON object whose
+ * members are kept (a source model's config.json: its token ids and whatever else
+ * transformers reads), with the architecture, the dtype and the fields shardlm refuses
+ * otherwise written over them (rope_theta inside rope_parameters when base keeps it there;
+ * "dtype" as well as torch_dtype when base has it, as newer transformers write). */
+int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
+                    const char *base, char *err, size_t errlen);
 
 /* The weights of a directory: one safetensors file or the shards of an index. */
 typedef struct hf_weights {

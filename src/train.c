@@ -159,6 +159,14 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                (need_train && c->sample_tokens > 0)))
         ok = run_check_tokenizer(r, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
+    /* what every checkpoint keeps for export: rank 0 reads it, the others get its copy */
+    if (need_train) {
+        ok = r->rank != 0 ||
+             hf_files_collect(&r->hf, c->hf_model ? c->init_from : NULL, r->tok, err,
+                              sizeof err) == 0;
+        if (all_ranks_ok(ok, err)) return -1;
+        hf_files_bcast(&r->hf, 0, MPI_COMM_WORLD);
+    }
     /* eval without train.seq_len: windows of the model's context (model.max_seq_len), or the
      * whole validation file as one window when it is shorter */
     if (!need_train && !c->seq_len_given && r->have_val && r->val_tf.count >= 2 &&
@@ -269,6 +277,7 @@ int run_check_tokenizer(const run *r, char *err, size_t errlen) {
 }
 
 void run_teardown(run *r) {
+    hf_files_free(&r->hf);
     tokenizer_free(r->tok);
     llama_destroy(r->model);
     fsdp_destroy(r->engine);
@@ -476,7 +485,8 @@ static int load_initial(run *r, ckpt_state *st) {
         int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
         if (all_ranks_ok(ok, err)) return -1;
         if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
-                            sizeof err) != 0)
+                            sizeof err) != 0 ||
+            checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
             return all_ranks_ok(0, err);
         const ckpt_state saved = *st;
         if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
@@ -507,6 +517,11 @@ static int load_initial(run *r, ckpt_state *st) {
     }
     if (c->init_from[0] &&
         checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+        return all_ranks_ok(0, err);
+    /* a checkpoint's weights bring the files it kept, where the job's sources lack them */
+    if (c->init_from[0] && !c->hf_model &&
+        (checkpoint_resolve("", c->init_from, path, sizeof path, err, sizeof err) != 0 ||
+         checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0))
         return all_ranks_ok(0, err);
     return 0;
 }
@@ -737,7 +752,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
             st.global_batch = c->global_batch;
             st.seq_len = c->seq_len;
             st.lr_last = lr;
-            if (checkpoint_save(r->engine, &r->topo, c, &st, c->ckpt_dir, c->ckpt_keep, err,
+            if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                                 sizeof err) != 0) {
                 all_ranks_ok(0, err);
                 rc = -1;
@@ -890,7 +905,7 @@ static int job_command(int argc, char **argv, int training) {
                "(set checkpoint.dir to save them)\n");
     /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
     if (training &&
-        checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &lock_fd, err, sizeof err) != 0) {
+        checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {
         all_ranks_ok(0, err);
         rc = 1;
     } else if (training) {

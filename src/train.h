@@ -10,6 +10,7 @@
 #include "src/config.h"
 #include "src/data_loader.h"
 #include "src/fsdp.h"
+#include "src/hf_files.h"
 #include "src/llama.h"
 #include "src/tokenizer.h"
 #include "src/topology.h"
@@ -26,6 +27,8 @@ typedef struct run {
     fsdp_engine *engine;
     llama_model *model;
     tokenizer *tok;           /* data.tokenizer (every rank opens it) */
+    hf_files hf;              /* training: the model's and tokenizer's Hugging Face files,
+                               * kept in every checkpoint for export */
     int grad_accum;           /* micro-batches per rank per step */
 } run;
 
