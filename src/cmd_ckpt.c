@@ -29,7 +29,9 @@ static void ckpt_usage(FILE *out) {
             "usage: shardlm ckpt info CKPT [--job]     step, tokens, strategy, world size, tensors\n"
             "       shardlm ckpt verify CKPT           recompute every dataset's checksum\n"
             "       shardlm ckpt export CKPT DIR [--dtype f32|bf16|f16] [--shard-size BYTES]\n"
-            "                                          Hugging Face safetensors + config.json\n"
+            "                                          a Hugging Face directory: safetensors,\n"
+            "                                          config.json, generation_config.json and\n"
+            "                                          the tokenizer files the checkpoint kept\n"
             "  CKPT is a step_<N>.h5 file or a checkpoint directory (its `latest` is used).\n"
             "  Run alone or under mpirun (verify and export then read in parallel).\n");
 }
@@ -604,6 +606,11 @@ int cmd_ckpt(int argc, char **argv) {
         if (rank_of() == 0) ckpt_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (int i = 2; i < argc; i++) /* a subcommand's --help: the usage, which covers all three */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (rank_of() == 0) ckpt_usage(stdout);
+            return 0;
+        }
     if (strcmp(argv[1], "info") == 0) return ckpt_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "verify") == 0) return ckpt_verify(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 2, argv + 2);

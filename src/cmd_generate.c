@@ -255,7 +255,8 @@ int cmd_generate(int argc, char **argv) {
                                    &so, r.rank == 0 ? stdout : NULL, out);
     const double dt = MPI_Wtime() - t0;
     if (r.rank == 0) {
-        const int stopped = n_gen > 0 && n_gen < n_new;
+        int stopped = 0; /* the last token is an eos */
+        for (int i = 0; n_gen > 0 && i < n_stop; i++) stopped |= out[n_prompt + n_gen - 1] == stop[i];
         printf("\n---\ngenerate: %d tokens (%s), %.1f tokens/s\n", n_gen,
                stopped ? "ended at an eos" : "the limit", dt > 0 ? n_gen / dt : 0.0);
         if (a.show_ids) {

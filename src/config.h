@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "src/llama.h"
 
@@ -109,6 +110,10 @@ void job_config_print(const job_config *cfg, int world_size);
  * Returns 0, or -1 with the reason ("out of range, must be in [1, 65536]", "not an
  * integer", "not a number") in why. */
 int job_key_check(const char *name, double v, char *why, size_t whylen);
+
+/* Every job key with its default and meaning, one a line, from the key table: as text,
+ * or (markdown) as the table README.md holds. */
+void job_keys_print(FILE *out, int markdown);
 
 /* 64-bit FNV-1a hash of the job's text, to check all ranks run the same job. */
 uint64_t job_config_hash(const job_config *cfg);

@@ -38,6 +38,17 @@ int cmd_plan(int argc, char **argv) {
     if (!sets) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: shardlm plan JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
+                   "                         [--set section.key=value ...]\n"
+                   "  Each rank's bytes of master weights, gradients, moments, gathered and\n"
+                   "  gradient buffers and activations, and the bytes it sends per step, for the\n"
+                   "  job on N ranks (M per node), computed without allocating anything; a run\n"
+                   "  prints the same figures measured. With model.init_from a Hugging Face\n"
+                   "  directory the shape is its config.json's.\n");
+            free(sets);
+            return 0;
+        }
         if (strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0 ||
             strcmp(a, "--backend") == 0 || strcmp(a, "--set") == 0) {
             if (i + 1 >= argc) return usage_error("missing value after", a);
