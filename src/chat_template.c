@@ -2,21 +2,15 @@
  * model's template, rendered as their Hugging Face Jinja templates render them. */
 #include "src/chat_template.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/errmsg.h"
 #include "src/utf8.h"
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* messages quote names and text from files: one line whatever they hold */
+#define set_err io_set_err
 
 static int copy_token(char *dst, size_t n, const char *src, const char *what, char *err,
                       size_t errlen) {

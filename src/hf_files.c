@@ -2,12 +2,12 @@
  * and shared between ranks. */
 #include "src/hf_files.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "io/errmsg.h"
 #include "kernels/check.h"
 #include "src/tokenizer_impl.h"
 
@@ -21,14 +21,8 @@ static const char *const tokenizer_files[] = {"tokenizer.json", "tokenizer.model
                                               "tokenizer_config.json", "special_tokens_map.json",
                                               "chat_template.jinja", "added_tokens.json"};
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+/* messages quote names and text from files: one line whatever they hold */
+#define set_err io_set_err
 
 int hf_files_known(const char *name) {
     for (int i = 0; i < N_KNOWN; i++)

@@ -38,10 +38,7 @@ go() {
         sh "$mpi" "$np" "$SHLM" "$@" >"$work/$name.log" 2>"$work/$name.err" </dev/null
     fi
     rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "hf_source: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     return $rc
 }
 # ok_run NAME: the run NAME exited 0
@@ -121,28 +118,15 @@ if ok_run $? gen_fwd; then
     has gen_fwd "generate: 4 tokens (the limit)" "generate with no [train] keys"
     has gen_fwd "prompt ids: 1 2 3" "generate --ids prints the prompt's ids"
 fi
-cat >"$work/fresh.ini" <<EOF
-[model]
-dim = 32
-n_layers = 2
-n_heads = 4
-n_kv_heads = 2
-ffn_dim = 44
-vocab_size = 67
-max_seq_len = 64
-[data]
-val = $work/v.bin
-[runtime]
-backend = cpu
-threads = 1
-EOF
+printf '[model]\npreset = tiny\n[data]\nval = %s\n[runtime]\nbackend = cpu\nthreads = 1\n' \
+    "$work/v.bin" >"$work/fresh.ini"
 go eval_fresh 1 eval "$work/fresh.ini"
 ok_run $? eval_fresh && has eval_fresh "the model has freshly initialised weights (train.seed = 1337)" \
     "eval says when it evaluates freshly initialised weights"
 # a checkpoint of the bare job, then eval --ckpt of it
 go train_ck 1 train "$work/bare.ini" --set "checkpoint.dir=$work/ck"
 if ok_run $? train_ck; then
-    go eval_ck 1 eval "$work/fresh.ini" --ckpt "$work/ck"
+    go eval_ck 1 eval "$work/fwd.ini" --ckpt "$work/ck"
     ok_run $? eval_ck && has eval_ck "weights: $work/ck" "eval --ckpt DIR takes the checkpoint's weights"
 fi
 

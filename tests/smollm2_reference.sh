@@ -37,23 +37,6 @@ export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=er
 prompt="Write a short story about a robot who learns to paint."
 n_new=32
 
-# step NAME CMD...: runs CMD (printed), output in $work/NAME.log; a failure is counted
-step() {
-    name=$1
-    shift
-    echo "+ $*"
-    "$@" >"$work/$name.log" 2>&1 </dev/null
-    rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "smollm2_reference: SKIP: no MPI launcher"
-        exit 77
-    fi
-    if [ $rc -ne 0 ]; then
-        tail -n 8 "$work/$name.log"
-        fail "$name exited with $rc"
-    fi
-    return $rc
-}
 # field NAME KEY: the words after "KEY" on the line of $work/NAME.log that starts with it
 field() { sed -n "s/^$2 //p" "$work/$1.log" | head -n 1; }
 # rel A B: |A - B| / |B|

@@ -35,10 +35,7 @@ run() {
     sh "$mpi" "$np" "$SHLM" train "$job" --set "data.train=$work/train.bin" \
         --set "log.run_dir=$work/$name" $tie "$@" >"$work/$name.log" 2>"$work/$name.err" </dev/null
     rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "tied_embeddings: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 8 "$work/$name.log" "$work/$name.err"
         fail "$name exited with $rc"
