@@ -127,7 +127,8 @@ int cmd_plan(int argc, char **argv) {
            ranks, strategy_name(topt.strategy), S, R,
            topt.ranks_per_node > 0 ? " (ranks_per_node set)" : "");
     printf("# model %s: %lld parameters; backend %s (activations %s), param_dtype %s, "
-           "reduce_dtype %s\n", cfg.preset[0] ? cfg.preset : "(custom)", P, backend,
+           "reduce_dtype %s\n", cfg.preset[0] ? cfg.preset : cfg.hf_model ? cfg.init_from : "(custom)",
+           P, backend,
            shlm_dtype_name(act), cfg.param_dtype, cfg.reduce_dtype);
     printf("# micro_batch %d x seq_len %d, %d micro-batch(es) per step, global batch %d, "
            "activation checkpointing %s\n", cfg.micro_batch, cfg.seq_len, accum, global,
