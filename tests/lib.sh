@@ -98,3 +98,31 @@ wait_step() {
     done
     lines "$1"
 }
+
+# steps FILE KEY: "step value" of every line of the metrics.jsonl FILE (values as
+# printed, %.9g: equal strings are equal numbers)
+steps() {
+    sed -n "s/.*\"step\": \([0-9]*\),.*\"$2\": \([^,}]*\).*/\1 \2/p" "$1"
+}
+
+# maxrel KEY REF RUN N: the largest |KEY - ref| / |ref| over the steps of two
+# metrics.jsonl files (KEY: loss or grad_norm), or "missing" unless both hold the same N
+# steps (a crash, a short run)
+maxrel() {
+    awk -v key="$1" -v want="$4" '
+        function field(line, key,   s) {
+            if (!match(line, "\"" key "\": [^,}]*")) return ""
+            s = substr(line, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
+        }
+        FNR == NR { ref[field($0, "step")] = field($0, key); nref++; next }
+        {
+            s = field($0, "step"); n++
+            if (!(s in ref) || ref[s] == "" || field($0, key) == "") { bad = 1; next }
+            a = ref[s] + 0; b = field($0, key) + 0
+            if (a != a || b != b) { bad = 1; next }   # nan
+            d = a - b; if (d < 0) d = -d; if (a < 0) a = -a
+            r = a > 0 ? d / a : d; if (r > m) m = r
+        }
+        END { if (bad || n != nref || n != want) print "missing"; else printf "%.3e\n", m }
+    ' "$2" "$3" 2>/dev/null || echo missing
+}
