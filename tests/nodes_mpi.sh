@@ -78,24 +78,13 @@ topo_problem() {
         END { if (n != 4) print n + 0 " rank lines, want 4" }' "$work/$1.log"
 }
 
-# same NAME REF: NAME's 40 losses and gradient norms equal REF's as printed (bitwise)
+# same NAME REF: NAME's 40 losses and gradient norms and its step-40 checksums equal REF's
 same() {
-    for key in loss grad_norm; do
-        steps "$work/$1/metrics.jsonl" $key >"$work/$1.$key"
-        steps "$work/$2/metrics.jsonl" $key >"$work/$2.$key"
-        if [ "$(wc -l <"$work/$2.$key")" -ne 40 ] || ! cmp -s "$work/$1.$key" "$work/$2.$key"; then
-            diff "$work/$2.$key" "$work/$1.$key" | head -n 6
-            fail "$1: the $key of steps 1-40 differs from $2's"
-            return
-        fi
-    done
-    "$SHLM" ckpt info "$work/$1/ckpt" 2>&1 | grep ' 0x' >"$work/$1.sums"
-    "$SHLM" ckpt info "$work/$2/ckpt" 2>&1 | grep ' 0x' >"$work/$2.sums"
-    if [ ! -s "$work/$2.sums" ] || ! cmp -s "$work/$1.sums" "$work/$2.sums"; then
-        diff "$work/$2.sums" "$work/$1.sums" | head -n 6
-        fail "$1: the step-40 checkpoint differs from $2's"
+    why=$(curves_problem "$2" "$1" 40)$(sums_problem "$work/$2/ckpt" "$work/$1/ckpt")
+    if [ -n "$why" ]; then
+        fail "$1: $why"
     else
-        echo "$1: 40 losses, gradient norms and $(wc -l <"$work/$2.sums") checksums equal $2's"
+        echo "$1: 40 losses, gradient norms and $(wc -l <"$work/$2-ckpt.sums") checksums equal $2's"
     fi
 }
 

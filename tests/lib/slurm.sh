@@ -14,7 +14,8 @@
 #   munge_up [PREFIX...]       makes sure a munged answers where PREFIX runs commands
 #                              (e.g. node_exec node1; nothing: this machine), starting
 #                              one (socket, pid, seed and log under /run/munge) if none
-#                              does; the key /etc/munge/munge.key is made if missing
+#                              does ($munge_started is then 1); the key
+#                              /etc/munge/munge.key is made if missing
 #   slurm_jobs_env             exports what every job gets from this environment
 #   wait_jobs ID...            until none of them is queued or running (120 s at most)
 #   job_field ID FIELD         JobState, ExitCode, ... from scontrol
@@ -72,6 +73,7 @@ EOF
 }
 
 munge_up() {
+    munge_started=""
     "$@" sh -c 'munge -n 2>/dev/null | unmunge >/dev/null 2>&1' && return 0
     if [ ! -s /etc/munge/munge.key ]; then
         echo "+ mungekey --create"
@@ -89,6 +91,7 @@ munge_up() {
         [ $mu_i -lt 50 ] || { fail "munged does not answer"; return 1; }
         sleep 0.1
     done
+    munge_started=1
 }
 
 slurm_jobs_env() {
