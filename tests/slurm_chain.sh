@@ -112,8 +112,6 @@ res="--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=30"
 
 prepare_corpus "$work/train.bin"
 
-lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-
 cd "$work" || exit 99
 # ---- a. one job to the end ----
 t0=$(date +%s)
@@ -155,48 +153,11 @@ j1=$1
 if [ "$timer" = 1 ]; then
     echo "b: waiting for Slurm's warning signals (--signal=B:USR1@300 on a 5-minute limit)"
 else
-    i=0
-    while [ "$(lines "$work/chain/metrics.jsonl")" -lt 3 ] && [ $i -lt 600 ]; do
-        i=$((i + 1))
-        sleep 0.1
-    done
-    echo "+ scancel --signal=USR1 --batch $j1   # after step $(lines "$work/chain/metrics.jsonl")"
-    scancel --signal=USR1 --batch "$j1" || fail "b: scancel --signal=USR1 --batch failed"
+    warn_after b "$work/chain" 3 "$j1"
 fi
 wait_jobs $ids
-# each job in turn: stopped by the signal (exit 0, saved step n) and the next resumes from
-# step n; or finished step 40 and cancelled every later job, which never started
-k=0 prev="" n1="" finished=""
-for j in $ids; do
-    k=$((k + 1))
-    state=$(job_field "$j" JobState) code=$(job_field "$j" ExitCode)
-    o=$work/shardlm-ckpt-$j.out
-    echo "b: job $k ($j): $state, exit $code"
-    if [ -n "$finished" ]; then
-        [ "$state" = CANCELLED ] && [ ! -f "$o" ] || fail "b: job $k ($j) ran after job $finished finished"
-        continue
-    fi
-    [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || { tail -n 20 "$o"; fail "b: job $k ($j) did not exit 0"; break; }
-    if [ -n "$prev" ]; then
-        grep "^checkpoint: loaded .*step_$prev.h5" "$o" || fail "b: job $k did not resume from step_$prev.h5"
-    fi
-    msg=$(grep "^shardlm: caught SIGUSR1 at step" "$o")
-    if [ -n "$msg" ]; then
-        grep "SIGUSR1 (the time limit is near" "$o" || fail "b: job $k's batch shell did not get the signal"
-        echo "$msg"
-        prev=$(echo "$msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
-        [ -n "$n1" ] || n1=$prev
-    elif grep -q "^ *40 |" "$o"; then
-        finished=$k
-        if [ $k -lt $njobs ]; then
-            grep "cancelling the chain's later jobs" "$o" || fail "b: job $k did not cancel the later jobs"
-        fi
-    else
-        tail -n 20 "$o"
-        fail "b: job $k neither stopped on the signal nor reached step 40"
-        break
-    fi
-done
+chain_verdict b "$work/shardlm-ckpt" $ids
+n1=$chain_stop finished=$chain_finished
 [ -n "$n1" ] && [ "$n1" -lt 40 ] || fail "b: job 1 did not stop on the signal before step 40"
 [ -n "$finished" ] || fail "b: no job of the chain reached step 40"
 [ "$timer" = 1 ] || [ "$finished" = 2 ] || fail "b: job 2 did not finish the run"

@@ -10,7 +10,8 @@
 #                              (name:cpus), one partition "test" of all of them; reads
 #                              $slurm_ports ("ctlport slurmdport", or empty: Slurm's),
 #                              $slurm_state, $slurm_spool, $slurm_run, $slurm_log (the
-#                              directories of state, spool, pid files and logs)
+#                              directories of state, spool, pid files and logs) and
+#                              $slurm_extra (more lines, or empty)
 #   munge_up [PREFIX...]       makes sure a munged answers where PREFIX runs commands
 #                              (e.g. node_exec node1; nothing: this machine), starting
 #                              one (socket, pid, seed and log under /run/munge) if none
@@ -19,6 +20,9 @@
 #   slurm_jobs_env             exports what every job gets from this environment
 #   wait_jobs ID...            until none of them is queued or running (120 s at most)
 #   job_field ID FIELD         JobState, ExitCode, ... from scontrol
+#   warn_after LABEL DIR N ID  once DIR/metrics.jsonl has N lines (60 s at most), job ID's
+#                              batch shell gets SIGUSR1, as from --signal=B:USR1@...
+#   chain_verdict LABEL PREFIX ID...  checks the jobs of a resume chain, see there
 # $SLURM_ON (empty, or e.g. "node_exec ctl") prefixes every Slurm client command these
 # functions run.
 
@@ -65,6 +69,7 @@ SlurmdPidFile=$slurm_run/slurmd.pid
 SlurmctldLogFile=$slurm_log/slurmctld.log
 SlurmdLogFile=$slurm_log/slurmd-%n.log
 EOF
+        [ -z "${slurm_extra:-}" ] || echo "$slurm_extra"
         for sc_n in "$@"; do
             echo "NodeName=${sc_n%%:*} CPUs=${sc_n#*:} RealMemory=4000 State=UNKNOWN"
         done
@@ -122,4 +127,60 @@ wait_jobs() {
 
 job_field() {
     ${SLURM_ON:-} scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+warn_after() {
+    wa_i=0
+    while [ "$(lines "$2")" -lt "$3" ] && [ $wa_i -lt 600 ]; do
+        wa_i=$((wa_i + 1))
+        sleep 0.1
+    done
+    echo "+ scancel --signal=USR1 --batch $4   # after step $(lines "$2")"
+    ${SLURM_ON:-} scancel --signal=USR1 --batch "$4" || fail "$1: scancel --signal=USR1 --batch failed"
+}
+
+# chain_verdict LABEL PREFIX ID...: the jobs of a resume chain (outputs PREFIX-ID.out),
+# each in turn stopped by the warning signal (exit 0, saved step n; the next resumes
+# from step n), or finished step 40 and cancelled every later job, which never started.
+# Sets $chain_stop (the step the first job stopped at) and $chain_finished (which job
+# finished: 1, 2, ...; empty if none); counts a failure (LABEL: ...) otherwise.
+chain_verdict() {
+    cv_label=$1 cv_prefix=$2
+    shift 2
+    cv_k=0 cv_prev="" chain_stop="" chain_finished=""
+    for cv_j in "$@"; do
+        cv_k=$((cv_k + 1))
+        cv_state=$(job_field "$cv_j" JobState) cv_code=$(job_field "$cv_j" ExitCode)
+        cv_o=$cv_prefix-$cv_j.out
+        echo "$cv_label: job $cv_k ($cv_j): $cv_state, exit $cv_code"
+        if [ -n "$chain_finished" ]; then
+            [ "$cv_state" = CANCELLED ] && [ ! -f "$cv_o" ] ||
+                fail "$cv_label: job $cv_k ($cv_j) ran after job $chain_finished finished"
+            continue
+        fi
+        [ "$cv_state" = COMPLETED ] && [ "$cv_code" = 0:0 ] ||
+            { tail -n 20 "$cv_o"; fail "$cv_label: job $cv_k ($cv_j) did not exit 0"; break; }
+        if [ -n "$cv_prev" ]; then
+            grep "^checkpoint: loaded .*step_$cv_prev.h5" "$cv_o" ||
+                fail "$cv_label: job $cv_k did not resume from step_$cv_prev.h5"
+        fi
+        cv_msg=$(grep "^shardlm: caught SIGUSR1 at step" "$cv_o")
+        if [ -n "$cv_msg" ]; then
+            grep "SIGUSR1 (the time limit is near" "$cv_o" ||
+                fail "$cv_label: job $cv_k's batch shell did not get the signal"
+            echo "$cv_msg"
+            cv_prev=$(echo "$cv_msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
+            [ -n "$chain_stop" ] || chain_stop=$cv_prev
+        elif grep -q "^ *40 |" "$cv_o"; then
+            chain_finished=$cv_k
+            if [ $cv_k -lt $# ]; then
+                grep "cancelling the chain's later jobs" "$cv_o" ||
+                    fail "$cv_label: job $cv_k did not cancel the later jobs"
+            fi
+        else
+            tail -n 20 "$cv_o"
+            fail "$cv_label: job $cv_k neither stopped on the signal nor reached step 40"
+            break
+        fi
+    done
 }
