@@ -125,7 +125,8 @@ nodes_up() {
     done
     if ! nu_why=$(unshare --net --uts --mount --ipc sh -c \
         'ip link add br0 type bridge && ip link add probe0 type veth peer name probe1' 2>&1); then
-        nodes_skip "cannot make network namespaces with a bridge and a veth pair here: $nu_why"
+        nodes_skip "cannot make network namespaces with a bridge and a veth pair here:" \
+            "${nu_why:-unshare --net --uts --mount --ipc failed}"
         return
     fi
     nodes_dir=$work/nodes
