@@ -77,19 +77,8 @@ lose() {
         echo "+ node_link node2 down   # after step $n"
         node_link node2 down || fail "$case: cannot take node2's link down"
     fi
-    i=0
-    while [ -n "$(node_pids node1 shardlm)" ] && [ $i -lt 300 ]; do
-        sleep 0.1
-        i=$((i + 1))
-    done
-    gone=$(($(date +%s) - t1))
-    left=$(node_pids node1 shardlm | tr '\n' ' ')
-    bound=$((T + 5 + 10))
-    if [ -n "$left" ]; then
-        fail "$case: node1's ranks still running 30 s after node2 was lost: $left"
-    elif [ $gone -gt $bound ]; then
-        fail "$case: node1's ranks took $gone s to end, want at most T + grace + 10 = $bound s"
-    fi
+    # the deadline, the roll call's grace (at most 5 s) and 10 s for the abort
+    node_ranks_end "$case" node1 "$t1" $((T + 5 + 10))
     wait $pid
     rc=$?
     ended=$(($(date +%s) - t1))

@@ -28,6 +28,9 @@
 #   node_kill HOST [NAME]  SIGKILLs them (without NAME: a node that crashes; its
 #                          namespaces stay, so it can "boot" again)
 #   node_link HOST up|down its cable: the switch's end of HOST's veth pair
+#   node_ranks_end LABEL HOST SINCE BOUND  waits (30 s at most) until HOST runs no shardlm,
+#                          sets $gone (seconds since the epoch time SINCE) and counts a
+#                          failure (LABEL: ...) if that took more than BOUND seconds
 #   nodes_mpirun NP ARGS.. mpirun from node1 over the nodes (hostfile, launch agent),
 #                          through tests/mpi_test.sh; see the function
 #   nodes_down             kills everything in the namespaces, then the holders; checks
@@ -91,6 +94,21 @@ node_kill() {
         sleep 0.1
     done
     [ -z "$(node_pids "$1" "${2:-}")" ]
+}
+
+node_ranks_end() {
+    nr_i=0
+    while [ -n "$(node_pids "$2" shardlm)" ] && [ $nr_i -lt 300 ]; do
+        sleep 0.1
+        nr_i=$((nr_i + 1))
+    done
+    gone=$(($(date +%s) - $3))
+    nr_left=$(node_pids "$2" shardlm | tr '\n' ' ')
+    if [ -n "$nr_left" ]; then
+        fail "$1: $2's ranks still running 30 s on: $nr_left"
+    elif [ $gone -gt "$4" ]; then
+        fail "$1: $2's ranks took $gone s to end, want at most $4 s"
+    fi
 }
 
 node_link() {
