@@ -202,16 +202,11 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                                                   c->model.n_heads, c->model.n_kv_heads,
                                                   c->model.head_dim);
         need += scratch_bytes;
-        /* buffers the comm backend registers itself (copy-engine collectives) are not
-         * carved from the arena; its reduce staging comes on top */
+        /* buffers the comm backend registers itself (copy-engine all-gathers) are not
+         * carved from the arena */
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
             r->topo.shard_size > 1)
             arena_bytes -= pb.gathered;
-        if (r->comm->reduce_buffers_enabled && r->comm->reduce_buffers_enabled() &&
-            r->topo.shard_size > 1 && pb.grad_send_buffers > 0) {
-            arena_bytes -= pb.grad_send_buffers;
-            need += pb.reduce_staging;
-        }
         if (need > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
