@@ -199,7 +199,10 @@ nodes_down() {
         [ -f "$nd_f" ] || continue
         nd_h=$(basename "$nd_f" .netns)
         node_kill "$nd_h"
-        kill -KILL "$(node_pid "$nd_h")" 2>/dev/null
+        nd_p=$(node_pid "$nd_h")
+        # the holder is this shell's job (unshare execs it): reaped here, without the
+        # shell's "Killed" notice
+        kill -KILL "$nd_p" 2>/dev/null && wait "$nd_p" 2>/dev/null
     done
     # nothing may be left, the holders included (a killed process is gone at once, a
     # zombie once its parent has waited for it)
