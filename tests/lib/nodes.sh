@@ -244,16 +244,19 @@ nodes_finish() {
 
 # nodes_mpirun NP ARGS...: ARGS (a program and its arguments) on NP ranks, 2 per node,
 # launched by mpirun in node1 through tests/mpi_test.sh (root, oversubscription, its
-# timeout). The variables named in $NODES_FORWARD (space-separated) reach every rank by
-# -x, as a cluster user passes them; OMP_NUM_THREADS and OPENBLAS_NUM_THREADS always do.
+# timeout). OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and the variables named in
+# $NODES_FORWARD (space-separated) reach every rank by -x where they are set, as a
+# cluster user passes them.
 # Each node's hostfile entry has 2 slots but all nodes share this machine's cores, so
 # Open MPI does not know it is oversubscribed: mpi_yield_when_idle makes a waiting rank
 # yield the core (without it a step that waits on TCP takes ~20x longer here).
 nodes_mpirun() {
     nm_np=$1
     shift
-    nm_x="-x OMP_NUM_THREADS -x OPENBLAS_NUM_THREADS"
-    for nm_v in ${NODES_FORWARD:-}; do nm_x="$nm_x -x $nm_v"; done
+    nm_x=""
+    for nm_v in OMP_NUM_THREADS OPENBLAS_NUM_THREADS ${NODES_FORWARD:-}; do
+        eval "[ -z \"\${$nm_v+set}\" ]" || nm_x="$nm_x -x $nm_v"
+    done
     MPIRUN="mpirun --hostfile $nodes_dir/hostfile --map-by ppr:2:node $nm_x" \
         OMPI_MCA_plm_rsh_agent=$nodes_dir/agent \
         OMPI_MCA_btl_tcp_if_include=$NODES_IF OMPI_MCA_oob_tcp_if_include=$NODES_IF \
