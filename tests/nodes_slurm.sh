@@ -20,13 +20,14 @@
 #              with a's final loss, every step and checksum equal;
 #  d. sweep:   slurm/strong-scaling-submit.sh --nodes 1,2: the report has a row for 2
 #              and for 4 ranks, and scaling.png is a PNG (where gnuplot is installed);
-#  e. down:    a chain of 2-node jobs with a checkpoint every 5 steps; at step 12 node2
+#  e. down:    a chain of 2-node jobs with a checkpoint every 10 steps; at step 12 node2
 #              goes down (every process in it killed: slurmd, the job's step daemon, its
 #              ranks, munged). node1's ranks end within SHLM_COMM_TIMEOUT_S + 15 s,
 #              naming ranks 2,3, and job 1 within that + KillWait, not COMPLETED, while
 #              node2 is still down; `latest` verifies; node2 boots again (munged,
 #              slurmd), job 2 resumes from `latest` and finishes: every step and
-#              checksum equal a's, job 3 is cancelled;
+#              checksum equal a's, job 3 is cancelled (8 steps before the next save,
+#              as in tests/nodes_lost.sh);
 #  f. install: make install into $work/prefix; the installed train.sbatch, with SHARDLM
 #              unset and no shardlm on the job's PATH, trains the installed demo job
 #              (<prefix>/share/shardlm/jobs/tiny.ini, 20 steps, a short sample) on the 2
@@ -237,7 +238,7 @@ echo "d: $(($(date +%s) - t0)) s"
 t0=$(date +%s)
 SHLM_COMM_TIMEOUT_S=$T
 export SHLM_COMM_TIMEOUT_S
-if chain e 3 --set checkpoint.every=5; then
+if chain e 3 --set checkpoint.every=10; then
     # shellcheck disable=SC2086 # job ids
     set -- $ids
     j1=$1

@@ -66,13 +66,12 @@ node_exec() {
 }
 
 # nodes_ns_pids HOST: every process in HOST's network namespace, its holder included
+# (one find over /proc, so that a node is killed within a fraction of a second)
 nodes_ns_pids() {
     np_ns=$(cat "$nodes_dir/$1.netns" 2>/dev/null) || return 0
-    for np_f in /proc/[0-9]*/ns/net; do
-        [ "$(readlink "$np_f" 2>/dev/null)" = "$np_ns" ] || continue
-        np_p=${np_f#/proc/}
-        echo "${np_p%/ns/net}"
-    done
+    # the link's text, net:[INODE], as a find pattern
+    np_pat=$(printf '%s' "$np_ns" | sed 's/[][*?\\]/\\&/g')
+    find /proc/[0-9]*/ns/net -maxdepth 0 -lname "$np_pat" 2>/dev/null | sed 's|^/proc/||; s|/ns/net$||'
 }
 
 node_pids() {
