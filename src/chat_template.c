@@ -1,5 +1,6 @@
-/* ChatML and Llama-2 chat templates: recognising a model's template by its text, and
- * rendering a conversation into pieces with its assistant turns trained (chat_template.h). */
+/* Chat templates (see chat_template.h): ChatML and Llama-2 chat by name or recognised in a
+ * model's template, rendered as their Hugging Face Jinja templates render them, into
+ * pieces with the assistant turns marked trained. */
 #include "src/chat_template.h"
 
 #include <stdio.h>
@@ -9,10 +10,14 @@
 #include "io/errmsg.h"
 #include "src/utf8.h"
 
+/* messages quote names and text from files: one line whatever they hold */
+#define set_err io_set_err
+
 /* The recognised texts, with \n as a newline. SmolLM2's (and Qwen1.5's) ChatML is the
  * plain one with CHATML_SYS_A + prompt + CHATML_SYS_B inserted after CHATML_HEAD. */
 #define CHATML_HEAD "{% for message in messages %}"
-#define CHATML_SYS_A "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+#define CHATML_SYS_A                                                                           \
+    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
 #define CHATML_SYS_B "<|im_end|>\n' }}{% endif %}"
 #define CHATML_BODY                                                                            \
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"  \
@@ -31,19 +36,35 @@ static const char llama2_text[] =
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
     "{% endif %}{% endfor %}";
 
+int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    t->open_id = t->close_id = -1;
+    if (strcmp(name, "chatml") == 0) {
+        t->format = CHAT_CHATML;
+    } else if (strcmp(name, "llama2") == 0) {
+        t->format = CHAT_LLAMA2;
+        snprintf(t->bos, sizeof t->bos, "<s>");
+        snprintf(t->eos, sizeof t->eos, "</s>");
+    } else {
+        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2)", name);
+        return -1;
+    }
+    snprintf(t->source, sizeof t->source, "%s (built in)", name);
+    return 0;
+}
+
 /* The template with its \n escapes as newlines and the white space around it trimmed
  * (malloc'd). Sound for telling the known texts apart: they hold no other backslash. */
-static char *canonical(const char *t) {
-    while (*t == ' ' || *t == '\t' || *t == '\n' || *t == '\r') t++;
-    size_t n = strlen(t);
-    while (n > 0 && (t[n - 1] == ' ' || t[n - 1] == '\t' || t[n - 1] == '\n' || t[n - 1] == '\r'))
-        n--;
+static char *canonical(const char *text) {
+    while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+    size_t n = strlen(text);
+    while (n > 0 && strchr(" \t\n\r", text[n - 1])) n--;
     char *out = malloc(n + 1);
     if (!out) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        if (t[i] == '\\' && i + 1 < n && t[i + 1] == 'n') out[k++] = '\n', i++;
-        else out[k++] = t[i];
+        if (text[i] == '\\' && i + 1 < n && text[i + 1] == 'n') out[k++] = '\n', i++;
+        else out[k++] = text[i];
     }
     out[k] = '\0';
     return out;
@@ -57,85 +78,112 @@ static int eat(const char **s, const char *prefix) {
     return 1;
 }
 
-/* Recognises canonical text t: the kind, and for ChatML its default system prompt
- * (malloc'd into *system, NULL for none). 0 when t is none of the known texts. */
-static token_file_template recognise(const char *t, char **system) {
+/* Which known text canonical text c is: 0 chatml (its default system prompt malloc'd into
+ * *system, NULL for none), 1 llama2, -1 none. */
+static int known_text(const char *c, char **system) {
     *system = NULL;
-    if (strcmp(t, llama2_text) == 0) return TOKEN_TEMPLATE_LLAMA2;
-    const char *s = t;
-    if (!eat(&s, CHATML_HEAD)) return TOKEN_TEMPLATE_NONE;
-    if (strcmp(s, CHATML_BODY) == 0) return TOKEN_TEMPLATE_CHATML;
-    if (!eat(&s, CHATML_SYS_A)) return TOKEN_TEMPLATE_NONE;
+    if (strcmp(c, llama2_text) == 0) return CHAT_LLAMA2;
+    const char *s = c;
+    if (!eat(&s, CHATML_HEAD)) return -1;
+    if (strcmp(s, CHATML_BODY) == 0) return CHAT_CHATML;
+    if (!eat(&s, CHATML_SYS_A)) return -1;
     const char *end = strstr(s, CHATML_SYS_B);
-    if (!end || strcmp(end + strlen(CHATML_SYS_B), CHATML_BODY) != 0) return TOKEN_TEMPLATE_NONE;
-    for (const char *c = s; c < end; c++)
-        if (*c == '\'' || *c == '\\' || *c == '{' || *c == '}') return TOKEN_TEMPLATE_NONE;
+    if (!end || strcmp(end + strlen(CHATML_SYS_B), CHATML_BODY) != 0) return -1;
+    for (const char *p = s; p < end; p++)
+        if (*p == '\'' || *p == '\\' || *p == '{' || *p == '}') return -1;
     *system = strndup(s, (size_t)(end - s));
-    return *system ? TOKEN_TEMPLATE_CHATML : TOKEN_TEMPLATE_NONE;
+    return *system ? CHAT_CHATML : -1;
 }
 
-/* The ids of the template's two special tokens; -1 with err when tok lacks one. */
-static int find_tokens(chat_template *ct, const tokenizer *tok, char *err, size_t errlen) {
-    if (ct->kind == TOKEN_TEMPLATE_CHATML) {
-        ct->open_id = tokenizer_token_id(tok, "<|im_start|>");
-        ct->close_id = tokenizer_token_id(tok, "<|im_end|>");
-    } else {
-        ct->open_id = tokenizer_bos(tok);
-        ct->close_id = tokenizer_eos(tok);
-    }
-    ct->open_text = ct->open_id >= 0 ? tokenizer_token_string(tok, ct->open_id) : NULL;
-    ct->close_text = ct->close_id >= 0 ? tokenizer_token_string(tok, ct->close_id) : NULL;
-    if (!ct->open_text || !ct->close_text) {
-        snprintf(err, errlen, "%s: the %s chat template needs %s, which this tokenizer lacks",
-                 tokenizer_path(tok), ct->kind == TOKEN_TEMPLATE_CHATML ? "chatml" : "llama2",
-                 ct->kind == TOKEN_TEMPLATE_CHATML ? "the tokens <|im_start|> and <|im_end|>"
-                                                   : "a bos and an eos token");
+static int copy_token(char *dst, size_t n, const char *src, const char *what, char *err,
+                      size_t errlen) {
+    if (!src || strlen(src) >= n) {
+        set_err(err, errlen, "chat template llama2 needs the tokenizer's %s token string "
+                "(%s)", what, src ? "too long" : "the tokenizer has none");
         return -1;
     }
+    snprintf(dst, n, "%s", src);
     return 0;
 }
 
-int chat_template_open(chat_template *ct, const char *name, const tokenizer *tok, char *err,
-                       size_t errlen) {
-    memset(ct, 0, sizeof *ct);
-    if (strcmp(name, "chatml") == 0 || strcmp(name, "llama2") == 0) {
-        ct->kind = name[0] == 'c' ? TOKEN_TEMPLATE_CHATML : TOKEN_TEMPLATE_LLAMA2;
-        snprintf(ct->source, sizeof ct->source, "%s (built in)", name);
-    } else if (strcmp(name, "auto") == 0) {
-        const char *raw = tokenizer_chat_template(tok);
-        if (!raw) return 1;
-        const char *file = tokenizer_chat_template_path(tok);
-        char *text = canonical(raw);
+int chat_template_recognise(chat_template *t, const char *text, const char *bos,
+                            const char *eos, const char *where, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    t->open_id = t->close_id = -1;
+    char *c = canonical(text);
+    if (!c) {
+        set_err(err, errlen, "%s: out of memory", where);
+        return -1;
+    }
+    const int kind = known_text(c, &t->default_system);
+    free(c);
+    if (kind < 0) {
+        set_err(err, errlen, "%s: its chat template is not one shardlm renders (the plain and "
+                "SmolLM2-style ChatML, Llama-2's [INST]): --chat-template chatml or llama2 "
+                "uses one of those instead", where);
+        return -1;
+    }
+    t->format = (chat_format)kind;
+    if (t->format == CHAT_LLAMA2 && (copy_token(t->bos, sizeof t->bos, bos, "bos", err, errlen) ||
+                                     copy_token(t->eos, sizeof t->eos, eos, "eos", err, errlen)))
+        return -1;
+    snprintf(t->source, sizeof t->source, "%s (%s%s)", where,
+             t->format == CHAT_CHATML ? "chatml" : "llama2",
+             t->default_system ? " with a default system prompt" : "");
+    return 0;
+}
+
+/* The template's two special strings. */
+static void specials(const chat_template *t, const char *s[2]) {
+    s[0] = t->format == CHAT_CHATML ? "<|im_start|>" : t->bos;
+    s[1] = t->format == CHAT_CHATML ? "<|im_end|>" : t->eos;
+}
+
+int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, char *err,
+                      size_t errlen) {
+    const char *b = tokenizer_token_string(tok, tokenizer_bos(tok));
+    const char *e = tokenizer_token_string(tok, tokenizer_eos(tok));
+    if (name && strcmp(name, "auto") != 0) {
+        if (chat_template_named(t, name, err, errlen) != 0) return -1;
+        if (t->format == CHAT_LLAMA2) { /* the model's own bos/eos strings where it has them */
+            if (b) snprintf(t->bos, sizeof t->bos, "%s", b);
+            if (e) snprintf(t->eos, sizeof t->eos, "%s", e);
+        }
+    } else {
+        const char *text = tokenizer_chat_template(tok);
         if (!text) {
-            snprintf(err, errlen, "%s: out of memory", file);
+            set_err(err, errlen, "%s: the model has no chat template (tokenizer_config.json's "
+                    "chat_template, chat_template.jinja); --chat-template chatml|llama2 picks "
+                    "one", tokenizer_path(tok));
             return -1;
         }
-        ct->kind = recognise(text, &ct->default_system);
-        free(text);
-        if (ct->kind == TOKEN_TEMPLATE_NONE) {
-            snprintf(err, errlen, "%s: its chat_template is not one shardlm renders (the plain "
-                     "and SmolLM2-style ChatML, Llama-2's [INST]): give --chat-template chatml "
-                     "or llama2 to use one of those instead", file);
+        if (chat_template_recognise(t, text, b, e, tokenizer_chat_template_path(tok), err,
+                                    errlen) != 0)
             return -1;
-        }
-        snprintf(ct->source, sizeof ct->source, "%s (%s%s)", file,
-                 ct->kind == TOKEN_TEMPLATE_CHATML ? "chatml" : "llama2",
-                 ct->default_system ? " with a default system prompt" : "");
-    } else {
-        snprintf(err, errlen, "unknown chat template '%s' (auto, chatml or llama2)", name);
-        return -1;
     }
-    if (find_tokens(ct, tok, err, errlen) != 0) {
-        chat_template_free(ct);
-        return -1;
-    }
-    return 0;
+    const char *s[2];
+    specials(t, s);
+    t->open_id = tokenizer_token_id(tok, s[0]);
+    t->close_id = tokenizer_token_id(tok, s[1]);
+    /* without them as tokens the template's markers would be trained as plain text */
+    if (t->format == CHAT_CHATML && (t->open_id < 0 || t->close_id < 0))
+        set_err(err, errlen, "%s: the chatml chat template needs the tokens <|im_start|> and "
+                "<|im_end|>, which this tokenizer does not have", tokenizer_path(tok));
+    else if (t->format == CHAT_LLAMA2 && (!b || !e || t->open_id < 0 || t->close_id < 0))
+        set_err(err, errlen, "%s: the llama2 chat template needs a bos and an eos token, which "
+                "this tokenizer does not have", tokenizer_path(tok));
+    else
+        return 0;
+    chat_template_free(t);
+    return -1;
 }
 
-void chat_template_free(chat_template *ct) {
-    free(ct->default_system);
-    ct->default_system = NULL;
+void chat_template_free(chat_template *t) {
+    free(t->default_system);
+    t->default_system = NULL;
 }
+
+/* ---------------------------------------------------------------- rendering */
 
 /* Python's str.isspace: general category Zs, or bidirectional class WS, B or S. */
 static int py_space(uint32_t c) {
@@ -149,8 +197,7 @@ static int py_space(uint32_t c) {
 static const char *py_strip(const char *s, size_t *n) {
     const unsigned char *p = (const unsigned char *)s, *e = p + *n;
     while (p < e) {
-        size_t k = utf8_valid_len(p, (size_t)(e - p));
-        size_t len;
+        size_t k = utf8_valid_len(p, (size_t)(e - p)), len;
         if (!k || !py_space(utf8_decode(p, &len))) break;
         p += k;
     }
@@ -173,98 +220,139 @@ int chat_text_is_blank(const char *s) {
     return n == 0;
 }
 
-static int known_role(const char *r) {
-    return strcmp(r, "system") == 0 || strcmp(r, "user") == 0 || strcmp(r, "assistant") == 0;
+/* Text s[0, len) as pieces: the template's special strings in it, where the tokenizer has
+ * them, as their ids, the rest as text; all trained or not. */
+static int put_text(const chat_template *t, doc_pieces *out, const char *s, size_t len,
+                    int trained) {
+    const char *sp[2];
+    specials(t, sp);
+    const int32_t id[2] = {t->open_id, t->close_id};
+    const char *end = s + len;
+    while (s < end) {
+        const char *hit = NULL;
+        int which = -1;
+        for (int k = 0; k < 2; k++) {
+            if (id[k] < 0 || !sp[k][0]) continue;
+            const char *h = memmem(s, (size_t)(end - s), sp[k], strlen(sp[k]));
+            if (h && (!hit || h < hit)) hit = h, which = k;
+        }
+        const char *stop = hit ? hit : end;
+        if (stop > s && doc_pieces_text(out, s, (size_t)(stop - s), trained) != 0) return -1;
+        if (!hit) break;
+        if (doc_pieces_token(out, id[which], sp[which], trained) != 0) return -1;
+        s = hit + strlen(sp[which]);
+    }
+    return 0;
+}
+
+/* Special string k of the template: its id where known, else its text. */
+static int put_special(const chat_template *t, doc_pieces *out, int k, int trained) {
+    const char *sp[2];
+    specials(t, sp);
+    const int32_t id = k ? t->close_id : t->open_id;
+    return id >= 0 ? doc_pieces_token(out, id, sp[k], trained)
+                   : doc_pieces_text(out, sp[k], strlen(sp[k]), trained);
 }
 
 #define PUT(call)                                                                              \
     do {                                                                                       \
         if ((call) != 0) {                                                                     \
-            snprintf(err, errlen, "out of memory rendering a conversation");                   \
+            set_err(err, errlen, "out of memory rendering a conversation");                    \
             return -1;                                                                         \
         }                                                                                      \
     } while (0)
+#define PUT_TEXT(s, trained) PUT(put_text(t, out, (s), strlen(s), (trained)))
 
-static int render_chatml(const chat_template *ct, const chat_message *msgs, int n, int gen,
+static int render_chatml(const chat_template *t, const chat_message *m, int n, int gen,
                          doc_pieces *out, char *err, size_t errlen) {
     for (int i = 0; i < n; i++) {
-        if (i == 0 && ct->default_system && strcmp(msgs[0].role, "system") != 0) {
-            PUT(doc_pieces_token(out, ct->open_id, ct->open_text, 0));
-            PUT(doc_pieces_text(out, "system\n", 7, 0));
-            PUT(doc_pieces_text(out, ct->default_system, strlen(ct->default_system), 0));
-            PUT(doc_pieces_token(out, ct->close_id, ct->close_text, 0));
-            PUT(doc_pieces_text(out, "\n", 1, 0));
+        if (i == 0 && t->default_system && strcmp(m[0].role, "system") != 0) {
+            PUT(put_special(t, out, 0, 0));
+            PUT_TEXT("system\n", 0);
+            PUT_TEXT(t->default_system, 0);
+            PUT(put_special(t, out, 1, 0));
+            PUT_TEXT("\n", 0);
         }
-        const int trained = strcmp(msgs[i].role, "assistant") == 0;
-        PUT(doc_pieces_token(out, ct->open_id, ct->open_text, 0));
-        PUT(doc_pieces_text(out, msgs[i].role, strlen(msgs[i].role), 0));
-        PUT(doc_pieces_text(out, "\n", 1, 0));
-        PUT(doc_pieces_text(out, msgs[i].content, strlen(msgs[i].content), trained));
-        PUT(doc_pieces_token(out, ct->close_id, ct->close_text, trained));
-        PUT(doc_pieces_text(out, "\n", 1, 0));
+        const int trained = strcmp(m[i].role, "assistant") == 0;
+        PUT(put_special(t, out, 0, 0));
+        PUT_TEXT(m[i].role, 0);
+        PUT_TEXT("\n", 0);
+        PUT_TEXT(m[i].content, trained);
+        PUT(put_special(t, out, 1, trained));
+        PUT_TEXT("\n", 0);
     }
     if (gen) {
-        PUT(doc_pieces_token(out, ct->open_id, ct->open_text, 0));
-        PUT(doc_pieces_text(out, "assistant\n", 10, 0));
+        PUT(put_special(t, out, 0, 0));
+        PUT_TEXT("assistant\n", 0);
     }
     return 0;
 }
 
-static int render_llama2(const chat_template *ct, const chat_message *msgs, int n,
+static int render_llama2(const chat_template *t, const chat_message *m, int n,
                          doc_pieces *out, char *err, size_t errlen) {
-    const char *system = n > 0 && strcmp(msgs[0].role, "system") == 0 ? msgs[0].content : NULL;
-    const int first = system ? 1 : 0;
+    const int first = n > 0 && strcmp(m[0].role, "system") == 0;
     byte_buf content = {0};
     int rc = 0;
     for (int i = first; rc == 0 && i < n; i++) {
-        const int k = i - first, user = strcmp(msgs[i].role, "user") == 0;
-        if (!user && strcmp(msgs[i].role, "assistant") != 0) {
+        const int k = i - first, user = strcmp(m[i].role, "user") == 0;
+        if (!user && strcmp(m[i].role, "assistant") != 0) {
             /* the Jinja template drops a system message at an odd place silently and
-             * refuses one at an even place: refused wherever it is */
-            snprintf(err, errlen, "message %d: a system message must be the first (llama2)",
-                     i + 1);
+             * raises at an even one: refused wherever it is */
+            set_err(err, errlen, "message %d: a system message comes first or not at all "
+                    "(llama2)", i + 1);
             rc = -1;
             break;
         }
         if (user != (k % 2 == 0)) {
-            snprintf(err, errlen, "message %d: roles must alternate user/assistant/user/... "
-                     "after an optional system message (llama2), and this one is %s", i + 1,
-                     msgs[i].role);
+            set_err(err, errlen, "message %d is '%s': after an optional system message, roles "
+                    "must alternate user/assistant/user/... (llama2)", i + 1, m[i].role);
             rc = -1;
             break;
         }
+        /* the system message joins the first turn's content, and strip() takes both */
         content.n = 0;
-        if (k == 0 && system)
-            rc |= byte_buf_append(&content, "<<SYS>>\n", 8) |
-                  byte_buf_append(&content, system, strlen(system)) |
-                  byte_buf_append(&content, "\n<</SYS>>\n\n", 11);
-        rc |= byte_buf_append(&content, msgs[i].content, strlen(msgs[i].content));
+        if (k == 0 && first)
+            rc = byte_buf_append(&content, "<<SYS>>\n", 8) ||
+                 byte_buf_append(&content, m[0].content, strlen(m[0].content)) ||
+                 byte_buf_append(&content, "\n<</SYS>>\n\n", 11);
+        rc = rc || byte_buf_append(&content, m[i].content, strlen(m[i].content));
         size_t len = content.n;
         const char *c = py_strip(content.data ? content.data : "", &len);
-        if (user) {
-            rc |= doc_pieces_token(out, ct->open_id, ct->open_text, 0) |
-                  doc_pieces_text(out, "[INST] ", 7, 0) | doc_pieces_text(out, c, len, 0) |
-                  doc_pieces_text(out, " [/INST]", 8, 0);
-        } else {
-            rc |= doc_pieces_text(out, " ", 1, 1) | doc_pieces_text(out, c, len, 1) |
-                  doc_pieces_text(out, " ", 1, 1) |
-                  doc_pieces_token(out, ct->close_id, ct->close_text, 1);
-        }
-        if (rc) snprintf(err, errlen, "out of memory rendering a conversation");
+        if (rc == 0 && user)
+            rc = put_special(t, out, 0, 0) || put_text(t, out, "[INST] ", 7, 0) ||
+                 put_text(t, out, c, len, 0) || put_text(t, out, " [/INST]", 8, 0);
+        else if (rc == 0)
+            rc = put_text(t, out, " ", 1, 1) || put_text(t, out, c, len, 1) ||
+                 put_text(t, out, " ", 1, 1) || put_special(t, out, 1, 1);
+        if (rc) set_err(err, errlen, "out of memory rendering a conversation");
     }
     free(content.data);
     return rc ? -1 : 0;
 }
 
-int chat_render(const chat_template *ct, const chat_message *msgs, int n,
-                int add_generation_prompt, doc_pieces *out, char *err, size_t errlen) {
+int chat_render_pieces(const chat_template *t, const chat_message *m, int n,
+                       int add_generation_prompt, doc_pieces *out, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
-        if (!known_role(msgs[i].role)) {
-            io_set_err(err, errlen, "message %d: unknown role '%.40s' (system, user or "
-                       "assistant)", i + 1, msgs[i].role);
+        if (!m[i].role || !m[i].content ||
+            (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") &&
+             strcmp(m[i].role, "assistant"))) {
+            set_err(err, errlen, "message %d: unknown role '%.40s' (system, user or assistant)",
+                    i + 1, m[i].role ? m[i].role : "(none)");
             return -1;
         }
-    if (ct->kind == TOKEN_TEMPLATE_CHATML)
-        return render_chatml(ct, msgs, n, add_generation_prompt, out, err, errlen);
-    return render_llama2(ct, msgs, n, out, err, errlen);
+    if (t->format == CHAT_CHATML)
+        return render_chatml(t, m, n, add_generation_prompt, out, err, errlen);
+    return render_llama2(t, m, n, out, err, errlen);
+}
+
+int chat_render(const chat_template *t, const chat_message *m, int n,
+                int add_generation_prompt, byte_buf *out, char *err, size_t errlen) {
+    doc_pieces d = {0};
+    int rc = chat_render_pieces(t, m, n, add_generation_prompt, &d, err, errlen);
+    if (rc == 0 && byte_buf_append(out, d.text.data ? d.text.data : "", d.text.n) != 0) {
+        set_err(err, errlen, "out of memory rendering a conversation");
+        rc = -1;
+    }
+    doc_pieces_free(&d);
+    return rc;
 }

@@ -1,10 +1,9 @@
-/* Chat templates, rendered in C exactly as transformers' apply_chat_template renders the
- * Jinja templates they stand for: ChatML (the plain one, and SmolLM2's and Qwen1.5's with a
- * default system prompt) and Llama-2's [INST] format. A model's own template is recognised
- * by its text (chat_template_open's comment says how); any other is refused, since
- * shardlm runs no Jinja. The rendered conversation is a doc_pieces (src/doc_pieces.h):
- * the text transformers renders, its special tokens as ids, and the assistant turns marked
- * trained (their content and the end-of-turn token).
+/* Chat templates: a conversation (role, content messages) rendered the way a model's
+ * Hugging Face chat template renders it, for the two template families shardlm knows,
+ * ChatML and Llama-2 chat; any other template (any Jinja program) is refused, not
+ * approximated. One renderer serves `data prepare` (the rendering as pieces with the
+ * assistant turns marked trained, src/doc_pieces.h) and `generate --chat` (the prompt's
+ * ids), so training and inference see the same text.
  *
  *   chatml  for each message: <|im_start|>ROLE\nCONTENT<|im_end|>\n ; with a default
  *           system prompt S and a first message that is not a system one, first
@@ -15,51 +14,66 @@
  *           prefixed with <<SYS>>\nS\n<</SYS>>\n\n) stripped of white space as Python's
  *           str.strip does; assistant = " " + content.strip() + " " + </s>. Trained: the
  *           assistant's " CONTENT " and </s>. add_generation_prompt adds nothing (the
- *           template ends with [/INST]). <s>, </s>: the tokenizer's bos and eos.
- */
+ *           template ends with [/INST]). <s>, </s>: the tokenizer's bos and eos strings.
+ *
+ * A model's own template is recognised by its text (chat_template_recognise says how).
+ * The template's two special strings (chatml: <|im_start|>, <|im_end|>; llama2: bos, eos)
+ * are their token ids wherever they stand in the rendered text, as transformers'
+ * tokenizers match added tokens in text: also inside a message. Every function returns 0,
+ * or -1 with one line in err; nothing prints or exits. */
 #ifndef SHLM_CHAT_TEMPLATE_H
 #define SHLM_CHAT_TEMPLATE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "io/tokens.h"
 #include "src/doc_pieces.h"
 #include "src/tokenizer.h"
 
+typedef enum chat_format { CHAT_CHATML = 0, CHAT_LLAMA2 = 1 } chat_format;
+
 typedef struct chat_template {
-    token_file_template kind; /* TOKEN_TEMPLATE_CHATML or TOKEN_TEMPLATE_LLAMA2 */
-    char *default_system;     /* chatml: the default system prompt, or NULL for none */
-    char source[1200];        /* what it is and where it came from, for messages */
-    /* chatml: <|im_start|> and <|im_end|>; llama2: bos and eos; ids and strings */
-    int32_t open_id, close_id;
-    const char *open_text, *close_text;
+    chat_format format;
+    char *default_system;   /* chatml: the system message of a conversation that has none
+                             * (malloc'd), NULL for none */
+    char bos[64], eos[64];  /* llama2: the bos and eos token strings it writes */
+    int32_t open_id, close_id; /* the two special strings' ids in the tokenizer given to
+                                * chat_template_for, -1 where it has none (or none given) */
+    char source[1200];      /* what it is and where it came from, for messages */
 } chat_template;
 
-/* One message: NUL-terminated role ("system", "user" or "assistant") and content. */
 typedef struct chat_message {
-    const char *role, *content;
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
 } chat_message;
 
-/* Picks the template `name` for tokenizer tok:
- *   chatml, llama2  the built-in template of that name (chatml: no default system prompt)
- *   auto            the tokenizer's own chat template (tokenizer_chat_template), when it is,
- *                   after its \n escapes are read as newlines and the white space around
- *                   it is trimmed, the text of transformers' plain ChatML template, of
- *                   SmolLM2's (ChatML with a default system prompt, any text without
- *                   quotes, backslashes or braces), or of Meta's Llama-2-chat template
- * The template's special tokens must be tokens of tok. Returns 0; 1 for auto when the
- * tokenizer has no template (ct untouched); -1 with one line in err (another template,
- * naming its file; an unknown name; a missing special token). */
-int chat_template_open(chat_template *ct, const char *name, const tokenizer *tok, char *err,
-                       size_t errlen);
-void chat_template_free(chat_template *ct);
+/* The template called name ("chatml": no default system prompt; "llama2": bos/eos "<s>",
+ * "</s>"). */
+int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen);
+/* The template a model's raw chat_template text is: after its \n escapes are read as
+ * newlines and the white space around it is trimmed, the text must be transformers' plain
+ * ChatML template, SmolLM2's (the plain one with a default system prompt inserted when the
+ * first message is not a system one: any prompt text without quotes, backslashes or
+ * braces; Qwen1.5's is written the same way), or Meta's Llama-2-chat template. bos and eos:
+ * the tokenizer's token strings (llama2); where names the file, for messages. */
+int chat_template_recognise(chat_template *t, const char *text, const char *bos,
+                            const char *eos, const char *where, char *err, size_t errlen);
+/* The tokenizer's template (tokenizer_chat_template, recognised; its bos and eos), or the
+ * one called name when name is neither NULL nor "auto"; the special strings' ids are
+ * looked up in tok. */
+int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, char *err,
+                      size_t errlen);
+void chat_template_free(chat_template *t);
 
-/* Appends the rendering of n messages to out (see the header comment); -1 with one line in
- * err for an unknown role, a llama2 conversation whose roles do not alternate
- * user/assistant (or a system message that is not the first), or no memory. */
-int chat_render(const chat_template *ct, const chat_message *msgs, int n,
-                int add_generation_prompt, doc_pieces *out, char *err, size_t errlen);
+/* Appends the rendering of messages[0, n) to out as pieces (the header comment says what
+ * is trained); with add_generation_prompt, what opens the assistant's reply. Roles:
+ * system, user, assistant; llama2 also takes a system message first only and user and
+ * assistant alternating, starting with user, as its template raises otherwise. */
+int chat_render_pieces(const chat_template *t, const chat_message *messages, int n,
+                       int add_generation_prompt, doc_pieces *out, char *err, size_t errlen);
+/* The same rendering as text, appended to out. */
+int chat_render(const chat_template *t, const chat_message *messages, int n,
+                int add_generation_prompt, byte_buf *out, char *err, size_t errlen);
 
 /* 1 when s (NUL-terminated UTF-8) is empty or only white space, as Python's str.isspace
  * has it (the white space llama2's strip() removes). */

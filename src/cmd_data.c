@@ -107,6 +107,12 @@ static int data_random(int argc, char **argv) {
                                   : strcmp(a, "--tokens") == 0 ? &count
                                   : strcmp(a, "--seed") == 0   ? &seed
                                                                : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
+                   "  N uniform random token ids in [0, V) (seed S, default 1) as a token file,\n"
+                   "  width 2 if V <= 65536: data for benchmarks and tests\n");
+            return 0;
+        }
         if (dst) {
             if (i + 1 >= argc || parse_u64(argv[i + 1], dst) != 0)
                 return fail(2, "%s needs a non-negative integer", a);
@@ -259,13 +265,18 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
             return fail(2, "--format chat needs a chat template (auto, chatml or llama2)");
         return 0;
     }
+    /* auto with a model that has no template: prompt-response pairs become plain
+     * documents (the prompt untrained), a chat cannot be rendered */
+    if (strcmp(name, "auto") == 0 && !tokenizer_chat_template(tok)) {
+        if (o->format == TOKEN_FORMAT_CHAT)
+            return fail(1, "%s has no chat template: give --chat-template chatml or llama2",
+                        tokenizer_path(tok));
+        return 0;
+    }
     char err[1536];
-    int rc = chat_template_open(ct, name, tok, err, sizeof err);
-    if (rc < 0) return fail(strncmp(err, "unknown chat template", 21) == 0 ? 2 : 1, "%s", err);
-    if (rc == 1 && o->format == TOKEN_FORMAT_CHAT)
-        return fail(1, "%s has no chat template: give --chat-template chatml or llama2",
-                    tokenizer_path(tok));
-    if (rc == 0) o->tmpl = ct;
+    if (chat_template_for(ct, tok, name, err, sizeof err) != 0)
+        return fail(strncmp(err, "unknown chat template", 21) == 0 ? 2 : 1, "%s", err);
+    o->tmpl = ct;
     return 0;
 }
 
@@ -366,7 +377,10 @@ static int data_prepare(int argc, char **argv, int render) {
     tokenizer_free(tok);
     const token_file_meta meta = {.truncated = p.truncated, .dropped = p.dropped,
                                   .max_doc_len = o.max_doc_len, .format = o.format,
-                                  .chat_template = o.tmpl ? o.tmpl->kind : TOKEN_TEMPLATE_NONE};
+                                  .chat_template = !o.tmpl ? TOKEN_TEMPLATE_NONE
+                                                   : o.tmpl->format == CHAT_CHATML
+                                                       ? TOKEN_TEMPLATE_CHATML
+                                                       : TOKEN_TEMPLATE_LLAMA2};
     if (rc == 0 && !render &&
         token_file_write(a.paths[1], p.ids.ids, (const uint8_t *)p.flags.data, p.ids.n, width,
                          vocab, &meta, err, sizeof err) != 0)

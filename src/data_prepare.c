@@ -74,7 +74,7 @@ static int pair_doc(tokenizer *tok, const prepare_options *o, const char *prompt
                     const char *response, doc_pieces *d, char *err, size_t errlen) {
     if (o->tmpl) {
         const chat_message m[2] = {{"user", prompt}, {"assistant", response}};
-        return chat_render(o->tmpl, m, 2, 0, d, err, errlen);
+        return chat_render_pieces(o->tmpl, m, 2, 0, d, err, errlen);
     }
     if (plain_doc(tok, d, prompt, response, strlen(response)) == 0) return 0;
     snprintf(err, errlen, "out of memory");
@@ -164,7 +164,7 @@ static int chat_doc(const prepare_options *o, const cJSON *rec, doc_pieces *d,
             }
         }
     }
-    if (chat_render(o->tmpl, *msgs, n, 0, d, err, errlen) != 0) return -1;
+    if (chat_render_pieces(o->tmpl, *msgs, n, 0, d, err, errlen) != 0) return -1;
     if (!assistants) {
         snprintf(err, errlen, "no assistant message: nothing to train on");
         return -1;

@@ -19,6 +19,9 @@ typedef struct fsdp_options {
     shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
     int prefetch;            /* 1: gather the next unit while the current one computes */
     int trace;               /* 1: record the schedule (fsdp_trace_write) */
+    int forward_only;        /* 1: evaluation and sampling: no gradient, moment or gradient
+                              * buffer is allocated (grad() must not be called, nor the
+                              * moments read or written) */
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;

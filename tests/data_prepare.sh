@@ -163,8 +163,8 @@ expect_bad "content not a string" chat "$chatml" '{"messages": [{"role": "user",
 expect_bad "unknown role" chat "$chatml" '{"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]}' "message 1: unknown role 'tool' (system, user or assistant)"
 expect_bad "empty assistant message" chat "$chatml" '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "  "}]}' "message 2: empty assistant message"
 expect_bad "no assistant message" chat "$chatml" '{"messages": [{"role": "user", "content": "x"}]}' "no assistant message"
-expect_bad "llama2: roles not alternating" chat "$llama2" '{"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]}' "message 2: roles must alternate"
-expect_bad "llama2: a late system message" chat "$llama2" '{"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]}' "message 2: a system message must be the first"
+expect_bad "llama2: roles not alternating" chat "$llama2" '{"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}]}' "message 2 is 'user': after an optional system message, roles must alternate"
+expect_bad "llama2: a late system message" chat "$llama2" '{"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]}' "message 2: a system message comes first or not at all"
 # invalid UTF-8, the byte named
 printf '{"prompt": "a", "response": "b"}\n{"prompt": "\377", "response": "b"}\n' >"$bad"
 refused "invalid UTF-8" 1 "$bad:2: invalid UTF-8 at byte 13 of the line" -- \
@@ -176,9 +176,9 @@ printf '\n  \n' >"$bad"
 refused "only blank lines" 1 "$bad: no records" -- \
     "$SHLM" data prepare --tokenizer bytes --format prompt-response "$bad" "$out"
 printf '{"prompt": "a", "response": "b"}\n' >"$bad"
-refused "unknown chat template" 2 "unknown chat template 'vicuna' (auto, chatml or llama2)" -- \
+refused "unknown chat template" 2 "unknown chat template 'vicuna' (known: chatml, llama2)" -- \
     "$SHLM" data prepare --tokenizer "$chatml" --format chat --chat-template vicuna "$bad" "$out"
-refused "a template shardlm does not render" 1 "$other/tokenizer_config.json: its chat_template is not one shardlm renders" \
+refused "a template shardlm does not render" 1 "$other/tokenizer_config.json: its chat template is not one shardlm renders" \
     "--chat-template chatml or llama2" -- \
     "$SHLM" data prepare --tokenizer "$other" --format prompt-response "$bad" "$out"
 refused "chat without a template" 1 "has no chat template: give --chat-template chatml or llama2" -- \

@@ -90,7 +90,7 @@ for dm in false true; do
         rc=$?
         verdict=PASS
         for key in loss val_loss grad_norm; do
-            d=$(maxrel $key $steps "$work/$ref/metrics.jsonl" "$work/$name/metrics.jsonl")
+            d=$(maxrel $key "$work/$ref/metrics.jsonl" "$work/$name/metrics.jsonl" $steps)
             eval "d_$key=\$d"
             if [ $rc -ne 0 ] || [ "$d" = missing ]; then
                 verdict="FAIL (exit $rc, steps missing)"
@@ -113,7 +113,7 @@ if [ $skipped -eq 1 ]; then
     exit 77
 fi
 # doc_mask must change the losses: the attention and the targets differ
-d=$(maxrel loss $steps "$work/ref_dm_false/metrics.jsonl" "$work/ref_dm_true/metrics.jsonl")
+d=$(maxrel loss "$work/ref_dm_false/metrics.jsonl" "$work/ref_dm_true/metrics.jsonl" $steps)
 echo "doc_mask off against on, 1 rank: max relative loss difference $d"
 if [ "$d" = missing ] || awk -v d="$d" 'BEGIN { exit !(d < 1e-4) }'; then
     fail "doc_mask true gives the losses of doc_mask false ($d): the mask is not in effect"

@@ -31,11 +31,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tokenizer *tok;
     char err[1536] = "";
     if (tokenizer_open(&tok, "bytes", err, sizeof err) != 0) fuzz_fail("tokenizer_open", err);
-    chat_template chatml = {.kind = TOKEN_TEMPLATE_CHATML, .default_system = "Be brief.",
-                            .open_id = 256, .close_id = 257, .open_text = "<|im_start|>",
-                            .close_text = "<|im_end|>"};
-    chat_template llama2 = {.kind = TOKEN_TEMPLATE_LLAMA2, .open_id = 258, .close_id = 259,
-                            .open_text = "<s>", .close_text = "</s>"};
+    chat_template chatml = {.format = CHAT_CHATML, .default_system = "Be brief.",
+                            .open_id = 256, .close_id = 257};
+    chat_template llama2 = {.format = CHAT_LLAMA2, .bos = "<s>", .eos = "</s>",
+                            .open_id = 258, .close_id = 259};
     const prepare_options runs[] = {
         {TOKEN_FORMAT_TEXT, NULL, 0, 0},
         {TOKEN_FORMAT_JSONL_TEXT, NULL, 7, 1},
