@@ -11,6 +11,7 @@
 #include "src/commands.h"
 #include "src/shardlm.h"
 #include "src/signals.h"
+#include "src/startup.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -66,7 +67,9 @@ int shardlm_main(int argc, char **argv) {
         /* train: a stop signal (Slurm's warning, scancel) during start-up must not kill
          * the rank; MPI_Init keeps these handlers (src/signals.h) */
         if (commands[i].run == cmd_train) shlm_signals_install();
+        startup_begin();
         MPI_CHECK(MPI_Init(&argc, &argv));
+        startup_mark(STARTUP_MPI);
         int rc = commands[i].run(argc - 1, argv + 1);
         MPI_CHECK(MPI_Finalize());
         return rc;

@@ -10,6 +10,7 @@
 #include "kernels/check.h"
 #include "kernels/comm_watchdog.h"
 #include "src/shard.h"
+#include "src/startup.h"
 
 enum { N_SLOTS = 2 }; /* FULL_SHARD and HYBRID_SHARD keep at most two gathered units */
 
@@ -161,6 +162,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     e->n_units = e->lay.n_units;
     e->shard_g = comm->group_create(topo->shard);
     e->replica_g = comm->group_create(topo->replica);
+    startup_mark(STARTUP_COMM);
     e->shard_mpi = topo->shard;
     e->S = topo->shard_size;
     e->R = topo->replica_size;
@@ -186,11 +188,6 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->m = balloc(e, bytes, &e->state_bytes);
         s->v = balloc(e, bytes, &e->state_bytes);
         if (e->keep_gathered && !direct) s->own = registered_alloc(e, s->padded * e->esz, 0, &s->own_from_comm);
-        float *host = malloc(bytes ? bytes : 1);
-        SHLM_CHECK_ALLOC(host);
-        llama_init_slice(&e->lay, mc, seed, u, s->begin, s->end, host);
-        ops->to_device(s->master, host, bytes);
-        free(host);
         if (s->padded > max_padded) max_padded = s->padded;
         if (s->n > max_shard) max_shard = s->n;
     }
@@ -211,7 +208,22 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     if (e->R > 1 && opt->reduce_dtype == SHLM_BF16)
         e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
     e->with_backward = 1;
+    if (!opt->defer_init) fsdp_init_weights(e, seed);
     return e;
+}
+
+void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
+    size_t max_n = 1;
+    for (int u = 0; u < e->n_units; u++)
+        if (e->units[u].n > max_n) max_n = e->units[u].n;
+    float *host = malloc(max_n * sizeof(float));
+    SHLM_CHECK_ALLOC(host);
+    for (int u = 0; u < e->n_units; u++) {
+        unit_state *s = &e->units[u];
+        llama_init_slice(&e->lay, &e->mc, seed, u, s->begin, s->end, host);
+        e->ops->to_device(s->master, host, s->n * sizeof(float));
+    }
+    free(host);
 }
 
 void fsdp_destroy(fsdp_engine *e) {

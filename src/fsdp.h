@@ -19,14 +19,20 @@ typedef struct fsdp_options {
     shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
     int prefetch;            /* 1: gather the next unit while the current one computes */
     int trace;               /* 1: record the schedule (fsdp_trace_write) */
+    int defer_init;          /* 1: fsdp_create leaves the master weights zero, for a caller
+                              * that loads every shard (import, resume) or calls
+                              * fsdp_init_weights: a 1.1B init is ~40 core-seconds of RNG */
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;
 
 /* Creates the engine over the topology's shard and replica groups (collective over
- * the world) and initialises this rank's shards from `seed`. */
+ * the world) and initialises this rank's shards from `seed` (unless opt->defer_init). */
 fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
                          const topology *topo, const fsdp_options *opt, uint64_t seed);
+/* Sets this rank's master shards to the initial values of `seed` (llama_init_slice:
+ * the same model at every world size). Local. */
+void fsdp_init_weights(fsdp_engine *e, uint64_t seed);
 void fsdp_destroy(fsdp_engine *e);
 
 /* The source the model pulls parameters from and pushes gradients to. */

@@ -18,6 +18,7 @@
 #include "src/optim.h"
 #include "src/sample.h"
 #include "src/signals.h"
+#include "src/startup.h"
 
 int all_ranks_ok(int ok, const char *msg) {
     int rank = 0, world = 1;
@@ -168,6 +169,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         if (all_ranks_ok(ok, err)) return -1;
     }
 
+    startup_mark(STARTUP_JOB);
     char device[32] = "cpu";
     if (r->ops->set_device) {
         int dev = topology_device(&r->topo, r->ops->device_count());
@@ -176,12 +178,15 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     }
     if (r->rank == 0) job_config_print(c, r->world);
     print_topology(r, device);
+    startup_mark(STARTUP_DEVICE);
     r->comm->set_delay_us(NULL, c->comm_delay_us);
+    /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
     fsdp_options opt = {
         .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .prefetch = c->prefetch,
-        .trace = c->trace};
+        .trace = c->trace,
+        .defer_init = 1};
     llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
                   : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
                                                                           : LLAMA_AC_NONE;
@@ -230,9 +235,11 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
     if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
     if (r->ops->scratch_reserve && scratch_bytes > 0) r->ops->scratch_reserve(scratch_bytes);
+    startup_mark(STARTUP_ALLOC);
     r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));
+    startup_mark(STARTUP_ALLOC);
     if (r->rank == 0)
         printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
                "activation_bytes=%zu\n", fsdp_state_bytes(r->engine),
@@ -413,7 +420,13 @@ static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens
  * when training; weights only for eval), else model.init_from (weights), else the seed's
  * init and step 0. A resumed job is checked against the checkpoint's state before any
  * tensor is read (resume_rules). Returns 0, or -1 with the message printed. */
+static int load_initial_weights(run *r, int training, ckpt_state *st);
 static int load_initial(run *r, int training, ckpt_state *st) {
+    int rc = load_initial_weights(r, training, st);
+    startup_mark(STARTUP_WEIGHTS);
+    return rc;
+}
+static int load_initial_weights(run *r, int training, ckpt_state *st) {
     const job_config *c = &r->cfg;
     char err[1536] = "", path[2048];
     *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
@@ -421,6 +434,7 @@ static int load_initial(run *r, int training, ckpt_state *st) {
     if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
     if (path[0]) {
+        startup_set_weights(STARTUP_WEIGHTS_RESUME);
         if (r->rank == 0 && c->init_from[0])
             printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
                    c->init_from);
@@ -462,8 +476,13 @@ static int load_initial(run *r, int training, ckpt_state *st) {
                    saved.steps, st->steps, st->lr_last, c->min_lr, st->steps);
         return 0;
     }
-    if (c->init_from[0] &&
-        checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+    if (!c->init_from[0]) { /* run_setup deferred this: loads overwrite every shard */
+        startup_set_weights(STARTUP_WEIGHTS_SEED);
+        fsdp_init_weights(r->engine, c->seed);
+        return 0;
+    }
+    startup_set_weights(STARTUP_WEIGHTS_IMPORT);
+    if (checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
     return 0;
 }
@@ -806,6 +825,7 @@ static int job_command(int argc, char **argv, int training) {
         rc = all_ranks_ok(0, err) ? 1 : 0;
     } else {
         double loss = NAN;
+        if (r.rank == 0) startup_print(stdout, "the evaluation");
         if (run_validate(&r, &loss) != 0) rc = 1;
         else if (r.rank == 0)
             printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
