@@ -130,6 +130,17 @@ static const key_def keys[] = {
     /* default: runs/<job file name without .ini>, relative to the working directory;
      * when the job file sets it, relative to the job file like every path in it */
     {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH},
+    /* MFU = model TFLOP/s per GPU / this; 0: the dense peak of the device's dtype from
+     * src/device_table.c (n/a on the cpu backend and on a device the table lacks) */
+    {"log", "peak_tflops", KT_FLOAT, F(peak_tflops), "0", 0, 1e6, NULL, 0},
+    /* /metrics in Prometheus's text format from each node's local rank 0: PORT (on
+     * 127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server */
+    {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0},
+    /* the same metrics written to DIR/shardlm_<job>_<host>.prom for node_exporter's
+     * textfile collector (atomic rename, at most once a second; removed at the end) */
+    {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH},
+    /* GPU telemetry through NVML, sampled on a thread every N ms; 0: off */
+    {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0},
 
     /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
     {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH},

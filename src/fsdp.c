@@ -80,7 +80,6 @@ struct fsdp_engine {
     int with_backward;
     int last_micro_batch;           /* the backward under way is the step's last */
     size_t state_bytes, buffer_bytes;
-    uint64_t blocked_seen[2];       /* blocked_ns of the shard, replica group at last take */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
     trace_event *trace;
     size_t n_trace, cap_trace;
@@ -564,16 +563,6 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
 size_t fsdp_state_bytes(const fsdp_engine *e) { return e->state_bytes; }
 size_t fsdp_buffer_bytes(const fsdp_engine *e) { return e->buffer_bytes; }
 
-double fsdp_take_exposed_ms(fsdp_engine *e) {
-    /* the comm backend counts time blocked in waits and blocking collectives */
-    shlm_comm_stats a, b;
-    e->comm->stats(e->shard_g, &a);
-    e->comm->stats(e->replica_g, &b);
-    double ms = 1e-6 * (double)(a.blocked_ns - e->blocked_seen[0] + b.blocked_ns - e->blocked_seen[1]);
-    e->blocked_seen[0] = a.blocked_ns;
-    e->blocked_seen[1] = b.blocked_ns;
-    return ms;
-}
 
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica) {
     e->comm->stats(e->shard_g, shard);

@@ -61,10 +61,8 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
 size_t fsdp_state_bytes(const fsdp_engine *e);
 /* Bytes of gathered-parameter and gradient buffers this rank allocated. */
 size_t fsdp_buffer_bytes(const fsdp_engine *e);
-/* Milliseconds spent waiting on collectives since the last call (exposed comm). */
-double fsdp_take_exposed_ms(fsdp_engine *e);
-
-/* Counters of the shard and replica groups' collectives on this rank. */
+/* Counters of the shard and replica groups' collectives on this rank; blocked_ns is the
+ * time spent waiting on them, not hidden by compute (exposed comm). */
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);
 
 /* This rank's shard of unit u: [*begin, *end) of the padded flat buffer. */

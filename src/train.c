@@ -19,6 +19,7 @@
 #include "src/sample.h"
 #include "src/signals.h"
 #include "src/startup.h"
+#include "src/watch.h"
 
 int all_ranks_ok(int ok, const char *msg) {
     int rank = 0, world = 1;
@@ -538,11 +539,8 @@ static void poison_embedding_shard(fsdp_engine *e) {
 static int train_loop(run *r, const ckpt_state *st0) {
     const job_config *c = &r->cfg;
     char err[1536] = "";
-    metrics_log log = {0};
     nonfinite_hook hook;
     int ok = nonfinite_hook_get(r->rank, &hook, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
-    ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
 
     /* a resumed run continues the checkpoint's data stream: same order, next sample */
@@ -551,6 +549,12 @@ static int train_loop(run *r, const ckpt_state *st0) {
                          r->world, c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
     const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
+    watch *w = NULL; /* the step line, metrics.jsonl, Prometheus, telemetry, the summary */
+    if (watch_open(&w, r, first, end) != 0) {
+        watch_close(w, 0);
+        data_loader_free(&dl);
+        return -1;
+    }
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
@@ -640,26 +644,31 @@ static int train_loop(run *r, const ckpt_state *st0) {
         size_t used = 0, total = 0;
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
-        /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
-         * learns that some rank saw one, so all stop after this same step. [3]: the same
-         * for a token file that changed under the run */
-        double times[4] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
-                           (double)shlm_signals_pending(), (double)data_failed};
+        const size_t mem_peak = r->ops->mem_info ? device_peak : peak_rss_bytes();
+        const double local_s = MPI_Wtime() - t0;
+        double comm_ms[2]; /* exposed comm of the shard, replica group in this step */
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 2; g++) {
+            comm_ms[g] = 1e-6 * (double)(after[g].blocked_ns - before[g].blocked_ns);
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
-        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, times, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-        if (times[3] > 0) { /* the step trained on placeholder rows: log and save nothing */
+        }
+        /* the step-end reduction: a stop signal (SIGUSR1/SIGTERM) seen by any rank stops
+         * all after this same step, and so does a token file that changed under the run;
+         * the slowest rank's time is the step's */
+        step_record rec;
+        watch_step_end(w, (double)shlm_signals_pending(), (double)data_failed, local_s, comm_ms,
+                       mem_peak, &rec);
+        if (rec.data_failed > 0) { /* the step trained on placeholder rows: log and save nothing */
             all_ranks_ok(!data_failed, err);
             rc = -1;
             break;
         }
-        double step_s = times[0];
+        double step_s = rec.slow_ms / 1000;
         if (c->profile && s > first) prof_step_s += step_s;
 
         int last = s == end - 1;
         /* stopping early on a signal: log this step, skip validation, save, exit */
-        const int stop_sig = last ? 0 : (int)times[2];
+        const int stop_sig = last ? 0 : (int)rec.stop_signal;
         double val = NAN;
         if (r->have_val && !stop_sig && !nonfinite_stop &&
             (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
@@ -668,20 +677,12 @@ static int train_loop(run *r, const ckpt_state *st0) {
                 break;
             }
         const double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-        if (r->rank == 0 &&
-            (last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 || !isnan(val))) {
-            step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
-                               .grad_norm = norm, .step_ms = 1000 * step_s,
-                               .comm_exposed_ms = times[1],
-                               .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first),
-                               .skipped = nonfinite};
-            sm.tokens_per_s = tokens_per_step / step_s;
-            sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
-            sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
-            sm.mem_peak_bytes = r->ops->mem_info ? device_peak : peak_rss_bytes();
-            metrics_print_step(stdout, &sm);
-            metrics_write_json(&log, &sm);
-        }
+        step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
+                           .grad_norm = norm, .mem_peak_bytes = mem_peak,
+                           .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first),
+                           .skipped = nonfinite};
+        watch_step(w, &sm, &rec, last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 ||
+                                     !isnan(val));
         if (nonfinite_stop) {
             /* nothing of this step reaches the weights or a checkpoint */
             char what[160];
@@ -747,7 +748,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     free(in);
     free(tg);
     data_loader_free(&dl);
-    metrics_close(&log);
+    watch_close(w, rc == 0);
     if (rc != 0) return rc;
     if (c->trace && all_ranks_ok(write_trace(r, err, sizeof err) == 0, err)) return -1;
     if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
