@@ -33,6 +33,7 @@ struct watch {
     prom_labels labels;
     tel_gpu gpus[MAX_NODE_GPUS];
     double t_start;              /* wall clock (MPI_Wtime) when this run's first step began */
+    double last_val_loss;        /* the exporter's gauge holds the latest validation */
     int started;
 };
 
@@ -183,6 +184,7 @@ int watch_open(watch **out, const run *r, int first, int end) {
     w->end = end;
     w->tokens_per_step = (long long)c->global_batch * c->seq_len;
     w->flops_per_token = model_flops_per_token(&c->model, c->seq_len);
+    w->last_val_loss = NAN;
     step_reduce_init();
     char err[1536] = "";
 
@@ -317,9 +319,10 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
             metrics_write_json(&w->log, sm);
         }
     }
+    if (!isnan(sm->val_loss)) w->last_val_loss = sm->val_loss;
     if (w->prom) {
         prom_train t = {
-            .step = sm->step, .steps = sm->steps, .loss = sm->loss, .val_loss = sm->val_loss,
+            .step = sm->step, .steps = sm->steps, .loss = sm->loss, .val_loss = w->last_val_loss,
             .lr = sm->lr, .grad_norm = sm->grad_norm, .tokens_per_s = sm->tokens_per_s,
             .tokens_per_s_per_gpu = sm->tokens_per_s_per_gpu, .mfu = sm->mfu,
             .step_s = sm->step_ms / 1000,
