@@ -536,7 +536,7 @@ static void poison_embedding_shard(fsdp_engine *e) {
     free(x);
 }
 
-static int train_loop(run *r, const ckpt_state *st0) {
+static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     const job_config *c = &r->cfg;
     char err[1536] = "";
     nonfinite_hook hook;
@@ -549,12 +549,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
                          r->world, c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
     const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
-    watch *w = NULL; /* the step line, metrics.jsonl, Prometheus, telemetry, the summary */
-    if (watch_open(&w, r, first, end) != 0) {
-        watch_close(w, 0);
-        data_loader_free(&dl);
-        return -1;
-    }
+    watch_set_range(w, first, end);
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
@@ -748,7 +743,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     free(in);
     free(tg);
     data_loader_free(&dl);
-    watch_close(w, rc == 0);
+    watch_summary(w, rc == 0);
     if (rc != 0) return rc;
     if (c->trace && all_ranks_ok(write_trace(r, err, sizeof err) == 0, err)) return -1;
     if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
@@ -812,15 +807,20 @@ static int job_command(int argc, char **argv, int training) {
     free(sets);
     int rc = 0, lock_fd = -1;
     ckpt_state st;
-    /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
-    if (training &&
+    /* the step line, metrics.jsonl, Prometheus, telemetry, the summary: a bad log.* key is
+     * refused before any weight is read */
+    watch *w = NULL;
+    if (training && watch_open(&w, &r) != 0) {
+        rc = 1;
+    } else if (training &&
         checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &lock_fd, err, sizeof err) != 0) {
+        /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
         all_ranks_ok(0, err);
         rc = 1;
     } else if (load_initial(&r, training, &st) != 0) {
         rc = 1;
     } else if (training) {
-        rc = train_loop(&r, &st) == 0 ? 0 : 1;
+        rc = train_loop(&r, &st, w) == 0 ? 0 : 1;
     } else if (!r.have_val) {
         snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
         rc = all_ranks_ok(0, err) ? 1 : 0;
@@ -832,6 +832,7 @@ static int job_command(int argc, char **argv, int training) {
             printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
                    exp(loss));
     }
+    watch_close(w);
     checkpoint_dir_close(&lock_fd);
     run_teardown(&r);
     return rc;

@@ -174,14 +174,17 @@ static void start_telemetry(watch *w, MPI_Comm node, int node_rank, int node_siz
     free(ranks);
 }
 
-int watch_open(watch **out, const run *r, int first, int end) {
+void watch_set_range(watch *w, int first, int end) {
+    w->first = first;
+    w->end = end;
+}
+
+int watch_open(watch **out, const run *r) {
     const job_config *c = &r->cfg;
     watch *w = calloc(1, sizeof *w);
     SHLM_CHECK_ALLOC(w);
     *out = w;
     w->r = r;
-    w->first = first;
-    w->end = end;
     w->tokens_per_step = (long long)c->global_batch * c->seq_len;
     w->flops_per_token = model_flops_per_token(&c->model, c->seq_len);
     w->last_val_loss = NAN;
@@ -253,7 +256,7 @@ int watch_open(watch **out, const run *r, int first, int end) {
     }
     if (all_ranks_ok(ok, err)) return -1;
     if (w->prom) { /* before step 1: the start-up so far and the job's size */
-        prom_train t = {.steps = c->steps, .step = first, .loss = NAN, .val_loss = NAN,
+        prom_train t = {.steps = c->steps, .loss = NAN, .val_loss = NAN,
                         .grad_norm = NAN, .mfu = NAN};
         for (int p = 0; p < STARTUP_N; p++) t.startup_s[p] = startup_seconds((startup_phase)p);
         prom_publish(w->prom, &t);
@@ -340,17 +343,20 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
     if (logged) telemetry_reset_window(w->tel);
 }
 
-void watch_close(watch *w, int print) {
+void watch_summary(watch *w, int print) {
+    const run *r = w->r;
+    if (r->rank != 0 || !print) return;
+    double wall = w->started ? MPI_Wtime() - w->t_start : 0;
+    run_summary_print(stdout, &w->summary, w->run_id, wall, w->host_ptrs);
+    char err[1400];
+    if (run_summary_write(r->cfg.run_dir, &w->summary, w->run_id, w->job_hash, wall,
+                          w->host_ptrs, err, sizeof err) != 0)
+        fprintf(stderr, "shardlm: warning: %s\n", err);
+}
+
+void watch_close(watch *w) {
     if (!w) return;
     const run *r = w->r;
-    if (r->rank == 0 && print) {
-        double wall = w->started ? MPI_Wtime() - w->t_start : 0;
-        run_summary_print(stdout, &w->summary, w->run_id, wall, w->host_ptrs);
-        char err[1400];
-        if (run_summary_write(r->cfg.run_dir, &w->summary, w->run_id, w->job_hash, wall,
-                              w->host_ptrs, err, sizeof err) != 0)
-            fprintf(stderr, "shardlm: warning: %s\n", err);
-    }
     if (r->rank == 0) {
         metrics_close(&w->log);
         run_summary_free(&w->summary);

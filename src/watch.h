@@ -14,11 +14,13 @@
 
 typedef struct watch watch;
 
-/* Collective: opens metrics.jsonl, the exporter and the telemetry for a run that trains
- * steps first+1..end, and prints what it opened (rank 0). A bad log.prometheus or
- * log.prometheus_textfile, or a port in use, is one error line on every rank's return
- * (-1); telemetry or an unknown device only warns. */
-int watch_open(watch **w, const run *r, int first, int end);
+/* Collective, before the weights are read: opens metrics.jsonl, the exporter and the
+ * telemetry, and prints what it opened (rank 0). A bad log.prometheus or
+ * log.prometheus_textfile, or a port in use, is one error line and -1 on every rank (*w
+ * is then still to be closed); telemetry or an unknown device only warns. */
+int watch_open(watch **w, const run *r);
+/* The run trains steps first+1..end (known once the checkpoint is read). */
+void watch_set_range(watch *w, int first, int end);
 
 /* Collective, every step: the step-end reduction of this rank's stop flags, step time,
  * exposed comm per group and peak memory, with the node's telemetry. */
@@ -31,7 +33,9 @@ void watch_step_end(watch *w, double stop_signal, double data_failed, double ste
  * the line and writes the row (rank 0) and starts a new telemetry window. */
 void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged);
 
-/* Closes everything; with print, rank 0 prints the summary and writes summary.json. */
-void watch_close(watch *w, int print);
+/* Rank 0 prints the closing summary and writes summary.json (when print). */
+void watch_summary(watch *w, int print);
+/* Closes everything (NULL is fine). */
+void watch_close(watch *w);
 
 #endif
