@@ -25,6 +25,7 @@ static void usage(FILE *out) {
             "  data  random --vocab V --tokens N OUT.bin       random tokens, for benchmarks\n"
             "  plan  JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
             "                                                per-rank memory and traffic, no allocation\n"
+            "  plot  [--out DIR] RUN_DIR...                   PNGs of runs' metrics over steps (gnuplot)\n"
             "  ckpt  info|verify CKPT | export CKPT DIR       inspect, check, export to Hugging Face\n"
             "  generate JOB.ini --ckpt CKPT --prompt TEXT    sample text from a checkpoint\n"
             "  --version, --help\n");
@@ -41,6 +42,7 @@ static const command commands[] = {
     {"eval", cmd_eval, 1},
     {"data", cmd_data, 0},
     {"plan", cmd_plan, 0},
+    {"plot", cmd_plot, 0},
     {"ckpt", cmd_ckpt, 1},
     {"generate", cmd_generate, 1},
 };
