@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
+#include "src/fit.h"
 #include "src/metrics.h"
 #include "src/optim.h"
 #include "src/sample.h"
@@ -188,47 +189,35 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         .prefetch = c->prefetch,
         .trace = c->trace,
         .defer_init = 1};
-    llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
-                  : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
-                                                                          : LLAMA_AC_NONE;
+    llama_ac ac = fit_ac_from_name(c->activation_checkpointing);
     /* on a device, refuse before allocating anything if the plan does not fit */
     size_t used = 0, total = 0, arena_bytes = 0, scratch_bytes = 0;
     ok = 1;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
-        fsdp_plan_bytes pb;
-        fsdp_plan(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
-                  r->topo.replica_size, &opt, &pb);
-        size_t acts = llama_activation_bytes_for(&c->model, r->ops->act_dtype, c->micro_batch,
-                                                 c->seq_len, ac);
-        size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
-        arena_bytes = need + ((size_t)8 << 20);
-        /* the ops' scratch (attention's backward) is allocated before step 1 too */
-        if (r->ops->scratch_bytes)
-            scratch_bytes = r->ops->scratch_bytes(c->micro_batch, c->seq_len, c->model.dim,
-                                                  c->model.n_heads, c->model.n_kv_heads,
-                                                  c->model.head_dim);
-        need += scratch_bytes;
-        /* buffers the comm backend registers itself (copy-engine collectives) are not
-         * carved from the arena; its reduce staging comes on top */
+        fit_bytes fb; /* the sum `shardlm plan` gives its verdict on */
+        fit_bytes_for(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
+                      r->topo.replica_size, &opt, c->micro_batch, c->seq_len, ac, r->ops,
+                      r->comm, &fb);
+        /* the ops' scratch (attention's backward) is allocated before step 1 too, beside
+         * the arena; buffers the comm backend registers itself (copy-engine collectives)
+         * are not carved from the arena; its reduce staging comes on top */
+        scratch_bytes = fb.scratch;
+        arena_bytes = fb.state + fb.buffers + fb.acts + ((size_t)8 << 20);
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
             r->topo.shard_size > 1)
-            arena_bytes -= pb.gathered;
-        if (r->comm->reduce_buffers_enabled && r->comm->reduce_buffers_enabled() &&
-            r->topo.shard_size > 1 && pb.grad_send_buffers > 0) {
-            arena_bytes -= pb.grad_send_buffers;
-            need += pb.reduce_staging;
-        }
-        if (need > total - used) {
+            arena_bytes -= fb.pb.gathered;
+        if (fit_reduce_staging(r->comm, r->topo.shard_size, &fb.pb))
+            arena_bytes -= fb.pb.grad_send_buffers;
+        if (fb.total > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
                      "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
-                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing",
-                     c->path, need / 1073741824.0, r->ops->name,
-                     (pb.master + pb.grad + pb.moments) / 1073741824.0,
-                     (need - scratch_bytes - acts - pb.master - pb.grad - pb.moments) / 1073741824.0,
-                     acts / 1073741824.0,
-                     scratch_bytes / 1073741824.0, (total - used) / 1073741824.0,
-                     total / 1073741824.0);
+                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
+                     "(shardlm plan %.200s --ranks %d says which fits)",
+                     c->path, fb.total / 1073741824.0, r->ops->name, fb.state / 1073741824.0,
+                     (fb.buffers + fb.staging) / 1073741824.0, fb.acts / 1073741824.0,
+                     fb.scratch / 1073741824.0, (total - used) / 1073741824.0,
+                     total / 1073741824.0, c->path, r->world);
             ok = 0;
         }
     }
