@@ -26,8 +26,7 @@ typedef struct options {
     shlm_comm_redop redop;
     int iters, warmup;
     int nonblocking;
-    int registered;   /* recv from the comm's gather_buffer_alloc (copy-engine all-gathers), send
-                       * from its reduce_buffer_alloc when enabled (copy-engine reduce-scatters) */
+    int registered;   /* recv from the comm's gather_buffer_alloc (copy-engine all-gathers) */
     int check;
     const char *group;          /* world | node | replica */
     int ranks_per_node;
@@ -60,11 +59,8 @@ static void usage(FILE *out) {
             "  -n, --iters N             timed iterations (default 20)\n"
             "  -w, --warmup N            untimed iterations first (default 5)\n"
             "  --nonblocking             issue the i* members and wait(), as the FSDP engine does\n"
-            "  --registered              receive into the comm's registered gather buffer and send\n"
-            "                            from its reduce buffer when enabled, as the FSDP engine\n"
-            "                            does (nccl: all-gathers, and with\n"
-            "                            SHLM_NCCL_CE_REDUCE_SCATTER=1 fp32 reduce-scatters, on\n"
-            "                            the copy engines)\n"
+            "  --registered              receive into the comm's registered gather buffer, as the\n"
+            "                            FSDP engine does (nccl: all-gathers on the copy engines)\n"
             "  --group world|node|replica  which groups run (node/replica: every group at once)\n"
             "  --ranks-per-node M        blocks of M ranks are a node (default: real nodes)\n"
             "  -c, --check 0|1           check every result (default 1)\n"
@@ -428,10 +424,7 @@ static void print_header(const options *o, const bench *b, const char *gname, in
            o->min_bytes, o->max_bytes, o->factor, o->iters, o->warmup,
            o->nonblocking ? "non-blocking (i* + wait)" : "blocking", o->redop ? "avg" : "sum",
            o->check ? "on" : "off",
-           !o->registered ? ""
-           : b->comm->reduce_buffers_enabled && b->comm->reduce_buffers_enabled()
-               ? ", receive and send buffers registered"
-               : ", receive buffer registered");
+           o->registered ? ", receive buffer registered" : "");
     printf("# size: whole buffer (all_gather, reduce_scatter) or one rank's (all_reduce), as "
            "nccl-tests; count: elements per rank passed to the call\n");
     printf("# time: mean of the timed iterations, slowest rank; busbw = algbw x (n-1)/n "
@@ -555,11 +548,9 @@ int main(int argc, char **argv) {
         b.recv = b.comm->gather_buffer_alloc(b.g, o.max_bytes);
         if (!b.recv && world_rank == 0)
             fprintf(stderr, "bench_comm: --registered: registration failed, plain buffers\n");
-        if (b.comm->reduce_buffers_enabled && b.comm->reduce_buffers_enabled())
-            b.send = b.comm->reduce_buffer_alloc(b.g, o.max_bytes);
     }
-    const int recv_registered = b.recv != NULL, send_registered = b.send != NULL;
-    if (!b.send) b.send = b.ops->alloc(o.max_bytes);
+    const int recv_registered = b.recv != NULL;
+    b.send = b.ops->alloc(o.max_bytes);
     if (!b.recv) b.recv = b.ops->alloc(o.max_bytes);
     b.stage = malloc((size_t)CHUNK * 4);
     SHLM_CHECK_ALLOC(b.stage);
@@ -620,8 +611,7 @@ int main(int argc, char **argv) {
     MPI_CHECK(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD));
     free(res);
     free(b.stage);
-    if (send_registered) b.comm->registered_free(b.g, b.send);
-    else b.ops->free(b.send);
+    b.ops->free(b.send);
     if (recv_registered) b.comm->registered_free(b.g, b.recv);
     else b.ops->free(b.recv);
     b.comm->group_free(b.g);

@@ -113,18 +113,10 @@ typedef struct shlm_comm {
      * (same bytes on every rank). Returns NULL (on every rank) when it cannot; the
      * caller then allocates as usual. Freed by registered_free (collective). */
     void *(*gather_buffer_alloc)(shlm_comm_group *g, size_t bytes);
-    /* Optional, the same for the send buffers of g's fp32 reduce-scatters: the data
-     * moves on the copy engines (an all-to-all into a staging buffer the backend keeps,
-     * one per group, as large as the largest reduce buffer) and one short kernel sums
-     * the S slices in rank order. The send pointer of such a reduce-scatter must lie
-     * at the same offset of its buffer on every rank (same allocation order). */
-    void *(*reduce_buffer_alloc)(shlm_comm_group *g, size_t bytes);
     void (*registered_free)(shlm_comm_group *g, void *p);
-    /* Optional: 1 when gather_buffer_alloc / reduce_buffer_alloc are enabled (the
-     * memory they return, and the reduce staging, is then not carved from the compute
-     * backend's arena). */
+    /* Optional: 1 when gather_buffer_alloc is enabled (the memory it returns is then not
+     * carved from the compute backend's arena). */
     int (*gather_buffers_enabled)(void);
-    int (*reduce_buffers_enabled)(void);
 
     /* ---- blocking collectives: results are ready on return ---- */
     /* recv (S·count) = concatenation of every rank's send (count), rank order */

@@ -33,7 +33,7 @@
     } while (0)
 
 /* A buffer registered as a symmetric window of the copy-engine communicator: an
- * all-gather receive buffer, a reduce-scatter send buffer or a group's reduce staging. */
+ * all-gather receive buffer. */
 typedef struct gather_window {
     void *ptr;
     size_t bytes;
@@ -47,8 +47,7 @@ struct shlm_comm_group {
     MPI_Comm mpi;
     ncclComm_t nccl;
     ncclComm_t nccl_ce;     /* zero-CTA policy: collectives between registered windows */
-    gather_window *windows; /* gather and reduce buffers (not the staging) */
-    gather_window *staging; /* copy-engine reduce-scatters land here, S slices */
+    gather_window *windows; /* all-gather receive buffers */
     int rank, size;
     cudaStream_t stream; /* this group's collectives run here, in issue order */
     shlm_comm_stats stats;
@@ -133,15 +132,9 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
  * overlap for as long as the transfer lasts; copy engines take none.
  * - All-gathers into a registered window go through that communicator.
  *   SHLM_NCCL_CE_ALLGATHER=0 turns this off.
- * - fp32 reduce-scatters from a registered reduce buffer become an all-to-all on the copy
- *   engines into the group's staging window (slice j: rank j's contribution to this
- *   rank's part) and one kernel that sums the slices in rank order on the group's
- *   stream: the SMs work only for the sum, at memory speed, not for the whole transfer.
- *   SHLM_NCCL_CE_REDUCE_SCATTER=1 turns this on. Off by default: on 2 H200s it gives the
- *   same results bit for bit and the same bus bandwidth, but no faster 7B step (the SMs
- *   it frees in the matmuls went to the sum and to memory traffic; benchmarks/RESULTS.md,
- *   session 5). Kept for larger groups, where NCCL's ring holds its SMs longer (not yet
- *   measured). */
+ * Reduce-scatters need arithmetic and stay on NCCL's SM kernels (moving their data on the
+ * copy engines as an all-to-all plus a summing kernel measured no faster on 2 H200s: the
+ * step is bound by the bytes moved through HBM under the power cap). */
 static int env_flag(const char *name, int dflt) {
     const char *e = getenv(name);
     if (!e || !e[0]) return dflt;
@@ -153,14 +146,6 @@ static int env_flag(const char *name, int dflt) {
 static int ce_enabled(void) {
 #if defined(NCCL_CTA_POLICY_ZERO)
     return env_flag("SHLM_NCCL_CE_ALLGATHER", 1);
-#else
-    return 0;
-#endif
-}
-
-static int ce_reduce_enabled(void) {
-#if defined(NCCL_CTA_POLICY_ZERO)
-    return env_flag("SHLM_NCCL_CE_REDUCE_SCATTER", 0);
 #else
     return 0;
 #endif
@@ -228,19 +213,6 @@ static void *nccl_gather_buffer_alloc(shlm_comm_group *g, size_t bytes) {
     return listed_window(g, bytes);
 }
 
-/* A reduce buffer, and the group's staging grown to its size (both collective, in the
- * same order on every rank, so every rank takes the same branches). */
-static void *nccl_reduce_buffer_alloc(shlm_comm_group *g, size_t bytes) {
-    if (g->size < 2 || bytes == 0 || !ce_reduce_enabled()) return NULL;
-    if (!g->staging || g->staging->bytes < bytes) {
-        gather_window *st = window_alloc(g, bytes);
-        if (!st) return NULL;
-        if (g->staging) window_free(g, g->staging);
-        g->staging = st;
-    }
-    return listed_window(g, bytes);
-}
-
 static void nccl_registered_free(shlm_comm_group *g, void *p) {
     if (!p) return;
     for (gather_window **pp = &g->windows; *pp; pp = &(*pp)->next) {
@@ -261,7 +233,6 @@ static void nccl_group_free(shlm_comm_group *g) {
     CUDART_CHECK(cudaStreamSynchronize(g->stream));
     nccl_progress(); /* retire this group's finished entries */
     while (g->windows) nccl_registered_free(g, g->windows->ptr);
-    if (g->staging) window_free(g, g->staging);
     if (g->nccl_ce) NCCL_CHECK(ncclCommDestroy(g->nccl_ce));
     NCCL_CHECK(ncclCommDestroy(g->nccl));
     CUDART_CHECK(cudaStreamDestroy(g->stream));
@@ -334,19 +305,6 @@ static shlm_comm_req *nccl_ireduce_scatter(shlm_comm_group *g, const void *send,
                                            size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_count(count);
     begin(g, SHLM_COMM_REDUCE_SCATTER, count, dt);
-    const size_t slices = (size_t)g->size * count * sizeof(float);
-#if defined(NCCL_CTA_POLICY_ZERO)
-    if (dt == SHLM_F32 && g->staging && slices <= g->staging->bytes && find_window(g, send)) {
-        /* copy engines: slice j of the staging = rank j's part for this rank; then the
-         * sum in rank order (reading only the staging, so recv may alias send) */
-        NCCL_CHECK(ncclAlltoAll(send, g->staging->ptr, count, ncclFloat32, g->nccl_ce, g->stream));
-        shlm_cuda_sum_slices((float *)recv, (const float *)g->staging->ptr, count, g->size,
-                             op == SHLM_COMM_AVG ? (float)g->size : 1.0f, g->stream);
-        return finish(g, SHLM_COMM_REDUCE_SCATTER);
-    }
-#else
-    (void)slices;
-#endif
     NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->nccl, g->stream));
     return finish(g, SHLM_COMM_REDUCE_SCATTER);
 }
@@ -501,10 +459,8 @@ const shlm_comm shlm_comm_nccl = {
     .group_rank = nccl_group_rank,
     .group_size = nccl_group_size,
     .gather_buffer_alloc = nccl_gather_buffer_alloc,
-    .reduce_buffer_alloc = nccl_reduce_buffer_alloc,
     .registered_free = nccl_registered_free,
     .gather_buffers_enabled = ce_enabled,
-    .reduce_buffers_enabled = ce_reduce_enabled,
     .all_gather = nccl_all_gather,
     .reduce_scatter = nccl_reduce_scatter,
     .all_reduce = nccl_all_reduce,

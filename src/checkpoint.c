@@ -382,6 +382,13 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
                         "edited checkpoint)", f->path, a->name, strlen(str));
                 rc = -1;
             }
+            fsdp_strategy known;
+            char why[256];
+            if (rc == 0 && present && strategy_from_name(p, &known, why, sizeof why) != 0) {
+                set_err(err, errlen, "%s: attribute %s is not a strategy (a corrupt or edited "
+                        "checkpoint)", f->path, a->name);
+                rc = -1;
+            }
             free(str);
             break;
         }

@@ -464,8 +464,10 @@ static void origin2(const loader *ld, int a, int b, char *out, size_t outlen) {
 /* The message prefix of the entry being applied. */
 static void here(const loader *ld, const char *section, const char *key, int line, char *out,
                  size_t outlen) {
+    char shown_section[72], shown_key[72];
     if (ld->set_arg)
-        snprintf(out, outlen, "--set %s.%s", section, key ? key : "");
+        snprintf(out, outlen, "--set %s.%s", show(section, shown_section),
+                 show(key ? key : "", shown_key));
     else
         snprintf(out, outlen, "%s:%d", ld->cfg->path, line);
 }

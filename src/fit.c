@@ -3,14 +3,9 @@
 
 #include <string.h>
 
-int fit_reduce_staging(const shlm_comm *comm, int S, const fsdp_plan_bytes *pb) {
-    return comm && comm->reduce_buffers_enabled && comm->reduce_buffers_enabled() && S > 1 &&
-           pb->grad_send_buffers > 0;
-}
-
 void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy, int S, int R,
                    const fsdp_options *opt, int B, int T, llama_ac ac, const shlm_ops *ops,
-                   const shlm_comm *comm, fit_bytes *o) {
+                   fit_bytes *o) {
     memset(o, 0, sizeof *o);
     fsdp_plan(m, act, strategy, S, R, opt, &o->pb);
     o->state = o->pb.master + o->pb.grad + o->pb.moments;
@@ -18,8 +13,7 @@ void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy
     o->acts = llama_activation_bytes_for(m, act, B, T, ac);
     if (ops && ops->scratch_bytes)
         o->scratch = ops->scratch_bytes(B, T, m->dim, m->n_heads, m->n_kv_heads, m->head_dim);
-    if (fit_reduce_staging(comm, S, &o->pb)) o->staging = o->pb.reduce_staging;
-    o->total = o->state + o->buffers + o->acts + o->scratch + o->staging;
+    o->total = o->state + o->buffers + o->acts + o->scratch;
 }
 
 llama_ac fit_ac_from_name(const char *name) {

@@ -5,7 +5,6 @@
 
 #include <stddef.h>
 
-#include "kernels/comm.h"
 #include "kernels/ops.h"
 #include "src/fsdp.h"
 #include "src/llama.h"
@@ -16,20 +15,15 @@ typedef struct fit_bytes {
     size_t buffers;          /* gathered + gradient buffers */
     size_t acts;             /* activations and their gradients */
     size_t scratch;          /* the ops' own scratch (0 without ops->scratch_bytes) */
-    size_t staging;          /* the comm backend's copy-engine reduce staging, if used */
     size_t total;
 } fit_bytes;
 
 /* The bytes of one rank for model m in act dtype with the strategy's shard and replica
  * group sizes S, R, micro-batches of B x T and checkpointing ac; ops (may be NULL) gives
- * the scratch, comm (may be NULL) whether the reduce staging is used. */
+ * the scratch. */
 void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy, int S, int R,
                    const fsdp_options *opt, int B, int T, llama_ac ac, const shlm_ops *ops,
-                   const shlm_comm *comm, fit_bytes *out);
-
-/* 1 when the comm backend registers the fp32 reduce-scatter buffers itself (copy-engine
- * reduce-scatter): they leave the arena and its staging comes on top. */
-int fit_reduce_staging(const shlm_comm *comm, int S, const fsdp_plan_bytes *pb);
+                   fit_bytes *out);
 
 /* llama_ac from fsdp.activation_checkpointing's text. */
 llama_ac fit_ac_from_name(const char *name);

@@ -38,7 +38,6 @@ typedef struct gather_slot {
 /* A full-unit gradient buffer whose reduce-scatter may be in flight. */
 typedef struct grad_slot {
     float *buf;           /* (padded) fp32, the model writes the micro-batch's gradient here */
-    int buf_from_comm;    /* buf came from comm->reduce_buffer_alloc */
     uint16_t *bf16;       /* (padded) staging when reduce_dtype is bf16 */
     int unit;             /* -1 when free */
     int into_shard;       /* the reduction lands in the unit's grad shard itself (fresh) */
@@ -115,16 +114,13 @@ static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
     return e->ops->alloc(bytes);
 }
 
-/* A buffer all-gathers land in (gather) or fp32 reduce-scatters start from (reduce):
- * from the comm backend when it offers registered memory (copy-engine collectives on
- * NCCL), else a plain allocation. Collective over the shard group: every rank allocates
- * the same buffers in the same order. */
-static void *registered_alloc(fsdp_engine *e, size_t bytes, int reduce, int *from_comm) {
+/* A buffer all-gathers land in: from the comm backend when it offers registered memory
+ * (copy-engine all-gathers on NCCL), else a plain allocation. Collective over the shard
+ * group: every rank allocates the same buffers in the same order. */
+static void *gather_buffer_alloc(fsdp_engine *e, size_t bytes, int *from_comm) {
     *from_comm = 0;
-    void *(*alloc)(shlm_comm_group *, size_t) =
-        reduce ? e->comm->reduce_buffer_alloc : e->comm->gather_buffer_alloc;
-    if (e->S > 1 && alloc) {
-        void *p = alloc(e->shard_g, bytes);
+    if (e->S > 1 && e->comm->gather_buffer_alloc) {
+        void *p = e->comm->gather_buffer_alloc(e->shard_g, bytes);
         if (p) {
             e->buffer_bytes += bytes;
             *from_comm = 1;
@@ -186,7 +182,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->grad = balloc(e, bytes, &e->state_bytes);
         s->m = balloc(e, bytes, &e->state_bytes);
         s->v = balloc(e, bytes, &e->state_bytes);
-        if (e->keep_gathered && !direct) s->own = registered_alloc(e, s->padded * e->esz, 0, &s->own_from_comm);
+        if (e->keep_gathered && !direct) s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
         if (s->padded > max_padded) max_padded = s->padded;
         if (s->n > max_shard) max_shard = s->n;
     }
@@ -194,12 +190,9 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         e->slots[k].unit = -1;
         e->gslots[k].unit = -1;
         if (!e->keep_gathered && !direct)
-            e->slots[k].buf = registered_alloc(e, max_padded * e->esz, 0, &e->slots[k].buf_from_comm);
+            e->slots[k].buf = gather_buffer_alloc(e, max_padded * e->esz, &e->slots[k].buf_from_comm);
         if (e->S > 1) {
-            /* a bf16 reduction sends from the bf16 staging, not from buf */
-            e->gslots[k].buf = registered_alloc(e, max_padded * sizeof(float),
-                                                opt->reduce_dtype == SHLM_F32,
-                                                &e->gslots[k].buf_from_comm);
+            e->gslots[k].buf = balloc(e, max_padded * sizeof(float), &e->buffer_bytes);
             if (opt->reduce_dtype == SHLM_BF16)
                 e->gslots[k].bf16 = balloc(e, max_padded * 2, &e->buffer_bytes);
         }
@@ -231,7 +224,7 @@ void fsdp_destroy(fsdp_engine *e) {
         wait_req(e, &e->slots[k].req);
         wait_req(e, &e->gslots[k].req);
         registered_free(e, e->slots[k].buf, e->slots[k].buf_from_comm);
-        registered_free(e, e->gslots[k].buf, e->gslots[k].buf_from_comm);
+        e->ops->free(e->gslots[k].buf);
         e->ops->free(e->gslots[k].bf16);
     }
     for (int u = 0; u < e->n_units; u++) {
@@ -622,10 +615,6 @@ void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, i
     if (keep && !direct) out->gathered = sum_padded * es;
     if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
     if (S > 1) out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
-    if (S > 1 && opt->reduce_dtype == SHLM_F32) {
-        out->grad_send_buffers = N_SLOTS * max_padded * 4;
-        out->reduce_staging = max_padded * 4;
-    }
     if (R > 1 && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
     /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */
     if (S > 1) {

@@ -91,9 +91,6 @@ typedef struct fsdp_plan_bytes {
     size_t master, grad, moments;   /* sharded fp32 state */
     size_t gathered;                /* gathered-parameter buffers (act dtype) */
     size_t grad_buffers;            /* full-unit gradient buffers and bf16 staging */
-    size_t grad_send_buffers;       /* the part of grad_buffers fp32 reduce-scatters send from */
-    size_t reduce_staging;          /* a comm backend's copy-engine reduce staging, if used:
-                                     * one full-unit fp32 buffer (not in grad_buffers) */
     size_t shard_wire_per_micro;    /* all-gathers + reduce-scatters, per micro-batch */
     size_t replica_wire_per_step;   /* replica all-reduce of the gradient shards, per step */
 } fsdp_plan_bytes;

@@ -46,15 +46,14 @@ typedef struct plan_point {
 } plan_point;
 
 static size_t point_bytes(const job_config *cfg, const topology_options *topt, shlm_dtype act,
-                          const fsdp_options *opt, const shlm_ops *ops, const shlm_comm *comm,
-                          const plan_point *p) {
+                          const fsdp_options *opt, const shlm_ops *ops, const plan_point *p) {
     topology_options t = *topt;
     t.strategy = p->strategy;
     int S, R;
     group_sizes(p->ranks, &t, &S, &R);
     fit_bytes fb;
     fit_bytes_for(&cfg->model, act, p->strategy, S, R, opt, p->micro_batch, cfg->seq_len, p->ac,
-                  ops, comm, &fb);
+                  ops, &fb);
     return fb.total;
 }
 
@@ -63,10 +62,9 @@ static size_t point_bytes(const job_config *cfg, const topology_options *topt, s
  * smaller micro-batch (the global batch kept, more accumulation), FULL_SHARD, more ranks
  * (the global batch kept where it divides). */
 static void verdict(const job_config *cfg, const topology_options *topt, shlm_dtype act,
-                    const fsdp_options *opt, const shlm_ops *ops, const shlm_comm *comm,
-                    const plan_point *now, int global, double cap, const char *device) {
+                    const fsdp_options *opt, const shlm_ops *ops, const plan_point *now, int global, double cap, const char *device) {
     const double gib = 1073741824.0;
-    size_t need = point_bytes(cfg, topt, act, opt, ops, comm, now);
+    size_t need = point_bytes(cfg, topt, act, opt, ops, now);
     if (need <= cap) {
         printf("verdict: fits %s: %.2f of %.2f GiB per rank, %.2f GiB to spare%s\n", device,
                need / gib, cap / gib, (cap - need) / gib,
@@ -81,7 +79,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     for (llama_ac ac = now->ac + 1; ac <= LLAMA_AC_FULL; ac++) {
         plan_point p = *now;
         p.ac = ac;
-        size_t b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
         if (b <= cap) {
             printf("  would fit with --set fsdp.activation_checkpointing=%s: %.2f GiB\n",
                    ac_names[ac], b / gib);
@@ -92,7 +90,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     for (int mb = now->micro_batch / 2; mb >= 1; mb /= 2) {
         plan_point p = *now;
         p.micro_batch = mb;
-        size_t b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
         if (b <= cap && global % (mb * now->ranks) == 0) {
             printf("  would fit with --set train.micro_batch=%d: %.2f GiB (%d micro-batches per "
                    "step)\n", mb, b / gib, global / (mb * now->ranks));
@@ -103,7 +101,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     if (now->strategy != FSDP_FULL_SHARD && topt->shard_group_size == 0) {
         plan_point p = *now;
         p.strategy = FSDP_FULL_SHARD;
-        size_t b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
         if (b <= cap) {
             printf("  would fit with --set fsdp.strategy=FULL_SHARD: %.2f GiB\n", b / gib);
             any = 1;
@@ -114,7 +112,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
         for (int k = 1; k <= 16; k++) {
             plan_point p = *now;
             p.ranks = now->ranks << k;
-            size_t b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+            size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
             if (b <= cap) {
                 printf("  would fit with --ranks %d: %.2f GiB%s\n", p.ranks, b / gib,
                        global % (now->micro_batch * p.ranks)
@@ -127,10 +125,10 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     }
     if (!any) { /* all of them together, on as many ranks as that takes */
         plan_point p = {now->ranks, 1, FSDP_FULL_SHARD, LLAMA_AC_FULL};
-        size_t b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
         for (int k = 0; k <= 16 && b > cap; k++) {
             p.ranks = now->ranks << k;
-            b = point_bytes(cfg, topt, act, opt, ops, comm, &p);
+            b = point_bytes(cfg, topt, act, opt, ops, &p);
         }
         if (b <= cap)
             printf("  no single change fits; together: --ranks %d --set fsdp.strategy=FULL_SHARD "
@@ -271,14 +269,13 @@ int cmd_plan(int argc, char **argv) {
 
     /* the verdict: against the fit check's sum, with the backend's scratch and staging */
     const shlm_ops *ops = shlm_ops_find(backend);
-    const shlm_comm *comm = strcmp(backend, "cuda") == 0 ? shlm_comm_find("nccl") : NULL;
     fit_bytes fb;
     fit_bytes_for(&cfg.model, act, topt.strategy, S, R, &opt, cfg.micro_batch, cfg.seq_len, ac,
-                  ops, comm, &fb);
+                  ops, &fb);
     printf("fit check (what train compares with the device's free memory)\n");
     row("op_scratch_bytes", fb.scratch, ops && ops->scratch_bytes ? "the ops' own scratch"
                                         : "none on this backend (or not built)");
-    row("fit_bytes", fb.total, "total_bytes + op scratch + comm reduce staging");
+    row("fit_bytes", fb.total, "total_bytes + op scratch");
     char what[200] = "";
     double cap = 0;
     shlm_device_info di;
@@ -307,7 +304,7 @@ int cmd_plan(int argc, char **argv) {
     }
     if (cap > 0) {
         plan_point now = {ranks, cfg.micro_batch, topt.strategy, ac};
-        verdict(&cfg, &topt, act, &opt, ops, comm, &now, global, cap, what);
+        verdict(&cfg, &topt, act, &opt, ops, &now, global, cap, what);
     } else {
         printf("verdict: no device to compare with (no GPU visible): give --device NAME or "
                "--device-gib G\n");

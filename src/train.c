@@ -196,18 +196,15 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
         fit_bytes fb; /* the sum `shardlm plan` gives its verdict on */
         fit_bytes_for(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
-                      r->topo.replica_size, &opt, c->micro_batch, c->seq_len, ac, r->ops,
-                      r->comm, &fb);
+                      r->topo.replica_size, &opt, c->micro_batch, c->seq_len, ac, r->ops, &fb);
         /* the ops' scratch (attention's backward) is allocated before step 1 too, beside
-         * the arena; buffers the comm backend registers itself (copy-engine collectives)
-         * are not carved from the arena; its reduce staging comes on top */
+         * the arena; buffers the comm backend registers itself (copy-engine all-gathers)
+         * are not carved from the arena */
         scratch_bytes = fb.scratch;
         arena_bytes = fb.state + fb.buffers + fb.acts + ((size_t)8 << 20);
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
             r->topo.shard_size > 1)
             arena_bytes -= fb.pb.gathered;
-        if (fit_reduce_staging(r->comm, r->topo.shard_size, &fb.pb))
-            arena_bytes -= fb.pb.grad_send_buffers;
         if (fb.total > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
@@ -215,7 +212,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
                      "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
                      "(shardlm plan %.200s --ranks %d says which fits)",
                      c->path, fb.total / 1073741824.0, r->ops->name, fb.state / 1073741824.0,
-                     (fb.buffers + fb.staging) / 1073741824.0, fb.acts / 1073741824.0,
+                     fb.buffers / 1073741824.0, fb.acts / 1073741824.0,
                      fb.scratch / 1073741824.0, (total - used) / 1073741824.0,
                      total / 1073741824.0, c->path, r->world);
             ok = 0;

@@ -85,6 +85,8 @@ case_file pos attr data_position 18446744073709551615 restamp
 resume_case pos "attribute data_position = 18446744073709551615"
 case_file nan_lr attr lr_last nan restamp
 resume_case nan_lr "attribute lr_last = nan" "not a number"
+case_file strategy attr fsdp.strategy .. restamp
+resume_case strategy "attribute fsdp.strategy is not a strategy"
 case_file step0 attr step 0
 resume_case step0 "adamw_step = 10 is more than step = 0"
 case_file float_step attr-float step 10.5

@@ -198,6 +198,10 @@ expect "--set malformed value" "--set train.steps" "'abc'"
 run "$SHLM" train "$J" --set model.dim
 expect "--set without a value" "model.dim" "section.key=value"
 
+# a line break inside the section or key is shown as '?': still one line
+run "$SHLM" train "$J" --set "$(printf 'tra\nin.steps=5')"
+expect "--set with a line break" "--set tra?in.steps" "unknown section"
+
 # ---- the command line ----
 
 run "$SHLM" frobnicate "$J"

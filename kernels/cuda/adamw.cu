@@ -114,38 +114,6 @@ __global__ void accumulate_kernel(float *y, const float *x, size_t n, bool vec) 
     for (size_t k = done + i; k < n; k += stride) y[k] += x[k];
 }
 
-/* Each element reads its S slices before writing, so out may alias a slice. */
-__global__ void sum_slices_kernel(float *out, const float *slices, size_t count, int S,
-                                  float divisor, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = count / 4;
-        for (size_t k = i; k < nv; k += stride) {
-            float4 a = reinterpret_cast<const float4 *>(slices)[k];
-            for (int j = 1; j < S; j++) {
-                const float4 b = reinterpret_cast<const float4 *>(slices + (size_t)j * count)[k];
-                a.x = __fadd_rn(a.x, b.x);
-                a.y = __fadd_rn(a.y, b.y);
-                a.z = __fadd_rn(a.z, b.z);
-                a.w = __fadd_rn(a.w, b.w);
-            }
-            a.x = __fdiv_rn(a.x, divisor);
-            a.y = __fdiv_rn(a.y, divisor);
-            a.z = __fdiv_rn(a.z, divisor);
-            a.w = __fdiv_rn(a.w, divisor);
-            reinterpret_cast<float4 *>(out)[k] = a;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < count; k += stride) {
-        float a = slices[k];
-        for (int j = 1; j < S; j++) a = __fadd_rn(a, slices[(size_t)j * count + k]);
-        out[k] = __fdiv_rn(a, divisor);
-    }
-}
-
 /* ------------------------------------------------------------------ launchers */
 
 enum { OPT_THREADS = 256 };
@@ -200,13 +168,3 @@ extern "C" void shlm_cuda_accumulate(float *y, const float *x, size_t n) {
     CUDA_CHECK_LAST();
 }
 
-extern "C" void shlm_cuda_sum_slices(float *out, const float *slices, size_t count, int S,
-                                     float divisor, void *stream) {
-    if (count == 0) return;
-    if (S < 1) SHLM_FATAL("sum_slices: %d slices", S);
-    /* float4 loads need every slice 16-byte aligned: count a multiple of 4 */
-    const bool vec = shlm_aligned(out, 16) && shlm_aligned(slices, 16) && count % 4 == 0;
-    sum_slices_kernel<<<opt_blocks(count), OPT_THREADS, 0, (cudaStream_t)stream>>>(
-        out, slices, count, S, divisor, vec);
-    CUDA_CHECK_LAST();
-}

@@ -172,11 +172,6 @@ void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t
 double shlm_cuda_sum_squares(const float *x, size_t n);
 /* y[i] += x[i] */
 void shlm_cuda_accumulate(float *y, const float *x, size_t n);
-/* out[i] = (slices[i] + slices[count + i] + ... + slices[(S-1)·count + i]) / divisor,
- * summed in slice order, queued on `stream` (a cudaStream_t): the reduction of the NCCL
- * backend's copy-engine reduce-scatter. out may alias any slice. */
-void shlm_cuda_sum_slices(float *out, const float *slices, size_t count, int S, float divisor,
-                          void *stream);
 
 #ifdef __cplusplus
 }

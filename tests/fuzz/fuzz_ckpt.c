@@ -26,6 +26,7 @@
 #include "kernels/comm.h"
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
+#include "src/config.h"
 #include "src/commands.h"
 #include "tests/fuzz/fuzz.h"
 
@@ -70,15 +71,26 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     if (topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) != 0) die("topology", err);
     fsdp_options opt = {.param_dtype = SHLM_F32, .reduce_dtype = SHLM_F32, .prefetch = 1};
     engine = fsdp_create(&shape, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
+    /* the template's job: a real job file through the real loader, so every value the save
+     * records is one a load accepts */
+    char job_path[600];
+    snprintf(job_path, sizeof job_path, "%s/template.ini", fuzz_dir());
+    FILE *jf = fopen(job_path, "w");
+    if (!jf) die(job_path, "cannot write");
+    fprintf(jf, "[model]\ndim = %d\nn_layers = %d\nn_heads = %d\nn_kv_heads = %d\nffn_dim = %d\n"
+            "vocab_size = %d\nmax_seq_len = %d\n[train]\nseq_len = 8\nsteps = 4\nseed = 7\n"
+            "global_batch = 2\n[data]\ntrain = unused.bin\n", shape.dim, shape.n_layers,
+            shape.n_heads, shape.n_kv_heads, shape.ffn_dim, shape.vocab_size, shape.max_seq_len);
+    fclose(jf);
     job_config jc;
-    memset(&jc, 0, sizeof jc);
+    if (job_config_load(&jc, job_path, 0, NULL, err, sizeof err) != 0) die("job", err);
     jc.model = shape;
-    jc.text = "[fuzz] fuzz_ckpt template";
-    snprintf(jc.path, sizeof jc.path, "fuzz_ckpt");
-    ckpt_state st = {.step = 1, .seed = 7, .global_batch = 2, .seq_len = 8, .lr_last = 1e-3};
+    ckpt_state st = {.step = 1, .adamw_step = 1, .seed = 7, .global_batch = 2, .seq_len = 8,
+                     .steps = 4, .lr_last = 1e-3, .lr_decay_from = -1};
     char dir[600];
     snprintf(dir, sizeof dir, "%s/template", fuzz_dir());
     if (checkpoint_save(engine, &topo, &jc, &st, dir, 0, err, sizeof err) != 0) die("save", err);
+    job_config_free(&jc);
     char path[700];
     snprintf(path, sizeof path, "%s/step_1.h5", dir);
     FILE *f = fopen(path, "rb");
