@@ -75,14 +75,17 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     printf("verdict: does not fit %s: needs %.2f GiB per rank, %.2f GiB more than its %.2f GiB\n",
            device, need / gib, (need - cap) / gib, cap / gib);
     int any = 0;
+    /* from the most kept to the least: the first that fits recomputes the least */
+    static const llama_ac lighter[] = {LLAMA_AC_NONE, LLAMA_AC_SELECTIVE, LLAMA_AC_FULL};
     static const char *const ac_names[] = {"none", "selective", "full"};
-    for (llama_ac ac = now->ac + 1; ac <= LLAMA_AC_FULL; ac++) {
+    int at = now->ac == LLAMA_AC_FULL ? 2 : now->ac == LLAMA_AC_SELECTIVE ? 1 : 0;
+    for (int k = at + 1; k < 3; k++) {
         plan_point p = *now;
-        p.ac = ac;
+        p.ac = lighter[k];
         size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
         if (b <= cap) {
             printf("  would fit with --set fsdp.activation_checkpointing=%s: %.2f GiB\n",
-                   ac_names[ac], b / gib);
+                   ac_names[k], b / gib);
             any = 1;
             break;
         }

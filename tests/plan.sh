@@ -203,8 +203,10 @@ fi
 
 # ---- (f) the verdict: llama2-7b at micro-batch 4 on one H200 does not fit; each change
 # plan says would fit does fit when planned with it, at the size it said ----
-run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 1 --backend cuda --device h200 \
-    --set train.micro_batch=4 --set train.global_batch=8 --set fsdp.param_dtype=bf16
+sed -e 's/^micro_batch = 1$/micro_batch = 4/' -e 's/^global_batch = 1024$/global_batch = 8/' \
+    "$SHLM_SRCDIR/jobs/llama2-7b.ini" >"$T/7b.ini"
+printf '[fsdp]\nparam_dtype = bf16\n' >>"$T/7b.ini"
+run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device h200
 cat "$T/out" "$T/err" | sed -n '/^verdict/,$p'
 need=$(awk '$1 == "fit_bytes" { printf "%.2f", $2 / 1073741824 }' "$T/out")
 if [ $rc -ne 0 ] || ! grep -q "^verdict: does not fit h200 (143771 MiB): needs $need GiB per rank" "$T/out"; then
@@ -216,8 +218,7 @@ knobs=$(sed -n 's/^  would fit with \(.*\): \([0-9.]*\) GiB.*/\1|\2/p' "$T/out")
 [ -n "$knobs" ] || fail "llama2-7b micro-batch 4 on one h200: no change offered"
 while IFS='|' read -r knob gib; do
     # shellcheck disable=SC2086
-    run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 1 --backend cuda --device h200 \
-        --set train.micro_batch=4 --set train.global_batch=8 --set fsdp.param_dtype=bf16 $knob
+    run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device h200 $knob
     if grep -q "^verdict: fits h200 (143771 MiB): $gib of " "$T/out"; then
         ok "with $knob: fits, $gib GiB as promised"
     else
@@ -226,8 +227,7 @@ while IFS='|' read -r knob gib; do
 done <<KNOBS
 $knobs
 KNOBS
-run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 1 --backend cuda --device-gib 1000 \
-    --set train.micro_batch=4 --set train.global_batch=8
+run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device-gib 1000
 grep -q "^verdict: fits a device of 1000 GiB" "$T/out" && ok "--device-gib 1000: fits" ||
     fail "--device-gib 1000: $(grep '^verdict' "$T/out")"
 
