@@ -2,8 +2,9 @@
  * capability), the step-end reduction's operation, the summary's statistics, the
  * Prometheus renderer (every family, label escaping), its HTTP server (200, 404, 405,
  * 400 on a request too large, a port in use), its textfile (written, rewritten, removed;
- * an unwritable directory refused), and the Grafana dashboard: every metric and label it
- * queries is one the exporter emits.
+ * an unwritable directory refused), the telemetry's refusal to start without NVML (no
+ * library, or a build without nvml.h: a reason, nothing loaded), and the Grafana
+ * dashboard: every metric and label it queries is one the exporter emits.
  *   SHLM_SRCDIR=. tests/test_watch */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -358,6 +359,21 @@ static void test_dashboard(void) {
     cJSON_Delete(d);
 }
 
+static void test_telemetry_absent(void) {
+    const char *ids[1] = {"0000:00:00.0"};
+    int ranks[1] = {0};
+    char why[512] = "";
+    setenv("SHLM_NVML_LIBRARY", "/nonexistent/libnvidia-ml.so.1", 1);
+    telemetry *t = telemetry_start(ids, ranks, 1, 100, why, sizeof why);
+    check(t == NULL && (strstr(why, "/nonexistent/libnvidia-ml.so.1 not found") ||
+                        strstr(why, "no NVML telemetry")),
+          "telemetry: no NVML library: no sampler, the reason given (%s)", why);
+    unsetenv("SHLM_NVML_LIBRARY");
+    check(telemetry_window(NULL, NULL, 0) == 0 && telemetry_gpu_count(NULL) == 0,
+          "telemetry: a run without a sampler reads no GPUs");
+    telemetry_stop(NULL);
+}
+
 int main(void) {
     test_device_table();
     test_reduce_op();
@@ -365,6 +381,7 @@ int main(void) {
     test_render();
     test_server();
     test_textfile();
+    test_telemetry_absent();
     test_dashboard();
     printf("%d checks, %d failed\n", n_checks, n_failed);
     return n_failed ? 1 : 0;
