@@ -15,7 +15,6 @@ drop=0
 [ $# -eq 2 ] || { echo "usage: $0 [--drop-caches] JOB.ini OUT_DIR" >&2; exit 2; }
 job=$1 out=$2
 mkdir -p "$out" || exit 1
-
 run() { echo "+ $*"; "$@"; }
 dropcaches() { [ $drop -eq 1 ] && sync && echo 3 >/proc/sys/vm/drop_caches; }
 [ -f "$out/rand.bin" ] || run "$SHLM" data random --vocab 32000 --tokens 20000000 "$out/rand.bin" || exit 1
@@ -31,7 +30,7 @@ dropcaches
 t0=$(date +%s.%N)
 for f in "$out"/hf/*.safetensors; do dd if="$f" of=/dev/null bs=16M iflag=direct 2>/dev/null; done
 t1=$(date +%s.%N)
-read_s=$(echo "$t1 - $t0" | bc)
+read_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
 echo "disk: $bytes bytes of safetensors read in $read_s s (O_DIRECT)"
 dropcaches
 # shellcheck disable=SC2086
