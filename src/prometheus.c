@@ -15,6 +15,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -37,44 +38,46 @@ enum {
 
 /* ---- the families ---- */
 
+#define V(field) ((long)offsetof(prom_train, field))
 static const prom_family families[] = {
     /* GPU telemetry under the DCGM exporter's names and help texts */
-    {"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", 1},
-    {"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", 1},
-    {"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", 1},
-    {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", 1},
-    {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", 1},
-    {"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", 1},
-    {"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", 1},
-    {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons.", 1},
-    {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gauge", "Total number of single-bit volatile ECC errors.", 1},
-    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gauge", "Total number of double-bit volatile ECC errors.", 1},
-    {"shardlm_gpu_xid_events_total", "counter", "XID error events seen since the run started.", 1},
+    {"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", 1, -1},
+    {"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", 1, -1},
+    {"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", 1, -1},
+    {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", 1, -1},
+    {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", 1, -1},
+    {"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", 1, -1},
+    {"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.", 1, -1},
+    {"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "gauge", "Current clock throttle reasons.", 1, -1},
+    {"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "gauge", "Total number of single-bit volatile ECC errors.", 1, -1},
+    {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "gauge", "Total number of double-bit volatile ECC errors.", 1, -1},
+    {"shardlm_gpu_xid_events_total", "counter", "XID error events seen since the run started.", 1, -1},
     /* the training */
-    {"shardlm_info", "gauge", "The run: its id and job hash as labels; always 1.", 0},
-    {"shardlm_step", "gauge", "Optimizer steps done.", 0},
-    {"shardlm_steps", "gauge", "Optimizer steps the job runs to (train.steps).", 0},
-    {"shardlm_loss", "gauge", "Mean training loss of the latest step (nats/token).", 0},
-    {"shardlm_val_loss", "gauge", "Latest validation loss (nats/token).", 0},
-    {"shardlm_learning_rate", "gauge", "Learning rate of the latest step.", 0},
-    {"shardlm_grad_norm", "gauge", "Global gradient L2 norm of the latest step, before clipping.", 0},
-    {"shardlm_tokens_per_second", "gauge", "Training tokens per second, whole job.", 0},
-    {"shardlm_tokens_per_second_per_gpu", "gauge", "Training tokens per second per rank.", 0},
-    {"shardlm_mfu_ratio", "gauge", "Model FLOPs utilisation against the device's dense peak (0..1).", 0},
-    {"shardlm_step_seconds", "gauge", "Time of the latest step (its slowest rank).", 0},
-    {"shardlm_comm_exposed_seconds", "gauge", "Time the latest step waited on collectives, per group (slowest rank).", 0},
-    {"shardlm_memory_peak_bytes", "gauge", "Peak device (or host, on the cpu backend) memory of this rank.", 0},
-    {"shardlm_tokens_seen_total", "counter", "Training tokens consumed, resumed steps included.", 0},
-    {"shardlm_elapsed_seconds", "gauge", "Seconds since this run's first step started.", 0},
-    {"shardlm_eta_seconds", "gauge", "Estimated seconds to the last step.", 0},
-    {"shardlm_slowest_rank", "gauge", "Rank with the longest latest step (its host as a label).", 0},
-    {"shardlm_slowest_step_seconds", "gauge", "Step time of the slowest rank.", 0},
-    {"shardlm_slowest_comm_exposed_seconds", "gauge", "Exposed comm of the slowest rank.", 0},
-    {"shardlm_fastest_rank", "gauge", "Rank with the shortest latest step.", 0},
-    {"shardlm_fastest_step_seconds", "gauge", "Step time of the fastest rank.", 0},
-    {"shardlm_fastest_comm_exposed_seconds", "gauge", "Exposed comm of the fastest rank.", 0},
-    {"shardlm_startup_seconds", "gauge", "Seconds of each start-up phase.", 0},
+    {"shardlm_info", "gauge", "The run: its id and job hash as labels; always 1.", 0, -1},
+    {"shardlm_step", "gauge", "Optimizer steps done.", 0, V(step)},
+    {"shardlm_steps", "gauge", "Optimizer steps the job runs to (train.steps).", 0, V(steps)},
+    {"shardlm_loss", "gauge", "Mean training loss of the latest step (nats/token).", 0, V(loss)},
+    {"shardlm_val_loss", "gauge", "Latest validation loss (nats/token).", 0, V(val_loss)},
+    {"shardlm_learning_rate", "gauge", "Learning rate of the latest step.", 0, V(lr)},
+    {"shardlm_grad_norm", "gauge", "Global gradient L2 norm of the latest step, before clipping.", 0, V(grad_norm)},
+    {"shardlm_tokens_per_second", "gauge", "Training tokens per second, whole job.", 0, V(tokens_per_s)},
+    {"shardlm_tokens_per_second_per_gpu", "gauge", "Training tokens per second per rank.", 0, V(tokens_per_s_per_gpu)},
+    {"shardlm_mfu_ratio", "gauge", "Model FLOPs utilisation against the device's dense peak (0..1).", 0, V(mfu)},
+    {"shardlm_step_seconds", "gauge", "Time of the latest step (its slowest rank).", 0, V(step_s)},
+    {"shardlm_comm_exposed_seconds", "gauge", "Time the latest step waited on collectives, per group (slowest rank).", 0, -1},
+    {"shardlm_memory_peak_bytes", "gauge", "Peak device (or host, on the cpu backend) memory of this rank.", 0, V(mem_peak_bytes)},
+    {"shardlm_tokens_seen_total", "counter", "Training tokens consumed, resumed steps included.", 0, V(tokens_seen)},
+    {"shardlm_elapsed_seconds", "gauge", "Seconds since this run's first step started.", 0, V(elapsed_s)},
+    {"shardlm_eta_seconds", "gauge", "Estimated seconds to the last step.", 0, V(eta_s)},
+    {"shardlm_slowest_rank", "gauge", "Rank with the longest latest step (its host as a label).", 0, -1},
+    {"shardlm_slowest_step_seconds", "gauge", "Step time of the slowest rank.", 0, V(slowest_step_s)},
+    {"shardlm_slowest_comm_exposed_seconds", "gauge", "Exposed comm of the slowest rank.", 0, V(slowest_comm_s)},
+    {"shardlm_fastest_rank", "gauge", "Rank with the shortest latest step.", 0, V(fastest_rank)},
+    {"shardlm_fastest_step_seconds", "gauge", "Step time of the fastest rank.", 0, V(fastest_step_s)},
+    {"shardlm_fastest_comm_exposed_seconds", "gauge", "Exposed comm of the fastest rank.", 0, V(fastest_comm_s)},
+    {"shardlm_startup_seconds", "gauge", "Seconds of each start-up phase.", 0, -1},
 };
+#undef V
 #define N_FAMILIES ((int)(sizeof families / sizeof families[0]))
 
 int prom_family_count(void) { return N_FAMILIES; }
@@ -117,32 +120,30 @@ static void put_value(out_buf *o, double v) {
     else put(o, " %.17g\n", v);
 }
 
-/* name{host,rank,job[,extra]} value: one training sample */
-static void put_train(out_buf *o, const prom_labels *l, const char *name, const char *extra_name,
-                      const char *extra_value, double v) {
+/* One sample: name{[gpu,]host,rank,job[,k1=v1[,k2=v2]]} v (gpu < 0: no gpu label). */
+static void put_sample(out_buf *o, const char *name, const prom_labels *l, int gpu, int rank,
+                       const char *k1, const char *v1, const char *k2, const char *v2,
+                       double v) {
+    char num[16];
     put(o, "%s{", name);
-    put_label(o, "host", l->host, 1);
-    char rank[16];
-    snprintf(rank, sizeof rank, "%d", l->rank);
-    put_label(o, "rank", rank, 0);
+    if (gpu >= 0) {
+        snprintf(num, sizeof num, "%d", gpu);
+        put_label(o, "gpu", num, 1);
+    }
+    put_label(o, "host", l->host, gpu < 0);
+    snprintf(num, sizeof num, "%d", rank);
+    put_label(o, "rank", num, 0);
     put_label(o, "job", l->job, 0);
-    if (extra_name) put_label(o, extra_name, extra_value, 0);
+    if (k1) put_label(o, k1, v1, 0);
+    if (k2) put_label(o, k2, v2, 0);
     put(o, "}");
     put_value(o, v);
 }
 
-static void put_gpu(out_buf *o, const prom_labels *l, const char *name, const tel_gpu *g,
-                    double v) {
-    char gpu[16], rank[16];
-    snprintf(gpu, sizeof gpu, "%d", g->index);
-    snprintf(rank, sizeof rank, "%d", g->rank);
-    put(o, "%s{", name);
-    put_label(o, "gpu", gpu, 1);
-    put_label(o, "host", l->host, 0);
-    put_label(o, "rank", rank, 0);
-    put_label(o, "job", l->job, 0);
-    put(o, "}");
-    put_value(o, v);
+/* a training sample of the serving rank, with at most one extra label */
+static void put_train(out_buf *o, const prom_labels *l, const char *name, const char *extra_name,
+                      const char *extra_value, double v) {
+    put_sample(o, name, l, -1, l->rank, extra_name, extra_value, NULL, NULL, v);
 }
 
 /* The value of GPU family f for g; NaN when the device does not report it. */
@@ -168,19 +169,13 @@ size_t prom_render(char *buf, size_t cap, const prom_labels *l, const prom_train
         const char *n = fam->name;
         put(&o, "# HELP %s %s\n# TYPE %s %s\n", n, fam->help, n, fam->type);
         if (fam->gpu) {
-            for (int g = 0; g < n_gpus; g++) put_gpu(&o, l, n, &gpus[g], gpu_value(f, &gpus[g]));
+            for (int g = 0; g < n_gpus; g++)
+                put_sample(&o, n, l, gpus[g].index, gpus[g].rank, NULL, NULL, NULL, NULL,
+                           gpu_value(f, &gpus[g]));
             continue;
         }
         if (!strcmp(n, "shardlm_info")) {
-            put(&o, "%s{", n);
-            put_label(&o, "host", l->host, 1);
-            char rank[16];
-            snprintf(rank, sizeof rank, "%d", l->rank);
-            put_label(&o, "rank", rank, 0);
-            put_label(&o, "job", l->job, 0);
-            put_label(&o, "run_id", l->run_id, 0);
-            put_label(&o, "job_hash", l->job_hash, 0);
-            put(&o, "} 1\n");
+            put_sample(&o, n, l, -1, l->rank, "run_id", l->run_id, "job_hash", l->job_hash, 1);
         } else if (!strcmp(n, "shardlm_comm_exposed_seconds")) {
             put_train(&o, l, n, "group", "shard", t->comm_exposed_s[0]);
             put_train(&o, l, n, "group", "replica", t->comm_exposed_s[1]);
@@ -189,36 +184,15 @@ size_t prom_render(char *buf, size_t cap, const prom_labels *l, const prom_train
         } else if (!strcmp(n, "shardlm_startup_seconds")) {
             for (int p = 0; p < STARTUP_N; p++)
                 put_train(&o, l, n, "phase", startup_phase_key((startup_phase)p), t->startup_s[p]);
-        } else {
-            const double v = !strcmp(n, "shardlm_step")                ? t->step
-                             : !strcmp(n, "shardlm_steps")             ? t->steps
-                             : !strcmp(n, "shardlm_loss")              ? t->loss
-                             : !strcmp(n, "shardlm_val_loss")          ? t->val_loss
-                             : !strcmp(n, "shardlm_learning_rate")     ? t->lr
-                             : !strcmp(n, "shardlm_grad_norm")         ? t->grad_norm
-                             : !strcmp(n, "shardlm_tokens_per_second") ? t->tokens_per_s
-                             : !strcmp(n, "shardlm_tokens_per_second_per_gpu")
-                                 ? t->tokens_per_s_per_gpu
-                             : !strcmp(n, "shardlm_mfu_ratio")            ? t->mfu
-                             : !strcmp(n, "shardlm_step_seconds")         ? t->step_s
-                             : !strcmp(n, "shardlm_memory_peak_bytes")    ? t->mem_peak_bytes
-                             : !strcmp(n, "shardlm_tokens_seen_total")    ? t->tokens_seen
-                             : !strcmp(n, "shardlm_elapsed_seconds")      ? t->elapsed_s
-                             : !strcmp(n, "shardlm_eta_seconds")          ? t->eta_s
-                             : !strcmp(n, "shardlm_slowest_step_seconds") ? t->slowest_step_s
-                             : !strcmp(n, "shardlm_slowest_comm_exposed_seconds")
-                                 ? t->slowest_comm_s
-                             : !strcmp(n, "shardlm_fastest_rank")         ? t->fastest_rank
-                             : !strcmp(n, "shardlm_fastest_step_seconds") ? t->fastest_step_s
-                             : !strcmp(n, "shardlm_fastest_comm_exposed_seconds")
-                                 ? t->fastest_comm_s
-                                 : NAN;
+        } else if (fam->value >= 0) {
+            const double v = *(const double *)((const char *)t + fam->value);
             /* before the first step only the start-up and the job's size are known; an
              * unknown value (no validation yet, MFU n/a) is left out, not NaN */
-            const int before_first = t->step == 0 && strcmp(n, "shardlm_step") &&
-                                     strcmp(n, "shardlm_steps") &&
-                                     strcmp(n, "shardlm_tokens_seen_total");
-            const int unknown = isnan(v) && strcmp(n, "shardlm_loss") && strcmp(n, "shardlm_grad_norm");
+            const int before_first = t->step == 0 && fam->value != (long)offsetof(prom_train, step) &&
+                                     fam->value != (long)offsetof(prom_train, steps) &&
+                                     fam->value != (long)offsetof(prom_train, tokens_seen);
+            const int unknown = isnan(v) && fam->value != (long)offsetof(prom_train, loss) &&
+                                fam->value != (long)offsetof(prom_train, grad_norm);
             if (!before_first && !unknown) put_train(&o, l, n, NULL, NULL, v);
         }
     }

@@ -14,7 +14,7 @@
 /* The training metrics shown, as of the latest step (the training thread copies them in
  * with prom_publish; NaN = not known, left out). */
 typedef struct prom_train {
-    int step, steps;             /* steps done; the job's train.steps */
+    double step, steps;          /* steps done; the job's train.steps */
     double loss, val_loss, lr, grad_norm;
     double tokens_per_s;         /* whole job */
     double tokens_per_s_per_gpu;
@@ -24,7 +24,7 @@ typedef struct prom_train {
     double mem_peak_bytes;       /* this rank's */
     double tokens_seen;
     double elapsed_s, eta_s;
-    int slowest_rank, fastest_rank;
+    double slowest_rank, fastest_rank;
     char slowest_host[64];
     double slowest_step_s, fastest_step_s, slowest_comm_s, fastest_comm_s;
     double startup_s[STARTUP_N];
@@ -42,6 +42,8 @@ typedef struct prom_labels {
 typedef struct prom_family {
     const char *name, *type, *help;
     int gpu;                     /* 1: one sample per GPU (telemetry) */
+    long value;                  /* offsetof the prom_train double it shows, or -1: written
+                                  * with labels of its own (prom_render) */
 } prom_family;
 int prom_family_count(void);
 const prom_family *prom_family_at(int i);
