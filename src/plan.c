@@ -270,14 +270,17 @@ int cmd_plan(int argc, char **argv) {
         "all-gather + reduce-scatter in the shard group");
     row("replica_group_bytes", pb.replica_wire_per_step, "all-reduce of gradient shards");
 
-    /* the verdict: against the fit check's sum, with the backend's scratch and staging */
+    /* the verdict: against the fit check's sum; the ops' scratch depends on the device
+     * (its SM count): counted where one is visible */
     const shlm_ops *ops = shlm_ops_find(backend);
+    if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
     fit_bytes fb;
     fit_bytes_for(&cfg.model, act, topt.strategy, S, R, &opt, cfg.micro_batch, cfg.seq_len, ac,
                   ops, &fb);
     printf("fit check (what train compares with the device's free memory)\n");
     row("op_scratch_bytes", fb.scratch, ops && ops->scratch_bytes ? "the ops' own scratch"
-                                        : "none on this backend (or not built)");
+                                        : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
+                                        : "not counted: no GPU visible to size it");
     row("fit_bytes", fb.total, "total_bytes + op scratch");
     char what[200] = "";
     double cap = 0;
@@ -289,7 +292,7 @@ int cmd_plan(int argc, char **argv) {
     } else if (device_gib > 0) {
         cap = device_gib * 1073741824.0;
         snprintf(what, sizeof what, "a device of %g GiB", device_gib);
-    } else if (strcmp(backend, "cuda") == 0 && ops && ops->available() && ops->mem_info &&
+    } else if (strcmp(backend, "cuda") == 0 && ops && ops->mem_info &&
                ops->mem_info(&used, &dev_total) == 0) {
         cap = (double)dev_total;
         if (ops->device_info && ops->device_info(&di) == 0)

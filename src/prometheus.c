@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "io/safe_file.h"
+#include "src/signals.h"
 
 enum {
     REQ_MAX = 8192,           /* a request's line and headers */
@@ -489,7 +490,7 @@ prom_exporter *prom_start(const char *listen, const char *textfile_dir, const pr
         }
         if (!ok) p->textfile[0] = 0;
     }
-    if (ok && pthread_create(&p->thread, NULL, exporter_thread, p) != 0) {
+    if (ok && shlm_thread_create_unsignalled(&p->thread, exporter_thread, p) != 0) {
         snprintf(err, errlen, "log.prometheus: cannot start the exporter thread");
         ok = 0;
     }

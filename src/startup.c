@@ -12,6 +12,7 @@ static struct {
     double process_start;      /* CLOCK_MONOTONIC of the process's start (estimated) */
     double s[STARTUP_N];
     startup_weights weights;
+    unsigned long long drawn;
 } g;
 
 static double mono_now(void) {
@@ -58,6 +59,7 @@ void startup_mark(startup_phase p) {
 }
 
 void startup_set_weights(startup_weights w) { g.weights = w; }
+void startup_set_drawn(unsigned long long n) { g.drawn = n; }
 
 double startup_seconds(startup_phase p) { return p >= 0 && p < STARTUP_N ? g.s[p] : 0; }
 
@@ -77,7 +79,10 @@ void startup_print(FILE *out, const char *what) {
     const char *sep = " ";
     for (int p = 0; p < STARTUP_N; p++) {
         if (g.s[p] < 0.05 && p != STARTUP_WEIGHTS) continue;
-        if (p == STARTUP_WEIGHTS)
+        if (p == STARTUP_WEIGHTS && g.drawn)
+            fprintf(out, "%sweights (%s, %llu values drawn) %.1f s", sep, weights[g.weights],
+                    g.drawn, g.s[p]);
+        else if (p == STARTUP_WEIGHTS)
             fprintf(out, "%sweights (%s) %.1f s", sep, weights[g.weights], g.s[p]);
         else
             fprintf(out, "%s%s %.1f s", sep, names[p], g.s[p]);

@@ -33,6 +33,9 @@ void startup_begin(void);
  * startup_begin. Local, cheap (one clock read). */
 void startup_mark(startup_phase p);
 void startup_set_weights(startup_weights w);
+/* Values drawn from the seed's RNG while the weights were set (llama_init_count): shown
+ * in the weights phase; 0 when they were imported or resumed. */
+void startup_set_drawn(unsigned long long n);
 /* Seconds accumulated in phase p; the total since the process started. */
 double startup_seconds(startup_phase p);
 double startup_total_seconds(void);

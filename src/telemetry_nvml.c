@@ -39,6 +39,8 @@ int telemetry_latest(telemetry *t, tel_gpu *out, int max) { return 0; }
 #include <pthread.h>
 #include <time.h>
 
+#include "src/signals.h"
+
 /* The NVML entry points used, typed here (not through the header's declarations, some
  * of which newer headers mark deprecated while drivers keep exporting them). */
 typedef struct nvml_api {
@@ -268,7 +270,7 @@ telemetry *telemetry_start(const char *const *bus_ids, const int *ranks, int n, 
             fold(&t->gpus[i]);
         }
         pthread_mutex_init(&t->mu, NULL);
-        if (pthread_create(&t->thread, NULL, sampler, t) != 0) {
+        if (shlm_thread_create_unsignalled(&t->thread, sampler, t) != 0) {
             snprintf(why, whylen, "cannot start the telemetry thread");
             pthread_mutex_destroy(&t->mu);
             ok = 0;

@@ -411,6 +411,7 @@ static int load_initial_weights(run *r, int training, ckpt_state *st);
 static int load_initial(run *r, int training, ckpt_state *st) {
     int rc = load_initial_weights(r, training, st);
     startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(llama_init_count());
     return rc;
 }
 static int load_initial_weights(run *r, int training, ckpt_state *st) {

@@ -260,7 +260,7 @@ for j in $ids; do
         echo "$msg"
         prev=$(echo "$msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
         [ -n "$n1" ] || n1=$prev
-    elif grep -q "^ *40 |" "$o"; then
+    elif grep -q "^ *40/[0-9]* |" "$o"; then
         finished=$k
         if [ $k -lt $njobs ]; then
             grep "cancelling the chain's later jobs" "$o" || fail "b: job $k did not cancel the later jobs"

@@ -71,7 +71,7 @@ fi
 grep -q '^ *step/total |.*| *elapsed | *ETA$' "$work/a.out" || fail "a: no step/total, elapsed, ETA header"
 grep -Eq '^ +4/6 \|.*\| +[0-9]+:[0-9]{2}:[0-9]{2} \| +[0-9]+:[0-9]{2}:[0-9]{2}$' "$work/a.out" ||
     fail "a: no line '4/6 | ... | elapsed | ETA'"
-grep -q '^start-up: [0-9.]* s to the end of the first step: .*weights (init from the seed)' \
+grep -q '^start-up: [0-9.]* s to the end of the first step: .*weights (init from the seed, [0-9]* values drawn)' \
     "$work/a.out" || fail "a: no start-up breakdown"
 grep -q '^summary: run [0-9TZ]*-[0-9a-f]*: 6 step(s) (1..6)' "$work/a.out" || fail "a: no summary"
 grep -q '^summary: step time mean .* median .*; exposed comm .*; peak memory' "$work/a.out" ||
