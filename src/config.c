@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "src/prometheus.h"
 #include "src/tokenizer.h"
 
 typedef enum key_type {
@@ -712,6 +713,20 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         origin(ld, i_every, at, sizeof at);
         set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
                 c->ckpt_every);
+        return -1;
+    }
+    /* the exporter's address, read as prom_start will (one copy of the rule) */
+    char host[256], port[16], why3[256];
+    if (c->prometheus[0] && prom_parse_listen(c->prometheus, host, sizeof host, port,
+                                              sizeof port, why3, sizeof why3) != 0) {
+        origin(ld, idx("log", "prometheus"), at, sizeof at);
+        set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
+        return -1;
+    }
+    if (c->telemetry_interval_ms > 0 && c->telemetry_interval_ms < 10) {
+        origin(ld, idx("log", "telemetry_interval_ms"), at, sizeof at);
+        set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
+                "least 10", at, c->telemetry_interval_ms);
         return -1;
     }
     char why2[512];

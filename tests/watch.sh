@@ -8,7 +8,9 @@
 #  3. MFU: n/a (null) on the cpu backend; against log.peak_tflops when set; against the
 #     device table for a device it knows (SHLM_TEST_DEVICE=NAME:MAJOR.MINOR pretends
 #     one); one warning line and null for a device it does not know;
-#  4. a port in use, a port out of range, an unknown host, a textfile directory that is
+#  4. a port in use, a port out of range or no address before ':' (at the job's loading,
+#     naming where it was set), a telemetry interval under 10 ms, an unknown host, a
+#     textfile directory that is
 #     a file, is missing, or is read-only (a tmpfs mounted ro; skipped where mounting is
 #     not allowed): one error line on 2 ranks, exit 1, no step trained.
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/watch.sh
@@ -133,7 +135,11 @@ s = socket.socket(); s.bind(('127.0.0.1', $port)); s.listen(1); time.sleep(60)" 
     holder=""
 fi
 run badport 2 --set log.prometheus=70000
-refused badport "log.prometheus = 70000" "0..65535"
+refused badport "--set log.prometheus: [log] prometheus = 70000" "0..65535"
+run badaddr 2 --set log.prometheus=:9400
+refused badaddr "[log] prometheus = :9400" "no address before ':'"
+run interval 2 --set log.telemetry_interval_ms=5
+refused interval "[log] telemetry_interval_ms = 5" "at least 10"
 run badhost 2 --set log.prometheus=no-such-host.invalid:9400
 refused badhost "log.prometheus = no-such-host.invalid:9400"
 : >"$work/a-file"
