@@ -55,6 +55,9 @@ typedef struct nvml_api {
     nvmlReturn_t (*power_usage)(nvmlDevice_t, unsigned int *);
     nvmlReturn_t (*temperature)(nvmlDevice_t, nvmlTemperatureSensors_t, unsigned int *);
     nvmlReturn_t (*memory_info)(nvmlDevice_t, nvmlMemory_t *);
+    /* v2 (R510 on): `used` without the driver's reservation, as nvidia-smi shows it (v1's
+     * counts the reservation, some hundreds of MiB); NULL on older drivers */
+    nvmlReturn_t (*memory_info_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
     nvmlReturn_t (*clock_reasons)(nvmlDevice_t, unsigned long long *);
     nvmlReturn_t (*ecc_total)(nvmlDevice_t, nvmlMemoryErrorType_t, nvmlEccCounterType_t,
                               unsigned long long *);
@@ -113,6 +116,8 @@ static int load_api(nvml_api *a, char *why, size_t whylen) {
     rc |= sym(a->lib, &a->power_usage, "nvmlDeviceGetPowerUsage", NULL, why, whylen);
     rc |= sym(a->lib, &a->temperature, "nvmlDeviceGetTemperature", NULL, why, whylen);
     rc |= sym(a->lib, &a->memory_info, "nvmlDeviceGetMemoryInfo", NULL, why, whylen);
+    void *v2 = dlsym(a->lib, "nvmlDeviceGetMemoryInfo_v2");
+    memcpy(&a->memory_info_v2, &v2, sizeof v2);
     /* renamed in R535; older drivers have only the throttle name */
     rc |= sym(a->lib, &a->clock_reasons, "nvmlDeviceGetCurrentClocksEventReasons",
               "nvmlDeviceGetCurrentClocksThrottleReasons", why, whylen);
@@ -137,6 +142,7 @@ static void sample(const nvml_api *a, gpu_state *g) {
     nvmlUtilization_t u;
     unsigned int x;
     nvmlMemory_t m;
+    nvmlMemory_v2_t m2 = {.version = nvmlMemory_v2};
     unsigned long long reasons = 0, ecc;
     if (a->utilization(g->dev, &u) == NVML_SUCCESS) {
         v[TEL_GPU_UTIL] = u.gpu;
@@ -145,7 +151,10 @@ static void sample(const nvml_api *a, gpu_state *g) {
     if (a->clock_info(g->dev, NVML_CLOCK_SM, &x) == NVML_SUCCESS) v[TEL_SM_CLOCK] = x;
     if (a->power_usage(g->dev, &x) == NVML_SUCCESS) v[TEL_POWER] = x / 1000.0; /* mW */
     if (a->temperature(g->dev, NVML_TEMPERATURE_GPU, &x) == NVML_SUCCESS) v[TEL_TEMP] = x;
-    if (a->memory_info(g->dev, &m) == NVML_SUCCESS) v[TEL_MEM_USED] = m.used / 1048576.0;
+    if (a->memory_info_v2 && a->memory_info_v2(g->dev, &m2) == NVML_SUCCESS)
+        v[TEL_MEM_USED] = m2.used / 1048576.0;
+    else if (a->memory_info(g->dev, &m) == NVML_SUCCESS)
+        v[TEL_MEM_USED] = m.used / 1048576.0;
     if (a->clock_reasons(g->dev, &reasons) != NVML_SUCCESS) reasons = 0;
     s->ecc_corrected = a->ecc_total(g->dev, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_VOLATILE_ECC,
                                     &ecc) == NVML_SUCCESS ? (double)ecc : NAN;
