@@ -14,9 +14,9 @@
 # after the first 2 (metrics.jsonl; comm_exposed_ms is the time spent blocked
 # in collectives, the maximum over ranks), speedup = step_ms(prefetch off) /
 # step_ms(prefetch on) at the same world size, strategy and delay, and #wrong counts
-# the steps whose loss differs (as printed, %.9g) from that of the first run of the
-# same world size and strategy: prefetch and delay change the schedule, never the
-# numbers. Exit status: 0; 1 when a run fails, a loss differs, or prefetch does not
+# the steps whose loss differs (as printed, %.9g) from that of the reference run (the
+# earliest of the same world size and strategy): prefetch and delay change the schedule,
+# never the numbers. Exit status: 0; 1 when a run fails, a loss differs, or prefetch does not
 # lower the step time by the -m factor at the largest delay; 77 with no MPI launcher.
 set -u
 

@@ -658,7 +658,7 @@ static void scenario_p5(machine *m) {
     m->intra_lat_us = 3;
     m->inter_lat_us = 12;
     /* NCCL kernels take SMs from the GEMMs they overlap. Fitted on shardlm's own 7B
-     * points on H200 (1 -> 2 GPUs, mb 1, benchmarks/results/gpu-h200-lead-session.csv):
+     * points on H200 (1 -> 2 GPUs, mb 1, benchmarks/results/gpu-h200-overlap-fit.csv):
      * 0.61, i.e. ~40% of the collectives' time is lost to compute */
     m->overlap = 0.6;
     m->mem_gbs = 3350 * 0.8;

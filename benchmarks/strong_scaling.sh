@@ -16,8 +16,8 @@
 #     --launcher CMD      $MPIRUN, else mpirun (with what this machine needs, through
 #                         tests/mpi_test.sh), srun, or a command with its options
 #     --shardlm PATH      the binary (default: $SHLM, else ./shardlm, else on PATH)
-#     --out DIR           runs, logs, scaling.csv, report.txt (default: a new dir under
-#                         benchmarks/results/)
+#     --out DIR           runs, logs, scaling.csv, report.txt (default: a new directory
+#                         scaling-MODE-JOB-DATE in the current one)
 #     --timeout S         a run that takes longer fails (default 3600)
 #     --png FILE          also draw the plot (report.sh --png; needs gnuplot)
 #     --gpus-per-node G   report the x axis in nodes of G ranks
@@ -111,7 +111,7 @@ fi
 mode=strong
 [ "$weak" = 1 ] && mode=weak
 
-[ -n "$out" ] || out=$srcdir/benchmarks/results/$mode-$(basename "$job" .ini)-$(date +%Y%m%d-%H%M%S)
+[ -n "$out" ] || out=scaling-$mode-$(basename "$job" .ini)-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$out" || die "cannot create $out"
 out=$(cd "$out" && pwd)
 csv=$out/scaling.csv

@@ -923,6 +923,117 @@ void ckpt_h5_free_names(char **names, int n) {
 
 /* ---------------------------------------------------------------- checksum */
 
+uint64_t ckpt_h5_bytes_checksum(const void *data, uint64_t n) {
+    /* whole words, then the tail zero-padded: the words of the padded bytes */
+    ckpt_h5_sum s = {0, 0};
+    const uint64_t whole = n / 4;
+    ckpt_h5_sum_add(&s, data, 0, whole);
+    if (n % 4) {
+        unsigned char tail[4] = {0, 0, 0, 0};
+        memcpy(tail, (const unsigned char *)data + 4 * whole, n % 4);
+        ckpt_h5_sum_add(&s, (const float *)(const void *)tail, whole, 1);
+    }
+    return ckpt_h5_sum_final(&s, (n + 3) / 4);
+}
+
+int ckpt_h5_create_bytes(ckpt_h5_file *f, const char *path, const void *data, uint64_t n,
+                         char *err, size_t errlen) {
+    const char *what = path;
+    hid_t space = -1, dcpl = -1, d = -1;
+    const hsize_t dim = n;
+    H5_CHECK(space = H5Screate_simple(1, &dim, NULL));
+    H5_CHECK(dcpl = H5Pcreate(H5P_DATASET_CREATE));
+    H5_CHECK(H5Pset_layout(dcpl, H5D_CONTIGUOUS));
+    H5_CHECK(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER));
+    H5_CHECK(H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY));
+    H5_CHECK(d = H5Dcreate2(f->file, path, H5T_STD_U8LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
+    H5Dclose(d);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    return ckpt_h5_attr_write_u64(f, path, "checksum", ckpt_h5_bytes_checksum(data, n), err,
+                                  errlen);
+fail:
+    if (d >= 0) H5Dclose(d);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (space >= 0) H5Sclose(space);
+    return -1;
+}
+
+int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uint64_t n,
+                        char *err, size_t errlen) {
+    const char *what = path;
+    hid_t d = -1, fs = -1, ms = -1;
+    const hsize_t dim = f->rank == 0 ? n : 0;
+    H5_CHECK(d = H5Dopen2(f->file, path, H5P_DEFAULT));
+    H5_CHECK(fs = H5Dget_space(d));
+    H5_CHECK(ms = H5Screate_simple(1, &dim, NULL));
+    if (f->rank != 0) H5_CHECK(H5Sselect_none(fs));
+    unsigned char dummy = 0;
+    H5_CHECK(H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, f->dxpl, f->rank == 0 ? data : &dummy));
+    H5Sclose(ms);
+    H5Sclose(fs);
+    H5Dclose(d);
+    return 0;
+fail:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    if (d >= 0) H5Dclose(d);
+    return -1;
+}
+
+int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t *n,
+                       uint64_t *checksum, char *err, size_t errlen) {
+    const char *what = path;
+    hid_t d = -1, space = -1, type = -1;
+    *data = NULL;
+    *n = 0;
+    if (!ckpt_h5_exists(f, path)) {
+        set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
+        return -1;
+    }
+    if (plain_links(f, path, err, errlen) != 0) return -1;
+    H5_CHECK(d = H5Dopen2(f->file, path, H5P_DEFAULT));
+    H5_CHECK(type = H5Dget_type(d));
+    H5_CHECK(space = H5Dget_space(d));
+    hsize_t dim = 0;
+    if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 ||
+        H5Tget_sign(type) != H5T_SGN_NONE || H5Sget_simple_extent_ndims(space) != 1) {
+        set_err(err, errlen, "%s: dataset %s is not a 1-D byte (uint8) dataset", f->path, path);
+        goto fail;
+    }
+    H5_CHECK(H5Sget_simple_extent_dims(space, &dim, NULL));
+    *data = malloc((size_t)dim + 1);
+    if (!*data) {
+        set_err(err, errlen, "%s: %s: out of memory for %llu bytes", f->path, path,
+                (unsigned long long)dim);
+        goto fail;
+    }
+    H5_CHECK(H5Dread(d, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, f->dxpl, *data));
+    (*data)[dim] = '\0';
+    *n = dim;
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Dclose(d);
+    d = space = type = -1;
+    uint64_t stored = 0;
+    if (ckpt_h5_attr_read_u64(f, path, "checksum", &stored, err, errlen) != 0) goto fail;
+    *checksum = ckpt_h5_bytes_checksum(*data, *n);
+    if (*checksum != stored) {
+        set_err(err, errlen, "%s: dataset %s is corrupt: checksum 0x%016llx, stored 0x%016llx",
+                f->path, path, (unsigned long long)*checksum, (unsigned long long)stored);
+        goto fail;
+    }
+    return 0;
+fail:
+    if (space >= 0) H5Sclose(space);
+    if (type >= 0) H5Tclose(type);
+    if (d >= 0) H5Dclose(d);
+    free(*data);
+    *data = NULL;
+    *n = 0;
+    return -1;
+}
+
 uint64_t ckpt_h5_mix(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;

@@ -8,6 +8,7 @@
  *   /model/<hf name>              fp32, HF shape    master weights
  *   /optim/exp_avg/<hf name>      fp32, HF shape    AdamW first moment
  *   /optim/exp_avg_sq/<hf name>   fp32, HF shape    AdamW second moment
+ *   /hf/<file name>               uint8, 1-D        a Hugging Face file kept for export
  * with the training state as attributes of "/" and a "checksum" attribute (uint64) on
  * every dataset. This layer knows nothing of models or shards: it creates datasets,
  * moves flat element ranges of them between files and host buffers, and reads and
@@ -128,6 +129,24 @@ int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uin
 /* Reads elements [first, first + count) into buf, converted to fp32. */
 int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                        float *buf, char *err, size_t errlen);
+
+/* ---- byte datasets: a file kept verbatim (uint8, 1-D, contiguous), with a "checksum"
+ * attribute: sum64-pos of its bytes read as 32-bit little-endian words, zero-padded to a
+ * multiple of 4 (ckpt_h5_bytes_checksum) ---- */
+uint64_t ckpt_h5_bytes_checksum(const void *data, uint64_t n);
+/* Creates the dataset (n > 0 bytes) and its checksum attribute of data (the same on every
+ * rank): metadata only, for the metadata phase of a save. */
+int ckpt_h5_create_bytes(ckpt_h5_file *f, const char *path, const void *data, uint64_t n,
+                         char *err, size_t errlen);
+/* Writes data into the dataset created by ckpt_h5_create_bytes (rank 0 writes, the others
+ * join the call). */
+int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uint64_t n,
+                        char *err, size_t errlen);
+/* Reads a byte dataset whole on every rank into malloc'd *data (NUL-terminated, *n
+ * bytes), refusing links (as ckpt_h5_open_dataset), another type or rank, and a
+ * checksum that differs from its attribute's; *checksum receives it. */
+int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t *n,
+                       uint64_t *checksum, char *err, size_t errlen);
 
 /* ---- attributes of an object (obj = "/" or a dataset's path) ----
  * Writes are collective with the same value on every rank; a second write replaces.

@@ -106,6 +106,60 @@ static int get_bool(const cJSON *o, const char *key, int *out, const char *path,
     return 0;
 }
 
+/* Whether path names something that exists (a dangling link counts as nothing). */
+static int exists(const char *dir, const char *name) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+int hf_source_kind(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) {
+        if (exists(path, "config.json")) {
+            if (exists(path, "model.safetensors") || exists(path, "model.safetensors.index.json"))
+                return HF_SOURCE_HF_DIR;
+            set_err(err, errlen, "%s has a config.json but no weights: neither model.safetensors "
+                    "nor model.safetensors.index.json is there", path);
+            return -1;
+        }
+        if (exists(path, "latest")) return HF_SOURCE_CHECKPOINT;
+        set_err(err, errlen, "%s is a directory with neither config.json (a Hugging Face model) "
+                "nor latest (a shardlm checkpoint directory)", path);
+        return -1;
+    }
+    unsigned char head[16] = {0};
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t got = fread(head, 1, sizeof head, f);
+    fclose(f);
+    static const unsigned char hdf5[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    if (got >= 8 && memcmp(head, hdf5, 8) == 0) return HF_SOURCE_CHECKPOINT;
+    const size_t n = strlen(path);
+    /* safetensors: an 8-byte little-endian header length, then the JSON header */
+    if ((n > 12 && strcmp(path + n - 12, ".safetensors") == 0) || (got >= 9 && head[8] == '{')) {
+        set_err(err, errlen, "%s is a safetensors file: give the Hugging Face directory that "
+                "holds it with its config.json", path);
+        return -1;
+    }
+    if (got >= 4 && memcmp(head, "GGUF", 4) == 0) {
+        set_err(err, errlen, "%s is a GGUF file (llama.cpp's format), which shardlm does not "
+                "read: convert it to a Hugging Face directory (config.json + safetensors) first",
+                path);
+        return -1;
+    }
+    set_err(err, errlen, "%s is neither a Hugging Face model directory nor a shardlm checkpoint "
+            "(no HDF5 signature)", path);
+    return -1;
+}
+
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
     char path[1100];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -183,31 +237,61 @@ done:
     return rc;
 }
 
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
-                    size_t errlen) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+/* The shortest decimal that reads back as the float v is (shardlm keeps rms_norm_eps and
+ * rope_theta as floats): 1e-05 rather than 9.99999974737875e-06. */
+static double float_decimal(double v) {
+    const float f = (float)v;
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+        if (strtof(buf, NULL) == f) return strtod(buf, NULL);
+    }
+    return v;
+}
+
+/* Sets member key of object j to item (replacing one there). */
+static void put(cJSON *j, const char *key, cJSON *item) {
+    if (cJSON_GetObjectItemCaseSensitive(j, key)) cJSON_ReplaceItemInObjectCaseSensitive(j, key, item);
+    else cJSON_AddItemToObject(j, key, item);
+}
+
+int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
+                    const char *base, char *err, size_t errlen) {
+    cJSON *j = base ? cJSON_Parse(base) : cJSON_CreateObject();
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        set_err(err, errlen, "%s/config.json: the source's config.json to build on is not a "
+                "JSON object", dir);
+        return -1;
+    }
+    cJSON *arch = cJSON_CreateArray();
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", "llama");
-    cJSON_AddNumberToObject(j, "hidden_size", c->hidden_size);
-    cJSON_AddNumberToObject(j, "intermediate_size", c->intermediate_size);
-    cJSON_AddNumberToObject(j, "num_hidden_layers", c->num_hidden_layers);
-    cJSON_AddNumberToObject(j, "num_attention_heads", c->num_attention_heads);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", c->num_key_value_heads);
-    cJSON_AddNumberToObject(j, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
-    cJSON_AddNumberToObject(j, "max_position_embeddings", c->max_position_embeddings);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", c->rms_norm_eps);
-    cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta);
-    cJSON_AddNullToObject(j, "rope_scaling");
-    cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
-    cJSON_AddBoolToObject(j, "mlp_bias", 0);
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", c->tie_word_embeddings);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    cJSON_AddNumberToObject(j, "pretraining_tp", 1);
-    cJSON_AddBoolToObject(j, "use_cache", 1);
-    cJSON_AddStringToObject(j, "torch_dtype", torch_dtype);
+    put(j, "architectures", arch);
+    put(j, "model_type", cJSON_CreateString("llama"));
+    put(j, "hidden_size", cJSON_CreateNumber(c->hidden_size));
+    put(j, "intermediate_size", cJSON_CreateNumber(c->intermediate_size));
+    put(j, "num_hidden_layers", cJSON_CreateNumber(c->num_hidden_layers));
+    put(j, "num_attention_heads", cJSON_CreateNumber(c->num_attention_heads));
+    put(j, "num_key_value_heads", cJSON_CreateNumber(c->num_key_value_heads));
+    put(j, "head_dim", cJSON_CreateNumber(c->head_dim));
+    put(j, "vocab_size", cJSON_CreateNumber(c->vocab_size));
+    put(j, "max_position_embeddings", cJSON_CreateNumber(c->max_position_embeddings));
+    put(j, "rms_norm_eps", cJSON_CreateNumber(float_decimal(c->rms_norm_eps)));
+    cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const double theta = float_decimal(c->rope_theta);
+    if (cJSON_IsObject(rp)) put(rp, "rope_theta", cJSON_CreateNumber(theta));
+    else put(j, "rope_theta", cJSON_CreateNumber(theta));
+    put(j, "rope_scaling", cJSON_CreateNull());
+    put(j, "hidden_act", cJSON_CreateString("silu"));
+    put(j, "attention_bias", cJSON_CreateBool(0));
+    put(j, "mlp_bias", cJSON_CreateBool(0));
+    put(j, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings));
+    if (!cJSON_GetObjectItemCaseSensitive(j, "initializer_range"))
+        cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    put(j, "pretraining_tp", cJSON_CreateNumber(1));
+    if (!cJSON_GetObjectItemCaseSensitive(j, "use_cache")) cJSON_AddBoolToObject(j, "use_cache", 1);
+    put(j, "torch_dtype", cJSON_CreateString(torch_dtype));
+    if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) put(j, "dtype", cJSON_CreateString(torch_dtype));
     char *text = cJSON_Print(j);
     cJSON_Delete(j);
     if (!text) {

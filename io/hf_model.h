@@ -29,12 +29,28 @@ typedef struct hf_config {
     int tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
 } hf_config;
 
+/* What a model source path is (model.init_from, generate/eval --ckpt). Local. */
+typedef enum hf_source {
+    HF_SOURCE_HF_DIR = 1,     /* a directory with config.json and its safetensors weights */
+    HF_SOURCE_CHECKPOINT = 2, /* a shardlm checkpoint: an HDF5 file, or a directory with a
+                               * `latest` (src/checkpoint.h resolves it) */
+} hf_source;
+/* The kind of path, or -1 with one line naming what it is instead and what is expected:
+ * nothing there, a directory with neither config.json nor `latest`, a config.json with no
+ * weights beside it, a bare .safetensors file (its directory is the model), a GGUF file
+ * (llama.cpp's format), any other file. */
+int hf_source_kind(const char *path, char *err, size_t errlen);
+
 /* Reads DIR/config.json. */
 int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen);
 /* Writes DIR/config.json for LlamaForCausalLM (torch_dtype e.g. "float32"), through a
- * temporary file renamed into place. */
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype, char *err,
-                    size_t errlen);
+ * temporary file renamed into place. base (may be NULL): the text of a JSON object whose
+ * members are kept (a source model's config.json: its token ids and whatever else
+ * transformers reads), with the architecture, the dtype and the fields shardlm refuses
+ * otherwise written over them (rope_theta inside rope_parameters when base keeps it there;
+ * "dtype" as well as torch_dtype when base has it, as newer transformers write). */
+int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
+                    const char *base, char *err, size_t errlen);
 
 /* The weights of a directory: one safetensors file or the shards of an index. */
 typedef struct hf_weights {

@@ -27,19 +27,23 @@
 #include "shlm_config.h"
 #include "src/shard.h"
 
-/* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; version 1 files
- * are read too (their state range-checked, without a checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 2, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
+/* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; 3:
+ * model.tie_word_embeddings (older files are untied) and the /hf group of Hugging Face
+ * files; versions 1 and 2 are read too (version 1's state range-checked, without a
+ * checksum to compare) */
+enum { CKPT_FORMAT_VERSION = 3, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
 #define kind_group checkpoint_groups
+#define HF_GROUP "/hf"
 
 #define CKPT_CHECKSUM_DOC                                                                  \
     "sum64-pos: w_i = 32-bit word of element i (row-major), n elements, mod 2^64: "       \
     "s1 = sum w_i, s2 = sum i*w_i, checksum = mix(s1 ^ mix(s2 + n)), mix = splitmix64 "   \
     "finaliser (x += 0x9E3779B97F4A7C15; x = (x ^ x>>30) * 0xBF58476D1CE4E5B9; "          \
-    "x = (x ^ x>>27) * 0x94D049BB133111EB; x ^ x>>31)"
+    "x = (x ^ x>>27) * 0x94D049BB133111EB; x ^ x>>31); a byte dataset (/hf): w_i = 32-bit " \
+    "word i of its bytes zero-padded to a multiple of 4"
 
 #define CKPT_STATE_CHECKSUM_DOC                                                            \
     "state_checksum = sum64-pos of the 32-bit little-endian words of this text, "          \
@@ -219,6 +223,8 @@ static const state_attr state_attrs[] = {
     {"model.norm_eps", FT_FLOAT, MD(norm_eps), KEY("model.norm_eps"), 1, 0},
     {"model.rope_theta", FT_FLOAT, MD(rope_theta), KEY("model.rope_theta"), 1, 0},
     {"model.init_std", FT_FLOAT, MD(init_std), KEY("model.init_std"), 1, 0},
+    {"model.tie_word_embeddings", FT_INT, MD(tie_word_embeddings), KEY("model.tie_word_embeddings"),
+     3, 0},
 };
 #undef KEY
 #define N_STATE_ATTRS ((int)(sizeof state_attrs / sizeof state_attrs[0]))
@@ -409,13 +415,13 @@ static int cmp_ds_path(const void *a, const void *b) {
     return strcmp(((const ds_entry *)a)->path, ((const ds_entry *)b)->path);
 }
 
-/* The state checksum: sum64-pos (as of a dataset) of the 32-bit little-endian words of
- * this text, zero-padded to a multiple of 4 bytes: one line "NAME=VALUE" per state
- * attribute in state_attrs order (field_text's form), then one line "PATH SHAPE
- * CHECKSUM" per dataset in byte order of the paths (SHAPE: the dimensions joined by 'x';
- * CHECKSUM: 16 lowercase hex digits). It binds the state to the file's structure: every
- * dataset's name, shape and contents. Sorts ds. */
-static uint64_t state_checksum(const ckpt_record *r, ds_entry *ds, int n) {
+/* The state checksum of a file of format `version`: sum64-pos (as of a dataset) of the
+ * 32-bit little-endian words of this text, zero-padded to a multiple of 4 bytes: one line
+ * "NAME=VALUE" per state attribute of that version in state_attrs order (field_text's
+ * form), then one line "PATH SHAPE CHECKSUM" per dataset in byte order of the paths
+ * (SHAPE: the dimensions joined by 'x'; CHECKSUM: 16 lowercase hex digits). It binds the
+ * state to the file's structure: every dataset's name, shape and contents. Sorts ds. */
+static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
     /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
     const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320;
@@ -424,6 +430,7 @@ static uint64_t state_checksum(const ckpt_record *r, ds_entry *ds, int n) {
     SHLM_CHECK_ALLOC(text);
     char val[40];
     for (int i = 0; i < N_STATE_ATTRS; i++) {
+        if (state_attrs[i].since > version) continue;
         field_text(r, &state_attrs[i], val, sizeof val);
         len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
     }
@@ -454,14 +461,16 @@ int checkpoint_check_shape(const char *path, const llama_config *s, const llama_
              {"n_heads", s->n_heads, m->n_heads},
              {"n_kv_heads", s->n_kv_heads, m->n_kv_heads},
              {"ffn_dim", s->ffn_dim, m->ffn_dim},
-             {"vocab_size", s->vocab_size, m->vocab_size}};
+             {"vocab_size", s->vocab_size, m->vocab_size},
+             {"tie_word_embeddings", s->tie_word_embeddings, m->tie_word_embeddings}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i].stored == f[i].job) continue;
         set_err(err, errlen,
                 "%s holds a different model: [model] %s = %d there, %d in this job (checkpoint: "
-                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d); "
-                "refusing to load it", path, f[i].key, f[i].stored, f[i].job, s->dim,
-                s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim, s->vocab_size);
+                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d, "
+                "tie_word_embeddings %d); refusing to load it", path, f[i].key, f[i].stored,
+                f[i].job, s->dim, s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim,
+                s->vocab_size, s->tie_word_embeddings);
         return -1;
     }
     return 0;
@@ -604,14 +613,21 @@ static void prune(const char *dir, int keep, int64_t saved) {
     free(steps);
 }
 
-/* An upper bound of the file's size: data, alignment gaps, metadata. */
+/* The bytes of the files kept for export. */
+static uint64_t hf_bytes(const hf_files *hf) {
+    uint64_t b = 0;
+    for (int i = 0; hf && i < hf->n; i++) b += hf->f[i].size;
+    return b;
+}
+
+/* An upper bound of the file's size: data, alignment gaps, metadata, the kept files. */
 static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_options *opt,
-                                    size_t job_len) {
+                                    size_t job_len, const hf_files *hf) {
     /* metadata comes in blocks of 1 MiB (make_fapl): ~2 KiB per dataset (object header,
      * checksum, group links) and the root attributes, rounded up, plus a spare block */
     const uint64_t mib = 1u << 20;
     uint64_t meta = 64 * 1024 + 2 * job_len + (uint64_t)N_KINDS * nt * 2048;
-    uint64_t b = (meta + mib - 1) / mib * mib + mib;
+    uint64_t b = (meta + mib - 1) / mib * mib + mib + hf_bytes(hf);
     for (int k = 0; k < N_KINDS; k++) {
         for (int i = 0; i < nt; i++) {
             uint64_t n = tl[i].t->numel * sizeof(float);
@@ -672,7 +688,7 @@ static int refuse_links(const char *dir, char *err, size_t errlen) {
 }
 
 int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                        int *lock_fd, char *err, size_t errlen) {
+                        const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
     const char *dir = cfg->ckpt_dir;
     const int rank = topo->world_rank;
     *lock_fd = -1;
@@ -716,7 +732,8 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
         tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
         ckpt_h5_options opt;
         ckpt_h5_default_options(&opt);
-        const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
+        const uint64_t need =
+            estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
         free(tl);
         ok = check_space(dir, rank, need, err, errlen) == 0;
         if (agree(topo->world, ok, err, errlen) == 0) return 0;
@@ -731,7 +748,8 @@ void checkpoint_dir_close(int *lock_fd) {
 }
 
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                    const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen) {
+                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                    char *err, size_t errlen) {
     /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
     signal(SIGXFSZ, SIG_IGN);
     MPI_Comm comm = topo->world;
@@ -778,7 +796,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                       errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail_closed;
 
-    const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0);
+    const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
     ok = check_space(dir, rank, need, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail_closed;
 
@@ -795,6 +813,15 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         ok = ckpt_h5_create_dataset(&f, path, t->ndim, t->shape, &ds[i], err, errlen) == 0 &&
              ckpt_h5_attr_write_u64(&f, path, "checksum", 0, err, errlen) == 0;
         bytes += t->numel * sizeof(float);
+    }
+    /* the kept files: created, with their checksums, here; written with the data */
+    const int n_hf = hf ? hf->n : 0;
+    if (ok && n_hf) ok = ckpt_h5_create_group(&f, HF_GROUP, err, errlen) == 0;
+    for (int i = 0; ok && i < n_hf; i++) {
+        char path[256];
+        snprintf(path, sizeof path, HF_GROUP "/%s", hf->f[i].name);
+        ok = ckpt_h5_create_bytes(&f, path, hf->f[i].data, hf->f[i].size, err, errlen) == 0;
+        bytes += hf->f[i].size;
     }
     if (ok) ok = write_state_attrs(&f, &rec, cfg, err, errlen) == 0;
     if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
@@ -850,14 +877,26 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             }
         }
     }
+    for (int i = 0; i < n_hf; i++) { /* a failed rank still joins the calls (collective) */
+        char path[256];
+        snprintf(path, sizeof path, HF_GROUP "/%s", hf->f[i].name);
+        if (ckpt_h5_write_bytes(&f, path, hf->f[i].data, hf->f[i].size, err, errlen) != 0) ok = 0;
+    }
     double tw = MPI_Wtime();
     if (agree(comm, ok, err, errlen)) goto fail;
     prof[3] += MPI_Wtime() - tw;
     /* complete the checksums: every element was summed by exactly one rank */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     ok = 1;
-    ds_entry *entries = calloc((size_t)nd, sizeof *entries);
+    ds_entry *entries = calloc((size_t)(nd + n_hf), sizeof *entries);
     SHLM_CHECK_ALLOC(entries);
+    for (int i = 0; i < n_hf; i++) {
+        ds_entry *de = &entries[nd + i];
+        snprintf(de->path, sizeof de->path, HF_GROUP "/%s", hf->f[i].name);
+        de->ndim = 1;
+        de->shape[0] = (int64_t)hf->f[i].size;
+        de->checksum = ckpt_h5_bytes_checksum(hf->f[i].data, hf->f[i].size);
+    }
     for (int i = 0; ok && i < nd; i++) {
         ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
         ds_entry *de = &entries[i];
@@ -869,7 +908,8 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         ok = ckpt_h5_attr_write_u64(&f, ds[i].path, "checksum", de->checksum, err, errlen) == 0;
     }
     if (ok)
-        ok = ckpt_h5_attr_write_u64(&f, "/", "state_checksum", state_checksum(&rec, entries, nd),
+        ok = ckpt_h5_attr_write_u64(&f, "/", "state_checksum",
+                                    state_checksum(&rec, CKPT_FORMAT_VERSION, entries, nd + n_hf),
                                     err, errlen) == 0;
     free(entries);
     if (agree(comm, ok, err, errlen)) goto fail;
@@ -937,15 +977,60 @@ fail_closed:
 
 /* ---------------------------------------------------------------- load */
 
+/* Each file of the /hf group (format 3), read whole and checked against its checksum,
+ * into out (where out lacks it; NULL: only checked) and, with entries, as the state
+ * checksum sees it (*n_entries grows; entries has room for HF_FILES_MAX more). A name
+ * that is not a file shardlm keeps is refused. */
+static int read_hf_group(ckpt_h5_file *f, hf_files *out, ds_entry *entries, int *n_entries,
+                         char *err, size_t errlen) {
+    if (!ckpt_h5_exists(f, HF_GROUP)) return 0;
+    char **names;
+    int n;
+    if (ckpt_h5_list(f, HF_GROUP, &names, &n, err, errlen) != 0) return -1;
+    int rc = 0;
+    if (n > HF_FILES_MAX) {
+        set_err(err, errlen, "%s: %s holds %d files, at most %d are kept %s", f->path, HF_GROUP,
+                n, HF_FILES_MAX, CORRUPT);
+        rc = -1;
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        char path[256], *data;
+        uint64_t size, sum;
+        snprintf(path, sizeof path, HF_GROUP "/%s", names[i]);
+        if (!hf_files_known(names[i])) {
+            set_err(err, errlen, "%s: %s is not a file shardlm keeps %s", f->path, path, CORRUPT);
+            rc = -1;
+            break;
+        }
+        rc = ckpt_h5_read_bytes(f, path, &data, &size, &sum, err, errlen);
+        if (rc == 0 && out) {
+            char path_err[512];
+            rc = hf_files_add(out, names[i], data, (size_t)size, path_err, sizeof path_err);
+            if (rc) set_err(err, errlen, "%s: %s", f->path, path_err);
+        }
+        if (rc == 0 && entries) {
+            ds_entry *de = &entries[(*n_entries)++];
+            snprintf(de->path, sizeof de->path, "%s", path);
+            de->ndim = 1;
+            de->shape[0] = (int64_t)size;
+            de->checksum = sum;
+        }
+        free(data);
+    }
+    ckpt_h5_free_names(names, n);
+    return rc;
+}
+
 /* The datasets of a checkpoint of shape m as the state checksum covers them: path,
- * shape and stored checksum of each, opened through plain links only. */
+ * shape and stored checksum of each, opened through plain links only; the /hf files too
+ * (format 3). */
 static int read_datasets(ckpt_h5_file *f, const llama_config *m, ds_entry **out, int *n,
                          char *err, size_t errlen) {
     llama_layout lay;
     llama_layout_init(&lay, m);
     int nt;
     tensor_ref *tl = list_tensors(&lay, &nt);
-    ds_entry *e = calloc((size_t)N_KINDS * nt, sizeof *e);
+    ds_entry *e = calloc((size_t)N_KINDS * nt + HF_FILES_MAX, sizeof *e);
     SHLM_CHECK_ALLOC(e);
     int rc = 0;
     for (int i = 0; rc == 0 && i < N_KINDS * nt; i++) {
@@ -960,13 +1045,31 @@ static int read_datasets(ckpt_h5_file *f, const llama_config *m, ds_entry **out,
     }
     free(tl);
     llama_layout_free(&lay);
+    int total = N_KINDS * nt;
+    if (rc == 0) rc = read_hf_group(f, NULL, e, &total, err, errlen);
     if (rc != 0) {
         free(e);
         return -1;
     }
     *out = e;
-    *n = N_KINDS * nt;
+    *n = total;
     return 0;
+}
+
+int checkpoint_read_hf(ckpt_h5_file *f, hf_files *out, char *err, size_t errlen) {
+    int n = 0;
+    int ok = read_hf_group(f, out, NULL, &n, err, errlen) == 0;
+    return agree(f->comm, ok, err, errlen);
+}
+
+int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char *err,
+                            size_t errlen) {
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    int ok = checkpoint_open(&f, path, comm, NULL, NULL, err, errlen) == 0;
+    if (agree(comm, ok, err, errlen) == 0) ok = checkpoint_read_hf(&f, out, err, errlen) == 0;
+    char ignored[256];
+    if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
+    return ok ? 0 : -1;
 }
 
 int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_config *shape,
@@ -998,7 +1101,7 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_conf
         if (ckpt_h5_attr_read_u64(f, "/", "state_checksum", &stored, err, errlen) != 0 ||
             read_datasets(f, &rec.m, &entries, &n, err, errlen) != 0)
             return -1;
-        const uint64_t got = state_checksum(&rec, entries, n);
+        const uint64_t got = state_checksum(&rec, (int)ver, entries, n);
         free(entries);
         if (got != stored) {
             set_err(err, errlen, "%s: the state attributes and the datasets' names, shapes and "
@@ -1285,7 +1388,9 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
              {"num_key_value_heads", "n_kv_heads", hc.num_key_value_heads, mc->n_kv_heads},
              {"head_dim", "dim / n_heads", hc.head_dim, mc->head_dim},
              {"intermediate_size", "ffn_dim", hc.intermediate_size, mc->ffn_dim},
-             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size}};
+             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size},
+             {"tie_word_embeddings", "tie_word_embeddings", hc.tie_word_embeddings,
+              mc->tie_word_embeddings}};
     for (size_t i = 0; ok && i < sizeof f / sizeof f[0]; i++) {
         if (f[i].theirs == f[i].mine) continue;
         set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
@@ -1325,10 +1430,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
             const llama_tensor *t = &lu->tensors[i];
             shard_overlap ov;
             if (!shard_intersect(sb, se, t->offset, t->numel, &ov)) continue;
-            const char *name = t->name;
-            /* a tied head is the embedding: shardlm keeps its own copy of it */
-            if (hc.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
-                name = "model.embed_tokens.weight";
+            const char *name = t->name; /* tied: the layout has no lm_head.weight */
             safetensors_file *sf;
             const safetensors_tensor *st;
             ok = hf_weights_find(&w, name, &sf, &st, err, errlen) == 0;

@@ -45,6 +45,7 @@
 
 #include "src/config.h"
 #include "src/fsdp.h"
+#include "src/hf_files.h"
 #include "src/topology.h"
 
 /* Training state kept beside the tensors. */
@@ -76,10 +77,13 @@ typedef enum ckpt_load_what {
     CKPT_LOAD_ALL = 1      /* /model and /optim: resuming a run */
 } ckpt_load_what;
 
-/* Saves the engine's state and *st as <dir>/step_<st->step>.h5 (protocol above); keep
- * as checkpoint.keep. Rank 0 prints one line with the size, time and GB/s. */
+/* Saves the engine's state and *st as <dir>/step_<st->step>.h5 (protocol above), with the
+ * Hugging Face files hf (the same on every rank; NULL or none: no /hf group) as byte
+ * datasets /hf/<name> that the state checksum covers; keep as checkpoint.keep. Rank 0
+ * prints one line with the size, time and GB/s. */
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                    const ckpt_state *st, const char *dir, int keep, char *err, size_t errlen);
+                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                    char *err, size_t errlen);
 
 /* checkpoint.dir of a training run, before step 1 (a no-op when cfg->ckpt_dir is ""):
  * refuses a directory name too long for its files; rank 0 creates the directory
@@ -91,7 +95,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
  * estimated checkpoint size is checked against free space and ulimit -f as each save
  * does. *lock_fd is rank 0's lock descriptor (-1 elsewhere) for checkpoint_dir_close. */
 int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                        int *lock_fd, char *err, size_t errlen);
+                        const hf_files *hf, int *lock_fd, char *err, size_t errlen);
 /* Releases the lock (local; safe with -1). */
 void checkpoint_dir_close(int *lock_fd);
 
@@ -136,6 +140,14 @@ extern const char *const checkpoint_groups[FSDP_STATE_N];
  * external or second hard link is refused. */
 int checkpoint_open(struct ckpt_h5_file *f, const char *path, MPI_Comm comm,
                     llama_config *shape, ckpt_state *st, char *err, size_t errlen);
+
+/* The Hugging Face files kept in an open checkpoint (its /hf group; none in files of
+ * format 2 and older) added to out where out lacks them, every checksum checked.
+ * Collective. */
+int checkpoint_read_hf(struct ckpt_h5_file *f, hf_files *out, char *err, size_t errlen);
+/* The same for the checkpoint file path (opened and closed here). */
+int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char *err,
+                            size_t errlen);
 
 /* checkpoint_open, then close: the state of path (collective). */
 int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char *err,

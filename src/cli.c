@@ -15,19 +15,21 @@
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: shardlm <command> [args]\n"
+            "usage: shardlm <command> [args]   (shardlm <command> --help: its usage)\n"
             "  train JOB.ini [--set section.key=value ...]   train (run on every rank)\n"
-            "  eval  JOB.ini [--set section.key=value ...]   mean loss and perplexity on [data] val\n"
+            "  eval  JOB.ini [--ckpt CKPT]                   loss, perplexity, tokens scored on [data] val\n"
+            "  generate JOB.ini [--ckpt CKPT] --prompt TEXT [--chat]\n"
+            "                                                text from the model, streamed\n"
             "  data  prepare --tokenizer T [--width 2|4] IN.txt OUT.bin\n"
             "                                                make a token file (T: a tokenizer\n"
             "                                                file, model directory, or bytes)\n"
-            "  data  encode|decode --tokenizer T            text <-> ids on stdin/stdout\n"
+            "  data  encode|decode|tokenizer --tokenizer T   text <-> ids on stdin/stdout\n"
             "  data  random --vocab V --tokens N OUT.bin       random tokens, for benchmarks\n"
             "  plan  JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
             "                                                per-rank memory and traffic, no allocation\n"
             "  plot  [--out DIR] RUN_DIR...                   PNGs of runs' metrics over steps (gnuplot)\n"
             "  ckpt  info|verify CKPT | export CKPT DIR       inspect, check, export to Hugging Face\n"
-            "  generate JOB.ini --ckpt CKPT --prompt TEXT    sample text from a checkpoint\n"
+            "  keys  [--markdown]                            every job key, its default and meaning\n"
             "  --version, --help\n");
 }
 
@@ -43,6 +45,7 @@ static const command commands[] = {
     {"data", cmd_data, 0},
     {"plan", cmd_plan, 0},
     {"plot", cmd_plot, 0},
+    {"keys", cmd_keys, 0},
     {"ckpt", cmd_ckpt, 1},
     {"generate", cmd_generate, 1},
 };

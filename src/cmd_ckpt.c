@@ -1,11 +1,13 @@
 /* `shardlm ckpt info|verify|export`: what a checkpoint holds, whether every checksum
- * matches, and its weights as a Hugging Face directory (safetensors + config.json). */
+ * matches, and its weights as a Hugging Face directory (safetensors, config.json,
+ * generation_config.json and the tokenizer files the checkpoint kept). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include <cjson/cJSON.h>
 #include <mpi.h>
 
 #include "io/ckpt_hdf5.h"
@@ -15,7 +17,9 @@
 #include "kernels/check.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
+#include "src/hf_files.h"
 #include "src/llama.h"
+#include "src/tokenizer.h"
 
 /* Elements moved per read: bounds memory for 70B-sized tensors. */
 enum { CHUNK_ELEMS = 1 << 24 };
@@ -25,7 +29,9 @@ static void ckpt_usage(FILE *out) {
             "usage: shardlm ckpt info CKPT [--job]     step, tokens, strategy, world size, tensors\n"
             "       shardlm ckpt verify CKPT           recompute every dataset's checksum\n"
             "       shardlm ckpt export CKPT DIR [--dtype f32|bf16|f16] [--shard-size BYTES]\n"
-            "                                          Hugging Face safetensors + config.json\n"
+            "                                          a Hugging Face directory: safetensors,\n"
+            "                                          config.json, generation_config.json and\n"
+            "                                          the tokenizer files the checkpoint kept\n"
             "  CKPT is a step_<N>.h5 file or a checkpoint directory (its `latest` is used).\n"
             "  Run alone or under mpirun (verify and export then read in parallel).\n");
 }
@@ -166,9 +172,9 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
         printf("  %-20s dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size "
-               "%d, max_seq_len %d; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
+               "%d, max_seq_len %d%s; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
                m.n_kv_heads, m.ffn_dim, m.vocab_size, m.max_seq_len,
-               (long long)llama_param_count(&m));
+               m.tie_word_embeddings ? ", tied embeddings" : "", (long long)llama_param_count(&m));
         printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
     }
     uint64_t total = 0;
@@ -196,6 +202,19 @@ static int ckpt_info(int argc, char **argv) {
             ckpt_h5_close_dataset(&d);
         }
     }
+    /* the Hugging Face files kept for export, each read and checked */
+    hf_files hf = {0};
+    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    for (int i = 0; ok && me == 0 && i < hf.n; i++) {
+        char dpath[256], sz[32];
+        snprintf(dpath, sizeof dpath, "/hf/%s", hf.f[i].name);
+        print_bytes(sz, sizeof sz, (double)hf.f[i].size);
+        printf("  %-58s %-14s %10s  0x%016llx\n", dpath, "(bytes)", sz,
+               (unsigned long long)ckpt_h5_bytes_checksum(hf.f[i].data, hf.f[i].size));
+        total += hf.f[i].size;
+        n++;
+    }
+    hf_files_free(&hf);
     if (ok && me == 0) {
         char sz[32];
         print_bytes(sz, sizeof sz, (double)total);
@@ -272,6 +291,14 @@ static int ckpt_verify(int argc, char **argv) {
     }
     free(buf);
     ds_list_free(&dl);
+    /* the kept Hugging Face files: read whole and checked on every rank */
+    hf_files hf = {0};
+    if (ok && checkpoint_read_hf(&f, &hf, err, sizeof err) != 0) {
+        bad++;
+        if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s\n", err);
+    }
+    for (int i = 0; i < hf.n; i++) total += hf.f[i].size, n++;
+    hf_files_free(&hf);
     char ignored[64];
     ckpt_h5_close(&f, ignored, sizeof ignored);
     if (!ok) return fail(1, err);
@@ -307,6 +334,78 @@ static int export_chunk(void *ctx, const float *x, uint64_t first, uint64_t coun
         h[i] = s->dtype == SAFETENSORS_BF16 ? safetensors_f32_to_bf16(x[i])
                                             : safetensors_f32_to_f16(x[i]);
     return safetensors_writer_append(s->w, h, count * 2, err, errlen);
+}
+
+/* The token ids of an export's config.json and generation_config.json, as a JSON object:
+ * bos_token_id, eos_token_id and pad_token_id of the source's config.json where it has
+ * them, the others as the exported tokenizer files give them (transformers' reading:
+ * src/tokenizer.h); none without either. NULL with err on failure. */
+static cJSON *export_ids(const hf_files *hf, const char *out, char *err, size_t errlen) {
+    cJSON *ids = cJSON_CreateObject(), *src = NULL;
+    const hf_file *cfg = hf_files_get(hf, "config.json");
+    if (cfg) src = cJSON_Parse(cfg->data);
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
+        if (v) cJSON_AddItemToObject(ids, keys[k], cJSON_Duplicate(v, 1));
+    }
+    cJSON_Delete(src);
+    const int tokenizer_kept = hf_files_get(hf, "tokenizer.json") || hf_files_get(hf, "tokenizer.model");
+    if (cJSON_GetArraySize(ids) == 3 || !tokenizer_kept) return ids;
+    tokenizer *tok;
+    if (tokenizer_open(&tok, out, err, errlen) != 0) {
+        cJSON_Delete(ids);
+        return NULL;
+    }
+    int n_eos = 0;
+    const int32_t *eos = tokenizer_eos_ids(tok, &n_eos);
+    const int32_t one[3] = {tokenizer_bos(tok), n_eos ? eos[0] : -1, tokenizer_pad(tok)};
+    for (int k = 0; k < 3; k++) {
+        if (cJSON_GetObjectItemCaseSensitive(ids, keys[k]) || one[k] < 0) continue;
+        if (k == 1 && n_eos > 1) {
+            cJSON *list = cJSON_AddArrayToObject(ids, keys[k]);
+            for (int i = 0; i < n_eos; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(eos[i]));
+        } else {
+            cJSON_AddNumberToObject(ids, keys[k], one[k]);
+        }
+    }
+    tokenizer_free(tok);
+    return ids;
+}
+
+/* Writes what an export holds beside the weights, on rank 0: the kept files verbatim (the
+ * tokenizer's, generation_config.json), config.json for the checkpoint's shape over the
+ * source's (its ids and other members kept; else the exported tokenizer's ids), and a
+ * generation_config.json of those ids where the source had none. */
+static int export_hf_files(const char *out, const hf_files *hf, const hf_config *hc,
+                           const char *torch_dtype, char *written, size_t writtenlen,
+                           char *err, size_t errlen) {
+    char path[2200];
+    snprintf(written, writtenlen, "config.json");
+    for (int i = 0; i < hf->n; i++) {
+        if (strcmp(hf->f[i].name, "config.json") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", out, hf->f[i].name);
+        if (safe_file_write_all(path, hf->f[i].data, hf->f[i].size, err, errlen) != 0) return -1;
+        snprintf(written + strlen(written), writtenlen - strlen(written), ", %s", hf->f[i].name);
+    }
+    cJSON *ids = export_ids(hf, out, err, errlen);
+    if (!ids) return -1;
+    const hf_file *src = hf_files_get(hf, "config.json");
+    char *base = src ? NULL : cJSON_PrintUnformatted(ids);
+    int rc = hf_config_write(out, hc, torch_dtype, src ? src->data : base, err, errlen);
+    free(base);
+    if (rc == 0 && !hf_files_get(hf, "generation_config.json")) {
+        char *text = cJSON_Print(ids);
+        snprintf(path, sizeof path, "%s/generation_config.json", out);
+        rc = text ? safe_file_write_all(path, text, strlen(text), err, errlen) : -1;
+        if (rc == 0)
+            snprintf(written + strlen(written), writtenlen - strlen(written),
+                     ", generation_config.json (of the ids)");
+        if (!text) snprintf(err, errlen, "generation_config.json: out of memory");
+        free(text);
+    }
+    cJSON_Delete(ids);
+    return rc;
 }
 
 static int ckpt_export(int argc, char **argv) {
@@ -462,6 +561,10 @@ static int ckpt_export(int argc, char **argv) {
         free(names);
         free(files);
     }
+    /* the files the checkpoint kept (collective: every rank reads and checks them) */
+    hf_files hf = {0};
+    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    char written[512] = "";
     if (me == 0 && ok) {
         hf_config hc = {.hidden_size = m.dim,
                         .num_hidden_layers = m.n_layers,
@@ -473,16 +576,18 @@ static int ckpt_export(int argc, char **argv) {
                         .max_position_embeddings = m.max_seq_len,
                         .rms_norm_eps = m.norm_eps,
                         .rope_theta = m.rope_theta,
-                        .tie_word_embeddings = 0};
-        ok = hf_config_write(out, &hc, torch_dtype, err, sizeof err) == 0;
+                        .tie_word_embeddings = m.tie_word_embeddings};
+        ok = export_hf_files(out, &hf, &hc, torch_dtype, written, sizeof written, err,
+                             sizeof err) == 0;
     }
+    hf_files_free(&hf);
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (me == 0 && ok) {
         double dtime = MPI_Wtime() - t0;
-        printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), config.json; %.3f GB "
-               "in %.3f s = %.2f GB/s\n", path, (long long)st.step, out, nt, n_files,
-               n_files > 1 ? "s + model.safetensors.index.json" : "", dt, total / 1e9, dtime,
-               total / 1e9 / dtime);
+        printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), %s; %.3f GB in "
+               "%.3f s = %.2f GB/s\n", path, (long long)st.step, out, nt, n_files,
+               n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written, total / 1e9,
+               dtime, total / 1e9 / dtime);
     }
     for (int j = 0; j < n_files; j++) free(fname[j]);
     free(fname);
@@ -501,6 +606,11 @@ int cmd_ckpt(int argc, char **argv) {
         if (rank_of() == 0) ckpt_usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    for (int i = 2; i < argc; i++) /* a subcommand's --help: the usage, which covers all three */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (rank_of() == 0) ckpt_usage(stdout);
+            return 0;
+        }
     if (strcmp(argv[1], "info") == 0) return ckpt_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "verify") == 0) return ckpt_verify(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 2, argv + 2);

@@ -83,6 +83,12 @@ static int data_random(int argc, char **argv) {
                                   : strcmp(a, "--tokens") == 0 ? &count
                                   : strcmp(a, "--seed") == 0   ? &seed
                                                                : NULL;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
+                   "  N uniform random token ids in [0, V) (seed S, default 1) as a token file,\n"
+                   "  width 2 if V <= 65536: data for benchmarks and tests\n");
+            return 0;
+        }
         if (dst) {
             if (i + 1 >= argc || parse_u64(argv[i + 1], dst) != 0)
                 return fail(2, "%s needs a non-negative integer", a);

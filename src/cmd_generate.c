@@ -1,5 +1,7 @@
 /* `shardlm generate`: text sampled from a checkpoint (or a Hugging Face directory) at
- * any world size and strategy, and optionally the prompt's logits for golden checks. */
+ * any world size and strategy, the prompt encoded and the reply decoded with the job's
+ * tokenizer, a chat prompt rendered with the model's template, and optionally the
+ * prompt's logits for golden checks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,22 +9,33 @@
 
 #include "io/safetensors.h"
 #include "kernels/check.h"
+#include "src/chat_template.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
 #include "src/sample.h"
 #include "src/train.h"
 
 static const char usage_text[] =
-    "usage: shardlm generate JOB.ini --ckpt CKPT (--prompt TEXT | --prompt-ids I,J,...)\n"
-    "         [--tokens N] [--temperature T] [--top-p P] [--seed S]\n"
+    "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"
+    "         [--chat [--system TEXT] [--chat-template auto|chatml|llama2]] [--tokens N]\n"
+    "         [--temperature T] [--top-p P] [--seed S] [--ids]\n"
     "         [--dump-logits FILE.safetensors] [--set section.key=value ...]\n"
-    "  CKPT: a step_<N>.h5 file, a checkpoint directory (its `latest`), or a Hugging Face\n"
-    "  directory (config.json + safetensors). Defaults come from the job's [train]\n"
-    "  sample_* keys. --dump-logits writes the prompt's logits (input_ids I32 [1,T],\n"
-    "  logits F32 [1,T,V]) before sampling.\n";
+    "  Weights: CKPT (a step_<N>.h5 file, a checkpoint directory (its `latest`), or a\n"
+    "  Hugging Face directory), else checkpoint.resume (auto: checkpoint.dir's latest), else\n"
+    "  model.init_from, else the seed's initialisation (said so). The prompt is encoded with\n"
+    "  the job's tokenizer (data.tokenizer; bos as the model's configuration says); --chat\n"
+    "  renders it as one user turn (after --system, if given) with the model's chat template\n"
+    "  and the assistant's turn opened. The reply is printed as it is generated and ends at\n"
+    "  an eos id or after N tokens (--tokens; default train.sample_tokens, else 200).\n"
+    "  --temperature 0 is greedy; defaults come from the job's [train] sample_* keys.\n"
+    "  --ids also prints the prompt's and the reply's token ids. --dump-logits writes the\n"
+    "  prompt's logits (input_ids I32 [1,T], logits F32 [1,T,V]) before sampling. No\n"
+    "  [train] schedule keys are needed; train.seq_len (the context) defaults to\n"
+    "  model.max_seq_len.\n";
 
 typedef struct gen_args {
-    const char *job, *ckpt, *prompt, *prompt_ids, *dump;
+    const char *job, *ckpt, *prompt, *prompt_ids, *dump, *system, *chat_template;
+    int chat, show_ids;
     int tokens;            /* -1: the job's sample_tokens */
     float temperature;     /* NAN: the job's */
     float top_p;           /* NAN: the job's */
@@ -47,6 +60,10 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
             snprintf(err, errlen, "help");
             return -1;
         }
+        if (strcmp(o, "--chat") == 0 || strcmp(o, "--ids") == 0) {
+            *(o[2] == 'c' ? &a->chat : &a->show_ids) = 1;
+            continue;
+        }
         if (o[0] == '-' && !has) {
             snprintf(err, errlen, "%s needs a value", o);
             return -1;
@@ -55,6 +72,8 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         else if (strcmp(o, "--prompt") == 0) a->prompt = argv[++i];
         else if (strcmp(o, "--prompt-ids") == 0) a->prompt_ids = argv[++i];
         else if (strcmp(o, "--dump-logits") == 0) a->dump = argv[++i];
+        else if (strcmp(o, "--system") == 0) a->system = argv[++i];
+        else if (strcmp(o, "--chat-template") == 0) a->chat_template = argv[++i];
         else if (strcmp(o, "--set") == 0) a->sets[a->n_sets++] = argv[++i];
         else if (strcmp(o, "--tokens") == 0) {
             long v = strtol(argv[++i], &end, 10);
@@ -84,24 +103,28 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         return -1;
     }
     if (!a->job) snprintf(err, errlen, "no job file given");
-    else if (!a->ckpt) snprintf(err, errlen, "--ckpt CKPT is required");
     else if (!a->prompt == !a->prompt_ids) snprintf(err, errlen, "give one of --prompt or --prompt-ids");
+    else if ((a->chat || a->system || a->chat_template) && !a->prompt)
+        snprintf(err, errlen, "--chat, --system and --chat-template take a --prompt TEXT");
+    else if ((a->system || a->chat_template) && !a->chat)
+        snprintf(err, errlen, "--system and --chat-template go with --chat");
     else return 0;
     return -1;
 }
 
-/* The prompt as token ids: bytes (vocab 256 byte tokenizer) or a comma-separated list. */
-static int prompt_tokens(const gen_args *a, int V, int32_t **ids, int *n, char *err,
+/* The prompt as token ids: --prompt-ids as given; --prompt encoded with the job's
+ * tokenizer (bos as the model's configuration says), or with --chat rendered as one user
+ * turn with the model's chat template (which writes its own special tokens) and the
+ * assistant's turn opened. */
+static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n, char *err,
                          size_t errlen) {
-    const char *s = a->prompt ? a->prompt : a->prompt_ids;
-    size_t cap = strlen(s) + 1;
-    *ids = malloc(cap * sizeof(int32_t));
-    SHLM_CHECK_ALLOC(*ids);
+    const int V = r->cfg.model.vocab_size;
+    *ids = NULL;
     *n = 0;
-    if (a->prompt) {
-        for (const unsigned char *p = (const unsigned char *)s; *p; p++) (*ids)[(*n)++] = *p % V;
-    } else {
-        const char *p = s;
+    if (a->prompt_ids) {
+        const char *s = a->prompt_ids, *p = s;
+        *ids = malloc((strlen(s) + 1) * sizeof(int32_t));
+        SHLM_CHECK_ALLOC(*ids);
         while (*p) {
             char *end;
             long v = strtol(p, &end, 10);
@@ -116,6 +139,30 @@ static int prompt_tokens(const gen_args *a, int V, int32_t **ids, int *n, char *
                 return -1;
             }
         }
+    } else {
+        if (run_check_tokenizer(r, err, errlen) != 0) return -1;
+        token_ids t = {0};
+        int rc;
+        if (a->chat) {
+            chat_template ct;
+            byte_buf text = {0};
+            const chat_message m[2] = {{"system", a->system}, {"user", a->prompt}};
+            rc = chat_template_for(&ct, r->tok, a->chat_template, err, errlen);
+            if (rc == 0) {
+                rc = chat_render(&ct, a->system ? m : m + 1, a->system ? 2 : 1, 1, &text, err,
+                                 errlen);
+                if (rc == 0) rc = chat_encode(&ct, r->tok, text.data, text.n, &t, err, errlen);
+                chat_template_free(&ct);
+            }
+            free(text.data);
+        } else {
+            rc = tokenizer_encode_with(r->tok, a->prompt, strlen(a->prompt),
+                                       tokenizer_default_flags(r->tok) & TOKENIZER_ADD_BOS, &t,
+                                       err, errlen);
+        }
+        *ids = t.ids;
+        *n = (int)t.n;
+        if (rc != 0) return -1;
     }
     if (*n == 0) {
         snprintf(err, errlen, "the prompt is empty");
@@ -165,18 +212,16 @@ int cmd_generate(int argc, char **argv) {
     int rc = 1;
     int32_t *prompt = NULL, *out = NULL;
     float *logits = NULL;
-    if (checkpoint_init_from(r.engine, &r.topo, &c->model, a.ckpt, err, sizeof err) != 0) {
-        all_ranks_ok(0, err);
-        goto done;
-    }
     int n_prompt = 0;
-    ok = prompt_tokens(&a, V, &prompt, &n_prompt, err, sizeof err) == 0;
+    ok = prompt_tokens(&a, &r, &prompt, &n_prompt, err, sizeof err) == 0;
     if (ok && a.dump && n_prompt > c->seq_len) {
         snprintf(err, sizeof err, "--dump-logits: the prompt has %d tokens, more than "
                  "train.seq_len = %d", n_prompt, c->seq_len);
         ok = 0;
     }
     if (all_ranks_ok(ok, err)) goto done;
+    char what[2100];
+    if (run_load_weights(&r, a.ckpt, what, sizeof what) != 0) goto done;
     if (a.dump) {
         logits = malloc((size_t)n_prompt * V * sizeof(float));
         SHLM_CHECK_ALLOC(logits);
@@ -187,30 +232,40 @@ int cmd_generate(int argc, char **argv) {
         if (r.rank == 0) printf("generate: wrote the logits of %d prompt tokens to %s\n", n_prompt, a.dump);
     }
     const int n_new = a.tokens >= 0 ? a.tokens : (c->sample_tokens > 0 ? c->sample_tokens : 200);
-    const float temp = isnan(a.temperature) ? c->sample_temperature : a.temperature;
-    const float top_p = isnan(a.top_p) ? c->sample_top_p : a.top_p;
-    const uint64_t seed = a.seed >= 0 ? (uint64_t)a.seed : c->seed;
+    int n_stop = 0;
+    const int32_t *stop = tokenizer_eos_ids(r.tok, &n_stop);
+    const sample_options so = {.temperature = isnan(a.temperature) ? c->sample_temperature
+                                                                    : a.temperature,
+                               .top_p = isnan(a.top_p) ? c->sample_top_p : a.top_p,
+                               .seed = a.seed >= 0 ? (uint64_t)a.seed : c->seed,
+                               .stop_ids = stop, .n_stop = n_stop};
     out = malloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
     SHLM_CHECK_ALLOC(out);
+    if (r.rank == 0) {
+        printf("--- generate: up to %d tokens from %s, temperature %.2f, top_p %.2f, seed %llu, "
+               "%d ranks %s ---\n", n_new, what, so.temperature, so.top_p,
+               (unsigned long long)so.seed, r.world, c->strategy);
+        fflush(stdout);
+    }
+    /* the byte tokenizer cannot spell another vocabulary's ids: show ids */
+    const int ids_only = strcmp(tokenizer_kind(r.tok), "bytes") == 0 && V != 256;
     const double t0 = MPI_Wtime();
     fsdp_begin_pass(r.engine, 0);
-    sample_generate(r.model, c->seq_len, prompt, n_prompt, n_new, temp, top_p, seed, out);
+    const int n_gen = sample_print(r.model, r.tok, ids_only, c->seq_len, prompt, n_prompt, n_new,
+                                   &so, r.rank == 0 ? stdout : NULL, out);
     const double dt = MPI_Wtime() - t0;
     if (r.rank == 0) {
-        printf("--- generate: %d tokens from %s, temperature %.2f, top_p %.2f, seed %llu, %d "
-               "ranks %s (%.1f tokens/s) ---\n", n_new, a.ckpt, temp, top_p,
-               (unsigned long long)seed, r.world, c->strategy, dt > 0 ? n_new / dt : 0.0);
-        if (V == 256) { /* the byte tokenizer: show text */
-            for (int i = 0; i < n_prompt + n_new; i++) {
-                int ch = out[i];
-                putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '?');
-            }
-            putchar('\n');
-        } else {
-            for (int i = 0; i < n_prompt + n_new; i++) printf("%s%d", i ? " " : "", out[i]);
-            putchar('\n');
+        int stopped = 0; /* the last token is an eos */
+        for (int i = 0; n_gen > 0 && i < n_stop; i++) stopped |= out[n_prompt + n_gen - 1] == stop[i];
+        printf("\n---\ngenerate: %d tokens (%s), %.1f tokens/s\n", n_gen,
+               stopped ? "ended at an eos" : "the limit", dt > 0 ? n_gen / dt : 0.0);
+        if (a.show_ids) {
+            printf("prompt ids:");
+            for (int i = 0; i < n_prompt; i++) printf(" %d", out[i]);
+            printf("\ngenerated ids:");
+            for (int i = 0; i < n_gen; i++) printf(" %d", out[n_prompt + i]);
+            printf("\n");
         }
-        printf("---\n");
         fflush(stdout);
     }
     rc = 0;

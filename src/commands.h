@@ -6,7 +6,7 @@
 
 /* shardlm train JOB.ini [--set section.key=value ...]   (src/train.c; every rank) */
 int cmd_train(int argc, char **argv);
-/* shardlm eval JOB.ini [--set section.key=value ...]    (src/train.c; every rank) */
+/* shardlm eval JOB.ini [--ckpt CKPT] [--set section.key=value ...]   (src/train.c; every rank) */
 int cmd_eval(int argc, char **argv);
 /* shardlm data prepare --tokenizer T [--width 2|4] IN.txt OUT.bin
  * (src/cmd_data.c; a plain process, needs no MPI) */
@@ -17,6 +17,9 @@ int cmd_data_encode(int argc, char **argv);
 int cmd_data_decode(int argc, char **argv);
 int cmd_data_tokenizer(int argc, char **argv);
 
+/* shardlm keys [--markdown]   (src/cmd_keys.c; a plain process) */
+int cmd_keys(int argc, char **argv);
+
 /* shardlm plan JOB.ini --ranks N [--ranks-per-node M]   (src/plan.c; a plain process) */
 int cmd_plan(int argc, char **argv);
 
@@ -25,7 +28,7 @@ int cmd_plot(int argc, char **argv);
 
 /* shardlm ckpt info|verify|export CKPT ...   (src/cmd_ckpt.c; one rank or many) */
 int cmd_ckpt(int argc, char **argv);
-/* shardlm generate JOB.ini --ckpt CKPT --prompt TEXT ...   (src/cmd_generate.c; every rank) */
+/* shardlm generate JOB.ini [--ckpt CKPT] --prompt TEXT ...   (src/cmd_generate.c; every rank) */
 int cmd_generate(int argc, char **argv);
 
 #endif

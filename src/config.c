@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "io/hf_model.h"
 #include "src/prometheus.h"
 #include "src/tokenizer.h"
 
@@ -35,6 +36,7 @@ enum key_flags {
     KF_PRESET = 1 << 5,   /* must name a preset of llama_preset() */
     KF_MIN_OPEN = 1 << 6, /* value must be > min (not >=) */
     KF_MAX_OPEN = 1 << 7, /* value must be < max (not <=) */
+    KF_TRAINING = 1 << 8, /* KF_REQUIRED only when the job trains (JOB_TRAIN) */
 };
 
 typedef struct key_def {
@@ -45,6 +47,7 @@ typedef struct key_def {
     double min, max;      /* inclusive bounds of numbers unless KF_*_OPEN */
     const char *choices;  /* KT_ENUM only */
     unsigned flags;
+    const char *doc;      /* one line: what the key means (shardlm keys, README's table) */
 } key_def;
 
 #define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
@@ -54,101 +57,178 @@ typedef struct key_def {
 
 static const key_def keys[] = {
     /* [model]: a preset is applied first, then these override it */
-    {"model", "preset", KT_STRING, F(preset), "", NOLIM, NULL, KF_PRESET},
-    {"model", "dim", KT_INT, F(model.dim), NULL, 1, 1 << 20, NULL, KF_MODEL | KF_SHAPE},
-    {"model", "n_layers", KT_INT, F(model.n_layers), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE},
-    {"model", "n_heads", KT_INT, F(model.n_heads), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE},
+    {"model", "preset", KT_STRING, F(preset), "", NOLIM, NULL, KF_PRESET,
+     "a shape preset (tiny, tinyllama-1b, llama2-7b, llama2-13b, llama2-70b); the other "
+     "[model] keys override it"},
+    {"model", "dim", KT_INT, F(model.dim), NULL, 1, 1 << 20, NULL, KF_MODEL | KF_SHAPE,
+     "model width d"},
+    {"model", "n_layers", KT_INT, F(model.n_layers), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE,
+     "transformer blocks L"},
+    {"model", "n_heads", KT_INT, F(model.n_heads), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE,
+     "query heads; head_dim = dim / n_heads"},
     /* without a preset: n_kv_heads = n_heads (no GQA) */
     {"model", "n_kv_heads", KT_INT, F(model.n_kv_heads), NULL, 1, 1 << 16, NULL,
-     KF_MODEL | KF_DERIVED},
-    {"model", "ffn_dim", KT_INT, F(model.ffn_dim), NULL, 1, 1 << 24, NULL, KF_MODEL | KF_SHAPE},
+     KF_MODEL | KF_DERIVED,
+     "key/value heads (grouped-query attention), dividing n_heads; without a preset: n_heads"},
+    {"model", "ffn_dim", KT_INT, F(model.ffn_dim), NULL, 1, 1 << 24, NULL, KF_MODEL | KF_SHAPE,
+     "SwiGLU hidden width"},
     {"model", "vocab_size", KT_INT, F(model.vocab_size), NULL, 2, 1 << 30, NULL,
-     KF_MODEL | KF_SHAPE},
+     KF_MODEL | KF_SHAPE,
+     "vocabulary V: rows of the embedding (and of lm_head)"},
     /* without a preset: max_seq_len = train.seq_len */
     {"model", "max_seq_len", KT_INT, F(model.max_seq_len), NULL, 1, 1 << 24, NULL,
-     KF_MODEL | KF_DERIVED},
-    {"model", "norm_eps", KT_FLOAT, F(model.norm_eps), "1e-5", 0, 1, NULL, KF_MODEL | KF_MIN_OPEN},
+     KF_MODEL | KF_DERIVED,
+     "the longest sequence the model takes; without a preset: train.seq_len"},
+    {"model", "norm_eps", KT_FLOAT, F(model.norm_eps), "1e-5", 0, 1, NULL, KF_MODEL | KF_MIN_OPEN,
+     "RMSNorm epsilon"},
     {"model", "rope_theta", KT_FLOAT, F(model.rope_theta), "10000", 0, 1e12, NULL,
-     KF_MODEL | KF_MIN_OPEN},
-    {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN},
+     KF_MODEL | KF_MIN_OPEN,
+     "RoPE base"},
+    {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN,
+     "standard deviation of the normal initialisation of every matrix"},
+    {"model", "tie_word_embeddings", KT_BOOL, F(model.tie_word_embeddings), "false", NOLIM, NULL,
+     KF_MODEL,
+     "the output projection is the embedding (one tensor, as Hugging Face's "
+     "tie_word_embeddings)"},
     /* a Hugging Face directory (config.json + safetensors) or a shardlm checkpoint whose
      * weights start the run; a resumed checkpoint wins over it */
-    {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH},
+    {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH,
+     "initial weights: a Hugging Face directory (whose config.json then gives every [model] "
+     "key; those the job gives must agree) or a shardlm checkpoint (weights only); a resumed "
+     "checkpoint wins over it"},
 
     /* [train] */
-    {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED},
-    {"train", "micro_batch", KT_INT, F(micro_batch), "1", 1, 1 << 20, NULL, 0},
+    /* eval and generate: default model.max_seq_len (and eval's windows no longer than the
+     * validation file) */
+    {"train", "seq_len", KT_INT, F(seq_len), NULL, 1, 1 << 24, NULL, KF_REQUIRED | KF_TRAINING,
+     "tokens per sequence; eval and generate: model.max_seq_len (eval: at most the "
+     "validation file)"},
+    {"train", "micro_batch", KT_INT, F(micro_batch), "1", 1, 1 << 20, NULL, 0,
+     "sequences per rank per micro-batch"},
     /* default 0: micro_batch x ranks, one micro-batch per rank per step */
-    {"train", "global_batch", KT_INT, F(global_batch), "0", 0, 1 << 30, NULL, 0},
-    {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED},
-    {"train", "lr", KT_FLOAT, F(lr), "3e-4", 0, 10, NULL, 0},
+    {"train", "global_batch", KT_INT, F(global_batch), "0", 0, 1 << 30, NULL, 0,
+     "sequences per optimizer step over all ranks (accumulation = global / (micro x ranks)); "
+     "0: micro_batch x ranks"},
+    {"train", "steps", KT_INT, F(steps), NULL, 1, IMAX, NULL, KF_REQUIRED | KF_TRAINING,
+     "optimizer steps (the schedule's length); not needed by eval and generate"},
+    {"train", "lr", KT_FLOAT, F(lr), "3e-4", 0, 10, NULL, 0,
+     "peak learning rate (after the linear warm-up; cosine decay to min_lr at the last step)"},
     /* default: min_lr = lr / 10 */
-    {"train", "min_lr", KT_FLOAT, F(min_lr), NULL, 0, 10, NULL, KF_DERIVED},
-    {"train", "warmup_steps", KT_INT, F(warmup_steps), "0", 0, IMAX, NULL, 0},
-    {"train", "weight_decay", KT_FLOAT, F(weight_decay), "0.1", 0, 10, NULL, 0},
-    {"train", "beta1", KT_FLOAT, F(beta1), "0.9", 0, 1, NULL, KF_MAX_OPEN},
-    {"train", "beta2", KT_FLOAT, F(beta2), "0.95", 0, 1, NULL, KF_MAX_OPEN},
-    {"train", "eps", KT_FLOAT, F(eps), "1e-8", 0, 1, NULL, KF_MIN_OPEN},
-    {"train", "grad_clip", KT_FLOAT, F(grad_clip), "1.0", 0, FMAX, NULL, 0},
-    {"train", "seed", KT_U64, F(seed), "1337", NOLIM, NULL, 0},
-    {"train", "eval_every", KT_INT, F(eval_every), "0", 0, IMAX, NULL, 0},
-    {"train", "eval_batches", KT_INT, F(eval_batches), "0", 0, IMAX, NULL, 0},
-    {"train", "sample_tokens", KT_INT, F(sample_tokens), "0", 0, 1 << 24, NULL, 0},
-    {"train", "sample_prompt", KT_STRING, F(sample_prompt), "", NOLIM, NULL, 0},
-    {"train", "sample_temperature", KT_FLOAT, F(sample_temperature), "0.8", 0, 100, NULL, 0},
-    {"train", "sample_top_p", KT_FLOAT, F(sample_top_p), "0.9", 0, 1, NULL, KF_MIN_OPEN},
+    {"train", "min_lr", KT_FLOAT, F(min_lr), NULL, 0, 10, NULL, KF_DERIVED,
+     "final learning rate; default lr / 10"},
+    {"train", "warmup_steps", KT_INT, F(warmup_steps), "0", 0, IMAX, NULL, 0,
+     "steps of linear warm-up"},
+    {"train", "weight_decay", KT_FLOAT, F(weight_decay), "0.1", 0, 10, NULL, 0,
+     "AdamW's decoupled weight decay, on matrices only"},
+    {"train", "beta1", KT_FLOAT, F(beta1), "0.9", 0, 1, NULL, KF_MAX_OPEN,
+     "AdamW beta1"},
+    {"train", "beta2", KT_FLOAT, F(beta2), "0.95", 0, 1, NULL, KF_MAX_OPEN,
+     "AdamW beta2"},
+    {"train", "eps", KT_FLOAT, F(eps), "1e-8", 0, 1, NULL, KF_MIN_OPEN,
+     "AdamW epsilon"},
+    {"train", "grad_clip", KT_FLOAT, F(grad_clip), "1.0", 0, FMAX, NULL, 0,
+     "clip the global gradient norm to this; 0: off"},
+    {"train", "seed", KT_U64, F(seed), "1337", NOLIM, NULL, 0,
+     "initialisation, data order and sampling: a CPU run is reproducible bit for bit"},
+    {"train", "eval_every", KT_INT, F(eval_every), "0", 0, IMAX, NULL, 0,
+     "steps between validation passes on data.val; 0: only at the end"},
+    {"train", "eval_batches", KT_INT, F(eval_batches), "0", 0, IMAX, NULL, 0,
+     "global batches per validation pass; 0: the whole validation set"},
+    {"train", "sample_tokens", KT_INT, F(sample_tokens), "0", 0, 1 << 24, NULL, 0,
+     "tokens sampled with the job's tokenizer at the end of training (stopping at an eos); "
+     "0: none"},
+    {"train", "sample_prompt", KT_STRING, F(sample_prompt), "", NOLIM, NULL, 0,
+     "the closing sample's prompt (encoded with data.tokenizer); empty: a newline"},
+    {"train", "sample_temperature", KT_FLOAT, F(sample_temperature), "0.8", 0, 100, NULL, 0,
+     "the closing sample's and generate's temperature; 0: greedy"},
+    {"train", "sample_top_p", KT_FLOAT, F(sample_top_p), "0.9", 0, 1, NULL, KF_MIN_OPEN,
+     "nucleus sampling: the smallest set of tokens whose probability reaches this"},
     /* 0: run to `steps`; N: stop after step N (saving a checkpoint when checkpoint.dir is
      * set), with the learning-rate schedule of `steps` */
-    {"train", "stop_after", KT_INT, F(stop_after), "0", 0, IMAX, NULL, 0},
+    {"train", "stop_after", KT_INT, F(stop_after), "0", 0, IMAX, NULL, 0,
+     "stop after this step, saving a checkpoint, with the schedule of train.steps; 0: run to "
+     "train.steps"},
     /* a step whose loss or gradient norm is NaN or infinite never reaches the optimizer
      * (all ranks agree through the step's loss reduction): abort ends the run with an
      * error naming the step and saves nothing more; skip drops that step's update (no
      * weight, moment or AdamW step-count change; its data is consumed) and aborts after
      * more than max_skipped such steps in a row */
-    {"train", "on_nonfinite", KT_ENUM, F(on_nonfinite), "abort", NOLIM, "abort|skip", 0},
-    {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0},
+    {"train", "on_nonfinite", KT_ENUM, F(on_nonfinite), "abort", NOLIM, "abort|skip", 0,
+     "a step whose loss or gradient norm is NaN or infinite is never applied: abort ends the "
+     "run naming the step; skip drops its update and aborts after more than max_skipped in a "
+     "row"},
+    {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0,
+     "on_nonfinite = skip: at most this many non-finite steps in a row"},
 
     /* [data] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
-     "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD", 0},
-    {"fsdp", "param_dtype", KT_ENUM, F(param_dtype), "fp32", NOLIM, "fp32|bf16", 0},
-    {"fsdp", "reduce_dtype", KT_ENUM, F(reduce_dtype), "fp32", NOLIM, "fp32|bf16", 0},
-    {"fsdp", "prefetch", KT_BOOL, F(prefetch), "true", NOLIM, NULL, 0},
+     "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD", 0,
+     "FULL_SHARD, SHARD_GRAD_OP (keep gathered from forward to backward), NO_SHARD "
+     "(replicate), HYBRID_SHARD (shard in a node, replicate across nodes)"},
+    {"fsdp", "param_dtype", KT_ENUM, F(param_dtype), "fp32", NOLIM, "fp32|bf16", 0,
+     "dtype of the gathered parameters (fp32 master weights and moments stay)"},
+    {"fsdp", "reduce_dtype", KT_ENUM, F(reduce_dtype), "fp32", NOLIM, "fp32|bf16", 0,
+     "dtype of the gradient reductions"},
+    {"fsdp", "prefetch", KT_BOOL, F(prefetch), "true", NOLIM, NULL, 0,
+     "gather the next unit during the current one's compute"},
     {"fsdp", "activation_checkpointing", KT_ENUM, F(activation_checkpointing), "none", NOLIM,
-     "none|full|selective", 0},
-    {"fsdp", "shard_group_size", KT_INT, F(shard_group_size), "0", 0, 1 << 24, NULL, 0},
-    {"fsdp", "trace", KT_BOOL, F(trace), "false", NOLIM, NULL, 0},
+     "none|full|selective", 0,
+     "none, selective (recompute norms, attention, SwiGLU) or full (recompute each block)"},
+    {"fsdp", "shard_group_size", KT_INT, F(shard_group_size), "0", 0, 1 << 24, NULL, 0,
+     "shard over blocks of this many ranks, replicate across them; 0: the strategy's group"},
+    {"fsdp", "trace", KT_BOOL, F(trace), "false", NOLIM, NULL, 0,
+     "write each rank's schedule to <run_dir>/trace.rank<R>.jsonl"},
 
-    {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL, KF_REQUIRED | KF_PATH},
-    {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH},
-    {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0},
+    {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL,
+     KF_REQUIRED | KF_TRAINING | KF_PATH,
+     "the training token file (shardlm data prepare); not needed by eval and generate"},
+    {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH,
+     "the validation token file; empty: none"},
+    {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0,
+     "permute the training windows every epoch (from train.seed)"},
     /* a tokenizer file or model directory (src/tokenizer.h), or bytes; default: the
      * model.init_from directory's when it holds one, else bytes */
-    {"data", "tokenizer", KT_STRING, F(tokenizer), NULL, NOLIM, NULL, KF_PATH | KF_DERIVED},
+    {"data", "tokenizer", KT_STRING, F(tokenizer), NULL, NOLIM, NULL, KF_PATH | KF_DERIVED,
+     "a tokenizer file, a model directory or bytes; default: model.init_from's directory "
+     "when it holds a tokenizer, else bytes"},
 
     /* [log] */
-    {"log", "every", KT_INT, F(log_every), "1", 1, IMAX, NULL, 0},
+    {"log", "every", KT_INT, F(log_every), "1", 1, IMAX, NULL, 0,
+     "steps between logged steps"},
     /* default: runs/<job file name without .ini>, relative to the working directory;
      * when the job file sets it, relative to the job file like every path in it */
-    {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH},
+    {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH,
+     "where metrics.jsonl, summary.json (and traces) go; default runs/<job file name>"},
     /* MFU = model TFLOP/s per GPU / this; 0: the dense peak of the device's dtype from
      * src/device_table.c (n/a on the cpu backend and on a device the table lacks) */
-    {"log", "peak_tflops", KT_FLOAT, F(peak_tflops), "0", 0, 1e6, NULL, 0},
+    {"log", "peak_tflops", KT_FLOAT, F(peak_tflops), "0", 0, 1e6, NULL, 0,
+     "the MFU denominator, dense TFLOP/s per device; 0: the device table's peak for the "
+     "dtype in use (n/a on the cpu backend and on a device the table lacks)"},
     /* /metrics in Prometheus's text format from each node's local rank 0: PORT (on
      * 127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server */
-    {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0},
+    {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0,
+     "serve /metrics (Prometheus text format) from each node's local rank 0 at PORT "
+     "(127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server"},
     /* the same metrics written to DIR/shardlm_<job>_<host>.prom for node_exporter's
      * textfile collector (atomic rename, at most once a second; removed at the end) */
-    {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH},
+    {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH,
+     "write the same metrics to DIR/shardlm_<job>_<host>.prom for node_exporter's textfile "
+     "collector; empty: none"},
     /* GPU telemetry through NVML, sampled on a thread every N ms; 0: off */
-    {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0},
+    {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
+     "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
 
     /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
-    {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH},
-    {"checkpoint", "every", KT_INT, F(ckpt_every), "0", 0, IMAX, NULL, 0},
-    {"checkpoint", "keep", KT_INT, F(ckpt_keep), "0", 0, IMAX, NULL, 0},
+    {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH,
+     "where step_<N>.h5 and latest go; empty: no checkpoints, and the trained weights are "
+     "not kept"},
+    {"checkpoint", "every", KT_INT, F(ckpt_every), "0", 0, IMAX, NULL, 0,
+     "save every N steps (and at the end); 0: only at the end"},
+    {"checkpoint", "keep", KT_INT, F(ckpt_keep), "0", 0, IMAX, NULL, 0,
+     "keep the newest K checkpoints; 0: all"},
     /* auto: <dir>/latest when it exists; none; or a checkpoint file or directory */
-    {"checkpoint", "resume", KT_STRING, F(ckpt_resume), "auto", NOLIM, NULL, KF_PATH},
+    {"checkpoint", "resume", KT_STRING, F(ckpt_resume), "auto", NOLIM, NULL, KF_PATH,
+     "auto (checkpoint.dir's latest when there is one), none, or a checkpoint file or directory"},
     /* a resume refuses a job whose train.steps, global_batch or seq_len differ from the
      * checkpoint's unless the change is allowed here. steps: the learning rate continues
      * from the checkpoint's lr_last and decays (cosine) to min_lr at the new last step
@@ -157,18 +237,29 @@ static const key_def keys[] = {
      * the position is re-expressed in tokens (the first window of the new length that
      * starts at or after the first unread token); refused for shuffled data, whose
      * order of windows of another length has no common place with the old one */
-    {"checkpoint", "allow_steps_change", KT_BOOL, F(allow_steps_change), "false", NOLIM, NULL, 0},
+    {"checkpoint", "allow_steps_change", KT_BOOL, F(allow_steps_change), "false", NOLIM, NULL, 0,
+     "a resume may change train.steps: the rate continues from the checkpoint's and decays "
+     "to min_lr at the new last step"},
     {"checkpoint", "allow_global_batch_change", KT_BOOL, F(allow_global_batch_change), "false",
-     NOLIM, NULL, 0},
+     NOLIM, NULL, 0,
+     "a resume may change train.global_batch: the next step starts at the checkpoint's sample"},
     {"checkpoint", "allow_seq_len_change", KT_BOOL, F(allow_seq_len_change), "false", NOLIM,
-     NULL, 0},
+     NULL, 0,
+     "a resume may change train.seq_len: the position is re-expressed in tokens (unshuffled "
+     "data only)"},
 
     /* [runtime] */
-    {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0},
-    {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0},
-    {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0},
-    {"runtime", "comm_delay_us", KT_INT, F(comm_delay_us), "0", 0, 60000000, NULL, 0},
-    {"runtime", "profile", KT_BOOL, F(profile), "false", NOLIM, NULL, 0},
+    {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0,
+     "auto (cuda when a GPU is visible), cpu or cuda"},
+    {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0,
+     "CPU threads per rank; 0: cores / ranks on the node"},
+    {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0,
+     "make blocks of this many ranks act as nodes (HYBRID_SHARD on one machine, tests); 0: "
+     "real nodes"},
+    {"runtime", "comm_delay_us", KT_INT, F(comm_delay_us), "0", 0, 60000000, NULL, 0,
+     "benchmarks only: every collective takes at least this long"},
+    {"runtime", "profile", KT_BOOL, F(profile), "false", NOLIM, NULL, 0,
+     "time every op (synchronising) and print where a step's time goes"},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
@@ -585,6 +676,111 @@ static int idx(const char *section, const char *key) {
     return i;
 }
 
+/* A path of the job file (field as written there) relative to the job file's directory,
+ * into out: an absolute path, an empty one or a job file without a directory part
+ * leave it as it is. Returns its length (snprintf's: >= outlen when it does not fit). */
+static int join_job_dir(const char *job_path, const char *field, char *out, size_t outlen) {
+    const char *slash = strrchr(job_path, '/');
+    if (!field[0] || field[0] == '/' || !slash) return snprintf(out, outlen, "%s", field);
+    return snprintf(out, outlen, "%.*s/%s", (int)(slash - job_path), job_path, field);
+}
+
+/* model.init_from as the run will see it (relative to the job file when set there),
+ * before the other keys are resolved: the architecture may come from it. */
+static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
+                          size_t errlen) {
+    const int i = idx("model", "init_from");
+    job_config scratch;
+    char why[512], at[1100];
+    parse_value(&keys[i], ld->st[i].value, &scratch, why, sizeof why); /* checked when read */
+    const char *field = (const char *)&scratch + keys[i].offset;
+    int n = ld->st[i].line > 0 ? join_job_dir(ld->cfg->path, field, out, outlen)
+                               : snprintf(out, outlen, "%s", field);
+    if (n < 0 || (size_t)n >= outlen) {
+        origin(ld, i, at, sizeof at);
+        set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
+                "joined to the job file's directory", at, outlen - 1);
+        return -1;
+    }
+    return 0;
+}
+
+/* The architecture in DIR/config.json as a shardlm shape (init_std, which a config.json
+ * does not hold, the key's default). */
+static int model_from_hf(const char *dir, llama_config *m, char *err, size_t errlen) {
+    hf_config h;
+    if (hf_config_read(dir, &h, err, errlen) != 0) return -1;
+    if (h.head_dim != h.hidden_size / h.num_attention_heads) {
+        set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
+                "num_attention_heads = %d", dir, h.head_dim, h.hidden_size / h.num_attention_heads);
+        return -1;
+    }
+    *m = (llama_config){.dim = h.hidden_size, .n_layers = h.num_hidden_layers,
+                        .n_heads = h.num_attention_heads, .n_kv_heads = h.num_key_value_heads,
+                        .head_dim = h.head_dim, .ffn_dim = h.intermediate_size,
+                        .vocab_size = h.vocab_size, .max_seq_len = h.max_position_embeddings,
+                        .norm_eps = (float)h.rms_norm_eps, .rope_theta = (float)h.rope_theta,
+                        .tie_word_embeddings = h.tie_word_embeddings};
+    char why[512];
+    job_config scratch;
+    const int i_std = idx("model", "init_std");
+    parse_value(&keys[i_std], keys[i_std].def, &scratch, why, sizeof why);
+    m->init_std = scratch.model.init_std;
+    if (llama_config_validate(m, why, sizeof why) != 0) {
+        set_err(err, errlen, "%s/config.json: %s", dir, why);
+        return -1;
+    }
+    return 0;
+}
+
+/* The [model] keys whose value a config.json gives, and its names for them. */
+static const struct {
+    const char *key, *hf;
+} hf_names[] = {{"dim", "hidden_size"},
+                {"n_layers", "num_hidden_layers"},
+                {"n_heads", "num_attention_heads"},
+                {"n_kv_heads", "num_key_value_heads"},
+                {"ffn_dim", "intermediate_size"},
+                {"vocab_size", "vocab_size"},
+                {"max_seq_len", "max_position_embeddings"},
+                {"norm_eps", "rms_norm_eps"},
+                {"rope_theta", "rope_theta"},
+                {"tie_word_embeddings", "tie_word_embeddings"}};
+
+/* Every [model] key the job gives (set, or through its preset) must hold the value of
+ * init_from's config.json: all those that differ, in one message naming both values, where
+ * the job's comes from, and the file. */
+static int check_against_hf(const loader *ld, int have_preset, const llama_config *hf,
+                            const char *dir, char *err, size_t errlen) {
+    const job_config *c = ld->cfg;
+    job_config theirs;
+    theirs.model = *hf;
+    char list[1400] = "", mine[64], their[64], at[200];
+    int n = 0;
+    for (size_t k = 0; k < sizeof hf_names / sizeof hf_names[0]; k++) {
+        const int i = idx("model", hf_names[k].key);
+        if (!ld->st[i].set && !have_preset) continue;
+        const char *a = (const char *)c + keys[i].offset;
+        const char *b = (const char *)&theirs + keys[i].offset;
+        const int same = keys[i].type == KT_FLOAT
+                             ? fabsf(*(const float *)a - *(const float *)b) <=
+                                   1e-6f * fabsf(*(const float *)b)
+                             : *(const int *)a == *(const int *)b;
+        if (same) continue;
+        format_value(&keys[i], c, mine, sizeof mine);
+        format_value(&keys[i], &theirs, their, sizeof their);
+        if (ld->st[i].set) origin(ld, i, at, sizeof at);
+        else snprintf(at, sizeof at, "preset %s", c->preset);
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s = %s (%s) but %s = %s", n++ ? "; " : "",
+                 keys[i].key, mine, at, hf_names[k].hf, their);
+    }
+    if (!n) return 0;
+    set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
+            "leave [model] out to take the architecture from config.json", c->path, dir, list);
+    return -1;
+}
+
 static int resolve(loader *ld, char *err, size_t errlen) {
     job_config *c = ld->cfg;
     const key_state *st = ld->st;
@@ -601,13 +797,30 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
     }
 
-    /* the model: a preset first, or else every shape key must be given */
+    /* the model: from model.init_from's config.json when it is a Hugging Face directory,
+     * else a preset, else every shape key must be given */
+    const int i_init = idx("model", "init_from");
+    char init_path[1024] = "";
+    llama_config hf;
+    if (st[i_init].set && init_from_path(ld, init_path, sizeof init_path, err, errlen) != 0)
+        return -1;
+    if (init_path[0]) {
+        char why2[1536];
+        int kind = hf_source_kind(init_path, why2, sizeof why2);
+        if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
+                         model_from_hf(init_path, &hf, why2, sizeof why2) != 0)) {
+            origin(ld, i_init, at, sizeof at);
+            set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
+            return -1;
+        }
+        c->hf_model = kind == HF_SOURCE_HF_DIR;
+    }
     int i_preset = idx("model", "preset");
     int have_preset = st[i_preset].set && st[i_preset].value[0];
     if (have_preset) {
         parse_value(&keys[i_preset], st[i_preset].value, c, why, sizeof why);
         llama_preset(c->preset, &c->model);
-    } else {
+    } else if (!c->hf_model) {
         char missing[256] = "", all[256] = "";
         for (int i = 0; i < N_KEYS; i++) {
             if (!(keys[i].flags & KF_SHAPE)) continue;
@@ -619,22 +832,34 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
         if (missing[0]) {
             set_err(err, errlen,
-                    "%s: [model] needs a preset (%s) or all of %s; missing: %s", c->path,
-                    llama_preset_names(), all, missing);
+                    "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging Face "
+                    "directory; missing: %s", c->path, llama_preset_names(), all, missing);
             return -1;
         }
+    }
+    if (!have_preset)
         for (int i = 0; i < N_KEYS; i++)
             if (keys[i].flags & KF_MODEL && keys[i].def)
                 parse_value(&keys[i], keys[i].def, c, why, sizeof why);
-    }
 
     /* what the job says, over the defaults (already validated when read) */
     for (int i = 0; i < N_KEYS; i++)
         if (st[i].set) parse_value(&keys[i], st[i].value, c, why, sizeof why);
+    c->seq_len_given = st[idx("train", "seq_len")].set;
 
-    /* required keys (an empty string, quoted or not, counts as missing) */
+    /* a Hugging Face model's architecture is its config.json's: what the job says of it
+     * must agree (init_std, which no config.json holds, stays the job's) */
+    if (c->hf_model) {
+        if (check_against_hf(ld, have_preset, &hf, init_path, err, errlen) != 0) return -1;
+        hf.init_std = c->model.init_std;
+        c->model = hf;
+    }
+
+    /* required keys (an empty string, quoted or not, counts as missing); a forward-only
+     * use needs none of the training ones */
     for (int i = 0; i < N_KEYS; i++) {
         const char *field = (const char *)c + keys[i].offset;
+        if (keys[i].flags & KF_TRAINING && c->use != JOB_TRAIN) continue;
         if (keys[i].flags & KF_REQUIRED &&
             (!st[i].set || (keys[i].type == KT_STRING && !field[0]))) {
             set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
@@ -647,8 +872,17 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const int i_kv = idx("model", "n_kv_heads"), i_msl = idx("model", "max_seq_len");
     const int i_gb = idx("train", "global_batch"), i_min_lr = idx("train", "min_lr");
     const int i_run_dir = idx("log", "run_dir");
-    if (!have_preset && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
-    if (!have_preset && !st[i_msl].set) c->model.max_seq_len = c->seq_len;
+    const int own_shape = !have_preset && !c->hf_model; /* the shape is the job's keys */
+    if (own_shape && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
+    if (own_shape && !st[i_msl].set) {
+        if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
+            set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
+                    c->path);
+            return -1;
+        }
+        c->model.max_seq_len = c->seq_len;
+    }
+    if (!c->seq_len_given) c->seq_len = c->model.max_seq_len;
     if (!st[i_min_lr].set) c->min_lr = c->lr / 10;
     if (!st[i_run_dir].set) {
         const char *base = strrchr(c->path, '/');
@@ -696,14 +930,16 @@ static int resolve(loader *ld, char *err, size_t errlen) {
                 c->lr);
         return -1;
     }
-    if (c->warmup_steps > c->steps) {
+    /* the schedule's checks only where there is one (a forward-only job may have none) */
+    const int schedule = st[i_steps].set || c->use == JOB_TRAIN;
+    if (schedule && c->warmup_steps > c->steps) {
         origin2(ld, i_warm, i_steps, at, sizeof at);
         set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
                 c->warmup_steps, c->steps);
         return -1;
     }
     const int i_stop = idx("train", "stop_after"), i_every = idx("checkpoint", "every");
-    if (c->stop_after > c->steps) {
+    if (schedule && c->stop_after > c->steps) {
         origin2(ld, i_stop, i_steps, at, sizeof at);
         set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
                 c->stop_after, c->steps);
@@ -738,18 +974,15 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     /* paths written in the job file are relative to its directory, so a job runs the
      * same from any working directory; a --set path is the shell's, relative to the
      * working directory */
-    const char *slash = strrchr(c->path, '/');
     for (int i = 0; i < N_KEYS; i++) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
         char *field = (char *)c + keys[i].offset;
-        if (!field[0] || field[0] == '/' || !slash) continue;
         /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes */
         if (i == idx("checkpoint", "resume") && (!strcmp(field, "auto") || !strcmp(field, "none")))
             continue;
         if (i == idx("data", "tokenizer") && !strcmp(field, "bytes")) continue;
         char joined[2100];
-        int n = snprintf(joined, sizeof joined, "%.*s/%s", (int)(slash - c->path), c->path,
-                         field);
+        int n = join_job_dir(c->path, field, joined, sizeof joined);
         if (n < 0 || (size_t)n >= keys[i].size) {
             origin(ld, i, at, sizeof at);
             set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
@@ -761,7 +994,8 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
     /* the tokenizer: the one of the model the run starts from, else bytes (after the
      * paths are joined: init_from is then where the model is) */
-    if (!st[idx("data", "tokenizer")].set)
+    c->tokenizer_given = st[idx("data", "tokenizer")].set;
+    if (!c->tokenizer_given)
         snprintf(c->tokenizer, sizeof c->tokenizer, "%s",
                  c->init_from[0] && tokenizer_dir_has_one(c->init_from) ? c->init_from : "bytes");
     return 0;
@@ -769,7 +1003,13 @@ static int resolve(loader *ld, char *err, size_t errlen) {
 
 int job_config_load(job_config *cfg, const char *path, int n_overrides,
                     char *const *overrides, char *err, size_t errlen) {
+    return job_config_load_for(cfg, path, n_overrides, overrides, JOB_TRAIN, err, errlen);
+}
+
+int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
+                        char *const *overrides, job_use use, char *err, size_t errlen) {
     memset(cfg, 0, sizeof *cfg);
+    cfg->use = use;
     if (strlen(path) >= sizeof cfg->path) {
         set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
                 sizeof cfg->path - 1);
@@ -827,6 +1067,26 @@ void job_config_print(const job_config *cfg, int world_size) {
     if (cfg->global_batch % per_step == 0)
         printf("  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
     fflush(stdout);
+}
+
+/* A key's default as shown by job_keys_print. */
+static void default_text(const key_def *k, char *out, size_t outlen) {
+    if (k->def) snprintf(out, outlen, "%s", k->def[0] ? k->def : "\"\"");
+    else if (k->flags & KF_SHAPE) snprintf(out, outlen, "preset / init_from");
+    else if (k->flags & KF_REQUIRED) snprintf(out, outlen, "required%s", k->flags & KF_TRAINING ? " (train)" : "");
+    else snprintf(out, outlen, "derived");
+}
+
+void job_keys_print(FILE *out, int markdown) {
+    char name[64], def[64];
+    if (markdown) fprintf(out, "| key | default | meaning |\n|---|---|---|\n");
+    for (int i = 0; i < N_KEYS; i++) {
+        const key_def *k = &keys[i];
+        snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+        default_text(k, def, sizeof def);
+        if (markdown) fprintf(out, "| `%s` | `%s` | %s |\n", name, def, k->doc);
+        else fprintf(out, "  %-34s %-19s %s\n", name, def, k->doc);
+    }
 }
 
 int job_key_check(const char *name, double v, char *why, size_t whylen) {

@@ -5,18 +5,27 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "src/llama.h"
+
+/* What a job is loaded for: training needs the whole [train] schedule and data.train;
+ * eval and generate (forward passes only) need neither, and train.seq_len defaults to
+ * model.max_seq_len for them. */
+typedef enum job_use { JOB_TRAIN = 0, JOB_FORWARD = 1 } job_use;
 
 typedef struct job_config {
     /* [model] */
     char preset[64];         /* shape preset; other [model] keys override it */
     llama_config model;
-    char init_from[1024];    /* initial weights: a Hugging Face directory or a shardlm
-                              * checkpoint (weights only); empty = init from seed */
+    char init_from[1024];    /* initial weights: a Hugging Face directory (which also gives
+                              * the architecture: its config.json) or a shardlm checkpoint
+                              * (weights only); empty = init from seed */
+    int hf_model;            /* 1: init_from is a Hugging Face directory */
 
     /* [train] */
     int seq_len;             /* T */
+    int seq_len_given;       /* the job set train.seq_len (else a JOB_FORWARD default) */
     int micro_batch;         /* sequences per rank per micro-batch */
     int global_batch;        /* sequences per optimizer step, over all ranks;
                               * 0 = micro_batch x ranks (resolved at start-up) */
@@ -53,6 +62,7 @@ typedef struct job_config {
     int shuffle;             /* 1: windows permuted per epoch from (seed, epoch) */
     char tokenizer[1024];    /* a tokenizer file or model directory, or "bytes"; default:
                               * model.init_from's when it holds one, else bytes */
+    int tokenizer_given;     /* the job set data.tokenizer */
 
     /* [log] */
     int log_every;
@@ -79,6 +89,7 @@ typedef struct job_config {
     int comm_delay_us;       /* benchmarks only: every collective takes at least this long */
     int profile;             /* time every op (synchronising) and print a breakdown */
 
+    job_use use;
     /* the job's text and where it came from, kept for messages and checkpoints */
     char path[1024];
     char *text;              /* file contents followed by the --set lines */
@@ -89,6 +100,10 @@ typedef struct job_config {
  * into err and returns -1; 0 on success. */
 int job_config_load(job_config *cfg, const char *path, int n_overrides,
                     char *const *overrides, char *err, size_t errlen);
+/* The same for a use: JOB_TRAIN is job_config_load; JOB_FORWARD (eval, generate) does not
+ * require train.steps, train.seq_len or data.train. */
+int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
+                        char *const *overrides, job_use use, char *err, size_t errlen);
 void job_config_free(job_config *cfg);
 
 /* Prints the resolved configuration as a table (rank 0 calls it once). */
@@ -99,6 +114,10 @@ void job_config_print(const job_config *cfg, int world_size);
  * Returns 0, or -1 with the reason ("out of range, must be in [1, 65536]", "not an
  * integer", "not a number") in why. */
 int job_key_check(const char *name, double v, char *why, size_t whylen);
+
+/* Every job key with its default and meaning, one a line, from the key table: as text,
+ * or (markdown) as the table README.md holds. */
+void job_keys_print(FILE *out, int markdown);
 
 /* 64-bit FNV-1a hash of the job's text, to check all ranks run the same job. */
 uint64_t job_config_hash(const job_config *cfg);

@@ -41,7 +41,9 @@ typedef struct grad_slot {
     uint16_t *bf16;       /* (padded) staging when reduce_dtype is bf16 */
     int unit;             /* -1 when free */
     int into_shard;       /* the reduction lands in the unit's grad shard itself (fresh) */
-    int final;            /* issued in the step's last backward: the shard is final after it */
+    int final;            /* the unit's last part in the step's last backward: the shard is
+                           * final after it */
+    int issued;           /* its reduction has been started (grad_ready) */
     shlm_comm_req *req;
 } grad_slot;
 
@@ -55,6 +57,8 @@ typedef struct unit_state {
     int slot;                       /* slot index holding it, -1 if none (FULL/HYBRID) */
     int grad_slot;                  /* grad slot in use this micro-batch, -1 if none */
     int grad_fresh;                 /* the grad shard holds nothing yet this step */
+    int grad_parts;                 /* grad_ready calls so far this micro-batch (a tied
+                                     * embedding unit has two: the head's, the lookup's) */
     shlm_comm_req *replica_req;     /* the shard's replica all-reduce, started in the backward */
 } unit_state;
 
@@ -179,9 +183,11 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         s->grad_slot = -1;
         size_t bytes = s->n * sizeof(float);
         s->master = balloc(e, bytes, &e->state_bytes);
-        s->grad = balloc(e, bytes, &e->state_bytes);
-        s->m = balloc(e, bytes, &e->state_bytes);
-        s->v = balloc(e, bytes, &e->state_bytes);
+        if (!opt->forward_only) {
+            s->grad = balloc(e, bytes, &e->state_bytes);
+            s->m = balloc(e, bytes, &e->state_bytes);
+            s->v = balloc(e, bytes, &e->state_bytes);
+        }
         if (e->keep_gathered && !direct) s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
         if (s->padded > max_padded) max_padded = s->padded;
         if (s->n > max_shard) max_shard = s->n;
@@ -191,13 +197,13 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
         e->gslots[k].unit = -1;
         if (!e->keep_gathered && !direct)
             e->slots[k].buf = gather_buffer_alloc(e, max_padded * e->esz, &e->slots[k].buf_from_comm);
-        if (e->S > 1) {
+        if (e->S > 1 && !opt->forward_only) {
             e->gslots[k].buf = balloc(e, max_padded * sizeof(float), &e->buffer_bytes);
             if (opt->reduce_dtype == SHLM_BF16)
                 e->gslots[k].bf16 = balloc(e, max_padded * 2, &e->buffer_bytes);
         }
     }
-    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16)
+    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16 && !opt->forward_only)
         e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
     e->with_backward = 1;
     if (!opt->defer_init) fsdp_init_weights(e, seed);
@@ -300,14 +306,18 @@ static void issue_gather(fsdp_engine *e, int u) {
     e->slots[k].req = start_gather(e, u, e->slots[k].buf);
 }
 
-/* The unit the model will ask for after (u, phase), or -1. */
+/* The unit the model will ask for after (u, phase), or -1: the forward goes from the
+ * embedding through the blocks to the head (unit 0 again when tied), the head's phase is
+ * followed by the last block's backward, and the embedding's backward needs no
+ * parameters. */
 static int next_unit(const fsdp_engine *e, int u, llama_phase phase) {
-    const int head = e->n_units - 1;
-    if (phase == LLAMA_FWD) {
-        if (u < head) return u + 1;
-        return e->with_backward && head - 1 >= 1 ? head - 1 : -1;
+    const int L = e->mc.n_layers;
+    switch (phase) {
+    case LLAMA_FWD: return u < L ? u + 1 : e->lay.head;
+    case LLAMA_HEAD: return e->with_backward ? llama_unit_block(L - 1) : -1;
+    case LLAMA_BWD: break;
     }
-    return u - 1 >= 1 ? u - 1 : -1; /* the embedding's backward needs no parameters */
+    return u - 1 >= 1 ? u - 1 : -1;
 }
 
 static const void *src_acquire(void *ctx, int u, llama_phase phase) {
@@ -354,10 +364,13 @@ static void src_release(void *ctx, int u, llama_phase phase) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
     trace(e, u, EV_RELEASE);
-    /* SHARD_GRAD_OP keeps a block from its forward until its backward ends */
+    /* SHARD_GRAD_OP keeps a block from its forward until its backward ends, and a tied
+     * embedding from its lookup until the head has used it (own buffers: keeping costs no
+     * memory and saves a gather) */
+    const int block = u >= 1 && u <= e->mc.n_layers;
     int keep = e->strategy == FSDP_NO_SHARD ||
                (e->strategy == FSDP_SHARD_GRAD_OP && phase == LLAMA_FWD && e->with_backward &&
-                u != 0 && u != e->n_units - 1);
+                (block || u == e->lay.head));
     if (keep || e->direct) return;
     s->gathered = 0;
     if (s->slot >= 0) {
@@ -416,15 +429,20 @@ static void zero_padding(fsdp_engine *e, const unit_state *s, float *buf) {
 static float *src_grad(void *ctx, int u, int *overwrite) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
+    if (e->opt.forward_only) SHLM_FATAL("a backward pass on an engine made forward-only");
     if (e->S == 1) { /* nothing to scatter: the shard is the whole unit */
         *overwrite = s->grad_fresh;
         if (s->grad_fresh) zero_padding(e, s, s->grad);
         s->grad_fresh = 0;
         return s->grad;
     }
-    /* a slot holds one micro-batch's gradient: the model writes it, never adds to it */
+    /* a slot holds one micro-batch's gradient (or one part of a tied unit's): the model
+     * writes it, never adds to it */
     *overwrite = 1;
-    if (s->grad_slot >= 0) return e->gslots[s->grad_slot].buf;
+    if (s->grad_slot >= 0) {
+        if (!e->gslots[s->grad_slot].issued) return e->gslots[s->grad_slot].buf;
+        complete_grad_slot(e, s->grad_slot); /* the unit's earlier part, still in flight */
+    }
     int k = -1;
     for (int i = 0; i < N_SLOTS; i++)
         if (e->gslots[i].unit < 0) k = i;
@@ -435,6 +453,7 @@ static float *src_grad(void *ctx, int u, int *overwrite) {
     e->gslot_next = (k + 1) % N_SLOTS;
     grad_slot *g = &e->gslots[k];
     g->unit = u;
+    g->issued = 0;
     s->grad_slot = k;
     zero_padding(e, s, g->buf);
     return g->buf;
@@ -443,8 +462,11 @@ static float *src_grad(void *ctx, int u, int *overwrite) {
 static void src_grad_ready(void *ctx, int u) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
+    /* the unit's gradient is complete for this micro-batch after its last part */
+    const int last_part = ++s->grad_parts >= e->lay.units[u].grad_writes;
+    if (last_part) s->grad_parts = 0;
     if (e->S == 1) { /* the model wrote the shard itself */
-        start_replica_reduce(e, s);
+        if (last_part) start_replica_reduce(e, s);
         return;
     }
     if (s->grad_slot < 0) return;
@@ -454,7 +476,8 @@ static void src_grad_ready(void *ctx, int u) {
     /* the first micro-batch of a step reduces straight into the shard (no accumulate
      * pass, no zeroing); later ones in place, the rank's slice at its own offset */
     g->into_shard = s->grad_fresh;
-    g->final = e->last_micro_batch;
+    g->final = e->last_micro_batch && last_part;
+    g->issued = 1;
     s->grad_fresh = 0;
     if (e->opt.reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
@@ -486,7 +509,7 @@ void fsdp_last_micro_batch(fsdp_engine *e) { e->last_micro_batch = 1; }
 /* Nothing is zeroed here: the step's first micro-batch overwrites each shard (the
  * model writes instead of adding, the reduce-scatter lands in the shard). */
 void fsdp_zero_grad(fsdp_engine *e) {
-    for (int u = 0; u < e->n_units; u++) e->units[u].grad_fresh = 1;
+    for (int u = 0; u < e->n_units; u++) e->units[u].grad_fresh = 1, e->units[u].grad_parts = 0;
     e->last_micro_batch = 0;
 }
 
@@ -569,6 +592,8 @@ void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
 
 static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
     unit_state *s = &e->units[u];
+    if (kind != FSDP_STATE_MASTER && e->opt.forward_only)
+        SHLM_FATAL("the AdamW moments of an engine made forward-only");
     return kind == FSDP_STATE_EXP_AVG ? s->m : kind == FSDP_STATE_EXP_AVG_SQ ? s->v : s->master;
 }
 
@@ -602,25 +627,36 @@ void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, i
     const int keep = strategy == FSDP_SHARD_GRAD_OP || strategy == FSDP_NO_SHARD;
     const int direct = S == 1 && act == SHLM_F32 && opt->param_dtype == SHLM_F32;
     size_t max_padded = 0, max_shard = 0, sum_padded = 0, sum_shard = 0, block_padded = 0;
+    size_t reduced = 0; /* elements reduce-scattered per micro-batch: a tied unit twice */
     for (int u = 0; u < lay.n_units; u++) {
         size_t padded = shard_padded_size(lay.units[u].numel, S), n = shard_numel(lay.units[u].numel, S);
         sum_padded += padded;
         sum_shard += n;
+        reduced += padded * (size_t)lay.units[u].grad_writes;
         if (padded > max_padded) max_padded = padded;
         if (n > max_shard) max_shard = n;
         if (u >= 1 && u <= mc->n_layers) block_padded += padded;
     }
-    out->master = out->grad = sum_shard * 4;
-    out->moments = 2 * sum_shard * 4;
+    out->master = sum_shard * 4;
+    if (!opt->forward_only) {
+        out->grad = sum_shard * 4;
+        out->moments = 2 * sum_shard * 4;
+    }
     if (keep && !direct) out->gathered = sum_padded * es;
     if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
-    if (S > 1) out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
-    if (R > 1 && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
+    const int grads = !opt->forward_only;
+    if (S > 1 && grads)
+        out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
+    if (R > 1 && grads && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
     /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */
     if (S > 1) {
         size_t gathers = sum_padded; /* every unit's forward */
-        if (strategy != FSDP_SHARD_GRAD_OP) gathers += block_padded; /* again for backward */
-        out->shard_wire_per_micro = (gathers * es + sum_padded * rs) / (size_t)S * (size_t)(S - 1);
+        /* again for the backward; a tied embedding again for the head (SHARD_GRAD_OP keeps
+         * both gathered) */
+        if (strategy != FSDP_SHARD_GRAD_OP) gathers += block_padded;
+        if (strategy != FSDP_SHARD_GRAD_OP && mc->tie_word_embeddings)
+            gathers += shard_padded_size(lay.units[lay.head].numel, S);
+        out->shard_wire_per_micro = (gathers * es + reduced * rs) / (size_t)S * (size_t)(S - 1);
     }
     if (R > 1) out->replica_wire_per_step = 2 * sum_shard * rs / (size_t)R * (size_t)(R - 1);
     llama_layout_free(&lay);

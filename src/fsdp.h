@@ -22,6 +22,9 @@ typedef struct fsdp_options {
     int defer_init;          /* 1: fsdp_create leaves the master weights zero, for a caller
                               * that loads every shard (import, resume) or calls
                               * fsdp_init_weights: a 1.1B init is ~40 core-seconds of RNG */
+    int forward_only;        /* 1: evaluation and sampling: no gradient, moment or gradient
+                              * buffer is allocated (grad() must not be called, nor the
+                              * moments read or written) */
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;

@@ -28,9 +28,11 @@ static void add_tensor(llama_unit *u, const char *name, int64_t rows, int64_t co
 
 void llama_layout_init(llama_layout *lay, const llama_config *c) {
     int64_t d = c->dim, hd = c->head_dim, F = c->ffn_dim, V = c->vocab_size;
-    lay->n_units = c->n_layers + 2;
+    const int tied = c->tie_word_embeddings != 0;
+    lay->n_units = c->n_layers + 2 - tied;
     lay->units = calloc((size_t)lay->n_units, sizeof(llama_unit));
     SHLM_CHECK_ALLOC(lay->units);
+    for (int u = 0; u < lay->n_units; u++) lay->units[u].grad_writes = 1;
     add_tensor(&lay->units[LLAMA_UNIT_EMBED], "model.embed_tokens.weight", V, d, 1);
     char name[96];
     for (int l = 0; l < c->n_layers; l++) {
@@ -51,9 +53,14 @@ void llama_layout_init(llama_layout *lay, const llama_config *c) {
         T_("mlp.down_proj.weight", d, F, 1);
 #undef T_
     }
-    llama_unit *h = &lay->units[llama_unit_head(c)];
+    /* tied: the head is the embedding's unit (its tensor 0 is the output projection) */
+    lay->head = llama_unit_head(c);
+    llama_unit *h = &lay->units[lay->head];
+    lay->head_norm = h->n_tensors;
     add_tensor(h, "model.norm.weight", d, 0, 0);
-    add_tensor(h, "lm_head.weight", V, d, 1);
+    lay->head_out = 0;
+    if (tied) h->grad_writes = 2;
+    else lay->head_out = h->n_tensors, add_tensor(h, "lm_head.weight", V, d, 1);
     lay->total_numel = 0;
     for (int u = 0; u < lay->n_units; u++) lay->total_numel += lay->units[u].numel;
 }
@@ -334,7 +341,6 @@ static void progress(const llama_model *m) {
 
 /* Tensor indices inside a block unit (see the layout comment in llama.h). */
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
-enum { HD_NORM = 0, HD_LM = 1 };
 
 /* Names a profiler range after a unit: "fwd block 3". */
 static void range_unit(const llama_model *m, const char *what, int l) {
@@ -499,31 +505,32 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     o->to_device(m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     /* head: final norm, then logits, loss and their gradient chunk by chunk, so the
-     * (N, V) logits never exist whole; the head's backward runs right here */
-    const int hu = llama_unit_head(c);
+     * (N, V) logits never exist whole; the head's backward runs right here. Tied: the
+     * head is unit 0 and this is the first of its two gradient parts */
+    const int hu = m->lay.head, kn = m->lay.head_norm, ko = m->lay.head_out;
     const void *p;
-    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD));
+    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
     float *g;
     int g_set;
     PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
-    if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, HD_NORM), (size_t)d * sizeof(float)));
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps));
+    if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, kn), (size_t)d * sizeof(float)));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, kn), N, d, c->norm_eps));
     const float dscale = valid > 0 ? grad_scale / (float)valid : 0.0f;
     /* each chunk writes its own rows of dln; the first chunk sets a fresh lm_head gradient */
     for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
         const int mm = SHLM_MM_SET_DINP | (g_set && r0 == 0 ? SHLM_MM_SET_DWEIGHT : 0);
         int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-        PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, NULL));
+        PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, ko), rows, d, V, NULL));
         PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
                         dscale));
-        PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, HD_LM), m->logits,
-                      lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, mm));
+        PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, ko), m->logits,
+                      lnf_r, wptr(m, p, hu, ko), rows, d, V, mm));
     }
     PROF(m, PROF_COPY, o->zero(m->dx, (size_t)N * d * m->esz));
-    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, hu, HD_NORM), m->dln, m->x[L], wptr(m, p, hu, HD_NORM),
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, hu, kn), m->dln, m->x[L], wptr(m, p, hu, kn),
                    m->rstdf, N, d));
-    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_FWD));
+    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_HEAD));
     PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, hu));
 
     for (int l = L - 1; l >= 0; l--) {
@@ -536,7 +543,8 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
         PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, LLAMA_BWD));
         PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, u));
     }
-    /* the embedding's backward needs no parameters, only the token ids */
+    /* the embedding's backward needs no parameters, only the token ids; tied, it is unit
+     * 0's second gradient part (a fresh buffer is zeroed whole, its norm part included) */
     PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, LLAMA_UNIT_EMBED, &g_set));
     if (g_set) /* a scatter-add: start a fresh gradient at zero */
         PROF(m, PROF_COPY, o->zero(g, m->lay.units[LLAMA_UNIT_EMBED].numel * sizeof(float)));
@@ -554,10 +562,10 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     const llama_config *c = &m->cfg;
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
     trunk_forward(m, tokens, B, T);
-    const int hu = llama_unit_head(c);
+    const int hu = m->lay.head, ko = m->lay.head_out;
     const void *p;
-    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_FWD));
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, HD_NORM), N, d, c->norm_eps));
+    PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, m->lay.head_norm), N, d, c->norm_eps));
     int valid = 0;
     double loss_sum = 0;
     if (targets || logits_out) {
@@ -565,7 +573,7 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
         for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
             int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
             const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
-            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, HD_LM), rows, d, V, NULL));
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, ko), rows, d, V, NULL));
             if (logits_out) act_to_host_f32(m, logits_out + (size_t)r0 * V, m->logits,
                                             (size_t)rows * V);
             if (targets)
@@ -580,11 +588,11 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     if (last_logits_out) {
         for (int b = 0; b < B; b++) {
             const void *row = (const char *)m->lnf + ((size_t)b * T + T - 1) * d * m->esz;
-            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, row, wptr(m, p, hu, HD_LM), 1, d, V, NULL));
+            PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, row, wptr(m, p, hu, ko), 1, d, V, NULL));
             act_to_host_f32(m, last_logits_out + (size_t)b * V, m->logits, (size_t)V);
         }
     }
-    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_FWD));
+    PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_HEAD));
     if (n_valid) *n_valid = valid;
     return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
 }

@@ -20,6 +20,9 @@ typedef struct llama_config {
     float norm_eps;   /* RMSNorm epsilon */
     float rope_theta; /* RoPE base */
     float init_std;   /* std of the normal init of every matrix */
+    int tie_word_embeddings; /* 1: the output projection is model.embed_tokens.weight itself
+                              * (one tensor, trained by both uses), as Hugging Face's
+                              * tie_word_embeddings; 0: a separate lm_head.weight */
 } llama_config;
 
 /* Fills *cfg from a preset name; returns 0, or -1 if the name is unknown. */
@@ -28,11 +31,15 @@ int llama_preset(const char *name, llama_config *cfg);
 const char *llama_preset_names(void);
 /* Checks the shape; on failure writes a message into err and returns -1. */
 int llama_config_validate(const llama_config *cfg, char *err, size_t errlen);
-/* Total parameter count (embedding, blocks, final norm, output projection). */
+/* Total parameter count (embedding, blocks, final norm, output projection unless tied). */
 int64_t llama_param_count(const llama_config *cfg);
 
 /* ---- parameter layout ----
  * Units: 0 = embedding; 1..L = transformer block l-1; L+1 = final norm + lm_head.
+ * Tied embeddings (tie_word_embeddings) have L+1 units: unit 0 holds the embedding, which
+ * is also the output projection, and the final norm (embed_tokens | norm), so the head is
+ * unit 0 again; no lm_head.weight exists. The head's backward and the embedding's each hand
+ * unit 0's gradient back once per micro-batch (llama_unit.grad_writes = 2).
  * Inside a block the tensors sit in this order, so that q,k,v form one fused
  * (nh+2·nkv)·hd × d matrix and gate,up one 2F × d matrix:
  *   input_layernorm (d) | q_proj | k_proj | v_proj | o_proj |
@@ -51,13 +58,18 @@ typedef struct llama_tensor {
 typedef struct llama_unit {
     int n_tensors;
     llama_tensor tensors[LLAMA_MAX_UNIT_TENSORS];
-    size_t numel; /* unpadded element count of the unit's flat buffer */
+    size_t numel;    /* unpadded element count of the unit's flat buffer */
+    int grad_writes; /* grad() .. grad_ready() pairs a backward makes on this unit per
+                      * micro-batch: 2 for a tied embedding unit, else 1 */
 } llama_unit;
 
 typedef struct llama_layout {
-    int n_units; /* L + 2 */
+    int n_units; /* L + 2, or L + 1 with tied embeddings */
     llama_unit *units;
     size_t total_numel;
+    int head;      /* the unit of the final norm and the output projection */
+    int head_norm; /* model.norm.weight's index among that unit's tensors */
+    int head_out;  /* the output projection's (lm_head, or the tied embedding) */
 } llama_layout;
 
 void llama_layout_init(llama_layout *lay, const llama_config *cfg);
@@ -65,7 +77,9 @@ void llama_layout_free(llama_layout *lay);
 /* Unit index of transformer block l, of the embedding, of the head. */
 static inline int llama_unit_block(int l) { return 1 + l; }
 enum { LLAMA_UNIT_EMBED = 0 };
-static inline int llama_unit_head(const llama_config *c) { return c->n_layers + 1; }
+static inline int llama_unit_head(const llama_config *c) {
+    return c->tie_word_embeddings ? LLAMA_UNIT_EMBED : c->n_layers + 1;
+}
 
 /* Writes the initial values of elements [begin, end) of unit u's flat buffer into
  * out (host fp32, end-begin elements). A pure function of (seed, unit, element): any
@@ -81,7 +95,11 @@ uint64_t llama_init_count(void);
  * The model asks for "unit u's parameters, gathered" and hands back "unit u's
  * gradients": the FSDP engine decides what to gather, keep, free, prefetch and
  * reduce. Phases tell the engine which pass is asking. */
-typedef enum llama_phase { LLAMA_FWD = 0, LLAMA_BWD = 1 } llama_phase;
+typedef enum llama_phase {
+    LLAMA_FWD = 0,  /* the embedding's and the blocks' forward */
+    LLAMA_BWD = 1,  /* a block's backward */
+    LLAMA_HEAD = 2  /* the head: final norm, logits, loss and, in training, its backward */
+} llama_phase;
 
 typedef struct llama_param_source {
     void *ctx;
@@ -92,10 +110,12 @@ typedef struct llama_param_source {
     /* Unit u's full fp32 gradient buffer, valid from the first call in a backward until
      * grad_ready(). *overwrite = 0: the backward pass adds into it (+=); 1: it holds
      * nothing to keep, and the backward writes every element of the unit once (=),
-     * which spares the source a zeroing pass and the products a read. */
+     * which spares the source a zeroing pass and the products a read. A unit with
+     * grad_writes = 2 (the tied embedding) goes through grad() .. grad_ready() twice
+     * per micro-batch (the head's part, then the embedding's): the source sums both. */
     float *(*grad)(void *ctx, int u, int *overwrite);
-    /* The backward pass has finished accumulating unit u's gradient for this
-     * micro-batch. */
+    /* The backward pass has finished writing unit u's gradient (one of its grad_writes
+     * parts) for this micro-batch. */
     void (*grad_ready)(void *ctx, int u);
     /* Optional (may be NULL): called between the ops of a block so collectives in
      * flight advance while the model computes (MPI progresses inside MPI calls). */

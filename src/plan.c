@@ -160,6 +160,17 @@ int cmd_plan(int argc, char **argv) {
     if (!sets) return 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: shardlm plan JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
+                   "                         [--set section.key=value ...]\n"
+                   "  Each rank's bytes of master weights, gradients, moments, gathered and\n"
+                   "  gradient buffers and activations, and the bytes it sends per step, for the\n"
+                   "  job on N ranks (M per node), computed without allocating anything; a run\n"
+                   "  prints the same figures measured. With model.init_from a Hugging Face\n"
+                   "  directory the shape is its config.json's.\n");
+            free(sets);
+            return 0;
+        }
         if (strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0 ||
             strcmp(a, "--backend") == 0 || strcmp(a, "--set") == 0 ||
             strcmp(a, "--device") == 0 || strcmp(a, "--device-gib") == 0) {
@@ -249,7 +260,8 @@ int cmd_plan(int argc, char **argv) {
            ranks, strategy_name(topt.strategy), S, R,
            topt.ranks_per_node > 0 ? " (ranks_per_node set)" : "");
     printf("# model %s: %lld parameters; backend %s (activations %s), param_dtype %s, "
-           "reduce_dtype %s\n", cfg.preset[0] ? cfg.preset : "(custom)", P, backend,
+           "reduce_dtype %s\n", cfg.preset[0] ? cfg.preset : cfg.hf_model ? cfg.init_from : "(custom)",
+           P, backend,
            shlm_dtype_name(act), cfg.param_dtype, cfg.reduce_dtype);
     printf("# micro_batch %d x seq_len %d, %d micro-batch(es) per step, global batch %d, "
            "activation checkpointing %s\n", cfg.micro_batch, cfg.seq_len, accum, global,

@@ -9,13 +9,13 @@ typedef struct preset {
     llama_config cfg;
 } preset;
 
-/* dim, layers, heads, kv heads, head_dim, ffn, vocab, max_seq, eps, theta, init_std */
+/* dim, layers, heads, kv heads, head_dim, ffn, vocab, max_seq, eps, theta, init_std, tied */
 static const preset presets[] = {
-    {"tiny", {128, 4, 4, 2, 32, 352, 256, 256, 1e-5f, 10000.0f, 0.02f}},
-    {"tinyllama-1b", {2048, 22, 32, 4, 64, 5632, 32000, 2048, 1e-5f, 10000.0f, 0.02f}},
-    {"llama2-7b", {4096, 32, 32, 32, 128, 11008, 32000, 4096, 1e-5f, 10000.0f, 0.02f}},
-    {"llama2-13b", {5120, 40, 40, 40, 128, 13824, 32000, 4096, 1e-5f, 10000.0f, 0.02f}},
-    {"llama2-70b", {8192, 80, 64, 8, 128, 28672, 32000, 4096, 1e-5f, 10000.0f, 0.02f}},
+    {"tiny", {128, 4, 4, 2, 32, 352, 256, 256, 1e-5f, 10000.0f, 0.02f, 0}},
+    {"tinyllama-1b", {2048, 22, 32, 4, 64, 5632, 32000, 2048, 1e-5f, 10000.0f, 0.02f, 0}},
+    {"llama2-7b", {4096, 32, 32, 32, 128, 11008, 32000, 4096, 1e-5f, 10000.0f, 0.02f, 0}},
+    {"llama2-13b", {5120, 40, 40, 40, 128, 13824, 32000, 4096, 1e-5f, 10000.0f, 0.02f, 0}},
+    {"llama2-70b", {8192, 80, 64, 8, 128, 28672, 32000, 4096, 1e-5f, 10000.0f, 0.02f, 0}},
 };
 
 int llama_preset(const char *name, llama_config *cfg) {
@@ -51,6 +51,8 @@ int llama_config_validate(const llama_config *c, char *err, size_t errlen) {
     if (!(c->norm_eps > 0)) BAD("model.norm_eps must be > 0 (got %g)", c->norm_eps);
     if (!(c->rope_theta > 0)) BAD("model.rope_theta must be > 0 (got %g)", c->rope_theta);
     if (!(c->init_std > 0)) BAD("model.init_std must be > 0 (got %g)", c->init_std);
+    if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
+        BAD("model.tie_word_embeddings must be 0 or 1 (got %d)", c->tie_word_embeddings);
     return 0;
 #undef BAD
 }
@@ -59,5 +61,5 @@ int64_t llama_param_count(const llama_config *c) {
     int64_t d = c->dim, hd = c->head_dim, F = c->ffn_dim, V = c->vocab_size;
     int64_t block = 2 * d + (c->n_heads + 2 * (int64_t)c->n_kv_heads) * hd * d +
                     d * c->n_heads * hd + 3 * F * d;
-    return V * d + c->n_layers * block + d + V * d;
+    return V * d + c->n_layers * block + d + (c->tie_word_embeddings ? 0 : V * d);
 }

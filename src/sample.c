@@ -1,4 +1,5 @@
-/* Greedy and temperature/top-p sampling, and the generation loop (see sample.h). */
+/* Greedy and temperature/top-p sampling, the generation loop, and its text printed as it
+ * streams (see sample.h). */
 #include "src/sample.h"
 
 #include <math.h>
@@ -49,19 +50,93 @@ int sample_token(const float *logits, int V, float temperature, float top_p, rng
     return choice;
 }
 
-void sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_prompt,
-                     int n_new, float temperature, float top_p, uint64_t seed, int32_t *out) {
+static int is_stop(const sample_options *o, int32_t id) {
+    for (int i = 0; i < o->n_stop; i++)
+        if (o->stop_ids[i] == id) return 1;
+    return 0;
+}
+
+int sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_prompt,
+                    int n_new, const sample_options *o, int32_t *out) {
     const int V = llama_get_layout(m)->units[LLAMA_UNIT_EMBED].tensors[0].shape[0];
     float *logits = malloc((size_t)V * sizeof(float));
     SHLM_CHECK_ALLOC(logits);
     rng_state r;
-    rng_seed(&r, seed);
+    rng_seed(&r, o->seed);
     memcpy(out, prompt, (size_t)n_prompt * sizeof(int32_t));
-    int len = n_prompt;
-    for (int k = 0; k < n_new; k++) {
+    int len = n_prompt, k = 0;
+    while (k < n_new) {
         int ctx = len < max_ctx ? len : max_ctx;
         llama_forward(m, out + len - ctx, NULL, 1, ctx, NULL, NULL, logits);
-        out[len++] = sample_token(logits, V, temperature, top_p, &r);
+        const int32_t id = sample_token(logits, V, o->temperature, o->top_p, &r);
+        out[len++] = id;
+        k++;
+        if (o->on_token) o->on_token(o->ctx, id);
+        if (is_stop(o, id)) break;
     }
     free(logits);
+    return k;
+}
+
+/* What sample_print's callback needs. */
+typedef struct printer {
+    tokenizer *tok;
+    tokenizer_stream stream;
+    byte_buf text;
+    int ids;
+    FILE *out;
+} printer;
+
+static void print_id(printer *p, int32_t id) {
+    fprintf(p->out, "[%d]", (int)id);
+}
+
+static void on_token(void *ctx, int32_t id) {
+    printer *p = ctx;
+    if (!p->out) return;
+    if (p->ids) {
+        fprintf(p->out, " %d", (int)id);
+    } else {
+        char err[256];
+        p->text.n = 0;
+        if (tokenizer_stream_push(p->tok, &p->stream, id, &p->text, err, sizeof err) != 0) {
+            /* an id past the tokenizer's vocabulary: shown, and the stream goes on */
+            tokenizer_stream_free(&p->stream);
+            tokenizer_stream_init(&p->stream, TOKENIZER_SKIP_SPECIAL);
+            print_id(p, id);
+        }
+        fwrite(p->text.data, 1, p->text.n, p->out);
+    }
+    fflush(p->out);
+}
+
+int sample_print(llama_model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
+                 int n_prompt, int n_new, const sample_options *o, FILE *out, int32_t *all) {
+    printer p = {.tok = tok, .ids = ids, .out = out};
+    tokenizer_stream_init(&p.stream, TOKENIZER_SKIP_SPECIAL);
+    if (out) {
+        char err[256];
+        if (ids) {
+            for (int i = 0; i < n_prompt; i++) fprintf(out, "%s%d", i ? " " : "", (int)prompt[i]);
+        } else if (tokenizer_decode(tok, prompt, (size_t)n_prompt, 0, &p.text, err, sizeof err) == 0) {
+            fwrite(p.text.data, 1, p.text.n, out);
+        } else {
+            for (int i = 0; i < n_prompt; i++) print_id(&p, prompt[i]);
+        }
+        fflush(out);
+    }
+    sample_options so = *o;
+    so.on_token = on_token;
+    so.ctx = &p;
+    const int n = sample_generate(m, max_ctx, prompt, n_prompt, n_new, &so, all);
+    if (out && !ids) {
+        char err[256];
+        p.text.n = 0;
+        if (tokenizer_stream_flush(tok, &p.stream, &p.text, err, sizeof err) == 0)
+            fwrite(p.text.data, 1, p.text.n, out);
+        fflush(out);
+    }
+    tokenizer_stream_free(&p.stream);
+    free(p.text.data);
+    return n;
 }

@@ -101,7 +101,8 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     char err[1536] = "";
     int ok = shlm_watchdog_init(MPI_COMM_WORLD, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
-    ok = job_config_load(&r->cfg, job_path, n_sets, sets, err, sizeof err) == 0;
+    ok = job_config_load_for(&r->cfg, job_path, n_sets, sets, need_train ? JOB_TRAIN : JOB_FORWARD,
+                             err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
     job_config *c = &r->cfg;
 
@@ -156,6 +157,24 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
 
     ok = open_data(r, err, sizeof err, need_train) == 0;
     if (all_ranks_ok(ok, err)) return -1;
+    ok = tokenizer_open(&r->tok, c->tokenizer, err, sizeof err) == 0;
+    if (ok && (c->tokenizer_given || strcmp(c->tokenizer, "bytes") != 0 ||
+               (need_train && c->sample_tokens > 0)))
+        ok = run_check_tokenizer(r, err, sizeof err) == 0;
+    if (all_ranks_ok(ok, err)) return -1;
+    /* what every checkpoint keeps for export: rank 0 reads it, the others get its copy */
+    if (need_train) {
+        ok = r->rank != 0 ||
+             hf_files_collect(&r->hf, c->hf_model ? c->init_from : NULL, r->tok, err,
+                              sizeof err) == 0;
+        if (all_ranks_ok(ok, err)) return -1;
+        hf_files_bcast(&r->hf, 0, MPI_COMM_WORLD);
+    }
+    /* eval without train.seq_len: windows of the model's context (model.max_seq_len), or the
+     * whole validation file as one window when it is shorter */
+    if (!need_train && !c->seq_len_given && r->have_val && r->val_tf.count >= 2 &&
+        r->val_tf.count - 1 < (uint64_t)c->seq_len)
+        c->seq_len = (int)(r->val_tf.count - 1);
     if (need_train) {
         data_loader probe;
         ok = data_loader_init(&probe, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank,
@@ -188,8 +207,12 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .prefetch = c->prefetch,
         .trace = c->trace,
+        .forward_only = !need_train,
         .defer_init = 1};
     llama_ac ac = fit_ac_from_name(c->activation_checkpointing);
+    /* eval and generate run forward passes only: no block keeps activations for a backward
+     * (full's buffers: one block's scratch, the residual streams) */
+    if (!need_train) ac = LLAMA_AC_FULL;
     /* on a device, refuse before allocating anything if the plan does not fit */
     size_t used = 0, total = 0, arena_bytes = 0, scratch_bytes = 0;
     ok = 1;
@@ -234,7 +257,22 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     return 0;
 }
 
+int run_check_tokenizer(const run *r, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    const uint32_t n = tokenizer_vocab_size(r->tok);
+    if (n <= (uint32_t)c->model.vocab_size) return 0;
+    char model[1100];
+    if (c->hf_model) snprintf(model, sizeof model, "%s/config.json", c->init_from);
+    else snprintf(model, sizeof model, "%s", c->path);
+    snprintf(err, errlen, "the tokenizer %s has %u ids but the model's vocab_size is %d (%s): "
+             "its ids past %d have no embedding; data.tokenizer must be the model's",
+             tokenizer_path(r->tok), n, c->model.vocab_size, model, c->model.vocab_size - 1);
+    return -1;
+}
+
 void run_teardown(run *r) {
+    hf_files_free(&r->hf);
+    tokenizer_free(r->tok);
     llama_destroy(r->model);
     fsdp_destroy(r->engine);
     topology_free(&r->topo);
@@ -243,21 +281,21 @@ void run_teardown(run *r) {
     job_config_free(&r->cfg);
 }
 
-int run_validate(run *r, double *loss) {
+int run_validate(run *r, double *loss, double *scored) {
     const job_config *c = &r->cfg;
     data_loader dl;
     char err[512];
     if (data_loader_init(&dl, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
                          c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
-    /* the same windows whatever the world size: eval_batches global batches (or as many
-     * whole global batches as the set holds), split over ranks like training data, so
-     * every rank runs the same number of forward passes */
+    /* the same windows whatever the world size, each scored once: the whole set, or its
+     * first eval_batches global batches, split over ranks like training data; every rank
+     * runs the same number of forward passes, a row past the last window scoring nothing */
     const uint64_t per_batch = (uint64_t)c->micro_batch * r->world;
     uint64_t windows = c->eval_batches > 0 ? (uint64_t)c->eval_batches * c->global_batch
-                                           : dl.n_windows / c->global_batch * c->global_batch;
-    uint64_t batches = windows / per_batch;
-    if (batches == 0) batches = 1; /* a set smaller than one global batch wraps around */
+                                           : dl.n_windows;
+    if (windows > dl.n_windows) windows = dl.n_windows;
+    const uint64_t batches = (windows + per_batch - 1) / per_batch;
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     SHLM_CHECK_ALLOC(in);
@@ -270,6 +308,9 @@ int run_validate(run *r, double *loss) {
         if (!data_failed &&
             data_loader_batch(&dl, b * per_batch, 0, in, tg, data_err, sizeof data_err) != 0)
             data_failed = 1;
+        for (int j = 0; j < c->micro_batch; j++) /* row j holds sample b·per_batch + j·W + r */
+            if (b * per_batch + (uint64_t)j * r->world + (uint64_t)r->rank >= windows)
+                for (int t = 0; t < c->seq_len; t++) tg[(size_t)j * c->seq_len + t] = -1;
         int valid = 0;
         float loss = llama_forward(r->model, in, tg, c->micro_batch, c->seq_len, &valid, NULL,
                                    NULL);
@@ -283,30 +324,44 @@ int run_validate(run *r, double *loss) {
     data_loader_free(&dl);
     if (sums[2] > 0) return all_ranks_ok(!data_failed, data_err);
     *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+    if (scored) *scored = sums[1];
     return 0;
 }
 
+/* The closing sample of a run (train.sample_*): the prompt encoded with the job's
+ * tokenizer (bos as the model's configuration says), the continuation printed as it
+ * comes, ending at an eos. */
 static void print_sample(run *r) {
     const job_config *c = &r->cfg;
     const char *prompt = c->sample_prompt[0] ? c->sample_prompt : "\n";
-    int n_prompt = (int)strlen(prompt);
-    int32_t *ids = malloc((size_t)(n_prompt + c->sample_tokens) * sizeof(int32_t));
+    token_ids p = {0};
+    char err[512];
+    int ok = tokenizer_encode_with(r->tok, prompt, strlen(prompt),
+                                   tokenizer_default_flags(r->tok) & TOKENIZER_ADD_BOS, &p, err,
+                                   sizeof err) == 0;
+    if (all_ranks_ok(ok && p.n > 0, ok ? "train.sample_prompt encodes to no token" : err)) {
+        free(p.ids);
+        return;
+    }
+    int32_t *ids = malloc((p.n + (size_t)c->sample_tokens) * sizeof(int32_t));
     SHLM_CHECK_ALLOC(ids);
-    for (int i = 0; i < n_prompt; i++) ids[i] = (unsigned char)prompt[i] % c->model.vocab_size;
+    int n_stop = 0;
+    const int32_t *stop = tokenizer_eos_ids(r->tok, &n_stop);
+    const sample_options so = {.temperature = c->sample_temperature, .top_p = c->sample_top_p,
+                               .seed = c->seed, .stop_ids = stop, .n_stop = n_stop};
     fsdp_begin_pass(r->engine, 0);
-    sample_generate(r->model, c->seq_len, ids, n_prompt, c->sample_tokens,
-                    c->sample_temperature, c->sample_top_p, c->seed, ids);
+    if (r->rank == 0)
+        printf("--- sample: up to %d tokens, temperature %.2f, top_p %.2f ---\n",
+               c->sample_tokens, c->sample_temperature, c->sample_top_p);
+    const int show_ids = strcmp(tokenizer_kind(r->tok), "bytes") == 0 && c->model.vocab_size != 256;
+    sample_print(r->model, r->tok, show_ids, c->seq_len, p.ids, (int)p.n, c->sample_tokens, &so,
+                 r->rank == 0 ? stdout : NULL, ids);
     if (r->rank == 0) {
-        printf("--- sample: %d tokens, temperature %.2f, top_p %.2f ---\n", c->sample_tokens,
-               c->sample_temperature, c->sample_top_p);
-        for (int i = 0; i < n_prompt + c->sample_tokens; i++) {
-            int ch = ids[i];
-            putchar(ch == '\n' || ch == '\t' || (ch >= 32 && ch < 127) ? ch : '?');
-        }
         printf("\n---\n");
         fflush(stdout);
     }
     free(ids);
+    free(p.ids);
 }
 
 /* Rank 0's time per step by op category (runtime.profile), each op timed between two
@@ -403,18 +458,18 @@ static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens
     return 0;
 }
 
-/* The state a run starts from: checkpoint.resume (weights, moments, step, data position
- * when training; weights only for eval), else model.init_from (weights), else the seed's
- * init and step 0. A resumed job is checked against the checkpoint's state before any
- * tensor is read (resume_rules). Returns 0, or -1 with the message printed. */
-static int load_initial_weights(run *r, int training, ckpt_state *st);
-static int load_initial(run *r, int training, ckpt_state *st) {
-    int rc = load_initial_weights(r, training, st);
+/* The state a training run starts from: checkpoint.resume (weights, moments, step, data
+ * position), else model.init_from (weights), else the seed's init and step 0. A resumed
+ * job is checked against the checkpoint's state before any tensor is read
+ * (resume_rules). Returns 0, or -1 with the message printed. */
+static int load_initial_weights(run *r, ckpt_state *st);
+static int load_initial(run *r, ckpt_state *st) {
+    int rc = load_initial_weights(r, st);
     startup_mark(STARTUP_WEIGHTS);
     startup_set_drawn(llama_init_count());
     return rc;
 }
-static int load_initial_weights(run *r, int training, ckpt_state *st) {
+static int load_initial_weights(run *r, ckpt_state *st) {
     const job_config *c = &r->cfg;
     char err[1536] = "", path[2048];
     *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
@@ -426,17 +481,15 @@ static int load_initial_weights(run *r, int training, ckpt_state *st) {
         if (r->rank == 0 && c->init_from[0])
             printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
                    c->init_from);
-        if (training) {
-            ckpt_state peek;
-            if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
-                return all_ranks_ok(0, err);
-            int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
-            if (all_ranks_ok(ok, err)) return -1;
-        }
-        if (checkpoint_load(r->engine, &r->topo, &c->model, path,
-                            training ? CKPT_LOAD_ALL : CKPT_LOAD_WEIGHTS, st, err, sizeof err) != 0)
+        ckpt_state peek;
+        if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
             return all_ranks_ok(0, err);
-        if (!training) return 0;
+        int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
+        if (all_ranks_ok(ok, err)) return -1;
+        if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
+                            sizeof err) != 0 ||
+            checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
+            return all_ranks_ok(0, err);
         const ckpt_state saved = *st;
         if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
             return all_ranks_ok(0, err); /* the file changed since it was first read */
@@ -471,6 +524,11 @@ static int load_initial_weights(run *r, int training, ckpt_state *st) {
     }
     startup_set_weights(STARTUP_WEIGHTS_IMPORT);
     if (checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+        return all_ranks_ok(0, err);
+    /* a checkpoint's weights bring the files it kept, where the job's sources lack them */
+    if (!c->hf_model &&
+        (checkpoint_resolve("", c->init_from, path, sizeof path, err, sizeof err) != 0 ||
+         checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0))
         return all_ranks_ok(0, err);
     return 0;
 }
@@ -654,7 +712,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         double val = NAN;
         if (r->have_val && !stop_sig && !nonfinite_stop &&
             (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
-            if (run_validate(r, &val) != 0) {
+            if (run_validate(r, &val, NULL) != 0) {
                 rc = -1;
                 break;
             }
@@ -696,7 +754,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
             st.global_batch = c->global_batch;
             st.seq_len = c->seq_len;
             st.lr_last = lr;
-            if (checkpoint_save(r->engine, &r->topo, c, &st, c->ckpt_dir, c->ckpt_keep, err,
+            if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                                 sizeof err) != 0) {
                 all_ranks_ok(0, err);
                 rc = -1;
@@ -737,25 +795,46 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     return 0;
 }
 
-/* Splits "JOB.ini [--set section.key=value ...]" ; returns 0 or -1 with err. */
-static int parse_job_args(int argc, char **argv, const char **job, int *n_sets, char ***sets,
-                          char *err, size_t errlen) {
+static const char train_usage[] =
+    "usage: shardlm train JOB.ini [--set section.key=value ...]\n"
+    "  Trains the job on every rank of the MPI job (mpirun -np N shardlm train ...):\n"
+    "  model.init_from (a Hugging Face directory or a checkpoint) or the seed's init, or\n"
+    "  checkpoint.resume (auto: checkpoint.dir's latest). `shardlm keys` lists every job\n"
+    "  key; --set overrides one. Without checkpoint.dir the trained weights are not kept.\n";
+static const char eval_usage[] =
+    "usage: shardlm eval JOB.ini [--ckpt CKPT] [--set section.key=value ...]\n"
+    "  Mean loss and perplexity over [data] val (masked targets are not scored), and the\n"
+    "  number of tokens scored. Weights: --ckpt (a step_<N>.h5 file, a checkpoint\n"
+    "  directory, or a Hugging Face directory), else checkpoint.resume (auto: checkpoint.dir's\n"
+    "  latest), else model.init_from, else the seed's initialisation (said so). No [train]\n"
+    "  schedule keys are needed; train.seq_len defaults to model.max_seq_len, or the whole\n"
+    "  validation file as one window when it is shorter.\n";
+
+/* Splits "JOB.ini [--ckpt CKPT] [--set section.key=value ...]" (--ckpt only where ckpt is
+ * not NULL); returns 0, 1 for --help, or -1 with err. */
+static int parse_job_args(int argc, char **argv, const char **job, const char **ckpt,
+                          int *n_sets, char ***sets, char *err, size_t errlen) {
     *job = NULL;
     *n_sets = 0;
     *sets = calloc((size_t)argc + 1, sizeof(char *));
     SHLM_CHECK_ALLOC(*sets);
+    const char *usage = ckpt ? "JOB.ini [--ckpt CKPT] [--set section.key=value ...]"
+                             : "JOB.ini [--set section.key=value ...]";
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--set") == 0) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) return 1;
+        if (strcmp(argv[i], "--set") == 0 || (ckpt && strcmp(argv[i], "--ckpt") == 0)) {
             if (i + 1 >= argc) {
-                snprintf(err, errlen, "--set needs an argument section.key=value");
+                snprintf(err, errlen, "%s needs an argument (usage: shardlm %s %s)", argv[i],
+                         argv[0], usage);
                 return -1;
             }
-            (*sets)[(*n_sets)++] = argv[++i];
+            if (argv[i][2] == 'c') *ckpt = argv[++i];
+            else (*sets)[(*n_sets)++] = argv[++i];
         } else if (strncmp(argv[i], "--set=", 6) == 0) {
             (*sets)[(*n_sets)++] = argv[i] + 6;
         } else if (argv[i][0] == '-') {
-            snprintf(err, errlen, "unknown option '%s' (usage: shardlm %s JOB.ini [--set "
-                     "section.key=value ...])", argv[i], argv[0]);
+            snprintf(err, errlen, "unknown option '%s' (usage: shardlm %s %s)", argv[i],
+                     argv[0], usage);
             return -1;
         } else if (*job) {
             snprintf(err, errlen, "more than one job file given ('%s' and '%s')", *job, argv[i]);
@@ -765,10 +844,42 @@ static int parse_job_args(int argc, char **argv, const char **job, int *n_sets, 
         }
     }
     if (!*job) {
-        snprintf(err, errlen, "no job file given (usage: shardlm %s JOB.ini [--set "
-                 "section.key=value ...])", argv[0]);
+        snprintf(err, errlen, "no job file given (usage: shardlm %s %s)", argv[0], usage);
         return -1;
     }
+    return 0;
+}
+
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen);
+int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
+    int rc = load_forward_weights(r, ckpt, what, whatlen);
+    startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(llama_init_count());
+    return rc;
+}
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
+    const job_config *c = &r->cfg;
+    char err[1536] = "", path[2048] = "";
+    if (!ckpt) {
+        if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
+            return all_ranks_ok(0, err);
+        if (path[0]) ckpt = path;
+        else if (c->init_from[0]) ckpt = c->init_from;
+    }
+    if (!ckpt) {
+        snprintf(what, whatlen, "freshly initialised weights (train.seed = %llu)",
+                 (unsigned long long)c->seed);
+        if (r->rank == 0)
+            printf("note: %s: no --ckpt, checkpoint (checkpoint.resume, checkpoint.dir) or "
+                   "model.init_from: the model has %s\n", c->path, what);
+        startup_set_weights(STARTUP_WEIGHTS_SEED); /* run_setup deferred it */
+        fsdp_init_weights(r->engine, c->seed);
+        return 0;
+    }
+    startup_set_weights(ckpt == path ? STARTUP_WEIGHTS_RESUME : STARTUP_WEIGHTS_IMPORT);
+    snprintf(what, whatlen, "%s", ckpt);
+    if (checkpoint_init_from(r->engine, &r->topo, &c->model, ckpt, err, sizeof err) != 0)
+        return all_ranks_ok(0, err);
     return 0;
 }
 
@@ -777,12 +888,18 @@ static int job_command(int argc, char **argv, int training) {
      * installed before MPI_Init by the CLI, again here for other callers (idempotent);
      * eval keeps the default action */
     if (training) shlm_signals_install();
-    const char *job;
+    const char *job, *ckpt = NULL;
     int n_sets;
     char **sets;
     char err[1536] = "";
-    int ok = parse_job_args(argc, argv, &job, &n_sets, &sets, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) {
+    int parsed = parse_job_args(argc, argv, &job, training ? NULL : &ckpt, &n_sets, &sets, err,
+                                sizeof err);
+    if (parsed == 1) {
+        if (shlm_rank() <= 0) fputs(training ? train_usage : eval_usage, stdout);
+        free(sets);
+        return 0;
+    }
+    if (all_ranks_ok(parsed == 0, err)) {
         free(sets);
         return 2;
     }
@@ -794,30 +911,37 @@ static int job_command(int argc, char **argv, int training) {
     free(sets);
     int rc = 0, lock_fd = -1;
     ckpt_state st;
+    char what[2100];
+    if (training && r.rank == 0 && !r.cfg.ckpt_dir[0])
+        printf("note: checkpoint.dir is not set: the weights this run trains will not be kept "
+               "(set checkpoint.dir to save them)\n");
     /* the step line, metrics.jsonl, Prometheus, telemetry, the summary: a bad log.* key is
      * refused before any weight is read */
     watch *w = NULL;
     if (training && watch_open(&w, &r) != 0) {
         rc = 1;
     } else if (training &&
-        checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &lock_fd, err, sizeof err) != 0) {
+               checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {
         /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
         all_ranks_ok(0, err);
         rc = 1;
-    } else if (load_initial(&r, training, &st) != 0) {
-        rc = 1;
     } else if (training) {
-        rc = train_loop(&r, &st, w) == 0 ? 0 : 1;
+        rc = load_initial(&r, &st) != 0 ? 1 : train_loop(&r, &st, w) == 0 ? 0 : 1;
+        if (rc == 0 && r.rank == 0 && !r.cfg.ckpt_dir[0])
+            printf("note: the trained weights were not kept: checkpoint.dir is not set\n");
     } else if (!r.have_val) {
         snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
         rc = all_ranks_ok(0, err) ? 1 : 0;
+    } else if (run_load_weights(&r, ckpt, what, sizeof what) != 0) {
+        rc = 1;
     } else {
-        double loss = NAN;
+        double loss = NAN, scored = 0;
         if (r.rank == 0) startup_print(stdout, "the evaluation");
-        if (run_validate(&r, &loss) != 0) rc = 1;
+        if (run_validate(&r, &loss, &scored) != 0) rc = 1;
         else if (r.rank == 0)
-            printf("eval: %s: mean loss %.4f nats/token, perplexity %.3f\n", r.cfg.data_val, loss,
-                   exp(loss));
+            printf("eval: %s: %.0f tokens scored (windows of %d), mean loss %.6f nats/token, "
+                   "perplexity %.4f; weights: %s\n", r.cfg.data_val, scored, r.cfg.seq_len, loss,
+                   exp(loss), what);
     }
     watch_close(w);
     checkpoint_dir_close(&lock_fd);

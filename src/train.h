@@ -10,7 +10,9 @@
 #include "src/config.h"
 #include "src/data_loader.h"
 #include "src/fsdp.h"
+#include "src/hf_files.h"
 #include "src/llama.h"
+#include "src/tokenizer.h"
 #include "src/topology.h"
 
 typedef struct run {
@@ -24,6 +26,9 @@ typedef struct run {
     int have_val;
     fsdp_engine *engine;
     llama_model *model;
+    tokenizer *tok;           /* data.tokenizer (every rank opens it) */
+    hf_files hf;              /* training: the model's and tokenizer's Hugging Face files,
+                               * kept in every checkpoint for export */
     int grad_accum;           /* micro-batches per rank per step */
 } run;
 
@@ -32,13 +37,30 @@ typedef struct run {
  * returned on every rank. */
 int all_ranks_ok(int ok, const char *msg);
 
-/* Loads the job and builds everything; returns 0 or -1 (message already printed). */
+/* Loads the job and builds everything; returns 0 or -1 (message already printed).
+ * need_train_data = 0: a forward-only command (eval, generate: JOB_FORWARD, an engine
+ * without gradients or moments, no activations kept for a backward). */
 int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train_data);
 void run_teardown(run *r);
 
+/* 0 when the job's tokenizer spells only ids the model has (its vocabulary is at most
+ * model.vocab_size), else -1 with one line naming the tokenizer's file and the model's
+ * source. Local. run_setup checks it where the job names a tokenizer (data.tokenizer, or
+ * model.init_from's), or a training run will sample text; generate checks it for a text
+ * prompt. */
+int run_check_tokenizer(const run *r, char *err, size_t errlen);
+
+/* The weights of a forward-only command: ckpt (generate/eval --ckpt: a checkpoint file
+ * or directory, or a Hugging Face directory) when not NULL, else checkpoint.resume's
+ * (auto: checkpoint.dir's latest), else model.init_from's, else the seed's
+ * initialisation, which rank 0 says. what receives the source, for messages. Collective;
+ * returns 0, or -1 (message printed). */
+int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen);
+
 /* Mean loss over the validation set (or its first eval_batches micro-batches) into
- * *loss. Collective; returns 0, or -1 on every rank (message printed once) when a rank's
+ * *loss, and the number of targets scored (masked ones are not) into *scored (may be
+ * NULL). Collective; returns 0, or -1 on every rank (message printed once) when a rank's
  * token file changed under the run. */
-int run_validate(run *r, double *loss);
+int run_validate(run *r, double *loss, double *scored);
 
 #endif

@@ -2,13 +2,16 @@
  * of DESIGN.md "Strategies" and "Prefetch"; run by tests/fsdp_trace.sh.
  *
  *   check_trace [--strategy FULL_SHARD|HYBRID_SHARD|SHARD_GRAD_OP] [--no-prefetch]
- *               [--micro-per-step N] TRACE.jsonl...
+ *               [--micro-per-step N] [--tied] TRACE.jsonl...
  *
- * A pass is the run of compute events that starts at unit 0: units 0, 1, ..., H in
- * forward (H, the head, also runs its own backward there), then H-1, ..., 1 in backward
- * (the embedding's backward needs no parameters). The "serving issue" of a compute is
- * the last gather_issue of its unit before it. Rules, each counted and reported:
- *   structure  every pass computes 0..H, then H-1..1 (or stops at H: forward only)
+ * A pass is the run of compute events that starts at unit 0: units 0, 1, ..., L (the
+ * embedding and the blocks) in forward, then the head (unit L+1; with --tied, tied
+ * embeddings, unit 0 again), which also runs its own backward there, then L, ..., 1 in
+ * backward (the embedding's backward needs no parameters). The "serving issue" of a
+ * compute is the last gather_issue of its unit before it. Rules, each counted and
+ * reported:
+ *   structure  every pass computes 0..L, the head, then L..1 (or stops at the head:
+ *              forward only)
  *   prefetch   the next compute's serving issue comes before this compute (forward:
  *              i+1 before i computes, backward: i-1 before i computes); with
  *              --no-prefetch the opposite must hold (issue after the compute)
@@ -24,7 +27,7 @@
  *   reduced    every reduce_issue has a reduce_done before the unit's next
  *              reduce_issue and before the first compute of the next step (with
  *              --micro-per-step N: N passes a step); each backward pass reduces
- *              every unit once
+ *              every unit once, a tied embedding twice (the head's part, the lookup's)
  * Exit status: 0 every rule holds in every file, 1 a rule is broken, 2 bad usage or
  * an unreadable trace. */
 #include <stdarg.h>
@@ -57,8 +60,19 @@ typedef struct trace {
 typedef struct pass {
     size_t *comp;
     int n_comp;
-    int backward; /* computes H-1..1 after the head */
+    int backward; /* computes L..1 after the head */
 } pass;
+
+/* The units of a trace: L blocks (units 1..L), the head's unit (L+1, or 0 when tied). */
+typedef struct shape {
+    int L, head, tied;
+} shape;
+
+/* The unit of compute #k of a pass: 0..L forward, the head, then L..1 backward; 2L+2
+ * computes with a backward, L+2 without. */
+static int unit_of_compute(const shape *sh, int k) {
+    return k <= sh->L ? k : k == sh->L + 1 ? sh->head : 2 * (sh->L + 1) - k;
+}
 
 typedef struct rule {
     const char *name;
@@ -158,65 +172,69 @@ static int any_between(const trace *t, size_t lo, size_t hi, int unit, int kind)
 }
 
 /* Splits the computes into passes and checks their order; returns the pass count. */
-static int split_passes(const trace *t, int H, pass **out) {
+static int split_passes(const trace *t, const shape *sh, pass **out) {
+    const int n_full = 2 * (sh->L + 1), n_fwd = sh->L + 2;
     int n_pass = 0, cap = 0;
     pass *ps = NULL;
     for (size_t i = 0; i < t->n; i++) {
         if (t->ev[i].kind != EV_COMPUTE) continue;
-        if (t->ev[i].unit == 0 || n_pass == 0) {
+        /* unit 0 starts a pass, unless it is a tied head the pass is waiting for */
+        const int head_next = n_pass > 0 && sh->tied && ps[n_pass - 1].n_comp == sh->L + 1;
+        if ((t->ev[i].unit == 0 && !head_next) || n_pass == 0) {
             if (n_pass == cap) {
                 cap = cap ? 2 * cap : 64;
                 ps = realloc(ps, (size_t)cap * sizeof *ps);
                 if (!ps) exit(2);
             }
-            ps[n_pass].comp = malloc((size_t)(2 * H + 2) * sizeof(size_t));
+            ps[n_pass].comp = malloc((size_t)(n_full + 1) * sizeof(size_t));
             if (!ps[n_pass].comp) exit(2);
             ps[n_pass].n_comp = 0;
             ps[n_pass].backward = 0;
             n_pass++;
         }
         pass *p = &ps[n_pass - 1];
-        /* expected k-th compute: k for k <= H, then 2H - k */
         int k = p->n_comp;
-        int want = k <= H ? k : 2 * H - k;
-        int ok = k < 2 * H && t->ev[i].unit == want;
+        int want = unit_of_compute(sh, k);
+        int ok = k < n_full && t->ev[i].unit == want;
         check(R_STRUCTURE, ok, "seq %zu: compute of unit %d, expected unit %d (compute #%d of "
-              "pass %d)", i, t->ev[i].unit, k < 2 * H ? want : -1, k, n_pass - 1);
-        if (k < 2 * H) p->comp[p->n_comp++] = i;
+              "pass %d)", i, t->ev[i].unit, k < n_full ? want : -1, k, n_pass - 1);
+        if (k < n_full) p->comp[p->n_comp++] = i;
     }
     for (int q = 0; q < n_pass; q++) {
         pass *p = &ps[q];
-        int ok = p->n_comp == H + 1 || p->n_comp == 2 * H;
+        int ok = p->n_comp == n_fwd || p->n_comp == n_full;
         check(R_STRUCTURE, ok, "pass %d has %d computes, expected %d (forward only) or %d", q,
-              p->n_comp, H + 1, 2 * H);
-        p->backward = p->n_comp == 2 * H;
+              p->n_comp, n_fwd, n_full);
+        p->backward = p->n_comp == n_full;
     }
     *out = ps;
     return n_pass;
 }
 
 /* Is compute #k of a pass a block's backward that SHARD_GRAD_OP serves from its forward? */
-static int kept_compute(strategy st, int k, int H) {
-    return st == ST_SHARD_GRAD_OP && k > H;
+static int kept_compute(strategy st, int k, const shape *sh) {
+    return st == ST_SHARD_GRAD_OP && k > sh->L + 1;
 }
 
-static int check_file(const trace *t, strategy st, int prefetch, int micro_per_step,
+static int check_file(const trace *t, strategy st, int prefetch, int micro_per_step, int tied,
                       int *max_gathered_out, int *n_pass_out, int *n_bwd_out) {
     cur_path = t->path;
-    int H = -1;
+    int H = -1; /* the largest unit */
     long n_issue = 0;
     for (size_t i = 0; i < t->n; i++) {
         if (t->ev[i].unit > H) H = t->ev[i].unit;
         n_issue += t->ev[i].kind == EV_GATHER_ISSUE;
     }
-    if (H < 2 || n_issue == 0) {
+    const shape sh = {tied ? H : H - 1, tied ? 0 : H, tied};
+    if (sh.L < 1 || n_issue == 0) {
         printf("  %s: %zu events, %ld gathers: nothing to check (a shard group of one "
                "rank serves the master weights directly; at least one block is needed)\n",
                t->path, t->n, n_issue);
         return -1;
     }
+    const int L = sh.L;
     pass *ps;
-    int n_pass = split_passes(t, H, &ps);
+    int n_pass = split_passes(t, &sh, &ps);
 
     /* prefetch and served, per pass */
     for (int q = 0; q < n_pass; q++) {
@@ -229,11 +247,11 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
                      !any_between(t, (size_t)iss, c, u, EV_FREE);
             check(R_SERVED, ok, "seq %zu: compute of unit %d (pass %d) not served by a waited, "
                   "unfreed gather (issue at seq %ld)", c, u, q, iss);
-            if (k + 1 >= p->n_comp || kept_compute(st, k + 1, H)) continue;
+            if (k + 1 >= p->n_comp || kept_compute(st, k + 1, &sh)) continue;
             size_t c2 = p->comp[k + 1];
             int u2 = t->ev[c2].unit;
             long iss2 = last_between(t, 0, c2, u2, EV_GATHER_ISSUE);
-            const char *phase = k < H ? "forward" : "backward";
+            const char *phase = k <= L ? "forward" : "backward";
             if (prefetch)
                 check(R_PREFETCH, iss2 >= 0 && (size_t)iss2 < c,
                       "pass %d %s: gather_issue of unit %d (seq %ld) is not before the compute "
@@ -245,8 +263,8 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
         }
         /* blocks between their forward and backward computes */
         if (!p->backward) continue;
-        for (int b = 1; b < H; b++) {
-            size_t f = p->comp[b], w = p->comp[2 * H - b];
+        for (int b = 1; b <= L; b++) {
+            size_t f = p->comp[b], w = p->comp[2 * (L + 1) - b];
             int freed = any_between(t, f, w, b, EV_FREE);
             int regathered = any_between(t, f, w, b, EV_GATHER_ISSUE);
             if (st == ST_SHARD_GRAD_OP)
@@ -267,7 +285,7 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
     long *red_count = calloc((size_t)H + 1, sizeof(long));
     if (!issued || !gathered || !red_open || !red_count) exit(2);
     for (int u = 0; u <= H; u++) red_open[u] = -1;
-    int n_gathered = 0, max_gathered = 0, pass_no = -1;
+    int n_gathered = 0, max_gathered = 0, pass_no = -1, next_pass = 0;
     for (size_t i = 0; i < t->n; i++) {
         const event *e = &t->ev[i];
         const int u = e->unit;
@@ -290,7 +308,8 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
             if (gathered[u]) gathered[u] = 0, n_gathered--;
             break;
         case EV_COMPUTE:
-            if (u == 0) {
+            if (next_pass < n_pass && i == ps[next_pass].comp[0]) { /* a pass starts */
+                next_pass++;
                 pass_no++;
                 /* a new step: every reduction of the last one is complete */
                 if (micro_per_step > 0 && pass_no > 0 && pass_no % micro_per_step == 0)
@@ -324,8 +343,10 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
         check(R_WAITED, !issued[u], "end of trace: the gather of unit %d was never waited on", u);
         check(R_REDUCED, red_open[u] < 0, "end of trace: the reduce of unit %d (seq %ld) never "
               "done", u, red_open[u]);
-        check(R_REDUCED, red_count[u] == n_bwd, "unit %d reduced %ld times in %d backward "
-              "passes", u, red_count[u], n_bwd);
+        /* a tied embedding gets the head's part and the lookup's */
+        const int parts = tied && u == 0 ? 2 : 1;
+        check(R_REDUCED, red_count[u] == (long)parts * n_bwd, "unit %d reduced %ld times in %d "
+              "backward passes, expected %d each", u, red_count[u], n_bwd, parts);
     }
     for (int q = 0; q < n_pass; q++) free(ps[q].comp);
     free(ps);
@@ -341,13 +362,13 @@ static int check_file(const trace *t, strategy st, int prefetch, int micro_per_s
 
 static void usage(void) {
     fprintf(stderr, "usage: check_trace [--strategy FULL_SHARD|HYBRID_SHARD|SHARD_GRAD_OP] "
-            "[--no-prefetch] [--micro-per-step N] TRACE.jsonl...\n");
+            "[--no-prefetch] [--micro-per-step N] [--tied] TRACE.jsonl...\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     strategy st = ST_FULL_SHARD;
-    int prefetch = 1, micro_per_step = 0, first = argc;
+    int prefetch = 1, micro_per_step = 0, tied = 0, first = argc;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--strategy") == 0 && i + 1 < argc) {
             const char *s = argv[++i];
@@ -357,6 +378,8 @@ int main(int argc, char **argv) {
             else usage();
         } else if (strcmp(argv[i], "--no-prefetch") == 0) {
             prefetch = 0;
+        } else if (strcmp(argv[i], "--tied") == 0) {
+            tied = 1;
         } else if (strcmp(argv[i], "--micro-per-step") == 0 && i + 1 < argc) {
             micro_per_step = atoi(argv[++i]);
             if (micro_per_step < 1) usage();
@@ -376,7 +399,7 @@ int main(int argc, char **argv) {
             continue;
         }
         int max_g, n_pass, n_bwd;
-        int H = check_file(&t, st, prefetch, micro_per_step, &max_g, &n_pass, &n_bwd);
+        int H = check_file(&t, st, prefetch, micro_per_step, tied, &max_g, &n_pass, &n_bwd);
         if (H < 0) nothing = 1;
         else
             printf("  %s: %zu events, units 0..%d, %d passes (%d with backward), at most %d "

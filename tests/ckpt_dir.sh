@@ -186,7 +186,7 @@ while [ $i -lt 600 ] && ! grep -q '^ *1/[0-9]* |' "$work/holder.out" && kill -0 
     i=$((i + 1))
 done
 if ! grep -q '^ *1/[0-9]* |' "$work/holder.out"; then
-    fail "the first run did not start training: $(tail -n 3 "$work/holder.err")"
+    fail "the holder run did not start training: $(tail -n 3 "$work/holder.err")"
 else
     train second 1 "$shared"
     refused second "$shared is in use by another run" "host $(hostname)" "pid $holder" "job " &&

@@ -54,7 +54,8 @@ def state_checksum(f):
         else:
             text = str(int(v))
         lines.append(f"{name}={text}\n")
-    paths = [f"/{g}/{n}" for g in ("model", "optim/exp_avg", "optim/exp_avg_sq") for n in f[g]]
+    groups = ("model", "optim/exp_avg", "optim/exp_avg_sq") + (("hf",) if "hf" in f else ())
+    paths = [f"/{g}/{n}" for g in groups for n in f[g]]
     for p in sorted(paths):
         d = f[p]
         lines.append(f"{p} {'x'.join(str(n) for n in d.shape)} {int(d.attrs['checksum']):016x}\n")
@@ -63,9 +64,16 @@ def state_checksum(f):
     return words_checksum(np.frombuffer(raw, dtype="<u4"))
 
 
-def hf_names(L):
-    names = {"model.embed_tokens.weight": ("V", "d"), "model.norm.weight": ("d",),
-             "lm_head.weight": ("V", "d")}
+def bytes_checksum(raw):
+    """A byte dataset's checksum: its bytes zero-padded to 32-bit little-endian words."""
+    raw = bytes(raw) + b"\0" * (-len(raw) % 4)
+    return words_checksum(np.frombuffer(raw, dtype="<u4"))
+
+
+def hf_names(L, tied):
+    names = {"model.embed_tokens.weight": ("V", "d"), "model.norm.weight": ("d",)}
+    if not tied:  # tied embeddings: the output projection is the embedding, stored once
+        names["lm_head.weight"] = ("V", "d")
     for l in range(L):
         p = f"model.layers.{l}."
         names[p + "input_layernorm.weight"] = ("d",)
@@ -88,7 +96,7 @@ def main(path):
                 "F": int(a["model.ffn_dim"]),
                 "q": int(a["model.n_heads"]) * int(a["model.head_dim"]),
                 "kv": int(a["model.n_kv_heads"]) * int(a["model.head_dim"])}
-        names = hf_names(int(a["model.n_layers"]))
+        names = hf_names(int(a["model.n_layers"]), int(a.get("model.tie_word_embeddings", 0)))
         print(f"ckpt_h5py: {path}: step {int(a['step'])}, tokens {int(a['tokens_seen'])}, "
               f"saved by {int(a['world_size'])} ranks {a['fsdp.strategy'].decode()}, "
               f"h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version})")
@@ -116,6 +124,12 @@ def main(path):
                     print(f"ckpt_h5py: FAIL: /{group}/{name} holds non-finite values")
                     bad += 1
                 n += 1
+        for name in (f["hf"] if "hf" in f else ()):  # Hugging Face files kept for export
+            d = f["hf"][name]
+            if d.dtype != np.uint8 or bytes_checksum(d[...].tobytes()) != int(d.attrs["checksum"]):
+                print(f"ckpt_h5py: FAIL: /hf/{name}: {d.dtype}, checksum does not match")
+                bad += 1
+            n += 1
         got, stored = state_checksum(f), int(a["state_checksum"])
         if got != stored:
             print(f"ckpt_h5py: FAIL: state checksum {got:#018x} != stored {stored:#018x}")

@@ -33,23 +33,6 @@ t="$SHLM_BUILDDIR/tests/test_ckpt_hf"
 
 . "$SHLM_SRCDIR/tests/lib.sh"
 test_begin ckpt_hf shlm-ckpt-hf
-# step NAME CMD...: runs CMD (printed), output in $work/NAME.log, shown on failure
-step() {
-    name=$1
-    shift
-    echo "+ $*"
-    "$@" >"$work/$name.log" 2>&1 </dev/null
-    rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "ckpt_hf: SKIP: no MPI launcher"
-        exit 77
-    fi
-    if [ $rc -ne 0 ]; then
-        tail -n 15 "$work/$name.log"
-        fail "$name exited with $rc"
-    fi
-    return $rc
-}
 
 # ---- the fixture as a Hugging Face directory ----
 hf="$work/hf"

@@ -13,7 +13,8 @@
 #  - soft, hard and external links between datasets are refused;
 #  - `ckpt info` with model.n_layers = 1e8 ends at once with the bound (no allocation
 #    from it, no out-of-memory), `ckpt verify` with n_heads = 0 likewise;
-#  - a format-1 file (no state checksum) still resumes; format 3 is refused.
+#  - a format-1 file (no state checksum) and a format-2 file (no tie_word_embeddings)
+#    still resume; format 4 is refused.
 # Skipped (77) without a python3 that has h5py and numpy (Debian: python3-h5py).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_metadata.sh
 set -u
@@ -62,7 +63,7 @@ resume_case() {
 
 # ---- the good checkpoint: 10 steps ----
 train good --set "checkpoint.dir=$work/ck" --set train.stop_after=10 ||
-    { tail -n 5 "$work/good.err"; fail "the first run failed"; exit 1; }
+    { tail -n 5 "$work/good.err"; fail "the 10-step run that makes the good checkpoint failed"; exit 1; }
 good="$work/ck/step_10.h5"
 "$h5py" "$SHLM_SRCDIR/tests/ckpt_h5py.py" "$good" >"$work/h5py.log" 2>&1 ||
     { cat "$work/h5py.log"; fail "h5py does not reproduce the state checksum"; }
@@ -129,8 +130,17 @@ elif ! grep -q "format 1: the state has no checksum to compare" "$work/v1.log"; 
 else
     echo "ckpt_metadata: ok: a format-1 checkpoint resumes (range-checked, no state checksum)"
 fi
-case_file v3 attr format_version 3
-resume_case v3 "checkpoint format version 3, this shardlm reads 1 to 2"
+case_file v2 v2
+train v2 --set "checkpoint.resume=$work/v2.h5" --set train.stop_after=12
+if [ $? -ne 0 ]; then
+    tail -n 3 "$work/v2.err"
+    fail "a format-2 checkpoint (before model.tie_word_embeddings) does not resume"
+else
+    echo "ckpt_metadata: ok: a format-2 checkpoint resumes (its state checksum without" \
+        "model.tie_word_embeddings)"
+fi
+case_file v4 attr format_version 4
+resume_case v4 "checkpoint format version 4, this shardlm reads 1 to 3"
 
 echo "ckpt_metadata: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "ckpt_metadata: work directory kept: $work"

@@ -10,6 +10,8 @@ that a range check, not the checksum, is what has to catch an edit.
   corrupt.py attr-float FILE NAME VALUE        replace it by a float attribute
   corrupt.py attr-int FILE NAME VALUE          replace it by an int64 attribute
   corrupt.py v1 FILE                           make it a format-1 file (no state checksum)
+  corrupt.py v2 FILE                           make it a format-2 file (untied, no
+                                               model.tie_word_embeddings), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -103,9 +105,17 @@ def main(argv):
             f.attrs[args[0]] = np.float64(args[1]) if cmd == "attr-float" else np.int64(args[1])
         elif cmd == "v1":
             for name in ("state_checksum", "state_checksum_text", "state_attributes",
-                         "skipped_in_a_row", "lr_decay_from", "lr_decay_lr"):
+                         "skipped_in_a_row", "lr_decay_from", "lr_decay_lr",
+                         "model.tie_word_embeddings"):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
+        elif cmd == "v2":
+            del f.attrs["model.tie_word_embeddings"]
+            names = f.attrs["state_attributes"].decode().split()
+            f.attrs["state_attributes"] = np.bytes_(
+                " ".join(n for n in names if n != "model.tie_word_embeddings"))
+            f.attrs.modify("format_version", np.int64(2))
+            restamp(f)
         elif cmd == "restamp":
             restamp(f)
         elif cmd == "poison":

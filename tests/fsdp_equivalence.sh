@@ -14,7 +14,10 @@
 # global_batch / ranks), activation checkpointing none/full/selective each in at least
 # three runs, prefetch off in one; plus FULL_SHARD on 3 ranks with model.vocab_size =
 # 259, so that no unit and not the parameter count divide by 3 (the padding path),
-# against its own 1-rank reference (global_batch 6, a multiple of 3).
+# against its own 1-rank reference (global_batch 6, a multiple of 3). Tied embeddings
+# (model.tie_word_embeddings = true: one tensor for the lookup and the output projection,
+# whose gradient parts meet in one shard) against their own 1-rank reference, every
+# strategy, within 1e-6 in fp32 (loss and gradient norm), plus one bf16 run.
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/fsdp_equivalence.sh
@@ -29,6 +32,7 @@ mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/equiv.ini"
 steps=50
 tol_fp32=1e-5
+tol_tied=1e-6
 tol_bf16=2e-2
 
 . "$SHLM_SRCDIR/tests/lib.sh"
@@ -88,10 +92,12 @@ if [ $rc -eq 77 ]; then
 fi
 run ref3 1 --set model.vocab_size=259 --set train.micro_batch=6 --set train.global_batch=6
 rc3=$?
-for r in ref ref3; do
+run reft 1 --set model.tie_word_embeddings=true --set train.micro_batch=8 --set train.global_batch=8
+rct=$?
+for r in ref ref3 reft; do
     n=$(wc -l <"$work/$r/metrics.jsonl" 2>/dev/null || echo 0)
     if { [ $r = ref ] && [ $rc -ne 0 ]; } || { [ $r = ref3 ] && [ $rc3 -ne 0 ]; } ||
-        [ "$n" -ne $steps ]; then
+        { [ $r = reft ] && [ $rct -ne 0 ]; } || [ "$n" -ne $steps ]; then
         tail -n 20 "$work/$r.log"
         echo "fsdp_equivalence: FAIL: the 1-rank reference $r did not run $steps steps" \
             "(log $work/$r.log)"
@@ -138,6 +144,12 @@ full_2r_accum_bf16   2 ref  bf16 2,1 fsdp.strategy=FULL_SHARD    train.micro_bat
 sgo_4r_bf16          4 ref  bf16 4,1 fsdp.strategy=SHARD_GRAD_OP train.micro_batch=2 fsdp.activation_checkpointing=full fsdp.param_dtype=bf16
 noshard_2r_rbf16     2 ref  bf16 1,2 fsdp.strategy=NO_SHARD      train.micro_batch=4 fsdp.activation_checkpointing=full fsdp.reduce_dtype=bf16
 hybrid_2x2_bf16_rbf16 4 ref bf16 2,2 fsdp.strategy=HYBRID_SHARD  train.micro_batch=2 fsdp.activation_checkpointing=selective fsdp.param_dtype=bf16 fsdp.reduce_dtype=bf16 runtime.ranks_per_node=2
+tied_full_4r_accum   4 reft tied 4,1 fsdp.strategy=FULL_SHARD    train.micro_batch=1 fsdp.activation_checkpointing=none model.tie_word_embeddings=true
+tied_hybrid_2x2_accum 4 reft tied 2,2 fsdp.strategy=HYBRID_SHARD train.micro_batch=1 fsdp.activation_checkpointing=selective runtime.ranks_per_node=2 model.tie_word_embeddings=true
+tied_sgo_2r_accum    2 reft tied 2,1 fsdp.strategy=SHARD_GRAD_OP train.micro_batch=2 fsdp.activation_checkpointing=full model.tie_word_embeddings=true
+tied_noshard_2r      2 reft tied 1,2 fsdp.strategy=NO_SHARD      train.micro_batch=4 fsdp.activation_checkpointing=none model.tie_word_embeddings=true
+tied_full_2r_nopf    2 reft tied 2,1 fsdp.strategy=FULL_SHARD    train.micro_batch=4 fsdp.prefetch=false model.tie_word_embeddings=true
+tied_full_2r_bf16    2 reft bf16 2,1 fsdp.strategy=FULL_SHARD    train.micro_batch=1 fsdp.param_dtype=bf16 fsdp.reduce_dtype=bf16 model.tie_word_embeddings=true
 "
 
 table="$work/table.txt"
@@ -156,7 +168,7 @@ while read -r name np ref prec sr sets; do
     [ -n "$d" ] || d=missing
     g=$(maxrel grad_norm "$work/$ref/metrics.jsonl" "$work/$name/metrics.jsonl" 2>/dev/null)
     [ -n "$g" ] || g=missing
-    if [ "$prec" = fp32 ]; then tol=$tol_fp32; else tol=$tol_bf16; fi
+    case $prec in fp32) tol=$tol_fp32 ;; tied) tol=$tol_tied ;; *) tol=$tol_bf16 ;; esac
     verdict=PASS
     if [ $rc -ne 0 ]; then
         verdict="FAIL (exit $rc)"
@@ -166,7 +178,7 @@ while read -r name np ref prec sr sets; do
         verdict="FAIL (steps missing)"
     elif awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d > t) }'; then
         verdict="FAIL (loss > $tol)"
-    elif [ "$prec" = fp32 ] && awk -v d="$g" -v t="$tol" 'BEGIN { exit !(d > t) }'; then
+    elif [ "$prec" != bf16 ] && awk -v d="$g" -v t="$tol" 'BEGIN { exit !(d > t) }'; then
         verdict="FAIL (grad_norm > $tol)"
     elif [ "$prec" = bf16 ] && awk -v d="$d" -v t="$tol_fp32" 'BEGIN { exit !(d <= t) }'; then
         verdict="FAIL (loss <= $tol_fp32: bf16 not in effect?)"
@@ -183,8 +195,9 @@ while read -r name np ref prec sr sets; do
 done <"$work/matrix.txt"
 
 echo
-echo "# every step against the 1-rank run ($steps steps; ref3: vocab 259, global_batch 6):"
-echo "# max relative difference of the loss (judged) and of grad_norm (judged in fp32 only)"
+echo "# every step against the 1-rank run ($steps steps; ref3: vocab 259, global_batch 6;"
+echo "# reft: tied embeddings): max relative difference of the loss (judged) and of"
+echo "# grad_norm (judged in fp32 only)"
 printf '# %-20s %3s  %-4s %5s  %-10s %-10s %-6s %s\n' run ranks ref SxR loss_diff \
     gnorm_diff tol verdict
 cat "$table"

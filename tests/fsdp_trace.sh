@@ -9,6 +9,11 @@
 #   FULL_SHARD, 2 ranks, prefetch off      each gather issued only after the previous
 #                                          unit computed; and the prefetch rule must
 #                                          reject it (so the check can fail)
+#   tied embeddings: FULL_SHARD 2 ranks,   the head is unit 0 again (gathered twice a
+#   HYBRID_SHARD 2 x 2, SHARD_GRAD_OP 2    pass, kept by SHARD_GRAD_OP), still at most two
+#                                          units gathered, unit 0 reduced twice per
+#                                          backward; read as untied, the structure rule
+#                                          must reject it
 # Every run uses 2 micro-batches a step, so reductions are checked at step boundaries.
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand from a
@@ -127,6 +132,22 @@ if trace full_2r_noprefetch 2 --set fsdp.strategy=FULL_SHARD --set fsdp.prefetch
     expect 0 full_2r_noprefetch "" --strategy FULL_SHARD --no-prefetch
     echo "(negative: without prefetch the prefetch rule must fail)"
     expect 1 full_2r_noprefetch prefetch --strategy FULL_SHARD
+fi
+
+tie="--set model.tie_word_embeddings=true"
+# shellcheck disable=SC2086 # one --set, two words
+if trace tied_full_2r 2 --set fsdp.strategy=FULL_SHARD $tie; then
+    expect 0 tied_full_2r "" --strategy FULL_SHARD --tied
+    echo "(negative: a tied schedule read as untied must break the structure rule)"
+    expect 1 tied_full_2r structure --strategy FULL_SHARD
+fi
+# shellcheck disable=SC2086
+if trace tied_hybrid_2x2 4 --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2 $tie; then
+    expect 0 tied_hybrid_2x2 "" --strategy HYBRID_SHARD --tied
+fi
+# shellcheck disable=SC2086
+if trace tied_sgo_2r 2 --set fsdp.strategy=SHARD_GRAD_OP $tie; then
+    expect 0 tied_sgo_2r "" --strategy SHARD_GRAD_OP --tied
 fi
 
 t_end=$(date +%s)

@@ -98,3 +98,29 @@ wait_step() {
     done
     lines "$1"
 }
+
+# skip_without_launcher RC: a status of 77 (tests/mpi_test.sh found no MPI launcher) ends
+# the test as skipped, removing $work
+skip_without_launcher() {
+    if [ "$1" -eq 77 ]; then
+        echo "$test_name: SKIP: no MPI launcher"
+        rm -rf "$work"
+        exit 77
+    fi
+}
+
+# step NAME CMD...: runs CMD (printed), its output in $work/NAME.log (the tail shown on
+# failure, which fail() counts); returns its status (77 skips the test)
+step() {
+    st_name=$1
+    shift
+    echo "+ $*"
+    "$@" >"$work/$st_name.log" 2>&1 </dev/null
+    st_rc=$?
+    skip_without_launcher $st_rc
+    if [ $st_rc -ne 0 ]; then
+        tail -n 15 "$work/$st_name.log"
+        fail "$st_name exited with $st_rc"
+    fi
+    return $st_rc
+}

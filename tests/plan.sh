@@ -2,7 +2,7 @@
 # `shardlm plan` against the paper arithmetic and against what `shardlm train` really
 # allocates and sends: (a) llama2-7b's sharded state is 16 P / S; (b) the start-up memory
 # line and the per-step comm line of small FULL_SHARD / HYBRID_SHARD runs on 2 and 4 ranks
-# equal plan's rows; (c) activation checkpointing none > selective > full, each equal to
+# equal plan's rows, tied embeddings included; (c) activation checkpointing none > selective > full, each equal to
 # plan's row, with identical losses; (d) llama2-70b on 1024 ranks plans in under 2 s;
 # (e) plan's own errors.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
@@ -145,6 +145,24 @@ if grep -q 'shard group 2 x replica group 2' "$T/hybrid4.plan" &&
 else
     fail "HYBRID_SHARD on 4 ranks, 2 per node: expected shard group 2 x replica group 2 and" \
         "non-zero replica_group_bytes"
+fi
+
+# tied embeddings: unit 0 (embedding and output projection) is gathered again for the head
+# and reduced twice per micro-batch (SHARD_GRAD_OP keeps it gathered)
+tie="--set model.tie_word_embeddings=true"
+# shellcheck disable=SC2086 # one --set, two words
+train_vs_plan tied_full4accum 4 $tie --set train.global_batch=8
+# shellcheck disable=SC2086
+train_vs_plan tied_hybrid4accum 4 $tie --set fsdp.strategy=HYBRID_SHARD \
+    --set runtime.ranks_per_node=2 --set train.global_batch=8
+# shellcheck disable=SC2086
+train_vs_plan tied_sgo2accum 2 $tie --set fsdp.strategy=SHARD_GRAD_OP --set train.global_batch=4
+if [ -n "$(field sharded_state_bytes "$T/tied_full4accum.train")" ] &&
+    [ "$(field sharded_state_bytes "$T/tied_full4accum.train")" -lt \
+        "$(field sharded_state_bytes "$T/full4accum.train")" ]; then
+    ok "tied embeddings: less sharded state than the untied model (no lm_head.weight)"
+else
+    fail "tied embeddings: sharded_state_bytes not below the untied model's"
 fi
 
 # ---- (c) activation checkpointing: less memory, the same losses ----

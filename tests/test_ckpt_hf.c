@@ -142,7 +142,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     jc.text = "[test] test_ckpt_hf import";
     snprintf(jc.path, sizeof jc.path, "test_ckpt_hf");
     ckpt_state st = {.seed = 7, .global_batch = B, .seq_len = T, .steps = 1, .lr_decay_from = -1};
-    CHECK(checkpoint_save(e, &topo, &jc, &st, ckdir, 0, err, sizeof err) == 0, "save: %s", err);
+    CHECK(checkpoint_save(e, &topo, &jc, &st, NULL, ckdir, 0, err, sizeof err) == 0, "save: %s", err);
     free(ids);
     free(tg);
     free(want);

@@ -223,8 +223,8 @@ static void test_errors(void) {
     expect_error("no preset, shape incomplete",
                  variant(3, "dim = 64\nn_heads = 4\nvocab_size = 256", NULL), 0, NULL,
                  "PATH: [model] needs a preset (tiny tinyllama-1b llama2-7b llama2-13b "
-                 "llama2-70b) or all of dim, n_layers, n_heads, ffn_dim, vocab_size; missing: "
-                 "n_layers, ffn_dim");
+                 "llama2-70b), all of dim, n_layers, n_heads, ffn_dim, vocab_size, or init_from "
+                 "a Hugging Face directory; missing: n_layers, ffn_dim");
     expect_error("unknown preset", variant(3, "preset = llama3-8b", NULL), 0, NULL,
                  "PATH:3: [model] preset = 'llama3-8b': unknown preset (known: tiny "
                  "tinyllama-1b llama2-7b llama2-13b llama2-70b)");
@@ -408,6 +408,11 @@ static void test_tokenizer_key(void) {
     if (rc == 0) job_config_free(&c);
     snprintf(model, sizeof model, "%s/jobs/model", dir);
     mkdir(model, 0700);
+    /* a directory model.init_from takes: a checkpoint directory's `latest` (the shape is
+     * then the job's preset) */
+    snprintf(want, sizeof want, "%s/latest", model);
+    FILE *latest = fopen(want, "w");
+    if (latest) fclose(latest);
     const char *with_init = variant(3, "preset = tiny\ninit_from = model", NULL);
     rc = load(with_init, 0, NULL, &c, err, sizeof err);
     check(rc == 0 && !strcmp(c.tokenizer, "bytes"),

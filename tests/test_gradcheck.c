@@ -1,5 +1,7 @@
-/* Whole-model gradient check: the backward pass of a tiny Llama (GQA, odd sizes)
- * against central finite differences of the loss, per coordinate and per direction. */
+/* Whole-model gradient check: the backward pass of a tiny Llama (GQA, odd sizes), with a
+ * separate lm_head and with tied embeddings (one tensor for the lookup and the output
+ * projection, its gradient the sum of both uses), against central finite differences of
+ * the loss, per coordinate and per direction. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +17,10 @@ static float loss_of(llama_model *m, const int32_t *x, const int32_t *y, int B, 
     return llama_forward(m, x, y, B, T, NULL, NULL, NULL);
 }
 
-int main(void) {
-    printf("# reproduce: tests/test_gradcheck\n");
-    llama_config c = {.dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 6,
-                      .ffn_dim = 19, .vocab_size = 23, .max_seq_len = 16, .norm_eps = 1e-5f,
-                      .rope_theta = 10000.0f, .init_std = 0.3f};
+/* Checks the model of shape c; returns the number of failed checks. */
+static int gradcheck(const llama_config *cfg) {
+    const llama_config c = *cfg;
+    printf("# %s embeddings\n", c.tie_word_embeddings ? "tied" : "untied");
     const int B = 2, T = 7, N = B * T;
     resident r;
     llama_layout_init(&r.lay, &c);
@@ -108,7 +109,23 @@ int main(void) {
     printf("%s directional derivative: finite difference %.6f, analytic %.6f, rel err %.2e\n",
            ok ? "ok  " : "FAIL", fd, dot, rel);
     llama_destroy(m);
-    printf("%s: %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS", fails,
-           worst);
+    for (int u = 0; u < r.lay.n_units; u++) free(r.params[u]), free(r.grads[u]), free(dir[u]);
+    free(r.params);
+    free(r.grads);
+    free(dir);
+    llama_layout_free(&r.lay);
+    printf("%s (%s): %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS",
+           c.tie_word_embeddings ? "tied" : "untied", fails, worst);
+    return fails;
+}
+
+int main(void) {
+    printf("# reproduce: tests/test_gradcheck\n");
+    llama_config c = {.dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 6,
+                      .ffn_dim = 19, .vocab_size = 23, .max_seq_len = 16, .norm_eps = 1e-5f,
+                      .rope_theta = 10000.0f, .init_std = 0.3f};
+    int fails = gradcheck(&c);
+    c.tie_word_embeddings = 1;
+    fails += gradcheck(&c);
     return fails ? 1 : 0;
 }

@@ -89,7 +89,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
                      .steps = 4, .lr_last = 1e-3, .lr_decay_from = -1};
     char dir[600];
     snprintf(dir, sizeof dir, "%s/template", fuzz_dir());
-    if (checkpoint_save(engine, &topo, &jc, &st, dir, 0, err, sizeof err) != 0) die("save", err);
+    if (checkpoint_save(engine, &topo, &jc, &st, NULL, dir, 0, err, sizeof err) != 0) die("save", err);
     job_config_free(&jc);
     char path[700];
     snprintf(path, sizeof path, "%s/step_1.h5", dir);

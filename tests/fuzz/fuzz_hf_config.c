@@ -28,7 +28,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char out[600];
     snprintf(out, sizeof out, "%s/out", fuzz_dir());
     mkdir(out, 0700);
-    rc = hf_config_write(out, &c, "float32", err, sizeof err);
+    rc = hf_config_write(out, &c, "float32", NULL, err, sizeof err);
     fuzz_check_error(rc, err, NULL, "hf_config_write");
     rc = rc == 0 ? hf_config_read(out, &back, err, sizeof err) : rc;
     fuzz_check_error(rc, err, NULL, "hf_config_read of what hf_config_write wrote");

@@ -1,6 +1,8 @@
 #!/bin/sh
 # Whole-model training steps on GPUs: the cuda backend (bf16 activations, NCCL) on 1 and
-# 2 GPUs with every strategy reproduces the cpu backend's fp32 loss curve.
+# 2 GPUs with every strategy reproduces the cpu backend's fp32 loss curve, with a separate
+# lm_head and with tied embeddings (model.tie_word_embeddings: the head gathers unit 0
+# again and its gradient is reduced in two parts).
 # Tolerance: 3e-2 relative per step (bf16 storage of activations and gathered weights
 # against fp32 everywhere); the 2-GPU runs must also agree with the 1-GPU run.
 # Usage: SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/model_steps.sh   (exit 77: no GPU)
@@ -41,6 +43,12 @@ run cuda1 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
 compare cuda1 cpu 3e-2
 SHLM_ATTN_SM90=0 run cuda1_mmasync 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
 compare cuda1_mmasync cpu 3e-2
+tie="--set model.tie_word_embeddings=true"
+# shellcheck disable=SC2086 # $tie: one --set, two words
+run cpu_tied 1 cpu $tie || exit 1
+# shellcheck disable=SC2086
+run cuda1_tied 1 cuda --set fsdp.strategy=FULL_SHARD $tie || fails=$((fails + 1))
+compare cuda1_tied cpu_tied 3e-2
 if [ "$ngpu" -ge 2 ]; then
     for st in FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD; do
         extra=""
@@ -52,6 +60,14 @@ if [ "$ngpu" -ge 2 ]; then
     done
     run cuda2_ac_bf16reduce 2 cuda --set fsdp.activation_checkpointing=selective --set fsdp.reduce_dtype=bf16 || fails=$((fails + 1))
     compare cuda2_ac_bf16reduce cpu 3e-2
+    for st in FULL_SHARD SHARD_GRAD_OP NO_SHARD HYBRID_SHARD; do
+        extra=""
+        [ "$st" = HYBRID_SHARD ] && extra="--set runtime.ranks_per_node=1"
+        # shellcheck disable=SC2086
+        run "cuda2_tied_$st" 2 cuda --set fsdp.strategy=$st $extra $tie || fails=$((fails + 1))
+        compare "cuda2_tied_$st" cpu_tied 3e-2
+        compare "cuda2_tied_$st" cuda1_tied 2e-2
+    done
     # gradient accumulation (2 micro-batches per rank and step): later micro-batches add
     # to the gradient shard the first one wrote
     GB=16
@@ -60,6 +76,11 @@ if [ "$ngpu" -ge 2 ]; then
     compare cuda2_accum cpu_gb16 3e-2
     run cuda2_accum_sgo 2 cuda --set fsdp.strategy=SHARD_GRAD_OP || fails=$((fails + 1))
     compare cuda2_accum_sgo cpu_gb16 3e-2
+    # shellcheck disable=SC2086
+    run cpu_gb16_tied 1 cpu $tie || exit 1
+    # shellcheck disable=SC2086
+    run cuda2_accum_tied 2 cuda --set fsdp.strategy=FULL_SHARD $tie || fails=$((fails + 1))
+    compare cuda2_accum_tied cpu_gb16_tied 3e-2
     GB=8
     # the same job twice gives the same losses bit for bit (exact resume relies on it),
     # and so does the job with the all-gathers on SM kernels instead of copy engines
@@ -78,21 +99,27 @@ if [ "$ngpu" -ge 2 ]; then
         echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
     fi
     # exact resume on GPUs: B stops after step 15 and saves, C resumes from it; steps
-    # 16-30 and the final state (every dataset's checksum) must equal the straight run A
+    # 16-30 and the final state (every dataset's checksum) must equal the straight run A;
+    # untied and tied (60 datasets: no lm_head.weight)
     ck="--set fsdp.strategy=FULL_SHARD --set checkpoint.every=0"
-    # shellcheck disable=SC2086
-    run ck_A 2 cuda $ck --set checkpoint.dir="$T/ckA" &&
-        run ck_B 2 cuda $ck --set checkpoint.dir="$T/ckB" --set train.stop_after=15 &&
-        run ck_C 2 cuda $ck --set checkpoint.dir="$T/ckB" || fails=$((fails + 1))
-    awk '$1 > 15' "$T/ck_A.loss" > "$T/ck_A.tail"
-    "$SHLM" ckpt info "$T/ckA" 2>&1 | grep ' 0x' > "$T/ck_A.sums"
-    "$SHLM" ckpt info "$T/ckB" 2>&1 | grep ' 0x' > "$T/ck_C.sums"
-    if [ "$(wc -l < "$T/ck_A.tail")" -eq 15 ] && cmp -s "$T/ck_A.tail" "$T/ck_C.loss" &&
-        [ -s "$T/ck_A.sums" ] && cmp -s "$T/ck_A.sums" "$T/ck_C.sums"; then
-        echo "ck_C (resumed at 15)   vs ck_A steps 16-30 and final checksums ($(wc -l < "$T/ck_A.sums")) bitwise identical PASS"
-    else
-        echo "ck_C (resumed at 15)   vs ck_A differ FAIL"; fails=$((fails + 1))
-    fi
+    for variant in ck "ckt $tie"; do
+        set -- $variant
+        p=$1
+        shift
+        # shellcheck disable=SC2086
+        run ${p}_A 2 cuda $ck "$@" --set checkpoint.dir="$T/${p}A" &&
+            run ${p}_B 2 cuda $ck "$@" --set checkpoint.dir="$T/${p}B" --set train.stop_after=15 &&
+            run ${p}_C 2 cuda $ck "$@" --set checkpoint.dir="$T/${p}B" || fails=$((fails + 1))
+        awk '$1 > 15' "$T/${p}_A.loss" > "$T/${p}_A.tail"
+        "$SHLM" ckpt info "$T/${p}A" 2>&1 | grep ' 0x' > "$T/${p}_A.sums"
+        "$SHLM" ckpt info "$T/${p}B" 2>&1 | grep ' 0x' > "$T/${p}_C.sums"
+        if [ "$(wc -l < "$T/${p}_A.tail")" -eq 15 ] && cmp -s "$T/${p}_A.tail" "$T/${p}_C.loss" &&
+            [ -s "$T/${p}_A.sums" ] && cmp -s "$T/${p}_A.sums" "$T/${p}_C.sums"; then
+            echo "${p}_C (resumed at 15)  vs ${p}_A steps 16-30 and final checksums ($(wc -l < "$T/${p}_A.sums")) bitwise identical PASS"
+        else
+            echo "${p}_C (resumed at 15)  vs ${p}_A differ FAIL"; fails=$((fails + 1))
+        fi
+    done
 else
     echo "model_steps: one GPU: the 2-GPU strategies were not run"
 fi

@@ -1,0 +1,94 @@
+#!/bin/sh
+# The PyTorch anchor (benchmarks/anchor/) on the CPU, where it checks itself and measures
+# nothing: torch_fsdp2.py builds shardlm's shapes (its parameter count equals `shardlm plan`'s
+# for every preset it knows, so both sides count the same FLOPs), trains the tiny shape on
+# 1 gloo rank (FULL_SHARD, no checkpointing) and 2 (SHARD_GRAD_OP, full checkpointing),
+# each printing one valid JSON line whose figures follow from its step times by shardlm's
+# formulas (tokens/s/GPU = micro-batch x seq / step; TFLOP/s = (6 N + 12 L d T) x tokens/s;
+# MFU = TFLOP/s / 989) and whose first loss is ln 256 within 0.1 (uniform predictions at
+# init, so the model and the loss are the real ones); ceilings.py and nccl_busbw.py at
+# their CPU sizes find 0 wrong results. Skipped without torch and transformers
+# (tests/pyenv.sh). By hand, from a build directory:
+#   SHLM=./shardlm SHLM_SRCDIR=SRC sh SRC/tests/anchor_cpu.sh
+set -u
+. "$SHLM_SRCDIR/tests/lib.sh"
+. "$SHLM_SRCDIR/tests/pyenv.sh"
+shlm_python torch transformers || { echo "anchor_cpu: SKIP"; exit 77; }
+test_begin anchor_cpu anchor
+anchor=$SHLM_SRCDIR/benchmarks/anchor
+export OMP_NUM_THREADS=1
+
+# the shapes: N from the anchor's model equals shardlm's
+for m in tiny tinyllama-1b llama2-7b llama2-13b; do
+    echo "+ $SHLM_PY $anchor/torch_fsdp2.py --model $m --count"
+    theirs=$("$SHLM_PY" "$anchor/torch_fsdp2.py" --model "$m" --count |
+        "$SHLM_PY" -c 'import json, sys; print(json.loads(sys.stdin.read())["n_params"])')
+    ours=$(printf '[model]\npreset = %s\n[train]\nseq_len = 128\nsteps = 1\n[data]\ntrain = x.bin\n' "$m" > "$work/$m.ini" &&
+        "$SHLM" plan "$work/$m.ini" --ranks 1 | sed -n 's/^# model [^:]*: \([0-9]*\) parameters.*/\1/p')
+    [ -n "$theirs" ] && [ "$theirs" = "$ours" ] ||
+        fail "$m: the anchor's model has ${theirs:-no} parameters, shardlm's ${ours:-no}"
+done
+
+# CHECK FILE MB WORLD STRATEGY AC: the run's JSON line against the formulas
+check_json() {
+    "$SHLM_PY" - "$@" <<'EOF'
+import json, math, sys
+path, mb, world, strategy, ac = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+lines = [l for l in open(path) if l.startswith("{")]
+assert len(lines) == 1, f"{len(lines)} JSON lines, want 1"
+r = json.loads(lines[0])
+want = dict(model="tiny", n_params=803968, seq=128, micro_batch=mb, world=world, strategy=strategy,
+            ac=ac, device="cpu", param_dtype="bf16", reduce_dtype="fp32", attn="sdpa",
+            weight_decay=0.1, grad_clip=1.0, lr=3e-4)
+for k, v in want.items():
+    assert r[k] == v, f"{k} = {r[k]!r}, want {v!r}"
+assert len(r["step_ms"]) == r["warmup"] + r["steps"] and all(t > 0 for t in r["step_ms"])
+timed = r["step_ms"][r["warmup"]:]
+mean = sum(timed) / len(timed)
+fpt = 6 * 803968 + 12 * 4 * 128 * 128
+checks = dict(step_ms_mean=mean, tokens_per_s_per_gpu=mb * 128 / (mean / 1000),
+              flops_per_token=fpt, tflops_per_gpu=fpt * mb * 128 / (mean / 1000) / 1e12)
+checks["mfu"] = checks["tflops_per_gpu"] / 989.0
+for k, v in checks.items():
+    assert math.isclose(r[k], v, rel_tol=1e-9), f"{k} = {r[k]}, want {v}"
+assert abs(r["losses"][0] - math.log(256)) < 0.1, f"first loss {r['losses'][0]}, want ln 256 = {math.log(256):.3f}"
+assert all(math.isfinite(x) for x in r["losses"] + r["grad_norms"])
+assert r["mem_peak_bytes"] > 0
+print(f"{path}: JSON line checked ({r['tokens_per_s_per_gpu']:.0f} tokens/s/GPU, loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f})")
+EOF
+}
+anchor_run() { # NAME WORLD ARGS...
+    name=$1 np=$2
+    shift 2
+    echo "+ $SHLM_PY -m torch.distributed.run --standalone --nproc-per-node=$np $anchor/torch_fsdp2.py $*"
+    timeout 300 "$SHLM_PY" -m torch.distributed.run --standalone --nproc-per-node="$np" \
+        "$anchor/torch_fsdp2.py" "$@" > "$work/$name.out" 2> "$work/$name.err"
+    ar_rc=$?
+    [ $ar_rc = 0 ] || { tail -n 5 "$work/$name.err"; fail "$name: exit status $ar_rc"; return 1; }
+}
+anchor_run one 1 --model tiny --device cpu --micro-batch 2 --warmup 1 --steps 2 --json "$work/one.json" &&
+    { check_json "$work/one.out" 2 1 FULL_SHARD none || fail "one: JSON line"; }
+anchor_run two 2 --model tiny --device cpu --micro-batch 1 --strategy SHARD_GRAD_OP --ac full \
+    --warmup 1 --steps 2 --json "$work/two.json" &&
+    { check_json "$work/two.out" 1 2 SHARD_GRAD_OP full || fail "two: JSON line"; }
+# --json FILE holds the same line as stdout
+[ -s "$work/one.json" ] && grep '^{' "$work/one.out" | cmp -s - "$work/one.json" ||
+    fail "--json FILE differs from the JSON line printed"
+# a bad argument: one error line, exit 2
+"$SHLM_PY" "$anchor/torch_fsdp2.py" --model tiny --micro-batch 0 > /dev/null 2> "$work/bad.err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l < "$work/bad.err")" = 1 ] && grep -q '^torch_fsdp2: error: ' "$work/bad.err" ||
+    fail "--micro-batch 0: exit $rc, stderr: $(cat "$work/bad.err")"
+
+echo "+ $SHLM_PY $anchor/ceilings.py --device cpu"
+"$SHLM_PY" "$anchor/ceilings.py" --device cpu > "$work/ceil.out" 2>&1 && grep -q '^# 0 wrong' "$work/ceil.out" ||
+    { cat "$work/ceil.out"; fail "ceilings.py --device cpu"; }
+echo "+ $SHLM_PY -m torch.distributed.run --standalone --nproc-per-node=2 $anchor/nccl_busbw.py --device cpu --sizes 64K"
+timeout 120 "$SHLM_PY" -m torch.distributed.run --standalone --nproc-per-node=2 "$anchor/nccl_busbw.py" \
+    --device cpu --sizes 64K > "$work/nb.out" 2>&1 &&
+    [ "$(grep -cE '^   (all_gather|reduce_scatter|all_reduce) ' "$work/nb.out")" = 6 ] &&
+    grep -q '^# 0 wrong' "$work/nb.out" || { cat "$work/nb.out"; fail "nccl_busbw.py --device cpu"; }
+
+[ $fails -eq 0 ] || { echo "anchor_cpu: $fails failure(s); work directory kept"; exit 1; }
+rm -rf "$work"
+echo "anchor_cpu: PASS ($(($(date +%s) - t_start)) s)"

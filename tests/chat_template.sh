@@ -1,0 +1,71 @@
+#!/bin/sh
+# Chat templates (src/chat_template.c) against transformers' apply_chat_template: SmolLM2's
+# ChatML template (from get-model.sh's directory) and Llama-2 chat's template
+# (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json, below) render every conversation
+# of a set (system or not, several turns, whitespace to strip, generation prompt or not,
+# roles that do not alternate) as transformers does, and refuse where it raises. Skipped
+# (77) without a python3 that has transformers, or without the model directory
+# ($SHLM_SMOLLM2, tests/pyenv.sh), whose tokenizer transformers renders with.
+#   SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/chat_template.sh
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
+SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
+. "$SHLM_SRCDIR/tests/pyenv.sh"
+. "$SHLM_SRCDIR/tests/lib.sh"
+if ! shlm_python transformers jinja2 >/dev/null; then
+    echo "chat_template: SKIP: $(shlm_python transformers jinja2)"
+    exit 77
+fi
+if [ ! -f "$SHLM_SMOLLM2/tokenizer_config.json" ]; then
+    echo "chat_template: SKIP: no $SHLM_SMOLLM2 (examples/smollm2/get-model.sh makes it)"
+    exit 77
+fi
+test_begin chat_template shlm-chat
+export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
+r="$SHLM_BUILDDIR/tests/test_chat_template"
+cat >"$work/conv.json" <<'JSON'
+[
+ {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true},
+ {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": false},
+ {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2+2?"}],
+  "add_generation_prompt": true},
+ {"messages": [{"role": "system", "content": "  spaced system  "}, {"role": "user", "content": "\n question \t"},
+               {"role": "assistant", "content": " answer \n"}, {"role": "user", "content": "again"}],
+  "add_generation_prompt": true},
+ {"messages": [{"role": "user", "content": "naïve café 😀\nline two"}, {"role": "assistant", "content": "ok"}],
+  "add_generation_prompt": false},
+ {"messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],
+  "add_generation_prompt": true},
+ {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "empty system"}],
+  "add_generation_prompt": true}
+]
+JSON
+"$SHLM_PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["chat_template"], end="")' \
+    "$SHLM_SMOLLM2/tokenizer_config.json" >"$work/smollm2.txt"
+# meta-llama/Llama-2-7b-chat-hf, tokenizer_config.json "chat_template"
+cat >"$work/llama2.txt" <<'TEMPLATE'
+{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}
+TEMPLATE
+printf '%s' "$(cat "$work/llama2.txt")" >"$work/llama2.trim" # no final newline
+for t in smollm2 llama2; do
+    src="$work/$t.txt"
+    [ $t = llama2 ] && src="$work/llama2.trim"
+    echo "+ $r render $src '<s>' '</s>' $work/conv.json"
+    if ! "$r" render "$src" '<s>' '</s>' "$work/conv.json" >"$work/$t.json" 2>"$work/$t.err"; then
+        cat "$work/$t.err"
+        fail "$t: test_chat_template render failed"
+        continue
+    fi
+    ref=-
+    [ $t = llama2 ] && ref="$work/llama2.trim"
+    echo "+ $SHLM_PY $SHLM_SRCDIR/tests/chat_template_ref.py $SHLM_SMOLLM2 $ref '<s>' '</s>' ..."
+    "$SHLM_PY" "$SHLM_SRCDIR/tests/chat_template_ref.py" "$SHLM_SMOLLM2" "$ref" '<s>' '</s>' \
+        "$work/conv.json" "$work/$t.json" || fail "$t: renderings differ from transformers'"
+done
+if [ "$fails" -ne 0 ]; then
+    echo "chat_template: FAIL ($fails); work directory kept: $work"
+    exit 1
+fi
+rm -rf "$work"
+echo "chat_template: PASS"

@@ -1,0 +1,96 @@
+#!/bin/sh
+# benchmarks/gpu_suite.sh where no GPU is: its --dry-run commands on 1, 2 and 8 GPUs (the
+# record pair at micro-batch 1 on one GPU and 2 on more, both sides with the same shape,
+# strategy and checkpointing; phases that need 2 GPUs left out on one; scaling over
+# 1,2,4,8), that it changes no GPU setting (nvidia-smi only queried) and keeps
+# NCCL_NVLS_ENABLE=0, one error line for a bad phase; then --cpu: the record pair, the
+# collectives and both scaling phases run for real at the tiny shape on 2 CPU ranks, and
+# the tables it prints agree with the results it recorded (the ratio is shardlm's tokens/s
+# over PyTorch's). The --cpu part needs torch and transformers (tests/pyenv.sh): without
+# them it is left out with a note. By hand, from a build directory:
+#   SHLM=./shardlm SHLM_SRCDIR=SRC sh SRC/tests/gpu_suite_cpu.sh
+set -u
+. "$SHLM_SRCDIR/tests/lib.sh"
+. "$SHLM_SRCDIR/tests/pyenv.sh"
+test_begin gpu_suite_cpu gpusuite
+suite=$SHLM_SRCDIR/benchmarks/gpu_suite.sh
+export TMPDIR=$work
+
+# ---- dry runs ----
+dry() { # GPUS PHASES...: the commands in $work/dry-GPUS.txt
+    g=$1
+    shift
+    echo "+ OUT=$work/dry bash $suite --dry-run --gpus $g $*"
+    OUT=$work/dry SHLM_BIN=$work/bin bash "$suite" --dry-run --gpus "$g" "$@" > "$work/dry-$g.txt" 2>&1 ||
+        fail "--dry-run --gpus $g: exit status $?: $(tail -n 3 "$work/dry-$g.txt")"
+}
+has() { grep -q -e "$2" "$work/dry-$1.txt" || fail "--gpus $1: no line matching '$2'"; }
+hasnt() { ! grep -q -e "$2" "$work/dry-$1.txt" || fail "--gpus $1: a line matches '$2'"; }
+for g in 1 2 8; do
+    dry $g all
+    mb=2
+    [ $g = 1 ] && mb=1
+    # the record pair: shardlm and both PyTorch modes at one shape
+    has $g "mpi_test.sh $g .*shardlm train .*llama2-7b.ini .*train.micro_batch=$mb .*train.global_batch=$((mb * g)) .*fsdp.strategy=FULL_SHARD --set fsdp.activation_checkpointing=none"
+    has $g "nproc-per-node=$g .*torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--name record-llama2-7b-torch-eager"
+    has $g "nproc-per-node=$g .*torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --name record-llama2-7b-torch-compile"
+    has $g "torch_fsdp2.py --model tinyllama-1b --seq 2048 --micro-batch 8 "
+    has $g "check_gpu.sh"
+    has $g "bench_kernels"
+    has $g "ceilings.py"
+done
+has 1 "^shard-grad-op: needs 2 or more GPUs"
+has 1 "^scaling: needs 2 or more GPUs"
+hasnt 1 "strong_scaling.sh"
+has 2 "torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch 2 --strategy SHARD_GRAD_OP --ac none"
+has 2 "mpi_test.sh 2 .*bench_comm --backend nccl"
+has 8 "strong_scaling.sh --ranks 1,2,4,8 .*--global-batch 16 "
+has 8 "strong_scaling.sh --weak --ranks 1,2,4,8 .*--global-batch 1 "
+# what the suite may ask nvidia-smi: -L, --query-gpu, topo -m; never a setting
+calls=$(grep 'nvidia-smi ' "$suite" | grep -v '^ *#' | grep -v 'nvidia-smi -L lists' |
+    grep -o 'nvidia-smi [^|)>;&]*' | sed 's/^nvidia-smi //')
+bad=$(printf '%s\n' "$calls" | grep -vE '^(-L|--query-gpu=|topo -m)')
+bad="$bad$(printf '%s\n' "$calls" | grep -E -e '(^| )-(pm|pl|lgc|rgc|lmc|rmc|ac|rac|mig|r|c|e)( |$)' \
+    -e '--(gpu-reset|persistence-mode|power-limit|lock-gpu-clocks|applications-clocks|compute-mode)')"
+[ "$(printf '%s\n' "$calls" | grep -c .)" -ge 4 ] || fail "fewer nvidia-smi calls found than the suite makes"
+[ -z "$bad" ] || fail "nvidia-smi called with something other than a query: $bad"
+grep -q '^export NCCL_NVLS_ENABLE=0$' "$suite" || fail "the suite does not export NCCL_NVLS_ENABLE=0"
+OUT=$work/dry bash "$suite" --dry-run --gpus 1 recrod > /dev/null 2> "$work/badphase.err"
+rc=$?
+[ $rc = 2 ] && [ "$(wc -l < "$work/badphase.err")" = 1 ] && grep -q "^gpu_suite: error: unknown phase 'recrod'" "$work/badphase.err" ||
+    fail "an unknown phase: exit $rc, stderr: $(cat "$work/badphase.err")"
+
+# ---- --cpu: every table from real runs ----
+if ! shlm_python torch transformers > "$work/py.txt"; then
+    echo "gpu_suite_cpu: note: $(cat "$work/py.txt"): the --cpu runs are left out"
+elif ! sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true > /dev/null 2>&1; then
+    echo "gpu_suite_cpu: note: no MPI launcher: the --cpu runs are left out"
+else
+    echo "+ OUT=$work/cpu PYTHON=$SHLM_PY bash $suite --cpu --repeat 1 record comm scaling weak-scaling"
+    OUT=$work/cpu PYTHON=$SHLM_PY MPIRUN=${MPIRUN:-mpirun} bash "$suite" --cpu --repeat 1 \
+        record comm scaling weak-scaling > "$work/cpu.txt" 2>&1
+    rc=$?
+    [ $rc = 0 ] || { tail -n 30 "$work/cpu.txt"; fail "--cpu: exit status $rc"; }
+    "$SHLM_PY" - "$work/cpu/results.jsonl" "$work/cpu.txt" <<'EOF' || fail "--cpu: results and tables disagree"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+out = open(sys.argv[2]).read().splitlines()
+train = {r["system"]: r for r in rows if r["kind"] == "train" and r["phase"] == "record"}
+assert set(train) == {"shardlm", "torch eager"}, f"record rows: {sorted(train)}"
+for r in train.values():
+    assert r["status"] == "ok" and r["tokens_per_s_per_gpu"] > 0 and r["gpus"] == 2 and r["mb"] == 2, r
+ratio = train["shardlm"]["tokens_per_s_per_gpu"] / train["torch eager"]["tokens_per_s_per_gpu"]
+line = [l for l in out if l.startswith("   record") and " torch eager " in l]
+assert len(line) == 1, f"{len(line)} table lines for the eager row"
+assert line[0].split()[-1] == f"{ratio:.3f}", f"table says {line[0].split()[-1]}, results {ratio:.3f}"
+comm = [r for r in rows if r["kind"] == "comm"]
+assert len(comm) == 3 * 2 * 2 and all(r["wrong"] == 0 and r["torch_busbw"] for r in comm), comm
+modes = sorted((r["mode"], r["gpus"]) for r in rows if r["kind"] == "scaling")
+assert modes == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], modes
+print(f"--cpu: {len(rows)} results; record ratio {ratio:.3f} as printed")
+EOF
+fi
+
+[ $fails -eq 0 ] || { echo "gpu_suite_cpu: $fails failure(s); work directory $work kept"; exit 1; }
+rm -rf "$work"
+echo "gpu_suite_cpu: PASS ($(($(date +%s) - t_start)) s)"

@@ -1,0 +1,139 @@
+/* src/chat_template.c: fixed renderings of ChatML and Llama-2 chat and the refusals (no
+ * arguments), and the renderer for tests/chat_template.sh, which compares it with
+ * transformers' apply_chat_template:
+ *   test_chat_template render TEMPLATE.txt BOS EOS CONVERSATIONS.json
+ * prints a JSON array with the rendering of each conversation ({"messages": [...],
+ * "add_generation_prompt": bool}) under the template recognised in TEMPLATE.txt. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "src/chat_template.h"
+
+static int fails = 0;
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
+    if (s) s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* Renders messages with t and compares with want (NULL: the rendering must fail with an
+ * error holding why). */
+static void expect(const char *what, const chat_template *t, const chat_message *m, int n,
+                   int gen, const char *want, const char *why) {
+    byte_buf out = {0};
+    char err[512] = "";
+    int rc = chat_render(t, m, n, gen, &out, err, sizeof err);
+    int ok = want ? rc == 0 && out.n == strlen(want) && memcmp(out.data, want, out.n) == 0
+                  : rc != 0 && strstr(err, why) != NULL;
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": got ", ok ? "" : (rc ? err : ""));
+    if (!ok && rc == 0) printf("     rendered '%.*s'\n     expected '%s'\n", (int)out.n, out.data, want);
+    fails += !ok;
+    free(out.data);
+}
+
+static void fixed(void) {
+    chat_template chatml, llama2, smol;
+    char err[512];
+    chat_template_named(&chatml, "chatml", err, sizeof err);
+    chat_template_named(&llama2, "llama2", err, sizeof err);
+    const char *smol_text =
+        "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+        "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+        "Hugging Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + "
+        "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '<|im_start|>assistant\\n' }}{% endif %}";
+    int rc = chat_template_recognise(&smol, smol_text, NULL, NULL, "smol", err, sizeof err);
+    printf("%s SmolLM2's template is ChatML with a default system message%s%s\n",
+           rc == 0 && smol.default_system ? "ok  " : "FAIL", rc ? ": " : "", rc ? err : "");
+    fails += rc != 0 || !smol.default_system;
+    const chat_message user[1] = {{"user", "Hi"}};
+    const chat_message sys_user_asst[3] = {{"system", "Be brief."}, {"user", " Hi "},
+                                           {"assistant", "Hello.\n"}};
+    expect("chatml, one user turn, generation prompt", &chatml, user, 1, 1,
+           "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", NULL);
+    expect("smollm2: its default system message first", &smol, user, 1, 0,
+           "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+           "Face<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n", NULL);
+    expect("smollm2: a system message of its own replaces it", &smol, sys_user_asst, 2, 0,
+           "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n", NULL);
+    expect("llama2: system block in the first turn, strip(), eos after the answer", &llama2,
+           sys_user_asst, 3, 1,
+           "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi [/INST] Hello. </s>", NULL);
+    const chat_message two_users[2] = {{"user", "a"}, {"user", "b"}};
+    expect("llama2 refuses two user turns in a row", &llama2, two_users, 2, 0, NULL, "alternate");
+    const chat_message tool[1] = {{"tool", "x"}};
+    expect("an unknown role is refused", &chatml, tool, 1, 0, NULL, "role 'tool'");
+    const chat_message late_system[2] = {{"user", "a"}, {"system", "b"}};
+    expect("a system message after the first is refused", &chatml, late_system, 2, 0, NULL,
+           "comes first");
+    chat_template other;
+    rc = chat_template_recognise(&other, "{{ messages[0]['content'] }}", "<s>", "</s>", "x.json",
+                                 err, sizeof err);
+    printf("%s another template is refused naming its file%s%s\n",
+           rc != 0 && strstr(err, "x.json") ? "ok  " : "FAIL", rc ? ": " : "", rc ? err : "");
+    fails += !(rc != 0 && strstr(err, "x.json"));
+    rc = chat_template_named(&other, "vicuna", err, sizeof err);
+    printf("%s an unknown template name is refused%s%s\n", rc ? "ok  " : "FAIL", rc ? ": " : "",
+           rc ? err : "");
+    fails += rc == 0;
+    chat_template_free(&smol);
+}
+
+static int render(const char *template_file, const char *bos, const char *eos,
+                  const char *conversations) {
+    char *text = slurp(template_file), *json = slurp(conversations), err[512];
+    cJSON *all = json ? cJSON_Parse(json) : NULL;
+    chat_template t;
+    if (!text || !cJSON_IsArray(all) ||
+        chat_template_recognise(&t, text, bos, eos, template_file, err, sizeof err) != 0) {
+        fprintf(stderr, "test_chat_template: %s\n", text && all ? err : "cannot read the inputs");
+        return 2;
+    }
+    cJSON *out = cJSON_CreateArray(), *conv;
+    cJSON_ArrayForEach(conv, all) {
+        const cJSON *msgs = cJSON_GetObjectItem(conv, "messages"), *m;
+        chat_message ms[16];
+        int n = 0;
+        cJSON_ArrayForEach(m, msgs) if (n < 16) {
+            ms[n].role = cJSON_GetStringValue(cJSON_GetObjectItem(m, "role"));
+            ms[n].content = cJSON_GetStringValue(cJSON_GetObjectItem(m, "content"));
+            n++;
+        }
+        byte_buf b = {0};
+        int gen = cJSON_IsTrue(cJSON_GetObjectItem(conv, "add_generation_prompt"));
+        if (chat_render(&t, ms, n, gen, &b, err, sizeof err) != 0) {
+            cJSON_AddItemToArray(out, cJSON_CreateNull());
+        } else {
+            byte_buf_append(&b, "", 1);
+            cJSON_AddItemToArray(out, cJSON_CreateString(b.data));
+        }
+        free(b.data);
+    }
+    char *s = cJSON_Print(out);
+    puts(s);
+    free(s);
+    cJSON_Delete(out);
+    cJSON_Delete(all);
+    chat_template_free(&t);
+    free(text);
+    free(json);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6 && strcmp(argv[1], "render") == 0) return render(argv[2], argv[3], argv[4], argv[5]);
+    printf("# reproduce: tests/test_chat_template\n");
+    fixed();
+    printf("%s: %d failure(s)\n", fails ? "FAIL" : "PASS", fails);
+    return fails ? 1 : 0;
+}
