@@ -3,7 +3,7 @@
 #  1. the step line shows step/total, elapsed and ETA; the start-up breakdown and the
 #     closing summary are printed; summary.json is written; every metrics.jsonl row has
 #     a UTC time, the run id and the job hash, and the straggler's rank and host;
-#  2. a second run into the same run_dir says it appends after the first run's rows, and
+#  2. a second run into the same run_dir says it appends after the earlier run's rows, and
 #     its rows carry another run id;
 #  3. MFU: n/a (null) on the cpu backend; against log.peak_tflops when set; against the
 #     device table for a device it knows (SHLM_TEST_DEVICE=NAME:MAJOR.MINOR pretends

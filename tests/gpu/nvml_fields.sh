@@ -3,7 +3,7 @@
 # on idle GPUs: the index, temperature (within 3 C), memory used (64 MiB), SM clock (15%
 # or 100 MHz), power (15% or 10 W), utilisation (10 points) and the volatile ECC totals
 # (equal; N/A alike) must agree, and the window must hold about ten samples (100 ms
-# interval over a second). Run by `make check-gpu`; exit 77 without a GPU or NVML.
+# interval over a second). Run by `make check-gpu`; exit 77 where no GPU or no NVML is found.
 #   BUILDDIR=. sh tests/gpu/nvml_fields.sh
 set -u
 B=${BUILDDIR:-.}

@@ -4,7 +4,7 @@
 # times the default rate) and = 0 (off), three runs each, alternating; the median of each
 # run's mean step time over steps 3..10. Fails when telemetry costs 0.5% or more.
 # A plain process (no mpirun: its binding to one core would slow the initialisation).
-# Run by `make check-gpu`; exit 77 without a GPU with room for the 7B step (~ 100 GiB).
+# Run by `make check-gpu`; exit 77 where no GPU has room for the 7B step (~ 100 GiB).
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/telemetry_overhead.sh
 set -u
 SHLM=${SHLM:-./shardlm}
