@@ -17,7 +17,8 @@
 #     --sbatch "OPTS"   more sbatch options for every job (--nodes=4 --time=12:00:00 ...)
 #     --dry-run         print the sbatch commands, submit nothing
 # Site values: the variables below, or SHLM_PARTITION, SHLM_ACCOUNT, SHLM_GPUS_PER_NODE in
-# the environment; LAUNCHER, NET_IF, SHARDLM (train.sbatch's) pass through to the jobs.
+# the environment; LAUNCHER, NET_IF, SHLM_SETUP, SHLM_WRAP, SHARDLM (train.sbatch's) pass
+# through to the jobs.
 # Prints one line per job and the scancel command that stops the whole chain.
 # Exit status: 0 all submitted, 1 a submission failed (the jobs submitted stay), 2 usage.
 set -u
@@ -26,6 +27,7 @@ set -u
 PARTITION=${SHLM_PARTITION:-}          # sbatch -p: the partition with the GPU nodes (empty: the default)
 ACCOUNT=${SHLM_ACCOUNT:-}              # sbatch -A: the allocation to charge (empty: your default)
 GPUS_PER_NODE=${SHLM_GPUS_PER_NODE:-}  # GPUs and ranks per node (empty: train.sbatch's #SBATCH values)
+SHLM_INSTALLED_BIN=                    # make install writes <bindir>/shardlm here: the default SHARDLM
 
 here=$(cd "$(dirname "$0")" && pwd)
 die() { echo "resume-chain.sh: error: $*" >&2; exit 2; }
@@ -85,7 +87,10 @@ has checkpoint.resume || chain+=(--set checkpoint.resume=auto)
 
 # one binary for the whole chain (train.sbatch's default, resolved now)
 if [ -z "${SHARDLM:-}" ]; then
-    if [ -x ./shardlm ]; then SHARDLM=$(pwd)/shardlm; else SHARDLM=$(command -v shardlm || true); fi
+    # under SHLM_WRAP (a container) the jobs run the container's shardlm
+    if [ -n "${SHLM_WRAP:-}" ]; then SHARDLM=shardlm
+    elif [ -n "$SHLM_INSTALLED_BIN" ]; then SHARDLM=$SHLM_INSTALLED_BIN
+    elif [ -x ./shardlm ]; then SHARDLM=$(pwd)/shardlm; else SHARDLM=$(command -v shardlm || true); fi
 fi
 [ -n "$SHARDLM" ] || [ $dry = 1 ] || die "no shardlm binary: set SHARDLM=/path/to/shardlm"
 export SHARDLM

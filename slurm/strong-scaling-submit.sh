@@ -21,7 +21,7 @@
 #                            merge DIR/nodes*/scaling.csv into DIR/scaling.csv, write
 #                            DIR/report.txt and DIR/scaling.png (what the last job runs)
 # Site values: the variables below or SHLM_PARTITION, SHLM_ACCOUNT, SHLM_GPUS_PER_NODE;
-# LAUNCHER (srun|mpirun), NET_IF, SHARDLM pass through to the jobs.
+# LAUNCHER (srun|mpirun), NET_IF, SHLM_SETUP, SHLM_WRAP, SHARDLM pass through to the jobs.
 # Exit status: 0 submitted (or reported), 1 a submission or the report failed, 2 usage.
 set -u
 
@@ -29,6 +29,7 @@ set -u
 PARTITION=${SHLM_PARTITION:-}          # sbatch -p: the partition with the GPU nodes (empty: the default)
 ACCOUNT=${SHLM_ACCOUNT:-}              # sbatch -A: the allocation to charge (empty: your default)
 GPUS_PER_NODE=${SHLM_GPUS_PER_NODE:-8} # GPUs per node (one rank each)
+SHLM_INSTALLED_BIN=                    # make install writes <bindir>/shardlm here: the default SHARDLM
 
 here=$(cd "$(dirname "$0")" && pwd)
 home=$(dirname "$here") # holds benchmarks/ (source tree or <prefix>/share/shardlm)
@@ -79,7 +80,10 @@ job=$(cd "$(dirname "$job")" && pwd)/$(basename "$job")
 [ -f "$home/benchmarks/strong_scaling.sh" ] || die "no $home/benchmarks/strong_scaling.sh next to $here"
 
 if [ -z "${SHARDLM:-}" ]; then
-    if [ -x ./shardlm ]; then SHARDLM=$(pwd)/shardlm; else SHARDLM=$(command -v shardlm || true); fi
+    # under SHLM_WRAP (a container) the jobs run the container's shardlm
+    if [ -n "${SHLM_WRAP:-}" ]; then SHARDLM=shardlm
+    elif [ -n "$SHLM_INSTALLED_BIN" ]; then SHARDLM=$SHLM_INSTALLED_BIN
+    elif [ -x ./shardlm ]; then SHARDLM=$(pwd)/shardlm; else SHARDLM=$(command -v shardlm || true); fi
 fi
 [ -n "$SHARDLM" ] || die "no shardlm binary: set SHARDLM=/path/to/shardlm"
 
@@ -90,7 +94,8 @@ max_ranks=$((max * rpn))
 sets=()
 for kv in "$@"; do [ "$kv" = --set ] || sets+=(--set "${kv#--set=}"); done
 if [ -z "$global" ]; then
-    plan=$("$SHARDLM" plan "$job" --ranks 1 "${sets[@]}" 2>&1) || die "shardlm plan failed: $plan"
+    # shellcheck disable=SC2086 # the wrapper's words
+    plan=$(${SHLM_WRAP:-} "$SHARDLM" plan "$job" --ranks 1 "${sets[@]}" 2>&1) || die "shardlm plan failed: $plan"
     mb=$(echo "$plan" | sed -n 's/^# micro_batch \([0-9]*\) x seq_len.*/\1/p')
     global=$(echo "$plan" | sed -n 's/.* global batch \([0-9]*\),.*/\1/p')
     [ -n "$mb" ] && [ -n "$global" ] || die "cannot read the batch from: $plan"

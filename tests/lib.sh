@@ -124,3 +124,66 @@ step() {
     fi
     return $st_rc
 }
+
+# steps FILE KEY: "step value" of every line of the metrics.jsonl FILE (values as
+# printed, %.9g: equal strings are equal numbers)
+steps() {
+    sed -n "s/.*\"step\": \([0-9]*\),.*\"$2\": \([^,}]*\).*/\1 \2/p" "$1"
+}
+
+# maxrel KEY REF RUN N: the largest |KEY - ref| / |ref| over the steps of two
+# metrics.jsonl files (KEY: loss or grad_norm), or "missing" unless both hold the same N
+# steps (a crash, a short run)
+maxrel() {
+    awk -v key="$1" -v want="$4" '
+        function field(line, key,   s) {
+            if (!match(line, "\"" key "\": [^,}]*")) return ""
+            s = substr(line, RSTART, RLENGTH); sub(/^[^:]*: */, "", s); return s
+        }
+        FNR == NR { ref[field($0, "step")] = field($0, key); nref++; next }
+        {
+            s = field($0, "step"); n++
+            if (!(s in ref) || ref[s] == "" || field($0, key) == "") { bad = 1; next }
+            a = ref[s] + 0; b = field($0, key) + 0
+            if (a != a || b != b) { bad = 1; next }   # nan
+            d = a - b; if (d < 0) d = -d; if (a < 0) a = -a
+            r = a > 0 ? d / a : d; if (r > m) m = r
+        }
+        END { if (bad || n != nref || n != want) print "missing"; else printf "%.3e\n", m }
+    ' "$2" "$3" 2>/dev/null || echo missing
+}
+
+# last_steps FILE KEY: "step value", the last value logged for each step (a run resumed
+# from a checkpoint logs the steps after it again)
+last_steps() {
+    steps "$1" "$2" | awk '{ v[$1] = $2 } END { for (s in v) print s, v[s] }' | sort -n
+}
+
+# curves_problem REF RUN N: says how the loss or gradient norm of run RUN differs from
+# run REF's (their metrics.jsonl in $work/REF and $work/RUN, the last value of each step,
+# as printed: bit for bit), silent when both hold the same N steps with the same values
+curves_problem() {
+    for cp_key in loss grad_norm; do
+        last_steps "$work/$1/metrics.jsonl" $cp_key >"$work/$1.$cp_key"
+        last_steps "$work/$2/metrics.jsonl" $cp_key >"$work/$2.$cp_key"
+        if [ "$(wc -l <"$work/$1.$cp_key")" -ne "$3" ] || ! cmp -s "$work/$1.$cp_key" "$work/$2.$cp_key"; then
+            echo "the $cp_key of steps 1-$3 differs from $1's:" \
+                "$(diff "$work/$1.$cp_key" "$work/$2.$cp_key" | head -n 5 | tr '\n' ' ')"
+            return
+        fi
+    done
+}
+
+# sums_problem REF RUN: says how the checksums of the checkpoint `latest` names in the
+# directory RUN differ from those in the directory REF (kept in $work/REF.sums and
+# $work/RUN.sums with each path's slashes as dashes), silent when all are equal
+sums_problem() {
+    sp_ref=$work/$(echo "${1#"$work"/}" | tr / -).sums
+    sp_run=$work/$(echo "${2#"$work"/}" | tr / -).sums
+    "$SHLM" ckpt info "$1" 2>&1 | grep ' 0x' >"$sp_ref"
+    "$SHLM" ckpt info "$2" 2>&1 | grep ' 0x' >"$sp_run"
+    if [ ! -s "$sp_ref" ] || ! cmp -s "$sp_ref" "$sp_run"; then
+        echo "the checkpoint's checksums differ from $1's:" \
+            "$(diff "$sp_ref" "$sp_run" | head -n 4 | tr '\n' ' ')"
+    fi
+}

@@ -37,17 +37,10 @@ src=$SHLM_SRCDIR
 job=$src/tests/jobs/ckpt.ini
 timer=${SHLM_SLURM_TEST_TIMER:-0}
 
-for c in slurmctld slurmd sbatch squeue scancel scontrol sinfo munge runuser; do
-    command -v "$c" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin:/sbin
-    command -v "$c" >/dev/null 2>&1 || { echo "slurm_chain: SKIP: no $c (Debian: apt-get install slurmctld slurmd slurm-client munge)"; exit 77; }
-done
-[ -x /usr/sbin/munged ] || { echo "slurm_chain: SKIP: no /usr/sbin/munged"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "slurm_chain: SKIP: the private Slurm needs root"; exit 77; }
-sh "$src/tests/mpi_test.sh" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "slurm_chain: SKIP: no MPI launcher"; exit 77; }
-
 . "$src/tests/lib.sh"
+. "$src/tests/lib/slurm.sh"
 test_begin slurm_chain shlm-slurm
+slurm_skip_unless_usable || { rm -rf "$work"; exit 77; }
 chmod 755 "$work" # slurmd's job steps read the spool below it
 
 # ---- a private Slurm: config, state, logs under $work; its own ports ----
@@ -58,29 +51,8 @@ port=$((20000 + ($$ % 2000) * 10))
 while port_busy $port || port_busy $((port + 1)); do port=$((port + 10)); done
 conf=$work/slurm.conf
 mkdir -p "$work/state" "$work/spool"
-cat >"$conf" <<EOF
-# a single-node Slurm for tests/slurm_chain.sh: root, no systemd, no cgroups
-ClusterName=shlmtest
-SlurmctldHost=localhost
-SlurmctldPort=$port
-SlurmdPort=$((port + 1))
-SlurmUser=root
-AuthType=auth/munge
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool
-SlurmctldPidFile=$work/slurmctld.pid
-SlurmdPidFile=$work/slurmd.pid
-SlurmctldLogFile=$work/slurmctld.log
-SlurmdLogFile=$work/slurmd.log
-NodeName=localhost CPUs=2 RealMemory=4000 State=UNKNOWN
-PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
-EOF
+slurm_ports="$port $((port + 1))" slurm_state=$work/state slurm_spool=$work/spool slurm_run=$work \
+    slurm_log=$work slurm_conf "$conf" shlmtest localhost localhost:2
 SLURM_CONF=$conf
 export SLURM_CONF
 
@@ -113,34 +85,17 @@ finish() {
 trap finish EXIT
 trap 'fail "interrupted"; exit 1' INT TERM
 
-# munge: reuse one that answers, else start one as FIELD-NOTES describes
-if ! munge -n 2>/dev/null | unmunge >/dev/null 2>&1; then
-    if [ ! -s /etc/munge/munge.key ]; then
-        echo "+ mungekey --create"
-        mungekey --create >/dev/null 2>&1 || { fail "cannot create /etc/munge/munge.key"; exit 1; }
-        chown munge:munge /etc/munge/munge.key
-        chmod 600 /etc/munge/munge.key
-    fi
-    mkdir -p /run/munge && chown munge:munge /run/munge
-    echo "+ runuser -u munge -- /usr/sbin/munged"
-    runuser -u munge -- /usr/sbin/munged || { fail "munged did not start"; exit 1; }
-    munged_pid=$(cat /run/munge/munged.pid 2>/dev/null)
-    i=0
-    until munge -n 2>/dev/null | unmunge >/dev/null 2>&1; do
-        i=$((i + 1))
-        [ $i -lt 50 ] || { fail "munged does not answer"; exit 1; }
-        sleep 0.1
-    done
-fi
+munge_up || exit 1
+[ -n "$munge_started" ] && munged_pid=$(cat /run/munge/munged.pid 2>/dev/null)
 echo "+ slurmctld -f $conf && slurmd -f $conf -N localhost"
 slurmctld -f "$conf" || { fail "slurmctld did not start"; exit 1; }
-slurmd -f "$conf" -N localhost || { fail "slurmd did not start"; tail -n 5 "$work/slurmd.log"; exit 1; }
+slurmd -f "$conf" -N localhost || { fail "slurmd did not start"; tail -n 5 "$work/slurmd-localhost.log"; exit 1; }
 i=0
 until [ "$(sinfo -h -o %T 2>/dev/null)" = idle ]; do
     i=$((i + 1))
     if [ $i -ge 150 ]; then
         sinfo
-        tail -n 5 "$work/slurmctld.log" "$work/slurmd.log"
+        tail -n 5 "$work/slurmctld.log" "$work/slurmd-localhost.log"
         fail "the node is not idle after 30 s"
         exit 1
     fi
@@ -148,21 +103,7 @@ until [ "$(sinfo -h -o %T 2>/dev/null)" = idle ]; do
 done
 echo "slurm_chain: Slurm up on ports $port, $((port + 1)) in $(($(date +%s) - t_start)) s"
 
-# ---- what every job gets from this environment (sbatch exports it) ----
-SHARDLM=$SHLM
-OMP_NUM_THREADS=1
-OPENBLAS_NUM_THREADS=1
-export SHARDLM OMP_NUM_THREADS OPENBLAS_NUM_THREADS
-# this machine only, never in the scripts: Open MPI refuses root without these, and
-# containers often forbid cross-memory attach (as tests/mpi_test.sh)
-OMPI_ALLOW_RUN_AS_ROOT=1
-OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
-if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && command -v ompi_info >/dev/null 2>&1 &&
-    ompi_info --param btl vader --level 9 2>/dev/null | grep -q single_copy_mechanism; then
-    OMPI_MCA_btl_vader_single_copy_mechanism=none
-    export OMPI_MCA_btl_vader_single_copy_mechanism
-fi
+slurm_jobs_env
 chain_launcher=srun
 srun --mpi=list 2>&1 | grep -q pmix || chain_launcher=mpirun
 # 2 ranks on the 2 CPUs, no GPUs; --time far beyond the run, so the #SBATCH warning
@@ -170,23 +111,6 @@ srun --mpi=list 2>&1 | grep -q pmix || chain_launcher=mpirun
 res="--ntasks-per-node=2 --gpus-per-node=0 --cpus-per-task=1 --time=30"
 
 prepare_corpus "$work/train.bin"
-
-# wait_jobs ID...: until none of them is pending or running (120 s at most)
-wait_jobs() {
-    i=0
-    while [ -n "$(squeue -h -j "$(echo "$@" | tr ' ' ',')" -t PD,R,CG,CF,S 2>/dev/null)" ]; do
-        i=$((i + 1))
-        [ $i -lt 600 ] || { fail "jobs $* still queued or running after 120 s"; squeue; return 1; }
-        sleep 0.2
-    done
-}
-job_field() { # ID FIELD: JobState, ExitCode, ... from scontrol
-    scontrol show job "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
-}
-lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
-steps() { # FILE KEY: "step value" as printed (%.9g)
-    sed -n "s/.*\"step\": \([0-9]*\),.*\"$2\": \([^,}]*\).*/\1 \2/p" "$1"
-}
 
 cd "$work" || exit 99
 # ---- a. one job to the end ----
@@ -229,67 +153,18 @@ j1=$1
 if [ "$timer" = 1 ]; then
     echo "b: waiting for Slurm's warning signals (--signal=B:USR1@300 on a 5-minute limit)"
 else
-    i=0
-    while [ "$(lines "$work/chain/metrics.jsonl")" -lt 3 ] && [ $i -lt 600 ]; do
-        i=$((i + 1))
-        sleep 0.1
-    done
-    echo "+ scancel --signal=USR1 --batch $j1   # after step $(lines "$work/chain/metrics.jsonl")"
-    scancel --signal=USR1 --batch "$j1" || fail "b: scancel --signal=USR1 --batch failed"
+    warn_after b "$work/chain" 3 "$j1"
 fi
 wait_jobs $ids
-# each job in turn: stopped by the signal (exit 0, saved step n) and the next resumes from
-# step n; or finished step 40 and cancelled every later job, which never started
-k=0 prev="" n1="" finished=""
-for j in $ids; do
-    k=$((k + 1))
-    state=$(job_field "$j" JobState) code=$(job_field "$j" ExitCode)
-    o=$work/shardlm-ckpt-$j.out
-    echo "b: job $k ($j): $state, exit $code"
-    if [ -n "$finished" ]; then
-        [ "$state" = CANCELLED ] && [ ! -f "$o" ] || fail "b: job $k ($j) ran after job $finished finished"
-        continue
-    fi
-    [ "$state" = COMPLETED ] && [ "$code" = 0:0 ] || { tail -n 20 "$o"; fail "b: job $k ($j) did not exit 0"; break; }
-    if [ -n "$prev" ]; then
-        grep "^checkpoint: loaded .*step_$prev.h5" "$o" || fail "b: job $k did not resume from step_$prev.h5"
-    fi
-    msg=$(grep "^shardlm: caught SIGUSR1 at step" "$o")
-    if [ -n "$msg" ]; then
-        grep "SIGUSR1 (the time limit is near" "$o" || fail "b: job $k's batch shell did not get the signal"
-        echo "$msg"
-        prev=$(echo "$msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
-        [ -n "$n1" ] || n1=$prev
-    elif grep -q "^ *40/[0-9]* |" "$o"; then
-        finished=$k
-        if [ $k -lt $njobs ]; then
-            grep "cancelling the chain's later jobs" "$o" || fail "b: job $k did not cancel the later jobs"
-        fi
-    else
-        tail -n 20 "$o"
-        fail "b: job $k neither stopped on the signal nor reached step 40"
-        break
-    fi
-done
+chain_verdict b "$work/shardlm-ckpt" $ids
+n1=$chain_stop finished=$chain_finished
 [ -n "$n1" ] && [ "$n1" -lt 40 ] || fail "b: job 1 did not stop on the signal before step 40"
 [ -n "$finished" ] || fail "b: no job of the chain reached step 40"
 [ "$timer" = 1 ] || [ "$finished" = 2 ] || fail "b: job 2 did not finish the run"
 n=$n1
-for key in loss grad_norm; do
-    steps "$work/ref/metrics.jsonl" $key >"$work/ref.$key"
-    steps "$work/chain/metrics.jsonl" $key >"$work/chain.$key"
-    if [ "$(wc -l <"$work/ref.$key")" -ne 40 ] || ! cmp -s "$work/ref.$key" "$work/chain.$key"; then
-        diff "$work/ref.$key" "$work/chain.$key" | head -n 6
-        fail "b: the chain's $key of steps 1-40 differs from the uninterrupted run"
-    fi
-done
-"$SHLM" ckpt info "$work/ref/ckpt" | grep ' 0x' >"$work/ref.sums"
-"$SHLM" ckpt info "$work/chain/checkpoints" | grep ' 0x' >"$work/chain.sums"
-if [ ! -s "$work/ref.sums" ] || ! cmp -s "$work/ref.sums" "$work/chain.sums"; then
-    diff "$work/ref.sums" "$work/chain.sums" | head -n 6
-    fail "b: the chain's step-40 checkpoint differs from the uninterrupted run's"
-fi
-echo "b: final loss $(tail -n 1 "$work/ref.loss" | cut -d' ' -f2) (uninterrupted) and $(tail -n 1 "$work/chain.loss" | cut -d' ' -f2) (chain: job 1 stopped at step $n, job $finished finished); $(wc -l <"$work/ref.sums") checksums equal; $(($(date +%s) - t0)) s"
+why=$(curves_problem ref chain 40)$(sums_problem "$work/ref/ckpt" "$work/chain/checkpoints")
+[ -z "$why" ] || fail "b: the chain against the uninterrupted run: $why"
+echo "b: final loss $(tail -n 1 "$work/ref.loss" | cut -d' ' -f2) (uninterrupted) and $(tail -n 1 "$work/chain.loss" | cut -d' ' -f2) (chain: job 1 stopped at step $n, job $finished finished); $(wc -l <"$work/ref-ckpt.sums") checksums equal; $(($(date +%s) - t0)) s"
 
 # ---- c. the strong-scaling sweep: one point and the report job ----
 t0=$(date +%s)
