@@ -26,6 +26,7 @@
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
 #include "src/config.h"
+#include "src/device_table.h"
 #include "src/fsdp.h"
 #include "src/llama.h"
 #include "src/metrics.h"
@@ -1137,7 +1138,7 @@ static int scenario(const args *a, machine *m) {
 int main(int argc, char **argv) {
     args a = {.fit_at = 2};
     machine m = {.gpus_per_node = 8, .intra_lat_us = 3, .inter_lat_us = 12, .overlap = -1,
-                 .mem_gbs = 2680, .peak_tflops = SHLM_PEAK_TFLOPS};
+                 .mem_gbs = 2680, .peak_tflops = device_table_by_short_name("h200")->bf16_tflops};
     double inter_gbit = 0, inter_eff = 0.75;
     int overlap_given = 0;
     for (int i = 1; i < argc; i++) {

@@ -46,8 +46,11 @@ def cmd_shardlm(a):
     if timed:
         n = len(timed)
         mean = lambda k: sum(s[k] for s in timed) / n
+        # MFU is null where shardlm knows no peak (the cpu backend, a device it lacks)
+        mfus = [s["mfu"] for s in timed if s.get("mfu") is not None]
         row.update(status="ok", tokens_per_s_per_gpu=mean("tokens_per_s") / a.gpus,
-                   tflops_per_gpu=mean("tflops_per_gpu"), mfu=mean("mfu"), step_ms=mean("step_ms"),
+                   tflops_per_gpu=mean("tflops_per_gpu"),
+                   mfu=sum(mfus) / len(mfus) if mfus else None, step_ms=mean("step_ms"),
                    comm_exposed_ms=mean("comm_exposed_ms"),
                    mem_gib=max(s["mem_peak_bytes"] for s in timed) / GIB, steps_timed=n,
                    first_step=timed[0]["step"])

@@ -29,6 +29,13 @@ const char *shlm_dtype_name(shlm_dtype t);
 /* matmul_bwd flags */
 enum { SHLM_MM_SET_DINP = 1, SHLM_MM_SET_DWEIGHT = 2 };
 
+/* What ops->device_info reports. */
+typedef struct shlm_device_info {
+    char name[96];
+    int cc_major, cc_minor;
+    char pci_bus_id[32];
+} shlm_device_info;
+
 typedef struct shlm_ops {
     const char *name;      /* "cpu" or "cuda" */
     shlm_dtype act_dtype;  /* element type of every "act" tensor */
@@ -41,6 +48,10 @@ typedef struct shlm_ops {
     /* Optional (NULL on cpu): device memory in use (all of this device, as the driver
      * reports it) and its total, in bytes. Returns 0 on success. */
     int (*mem_info)(size_t *used, size_t *total);
+    /* Optional (NULL on cpu): the bound device's name as the driver reports it ("NVIDIA
+     * H200"), compute capability and PCI bus id ("0000:19:00.0": NVML finds the same
+     * device by it whatever CUDA_VISIBLE_DEVICES renumbered). Returns 0 on success. */
+    int (*device_info)(shlm_device_info *out);
     /* Optional (NULL on cpu): reserve one arena of `bytes` that every later alloc is
      * carved from, so nothing is allocated once training starts. Returns 0; aborts with
      * the numbers when the device cannot hold it. */

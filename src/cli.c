@@ -11,6 +11,7 @@
 #include "src/commands.h"
 #include "src/shardlm.h"
 #include "src/signals.h"
+#include "src/startup.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -26,6 +27,7 @@ static void usage(FILE *out) {
             "  data  random --vocab V --tokens N OUT.bin       random tokens, for benchmarks\n"
             "  plan  JOB.ini --ranks N [--ranks-per-node M] [--backend cpu|cuda]\n"
             "                                                per-rank memory and traffic, no allocation\n"
+            "  plot  [--out DIR] RUN_DIR...                   PNGs of runs' metrics over steps (gnuplot)\n"
             "  ckpt  info|verify CKPT | export CKPT DIR       inspect, check, export to Hugging Face\n"
             "  keys  [--markdown]                            every job key, its default and meaning\n"
             "  --version, --help\n");
@@ -42,6 +44,7 @@ static const command commands[] = {
     {"eval", cmd_eval, 1},
     {"data", cmd_data, 0},
     {"plan", cmd_plan, 0},
+    {"plot", cmd_plot, 0},
     {"keys", cmd_keys, 0},
     {"ckpt", cmd_ckpt, 1},
     {"generate", cmd_generate, 1},
@@ -69,7 +72,9 @@ int shardlm_main(int argc, char **argv) {
         /* train: a stop signal (Slurm's warning, scancel) during start-up must not kill
          * the rank; MPI_Init keeps these handlers (src/signals.h) */
         if (commands[i].run == cmd_train) shlm_signals_install();
+        startup_begin();
         MPI_CHECK(MPI_Init(&argc, &argv));
+        startup_mark(STARTUP_MPI);
         int rc = commands[i].run(argc - 1, argv + 1);
         MPI_CHECK(MPI_Finalize());
         return rc;

@@ -23,6 +23,9 @@ int cmd_keys(int argc, char **argv);
 /* shardlm plan JOB.ini --ranks N [--ranks-per-node M]   (src/plan.c; a plain process) */
 int cmd_plan(int argc, char **argv);
 
+/* shardlm plot [--out DIR] RUN_DIR...   (src/cmd_plot.c; a plain process, runs gnuplot) */
+int cmd_plot(int argc, char **argv);
+
 /* shardlm ckpt info|verify|export CKPT ...   (src/cmd_ckpt.c; one rank or many) */
 int cmd_ckpt(int argc, char **argv);
 /* shardlm generate JOB.ini [--ckpt CKPT] --prompt TEXT ...   (src/cmd_generate.c; every rank) */

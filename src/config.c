@@ -15,6 +15,7 @@
 
 #include "io/config_file.h"
 #include "io/hf_model.h"
+#include "src/prometheus.h"
 #include "src/tokenizer.h"
 
 typedef enum key_type {
@@ -200,7 +201,25 @@ static const key_def keys[] = {
     /* default: runs/<job file name without .ini>, relative to the working directory;
      * when the job file sets it, relative to the job file like every path in it */
     {"log", "run_dir", KT_STRING, F(run_dir), NULL, NOLIM, NULL, KF_DERIVED | KF_PATH,
-     "where metrics.jsonl (and traces) go; default runs/<job file name>"},
+     "where metrics.jsonl, summary.json (and traces) go; default runs/<job file name>"},
+    /* MFU = model TFLOP/s per GPU / this; 0: the dense peak of the device's dtype from
+     * src/device_table.c (n/a on the cpu backend and on a device the table lacks) */
+    {"log", "peak_tflops", KT_FLOAT, F(peak_tflops), "0", 0, 1e6, NULL, 0,
+     "the MFU denominator, dense TFLOP/s per device; 0: the device table's peak for the "
+     "dtype in use (n/a on the cpu backend and on a device the table lacks)"},
+    /* /metrics in Prometheus's text format from each node's local rank 0: PORT (on
+     * 127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server */
+    {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0,
+     "serve /metrics (Prometheus text format) from each node's local rank 0 at PORT "
+     "(127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server"},
+    /* the same metrics written to DIR/shardlm_<job>_<host>.prom for node_exporter's
+     * textfile collector (atomic rename, at most once a second; removed at the end) */
+    {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH,
+     "write the same metrics to DIR/shardlm_<job>_<host>.prom for node_exporter's textfile "
+     "collector; empty: none"},
+    /* GPU telemetry through NVML, sampled on a thread every N ms; 0: off */
+    {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
+     "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
 
     /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
     {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH,
@@ -933,6 +952,20 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         origin(ld, i_every, at, sizeof at);
         set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
                 c->ckpt_every);
+        return -1;
+    }
+    /* the exporter's address, read as prom_start will (one copy of the rule) */
+    char host[256], port[16], why3[256];
+    if (c->prometheus[0] && prom_parse_listen(c->prometheus, host, sizeof host, port,
+                                              sizeof port, why3, sizeof why3) != 0) {
+        origin(ld, idx("log", "prometheus"), at, sizeof at);
+        set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
+        return -1;
+    }
+    if (c->telemetry_interval_ms > 0 && c->telemetry_interval_ms < 10) {
+        origin(ld, idx("log", "telemetry_interval_ms"), at, sizeof at);
+        set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
+                "least 10", at, c->telemetry_interval_ms);
         return -1;
     }
     char why2[512];

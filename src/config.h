@@ -68,6 +68,10 @@ typedef struct job_config {
     /* [log] */
     int log_every;
     char run_dir[1024];      /* metrics.jsonl goes here */
+    float peak_tflops;       /* MFU denominator per device; 0 = the device table's */
+    char prometheus[256];    /* PORT | ADDR:PORT served by each node's local rank 0; "" = off */
+    char prometheus_textfile[1024]; /* node_exporter textfile directory; "" = none */
+    int telemetry_interval_ms; /* NVML sampling period; 0 = no telemetry */
 
     /* [checkpoint] */
     char ckpt_dir[1024];     /* step_<N>.h5 and `latest` go here; empty = no checkpoints */

@@ -10,6 +10,7 @@
 #include "kernels/check.h"
 #include "kernels/comm_watchdog.h"
 #include "src/shard.h"
+#include "src/startup.h"
 
 enum { N_SLOTS = 2 }; /* FULL_SHARD and HYBRID_SHARD keep at most two gathered units */
 
@@ -82,7 +83,6 @@ struct fsdp_engine {
     int with_backward;
     int last_micro_batch;           /* the backward under way is the step's last */
     size_t state_bytes, buffer_bytes;
-    uint64_t blocked_seen[2];       /* blocked_ns of the shard, replica group at last take */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
     trace_event *trace;
     size_t n_trace, cap_trace;
@@ -161,6 +161,7 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     e->n_units = e->lay.n_units;
     e->shard_g = comm->group_create(topo->shard);
     e->replica_g = comm->group_create(topo->replica);
+    startup_mark(STARTUP_COMM);
     e->shard_mpi = topo->shard;
     e->S = topo->shard_size;
     e->R = topo->replica_size;
@@ -188,11 +189,6 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
             s->v = balloc(e, bytes, &e->state_bytes);
         }
         if (e->keep_gathered && !direct) s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
-        float *host = malloc(bytes ? bytes : 1);
-        SHLM_CHECK_ALLOC(host);
-        llama_init_slice(&e->lay, mc, seed, u, s->begin, s->end, host);
-        ops->to_device(s->master, host, bytes);
-        free(host);
         if (s->padded > max_padded) max_padded = s->padded;
         if (s->n > max_shard) max_shard = s->n;
     }
@@ -210,7 +206,22 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     if (e->R > 1 && opt->reduce_dtype == SHLM_BF16 && !opt->forward_only)
         e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
     e->with_backward = 1;
+    if (!opt->defer_init) fsdp_init_weights(e, seed);
     return e;
+}
+
+void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
+    size_t max_n = 1;
+    for (int u = 0; u < e->n_units; u++)
+        if (e->units[u].n > max_n) max_n = e->units[u].n;
+    float *host = malloc(max_n * sizeof(float));
+    SHLM_CHECK_ALLOC(host);
+    for (int u = 0; u < e->n_units; u++) {
+        unit_state *s = &e->units[u];
+        llama_init_slice(&e->lay, &e->mc, seed, u, s->begin, s->end, host);
+        e->ops->to_device(s->master, host, s->n * sizeof(float));
+    }
+    free(host);
 }
 
 void fsdp_destroy(fsdp_engine *e) {
@@ -568,16 +579,6 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
 size_t fsdp_state_bytes(const fsdp_engine *e) { return e->state_bytes; }
 size_t fsdp_buffer_bytes(const fsdp_engine *e) { return e->buffer_bytes; }
 
-double fsdp_take_exposed_ms(fsdp_engine *e) {
-    /* the comm backend counts time blocked in waits and blocking collectives */
-    shlm_comm_stats a, b;
-    e->comm->stats(e->shard_g, &a);
-    e->comm->stats(e->replica_g, &b);
-    double ms = 1e-6 * (double)(a.blocked_ns - e->blocked_seen[0] + b.blocked_ns - e->blocked_seen[1]);
-    e->blocked_seen[0] = a.blocked_ns;
-    e->blocked_seen[1] = b.blocked_ns;
-    return ms;
-}
 
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica) {
     e->comm->stats(e->shard_g, shard);

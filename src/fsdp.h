@@ -19,6 +19,9 @@ typedef struct fsdp_options {
     shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
     int prefetch;            /* 1: gather the next unit while the current one computes */
     int trace;               /* 1: record the schedule (fsdp_trace_write) */
+    int defer_init;          /* 1: fsdp_create leaves the master weights zero, for a caller
+                              * that loads every shard (import, resume) or calls
+                              * fsdp_init_weights: a 1.1B init is ~40 core-seconds of RNG */
     int forward_only;        /* 1: evaluation and sampling: no gradient, moment or gradient
                               * buffer is allocated (grad() must not be called, nor the
                               * moments read or written) */
@@ -27,9 +30,12 @@ typedef struct fsdp_options {
 typedef struct fsdp_engine fsdp_engine;
 
 /* Creates the engine over the topology's shard and replica groups (collective over
- * the world) and initialises this rank's shards from `seed`. */
+ * the world) and initialises this rank's shards from `seed` (unless opt->defer_init). */
 fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
                          const topology *topo, const fsdp_options *opt, uint64_t seed);
+/* Sets this rank's master shards to the initial values of `seed` (llama_init_slice:
+ * the same model at every world size). Local. */
+void fsdp_init_weights(fsdp_engine *e, uint64_t seed);
 void fsdp_destroy(fsdp_engine *e);
 
 /* The source the model pulls parameters from and pushes gradients to. */
@@ -58,10 +64,8 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
 size_t fsdp_state_bytes(const fsdp_engine *e);
 /* Bytes of gathered-parameter and gradient buffers this rank allocated. */
 size_t fsdp_buffer_bytes(const fsdp_engine *e);
-/* Milliseconds spent waiting on collectives since the last call (exposed comm). */
-double fsdp_take_exposed_ms(fsdp_engine *e);
-
-/* Counters of the shard and replica groups' collectives on this rank. */
+/* Counters of the shard and replica groups' collectives on this rank; blocked_ns is the
+ * time spent waiting on them, not hidden by compute (exposed comm). */
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);
 
 /* This rank's shard of unit u: [*begin, *end) of the padded flat buffer. */

@@ -71,9 +71,14 @@ void llama_layout_free(llama_layout *lay) {
     lay->n_units = 0;
 }
 
+static uint64_t init_count; /* called from one thread: the loop inside is the parallel part */
+
+uint64_t llama_init_count(void) { return init_count; }
+
 void llama_init_slice(const llama_layout *lay, const llama_config *cfg, uint64_t seed, int u,
                       size_t begin, size_t end, float *out) {
     const llama_unit *unit = &lay->units[u];
+    init_count += end > begin ? end - begin : 0;
     /* one independent stream per unit: element i of unit u depends only on (seed,u,i) */
     uint64_t key = rng_hash64(seed ^ rng_hash64(0x11a3a000ull + (uint64_t)u));
     for (int k = 0; k < unit->n_tensors; k++) {

@@ -87,6 +87,9 @@ static inline int llama_unit_head(const llama_config *c) {
  * model. Matrices ~ N(0, init_std²), norm weights = 1. */
 void llama_init_slice(const llama_layout *lay, const llama_config *cfg, uint64_t seed, int u,
                       size_t begin, size_t end, float *out);
+/* Elements llama_init_slice has written in this process (the start-up line reports it:
+ * none when weights were imported or resumed). */
+uint64_t llama_init_count(void);
 
 /* ---- where the model gets parameters from ----
  * The model asks for "unit u's parameters, gathered" and hands back "unit u's

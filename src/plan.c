@@ -1,13 +1,18 @@
-/* `shardlm plan JOB.ini --ranks N [--ranks-per-node M]`: per-rank memory and per-step
- * communication of a job on N ranks, computed without allocating the model. */
+/* `shardlm plan JOB.ini --ranks N [--ranks-per-node M] [--device NAME | --device-gib G]`:
+ * per-rank memory and per-step communication of a job on N ranks, computed without
+ * allocating the model, and a verdict: whether it fits the device (named, of G GiB, or
+ * the visible one) and, when it does not, which single change would make it fit. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/ops.h"
 #include "shlm_config.h"
 #include "src/commands.h"
 #include "src/config.h"
+#include "src/device_table.h"
+#include "src/fit.h"
 #include "src/fsdp.h"
 #include "src/llama.h"
 #include "src/topology.h"
@@ -18,9 +23,125 @@ static void row(const char *key, size_t bytes, const char *what) {
 
 static int usage_error(const char *msg, const char *arg) {
     fprintf(stderr, "shardlm: error: plan: %s%s%s (usage: shardlm plan JOB.ini --ranks N "
-            "[--ranks-per-node M] [--backend cpu|cuda] [--set section.key=value ...])\n",
-            msg, arg ? " " : "", arg ? arg : "");
+            "[--ranks-per-node M] [--backend cpu|cuda] [--device NAME | --device-gib G] "
+            "[--set section.key=value ...])\n", msg, arg ? " " : "", arg ? arg : "");
     return 2;
+}
+
+/* Shard and replica group sizes on `ranks` ranks, as topology_create makes them. */
+static void group_sizes(int ranks, const topology_options *t, int *S, int *R) {
+    int node = t->ranks_per_node > 0 ? t->ranks_per_node : ranks;
+    *S = t->shard_group_size > 0            ? t->shard_group_size
+         : t->strategy == FSDP_NO_SHARD     ? 1
+         : t->strategy == FSDP_HYBRID_SHARD ? node
+                                            : ranks;
+    *R = ranks / *S;
+}
+
+/* What a rank of the job needs with these choices: the fit check's sum (src/fit.h). */
+typedef struct plan_point {
+    int ranks, micro_batch;
+    fsdp_strategy strategy;
+    llama_ac ac;
+} plan_point;
+
+static size_t point_bytes(const job_config *cfg, const topology_options *topt, shlm_dtype act,
+                          const fsdp_options *opt, const shlm_ops *ops, const plan_point *p) {
+    topology_options t = *topt;
+    t.strategy = p->strategy;
+    int S, R;
+    group_sizes(p->ranks, &t, &S, &R);
+    fit_bytes fb;
+    fit_bytes_for(&cfg->model, act, p->strategy, S, R, opt, p->micro_batch, cfg->seq_len, p->ac,
+                  ops, &fb);
+    return fb.total;
+}
+
+/* The verdict against cap bytes per rank (what the device holds, named by `device`), and
+ * when it does not fit, each single change that would: activation checkpointing, a
+ * smaller micro-batch (the global batch kept, more accumulation), FULL_SHARD, more ranks
+ * (the global batch kept where it divides). */
+static void verdict(const job_config *cfg, const topology_options *topt, shlm_dtype act,
+                    const fsdp_options *opt, const shlm_ops *ops, const plan_point *now, int global, double cap, const char *device) {
+    const double gib = 1073741824.0;
+    size_t need = point_bytes(cfg, topt, act, opt, ops, now);
+    if (need <= cap) {
+        printf("verdict: fits %s: %.2f of %.2f GiB per rank, %.2f GiB to spare%s\n", device,
+               need / gib, cap / gib, (cap - need) / gib,
+               ops && ops->scratch_bytes ? " (the CUDA context and NCCL's own buffers come on top)"
+                                         : "");
+        return;
+    }
+    printf("verdict: does not fit %s: needs %.2f GiB per rank, %.2f GiB more than its %.2f GiB\n",
+           device, need / gib, (need - cap) / gib, cap / gib);
+    int any = 0;
+    /* from the most kept to the least: the first that fits recomputes the least */
+    static const llama_ac lighter[] = {LLAMA_AC_NONE, LLAMA_AC_SELECTIVE, LLAMA_AC_FULL};
+    static const char *const ac_names[] = {"none", "selective", "full"};
+    int at = now->ac == LLAMA_AC_FULL ? 2 : now->ac == LLAMA_AC_SELECTIVE ? 1 : 0;
+    for (int k = at + 1; k < 3; k++) {
+        plan_point p = *now;
+        p.ac = lighter[k];
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        if (b <= cap) {
+            printf("  would fit with --set fsdp.activation_checkpointing=%s: %.2f GiB\n",
+                   ac_names[k], b / gib);
+            any = 1;
+            break;
+        }
+    }
+    for (int mb = now->micro_batch / 2; mb >= 1; mb /= 2) {
+        plan_point p = *now;
+        p.micro_batch = mb;
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        if (b <= cap && global % (mb * now->ranks) == 0) {
+            printf("  would fit with --set train.micro_batch=%d: %.2f GiB (%d micro-batches per "
+                   "step)\n", mb, b / gib, global / (mb * now->ranks));
+            any = 1;
+            break;
+        }
+    }
+    if (now->strategy != FSDP_FULL_SHARD && topt->shard_group_size == 0) {
+        plan_point p = *now;
+        p.strategy = FSDP_FULL_SHARD;
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        if (b <= cap) {
+            printf("  would fit with --set fsdp.strategy=FULL_SHARD: %.2f GiB\n", b / gib);
+            any = 1;
+        }
+    }
+    if (topt->shard_group_size == 0 && now->strategy != FSDP_NO_SHARD &&
+        (now->strategy != FSDP_HYBRID_SHARD || topt->ranks_per_node == 0)) {
+        for (int k = 1; k <= 16; k++) {
+            plan_point p = *now;
+            p.ranks = now->ranks << k;
+            size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+            if (b <= cap) {
+                printf("  would fit with --ranks %d: %.2f GiB%s\n", p.ranks, b / gib,
+                       global % (now->micro_batch * p.ranks)
+                           ? " (train.global_batch must then be a multiple of micro_batch x ranks)"
+                           : "");
+                any = 1;
+                break;
+            }
+        }
+    }
+    if (!any) { /* all of them together, on as many ranks as that takes */
+        plan_point p = {now->ranks, 1, FSDP_FULL_SHARD, LLAMA_AC_FULL};
+        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        for (int k = 0; k <= 16 && b > cap; k++) {
+            p.ranks = now->ranks << k;
+            b = point_bytes(cfg, topt, act, opt, ops, &p);
+        }
+        if (b <= cap)
+            printf("  no single change fits; together: --ranks %d --set fsdp.strategy=FULL_SHARD "
+                   "--set fsdp.activation_checkpointing=full --set train.micro_batch=1: %.2f GiB\n",
+                   p.ranks, b / gib);
+        else
+            printf("  nothing fits: FULL_SHARD, full checkpointing and micro-batch 1 still need "
+                   "%.2f GiB per rank on %d ranks (the activations of one sequence of %d tokens)\n",
+                   b / gib, p.ranks, cfg->seq_len);
+    }
 }
 
 static int parse_positive(const char *s, int *out) {
@@ -32,7 +153,8 @@ static int parse_positive(const char *s, int *out) {
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *job = NULL, *backend = NULL;
+    const char *job = NULL, *backend = NULL, *device = NULL;
+    double device_gib = 0;
     int ranks = 0, rpn = -1, n_sets = 0;
     char **sets = calloc((size_t)argc + 1, sizeof(char *));
     if (!sets) return 1;
@@ -50,11 +172,19 @@ int cmd_plan(int argc, char **argv) {
             return 0;
         }
         if (strcmp(a, "--ranks") == 0 || strcmp(a, "--ranks-per-node") == 0 ||
-            strcmp(a, "--backend") == 0 || strcmp(a, "--set") == 0) {
+            strcmp(a, "--backend") == 0 || strcmp(a, "--set") == 0 ||
+            strcmp(a, "--device") == 0 || strcmp(a, "--device-gib") == 0) {
             if (i + 1 >= argc) return usage_error("missing value after", a);
             const char *v = argv[++i];
+            char *end;
             if (strcmp(a, "--set") == 0) sets[n_sets++] = (char *)v;
             else if (strcmp(a, "--backend") == 0) backend = v;
+            else if (strcmp(a, "--device") == 0) device = v;
+            else if (strcmp(a, "--device-gib") == 0) {
+                device_gib = strtod(v, &end);
+                if (*end || !(device_gib > 0 && device_gib < 1e6))
+                    return usage_error("--device-gib needs a positive number of GiB, not", v);
+            }
             else if (parse_positive(v, strcmp(a, "--ranks") == 0 ? &ranks : &rpn) != 0)
                 return usage_error("not a positive integer:", v);
         } else if (a[0] == '-') {
@@ -67,6 +197,16 @@ int cmd_plan(int argc, char **argv) {
     }
     if (!job) return usage_error("no job file given", NULL);
     if (ranks < 1) return usage_error("--ranks N is required", NULL);
+    if (device && device_gib > 0) return usage_error("give --device or --device-gib, not both", NULL);
+    const device_spec *named = device ? device_table_by_short_name(device) : NULL;
+    if (device && (!named || named->mem_mib == 0)) {
+        char names[512];
+        device_table_short_names(names, sizeof names);
+        fprintf(stderr, "shardlm: error: plan: --device %s: %s (known: %s; or give "
+                "--device-gib G)\n", device, named ? "its memory is not in the device table"
+                : "not in the device table", names);
+        return 2;
+    }
 
     job_config cfg;
     char err[1536];
@@ -95,13 +235,8 @@ int cmd_plan(int argc, char **argv) {
         fprintf(stderr, "shardlm: error: %s: %s\n", cfg.path, err);
         goto done;
     }
-    /* group sizes, as topology_create makes them */
-    int node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
-    int S = topt.shard_group_size > 0            ? topt.shard_group_size
-            : topt.strategy == FSDP_NO_SHARD     ? 1
-            : topt.strategy == FSDP_HYBRID_SHARD ? node
-                                                 : ranks;
-    int R = ranks / S;
+    int S, R;
+    group_sizes(ranks, &topt, &S, &R);
     int per_step = cfg.micro_batch * ranks;
     int global = cfg.global_batch > 0 ? cfg.global_batch : per_step;
     if (global % per_step != 0) {
@@ -113,9 +248,7 @@ int cmd_plan(int argc, char **argv) {
     shlm_dtype act = strcmp(backend, "cuda") == 0 ? SHLM_BF16 : SHLM_F32;
     fsdp_options opt = {.param_dtype = strcmp(cfg.param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
                         .reduce_dtype = strcmp(cfg.reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32};
-    llama_ac ac = strcmp(cfg.activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
-                  : strcmp(cfg.activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
-                                                                           : LLAMA_AC_NONE;
+    llama_ac ac = fit_ac_from_name(cfg.activation_checkpointing);
     fsdp_plan_bytes pb;
     fsdp_plan(&cfg.model, act, topt.strategy, S, R, &opt, &pb);
     size_t acts = llama_activation_bytes_for(&cfg.model, act, cfg.micro_batch, cfg.seq_len, ac);
@@ -148,6 +281,52 @@ int cmd_plan(int argc, char **argv) {
     row("shard_group_bytes", pb.shard_wire_per_micro * (size_t)accum,
         "all-gather + reduce-scatter in the shard group");
     row("replica_group_bytes", pb.replica_wire_per_step, "all-reduce of gradient shards");
+
+    /* the verdict: against the fit check's sum; the ops' scratch depends on the device
+     * (its SM count): counted where one is visible */
+    const shlm_ops *ops = shlm_ops_find(backend);
+    if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
+    fit_bytes fb;
+    fit_bytes_for(&cfg.model, act, topt.strategy, S, R, &opt, cfg.micro_batch, cfg.seq_len, ac,
+                  ops, &fb);
+    printf("fit check (what train compares with the device's free memory)\n");
+    row("op_scratch_bytes", fb.scratch, ops && ops->scratch_bytes ? "the ops' own scratch"
+                                        : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
+                                        : "not counted: no GPU visible to size it");
+    row("fit_bytes", fb.total, "total_bytes + op scratch");
+    char what[200] = "";
+    double cap = 0;
+    shlm_device_info di;
+    size_t used = 0, dev_total = 0;
+    if (named) {
+        cap = named->mem_mib * 1048576.0;
+        snprintf(what, sizeof what, "%s (%.0f MiB)", named->short_name, named->mem_mib);
+    } else if (device_gib > 0) {
+        cap = device_gib * 1073741824.0;
+        snprintf(what, sizeof what, "a device of %g GiB", device_gib);
+    } else if (strcmp(backend, "cuda") == 0 && ops && ops->mem_info &&
+               ops->mem_info(&used, &dev_total) == 0) {
+        cap = (double)dev_total;
+        if (ops->device_info && ops->device_info(&di) == 0)
+            snprintf(what, sizeof what, "this machine's %s", di.name);
+        else
+            snprintf(what, sizeof what, "this machine's GPU");
+    } else if (strcmp(backend, "cpu") == 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        int per_node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
+        if (pages > 0 && page > 0) {
+            cap = (double)pages * (double)page / per_node;
+            snprintf(what, sizeof what, "this machine's memory (%.1f GiB shared by %d rank(s))",
+                     (double)pages * (double)page / 1073741824.0, per_node);
+        }
+    }
+    if (cap > 0) {
+        plan_point now = {ranks, cfg.micro_batch, topt.strategy, ac};
+        verdict(&cfg, &topt, act, &opt, ops, &now, global, cap, what);
+    } else {
+        printf("verdict: no device to compare with (no GPU visible): give --device NAME or "
+               "--device-gib G\n");
+    }
     rc = 0;
 done:
     job_config_free(&cfg);

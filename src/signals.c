@@ -50,3 +50,12 @@ const char *shlm_signal_name(int sig) {
     default: snprintf(other, sizeof other, "signal %d", sig); return other;
     }
 }
+
+int shlm_thread_create_unsignalled(pthread_t *t, void *(*fn)(void *), void *arg) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the new thread inherits this mask */
+    int rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}

@@ -3,6 +3,8 @@
 #ifndef SHLM_SIGNALS_H
 #define SHLM_SIGNALS_H
 
+#include <pthread.h>
+
 /*
  * The first SIGUSR1 or SIGTERM only records the signal (a volatile sig_atomic_t, nothing
  * else happens in the handler); the training loop reads it at the end of every step and
@@ -29,5 +31,10 @@ void shlm_signals_stop_handled(void);
 
 /* "SIGUSR1", "SIGTERM", or "signal N". */
 const char *shlm_signal_name(int sig);
+
+/* pthread_create with every signal blocked in the new thread (helper threads: telemetry,
+ * the Prometheus exporter), so that stop signals reach the training thread. Returns
+ * pthread_create's status. */
+int shlm_thread_create_unsignalled(pthread_t *t, void *(*fn)(void *), void *arg);
 
 #endif

@@ -14,10 +14,13 @@
 #include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
+#include "src/fit.h"
 #include "src/metrics.h"
 #include "src/optim.h"
 #include "src/sample.h"
 #include "src/signals.h"
+#include "src/startup.h"
+#include "src/watch.h"
 
 int all_ranks_ok(int ok, const char *msg) {
     int rank = 0, world = 1;
@@ -187,6 +190,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         if (all_ranks_ok(ok, err)) return -1;
     }
 
+    startup_mark(STARTUP_JOB);
     char device[32] = "cpu";
     if (r->ops->set_device) {
         int dev = topology_device(&r->topo, r->ops->device_count());
@@ -195,16 +199,17 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     }
     if (r->rank == 0) job_config_print(c, r->world);
     print_topology(r, device);
+    startup_mark(STARTUP_DEVICE);
     r->comm->set_delay_us(NULL, c->comm_delay_us);
+    /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
     fsdp_options opt = {
         .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
         .prefetch = c->prefetch,
         .trace = c->trace,
-        .forward_only = !need_train};
-    llama_ac ac = strcmp(c->activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
-                  : strcmp(c->activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
-                                                                          : LLAMA_AC_NONE;
+        .forward_only = !need_train,
+        .defer_init = 1};
+    llama_ac ac = fit_ac_from_name(c->activation_checkpointing);
     /* eval and generate run forward passes only: no block keeps activations for a backward
      * (full's buffers: one block's scratch, the residual streams) */
     if (!need_train) ac = LLAMA_AC_FULL;
@@ -212,35 +217,27 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     size_t used = 0, total = 0, arena_bytes = 0, scratch_bytes = 0;
     ok = 1;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
-        fsdp_plan_bytes pb;
-        fsdp_plan(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
-                  r->topo.replica_size, &opt, &pb);
-        size_t acts = llama_activation_bytes_for(&c->model, r->ops->act_dtype, c->micro_batch,
-                                                 c->seq_len, ac);
-        size_t need = pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers + acts;
-        arena_bytes = need + ((size_t)8 << 20);
-        /* the ops' scratch (attention's backward) is allocated before step 1 too */
-        if (r->ops->scratch_bytes)
-            scratch_bytes = r->ops->scratch_bytes(c->micro_batch, c->seq_len, c->model.dim,
-                                                  c->model.n_heads, c->model.n_kv_heads,
-                                                  c->model.head_dim);
-        need += scratch_bytes;
-        /* buffers the comm backend registers itself (copy-engine all-gathers) are not
-         * carved from the arena */
+        fit_bytes fb; /* the sum `shardlm plan` gives its verdict on */
+        fit_bytes_for(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
+                      r->topo.replica_size, &opt, c->micro_batch, c->seq_len, ac, r->ops, &fb);
+        /* the ops' scratch (attention's backward) is allocated before step 1 too, beside
+         * the arena; buffers the comm backend registers itself (copy-engine all-gathers)
+         * are not carved from the arena */
+        scratch_bytes = fb.scratch;
+        arena_bytes = fb.state + fb.buffers + fb.acts + ((size_t)8 << 20);
         if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
             r->topo.shard_size > 1)
-            arena_bytes -= pb.gathered;
-        if (need > total - used) {
+            arena_bytes -= fb.pb.gathered;
+        if (fb.total > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
                      "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
-                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing",
-                     c->path, need / 1073741824.0, r->ops->name,
-                     (pb.master + pb.grad + pb.moments) / 1073741824.0,
-                     (need - scratch_bytes - acts - pb.master - pb.grad - pb.moments) / 1073741824.0,
-                     acts / 1073741824.0,
-                     scratch_bytes / 1073741824.0, (total - used) / 1073741824.0,
-                     total / 1073741824.0);
+                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
+                     "(shardlm plan %.200s --ranks %d says which fits)",
+                     c->path, fb.total / 1073741824.0, r->ops->name, fb.state / 1073741824.0,
+                     fb.buffers / 1073741824.0, fb.acts / 1073741824.0,
+                     fb.scratch / 1073741824.0, (total - used) / 1073741824.0,
+                     total / 1073741824.0, c->path, r->world);
             ok = 0;
         }
     }
@@ -248,9 +245,11 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
     if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
     if (r->ops->scratch_reserve && scratch_bytes > 0) r->ops->scratch_reserve(scratch_bytes);
+    startup_mark(STARTUP_ALLOC);
     r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
     r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
                                fsdp_param_source(r->engine));
+    startup_mark(STARTUP_ALLOC);
     if (r->rank == 0)
         printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
                "activation_bytes=%zu\n", fsdp_state_bytes(r->engine),
@@ -467,7 +466,14 @@ static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens
  * position), else model.init_from (weights), else the seed's init and step 0. A resumed
  * job is checked against the checkpoint's state before any tensor is read
  * (resume_rules). Returns 0, or -1 with the message printed. */
+static int load_initial_weights(run *r, ckpt_state *st);
 static int load_initial(run *r, ckpt_state *st) {
+    int rc = load_initial_weights(r, st);
+    startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(llama_init_count());
+    return rc;
+}
+static int load_initial_weights(run *r, ckpt_state *st) {
     const job_config *c = &r->cfg;
     char err[1536] = "", path[2048];
     *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
@@ -475,6 +481,7 @@ static int load_initial(run *r, ckpt_state *st) {
     if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
     if (path[0]) {
+        startup_set_weights(STARTUP_WEIGHTS_RESUME);
         if (r->rank == 0 && c->init_from[0])
             printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
                    c->init_from);
@@ -514,11 +521,16 @@ static int load_initial(run *r, ckpt_state *st) {
                    saved.steps, st->steps, st->lr_last, c->min_lr, st->steps);
         return 0;
     }
-    if (c->init_from[0] &&
-        checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+    if (!c->init_from[0]) { /* run_setup deferred this: loads overwrite every shard */
+        startup_set_weights(STARTUP_WEIGHTS_SEED);
+        fsdp_init_weights(r->engine, c->seed);
+        return 0;
+    }
+    startup_set_weights(STARTUP_WEIGHTS_IMPORT);
+    if (checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
     /* a checkpoint's weights bring the files it kept, where the job's sources lack them */
-    if (c->init_from[0] && !c->hf_model &&
+    if (!c->hf_model &&
         (checkpoint_resolve("", c->init_from, path, sizeof path, err, sizeof err) != 0 ||
          checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0))
         return all_ranks_ok(0, err);
@@ -573,14 +585,11 @@ static void poison_embedding_shard(fsdp_engine *e) {
     free(x);
 }
 
-static int train_loop(run *r, const ckpt_state *st0) {
+static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     const job_config *c = &r->cfg;
     char err[1536] = "";
-    metrics_log log = {0};
     nonfinite_hook hook;
     int ok = nonfinite_hook_get(r->rank, &hook, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
-    ok = r->rank != 0 || metrics_open(&log, c->run_dir, err, sizeof err) == 0;
     if (all_ranks_ok(ok, err)) return -1;
 
     /* a resumed run continues the checkpoint's data stream: same order, next sample */
@@ -590,6 +599,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
         SHLM_FATAL("%s", err);
     dl.doc_mask = c->doc_mask;
     const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
+    watch_set_range(w, first, end);
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
     int32_t *ds = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
@@ -704,26 +714,31 @@ static int train_loop(run *r, const ckpt_state *st0) {
         size_t used = 0, total = 0;
         if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0 && used > device_peak)
             device_peak = used;
-        /* [2]: a stop signal (SIGUSR1/SIGTERM) seen by this rank; with MPI_MAX every rank
-         * learns that some rank saw one, so all stop after this same step. [3]: the same
-         * for a token file that changed under the run */
-        double times[4] = {MPI_Wtime() - t0, fsdp_take_exposed_ms(r->engine),
-                           (double)shlm_signals_pending(), (double)data_failed};
+        const size_t mem_peak = r->ops->mem_info ? device_peak : peak_rss_bytes();
+        const double local_s = MPI_Wtime() - t0;
+        double comm_ms[2]; /* exposed comm of the shard, replica group in this step */
         fsdp_comm_stats(r->engine, &after[0], &after[1]);
-        for (int g = 0; g < 2; g++)
+        for (int g = 0; g < 2; g++) {
+            comm_ms[g] = 1e-6 * (double)(after[g].blocked_ns - before[g].blocked_ns);
             for (int op = 0; op < SHLM_COMM_N_OPS; op++) wire[g] += after[g].wire[op] - before[g].wire[op];
-        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, times, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
-        if (times[3] > 0) { /* the step trained on placeholder rows: log and save nothing */
+        }
+        /* the step-end reduction: a stop signal (SIGUSR1/SIGTERM) seen by any rank stops
+         * all after this same step, and so does a token file that changed under the run;
+         * the slowest rank's time is the step's */
+        step_record rec;
+        watch_step_end(w, (double)shlm_signals_pending(), (double)data_failed, local_s, comm_ms,
+                       mem_peak, &rec);
+        if (rec.data_failed > 0) { /* the step trained on placeholder rows: log and save nothing */
             all_ranks_ok(!data_failed, err);
             rc = -1;
             break;
         }
-        double step_s = times[0];
+        double step_s = rec.slow_ms / 1000;
         if (c->profile && s > first) prof_step_s += step_s;
 
         int last = s == end - 1;
         /* stopping early on a signal: log this step, skip validation, save, exit */
-        const int stop_sig = last ? 0 : (int)times[2];
+        const int stop_sig = last ? 0 : (int)rec.stop_signal;
         double val = NAN;
         if (r->have_val && !stop_sig && !nonfinite_stop &&
             (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
@@ -732,20 +747,12 @@ static int train_loop(run *r, const ckpt_state *st0) {
                 break;
             }
         const double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
-        if (r->rank == 0 &&
-            (last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 || !isnan(val))) {
-            step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
-                               .grad_norm = norm, .step_ms = 1000 * step_s,
-                               .comm_exposed_ms = times[1],
-                               .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first),
-                               .skipped = nonfinite};
-            sm.tokens_per_s = tokens_per_step / step_s;
-            sm.tflops_per_gpu = flops_tok * sm.tokens_per_s / r->world / 1e12;
-            sm.mfu = sm.tflops_per_gpu / SHLM_PEAK_TFLOPS;
-            sm.mem_peak_bytes = r->ops->mem_info ? device_peak : peak_rss_bytes();
-            metrics_print_step(stdout, &sm);
-            metrics_write_json(&log, &sm);
-        }
+        step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
+                           .grad_norm = norm, .mem_peak_bytes = mem_peak,
+                           .tokens_seen = st0->tokens_seen + tokens_per_step * (s + 1 - first),
+                           .skipped = nonfinite};
+        watch_step(w, &sm, &rec, last || stop_sig || nonfinite || (s + 1) % c->log_every == 0 ||
+                                     !isnan(val));
         if (nonfinite_stop) {
             /* nothing of this step reaches the weights or a checkpoint */
             char what[160];
@@ -812,7 +819,7 @@ static int train_loop(run *r, const ckpt_state *st0) {
     free(tg);
     free(ds);
     data_loader_free(&dl);
-    metrics_close(&log);
+    watch_summary(w, rc == 0);
     if (rc != 0) return rc;
     if (c->trace && all_ranks_ok(write_trace(r, err, sizeof err) == 0, err)) return -1;
     if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
@@ -874,7 +881,14 @@ static int parse_job_args(int argc, char **argv, const char **job, const char **
     return 0;
 }
 
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen);
 int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
+    int rc = load_forward_weights(r, ckpt, what, whatlen);
+    startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(llama_init_count());
+    return rc;
+}
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
     const job_config *c = &r->cfg;
     char err[1536] = "", path[2048] = "";
     if (!ckpt) {
@@ -889,8 +903,11 @@ int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
         if (r->rank == 0)
             printf("note: %s: no --ckpt, checkpoint (checkpoint.resume, checkpoint.dir) or "
                    "model.init_from: the model has %s\n", c->path, what);
+        startup_set_weights(STARTUP_WEIGHTS_SEED); /* run_setup deferred it */
+        fsdp_init_weights(r->engine, c->seed);
         return 0;
     }
+    startup_set_weights(ckpt == path ? STARTUP_WEIGHTS_RESUME : STARTUP_WEIGHTS_IMPORT);
     snprintf(what, whatlen, "%s", ckpt);
     if (checkpoint_init_from(r->engine, &r->topo, &c->model, ckpt, err, sizeof err) != 0)
         return all_ranks_ok(0, err);
@@ -929,13 +946,18 @@ static int job_command(int argc, char **argv, int training) {
     if (training && r.rank == 0 && !r.cfg.ckpt_dir[0])
         printf("note: checkpoint.dir is not set: the weights this run trains will not be kept "
                "(set checkpoint.dir to save them)\n");
-    /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
-    if (training &&
-        checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {
+    /* the step line, metrics.jsonl, Prometheus, telemetry, the summary: a bad log.* key is
+     * refused before any weight is read */
+    watch *w = NULL;
+    if (training && watch_open(&w, &r) != 0) {
+        rc = 1;
+    } else if (training &&
+               checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {
+        /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
         all_ranks_ok(0, err);
         rc = 1;
     } else if (training) {
-        rc = load_initial(&r, &st) != 0 ? 1 : train_loop(&r, &st) == 0 ? 0 : 1;
+        rc = load_initial(&r, &st) != 0 ? 1 : train_loop(&r, &st, w) == 0 ? 0 : 1;
         if (rc == 0 && r.rank == 0 && !r.cfg.ckpt_dir[0])
             printf("note: the trained weights were not kept: checkpoint.dir is not set\n");
     } else if (!r.have_val) {
@@ -945,12 +967,14 @@ static int job_command(int argc, char **argv, int training) {
         rc = 1;
     } else {
         double loss = NAN, scored = 0;
+        if (r.rank == 0) startup_print(stdout, "the evaluation");
         if (run_validate(&r, &loss, &scored) != 0) rc = 1;
         else if (r.rank == 0)
             printf("eval: %s: %.0f tokens scored (windows of %d), mean loss %.6f nats/token, "
                    "perplexity %.4f; weights: %s\n", r.cfg.data_val, scored, r.cfg.seq_len, loss,
                    exp(loss), what);
     }
+    watch_close(w);
     checkpoint_dir_close(&lock_fd);
     run_teardown(&r);
     return rc;

@@ -94,7 +94,7 @@ refused() {
 
 # early NAME: the last run (a refusal) trained no step
 early() {
-    if grep -q '^ *1 |' "$work/$1.out"; then fail "$1: refused only after training began"; fi
+    if grep -q '^ *1/[0-9]* |' "$work/$1.out"; then fail "$1: refused only after training began"; fi
 }
 
 # mount_tmpfs OPTIONS: a fresh tmpfs at $mnt; 1 when this machine does not allow it
@@ -181,11 +181,11 @@ echo "+ $SHLM train $job ... --set checkpoint.dir=$shared --set train.steps=1000
     >"$work/holder.out" 2>"$work/holder.err" </dev/null &
 holder=$!
 i=0
-while [ $i -lt 600 ] && ! grep -q '^ *1 |' "$work/holder.out" && kill -0 "$holder" 2>/dev/null; do
+while [ $i -lt 600 ] && ! grep -q '^ *1/[0-9]* |' "$work/holder.out" && kill -0 "$holder" 2>/dev/null; do
     sleep 0.1
     i=$((i + 1))
 done
-if ! grep -q '^ *1 |' "$work/holder.out"; then
+if ! grep -q '^ *1/[0-9]* |' "$work/holder.out"; then
     fail "the holder run did not start training: $(tail -n 3 "$work/holder.err")"
 else
     train second 1 "$shared"

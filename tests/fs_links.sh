@@ -71,7 +71,7 @@ refused() {
 
 # before_step1 NAME: the run printed no training step
 before_step1() {
-    if grep -q '^ *1 |' "$work/$1.out"; then fail "$1: refused only after training began"; fi
+    if grep -q '^ *1/[0-9]* |' "$work/$1.out"; then fail "$1: refused only after training began"; fi
 }
 
 # train NAME NP [--set ...]: a 2-step run with checkpoint.dir=$ck and log.run_dir=$rd, on

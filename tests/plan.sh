@@ -219,6 +219,36 @@ else
     fail "llama2-70b HYBRID_SHARD with 8 ranks per node: expected shard group 8 x replica group 128"
 fi
 
+# ---- (f) the verdict: llama2-7b at micro-batch 4 on one H200 does not fit; each change
+# plan says would fit does fit when planned with it, at the size it said ----
+sed -e 's/^micro_batch = 1$/micro_batch = 4/' -e 's/^global_batch = 1024$/global_batch = 8/' \
+    "$SHLM_SRCDIR/jobs/llama2-7b.ini" >"$T/7b.ini"
+printf '[fsdp]\nparam_dtype = bf16\n' >>"$T/7b.ini"
+run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device h200
+cat "$T/out" "$T/err" | sed -n '/^verdict/,$p'
+need=$(awk '$1 == "fit_bytes" { printf "%.2f", $2 / 1073741824 }' "$T/out")
+if [ $rc -ne 0 ] || ! grep -q "^verdict: does not fit h200 (143771 MiB): needs $need GiB per rank" "$T/out"; then
+    fail "llama2-7b micro-batch 4 on one h200: no 'does not fit' verdict for fit_bytes $need GiB"
+else
+    ok "llama2-7b micro-batch 4 on one h200: does not fit, $need GiB"
+fi
+knobs=$(sed -n 's/^  would fit with \(.*\): \([0-9.]*\) GiB.*/\1|\2/p' "$T/out")
+[ -n "$knobs" ] || fail "llama2-7b micro-batch 4 on one h200: no change offered"
+while IFS='|' read -r knob gib; do
+    # shellcheck disable=SC2086
+    run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device h200 $knob
+    if grep -q "^verdict: fits h200 (143771 MiB): $gib of " "$T/out"; then
+        ok "with $knob: fits, $gib GiB as promised"
+    else
+        fail "with $knob: plan promised $gib GiB and a fit, got: $(grep '^verdict' "$T/out")"
+    fi
+done <<KNOBS
+$knobs
+KNOBS
+run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device-gib 1000
+grep -q "^verdict: fits a device of 1000 GiB" "$T/out" && ok "--device-gib 1000: fits" ||
+    fail "--device-gib 1000: $(grep '^verdict' "$T/out")"
+
 # ---- (e) plan's errors: one line, non-zero exit ----
 # expect_error NAME PATTERN...
 expect_error() {
@@ -250,6 +280,10 @@ run "$SHLM" plan "$T/small.ini" --ranks 3 --set runtime.ranks_per_node=2
 expect_error "plan --ranks 3 --set runtime.ranks_per_node=2" small.ini ranks_per_node
 run "$SHLM" plan "$T/small.ini" --ranks 0
 expect_error "plan --ranks 0" "not a positive integer" 0
+run "$SHLM" plan "$T/small.ini" --ranks 2 --device z900
+expect_error "plan --device z900" "--device z900" "not in the device table" h200
+run "$SHLM" plan "$T/small.ini" --ranks 2 --device-gib -1
+expect_error "plan --device-gib -1" "--device-gib" "-1"
 
 echo "plan: $n_ok passed, $n_fail failed"
 [ $n_fail -eq 0 ]

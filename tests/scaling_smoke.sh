@@ -25,8 +25,10 @@ fail=0
 awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
     { n++; ws[$c["world_size"]] = 1
       for (k in want) if (!($c[k] + 0 > 0)) { print "FAIL: row " NR ": " k " = " $c[k]; bad = 1 }
+      # MFU is n/a on the cpu backend (no device peak): metrics.jsonl has null, the CSV nan
+      if ($c["backend"] == "cpu" ? $c["mfu"] != "nan" : !($c["mfu"] + 0 > 0)) { print "FAIL: row " NR ": mfu = " $c["mfu"] " on " $c["backend"]; bad = 1 }
       if ($c["comm_exposed_ms"] == "" || $c["strategy"] != "FULL_SHARD") { print "FAIL: row " NR ": strategy/comm"; bad = 1 } }
-    BEGIN { split("tokens_per_s tokens_per_s_per_gpu step_ms mem_peak_bytes mfu global_batch", w, " ")
+    BEGIN { split("tokens_per_s tokens_per_s_per_gpu step_ms mem_peak_bytes global_batch", w, " ")
             for (i in w) want[w[i]] = 1 }
     END { if (n != 2 || !(1 in ws) || !(2 in ws)) { print "FAIL: want rows for 1 and 2 ranks, got " n; bad = 1 }
           exit bad }' "$csv" >&2 || fail=1

@@ -142,6 +142,20 @@ extern "C" void shlm_cuda_set_device(int device) {
     g_sm_count = 0;
 }
 
+extern "C" int shlm_cuda_device_info(shlm_device_info *out) {
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess ||
+        cudaDeviceGetPCIBusId(out->pci_bus_id, (int)sizeof out->pci_bus_id, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    snprintf(out->name, sizeof out->name, "%s", p.name);
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    return 0;
+}
+
 /* NVTX ranges (header-only NVTX 3 in the CUDA toolkit: no library to link) */
 extern "C" void shlm_cuda_range_push(const char *name) { nvtxRangePushA(name); }
 extern "C" void shlm_cuda_range_pop(void) { nvtxRangePop(); }

@@ -16,6 +16,7 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .device_count = shlm_cuda_device_count,
     .set_device = shlm_cuda_set_device,
     .mem_info = shlm_cuda_mem_info,
+    .device_info = shlm_cuda_device_info,
     .reserve = shlm_cuda_reserve,
     .scratch_bytes = shlm_cuda_step_scratch_bytes,
     .scratch_reserve = shlm_cuda_scratch_reserve,

@@ -11,6 +11,8 @@
 #                        both against float64, with and without RoPE
 #   hung_rank.sh         a rank stopped mid-run on 2 GPUs: the other ends the job within
 #                        SHLM_COMM_TIMEOUT_S naming it (NCCL watchdog; skipped on 1 GPU)
+#   nvml_fields.sh       the NVML telemetry's fields against nvidia-smi --query-gpu
+#   telemetry_overhead.sh  a 7B step with telemetry every 100 ms and off: < 0.5% apart
 # Each log goes to check-gpu-NAME.log in the current directory. A test that finds no
 # suitable GPU exits 77 and is reported SKIP. Exit 1 when any test failed.
 # Env: BUILDDIR (the build directory), SHLM, SHLM_SRCDIR, MPIRUN (as `make check` sets).
@@ -33,4 +35,6 @@ run doc_mask sh "$SHLM_SRCDIR/tests/gpu/doc_mask.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time
 run attn_bwd_sm90_check "$B/tests/gpu/attn_bwd_sm90_check" --no-time
 run hung_rank sh "$SHLM_SRCDIR/tests/gpu/hung_rank.sh"
+run nvml_fields sh "$SHLM_SRCDIR/tests/gpu/nvml_fields.sh"
+run telemetry_overhead sh "$SHLM_SRCDIR/tests/gpu/telemetry_overhead.sh"
 exit $failed

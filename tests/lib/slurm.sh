@@ -171,7 +171,7 @@ chain_verdict() {
             echo "$cv_msg"
             cv_prev=$(echo "$cv_msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
             [ -n "$chain_stop" ] || chain_stop=$cv_prev
-        elif grep -q "^ *40 |" "$cv_o"; then
+        elif grep -q "^ *40/[0-9]* |" "$cv_o"; then
             chain_finished=$cv_k
             if [ $cv_k -lt $# ]; then
                 grep "cancelling the chain's later jobs" "$cv_o" ||
