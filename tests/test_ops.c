@@ -314,15 +314,23 @@ static float *got_f32(const void *d, size_t n) {
 
 /* ------------------------------------------------------------------------------------
  * checks */
-static double max_rel_err(const float *a, const double *b, size_t n) {
-    double num = 0.0, den = 0.0;
+static double max_abs(const double *b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(b[i]));
+    return m;
+}
+/* max_i |a_i - b_i| / scale (NaN when any a_i is NaN) */
+static double max_err_over(const float *a, const double *b, size_t n, double scale) {
+    double num = 0.0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]);
         if (isnan(d)) return NAN;
         if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
     }
-    return num / (den > 1e-30 ? den : 1e-30);
+    return num / (scale > 1e-30 ? scale : 1e-30);
+}
+static double max_rel_err(const float *a, const double *b, size_t n) {
+    return max_err_over(a, b, n, max_abs(b, n));
 }
 static double rel_l2_err(const float *a, const double *b, size_t n) {
     double num = 0.0, den = 0.0;
@@ -368,8 +376,7 @@ static int check_true(const char *name, int cond) { return report(name, cond ? 0
 typedef double (*loss_fn)(void *ctx);
 static void check_fd(const char *name, loss_fn loss, void *ctx, double *x, size_t n,
                      const double *grad) {
-    double gmax = 0.0, err = 0.0;
-    for (size_t i = 0; i < n; i++) gmax = fmax(gmax, fabs(grad[i]));
+    double gmax = max_abs(grad, n), err = 0.0;
     for (int c = 0; c < FD_COORDS; c++) {
         size_t k = (size_t)(rnd_u64() % n);
         /* an absolute step: the error term h²·f'''/6 must not grow with |x| (logits
@@ -1252,7 +1259,9 @@ static double attn_loss(void *p) {
 }
 
 /* dqkv's q, k and v parts each on its own (a wrong small one cannot hide behind a large
- * other), then the whole */
+ * other), then the whole. A part whose reference is zero everywhere (dq and dk at T = 1,
+ * where every row sees only itself and dS = 0) is measured against max|dqkv| instead: a
+ * backend's dS there is the rounding residue of dP - rowsum(dO.O), not exactly 0. */
 static void check_qkv(const char *what, const char *tag, const float *got, const double *want,
                       attn_shape s, tol_id id) {
     static const char *const part_name[3] = {"dq", "dk", "dv"};
@@ -1271,7 +1280,10 @@ static void check_qkv(const char *what, const char *tag, const float *got, const
                    (size_t)part_w[p] * sizeof(double));
         }
         snprintf(name, sizeof name, "attention_bwd %s %s %s", what, part_name[p], tag);
-        check_close(name, a, r, m, id);
+        if (tol_table[id].crit == CRIT_MAXREL && max_abs(r, m) == 0.0)
+            report(name, max_err_over(a, r, m, max_abs(want, (size_t)N * C3)), id);
+        else
+            check_close(name, a, r, m, id);
     }
     snprintf(name, sizeof name, "attention_bwd %s dqkv %s", what, tag);
     check_close(name, got, want, (size_t)N * C3, id);
@@ -1611,7 +1623,7 @@ static void xent_bad_target_case(void) {
 
 static void test_xent(void) {
     xent_case(7 * 13, 67, 1);
-    xent_case(1, 1, 0);
+    xent_case(1, 2, 0);
     xent_case(2, 3, 0);
     xent_case(7, 1001, 0);
     xent_case(64, 32000, 0);
