@@ -56,7 +56,10 @@ static int n_checks, n_failed;
 /* ------------------------------------------------------------------------------------
  * tolerances: one row per op output, its value on a backend whose act dtype is fp32 and
  * on one whose act dtype is bf16, and the reason. bf16 keeps 8 significant bits: one
- * rounding moves a value by up to 2^-9 of itself (2e-3). */
+ * rounding moves a value by up to 2^-9 of itself (2e-3). On an H200 (cuda, the default
+ * seed) the largest errors sit 2.6 to 8 times below the tolerances of bf16 outputs (the
+ * closest: attention rope 7.6e-3, attention dqkv 1.3e-2) and 10 to 50 times below those
+ * of fp32 outputs (the closest: xent losses 2.1e-6). */
 enum crit {
     CRIT_MAXREL, /* max_i |a_i - b_i| / max_i |b_i| (tol 0: the same values) */
     CRIT_L2      /* ||a - b||_2 / ||b||_2 */
@@ -104,13 +107,13 @@ static const struct tol_row {
     [T_RMS_ACT] = {"rmsnorm act", CRIT_MAXREL, 1e-5, 2e-2,
                    "out and dinp: C-term fp32 sums (fp32: ~1e-6), rounded once to bf16 "
                    "after the rstd and weight products (bf16: a few 2^-9)"},
-    [T_RMS_F32] = {"rmsnorm fp32", CRIT_MAXREL, 1e-5, 1e-4,
+    [T_RMS_F32] = {"rmsnorm fp32", CRIT_MAXREL, 1e-5, 1e-5,
                    "rstd and dweight are fp32 sums over C or N products of exact operands; a "
                    "device sums in another order, through partials, with rsqrtf (2 ulp)"},
     [T_MM_ACT] = {"matmul act", CRIT_MAXREL, 1e-5, 2e-2,
                   "out and dinp: K-term fp32 dot products, rounded once to bf16 (and again "
                   "per += onto a bf16 buffer)"},
-    [T_MM_DW] = {"matmul dweight", CRIT_MAXREL, 1e-5, 1e-4,
+    [T_MM_DW] = {"matmul dweight", CRIT_MAXREL, 1e-5, 1e-5,
                  "fp32 dweight: N-term dot products of exact bf16 operands in the tensor "
                  "cores' fp32 order"},
     [T_ROPE] = {"rope", CRIT_MAXREL, 1e-5, 2e-2,
@@ -122,7 +125,7 @@ static const struct tol_row {
     [T_ATT_OUT] = {"attention out", CRIT_MAXREL, 1e-5, 2e-2,
                    "softmax rows of T terms in fp32; bf16: P rounded to bf16 before P.V (as "
                    "in every flash attention), then the output"},
-    [T_ATT_LSE] = {"attention lse", CRIT_MAXREL, 1e-5, 1e-4,
+    [T_ATT_LSE] = {"attention lse", CRIT_MAXREL, 1e-5, 1e-5,
                    "fp32 logsumexp of fp32 scores; a device uses ex2.approx (2 ulp) and "
                    "tensor-core sums"},
     [T_ATT_BWD] = {"attention dqkv", CRIT_MAXREL, 1e-5, 5e-2,
@@ -135,7 +138,7 @@ static const struct tol_row {
     [T_SWIGLU] = {"swiglu", CRIT_MAXREL, 1e-5, 2e-2,
                   "a few fp32 operations per element (exp included); bf16 rounds the "
                   "output once"},
-    [T_XENT_LOSS] = {"xent losses", CRIT_MAXREL, 1e-5, 1e-4,
+    [T_XENT_LOSS] = {"xent losses", CRIT_MAXREL, 1e-5, 2e-5,
                      "fp32 logsumexp over V terms; a device uses fast exp and another "
                      "summation order"},
     [T_XENT_DLOGITS] = {"xent dlogits", CRIT_MAXREL, 1e-5, 2e-2,
@@ -150,7 +153,7 @@ static const struct tol_row {
     [T_CPU_ACT] = {"vs cpu act", CRIT_L2, 1e-2, 1e-2,
                    "Llama-sized act outputs against the cpu's fp32 from the same bf16 inputs: "
                    "the output's rounding alone gives ~3e-3"},
-    [T_CPU_F32] = {"vs cpu fp32", CRIT_L2, 1e-4, 1e-4,
+    [T_CPU_F32] = {"vs cpu fp32", CRIT_L2, 1e-5, 1e-5,
                    "Llama-sized fp32 outputs (dweight, lse) from bf16 operands in another "
                    "summation order"},
     [T_CPU_ATT_BWD] = {"vs cpu attention dqkv", CRIT_L2, 2e-2, 2e-2,
