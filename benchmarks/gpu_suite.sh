@@ -35,7 +35,7 @@
 #   --repeat K        scaling phases: runs per point, the median kept (default 3)
 #   --global-batch G  scaling: sequences per optimizer step (default 2 x GPUs)
 #   --run-timeout S   a run that takes longer fails (default 600)
-# Environment: SHLM_BIN  a directory holding shardlm, test_ops_cuda, attn_sm90_check,
+# Environment: SHLM_BIN  a directory holding shardlm, test_ops, attn_sm90_check,
 #                        attn_bwd_sm90_check, bench_kernels, bench_comm, flat or as a build
 #                        tree (default .gpu/bin; with --cpu the build this script is in)
 #              OUT       logs, run directories and results.jsonl (default /tmp/shlm-suite)
@@ -116,7 +116,7 @@ run() {
 # bin NAME: the path of a binary in $BIN, flat or a build tree
 bin() {
     local d
-    for d in "$BIN" "$BIN/tests/gpu" "$BIN/benchmarks"; do
+    for d in "$BIN" "$BIN/tests" "$BIN/tests/gpu" "$BIN/benchmarks"; do
         [ -x "$d/$1" ] && { echo "$d/$1"; return 0; }
     done
     [ "$dry" = 1 ] && { echo "$BIN/$1"; return 0; }
@@ -232,14 +232,16 @@ phase_tests() {
     [ "$cpu" = 1 ] && { say "tests: needs GPUs (--cpu): left out"; return; }
     local b t
     # check_gpu.sh reads a build tree: the binaries' own, or links laid out as one
-    if [ -x "$BIN/tests/gpu/test_ops_cuda" ]; then
+    if [ -x "$BIN/tests/test_ops" ]; then
         b=$BIN
     else
         b=$work/check-gpu-build
-        say "+ mkdir -p $b/tests/gpu && ln -sf $BIN/{test_ops_cuda,attn_sm90_check,attn_bwd_sm90_check} $b/tests/gpu/"
+        say "+ mkdir -p $b/tests/gpu && ln -sf $BIN/test_ops $b/tests/ && ln -sf $BIN/{attn_sm90_check,attn_bwd_sm90_check} $b/tests/gpu/"
         if [ "$dry" = 0 ]; then
             mkdir -p "$b/tests/gpu"
-            for t in test_ops_cuda attn_sm90_check attn_bwd_sm90_check; do
+            t=$(bin test_ops) || { failed=1; return; }
+            ln -sf "$t" "$b/tests/"
+            for t in attn_sm90_check attn_bwd_sm90_check; do
                 t=$(bin "$t") || { failed=1; return; }
                 ln -sf "$t" "$b/tests/gpu/"
             done

@@ -1,6 +1,7 @@
 #!/bin/sh
 # `make check-gpu`: every GPU test in one command, on a machine with GPUs (minutes):
-#   test_ops_cuda        every cuda op against the cpu backend (bf16 tolerances per op)
+#   test_ops             every op of the cuda backend against the double reference and,
+#                        at Llama sizes and where bits are the contract, the cpu backend
 #   model_steps.sh       whole-model steps on 1 and 2 GPUs against the cpu backend, every
 #                        strategy, accumulation, bitwise repeat, exact resume
 #   doc_mask.sh          data.doc_mask through the model: packed documents' eval loss on
@@ -29,7 +30,7 @@ run() { # NAME COMMAND...
     *) echo "check-gpu: FAIL $name (exit $rc; log check-gpu-$name.log)"; failed=1 ;;
     esac
 }
-run test_ops_cuda "$B/tests/gpu/test_ops_cuda"
+run test_ops "$B/tests/test_ops" --backend cuda
 run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
 run doc_mask sh "$SHLM_SRCDIR/tests/gpu/doc_mask.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time

@@ -1,0 +1,1909 @@
+/* The op-test harness of every compute backend: each op of the shlm_ops table
+ * (kernels/ops.h), forward and backward, against double-precision references written
+ * here, and on a backend other than cpu also against the cpu backend where agreement is
+ * the contract. */
+
+/* Usage: test_ops [--backend NAME] [--seed N] [--group NAME] [--small]
+ *   --backend  cpu (the default, run by `make check`) or cuda (`make check-gpu`); a backend
+ *              that is built in but finds no device exits 77 (skipped)
+ *   --seed     the inputs' random seed
+ *   --group    one group only: backends memory convert embedding rmsnorm matmul rope
+ *              attention swiglu xent adamw reductions determinism
+ *   --small    leave out the Llama-sized cases (quick enough for compute-sanitizer)
+ *
+ * Three kinds of check; every line names its row of tol_table, where each tolerance is
+ * given with its reason:
+ * 1. Reference: the backend's result a against the double reference b computed from the
+ *    same inputs (act inputs are drawn representable in the backend's act dtype, so both
+ *    see the same values): max_i |a_i - b_i| / max_i |b_i| < tol. Shapes: tiny (one row,
+ *    widths of 1 or 2), odd (not a multiple of any vector width or tile), the tile edges of
+ *    the device kernels (attention T = 65, 129, 300 against 64- and 128-row tiles, hd 20,
+ *    64, 100, 128), document masks, and on device backends the Llama-sized shapes of the
+ *    ops whose references are linear in the data (embedding, rmsnorm, rope, swiglu, xent).
+ * 2. Finite differences: each reference backward against central differences of the
+ *    reference forward at a dozen random coordinates, so that a wrong reference cannot
+ *    pass a wrong kernel.
+ * 3. Against the cpu backend (device backends only): matmul and attention at Llama sizes,
+ *    where a double loop would take minutes, against the cpu backend (itself held to the
+ *    double reference by 1.) by relative L2 error ||a - c|| / ||c||; and bit-identity
+ *    where both backends do the same fp32 operations in the same order (embedding_bwd,
+ *    adamw, accumulate).
+ * Outputs an op overwrites ("=") are filled with NaN first, so an element it leaves
+ * unwritten fails. Every check prints one line; the exit status is 0 when all pass, 1
+ * when one fails, 2 on bad usage. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kernels/cpu/cpu.h"
+#include "kernels/ops.h"
+#include "tests/doc_layout.h"
+
+#define FD_COORDS 12
+
+static const shlm_ops *ops;                       /* the backend under test */
+static const shlm_ops *const cpu = &shlm_ops_cpu; /* the comparison of device backends */
+static int is_cpu;     /* cpu-only properties (thread invariance, documented aliasing) */
+static int small_only; /* --small: no Llama-sized cases */
+static int n_checks, n_failed;
+
+/* ------------------------------------------------------------------------------------
+ * tolerances: one row per op output, its value on a backend whose act dtype is fp32 and
+ * on one whose act dtype is bf16, and the reason. bf16 keeps 8 significant bits: one
+ * rounding moves a value by up to 2^-9 of itself (2e-3). On an H200 (cuda, the default
+ * seed) the largest errors sit 2.6 to 8 times below the tolerances of bf16 outputs (the
+ * closest: attention rope 7.6e-3, attention dqkv 1.3e-2) and 10 to 50 times below those
+ * of fp32 outputs (the closest: xent losses 2.1e-6). */
+enum crit {
+    CRIT_MAXREL, /* max_i |a_i - b_i| / max_i |b_i| (tol 0: the same values) */
+    CRIT_L2      /* ||a - b||_2 / ||b||_2 */
+};
+typedef enum tol_id {
+    T_BITS,
+    T_FD,
+    T_EMB_BWD,
+    T_RMS_ACT,
+    T_RMS_F32,
+    T_MM_ACT,
+    T_MM_DW,
+    T_ROPE,
+    T_ROPE_LONG,
+    T_ATT_OUT,
+    T_ATT_LSE,
+    T_ATT_BWD,
+    T_ATT_ROPE_FUSED,
+    T_SWIGLU,
+    T_XENT_LOSS,
+    T_XENT_DLOGITS,
+    T_ADAMW,
+    T_SUMSQ,
+    T_ACCUM,
+    T_CPU_ACT,
+    T_CPU_F32,
+    T_CPU_ATT_BWD,
+    T_COUNT
+} tol_id;
+static const struct tol_row {
+    const char *name;
+    enum crit crit;
+    double fp32, bf16;
+    const char *why;
+} tol_table[T_COUNT] = {
+    [T_BITS] = {"bits", CRIT_MAXREL, 0, 0,
+                "copies, conversions, masks that must give doc_start NULL's results, reruns, "
+                "and ops that do the same fp32 operations in the same order as the cpu"},
+    [T_FD] = {"fd", CRIT_MAXREL, 1e-6, 1e-6,
+              "central differences in double with h = 1e-5: truncation h^2 f'''/6 and "
+              "cancellation 1e-16/h are both ~1e-11 of the gradient"},
+    [T_EMB_BWD] = {"embedding_bwd", CRIT_MAXREL, 1e-6, 1e-6,
+                   "fp32 sums of a few exactly representable rows onto fp32: a few roundings "
+                   "of 2^-24"},
+    [T_RMS_ACT] = {"rmsnorm act", CRIT_MAXREL, 1e-5, 2e-2,
+                   "out and dinp: C-term fp32 sums (fp32: ~1e-6), rounded once to bf16 "
+                   "after the rstd and weight products (bf16: a few 2^-9)"},
+    [T_RMS_F32] = {"rmsnorm fp32", CRIT_MAXREL, 1e-5, 1e-5,
+                   "rstd and dweight are fp32 sums over C or N products of exact operands; a "
+                   "device sums in another order, through partials, with rsqrtf (2 ulp)"},
+    [T_MM_ACT] = {"matmul act", CRIT_MAXREL, 1e-5, 2e-2,
+                  "out and dinp: K-term fp32 dot products, rounded once to bf16 (and again "
+                  "per += onto a bf16 buffer)"},
+    [T_MM_DW] = {"matmul dweight", CRIT_MAXREL, 1e-5, 1e-5,
+                 "fp32 dweight: N-term dot products of exact bf16 operands in the tensor "
+                 "cores' fp32 order"},
+    [T_ROPE] = {"rope", CRIT_MAXREL, 1e-5, 2e-2,
+                "a 2x2 rotation per pair; angles in fp32 are ~1e-6 off at positions < 100; "
+                "bf16 rounds the output once"},
+    [T_ROPE_LONG] = {"rope long", CRIT_MAXREL, 1e-6, 2e-2,
+                     "positions up to 4095: pos * freq formed in fp32 would be ~2e-4 off, so "
+                     "an fp32 backend must form the angle in double (bf16 rounds anyway)"},
+    [T_ATT_OUT] = {"attention out", CRIT_MAXREL, 1e-5, 2e-2,
+                   "softmax rows of T terms in fp32; bf16: P rounded to bf16 before P.V (as "
+                   "in every flash attention), then the output"},
+    [T_ATT_LSE] = {"attention lse", CRIT_MAXREL, 1e-5, 1e-5,
+                   "fp32 logsumexp of fp32 scores; a device uses ex2.approx (2 ulp) and "
+                   "tensor-core sums"},
+    [T_ATT_BWD] = {"attention dqkv", CRIT_MAXREL, 1e-5, 5e-2,
+                   "dq, dk, dv (each part on its own): bf16 rounds P, dS and the forward's "
+                   "out (in rowsum(dO.O)) before their products, and dqkv once"},
+    [T_ATT_ROPE_FUSED] = {"attention rope", CRIT_MAXREL, 0, 2e-2,
+                          "rope_theta > 0 against the backend's own backward then rope: the "
+                          "same call on cpu (ops.h); a device rotates fp32 accumulators and "
+                          "rounds once where the pair rounds twice"},
+    [T_SWIGLU] = {"swiglu", CRIT_MAXREL, 1e-5, 2e-2,
+                  "a few fp32 operations per element (exp included); bf16 rounds the "
+                  "output once"},
+    [T_XENT_LOSS] = {"xent losses", CRIT_MAXREL, 1e-5, 2e-5,
+                     "fp32 logsumexp over V terms; a device uses fast exp and another "
+                     "summation order"},
+    [T_XENT_DLOGITS] = {"xent dlogits", CRIT_MAXREL, 1e-5, 2e-2,
+                        "softmax minus one-hot in fp32; bf16 rounds the output once"},
+    [T_ADAMW] = {"adamw", CRIT_MAXREL, 1e-5, 1e-5,
+                 "fp32 state and arithmetic on every backend: a few roundings, relative to "
+                 "max|param| or max|update|"},
+    [T_SUMSQ] = {"sum_squares", CRIT_MAXREL, 1e-12, 1e-12,
+                 "accumulated in double (ops.h): order alone, ~n * 2^-53"},
+    [T_ACCUM] = {"accumulate", CRIT_MAXREL, 1e-6, 1e-6,
+                 "one fp32 addition per element: 2^-24 of the larger term"},
+    [T_CPU_ACT] = {"vs cpu act", CRIT_L2, 1e-2, 1e-2,
+                   "Llama-sized act outputs against the cpu's fp32 from the same bf16 inputs: "
+                   "the output's rounding alone gives ~3e-3"},
+    [T_CPU_F32] = {"vs cpu fp32", CRIT_L2, 1e-5, 1e-5,
+                   "Llama-sized fp32 outputs (dweight, lse) from bf16 operands in another "
+                   "summation order"},
+    [T_CPU_ATT_BWD] = {"vs cpu attention dqkv", CRIT_L2, 2e-2, 2e-2,
+                       "Llama-sized attention backward: P and dS rounded to bf16 before their "
+                       "products"},
+};
+static double tol_of(tol_id id) {
+    return ops->act_dtype == SHLM_BF16 ? tol_table[id].bf16 : tol_table[id].fp32;
+}
+
+/* ------------------------------------------------------------------------------------
+ * random numbers (splitmix64), independent of the program's own rng */
+static uint64_t rng_state;
+
+static uint64_t rnd_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rnd_unif(void) { return (double)(rnd_u64() >> 11) * 0x1.0p-53; }
+static double rnd_normal(void) {
+    double u1 = 1.0 - rnd_unif(), u2 = rnd_unif();
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static int rnd_int(int n) { return (int)(rnd_u64() % (uint64_t)n); }
+
+/* ------------------------------------------------------------------------------------
+ * buffers: every host and backend buffer a test makes is remembered and released by
+ * release_all() when the case ends, so the tests read as straight-line code */
+enum { MAX_LIVE = 1024 };
+static void *live_host[MAX_LIVE], *live_dev[MAX_LIVE];
+static int n_live_host, n_live_dev;
+
+static void *remember(void **list, int *n, void *p) {
+    if (*n == MAX_LIVE) {
+        fprintf(stderr, "test_ops: more than %d live buffers\n", MAX_LIVE);
+        exit(1);
+    }
+    return list[(*n)++] = p;
+}
+static void release_all(void) {
+    while (n_live_host) free(live_host[--n_live_host]);
+    while (n_live_dev) ops->free(live_dev[--n_live_dev]);
+}
+/* untracked: for the references' own scratch, which they free themselves */
+static void *calloc_or_die(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "test_ops: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+static void *xcalloc(size_t n, size_t size) {
+    return remember(live_host, &n_live_host, calloc_or_die(n, size));
+}
+static void *dalloc(size_t bytes) { return remember(live_dev, &n_live_dev, ops->alloc(bytes)); }
+static float *hf(size_t n) { return xcalloc(n, sizeof(float)); }
+static double *hd(size_t n) { return xcalloc(n, sizeof(double)); }
+
+static float bf16_round(float x) { return shlm_bf16_to_f32(shlm_f32_to_bf16(x)); }
+
+/* fp32 tensor ~ N(0, scale²) */
+static float *rnd_f(size_t n, double scale) {
+    float *a = hf(n);
+    for (size_t i = 0; i < n; i++) a[i] = (float)(scale * rnd_normal());
+    return a;
+}
+/* values made representable in the backend's act dtype, so that the reference sees
+ * exactly what the backend sees */
+static void act_round(float *a, size_t n) {
+    if (ops->act_dtype == SHLM_BF16)
+        for (size_t i = 0; i < n; i++) a[i] = bf16_round(a[i]);
+}
+static float *rnd_act(size_t n, double scale) {
+    float *a = rnd_f(n, scale);
+    act_round(a, n);
+    return a;
+}
+static double *dup_d(const float *a, size_t n) {
+    double *d = hd(n);
+    for (size_t i = 0; i < n; i++) d[i] = a[i];
+    return d;
+}
+static float *dup_f(const float *a, size_t n) {
+    float *d = hf(n);
+    memcpy(d, a, n * sizeof(float));
+    return d;
+}
+static float *nan_f(size_t n) {
+    float *a = hf(n);
+    for (size_t i = 0; i < n; i++) a[i] = NAN;
+    return a;
+}
+
+/* ------------------------------------------------------------------------------------
+ * backend buffers: everything goes through the table, so any backend can run this */
+static size_t act_bytes(size_t n) { return n * shlm_dtype_size(ops->act_dtype); }
+/* element i of an act buffer */
+static void *act_at(void *p, size_t i) { return (char *)p + act_bytes(i); }
+
+static void *up_f32(const float *h, size_t n) {
+    void *d = dalloc(n * sizeof(float));
+    ops->to_device(d, h, n * sizeof(float));
+    return d;
+}
+static void *up_i32(const int32_t *h, size_t n) {
+    void *d = dalloc(n * sizeof(int32_t));
+    ops->to_device(d, h, n * sizeof(int32_t));
+    return d;
+}
+/* writes h (n fp32 values) into the act buffer d */
+static void put_act(void *d, const float *h, size_t n) {
+    if (ops->act_dtype == SHLM_F32) {
+        ops->to_device(d, h, n * sizeof(float));
+        return;
+    }
+    float *tmp = ops->alloc(n * sizeof(float));
+    ops->to_device(tmp, h, n * sizeof(float));
+    ops->f32_to_act(d, tmp, n);
+    ops->sync();
+    ops->free(tmp);
+}
+/* an act buffer holding h, starting `off` elements into its allocation (1: rows aligned
+ * to one element only, as a tensor that starts mid-unit) */
+static void *up_act_off(const float *h, size_t n, int off) {
+    void *d = act_at(dalloc(act_bytes(n + (size_t)off)), (size_t)off);
+    put_act(d, h, n);
+    return d;
+}
+static void *up_act(const float *h, size_t n) { return up_act_off(h, n, 0); }
+/* "=" outputs start as NaN: an element the op does not write fails its check */
+static void *nan_act(size_t n) { return up_act(nan_f(n), n); }
+static float *nan_f32_dev(size_t n) { return up_f32(nan_f(n), n); }
+
+static void down_f32(float *h, const void *d, size_t n) {
+    ops->sync();
+    ops->to_host(h, d, n * sizeof(float));
+}
+static void down_act(float *h, const void *d, size_t n) {
+    if (ops->act_dtype == SHLM_F32) {
+        down_f32(h, d, n);
+        return;
+    }
+    float *tmp = ops->alloc(n * sizeof(float));
+    ops->bf16_to_f32(tmp, d, n); /* the only other act dtype */
+    down_f32(h, tmp, n);
+    ops->free(tmp);
+}
+static float *got_act(const void *d, size_t n) {
+    float *h = hf(n);
+    down_act(h, d, n);
+    return h;
+}
+static float *got_f32(const void *d, size_t n) {
+    float *h = hf(n);
+    down_f32(h, d, n);
+    return h;
+}
+
+/* ------------------------------------------------------------------------------------
+ * checks */
+static double max_abs(const double *b, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(b[i]));
+    return m;
+}
+/* max_i |a_i - b_i| / scale (NaN when any a_i is NaN) */
+static double max_err_over(const float *a, const double *b, size_t n, double scale) {
+    double num = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d)) return NAN;
+        if (d > num) num = d;
+    }
+    return num / (scale > 1e-30 ? scale : 1e-30);
+}
+static double max_rel_err(const float *a, const double *b, size_t n) {
+    return max_err_over(a, b, n, max_abs(b, n));
+}
+static double rel_l2_err(const float *a, const double *b, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        if (isnan(d)) return NAN;
+        num += d * d;
+        den += b[i] * b[i];
+    }
+    if (den == 0.0) return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+static int report(const char *name, double err, tol_id id) {
+    const double tol = tol_of(id);
+    int ok = tol > 0 ? err < tol : err == 0.0; /* NaN fails both */
+    n_checks++;
+    if (!ok) n_failed++;
+    printf("%s %-70s %s %.2e  tol %.0e %s\n", ok ? "ok  " : "FAIL", name,
+           tol_table[id].crit == CRIT_L2 ? "rel_l2" : "maxrel", err, tol, tol_table[id].name);
+    fflush(stdout);
+    return ok;
+}
+
+static int check_close(const char *name, const float *a, const double *b, size_t n, tol_id id) {
+    double err = tol_table[id].crit == CRIT_L2 ? rel_l2_err(a, b, n) : max_rel_err(a, b, n);
+    return report(name, err, id);
+}
+
+/* bit-identical float tensors; the printed error is their max relative difference */
+static int check_same(const char *name, const float *a, const float *b, size_t n) {
+    double *bd = dup_d(b, n);
+    double err = memcmp(a, b, n * sizeof(float)) == 0 ? 0.0 : max_rel_err(a, bd, n);
+    if (err == 0.0 && memcmp(a, b, n * sizeof(float)) != 0) err = 1e-300; /* e.g. -0 vs +0 */
+    return report(name, err, T_BITS);
+}
+
+/* a yes/no property: printed as error 0 (holds) or 1 (does not) */
+static int check_true(const char *name, int cond) { return report(name, cond ? 0.0 : 1.0, T_BITS); }
+
+/* The reference gradient `grad` of loss() w.r.t. x (n elements) against central
+ * differences at FD_COORDS random coordinates, relative to max|grad|. */
+typedef double (*loss_fn)(void *ctx);
+static void check_fd(const char *name, loss_fn loss, void *ctx, double *x, size_t n,
+                     const double *grad) {
+    double gmax = max_abs(grad, n), err = 0.0;
+    for (int c = 0; c < FD_COORDS; c++) {
+        size_t k = (size_t)(rnd_u64() % n);
+        /* an absolute step: the error term h²·f'''/6 must not grow with |x| (logits
+         * shifted by 1000); the divisor is the step actually taken */
+        double x0 = x[k], xp = x0 + 1e-5, xm = x0 - 1e-5;
+        x[k] = xp;
+        double lp = loss(ctx);
+        x[k] = xm;
+        double lm = loss(ctx);
+        x[k] = x0;
+        err = fmax(err, fabs((lp - lm) / (xp - xm) - grad[k]));
+    }
+    char buf[160];
+    snprintf(buf, sizeof buf, "fd reference %s", name);
+    report(buf, err / (gmax > 1e-30 ? gmax : 1e-30), T_FD);
+}
+
+static double dot_d(const double *a, const double *b, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* ====================================================================================
+ * double-precision references: plain loops straight from the definitions */
+
+static void ref_embedding_fwd(double *out, const int32_t *tok, const double *wte, int N, int C) {
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] = wte[(size_t)tok[i] * C + c];
+}
+static void ref_embedding_bwd(double *dwte, const double *dout, const int32_t *tok, int N, int C) {
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) dwte[(size_t)tok[i] * C + c] += dout[(size_t)i * C + c];
+}
+
+static void ref_rmsnorm_fwd(double *out, double *rstd, const double *x, const double *w, int N,
+                            int C, double eps) {
+    for (int i = 0; i < N; i++) {
+        double ms = 0.0;
+        for (int c = 0; c < C; c++) ms += x[(size_t)i * C + c] * x[(size_t)i * C + c];
+        double r = 1.0 / sqrt(ms / C + eps);
+        if (rstd) rstd[i] = r;
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] = x[(size_t)i * C + c] * r * w[c];
+    }
+}
+/* dx += ; dw += */
+static void ref_rmsnorm_bwd(double *dx, double *dw, const double *dout, const double *x,
+                            const double *w, int N, int C, double eps) {
+    for (int i = 0; i < N; i++) {
+        const double *xi = x + (size_t)i * C, *gi = dout + (size_t)i * C;
+        double ms = 0.0, m = 0.0;
+        for (int c = 0; c < C; c++) ms += xi[c] * xi[c];
+        ms /= C;
+        double r = 1.0 / sqrt(ms + eps);
+        for (int c = 0; c < C; c++) m += gi[c] * w[c] * xi[c];
+        m /= C; /* mean of dout·w·x */
+        for (int c = 0; c < C; c++) {
+            dw[c] += gi[c] * xi[c] * r;
+            dx[(size_t)i * C + c] += r * w[c] * gi[c] - r * r * r * xi[c] * m;
+        }
+    }
+}
+
+static void ref_matmul_fwd(double *out, const double *x, const double *w, int N, int C, int OC) {
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double s = 0.0;
+            for (int c = 0; c < C; c++) s += x[(size_t)i * C + c] * w[(size_t)o * C + c];
+            out[(size_t)i * OC + o] = s;
+        }
+}
+/* dx += (if non-NULL); dw += (if non-NULL) */
+static void ref_matmul_bwd(double *dx, double *dw, const double *dout, const double *x,
+                           const double *w, int N, int C, int OC) {
+    for (int i = 0; i < N; i++)
+        for (int o = 0; o < OC; o++) {
+            double g = dout[(size_t)i * OC + o];
+            for (int c = 0; c < C; c++) {
+                if (dx) dx[(size_t)i * C + c] += g * w[(size_t)o * C + c];
+                if (dw) dw[(size_t)o * C + c] += g * x[(size_t)i * C + c];
+            }
+        }
+}
+
+/* angle of pair i at position pos: pos / theta^(2i/hd) */
+static double ref_rope_angle(int pos, int i, int hd, double theta) {
+    return pos * exp(-(2.0 * i / hd) * log(theta));
+}
+/* out = rope(x); elements outside the first n_heads heads are copied */
+static void ref_rope_fwd(double *out, const double *x, int N, int T, int stride, int n_heads,
+                         int hd, double theta) {
+    int half = hd / 2;
+    memcpy(out, x, (size_t)N * stride * sizeof(double));
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < half; i++) {
+                size_t a = (size_t)r * stride + (size_t)h * hd + i, b = a + half;
+                double th = ref_rope_angle(r % T, i, hd, theta);
+                out[a] = x[a] * cos(th) - x[b] * sin(th);
+                out[b] = x[b] * cos(th) + x[a] * sin(th);
+            }
+}
+/* dx = Jᵀ dout, the transpose of the forward's 2×2 blocks */
+static void ref_rope_bwd(double *dx, const double *dout, int N, int T, int stride, int n_heads,
+                         int hd, double theta) {
+    int half = hd / 2;
+    memcpy(dx, dout, (size_t)N * stride * sizeof(double));
+    for (int r = 0; r < N; r++)
+        for (int h = 0; h < n_heads; h++)
+            for (int i = 0; i < half; i++) {
+                size_t a = (size_t)r * stride + (size_t)h * hd + i, b = a + half;
+                double th = ref_rope_angle(r % T, i, hd, theta);
+                dx[a] = dout[a] * cos(th) + dout[b] * sin(th);
+                dx[b] = -dout[a] * sin(th) + dout[b] * cos(th);
+            }
+}
+
+typedef struct attn_shape {
+    int B, T, nh, nkv, hd;
+} attn_shape;
+
+/* element d of query head h / key head kh / value head kh of token (b,t) in qkv */
+#define QI(s, b, t, h, d)                                                                          \
+    ((size_t)((b) * (s).T + (t)) * ((s).nh + 2 * (s).nkv) * (s).hd + (size_t)(h) * (s).hd + (d))
+#define KI(s, b, t, kh, d) QI(s, b, t, (s).nh + (kh), d)
+#define VI(s, b, t, kh, d) QI(s, b, t, (s).nh + (s).nkv + (kh), d)
+#define OI(s, b, t, h, d)                                                                          \
+    ((size_t)((b) * (s).T + (t)) * (s).nh * (s).hd + (size_t)(h) * (s).hd + (d))
+
+/* The reference's mask, written out rather than as the kernels' lower bound: query i of
+ * sequence b sees key j when j <= i and both belong to the same document, i.e. share their
+ * first token (doc NULL: one document per sequence). */
+static int ref_sees(const int32_t *doc, attn_shape s, int b, int i, int j) {
+    return j <= i && (!doc || doc[(size_t)b * s.T + i] == doc[(size_t)b * s.T + j]);
+}
+
+/* P (T,T) of (b,h): softmax of the scaled scores under ref_sees; fills lse if non-NULL */
+static void ref_attn_probs(double *P, double *lse_row, const double *qkv, const int32_t *doc,
+                           attn_shape s, int b, int h) {
+    int kh = h / (s.nh / s.nkv);
+    double sc = 1.0 / sqrt((double)s.hd);
+    for (int i = 0; i < s.T; i++) {
+        double m = -INFINITY, z = 0.0;
+        for (int j = 0; j < s.T; j++) {
+            const int seen = ref_sees(doc, s, b, i, j);
+            double v = 0.0;
+            if (seen)
+                for (int d = 0; d < s.hd; d++)
+                    v += qkv[QI(s, b, i, h, d)] * qkv[KI(s, b, j, kh, d)];
+            P[(size_t)i * s.T + j] = seen ? v * sc : -INFINITY;
+            if (seen && v * sc > m) m = v * sc;
+        }
+        for (int j = 0; j < s.T; j++)
+            if (ref_sees(doc, s, b, i, j)) z += exp(P[(size_t)i * s.T + j] - m);
+        double l = m + log(z);
+        for (int j = 0; j < s.T; j++)
+            P[(size_t)i * s.T + j] = ref_sees(doc, s, b, i, j) ? exp(P[(size_t)i * s.T + j] - l) : 0.0;
+        if (lse_row) lse_row[i] = l;
+    }
+}
+static void ref_attention_fwd(double *out, double *lse, const double *qkv, const int32_t *doc,
+                              attn_shape s) {
+    double *P = calloc_or_die((size_t)s.T * s.T, sizeof(double));
+    int g = s.nh / s.nkv;
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.nh; h++) {
+            ref_attn_probs(P, lse ? lse + ((size_t)b * s.nh + h) * s.T : NULL, qkv, doc, s, b, h);
+            for (int i = 0; i < s.T; i++)
+                for (int d = 0; d < s.hd; d++) {
+                    double acc = 0.0;
+                    for (int j = 0; j <= i; j++)
+                        acc += P[(size_t)i * s.T + j] * qkv[VI(s, b, j, h / g, d)];
+                    out[OI(s, b, i, h, d)] = acc;
+                }
+        }
+    free(P);
+}
+/* dqkv = (overwritten): dV = Pᵀ dO, dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)),
+ * dQ = dS K / √hd, dK = dSᵀ Q / √hd; kv heads sum over their query heads */
+static void ref_attention_bwd(double *dqkv, const double *dout, const double *qkv,
+                              const int32_t *doc, attn_shape s) {
+    size_t n = (size_t)s.B * s.T * (s.nh + 2 * s.nkv) * s.hd;
+    memset(dqkv, 0, n * sizeof(double));
+    double *P = calloc_or_die((size_t)s.T * s.T, sizeof(double));
+    double *dP = calloc_or_die((size_t)s.T * s.T, sizeof(double));
+    double sc = 1.0 / sqrt((double)s.hd);
+    int g = s.nh / s.nkv;
+    for (int b = 0; b < s.B; b++)
+        for (int h = 0; h < s.nh; h++) {
+            int kh = h / g;
+            ref_attn_probs(P, NULL, qkv, doc, s, b, h);
+            for (int i = 0; i < s.T; i++)
+                for (int j = 0; j <= i; j++) {
+                    double v = 0.0;
+                    for (int d = 0; d < s.hd; d++)
+                        v += dout[OI(s, b, i, h, d)] * qkv[VI(s, b, j, kh, d)];
+                    dP[(size_t)i * s.T + j] = v;
+                }
+            for (int i = 0; i < s.T; i++) {
+                double rs = 0.0;
+                for (int j = 0; j <= i; j++)
+                    rs += P[(size_t)i * s.T + j] * dP[(size_t)i * s.T + j];
+                for (int j = 0; j <= i; j++) {
+                    double p = P[(size_t)i * s.T + j], dS = p * (dP[(size_t)i * s.T + j] - rs);
+                    if (p == 0.0) continue; /* masked (or underflowed): adds nothing */
+                    for (int d = 0; d < s.hd; d++) {
+                        dqkv[QI(s, b, i, h, d)] += sc * dS * qkv[KI(s, b, j, kh, d)];
+                        dqkv[KI(s, b, j, kh, d)] += sc * dS * qkv[QI(s, b, i, h, d)];
+                        dqkv[VI(s, b, j, kh, d)] += p * dout[OI(s, b, i, h, d)];
+                    }
+                }
+            }
+        }
+    free(P);
+    free(dP);
+}
+
+static double ref_silu(double g) { return g / (1.0 + exp(-g)); }
+static void ref_swiglu_fwd(double *out, const double *gu, int N, int F) {
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < F; j++)
+            out[(size_t)i * F + j] =
+                ref_silu(gu[(size_t)i * 2 * F + j]) * gu[(size_t)i * 2 * F + F + j];
+}
+static void ref_swiglu_bwd(double *dgu, const double *dout, const double *gu, int N, int F) {
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < F; j++) {
+            double g = gu[(size_t)i * 2 * F + j], u = gu[(size_t)i * 2 * F + F + j];
+            double sg = 1.0 / (1.0 + exp(-g)), dy = dout[(size_t)i * F + j];
+            dgu[(size_t)i * 2 * F + j] = dy * u * (sg + g * sg * (1.0 - sg));
+            dgu[(size_t)i * 2 * F + F + j] = dy * ref_silu(g);
+        }
+}
+
+/* losses(N) and, if dlogits, (softmax − onehot)·dscale; ignored rows (target < 0) give 0 */
+static void ref_xent(double *losses, double *dlogits, const double *x, const int32_t *tgt, int N,
+                     int V, double dscale) {
+    for (int i = 0; i < N; i++) {
+        const double *xi = x + (size_t)i * V;
+        if (tgt[i] < 0) {
+            losses[i] = 0.0;
+            if (dlogits)
+                for (int j = 0; j < V; j++) dlogits[(size_t)i * V + j] = 0.0;
+            continue;
+        }
+        double m = xi[0], z = 0.0;
+        for (int j = 1; j < V; j++) m = fmax(m, xi[j]);
+        for (int j = 0; j < V; j++) z += exp(xi[j] - m);
+        losses[i] = m + log(z) - xi[tgt[i]];
+        if (dlogits)
+            for (int j = 0; j < V; j++)
+                dlogits[(size_t)i * V + j] = (exp(xi[j] - m) / z - (j == tgt[i])) * dscale;
+    }
+}
+
+/* one AdamW step in double, decoupled decay on the pre-step weight */
+static void ref_adamw(double *p, const double *grad, double *m, double *v, size_t n, double lr,
+                      double b1, double b2, double eps, double wd, double gscale, int step) {
+    double c1 = 1.0 - pow(b1, step), c2 = 1.0 - pow(b2, step);
+    for (size_t i = 0; i < n; i++) {
+        double g = grad[i] * gscale;
+        m[i] = b1 * m[i] + (1.0 - b1) * g;
+        v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+        p[i] = p[i] - lr * ((m[i] / c1) / (sqrt(v[i] / c2) + eps) + wd * p[i]);
+    }
+}
+
+/* ====================================================================================
+ * the tests */
+
+static void test_backends(void) {
+    check_true("backends: shlm_ops_find(name) finds this backend", shlm_ops_find(ops->name) == ops);
+    check_true("backends: shlm_ops_find(\"cpu\") is shlm_ops_cpu",
+               shlm_ops_find("cpu") == &shlm_ops_cpu);
+    check_true("backends: unknown name gives NULL", shlm_ops_find("no-such-backend") == NULL);
+    int n = 0, has_cpu = 0, distinct = 1;
+    for (; shlm_backends[n]; n++) {
+        has_cpu |= shlm_backends[n] == &shlm_ops_cpu;
+        for (int k = 0; k < n; k++)
+            distinct &= strcmp(shlm_backends[k]->name, shlm_backends[n]->name) != 0;
+    }
+    check_true("backends: list holds cpu, names distinct, NULL-terminated",
+               has_cpu && distinct && n < 16);
+    check_true("backends: dtype names fp32 / bf16",
+               strcmp(shlm_dtype_name(SHLM_F32), "fp32") == 0 &&
+                   strcmp(shlm_dtype_name(SHLM_BF16), "bf16") == 0);
+    int all = ops->name && ops->available && ops->alloc && ops->free && ops->zero && ops->copy &&
+              ops->to_device && ops->to_host && ops->sync && ops->f32_to_act &&
+              ops->round_to_bf16 && ops->embedding_fwd && ops->embedding_bwd && ops->rmsnorm_fwd &&
+              ops->rmsnorm_bwd && ops->matmul_fwd && ops->matmul_bwd && ops->rope &&
+              ops->attention_fwd && ops->attention_bwd && ops->swiglu_fwd && ops->swiglu_bwd &&
+              ops->xent_fwd_bwd && ops->adamw && ops->sum_squares &&
+              ops->f32_to_bf16 && ops->bf16_to_f32 && ops->accumulate;
+    check_true("backends: every member of the table is set", all);
+    check_true("backends: available() is 1", ops->available() == 1);
+    if (is_cpu) check_true("backends: cpu act dtype is fp32", ops->act_dtype == SHLM_F32);
+}
+
+static void test_memory(void) {
+    const size_t sizes[] = {0, 1, 3, 64, 1000, 1003, 1u << 20};
+    int zeroed = 1, aligned = 1, roundtrip = 1, zero_ok = 1, part_ok = 1;
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        unsigned char *h = xcalloc(n, 1), *h2 = xcalloc(n, 1);
+        /* dirty a block of this size and free it first, so that the allocator has
+         * non-zero memory to hand back and "zero-filled" is really tested */
+        unsigned char *dirt = xcalloc(n, 1);
+        memset(dirt, 0xA5, n);
+        for (int r = 0; r < 2; r++) {
+            void *t = ops->alloc(n);
+            ops->to_device(t, dirt, n);
+            ops->sync();
+            ops->free(t);
+        }
+        void *d = ops->alloc(n), *d2 = ops->alloc(n);
+        if (d == NULL || d2 == NULL) zeroed = 0;
+        if (is_cpu) aligned &= ((uintptr_t)d % 64 == 0) && ((uintptr_t)d2 % 64 == 0);
+        memset(h, 0xA5, n);
+        ops->sync();
+        ops->to_host(h, d, n);
+        for (size_t i = 0; i < n; i++) zeroed &= h[i] == 0;
+        for (size_t i = 0; i < n; i++) h[i] = (unsigned char)(rnd_u64() >> 56);
+        ops->to_device(d, h, n);
+        ops->copy(d2, d, n);
+        ops->sync();
+        ops->to_host(h2, d2, n);
+        roundtrip &= n == 0 || memcmp(h, h2, n) == 0;
+        if (n > 110) { /* zero of a range inside a buffer leaves its neighbours alone */
+            ops->zero((char *)d2 + 10, 100);
+            ops->sync();
+            ops->to_host(h2, d2, n);
+            memset(h + 10, 0, 100);
+            part_ok &= memcmp(h, h2, n) == 0;
+        }
+        ops->zero(d2, n);
+        ops->sync();
+        ops->to_host(h2, d2, n);
+        for (size_t i = 0; i < n; i++) zero_ok &= h2[i] == 0;
+        ops->free(d);
+        ops->free(d2);
+    }
+    ops->free(NULL);
+    check_true("memory: alloc returns zero-filled memory (0 B .. 1 MiB)", zeroed);
+    if (is_cpu) check_true("memory: cpu alloc is 64-byte aligned", aligned);
+    check_true("memory: to_device, copy, to_host round trip", roundtrip);
+    check_true("memory: zero of a range inside a buffer, neighbours kept", part_ok);
+    check_true("memory: zero", zero_ok);
+    if (is_cpu) { /* an in-place all-gather copies a shard onto itself */
+        float a[5] = {1, 2, 3, 4, 5}, b[5] = {1, 2, 3, 4, 5};
+        ops->copy(a, a, sizeof a);
+        check_same("memory: cpu copy with dst == src is the identity", a, b, 5);
+    }
+}
+
+static float bits_f32(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+/* |value| of a finite fp32 bit pattern, decoded from its fields; exponent 255 with a
+ * zero mantissa decodes to 2^128, the overflow threshold IEEE rounding compares with */
+static double field_value(uint32_t u) {
+    int e = (int)((u >> 23) & 0xFF);
+    uint32_t m = u & 0x7FFFFF;
+    return e == 0 ? ldexp((double)m, -149) : ldexp(1.0 + m / 8388608.0, e - 127);
+}
+/* round-to-nearest-even from the definition: the nearer of the two neighbouring bf16
+ * values, on a tie the one with an even last mantissa bit */
+static uint16_t ref_bf16(uint32_t u) {
+    uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;
+    if ((u & 0x7FFFFFFFu) >= 0x7F800000u) return (uint16_t)(u >> 16); /* ±inf (NaN: unused) */
+    double x = field_value(u), dl = x - field_value(lo), dh = field_value(hi) - x;
+    if (dl < dh) return (uint16_t)(lo >> 16);
+    if (dh < dl) return (uint16_t)(hi >> 16);
+    return (lo >> 16) & 1 ? (uint16_t)(hi >> 16) : (uint16_t)(lo >> 16);
+}
+static int bf16_is_nan(uint16_t b) { return (b & 0x7F80) == 0x7F80 && (b & 0x7F) != 0; }
+
+/* the host's scalar conversion (shlm_f32_to_bf16) against the definition */
+static void test_convert_scalar(void) {
+    /* hand-picked patterns: ties go to the even neighbour; overflow rounds to inf */
+    static const struct {
+        uint32_t in;
+        uint16_t want;
+    } cases[] = {
+        {0x3F800000u, 0x3F80}, /* 1.0 exact */
+        {0x3F808000u, 0x3F80}, /* tie, kept bit even: down */
+        {0x3F818000u, 0x3F82}, /* tie, kept bit odd: up */
+        {0x3F808001u, 0x3F81}, /* just above the tie */
+        {0x3F807FFFu, 0x3F80}, /* just below the tie */
+        {0xBF818000u, 0xBF82}, /* negative tie, odd: away from zero */
+        {0xBF808000u, 0xBF80}, /* negative tie, even */
+        {0x3FFF8000u, 0x4000}, /* tie that carries into the exponent */
+        {0x00008000u, 0x0000}, /* subnormal tie, even */
+        {0x00018000u, 0x0002}, /* subnormal tie, odd */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x7F7F7FFFu, 0x7F7F}, /* largest value that stays finite */
+        {0x7F7F8000u, 0x7F80}, /* tie at the top: to even = inf */
+        {0x7F7FFFFFu, 0x7F80}, /* FLT_MAX rounds to inf */
+        {0x7F800000u, 0x7F80}, /* +inf */
+        {0xFF800000u, 0xFF80}, /* -inf */
+    };
+    int bad = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        uint16_t got = shlm_f32_to_bf16(bits_f32(cases[k].in));
+        if (got != cases[k].want) {
+            printf("     f32 0x%08" PRIX32 " -> bf16 0x%04X, want 0x%04X\n", cases[k].in, got,
+                   cases[k].want);
+            bad++;
+        }
+        if (ref_bf16(cases[k].in) != cases[k].want) {
+            printf("     (test's own reference is wrong at 0x%08" PRIX32 ")\n", cases[k].in);
+            bad++;
+        }
+    }
+    check_true("bf16: ties-to-even, carries, subnormals, overflow, inf", bad == 0);
+
+    /* NaN stays NaN (signalling ones with only low payload bits included), sign kept */
+    static const uint32_t nans[] = {0x7FC00000u, 0xFFC00000u, 0x7F800001u,
+                                    0xFF800001u, 0x7FFFFFFFu, 0x7F80FFFFu};
+    bad = 0;
+    for (size_t k = 0; k < sizeof nans / sizeof nans[0]; k++) {
+        uint16_t b = shlm_f32_to_bf16(bits_f32(nans[k]));
+        bad += !bf16_is_nan(b) || (b >> 15) != (nans[k] >> 31);
+    }
+    check_true("bf16: NaN stays NaN of the same sign", bad == 0);
+
+    /* random bit patterns (every exponent) against the definition */
+    bad = 0;
+    for (int k = 0; k < (1 << 20); k++) {
+        uint32_t u = (uint32_t)rnd_u64();
+        if (k % 4 == 0) u = (u & 0xFFFF0000u) | 0x8000u; /* many exact ties */
+        uint16_t got = shlm_f32_to_bf16(bits_f32(u));
+        int nan_in = (u & 0x7FFFFFFFu) > 0x7F800000u;
+        bad += nan_in ? !bf16_is_nan(got) : got != ref_bf16(u);
+    }
+    check_true("bf16: 2^20 random patterns match round-to-nearest-even", bad == 0);
+
+    /* bf16 -> f32 is exact: every pattern decodes to its value and rounds back to itself */
+    bad = 0;
+    for (uint32_t b = 0; b < 65536; b++) {
+        float x = shlm_bf16_to_f32((uint16_t)b);
+        if (bf16_is_nan((uint16_t)b)) {
+            bad += !isnan(x);
+            continue;
+        }
+        double want = field_value(b << 16) * ((b >> 15) ? -1.0 : 1.0);
+        if ((b & 0x7FFF) == 0x7F80) want = (b >> 15) ? -INFINITY : INFINITY;
+        bad += (double)x != want || shlm_f32_to_bf16(x) != b;
+    }
+    check_true("bf16: all 65536 bf16 values decode exactly and round-trip", bad == 0);
+}
+
+/* The backend's conversions on n elements starting `off` elements into their buffers,
+ * against the scalar conversion, bit for bit (NaN payloads included): f32_to_act,
+ * f32_to_bf16, bf16_to_f32, round_to_bf16. x: n + 1 fp32 values. */
+static void convert_case(const float *x, size_t n, int off) {
+    char tag[64], name[128];
+    snprintf(tag, sizeof tag, "(n=%zu%s)", n, off ? ", unaligned" : "");
+    const float *xs = x + off;
+    float *want_round = hf(n);
+    uint16_t *want_bits = xcalloc(n, sizeof(uint16_t));
+    for (size_t i = 0; i < n; i++) {
+        want_bits[i] = shlm_f32_to_bf16(xs[i]);
+        want_round[i] = shlm_bf16_to_f32(want_bits[i]);
+    }
+    float *d = up_f32(x, n + 1);
+    uint16_t *bits = dalloc((n + 1) * sizeof(uint16_t)), *hbits = xcalloc(n, sizeof(uint16_t));
+    ops->f32_to_bf16(bits + off, d + off, n);
+    ops->sync();
+    ops->to_host(hbits, bits + off, n * sizeof(uint16_t));
+    snprintf(name, sizeof name, "bf16: f32_to_bf16 == scalar conversion %s", tag);
+    check_true(name, memcmp(hbits, want_bits, n * sizeof(uint16_t)) == 0);
+
+    float *back = up_f32(nan_f(n + 1), n + 1), *got = hf(n);
+    ops->bf16_to_f32(back + off, bits + off, n);
+    down_f32(got, back + off, n);
+    snprintf(name, sizeof name, "bf16: bf16_to_f32(f32_to_bf16(x)) %s", tag);
+    check_true(name, memcmp(got, want_round, n * sizeof(float)) == 0);
+
+    /* f32 -> act: a copy for fp32 activations, the bf16 conversion otherwise */
+    void *act = dalloc(act_bytes(n + 1));
+    ops->f32_to_act(act_at(act, off), d + off, n);
+    ops->sync();
+    if (ops->act_dtype == SHLM_BF16) {
+        ops->to_host(hbits, act_at(act, off), n * sizeof(uint16_t));
+        snprintf(name, sizeof name, "convert: f32_to_act bits %s", tag);
+        check_true(name, memcmp(hbits, want_bits, n * sizeof(uint16_t)) == 0);
+    } else {
+        ops->to_host(got, act_at(act, off), n * sizeof(float));
+        snprintf(name, sizeof name, "convert: f32_to_act is a copy %s", tag);
+        check_true(name, memcmp(got, xs, n * sizeof(float)) == 0);
+    }
+
+    ops->round_to_bf16(d + off, n);
+    down_f32(got, d + off, n);
+    snprintf(name, sizeof name, "bf16: round_to_bf16 == bf16_to_f32(f32_to_bf16(x)) %s", tag);
+    check_true(name, memcmp(got, want_round, n * sizeof(float)) == 0);
+}
+
+static void test_convert(void) {
+    test_convert_scalar();
+    /* every special case of the rounding, then random bit patterns: every exponent, NaN
+     * payloads included; the offset of one element takes the unaligned paths */
+    const size_t n = 10007;
+    const float specials[] = {0.0f, -0.0f, 1.0f, -1.0f, 1.00390625f /* tie: to even */,
+                              1.01171875f /* tie: up */, 3.4028235e38f /* rounds to inf */,
+                              -3.4028235e38f, INFINITY, -INFINITY, NAN, -NAN, 1e-40f, 1.4e-45f,
+                              3.14159265f, 65504.0f, 1e30f, -2.5e-20f, bits_f32(0x3F808000u),
+                              bits_f32(0x3F818000u), bits_f32(0x7F7FFFFFu)};
+    const size_t ns = sizeof specials / sizeof specials[0];
+    float *x = hf(n + 1);
+    for (size_t i = 0; i <= n; i++) x[i] = i < ns ? specials[i] : bits_f32((uint32_t)rnd_u64());
+    convert_case(x, n, 0);
+    convert_case(x, n, 1);
+    float *one = hf(2);
+    one[0] = one[1] = bits_f32(0x3F818000u);
+    convert_case(one, 1, 0); /* a single element */
+    convert_case(one, 1, 1);
+    float nanv = NAN, *got = hf(1);
+    float *d = up_f32(&nanv, 1);
+    ops->round_to_bf16(d, 1);
+    down_f32(got, d, 1);
+    check_true("bf16: round_to_bf16 keeps NaN", isnan(got[0]));
+    if (!is_cpu && !small_only) {
+        /* a size where every thread of a device's grid-stride loop takes several elements */
+        const size_t nb = 40000003;
+        float *xb = hf(nb + 1);
+        for (size_t i = 0; i <= nb; i++) xb[i] = bits_f32((uint32_t)rnd_u64());
+        convert_case(xb, nb, 0);
+    }
+}
+
+/* ---- embedding ---- */
+typedef struct emb_ctx {
+    double *wte, *dout, *out;
+    const int32_t *tok;
+    int N, C;
+} emb_ctx;
+static double emb_loss(void *p) {
+    emb_ctx *c = p;
+    ref_embedding_fwd(c->out, c->tok, c->wte, c->N, c->C);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->C);
+}
+
+static void embedding_case(int N, int C, int V, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d C=%d V=%d)", N, C, V);
+    const size_t nw = (size_t)V * C, no = (size_t)N * C;
+    int32_t *tok = xcalloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++) tok[i] = rnd_int(V);
+    tok[0] = tok[N - 1] = V - 1; /* the last row of wte, repeated */
+    float *wte = rnd_act(nw, 1.0), *dout = rnd_act(no, 1.0), *dwte0 = rnd_f(nw, 1.0);
+    double *ref = hd(no), *dref = dup_d(dwte0, nw);
+    emb_ctx c = {dup_d(wte, nw), dup_d(dout, no), ref, tok, N, C};
+
+    void *d_tok = up_i32(tok, N), *d_wte = up_act(wte, nw), *d_out = nan_act(no);
+    void *d_dout = up_act(dout, no);
+    float *d_dwte = up_f32(dwte0, nw);
+    ops->embedding_fwd(d_out, d_tok, d_wte, N, C);
+    ref_embedding_fwd(ref, tok, c.wte, N, C);
+    snprintf(name, sizeof name, "embedding_fwd out (=) %s", tag);
+    check_close(name, got_act(d_out, no), ref, no, T_BITS);
+
+    ops->embedding_bwd(d_dwte, d_dout, d_tok, N, C);
+    ref_embedding_bwd(dref, c.dout, tok, N, C);
+    float *got = got_f32(d_dwte, nw);
+    snprintf(name, sizeof name, "embedding_bwd dwte (+=, repeated tokens) %s", tag);
+    check_close(name, got, dref, nw, T_EMB_BWD);
+    if (!is_cpu) { /* the same fp32 additions in the same (token) order as the cpu */
+        float *want = dup_f(dwte0, nw);
+        cpu->embedding_bwd(want, dout, tok, N, C);
+        snprintf(name, sizeof name, "embedding_bwd dwte == cpu's %s", tag);
+        check_same(name, got, want, nw);
+    }
+    if (with_fd) {
+        double *g = hd(nw);
+        ref_embedding_bwd(g, c.dout, tok, N, C);
+        check_fd("embedding dwte", emb_loss, &c, c.wte, nw, g);
+    }
+    release_all();
+}
+
+static void test_embedding(void) {
+    embedding_case(91, 37, 17, 1); /* V < N: tokens repeat, as the scatter must handle */
+    embedding_case(1, 1, 1, 0);
+    embedding_case(5, 2, 3, 0);
+    embedding_case(517, 200, 97, 0);
+    embedding_case(300, 75, 50, 0);
+    if (!is_cpu && !small_only) embedding_case(2048, 4096, 32000, 0);
+}
+
+/* ---- rmsnorm ---- */
+typedef struct rms_ctx {
+    double *x, *w, *dout, *out;
+    int N, C;
+    double eps;
+} rms_ctx;
+static double rms_loss(void *p) {
+    rms_ctx *c = p;
+    ref_rmsnorm_fwd(c->out, NULL, c->x, c->w, c->N, c->C, c->eps);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->C);
+}
+
+static void rmsnorm_case(int N, int C, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d C=%d)", N, C);
+    const float eps = 1e-5f;
+    const size_t n = (size_t)N * C;
+    float *x = rnd_act(n, 1.0), *w = rnd_f(C, 0.3), *dout = rnd_act(n, 1.0);
+    for (int c = 0; c < C; c++) w[c] += 1.0f;
+    act_round(w, C);
+    /* one row small enough that eps matters (mean square ~1e-6 against eps 1e-5) */
+    if (N > 3)
+        for (int c = 0; c < C; c++) x[3 * C + c] = (float)(x[3 * C + c] * 1e-3);
+    act_round(x, n);
+    float *dx0 = rnd_act(n, 1.0), *dw0 = rnd_f(C, 1.0);
+    double *ref = hd(n), *rstd = hd(N), *rdx = dup_d(dx0, n), *rdw = dup_d(dw0, C);
+    rms_ctx c = {dup_d(x, n), dup_d(w, C), dup_d(dout, n), hd(n), N, C, eps};
+
+    void *d_x = up_act(x, n), *d_w = up_act(w, C), *d_dout = up_act(dout, n);
+    void *d_out = nan_act(n), *d_dx = up_act(dx0, n);
+    float *d_rstd = nan_f32_dev(N), *d_dw = up_f32(dw0, C);
+
+    ops->rmsnorm_fwd(d_out, d_rstd, d_x, d_w, N, C, eps);
+    ref_rmsnorm_fwd(ref, rstd, c.x, c.w, N, C, eps);
+    snprintf(name, sizeof name, "rmsnorm_fwd out (=) %s", tag);
+    check_close(name, got_act(d_out, n), ref, n, T_RMS_ACT);
+    snprintf(name, sizeof name, "rmsnorm_fwd rstd %s", tag);
+    check_close(name, got_f32(d_rstd, N), rstd, N, T_RMS_F32);
+
+    ops->rmsnorm_bwd(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
+    ref_rmsnorm_bwd(rdx, rdw, c.dout, c.x, c.w, N, C, eps);
+    snprintf(name, sizeof name, "rmsnorm_bwd dinp (+=) %s", tag);
+    check_close(name, got_act(d_dx, n), rdx, n, T_RMS_ACT);
+    snprintf(name, sizeof name, "rmsnorm_bwd dweight (+=) %s", tag);
+    check_close(name, got_f32(d_dw, C), rdw, C, T_RMS_F32);
+
+    if (with_fd) {
+        double *gx = hd(n), *gw = hd(C);
+        ref_rmsnorm_bwd(gx, gw, c.dout, c.x, c.w, N, C, eps);
+        check_fd("rmsnorm dinp", rms_loss, &c, c.x, n, gx);
+        check_fd("rmsnorm dweight", rms_loss, &c, c.w, C, gw);
+    }
+    if (is_cpu) { /* documented in cpu.h: dinp may alias dout */
+        float *buf = dup_f(dout, n), *dw = dup_f(dw0, C);
+        double *want = hd(n), *wdw = dup_d(dw0, C);
+        for (size_t i = 0; i < n; i++) want[i] = dout[i];
+        ref_rmsnorm_bwd(want, wdw, c.dout, c.x, c.w, N, C, eps);
+        ops->rmsnorm_bwd(buf, dw, buf, x, w, d_rstd, N, C);
+        snprintf(name, sizeof name, "rmsnorm_bwd cpu: dinp aliasing dout %s", tag);
+        check_close(name, buf, want, n, T_RMS_ACT);
+    }
+    release_all();
+}
+
+static void test_rmsnorm(void) {
+    rmsnorm_case(91, 37, 1);
+    rmsnorm_case(1, 1, 0);
+    rmsnorm_case(3, 2, 0);
+    rmsnorm_case(37, 129, 0);
+    rmsnorm_case(64, 256, 0);
+    if (!is_cpu && !small_only) {
+        rmsnorm_case(1024, 4096, 0);
+        rmsnorm_case(300, 2048, 0); /* the cuda register kernels: 256 threads, 1 group each */
+        rmsnorm_case(257, 5120, 0); /* 320 threads, 2 groups each */
+        rmsnorm_case(600, 8192, 0); /* 512 threads, 2 groups each */
+    }
+}
+
+/* ---- matmul ---- */
+typedef struct mm_ctx {
+    double *x, *w, *dout, *out;
+    int N, C, OC;
+} mm_ctx;
+static double mm_loss(void *p) {
+    mm_ctx *c = p;
+    ref_matmul_fwd(c->out, c->x, c->w, c->N, c->C, c->OC);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->OC);
+}
+
+/* out[i] = a[i] + b[i] (b NULL: a copy) */
+static double *sum_d(const double *a, const double *b, size_t n) {
+    double *out = hd(n);
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + (b ? b[i] : 0.0);
+    return out;
+}
+static double *from_f(const float *a, size_t n) { return dup_d(a, n); }
+
+/* One shape. off: element offset of every operand (1: act rows aligned to one element).
+ * by_cpu: the expected products come from the cpu backend (Llama-sized shapes, checked by
+ * relative L2) instead of the double reference. Every variant of ops.h's contract: no
+ * residual, a separate one, one aliasing out; backward +=, each output alone, "=" flags. */
+static void matmul_case(int N, int C, int OC, int off, int by_cpu, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d C=%d OC=%d%s%s)", N, C, OC, off ? ", unaligned" : "",
+             by_cpu ? ", vs cpu" : "");
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    const tol_id t_act = by_cpu ? T_CPU_ACT : T_MM_ACT, t_dw = by_cpu ? T_CPU_F32 : T_MM_DW;
+    float *x = rnd_act(nx, 1.0), *w = rnd_act(nw, by_cpu ? 0.05 : 0.2), *dout = rnd_act(ny, 1.0);
+    float *y0 = rnd_act(ny, 1.0), *dx0 = rnd_act(nx, 1.0), *dw0 = rnd_f(nw, 1.0);
+    mm_ctx c = {dup_d(x, nx), dup_d(w, nw), dup_d(dout, ny), hd(ny), N, C, OC};
+    /* the products: y = x·wᵀ, dx = dout·w, dw = doutᵀ·x */
+    double *py, *pdx, *pdw;
+    if (by_cpu) {
+        float *fy = hf(ny), *fdx = hf(nx), *fdw = hf(nw);
+        cpu->matmul_fwd(fy, x, w, N, C, OC, NULL);
+        cpu->matmul_bwd(fdx, fdw, dout, x, w, N, C, OC, SHLM_MM_SET_DINP | SHLM_MM_SET_DWEIGHT);
+        py = from_f(fy, ny), pdx = from_f(fdx, nx), pdw = from_f(fdw, nw);
+    } else {
+        py = hd(ny), pdx = hd(nx), pdw = hd(nw);
+        ref_matmul_fwd(py, c.x, c.w, N, C, OC);
+        ref_matmul_bwd(pdx, pdw, c.dout, c.x, c.w, N, C, OC);
+    }
+    void *d_x = up_act_off(x, nx, off), *d_w = up_act_off(w, nw, off);
+    void *d_dout = up_act_off(dout, ny, off);
+
+    void *d_y = up_act_off(nan_f(ny), ny, off);
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, NULL);
+    snprintf(name, sizeof name, "matmul_fwd out (=, no residual) %s", tag);
+    check_close(name, got_act(d_y, ny), py, ny, t_act);
+
+    double *with_res = sum_d(py, from_f(y0, ny), ny);
+    void *d_res = up_act_off(y0, ny, off);
+    d_y = up_act_off(nan_f(ny), ny, off);
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, d_res);
+    snprintf(name, sizeof name, "matmul_fwd out (= product + separate residual) %s", tag);
+    check_close(name, got_act(d_y, ny), with_res, ny, t_act);
+    snprintf(name, sizeof name, "matmul_fwd residual input unchanged %s", tag);
+    check_same(name, got_act(d_res, ny), y0, ny);
+
+    d_y = up_act_off(y0, ny, off);
+    ops->matmul_fwd(d_y, d_x, d_w, N, C, OC, d_y);
+    snprintf(name, sizeof name, "matmul_fwd out (+=, residual aliases out) %s", tag);
+    check_close(name, got_act(d_y, ny), with_res, ny, t_act);
+
+    /* backward: the expected dinp and dweight follow each call, in double */
+    void *d_dx = up_act_off(dx0, nx, off);
+    float *d_dw = up_f32(dw0, nw);
+    double *ex = from_f(dx0, nx), *ew = from_f(dw0, nw);
+    static const struct {
+        int dinp, dweight, flags;
+        const char *what;
+    } calls[] = {
+        {1, 1, 0, "both +="},
+        {0, 1, 0, "dinp NULL"},
+        {1, 0, 0, "dweight NULL"},
+        {1, 1, SHLM_MM_SET_DINP, "SET_DINP"},
+        {1, 1, SHLM_MM_SET_DWEIGHT, "SET_DWEIGHT"},
+        {1, 1, SHLM_MM_SET_DINP | SHLM_MM_SET_DWEIGHT, "both SET"},
+    };
+    for (size_t k = 0; k < sizeof calls / sizeof calls[0]; k++) {
+        float *before_dx = got_act(d_dx, nx), *before_dw = got_f32(d_dw, nw);
+        ops->matmul_bwd(calls[k].dinp ? d_dx : NULL, calls[k].dweight ? d_dw : NULL, d_dout, d_x,
+                        d_w, N, C, OC, calls[k].flags);
+        if (calls[k].dinp)
+            ex = calls[k].flags & SHLM_MM_SET_DINP ? sum_d(pdx, NULL, nx) : sum_d(ex, pdx, nx);
+        if (calls[k].dweight)
+            ew = calls[k].flags & SHLM_MM_SET_DWEIGHT ? sum_d(pdw, NULL, nw) : sum_d(ew, pdw, nw);
+        float *gx = got_act(d_dx, nx), *gw = got_f32(d_dw, nw);
+        snprintf(name, sizeof name, "matmul_bwd %s: dinp %s %s", calls[k].what,
+                 calls[k].dinp ? (calls[k].flags & SHLM_MM_SET_DINP ? "(=)" : "(+=)") : "unchanged",
+                 tag);
+        if (calls[k].dinp) check_close(name, gx, ex, nx, t_act);
+        else check_same(name, gx, before_dx, nx);
+        snprintf(name, sizeof name, "matmul_bwd %s: dweight %s %s", calls[k].what,
+                 calls[k].dweight ? (calls[k].flags & SHLM_MM_SET_DWEIGHT ? "(=)" : "(+=)")
+                                  : "unchanged",
+                 tag);
+        if (calls[k].dweight) check_close(name, gw, ew, nw, t_dw);
+        else check_same(name, gw, before_dw, nw);
+        /* re-anchor on what the backend holds, so that one rounding per call is all the
+         * comparison sees on a bf16 backend */
+        ex = from_f(gx, nx);
+        ew = from_f(gw, nw);
+    }
+
+    if (with_fd) {
+        double *gx = hd(nx), *gw = hd(nw);
+        ref_matmul_bwd(gx, gw, c.dout, c.x, c.w, N, C, OC);
+        check_fd("matmul dinp", mm_loss, &c, c.x, nx, gx);
+        check_fd("matmul dweight", mm_loss, &c, c.w, nw, gw);
+    }
+    release_all();
+}
+
+static void test_matmul(void) {
+    matmul_case(91, 37, 29, 0, 0, 1);
+    matmul_case(1, 1, 1, 0, 0, 0);
+    matmul_case(1, 3, 2, 1, 0, 0);
+    matmul_case(33, 47, 65, 1, 0, 0);
+    matmul_case(128, 256, 384, 0, 0, 0);
+    if (!is_cpu && !small_only) {
+        matmul_case(256, 4096, 6144, 0, 1, 0);  /* fused QKV, GQA (32 q + 2·8 kv heads of 128) */
+        matmul_case(128, 11008, 4096, 0, 1, 0); /* down_proj */
+        matmul_case(64, 4096, 32000, 0, 1, 0);  /* lm_head */
+    }
+}
+
+/* ---- rope ---- */
+typedef struct rope_ctx {
+    double *x, *dout, *out;
+    int N, T, stride, n_heads, hd;
+    double theta;
+} rope_ctx;
+static double rope_loss(void *p) {
+    rope_ctx *c = p;
+    ref_rope_fwd(c->out, c->x, c->N, c->T, c->stride, c->n_heads, c->hd, c->theta);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->stride);
+}
+
+static void rope_case(int N, int T, int stride, int n_heads, int hdim, float theta, tol_id tol,
+                      int with_fd) {
+    const size_t n = (size_t)N * stride;
+    char tag[96], name[192];
+    snprintf(tag, sizeof tag, "(N=%d T=%d stride=%d heads=%d hd=%d theta=%g)", N, T, stride,
+             n_heads, hdim, theta);
+    float *x = rnd_act(n, 1.0), *dout = rnd_act(n, 1.0), *got = hf(n);
+    rope_ctx c = {dup_d(x, n), dup_d(dout, n), hd(n), N, T, stride, n_heads, hdim, theta};
+    double *ref = hd(n);
+    void *d_x = up_act(x, n);
+
+    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 0);
+    ref_rope_fwd(ref, c.x, N, T, stride, n_heads, hdim, theta);
+    down_act(got, d_x, n);
+    snprintf(name, sizeof name, "rope forward %s", tag);
+    check_close(name, got, ref, n, tol);
+    if (stride > n_heads * hdim) { /* heads past n_heads (the v heads) stay untouched */
+        int same = 1;
+        for (int r = 0; r < N; r++)
+            same &= memcmp(got + (size_t)r * stride + n_heads * hdim,
+                           x + (size_t)r * stride + n_heads * hdim,
+                           (size_t)(stride - n_heads * hdim) * sizeof(float)) == 0;
+        snprintf(name, sizeof name, "rope leaves heads >= n_heads alone %s", tag);
+        check_true(name, same);
+    }
+
+    /* inverse(forward(x)) == x: two roundings on a bf16 backend, within the same tol */
+    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
+    down_act(got, d_x, n);
+    snprintf(name, sizeof name, "rope inverse(forward(x)) == x %s", tag);
+    check_close(name, got, c.x, n, tol);
+
+    /* inverse applied to dout is the backward pass Jᵀ·dout */
+    d_x = up_act(dout, n);
+    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
+    ref_rope_bwd(ref, c.dout, N, T, stride, n_heads, hdim, theta);
+    down_act(got, d_x, n);
+    snprintf(name, sizeof name, "rope inverse == backward %s", tag);
+    check_close(name, got, ref, n, tol);
+    if (with_fd) check_fd("rope dx", rope_loss, &c, c.x, n, ref);
+    release_all();
+}
+
+/* a fused qkv buffer of B sequences of T: q and k heads rotate (n_heads = nh + nkv), v
+ * heads do not; positions wrap at T */
+static void rope_qkv_case(int B, int T, int nh, int nkv, int hdim, float theta, int with_fd) {
+    rope_case(B * T, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, theta, T_ROPE, with_fd);
+}
+
+static void test_rope(void) {
+    rope_qkv_case(7, 13, 6, 2, 10, 10000.0f, 1);
+    rope_qkv_case(1, 1, 1, 1, 2, 10000.0f, 0);
+    rope_qkv_case(2, 37, 4, 2, 10, 10000.0f, 0);
+    rope_qkv_case(2, 64, 8, 2, 128, 10000.0f, 0);
+    rope_qkv_case(2, 256, 4, 4, 64, 500000.0f, 0);
+    rope_case(4096, 4096, 64, 1, 64, 10000.0f, T_ROPE_LONG, 0);
+}
+
+/* ---- attention ---- */
+typedef struct attn_ctx {
+    double *qkv, *dout, *out;
+    const int32_t *doc;
+    attn_shape s;
+} attn_ctx;
+static double attn_loss(void *p) {
+    attn_ctx *c = p;
+    ref_attention_fwd(c->out, NULL, c->qkv, c->doc, c->s);
+    return dot_d(c->out, c->dout, (size_t)c->s.B * c->s.T * c->s.nh * c->s.hd);
+}
+
+/* dqkv's q, k and v parts each on its own (a wrong small one cannot hide behind a large
+ * other), then the whole. A part whose reference is zero everywhere (dq and dk at T = 1,
+ * where every row sees only itself and dS = 0) is measured against max|dqkv| instead: a
+ * backend's dS there is the rounding residue of dP - rowsum(dO.O), not exactly 0. */
+static void check_qkv(const char *what, const char *tag, const float *got, const double *want,
+                      attn_shape s, tol_id id) {
+    static const char *const part_name[3] = {"dq", "dk", "dv"};
+    const int N = s.B * s.T, C3 = (s.nh + 2 * s.nkv) * s.hd;
+    const int part_off[3] = {0, s.nh * s.hd, (s.nh + s.nkv) * s.hd};
+    const int part_w[3] = {s.nh * s.hd, s.nkv * s.hd, s.nkv * s.hd};
+    char name[224];
+    for (int p = 0; p < 3; p++) {
+        const size_t m = (size_t)N * part_w[p];
+        float *a = hf(m);
+        double *r = hd(m);
+        for (int i = 0; i < N; i++) {
+            memcpy(a + (size_t)i * part_w[p], got + (size_t)i * C3 + part_off[p],
+                   (size_t)part_w[p] * sizeof(float));
+            memcpy(r + (size_t)i * part_w[p], want + (size_t)i * C3 + part_off[p],
+                   (size_t)part_w[p] * sizeof(double));
+        }
+        snprintf(name, sizeof name, "attention_bwd %s %s %s", what, part_name[p], tag);
+        if (tol_table[id].crit == CRIT_MAXREL && max_abs(r, m) == 0.0)
+            report(name, max_err_over(a, r, m, max_abs(want, (size_t)N * C3)), id);
+        else
+            check_close(name, a, r, m, id);
+    }
+    snprintf(name, sizeof name, "attention_bwd %s dqkv %s", what, tag);
+    check_close(name, got, want, (size_t)N * C3, id);
+}
+
+/* One shape under one mask. doc: NULL, or B·T document starts (host), named by `layout`.
+ * by_cpu: the expected values come from the cpu backend on the same inputs (Llama-sized
+ * shapes, relative L2; the backward from this backend's own out and lse) instead of the
+ * double reference. Checks the forward, the backward with rope_theta 0 and > 0, reruns
+ * bit for bit, the fused rope against the backend's own backward then rope, dv unrotated,
+ * and (doc NULL) that an all-zero doc_start gives NULL's bits. */
+static void attention_case(attn_shape s, const int32_t *doc, const char *layout, int by_cpu) {
+    const int N = s.B * s.T, C3 = (s.nh + 2 * s.nkv) * s.hd;
+    const size_t nqkv = (size_t)N * C3, no = (size_t)N * s.nh * s.hd, nl = (size_t)s.B * s.nh * s.T;
+    const float theta = 10000.0f;
+    char tag[128], name[224];
+    snprintf(tag, sizeof tag, "(B=%d T=%d nh=%d nkv=%d hd=%d%s%s%s)", s.B, s.T, s.nh, s.nkv, s.hd,
+             doc ? ", " : "", doc ? layout : "", by_cpu ? ", vs cpu" : "");
+    const tol_id t_out = by_cpu ? T_CPU_ACT : T_ATT_OUT, t_lse = by_cpu ? T_CPU_F32 : T_ATT_LSE;
+    const tol_id t_bwd = by_cpu ? T_CPU_ATT_BWD : T_ATT_BWD;
+    /* scale 1.5: peaked enough that the softmax is far from uniform */
+    float *qkv = rnd_act(nqkv, 1.5), *dout = rnd_act(no, 1.0);
+    attn_ctx c = {dup_d(qkv, nqkv), dup_d(dout, no), hd(no), doc, s};
+    void *d_qkv = up_act(qkv, nqkv), *d_dout = up_act(dout, no);
+    void *d_out = nan_act(no), *d_dqkv = nan_act(nqkv);
+    float *d_lse = nan_f32_dev(nl);
+    const int32_t *d_doc = doc ? up_i32(doc, (size_t)N) : NULL;
+
+    ops->attention_fwd(d_out, d_lse, d_qkv, d_doc, s.B, s.T, s.nh, s.nkv, s.hd);
+    float *out = got_act(d_out, no), *lse = got_f32(d_lse, nl);
+    double *want_out, *want_lse, *want_dqkv, *want_rot = hd(nqkv);
+    if (by_cpu) {
+        float *co = hf(no), *cl = hf(nl), *cg = hf(nqkv);
+        cpu->attention_fwd(co, cl, qkv, doc, s.B, s.T, s.nh, s.nkv, s.hd);
+        cpu->attention_bwd(cg, dout, qkv, out, lse, doc, s.B, s.T, s.nh, s.nkv, s.hd, 0.0f);
+        want_out = from_f(co, no), want_lse = from_f(cl, nl), want_dqkv = from_f(cg, nqkv);
+    } else {
+        want_out = hd(no), want_lse = hd(nl), want_dqkv = hd(nqkv);
+        ref_attention_fwd(want_out, want_lse, c.qkv, doc, s);
+        ref_attention_bwd(want_dqkv, c.dout, c.qkv, doc, s);
+    }
+    /* rope_theta > 0: the gradient w.r.t. the pre-RoPE q and k (ops.h) */
+    ref_rope_bwd(want_rot, want_dqkv, N, s.T, C3, s.nh + s.nkv, s.hd, theta);
+    snprintf(name, sizeof name, "attention_fwd out %s", tag);
+    check_close(name, out, want_out, no, t_out);
+    snprintf(name, sizeof name, "attention_fwd lse %s", tag);
+    check_close(name, lse, want_lse, nl, t_lse);
+
+    ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
+                       0.0f);
+    float *dqkv = got_act(d_dqkv, nqkv);
+    check_qkv("(=)", tag, dqkv, want_dqkv, s, t_bwd);
+    void *d_again = nan_act(nqkv);
+    ops->attention_bwd(d_again, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
+                       0.0f);
+    snprintf(name, sizeof name, "attention_bwd rerun: the same bits %s", tag);
+    check_same(name, got_act(d_again, nqkv), dqkv, nqkv);
+
+    void *d_rot = nan_act(nqkv);
+    ops->attention_bwd(d_rot, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
+                       theta);
+    float *rot = got_act(d_rot, nqkv);
+    check_qkv("rope_theta>0", tag, rot, want_rot, s, t_bwd);
+    d_again = nan_act(nqkv);
+    ops->attention_bwd(d_again, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
+                       theta);
+    snprintf(name, sizeof name, "attention_bwd rope rerun: the same bits %s", tag);
+    check_same(name, got_act(d_again, nqkv), rot, nqkv);
+    /* against this backend's own backward then rope(inverse) */
+    ops->rope(d_dqkv, N, s.T, C3, s.nh + s.nkv, s.hd, theta, 1);
+    snprintf(name, sizeof name, "attention_bwd rope == bwd then rope %s", tag);
+    check_close(name, rot, from_f(got_act(d_dqkv, nqkv), nqkv), nqkv, T_ATT_ROPE_FUSED);
+    {
+        const size_t w = (size_t)s.nkv * s.hd, off = (size_t)(s.nh + s.nkv) * s.hd;
+        int same = 1;
+        for (int i = 0; i < N && same; i++)
+            same = memcmp(rot + (size_t)i * C3 + off, dqkv + (size_t)i * C3 + off,
+                          w * sizeof(float)) == 0;
+        snprintf(name, sizeof name, "attention_bwd rope leaves dv's bits %s", tag);
+        check_true(name, same);
+    }
+
+    if (!doc) { /* an all-zero doc_start runs the document paths and gives NULL's bits */
+        const int32_t *d_zeros = up_i32(xcalloc((size_t)N, sizeof(int32_t)), (size_t)N);
+        void *z_out = nan_act(no), *z_dqkv = nan_act(nqkv), *z_rot = nan_act(nqkv);
+        float *z_lse = nan_f32_dev(nl);
+        ops->attention_fwd(z_out, z_lse, d_qkv, d_zeros, s.B, s.T, s.nh, s.nkv, s.hd);
+        ops->attention_bwd(z_dqkv, d_dout, d_qkv, d_out, d_lse, d_zeros, s.B, s.T, s.nh, s.nkv,
+                           s.hd, 0.0f);
+        ops->attention_bwd(z_rot, d_dout, d_qkv, d_out, d_lse, d_zeros, s.B, s.T, s.nh, s.nkv,
+                           s.hd, theta);
+        snprintf(name, sizeof name, "attention doc_start zeros == NULL: out %s", tag);
+        check_same(name, got_act(z_out, no), out, no);
+        snprintf(name, sizeof name, "attention doc_start zeros == NULL: lse %s", tag);
+        check_same(name, got_f32(z_lse, nl), lse, nl);
+        snprintf(name, sizeof name, "attention doc_start zeros == NULL: dqkv %s", tag);
+        check_same(name, got_act(z_dqkv, nqkv), dqkv, nqkv);
+        snprintf(name, sizeof name, "attention doc_start zeros == NULL: dqkv (rope) %s", tag);
+        check_same(name, got_act(z_rot, nqkv), rot, nqkv);
+    }
+    if (!by_cpu && nqkv <= 20000) {
+        snprintf(name, sizeof name, "attention dqkv %s", tag);
+        check_fd(name, attn_loss, &c, c.qkv, nqkv, want_dqkv);
+    }
+    release_all();
+}
+
+/* every sequence b of the batch cut into documents by doc_layout(kind[b], maxlen)
+ * (tests/doc_layout.h: several per tile, spanning tiles, single tokens, one at T - 1) */
+static void attention_doc_case(attn_shape s, const enum doc_layout_kind *kind, int maxlen,
+                               int by_cpu) {
+    int32_t *doc = calloc_or_die((size_t)s.B * s.T, sizeof(int32_t));
+    char layout[128] = "";
+    for (int b = 0; b < s.B; b++) {
+        doc_layout(doc + (size_t)b * s.T, s.T, kind[b], maxlen, rnd_u64);
+        snprintf(layout + strlen(layout), sizeof layout - strlen(layout), "%s%s", b ? "|" : "",
+                 doc_layout_name(kind[b]));
+    }
+    attention_case(s, doc, layout, by_cpu);
+    free(doc);
+}
+
+/* cpu: a doc_start that breaks ops.h's contract aborts with a line naming it (checked in
+ * a child process) */
+static void attention_bad_doc_case(void) {
+    const attn_shape s = {1, 5, 2, 1, 4};
+    const size_t nqkv = (size_t)s.T * (s.nh + 2 * s.nkv) * s.hd;
+    float *qkv = rnd_act(nqkv, 1.0), *out = hf((size_t)s.T * s.nh * s.hd), *lse = hf(s.nh * s.T);
+    const int32_t bad[2][5] = {{0, 0, 3, 3, 3}, {0, 1, 1, 0, 4}}; /* 3 > t = 2; decreasing */
+    for (int k = 0; k < 2; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(2);
+            ops->attention_fwd(out, lse, qkv, bad[k], s.B, s.T, s.nh, s.nkv, s.hd);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        check_true(k ? "attention_fwd cpu: a decreasing doc_start aborts"
+                     : "attention_fwd cpu: doc_start[t] > t aborts",
+                   WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    }
+    release_all();
+}
+
+static void test_attention(void) {
+    static const attn_shape plain[] = {
+        {3, 13, 6, 2, 10}, /* GQA, 3 query heads per kv head */
+        {3, 13, 6, 3, 10}, /* GQA, 2 per kv head */
+        {2, 13, 6, 6, 10}, /* plain multi-head */
+        {2, 7, 4, 1, 8},   /* multi-query */
+        {2, 1, 2, 1, 4},   /* T = 1: each row sees only itself */
+        {1, 1, 1, 1, 2},   /* the smallest shape */
+        {1, 2, 1, 1, 2},
+        /* the device kernels' tiles: 128 queries and 64 keys per block, hd padded to
+         * 16/32/64/128, 16-byte loads only when hd % 8 == 0 */
+        {2, 37, 4, 2, 32},
+        {1, 100, 3, 1, 20}, /* hd % 8 != 0: element-wise loads */
+        {2, 129, 2, 1, 16},
+        {1, 65, 2, 2, 100}, /* padded to 128 */
+        {1, 256, 4, 4, 64},
+        {2, 300, 4, 1, 128},
+    };
+    for (size_t k = 0; k < sizeof plain / sizeof plain[0]; k++)
+        attention_case(plain[k], NULL, NULL, 0);
+
+    static const struct {
+        attn_shape s;
+        enum doc_layout_kind kind[3];
+        int maxlen;
+    } docs[] = {
+        {{3, 13, 6, 2, 10}, {DOC_RANDOM, DOC_SHORT, DOC_LAST}, 5},
+        {{2, 37, 4, 2, 8}, {DOC_RANDOM, DOC_FIXED}, 11},
+        {{2, 29, 4, 4, 6}, {DOC_LAST, DOC_ONE}, 9},
+        {{1, 9, 2, 1, 4}, {DOC_SHORT}, 2},
+        {{2, 1, 2, 1, 4}, {DOC_ONE, DOC_LAST}, 1},
+        {{2, 37, 4, 2, 32}, {DOC_SHORT, DOC_SHORT}, 0},
+        {{1, 100, 3, 1, 20}, {DOC_FIXED}, 7},
+        {{2, 129, 2, 1, 16}, {DOC_LAST, DOC_LAST}, 40},
+        {{1, 256, 4, 4, 64}, {DOC_RANDOM}, 70},
+        {{2, 300, 4, 1, 128}, {DOC_RANDOM, DOC_RANDOM}, 100},
+        {{2, 300, 4, 2, 64}, {DOC_LAST, DOC_LAST}, 150},
+    };
+    for (size_t k = 0; k < sizeof docs / sizeof docs[0]; k++)
+        attention_doc_case(docs[k].s, docs[k].kind, docs[k].maxlen, 0);
+    if (is_cpu) attention_bad_doc_case();
+
+    if (!is_cpu && !small_only) {
+        attention_case((attn_shape){1, 1024, 8, 2, 128}, NULL, NULL, 1); /* Llama-like: GQA 4:1 */
+        /* the cuda backward's dS scratch holds 3 of these 5 sequences: passes of 3 and 2 */
+        attention_case((attn_shape){5, 2048, 16, 16, 64}, NULL, NULL, 1);
+        static const enum doc_layout_kind random5[5] = {DOC_RANDOM, DOC_RANDOM, DOC_RANDOM,
+                                                        DOC_RANDOM, DOC_RANDOM};
+        static const enum doc_layout_kind fixed5[5] = {DOC_FIXED, DOC_FIXED, DOC_FIXED, DOC_FIXED,
+                                                       DOC_FIXED};
+        attention_doc_case((attn_shape){1, 1024, 8, 2, 128}, random5, 300, 1);
+        attention_doc_case((attn_shape){5, 2048, 16, 16, 64}, fixed5, 512, 1);
+        attention_doc_case((attn_shape){3, 1000, 8, 8, 128}, random5, 200, 1);
+    }
+}
+
+/* ---- swiglu ---- */
+typedef struct swi_ctx {
+    double *gu, *dout, *out;
+    int N, F;
+} swi_ctx;
+static double swi_loss(void *p) {
+    swi_ctx *c = p;
+    ref_swiglu_fwd(c->out, c->gu, c->N, c->F);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->F);
+}
+
+static void swiglu_case(int N, int F, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d F=%d)", N, F);
+    const size_t ng = (size_t)N * 2 * F, no = (size_t)N * F;
+    float *gu = rnd_act(ng, 2.0), *dout = rnd_act(no, 1.0);
+    if (ng >= 3) {
+        gu[0] = 30.0f; /* saturated gate */
+        gu[1] = -30.0f;
+        gu[2] = -100.0f; /* exp(100) overflows fp32 in a naive sigmoid */
+    }
+    swi_ctx c = {dup_d(gu, ng), dup_d(dout, no), hd(no), N, F};
+    double *ref = hd(no), *dref = hd(ng);
+    void *d_gu = up_act(gu, ng), *d_dout = up_act(dout, no);
+    void *d_out = nan_act(no), *d_dgu = nan_act(ng);
+
+    ops->swiglu_fwd(d_out, d_gu, N, F);
+    ref_swiglu_fwd(ref, c.gu, N, F);
+    snprintf(name, sizeof name, "swiglu_fwd out (=) %s", tag);
+    check_close(name, got_act(d_out, no), ref, no, T_SWIGLU);
+
+    ops->swiglu_bwd(d_dgu, d_dout, d_gu, N, F);
+    ref_swiglu_bwd(dref, c.dout, c.gu, N, F);
+    snprintf(name, sizeof name, "swiglu_bwd dgu (=) %s", tag);
+    check_close(name, got_act(d_dgu, ng), dref, ng, T_SWIGLU);
+    if (with_fd) check_fd("swiglu dgu", swi_loss, &c, c.gu, ng, dref);
+
+    /* in place, dgu aliasing gu (cpu.h documents it; the model relies on it) */
+    ops->swiglu_bwd(d_gu, d_dout, d_gu, N, F);
+    snprintf(name, sizeof name, "swiglu_bwd dgu aliasing gu %s", tag);
+    check_close(name, got_act(d_gu, ng), dref, ng, T_SWIGLU);
+    release_all();
+}
+
+static void test_swiglu(void) {
+    swiglu_case(7 * 13, 23, 1);
+    swiglu_case(1, 1, 0);
+    swiglu_case(13, 37, 0);
+    swiglu_case(5, 64, 0); /* F % 8 == 0: the 8-wide paths */
+    if (!is_cpu && !small_only) swiglu_case(256, 11008, 0);
+}
+
+/* ---- cross-entropy ---- */
+typedef struct xent_ctx {
+    double *x, *losses;
+    const int32_t *tgt;
+    int N, V;
+    double dscale;
+} xent_ctx;
+static double xent_loss(void *p) {
+    xent_ctx *c = p;
+    ref_xent(c->losses, NULL, c->x, c->tgt, c->N, c->V, 1.0);
+    double s = 0.0;
+    for (int i = 0; i < c->N; i++) s += c->losses[i];
+    return s * c->dscale;
+}
+
+static void xent_case(int N, int V, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d V=%d)", N, V);
+    const size_t n = (size_t)N * V;
+    float *x = rnd_f(n, 3.0);
+    /* rows far from zero: without the max subtraction exp() overflows (fp32 at 88.7) */
+    if (N > 4)
+        for (int j = 0; j < V; j++) {
+            x[1 * V + j] += 1000.0f;
+            x[2 * V + j] += 90.0f;
+            x[4 * V + j] -= 1000.0f;
+        }
+    act_round(x, n);
+    int32_t *tgt = xcalloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++) {
+        tgt[i] = i % 5 == 3 ? -1 : rnd_int(V); /* every fifth row ignored */
+        if (i == 9) tgt[i] = -100; /* any negative target is ignored (PyTorch's default) */
+    }
+    tgt[0] = 0;
+    if (N > 5) tgt[5] = V - 1;
+    int n_valid = 0;
+    for (int i = 0; i < N; i++) n_valid += tgt[i] >= 0;
+    const float dscale = 1.0f / (float)n_valid;
+    xent_ctx c = {dup_d(x, n), hd(N), tgt, N, V, dscale};
+    double *loss = hd(N), *dref = hd(n);
+    ref_xent(loss, dref, c.x, tgt, N, V, dscale);
+
+    void *d_x = up_act(x, n), *d_dx = nan_act(n), *d_t = up_i32(tgt, N);
+    float *d_l = nan_f32_dev(N);
+    ops->xent_fwd_bwd(d_l, d_dx, d_x, d_t, N, V, dscale);
+    snprintf(name, sizeof name, "xent losses (ignored rows 0, shifted rows) %s", tag);
+    check_close(name, got_f32(d_l, N), loss, N, T_XENT_LOSS);
+    snprintf(name, sizeof name, "xent dlogits (=, ignored rows 0) %s", tag);
+    check_close(name, got_act(d_dx, n), dref, n, T_XENT_DLOGITS);
+
+    d_l = nan_f32_dev(N);
+    ops->xent_fwd_bwd(d_l, NULL, d_x, d_t, N, V, dscale);
+    snprintf(name, sizeof name, "xent losses with dlogits NULL %s", tag);
+    check_close(name, got_f32(d_l, N), loss, N, T_XENT_LOSS);
+    snprintf(name, sizeof name, "xent dlogits NULL leaves logits alone %s", tag);
+    check_same(name, got_act(d_x, n), x, n);
+
+    d_l = nan_f32_dev(N);
+    ops->xent_fwd_bwd(d_l, d_x, d_x, d_t, N, V, dscale); /* in place */
+    snprintf(name, sizeof name, "xent losses with dlogits == logits %s", tag);
+    check_close(name, got_f32(d_l, N), loss, N, T_XENT_LOSS);
+    snprintf(name, sizeof name, "xent dlogits == logits (in place) %s", tag);
+    check_close(name, got_act(d_x, n), dref, n, T_XENT_DLOGITS);
+
+    if (with_fd) check_fd("xent dlogits", xent_loss, &c, c.x, n, dref);
+    release_all();
+}
+
+/* A target outside the vocabulary cannot abort on a device: its loss must be NaN (the cpu
+ * backend aborts naming it instead). */
+static void xent_bad_target_case(void) {
+    const int N = 2, V = 64;
+    float *logits = rnd_act((size_t)N * V, 1.0), *got = hf(N);
+    int32_t tgt[2] = {3, V};
+    void *d_x = up_act(logits, (size_t)N * V), *d_t = up_i32(tgt, N);
+    float *d_l = up_f32(got, N);
+    ops->xent_fwd_bwd(d_l, d_x, d_x, d_t, N, V, 1.0f);
+    down_f32(got, d_l, N);
+    check_true("xent target >= V: that row's loss is NaN, the other's is not",
+               isnan(got[1]) && !isnan(got[0]));
+    release_all();
+}
+
+static void test_xent(void) {
+    xent_case(7 * 13, 67, 1);
+    xent_case(1, 2, 0);
+    xent_case(2, 3, 0);
+    xent_case(7, 1001, 0);
+    xent_case(64, 32000, 0);
+    if (!is_cpu) xent_bad_target_case();
+}
+
+/* ---- optimizer and reductions ---- */
+static void test_adamw(void) {
+    const size_t n = 1003;
+    const float lr = 0.05f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gscale = 0.37f;
+    const int steps[] = {1, 2, 3, 10, 1000}; /* bias correction from large to ~none */
+    /* weights ~ N(0, 0.25): the update check then resolves lr-sized steps well */
+    float *p = rnd_f(n, 0.5), *m = hf(n), *v = hf(n), *got = hf(n);
+    float *d_p = up_f32(p, n), *d_m = up_f32(m, n), *d_v = up_f32(v, n);
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+        float *g = rnd_f(n, 0.5 + k);
+        g[0] = 0.0f; /* zero gradient: only decay and momentum move it */
+        float *d_g = up_f32(g, n);
+        /* the reference starts from the backend's current state: no drift between them */
+        down_f32(p, d_p, n);
+        down_f32(m, d_m, n);
+        down_f32(v, d_v, n);
+        double *rp = dup_d(p, n), *rm = dup_d(m, n), *rv = dup_d(v, n), *rg = dup_d(g, n);
+        ref_adamw(rp, rg, rm, rv, n, lr, b1, b2, eps, wd, gscale, steps[k]);
+        ops->adamw(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gscale, steps[k]);
+        char name[128];
+        down_f32(got, d_p, n);
+        snprintf(name, sizeof name, "adamw param (step %d, grad_scale, wd)", steps[k]);
+        check_close(name, got, rp, n, T_ADAMW);
+        /* the update itself, so that a wrong step cannot hide behind |param| */
+        float *delta = hf(n);
+        double *rdelta = hd(n);
+        for (size_t i = 0; i < n; i++) {
+            delta[i] = (float)((double)got[i] - p[i]);
+            rdelta[i] = rp[i] - p[i];
+        }
+        snprintf(name, sizeof name, "adamw update param_new - param (step %d)", steps[k]);
+        check_close(name, delta, rdelta, n, T_ADAMW);
+        down_f32(got, d_m, n);
+        snprintf(name, sizeof name, "adamw m (step %d)", steps[k]);
+        check_close(name, got, rm, n, T_ADAMW);
+        down_f32(got, d_v, n);
+        snprintf(name, sizeof name, "adamw v (step %d)", steps[k]);
+        check_close(name, got, rv, n, T_ADAMW);
+    }
+    release_all();
+}
+
+/* Device backends: AdamW (two steps), sum_squares and accumulate on n elements starting
+ * `off` into their buffers, against the cpu backend on the same values: the same fp32
+ * operations in the same order give the same bits. */
+static void adamw_vs_cpu_case(size_t n, int off) {
+    char tag[64], name[128];
+    snprintf(tag, sizeof tag, "(n=%zu%s)", n, off ? ", unaligned" : "");
+    const size_t na = n + 1;
+    float *p = rnd_f(na, 0.02), *g = rnd_f(na, 0.01), *m = rnd_f(na, 1e-3), *v = rnd_f(na, 1e-3);
+    for (size_t i = 0; i < na; i++) v[i] *= v[i]; /* second moments are >= 0 */
+    float *d_p = up_f32(p, na), *d_g = up_f32(g, na), *d_m = up_f32(m, na), *d_v = up_f32(v, na);
+    const int steps[2] = {1, 10};
+    for (int s = 0; s < 2; s++) {
+        cpu->adamw(p + off, g + off, m + off, v + off, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
+                   steps[s]);
+        ops->adamw(d_p + off, d_g + off, d_m + off, d_v + off, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                   0.5f, steps[s]);
+    }
+    snprintf(name, sizeof name, "adamw param == cpu's after steps 1, 10 %s", tag);
+    check_same(name, got_f32(d_p + off, n), p + off, n);
+    snprintf(name, sizeof name, "adamw m == cpu's %s", tag);
+    check_same(name, got_f32(d_m + off, n), m + off, n);
+    snprintf(name, sizeof name, "adamw v == cpu's %s", tag);
+    check_same(name, got_f32(d_v + off, n), v + off, n);
+
+    double ss = ops->sum_squares(d_p + off, n), ss_cpu = cpu->sum_squares(p + off, n);
+    snprintf(name, sizeof name, "sum_squares against cpu's %s", tag);
+    report(name, fabs(ss - ss_cpu) / ss_cpu, T_SUMSQ);
+
+    ops->accumulate(d_m + off, d_g + off, n);
+    cpu->accumulate(m + off, g + off, n);
+    snprintf(name, sizeof name, "accumulate y += x == cpu's %s", tag);
+    check_same(name, got_f32(d_m + off, n), m + off, n);
+    release_all();
+}
+
+static void test_adamw_all(void) {
+    test_adamw();
+    if (!is_cpu) {
+        adamw_vs_cpu_case(1001, 1);
+        if (!small_only) adamw_vs_cpu_case((1u << 22) + 3, 0);
+    }
+}
+
+static void test_reductions(void) {
+    const size_t sizes[] = {1, 5, 4097, 1000003};
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t n = sizes[k];
+        float *x = rnd_f(n, 1.0);
+        long double want = 0.0L;
+        for (size_t i = 0; i < n; i++) want += (long double)x[i] * x[i];
+        float *d = up_f32(x, n);
+        double got = ops->sum_squares(d, n);
+        char name[96];
+        snprintf(name, sizeof name, "sum_squares n=%zu (double accumulation)", n);
+        report(name, fabs(got - (double)want) / (double)want, T_SUMSQ);
+    }
+    check_true("sum_squares n=0 is 0", ops->sum_squares(NULL, 0) == 0.0);
+
+    const size_t sizes_acc[] = {1, 1001};
+    for (size_t k = 0; k < 2; k++) {
+        const size_t n = sizes_acc[k];
+        float *x = rnd_f(n, 1.0), *y = rnd_f(n, 1.0), *got = hf(n);
+        double *want = hd(n);
+        for (size_t i = 0; i < n; i++) want[i] = (double)y[i] + (double)x[i];
+        float *d = up_f32(x, n), *dy = up_f32(y, n);
+        ops->accumulate(dy, d, n);
+        down_f32(got, dy, n);
+        char name[96];
+        snprintf(name, sizeof name, "accumulate y += x (n=%zu)", n);
+        check_close(name, got, want, n, T_ACCUM);
+    }
+    release_all();
+}
+
+/* ---- cpu: same inputs give bit-identical results, whatever the thread count ---- */
+enum { DET_N_OUT = 9 };
+static const char *const det_names[DET_N_OUT] = {
+    "embedding_bwd", "rmsnorm_fwd", "rmsnorm_bwd dinp+dweight", "rope", "attention_fwd out+lse",
+    "attention_bwd", "swiglu_bwd",  "xent",                     "adamw"};
+
+/* runs the ops on inputs drawn from `seed`; out[k] gets op k's results (det_len[k] floats) */
+static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_OUT]) {
+    rng_state = seed;
+    const int B = 4, T = 33, nh = 6, nkv = 2, hdim = 16, C = 96, V = 67, F = 40;
+    const int N = B * T;
+    const size_t nq = (size_t)N * (nh + 2 * nkv) * hdim, no = (size_t)N * nh * hdim;
+    int32_t *tok = xcalloc(N, sizeof(int32_t)), *tgt = xcalloc(N, sizeof(int32_t));
+    for (int i = 0; i < N; i++) {
+        tok[i] = rnd_int(V);
+        tgt[i] = i % 11 == 0 ? -1 : rnd_int(V);
+    }
+    float *x = rnd_f((size_t)N * C, 1.0), *w = rnd_f(C, 1.0), *dy = rnd_f((size_t)N * C, 1.0);
+    float *qkv = rnd_f(nq, 1.5), *dout = rnd_f(no, 1.0), *gu = rnd_f((size_t)N * 2 * F, 1.0);
+    float *logits = rnd_f((size_t)N * V, 3.0), *g = rnd_f((size_t)N * C, 1.0);
+    size_t len[DET_N_OUT] = {
+        (size_t)V * C,     (size_t)N * C + N, (size_t)N * C + C, nq, no + (size_t)B * nh * T, nq,
+        (size_t)N * 2 * F, (size_t)N * V + N, 3 * (size_t)N * C};
+    for (int k = 0; k < DET_N_OUT; k++) {
+        det_len[k] = len[k];
+        out[k] = hf(len[k]);
+    }
+    ops->embedding_bwd(out[0], dy, tok, N, C);
+    ops->rmsnorm_fwd(out[1], out[1] + (size_t)N * C, x, w, N, C, 1e-5f);
+    ops->rmsnorm_bwd(out[2], out[2] + (size_t)N * C, dy, x, w, out[1] + (size_t)N * C, N, C);
+    memcpy(out[3], qkv, nq * sizeof(float));
+    ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, 10000.0f, 0);
+    ops->attention_fwd(out[4], out[4] + no, qkv, NULL, B, T, nh, nkv, hdim);
+    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, NULL, B, T, nh, nkv, hdim, 0.0f);
+    ops->swiglu_bwd(out[6], dy, gu, N, F); /* dout (N,F) fits inside dy (N,C) */
+    ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
+    float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;
+    memcpy(p, x, (size_t)N * C * sizeof(float));
+    ops->adamw(p, g, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1);
+}
+
+static void test_determinism(void) {
+    if (!is_cpu) return;
+    float *a[DET_N_OUT], *b[DET_N_OUT];
+    size_t len[DET_N_OUT];
+    char name[128];
+    shlm_cpu_set_threads(1);
+    det_run(99, a, len);
+    shlm_cpu_set_threads(3); /* odd, so no chunk boundary coincides with the 1-thread run */
+    det_run(99, b, len);
+    for (int k = 0; k < DET_N_OUT; k++) {
+        snprintf(name, sizeof name, "cpu: %s identical with 1 and 3 threads", det_names[k]);
+        check_same(name, b[k], a[k], len[k]);
+    }
+    /* sum_squares over many blocks */
+    size_t n = 3000017;
+    float *x = rnd_f(n, 1.0);
+    shlm_cpu_set_threads(1);
+    double s1 = ops->sum_squares(x, n);
+    shlm_cpu_set_threads(3);
+    double s3 = ops->sum_squares(x, n);
+    check_true("cpu: sum_squares identical with 1 and 3 threads", s1 == s3);
+    /* matmul goes through OpenBLAS, whose blocking may follow the thread count: only
+     * same-count repeatability is promised */
+    const int M = 91, K = 37, OC = 29;
+    float *xx = rnd_f((size_t)M * K, 1.0), *ww = rnd_f((size_t)OC * K, 1.0);
+    float *y1 = hf((size_t)M * OC), *y2 = hf((size_t)M * OC);
+    ops->matmul_fwd(y1, xx, ww, M, K, OC, NULL);
+    ops->matmul_fwd(y2, xx, ww, M, K, OC, NULL);
+    check_same("cpu: matmul_fwd repeatable with 3 threads", y2, y1, (size_t)M * OC);
+    shlm_cpu_set_threads(1);
+    release_all();
+}
+
+/* ====================================================================================
+ * main */
+static const struct group {
+    const char *name;
+    void (*run)(void);
+} groups[] = {
+    {"backends", test_backends},   {"memory", test_memory},       {"convert", test_convert},
+    {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm},     {"matmul", test_matmul},
+    {"rope", test_rope},           {"attention", test_attention}, {"swiglu", test_swiglu},
+    {"xent", test_xent},           {"adamw", test_adamw_all},     {"reductions", test_reductions},
+    {"determinism", test_determinism},
+};
+enum { N_GROUPS = sizeof groups / sizeof groups[0] };
+
+static int usage(const char *msg) {
+    fprintf(stderr, "test_ops: %s\nusage: test_ops [--backend NAME] [--seed N] [--group NAME] "
+                    "[--small]\ngroups:", msg);
+    for (int k = 0; k < N_GROUPS; k++) fprintf(stderr, " %s", groups[k].name);
+    fprintf(stderr, "\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    const char *backend = "cpu", *only = NULL;
+    uint64_t seed = 20240601u;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--small") == 0) {
+            small_only = 1;
+            continue;
+        }
+        if (strcmp(a, "--backend") && strcmp(a, "--seed") && strcmp(a, "--group"))
+            return usage("unknown argument");
+        if (!v) return usage("an option lacks its value");
+        i++;
+        if (strcmp(a, "--backend") == 0) backend = v;
+        else if (strcmp(a, "--group") == 0) only = v;
+        else {
+            char *end;
+            seed = strtoull(v, &end, 10);
+            if (*end || !*v) return usage("--seed takes a non-negative integer");
+        }
+    }
+    int found = only == NULL;
+    for (int k = 0; k < N_GROUPS && !found; k++) found = strcmp(groups[k].name, only) == 0;
+    if (!found) return usage("no such group");
+
+    /* the thread counts are part of the reproduction: name them when they were set */
+    const char *omp = getenv("OMP_NUM_THREADS"), *blas = getenv("OPENBLAS_NUM_THREADS");
+    printf("# reproduce:%s%s%s%s %s --backend %s --seed %" PRIu64 "%s%s%s\n",
+           omp ? " OMP_NUM_THREADS=" : "", omp ? omp : "", blas ? " OPENBLAS_NUM_THREADS=" : "",
+           blas ? blas : "", argv[0], backend, seed, only ? " --group " : "", only ? only : "",
+           small_only ? " --small" : "");
+    ops = shlm_ops_find(backend);
+    if (ops == NULL) {
+        fprintf(stderr, "test_ops: backend '%s' is not built in\n", backend);
+        return 2;
+    }
+    if (!ops->available()) {
+        printf("# backend %s is not available on this machine: skipped\n", backend);
+        return 77;
+    }
+    if (ops->set_device) ops->set_device(0); /* bind first, as a training rank does */
+    is_cpu = ops == &shlm_ops_cpu;
+    shlm_device_info info;
+    const int have_info = ops->device_info && ops->device_info(&info) == 0;
+    printf("# backend %s, act dtype %s%s%s\n", ops->name, shlm_dtype_name(ops->act_dtype),
+           have_info ? ", device 0: " : "", have_info ? info.name : "");
+    printf("# maxrel = max|a-b|/max|b|, rel_l2 = |a-b|_2/|b|_2; tol 0: the same values. "
+           "Tolerances:\n");
+    for (int k = 0; k < T_COUNT; k++)
+        printf("#   %-22s %-6s %.0e  %s\n", tol_table[k].name,
+               tol_table[k].crit == CRIT_L2 ? "rel_l2" : "maxrel", tol_of(k), tol_table[k].why);
+    rng_state = seed;
+
+    for (int k = 0; k < N_GROUPS; k++) {
+        if (only && strcmp(groups[k].name, only) != 0) continue;
+        groups[k].run();
+        release_all();
+    }
+    ops->sync();
+    printf("# %d checks, %d failed: %s\n", n_checks, n_failed, n_failed ? "FAIL" : "PASS");
+    return n_failed ? 1 : 0;
+}
