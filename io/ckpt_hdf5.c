@@ -122,15 +122,6 @@ void ckpt_h5_default_options(ckpt_h5_options *opt) {
     opt->collective_io = 0;
     opt->align_threshold = 1u << 20;
     opt->alignment = 1u << 20;
-    const char *v = getenv("SHLM_CKPT_COLLECTIVE_IO");
-    if (v && *v) opt->collective_io = atoi(v) != 0;
-    v = getenv("SHLM_CKPT_DIRECT_IO");
-    if (v && *v) opt->direct_io = atoi(v) != 0;
-    v = getenv("SHLM_CKPT_ALIGNMENT");
-    if (v && *v) {
-        opt->alignment = strtoull(v, NULL, 10);
-        opt->align_threshold = opt->alignment;
-    }
 }
 
 /* File access: MPI-IO over comm with collective metadata (one rank reads metadata and
@@ -242,12 +233,14 @@ fail:
     return -1;
 }
 
-int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, size_t errlen) {
+int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, const ckpt_h5_options *how,
+                 char *err, size_t errlen) {
     quiet_hdf5();
     const char *what = path;
     hid_t fapl = -1;
     ckpt_h5_options opt;
-    ckpt_h5_default_options(&opt);
+    if (how) opt = *how;
+    else ckpt_h5_default_options(&opt);
     if (init_file(f, path, comm, &opt, err, errlen) != 0) goto fail;
     if (access(path, R_OK) != 0) {
         set_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));

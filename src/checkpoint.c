@@ -620,6 +620,16 @@ static uint64_t hf_bytes(const hf_files *hf) {
     return b;
 }
 
+/* How a save moves its data: the job's [checkpoint] direct_io, collective_io, alignment
+ * (datasets of at least `alignment` bytes start at a multiple of it). */
+static void save_options(const job_config *cfg, ckpt_h5_options *opt) {
+    ckpt_h5_default_options(opt);
+    opt->direct_io = cfg->ckpt_direct_io;
+    opt->collective_io = cfg->ckpt_collective_io;
+    opt->alignment = (uint64_t)cfg->ckpt_alignment;
+    opt->align_threshold = opt->alignment;
+}
+
 /* An upper bound of the file's size: data, alignment gaps, metadata, the kept files. */
 static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_options *opt,
                                     size_t job_len, const hf_files *hf) {
@@ -641,10 +651,10 @@ static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_
 /* Whether the file fits before a byte is written: the file-size limit of this process
  * (ulimit -f) on every rank, free space on rank 0. A disk that fills up during the save
  * still fails it cleanly (ckpt_h5_flush); this only says so sooner and more clearly.
- * SHLM_CKPT_SPACE_CHECK=0 turns it off (tests use that to fill a disk mid-save). */
+ * Test hook: SHLM_TEST_NO_SPACE_CHECK=1 turns it off (to fill a disk mid-save). */
 static int check_space(const char *dir, int rank, uint64_t need, char *err, size_t errlen) {
-    const char *v = getenv("SHLM_CKPT_SPACE_CHECK");
-    if (v && strcmp(v, "0") == 0) return 0;
+    const char *v = getenv("SHLM_TEST_NO_SPACE_CHECK");
+    if (v && strcmp(v, "1") == 0) return 0;
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (uint64_t)rl.rlim_cur < need) {
@@ -731,7 +741,7 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
         int nt;
         tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
         ckpt_h5_options opt;
-        ckpt_h5_default_options(&opt);
+        save_options(cfg, &opt);
         const uint64_t need =
             estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
         free(tl);
@@ -780,7 +790,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     for (int i = 0; i < nd; i++) ds[i].id = -1;
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     ckpt_h5_options opt;
-    ckpt_h5_default_options(&opt);
+    save_options(cfg, &opt);
     double t_data = 0, t_close = 0;
     uint64_t bytes = 0;
     int close_failed = 0, created = 0; /* created: tmp is this save's file */
@@ -1074,7 +1084,7 @@ int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char
 
 int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_config *shape,
                     ckpt_state *st, char *err, size_t errlen) {
-    if (ckpt_h5_open(f, path, comm, err, errlen) != 0) return -1;
+    if (ckpt_h5_open(f, path, comm, NULL, err, errlen) != 0) return -1;
     char *fmt = NULL;
     int64_t ver = 0;
     if (ckpt_h5_attr_read_str(f, "/", "format", &fmt, err, errlen) != 0 ||

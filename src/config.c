@@ -24,7 +24,8 @@ typedef enum key_type {
     KT_U64,    /* uint64_t, decimal or 0x-hex */
     KT_BOOL,   /* int 0/1: true/false, yes/no, on/off, 1/0 */
     KT_STRING, /* char[size]; may be "quoted" with \" \\ \n \t escapes */
-    KT_ENUM,   /* char[size]; one of `choices` ("a|b|c") */
+    KT_ENUM,   /* an enum (int-sized): the index of the value in `choices` ("a|b|c"), whose
+                * order is the enum's (checked below the table) */
 } key_type;
 
 enum key_flags {
@@ -45,7 +46,7 @@ typedef struct key_def {
     size_t offset, size;  /* of the field in job_config */
     const char *def;      /* default, as text, parsed like a value; NULL: see flags */
     double min, max;      /* inclusive bounds of numbers unless KF_*_OPEN */
-    const char *choices;  /* KT_ENUM only */
+    const char *choices;  /* KT_ENUM only: the words, in the enum's order */
     unsigned flags;
     const char *doc;      /* one line: what the key means (shardlm keys, README's table) */
 } key_def;
@@ -160,7 +161,7 @@ static const key_def keys[] = {
     {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0,
      "on_nonfinite = skip: at most this many non-finite steps in a row"},
 
-    /* [data] */
+    /* [fsdp] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
      "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD", 0,
      "FULL_SHARD, SHARD_GRAD_OP (keep gathered from forward to backward), NO_SHARD "
@@ -247,12 +248,28 @@ static const key_def keys[] = {
      NULL, 0,
      "a resume may change train.seq_len: the position is re-expressed in tokens (unshuffled "
      "data only)"},
+    /* how a save writes (io/ckpt_hdf5.h; benchmarks/RESULTS.md measures them); reads take
+     * direct I/O wherever the file system allows it */
+    {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
+     "saves write each rank's bytes with O_DIRECT (falling back to MPI-IO where the file "
+     "system refuses it); false: H5Dwrite through MPI-IO"},
+    {"checkpoint", "collective_io", KT_BOOL, F(ckpt_collective_io), "false", NOLIM, NULL, 0,
+     "saves through MPI-IO use collective buffering (two-phase I/O) instead of each rank "
+     "writing its own bytes"},
+    {"checkpoint", "alignment", KT_INT, F(ckpt_alignment), "1048576", 0, 1 << 30, NULL, 0,
+     "datasets of at least this many bytes start at a multiple of it (file-system block or "
+     "stripe); 0: HDF5's packing"},
 
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0,
-     "auto (cuda when a GPU is visible), cpu or cuda"},
+     "auto (cuda where this build's kernels run on the GPU, else cpu, saying why when a GPU "
+     "is there), cpu or cuda (refused, naming the device, where it cannot run)"},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0,
      "CPU threads per rank; 0: cores / ranks on the node"},
+    /* kernels/comm_watchdog.h: both comm backends and the host reductions of a step */
+    {"runtime", "comm_timeout_s", KT_FLOAT, F(comm_timeout_s), "600", 0, 1e7, NULL, KF_MIN_OPEN,
+     "a collective unfinished this many seconds after its issue ends the job, naming the "
+     "ranks that did not arrive"},
     {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0,
      "make blocks of this many ranks act as nodes (HYBRID_SHARD on one machine, tests); 0: "
      "real nodes"},
@@ -260,11 +277,44 @@ static const key_def keys[] = {
      "benchmarks only: every collective takes at least this long"},
     {"runtime", "profile", KT_BOOL, F(profile), "false", NOLIM, NULL, 0,
      "time every op (synchronising) and print where a step's time goes"},
+
+    /* [cuda]: the cuda backend's options (its init, kernels/ops.h) */
+    {"cuda", "attention", KT_ENUM, F(cuda_attention), "sm90", NOLIM, "sm90|mma_sync", 0,
+     "sm90: the Hopper wgmma attention kernels where they apply (head_dim 64 or 128, compute "
+     "capability 9.0), the portable mma.sync ones elsewhere; mma_sync: those alone"},
+
+    /* [nccl]: the nccl backend's options (its init, kernels/comm.h) */
+    {"nccl", "cta_policy", KT_ENUM, F(nccl_cta_policy), "default", NOLIM, "default|efficiency",
+     0,
+     "efficiency: NCCL's kernels use as few SMs as keep them decent, leaving more to the "
+     "matmuls they overlap (NCCL 2.27 and later; older NCCL keeps its default)"},
+    {"nccl", "copy_engine_allgather", KT_BOOL, F(nccl_copy_engine_allgather), "true", NOLIM,
+     NULL, 0,
+     "all-gathers into registered buffers run on the GPUs' copy engines, leaving the SMs to "
+     "compute (NCCL 2.28 and later); false: NCCL's SM kernels"},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
+/* KT_ENUM stores the choice's index: each choices list above is in its enum's order */
+_Static_assert(NONFINITE_ABORT == 0 && NONFINITE_SKIP == 1, "train.on_nonfinite");
+_Static_assert(FSDP_FULL_SHARD == 0 && FSDP_SHARD_GRAD_OP == 1 && FSDP_NO_SHARD == 2 &&
+                   FSDP_HYBRID_SHARD == 3, "fsdp.strategy");
+_Static_assert(SHLM_F32 == 0 && SHLM_BF16 == 1, "fsdp.param_dtype, fsdp.reduce_dtype");
+_Static_assert(LLAMA_AC_NONE == 0 && LLAMA_AC_FULL == 1 && LLAMA_AC_SELECTIVE == 2,
+               "fsdp.activation_checkpointing");
+_Static_assert(SHLM_BACKEND_AUTO == 0 && SHLM_BACKEND_CPU == 1 && SHLM_BACKEND_CUDA == 2,
+               "runtime.backend");
+_Static_assert(SHLM_ATTENTION_SM90 == 0 && SHLM_ATTENTION_MMA_SYNC == 1, "cuda.attention");
+_Static_assert(SHLM_NCCL_CTA_DEFAULT == 0 && SHLM_NCCL_CTA_EFFICIENCY == 1, "nccl.cta_policy");
+_Static_assert(sizeof(fsdp_strategy) == sizeof(int) && sizeof(shlm_dtype) == sizeof(int) &&
+                   sizeof(llama_ac) == sizeof(int) && sizeof(nonfinite_policy) == sizeof(int) &&
+                   sizeof(shlm_backend_choice) == sizeof(int) &&
+                   sizeof(shlm_attention_kernels) == sizeof(int) &&
+                   sizeof(shlm_nccl_cta_policy) == sizeof(int),
+               "KT_ENUM fields are int-sized");
+
 static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "checkpoint",
-                                       "runtime"};
+                                       "runtime", "cuda", "nccl"};
 #define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
 /* Where a key's value came from, for messages. */
@@ -487,10 +537,11 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
     }
     case KT_ENUM: {
         size_t n = strlen(v);
-        for (const char *c = k->choices; *c;) {
+        int index = 0;
+        for (const char *c = k->choices; *c; index++) {
             size_t len = strcspn(c, "|");
-            if (len == n && strncmp(c, v, n) == 0 && n < k->size) {
-                memcpy(field, v, n + 1);
+            if (len == n && strncmp(c, v, n) == 0) {
+                *(int *)field = index;
                 return 0;
             }
             c += len + (c[len] == '|');
@@ -503,6 +554,16 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
     return -1;
 }
 
+/* The index-th word of a choices list, into out ("?" past its end). */
+static const char *choice_word(const char *choices, int index, char *out, size_t outlen) {
+    const char *c = choices;
+    for (int i = 0; *c && i < index; i++) c += strcspn(c, "|") + (c[strcspn(c, "|")] == '|');
+    size_t len = strcspn(c, "|");
+    if (index < 0 || !*c) len = 0;
+    snprintf(out, outlen, "%.*s", (int)len, len ? c : "?");
+    return out;
+}
+
 static void format_value(const key_def *k, const job_config *cfg, char *out, size_t outlen) {
     const char *field = (const char *)cfg + k->offset;
     switch (k->type) {
@@ -510,8 +571,8 @@ static void format_value(const key_def *k, const job_config *cfg, char *out, siz
     case KT_FLOAT: snprintf(out, outlen, "%g", *(const float *)field); break;
     case KT_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(const uint64_t *)field); break;
     case KT_BOOL: snprintf(out, outlen, "%s", *(const int *)field ? "true" : "false"); break;
-    case KT_STRING:
-    case KT_ENUM: {
+    case KT_ENUM: choice_word(k->choices, *(const int *)field, out, outlen); break;
+    case KT_STRING: {
         /* quote only what would not read back as itself */
         const char *s = field;
         int plain = s[0] && !isspace((unsigned char)s[0]) && !isspace((unsigned char)s[strlen(s) - 1]) &&
@@ -1089,14 +1150,26 @@ void job_keys_print(FILE *out, int markdown) {
     }
 }
 
-int job_key_check(const char *name, double v, char *why, size_t whylen) {
+/* The key named "section.key", or -1. */
+static int find_named(const char *name) {
     const char *dot = strchr(name, '.');
-    int i = -1;
-    if (dot) {
-        char section[32];
-        snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
-        i = find_key(section, dot + 1);
-    }
+    if (!dot) return -1;
+    char section[32];
+    snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+    return find_key(section, dot + 1);
+}
+
+const char *job_choice_name(const char *name, int v) {
+    enum { MOST_CHOICES = 8 };
+    /* a slot per key and word, each written with the same text whenever it is written */
+    static char words[N_KEYS][MOST_CHOICES][24];
+    int i = find_named(name);
+    if (i < 0 || keys[i].type != KT_ENUM || v < 0 || v >= MOST_CHOICES) return "?";
+    return choice_word(keys[i].choices, v, words[i][v], sizeof words[i][v]);
+}
+
+int job_key_check(const char *name, double v, char *why, size_t whylen) {
+    int i = find_named(name);
     if (i < 0) {
         set_err(why, whylen, "internal error: no job key %s", name);
         return -1;
