@@ -486,7 +486,7 @@ static void test_attention(int B, int T, int nh, int nkv, int hd, int doc_kind, 
      * above then cpu rope(inverse), which is exactly what cpu attention_bwd(theta) runs.
      * The gpu rotates the fp32 accumulators of its wgmma kernels (hd 64 and 128 on an
      * H200) and runs its rope kernel after the mma.sync ones (other shapes, or
-     * SHLM_ATTN_SM90=0), so against its own attention_bwd then rope (two roundings to
+     * cuda.attention = mma_sync), so against its own attention_bwd then rope (two roundings to
      * bf16 instead of one) it is close, not bitwise equal: TOL_BF16 there. */
     const float theta = 10000.0f;
     float *c_rot = dup(c_dqkv, nqkv);
