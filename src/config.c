@@ -7,13 +7,13 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "io/errmsg.h"
 #include "io/hf_model.h"
 #include "src/prometheus.h"
 #include "src/tokenizer.h"
@@ -330,15 +330,6 @@ typedef struct loader {
     const char *set_arg; /* the --set argument being applied, NULL while in the file */
 } loader;
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* A value as shown in a message: at most 60 characters, control characters as '?',
  * so an error stays one line whatever was typed. */
 static const char *show(const char *v, char buf[72]) {
@@ -414,7 +405,7 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
     size_t len = strlen(v);
     if (len < 2 || v[0] != '"' || v[len - 1] != '"') {
         if (len >= outlen) {
-            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
             return -1;
         }
         memcpy(out, v, len + 1);
@@ -427,12 +418,12 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
             char e = i + 1 < len - 1 ? v[++i] : '\0';
             c = e == 'n' ? '\n' : e == 't' ? '\t' : e == '"' ? '"' : e == '\\' ? '\\' : 0;
             if (!c) {
-                set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
+                io_set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
                 return -1;
             }
         }
         if (n + 1 >= outlen) {
-            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
             return -1;
         }
         out[n++] = c;
@@ -469,12 +460,12 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
     case KT_INT: {
         long long x = strtoll(v, &end, 10);
         if (end == v || *end || isspace((unsigned char)*v)) {
-            set_err(why, whylen, "not an integer");
+            io_set_err(why, whylen, "not an integer");
             return -1;
         }
         if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         *(int *)field = (int)x;
@@ -484,14 +475,14 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         double x = strtod(v, &end);
         if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
             strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
-            set_err(why, whylen, "not a number");
+            io_set_err(why, whylen, "not a number");
             return -1;
         }
         /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
         float f = (float)x;
         if (fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         *(float *)field = f;
@@ -501,11 +492,11 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
         unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
         if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
-            set_err(why, whylen, "not an unsigned integer");
+            io_set_err(why, whylen, "not an unsigned integer");
             return -1;
         }
         if (errno == ERANGE) {
-            set_err(why, whylen, "out of range, must be < 2^64");
+            io_set_err(why, whylen, "out of range, must be < 2^64");
             return -1;
         }
         *(uint64_t *)field = (uint64_t)x;
@@ -518,7 +509,7 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
             if (strcasecmp(v, yes[i]) == 0) return *(int *)field = 1, 0;
             if (strcasecmp(v, no[i]) == 0) return *(int *)field = 0, 0;
         }
-        set_err(why, whylen, "not a boolean (true or false)");
+        io_set_err(why, whylen, "not a boolean (true or false)");
         return -1;
     }
     case KT_STRING: {
@@ -528,7 +519,7 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         if (k->flags & KF_PRESET && buf[0]) {
             llama_config probe;
             if (llama_preset(buf, &probe) != 0) {
-                set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
+                io_set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
                 return -1;
             }
         }
@@ -546,11 +537,11 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
             }
             c += len + (c[len] == '|');
         }
-        set_err(why, whylen, "not one of %s", k->choices);
+        io_set_err(why, whylen, "not one of %s", k->choices);
         return -1;
     }
     }
-    set_err(why, whylen, "internal error: bad key type");
+    io_set_err(why, whylen, "internal error: bad key type");
     return -1;
 }
 
@@ -638,7 +629,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
                     snprintf(hint, sizeof hint, " (put it under [%s])", keys[i].section);
                     break;
                 }
-            set_err(err, errlen, "%s: key '%s' is outside any section%s", at, show(key, shown),
+            io_set_err(err, errlen, "%s: key '%s' is outside any section%s", at, show(key, shown),
                     hint);
             return -1;
         }
@@ -651,7 +642,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
         for (int i = 0; i < N_SECTIONS; i++)
             snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? " " : "",
                      sections[i]);
-        set_err(err, errlen, "%s: unknown section [%s] (%sknown: %s)", at, show(section, shown),
+        io_set_err(err, errlen, "%s: unknown section [%s] (%sknown: %s)", at, show(section, shown),
                 hint, known);
         return -1;
     }
@@ -660,7 +651,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
     int i = find_key(section, key);
     if (i < 0) {
         suggest_key(section, key, hint, sizeof hint);
-        set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
+        io_set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
                 hint);
         return -1;
     }
@@ -668,23 +659,23 @@ static int on_entry(void *user, const char *section, const char *key, const char
     /* a --set may override the file once; the same key twice in one place is a mistake */
     if (s->set && (s->line > 0) == !ld->set_arg) {
         if (s->line > 0)
-            set_err(err, errlen, "%s: duplicate key '%s' in [%s] (first set on line %d)", at,
+            io_set_err(err, errlen, "%s: duplicate key '%s' in [%s] (first set on line %d)", at,
                     key, section, s->line);
         else
-            set_err(err, errlen, "%s: given twice", at);
+            io_set_err(err, errlen, "%s: given twice", at);
         return -1;
     }
 
     job_config scratch;
     char why[512];
     if (parse_value(&keys[i], value, &scratch, why, sizeof why) != 0) {
-        set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
+        io_set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
                 why);
         return -1;
     }
     char *copy = strdup(value);
     if (!copy) {
-        set_err(err, errlen, "%s: out of memory", at);
+        io_set_err(err, errlen, "%s: out of memory", at);
         return -1;
     }
     free(s->value);
@@ -700,14 +691,14 @@ static int apply_override(loader *ld, const char *arg, char *err, size_t errlen)
     const char *eq = strchr(arg, '=');
     const char *dot = strchr(arg, '.');
     if (!eq || !dot || dot > eq) {
-        set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
+        io_set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
         return -1;
     }
     /* a copy as long as the argument: the value's own limit (a path's 1023 characters)
      * is what a long one runs into, with that key's message */
     char *buf = strdup(arg);
     if (!buf) {
-        set_err(err, errlen, "--set '%s': out of memory", show(arg, shown));
+        io_set_err(err, errlen, "--set '%s': out of memory", show(arg, shown));
         return -1;
     }
     /* trim blanks around the section, the key and the value, like the file parser */
@@ -759,7 +750,7 @@ static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
                                : snprintf(out, outlen, "%s", field);
     if (n < 0 || (size_t)n >= outlen) {
         origin(ld, i, at, sizeof at);
-        set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
+        io_set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
                 "joined to the job file's directory", at, outlen - 1);
         return -1;
     }
@@ -772,7 +763,7 @@ static int model_from_hf(const char *dir, llama_config *m, char *err, size_t err
     hf_config h;
     if (hf_config_read(dir, &h, err, errlen) != 0) return -1;
     if (h.head_dim != h.hidden_size / h.num_attention_heads) {
-        set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
+        io_set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
                 "num_attention_heads = %d", dir, h.head_dim, h.hidden_size / h.num_attention_heads);
         return -1;
     }
@@ -788,7 +779,7 @@ static int model_from_hf(const char *dir, llama_config *m, char *err, size_t err
     parse_value(&keys[i_std], keys[i_std].def, &scratch, why, sizeof why);
     m->init_std = scratch.model.init_std;
     if (llama_config_validate(m, why, sizeof why) != 0) {
-        set_err(err, errlen, "%s/config.json: %s", dir, why);
+        io_set_err(err, errlen, "%s/config.json: %s", dir, why);
         return -1;
     }
     return 0;
@@ -837,7 +828,7 @@ static int check_against_hf(const loader *ld, int have_preset, const llama_confi
                  keys[i].key, mine, at, hf_names[k].hf, their);
     }
     if (!n) return 0;
-    set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
+    io_set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
             "leave [model] out to take the architecture from config.json", c->path, dir, list);
     return -1;
 }
@@ -852,7 +843,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     for (int i = 0; i < N_KEYS; i++) {
         if (keys[i].def && !(keys[i].flags & KF_MODEL) &&
             parse_value(&keys[i], keys[i].def, c, why, sizeof why) != 0) {
-            set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
+            io_set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
                     keys[i].key, why);
             return -1;
         }
@@ -871,7 +862,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
                          model_from_hf(init_path, &hf, why2, sizeof why2) != 0)) {
             origin(ld, i_init, at, sizeof at);
-            set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
+            io_set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
             return -1;
         }
         c->hf_model = kind == HF_SOURCE_HF_DIR;
@@ -892,7 +883,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
             snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", keys[i].key);
         }
         if (missing[0]) {
-            set_err(err, errlen,
+            io_set_err(err, errlen,
                     "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging Face "
                     "directory; missing: %s", c->path, llama_preset_names(), all, missing);
             return -1;
@@ -923,7 +914,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (keys[i].flags & KF_TRAINING && c->use != JOB_TRAIN) continue;
         if (keys[i].flags & KF_REQUIRED &&
             (!st[i].set || (keys[i].type == KT_STRING && !field[0]))) {
-            set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
+            io_set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
                     keys[i].key);
             return -1;
         }
@@ -937,7 +928,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     if (own_shape && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
     if (own_shape && !st[i_msl].set) {
         if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
-            set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
+            io_set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
                     c->path);
             return -1;
         }
@@ -961,33 +952,33 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const llama_config *m = &c->model;
     if (m->dim % m->n_heads != 0) {
         origin2(ld, i_dim, i_nh, at, sizeof at);
-        set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
+        io_set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
                 m->dim, m->n_heads);
         return -1;
     }
     if (m->n_heads % m->n_kv_heads != 0) {
         origin2(ld, i_kv, i_nh, at, sizeof at);
-        set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
+        io_set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
                 m->n_kv_heads, m->n_heads);
         return -1;
     }
     c->model.head_dim = m->dim / m->n_heads;
     if (c->seq_len > m->max_seq_len) {
         origin2(ld, i_seq, i_msl, at, sizeof at);
-        set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
+        io_set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
                 at, c->seq_len, m->max_seq_len);
         return -1;
     }
     if (c->global_batch > 0 && c->global_batch % c->micro_batch != 0) {
         origin2(ld, i_gb, i_mb, at, sizeof at);
-        set_err(err, errlen,
+        io_set_err(err, errlen,
                 "%s: [train] global_batch = %d is not a multiple of micro_batch = %d", at,
                 c->global_batch, c->micro_batch);
         return -1;
     }
     if (c->min_lr > c->lr) {
         origin2(ld, i_min_lr, i_lr, at, sizeof at);
-        set_err(err, errlen, "%s: [train] min_lr = %g is larger than lr = %g", at, c->min_lr,
+        io_set_err(err, errlen, "%s: [train] min_lr = %g is larger than lr = %g", at, c->min_lr,
                 c->lr);
         return -1;
     }
@@ -995,20 +986,20 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const int schedule = st[i_steps].set || c->use == JOB_TRAIN;
     if (schedule && c->warmup_steps > c->steps) {
         origin2(ld, i_warm, i_steps, at, sizeof at);
-        set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
+        io_set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
                 c->warmup_steps, c->steps);
         return -1;
     }
     const int i_stop = idx("train", "stop_after"), i_every = idx("checkpoint", "every");
     if (schedule && c->stop_after > c->steps) {
         origin2(ld, i_stop, i_steps, at, sizeof at);
-        set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
+        io_set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
                 c->stop_after, c->steps);
         return -1;
     }
     if (c->ckpt_every > 0 && !c->ckpt_dir[0]) {
         origin(ld, i_every, at, sizeof at);
-        set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
+        io_set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
                 c->ckpt_every);
         return -1;
     }
@@ -1017,18 +1008,18 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     if (c->prometheus[0] && prom_parse_listen(c->prometheus, host, sizeof host, port,
                                               sizeof port, why3, sizeof why3) != 0) {
         origin(ld, idx("log", "prometheus"), at, sizeof at);
-        set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
+        io_set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
         return -1;
     }
     if (c->telemetry_interval_ms > 0 && c->telemetry_interval_ms < 10) {
         origin(ld, idx("log", "telemetry_interval_ms"), at, sizeof at);
-        set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
+        io_set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
                 "least 10", at, c->telemetry_interval_ms);
         return -1;
     }
     char why2[512];
     if (llama_config_validate(&c->model, why2, sizeof why2) != 0) {
-        set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
+        io_set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
         return -1;
     }
 
@@ -1046,7 +1037,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         int n = join_job_dir(c->path, field, joined, sizeof joined);
         if (n < 0 || (size_t)n >= keys[i].size) {
             origin(ld, i, at, sizeof at);
-            set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
+            io_set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
                     "to the job file's directory", at, keys[i].section, keys[i].key,
                     keys[i].size - 1);
             return -1;
@@ -1072,7 +1063,7 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
     memset(cfg, 0, sizeof *cfg);
     cfg->use = use;
     if (strlen(path) >= sizeof cfg->path) {
-        set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
+        io_set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
                 sizeof cfg->path - 1);
         return -1;
     }
@@ -1086,7 +1077,7 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
     cfg->text = malloc(len + 1);
     if (!cfg->text) {
         free(file_text);
-        set_err(err, errlen, "%s: out of memory", path);
+        io_set_err(err, errlen, "%s: out of memory", path);
         return -1;
     }
     char *p = stpcpy(cfg->text, file_text);
@@ -1171,7 +1162,7 @@ const char *job_choice_name(const char *name, int v) {
 int job_key_check(const char *name, double v, char *why, size_t whylen) {
     int i = find_named(name);
     if (i < 0) {
-        set_err(why, whylen, "internal error: no job key %s", name);
+        io_set_err(why, whylen, "internal error: no job key %s", name);
         return -1;
     }
     const key_def *k = &keys[i];
@@ -1181,35 +1172,35 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
         if (v != floor(v)) break;
         if (!(v >= INT_MIN && v <= INT_MAX) || !in_range(k, v)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         return 0;
     case KT_FLOAT:
         if (!isfinite(v)) {
-            set_err(why, whylen, "not a number");
+            io_set_err(why, whylen, "not a number");
             return -1;
         }
         if (fabs(v) > FLT_MAX || !in_range(k, v)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         return 0;
     case KT_BOOL:
         if (v == 0 || v == 1) return 0;
-        set_err(why, whylen, "not a boolean (0 or 1)");
+        io_set_err(why, whylen, "not a boolean (0 or 1)");
         return -1;
     case KT_U64:
         if (v >= 0 && v == floor(v)) return 0;
-        set_err(why, whylen, "not an unsigned integer");
+        io_set_err(why, whylen, "not an unsigned integer");
         return -1;
     case KT_STRING:
     case KT_ENUM:
-        set_err(why, whylen, "internal error: %s is not a number", name);
+        io_set_err(why, whylen, "internal error: %s is not a number", name);
         return -1;
     }
-    set_err(why, whylen, "not an integer");
+    io_set_err(why, whylen, "not an integer");
     return -1;
 }
 
