@@ -193,6 +193,20 @@ static void open_direct(ckpt_h5_file *f, int flags) {
     f->direct_fd = f->plain_fd = -1;
 }
 
+/* The end of ckpt_h5_create and ckpt_h5_open, which H5Fcreate or H5Fopen reached when
+ * f->file >= 0: closes fapl, and then opens the direct I/O descriptors (direct_flags
+ * O_WRONLY or O_RDONLY; -1: none) or, on failure, drops the transfer list. */
+static int file_opened(ckpt_h5_file *f, hid_t fapl, int direct_flags) {
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f->file >= 0) {
+        if (direct_flags >= 0) open_direct(f, direct_flags);
+        return 0;
+    }
+    if (f->dxpl >= 0) H5Pclose(f->dxpl);
+    f->dxpl = -1;
+    return -1;
+}
+
 int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen) {
     quiet_hdf5();
@@ -215,14 +229,8 @@ int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                     S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
         goto fail;
     }
-    H5Pclose(fapl);
-    if (opt->direct_io) open_direct(f, O_WRONLY);
-    return 0;
 fail:
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f->dxpl >= 0) H5Pclose(f->dxpl);
-    f->dxpl = -1;
-    return -1;
+    return file_opened(f, fapl, opt->direct_io ? O_WRONLY : -1);
 }
 
 int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, const ckpt_h5_options *how,
@@ -246,14 +254,8 @@ int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, const ckpt_h5
         io_set_err(err, errlen, "%s: not a readable HDF5 file (H5Fopen: %s)", path, msg);
         goto fail;
     }
-    H5Pclose(fapl);
-    if (opt.direct_io) open_direct(f, O_RDONLY);
-    return 0;
 fail:
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f->dxpl >= 0) H5Pclose(f->dxpl);
-    f->dxpl = -1;
-    return -1;
+    return file_opened(f, fapl, opt.direct_io ? O_RDONLY : -1);
 }
 
 int ckpt_h5_close(ckpt_h5_file *f, char *err, size_t errlen) {
@@ -304,6 +306,7 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
                            ckpt_h5_dataset *d, char *err, size_t errlen) {
     const char *what = path;
     hid_t space = -1, dcpl = -1;
+    int rc = -1;
     memset(d, 0, sizeof *d);
     d->id = -1;
     d->addr = UINT64_MAX;
@@ -331,13 +334,11 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
                                 H5P_DEFAULT));
     d->addr = H5Dget_offset(d->id); /* contiguous, allocated early: one run of bytes */
     if (d->addr == HADDR_UNDEF) d->addr = UINT64_MAX, H5Eclear2(H5E_DEFAULT);
-    H5Pclose(dcpl);
-    H5Sclose(space);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
-    return -1;
+    return rc;
 }
 
 /* Every component of path is a hard link to an object with no other name. */
@@ -585,15 +586,14 @@ static int transfer_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, u
     hid_t fs, ms;
     float dummy = 0; /* HDF5 wants a buffer even for an empty selection */
     if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;
+    int rc = -1;
     if (writing) H5_CHECK(H5Dwrite(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
     else H5_CHECK(H5Dread(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    rc = 0;
+fail: /* and done */
     H5Sclose(fs);
     H5Sclose(ms);
-    return 0;
-fail:
-    H5Sclose(fs);
-    H5Sclose(ms);
-    return -1;
+    return rc;
 }
 
 int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
@@ -616,6 +616,7 @@ static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t 
     char what[400];
     snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t space = -1, a = -1;
+    int rc = -1;
     htri_t exists;
     H5_CHECK(exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT));
     if (exists && H5Tget_class(ftype) != H5T_STRING) {
@@ -632,13 +633,11 @@ static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t 
     H5_CHECK(a = H5Acreate_by_name(f->file, obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT,
                                    H5P_DEFAULT));
     H5_CHECK(H5Awrite(a, mtype, v));
-    H5Aclose(a);
-    H5Sclose(space);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (a >= 0) H5Aclose(a);
     if (space >= 0) H5Sclose(space);
-    return -1;
+    return rc;
 }
 
 int ckpt_h5_attr_write_i64(ckpt_h5_file *f, const char *obj, const char *name, int64_t v,
@@ -893,6 +892,7 @@ int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uin
                         char *err, size_t errlen) {
     const char *what = path;
     hid_t d = -1, fs = -1, ms = -1;
+    int rc = -1;
     const hsize_t dim = f->rank == 0 ? n : 0;
     H5_CHECK(d = H5Dopen2(f->file, path, H5P_DEFAULT));
     H5_CHECK(fs = H5Dget_space(d));
@@ -900,15 +900,12 @@ int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uin
     if (f->rank != 0) H5_CHECK(H5Sselect_none(fs));
     unsigned char dummy = 0;
     H5_CHECK(H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, f->dxpl, f->rank == 0 ? data : &dummy));
-    H5Sclose(ms);
-    H5Sclose(fs);
-    H5Dclose(d);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
-    return -1;
+    return rc;
 }
 
 int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t *n,

@@ -88,9 +88,14 @@ int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen
     }
     char dir[SAFE_FILE_PATH_MAX];
     dir_of(path, dir, sizeof dir);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return safe_file_fsync(dir, 1, err, errlen);
+}
+
+int safe_file_fsync(const char *path, int directory, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : O_NOFOLLOW));
     if (fd < 0 || fsync(fd) != 0) {
-        io_set_err(err, errlen, "%s: fsync of the directory failed: %s", dir, strerror(errno));
+        io_set_err(err, errlen, "%s: fsync%s failed: %s", path, directory ? " of the directory" : "",
+                   strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }

@@ -101,18 +101,6 @@ static uint64_t count_nonfinite(const float *x, size_t n) {
     return bad;
 }
 
-/* fsync of a file by path (what a rename-based commit needs to be durable). */
-static int fsync_file(const char *path, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        io_set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return 0;
-}
-
 /* The piece of this rank's shard of unit u that it writes on save and checksums on
  * load: the shard split into replica_size pieces, so that replicas, which hold the same
  * shard, move each byte once. */
@@ -543,7 +531,7 @@ static int kill_requested(int rank, int64_t step) {
  * renames refuse a symbolic link at the name they replace (io/safe_file.h). */
 static int commit(const char *dir, const char *tmp, const char *final, const char *name,
                   char *err, size_t errlen) {
-    if (fsync_file(tmp, err, errlen) != 0) return -1;
+    if (safe_file_fsync(tmp, 0, err, errlen) != 0) return -1;
     if (safe_file_rename(tmp, final, err, errlen) != 0) return -1;
     char latest[1100], line[80];
     snprintf(latest, sizeof latest, "%s/latest", dir);
