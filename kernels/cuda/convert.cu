@@ -127,8 +127,8 @@ extern "C" void shlm_cuda_round_to_bf16(float *x, size_t n) {
  * or "800,900"), as "9.0" or "8.0, 9.0". */
 static void built_for(char *out, size_t outlen) {
 #ifdef __CUDA_ARCH_LIST__
-#define SHLM_STR2(x) #x
-#define SHLM_STR(x) SHLM_STR2(x)
+#define SHLM_STR2(...) #__VA_ARGS__
+#define SHLM_STR(...) SHLM_STR2(__VA_ARGS__)
     const char *list = SHLM_STR(__CUDA_ARCH_LIST__);
 #else
     const char *list = "";
