@@ -68,11 +68,11 @@ int main(void) {
         opt.backend = SHLM_BACKEND_AUTO;
         rc = shlm_backend_pick(&opt, NULL, NULL, &pair, note, sizeof note, err, sizeof err);
         check(rc == 0 && pair.ops == &shlm_ops_cpu && pair.comm == &shlm_comm_mpi && !note[0],
-              "pick auto without a GPU: cpu with mpi");
+              "pick auto where no GPU is visible: cpu with mpi");
         opt.backend = SHLM_BACKEND_CUDA;
         rc = shlm_backend_pick(&opt, NULL, NULL, &pair, note, sizeof note, err, sizeof err);
         check(rc == -1 && strncmp(err, "runtime.backend = cuda: ", 24) == 0 && !strchr(err, '\n'),
-              "pick cuda without a GPU: refused in one line (%s)", err);
+              "pick cuda where no GPU is visible: refused in one line (%s)", err);
     } else {
         printf("note: a GPU is visible; the pick of auto and cuda is tested by make check-gpu\n");
     }
