@@ -18,12 +18,13 @@
 # under the goal only with --strict.
 #
 # usage: benchmarks/bench_ckpt.sh [--shardlm PATH] [--dir DIR] [--ranks "2 4"]
-#                                 [--trials N] [--strict] [--keep]
+#                                 [--trials N] [--strict] [--keep] [--set KEY=VALUE]...
 #   --dir DIR    where the checkpoints and dd files go (the file system measured);
 #                default ${TMPDIR:-/tmp}/shlm-bench-ckpt.XXXXXX
-# Environment: SHLM_CKPT_DIRECT_IO=0 (H5Dwrite through MPI-IO instead of O_DIRECT),
-# SHLM_CKPT_COLLECTIVE_IO=1 (with it: collective buffering instead of each rank writing
-# its own bytes), SHLM_CKPT_ALIGNMENT=BYTES (dataset alignment, default 1 MiB).
+#   --set K=V    a job key for every save and load, e.g. checkpoint.direct_io=false
+#                (H5Dwrite through MPI-IO instead of O_DIRECT), checkpoint.collective_io=true
+#                (with it: collective buffering instead of each rank writing its own
+#                bytes), checkpoint.alignment=BYTES (dataset alignment, default 1 MiB)
 set -u
 
 shardlm=./shardlm
@@ -32,6 +33,7 @@ ranks="2 4"
 trials=3
 strict=0
 keep=0
+sets=""
 while [ $# -gt 0 ]; do
     case $1 in
     --shardlm) shardlm=$2; shift 2 ;;
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --trials) trials=$2; shift 2 ;;
     --strict) strict=1; shift ;;
     --keep) keep=1; shift ;;
+    --set) sets="$sets --set $2"; shift 2 ;;
     *) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 2 ;;
     esac
 done
@@ -95,8 +98,9 @@ dd_once() {
 save_once() {
     ck="$dir/ck$1"
     rm -rf "$ck"
+    # shellcheck disable=SC2086 # the --set words
     sh "$mpi" "$1" "$shardlm" train "$dir/bench.ini" --set "checkpoint.dir=$ck" \
-        --set "log.run_dir=$dir/run$1" >"$log/save-$1-$2.log" 2>&1 </dev/null || {
+        --set "log.run_dir=$dir/run$1" $sets >"$log/save-$1-$2.log" 2>&1 </dev/null || {
         echo "bench_ckpt: the save on $1 ranks failed:" >&2
         tail -n 20 "$log/save-$1-$2.log" >&2
         return 1
@@ -112,10 +116,7 @@ median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 echo "# bench_ckpt: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores; $($shardlm --version)"
 echo "# model: 219702272 parameters (d 1024, 12 layers, F 2816, vocab 32000); checkpoint = fp32"
 echo "#   weights + 2 AdamW moments; file system of $dir: $(df -hT "$dir" | awk 'NR == 2 { print $1 " " $2 ", " $5 " free" }')"
-if [ "${SHLM_CKPT_DIRECT_IO:-1}" = 1 ]; then io="direct I/O: each rank writes its own bytes with O_DIRECT"
-elif [ "${SHLM_CKPT_COLLECTIVE_IO:-0}" = 1 ]; then io="H5Dwrite, collective buffering (two-phase MPI-IO)"
-else io="H5Dwrite, each rank its own bytes (collective HDF5 calls, independent MPI-IO)"; fi
-echo "# I/O: $io; dataset alignment ${SHLM_CKPT_ALIGNMENT:-1048576} B"
+echo "# I/O keys:${sets:- the defaults (checkpoint.direct_io = true, collective_io = false, alignment = 1048576)}"
 printf "#%6s %6s %12s %10s %10s %8s %10s %12s\n" ranks trial file_bytes save_s save_GB/s dd_s dd_GB/s \
     ddirect_GB/s
 summary=""
@@ -150,8 +151,9 @@ for np in $ranks; do
     cache=warm
     sync
     if [ -w /proc/sys/vm/drop_caches ] && echo 3 >/proc/sys/vm/drop_caches 2>/dev/null; then cache=cold; fi
+    # shellcheck disable=SC2086 # the --set words
     sh "$mpi" "$np" "$shardlm" train "$dir/bench.ini" --set "checkpoint.resume=$dir/ck$np" \
-        --set "log.run_dir=$dir/load$np" >"$log/load-$np.log" 2>&1 </dev/null
+        --set "log.run_dir=$dir/load$np" $sets >"$log/load-$np.log" 2>&1 </dev/null
     load=$(sed -n 's/^checkpoint: loaded.* = \([0-9.]*\) GB\/s.*/\1/p' "$log/load-$np.log")
     ms=$(median <"$dir/save.$np")
     md=$(median <"$dir/dd.$np")

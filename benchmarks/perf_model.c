@@ -693,17 +693,12 @@ static int file_job(job *j, const char *path, int n_sets, char **sets, const cha
     j->seq = cfg.seq_len;
     j->micro = cfg.micro_batch;
     j->global = cfg.global_batch;
-    if (strategy_from_name(cfg.strategy, &j->strategy, err, errlen) != 0) {
-        job_config_free(&cfg);
-        return -1;
-    }
-    j->ac = strcmp(cfg.activation_checkpointing, "full") == 0        ? LLAMA_AC_FULL
-            : strcmp(cfg.activation_checkpointing, "selective") == 0 ? LLAMA_AC_SELECTIVE
-                                                                     : LLAMA_AC_NONE;
-    const char *b = backend ? backend : cfg.backend;
+    j->strategy = cfg.strategy;
+    j->ac = cfg.activation_checkpointing;
+    const char *b = backend ? backend : shlm_backend_choice_name(cfg.backend);
     j->act = strcmp(b, "cpu") == 0 ? SHLM_F32 : SHLM_BF16; /* auto: a GPU machine */
-    j->param_bf16 = strcmp(cfg.param_dtype, "bf16") == 0;
-    j->reduce = strcmp(cfg.reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32;
+    j->param_bf16 = cfg.param_dtype == SHLM_BF16;
+    j->reduce = cfg.reduce_dtype;
     j->prefetch = cfg.prefetch;
     j->shard_group_size = cfg.shard_group_size;
     j->ranks_per_node = cfg.ranks_per_node;

@@ -5,12 +5,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "io/errmsg.h"
 
 /* ---------------------------------------------------------------- errors */
 
@@ -92,15 +93,6 @@ static void h5_fail(char *err, size_t errlen, const char *what, const char *call
         }                                                                                 \
     } while (0)
 
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* Turns off HDF5's printing of its error stack: errors reach the user as one line
  * through err instead. Idempotent. */
 static void quiet_hdf5(void) {
@@ -122,15 +114,6 @@ void ckpt_h5_default_options(ckpt_h5_options *opt) {
     opt->collective_io = 0;
     opt->align_threshold = 1u << 20;
     opt->alignment = 1u << 20;
-    const char *v = getenv("SHLM_CKPT_COLLECTIVE_IO");
-    if (v && *v) opt->collective_io = atoi(v) != 0;
-    v = getenv("SHLM_CKPT_DIRECT_IO");
-    if (v && *v) opt->direct_io = atoi(v) != 0;
-    v = getenv("SHLM_CKPT_ALIGNMENT");
-    if (v && *v) {
-        opt->alignment = strtoull(v, NULL, 10);
-        opt->align_threshold = opt->alignment;
-    }
 }
 
 /* File access: MPI-IO over comm with collective metadata (one rank reads metadata and
@@ -174,7 +157,7 @@ static int init_file(ckpt_h5_file *f, const char *path, MPI_Comm comm,
     MPI_Comm_rank(comm, &f->rank);
     MPI_Comm_size(comm, &f->size);
     if ((size_t)snprintf(f->path, sizeof f->path, "%s", path) >= sizeof f->path) {
-        set_err(err, errlen, "%.200s...: checkpoint path too long (%zu characters, at most %zu)",
+        io_set_err(err, errlen, "%.200s...: checkpoint path too long (%zu characters, at most %zu)",
                 path, strlen(path), sizeof f->path - 1);
         return -1;
     }
@@ -210,6 +193,20 @@ static void open_direct(ckpt_h5_file *f, int flags) {
     f->direct_fd = f->plain_fd = -1;
 }
 
+/* The end of ckpt_h5_create and ckpt_h5_open, which H5Fcreate or H5Fopen reached when
+ * f->file >= 0: closes fapl, and then opens the direct I/O descriptors (direct_flags
+ * O_WRONLY or O_RDONLY; -1: none) or, on failure, drops the transfer list. */
+static int file_opened(ckpt_h5_file *f, hid_t fapl, int direct_flags) {
+    if (fapl >= 0) H5Pclose(fapl);
+    if (f->file >= 0) {
+        if (direct_flags >= 0) open_direct(f, direct_flags);
+        return 0;
+    }
+    if (f->dxpl >= 0) H5Pclose(f->dxpl);
+    f->dxpl = -1;
+    return -1;
+}
+
 int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen) {
     quiet_hdf5();
@@ -227,30 +224,26 @@ int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
         struct stat sb;
         h5_fail(err, errlen, what, "H5Fcreate", __FILE__, __LINE__, sys_errno);
         if (lstat(path, &sb) == 0)
-            set_err(err, errlen, "%s already exists (%s): a checkpoint file is created "
+            io_set_err(err, errlen, "%s already exists (%s): a checkpoint file is created "
                     "exclusively, never truncated or written through a link", path,
                     S_ISLNK(sb.st_mode) ? "a symbolic link" : "a file");
         goto fail;
     }
-    H5Pclose(fapl);
-    if (opt->direct_io) open_direct(f, O_WRONLY);
-    return 0;
 fail:
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f->dxpl >= 0) H5Pclose(f->dxpl);
-    f->dxpl = -1;
-    return -1;
+    return file_opened(f, fapl, opt->direct_io ? O_WRONLY : -1);
 }
 
-int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, size_t errlen) {
+int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, const ckpt_h5_options *how,
+                 char *err, size_t errlen) {
     quiet_hdf5();
     const char *what = path;
     hid_t fapl = -1;
     ckpt_h5_options opt;
-    ckpt_h5_default_options(&opt);
+    if (how) opt = *how;
+    else ckpt_h5_default_options(&opt);
     if (init_file(f, path, comm, &opt, err, errlen) != 0) goto fail;
     if (access(path, R_OK) != 0) {
-        set_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: cannot read checkpoint: %s", path, strerror(errno));
         goto fail;
     }
     if ((fapl = make_fapl(comm, &opt, err, errlen, what)) < 0) goto fail;
@@ -258,17 +251,11 @@ int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, si
     if (f->file < 0) {
         char msg[400];
         h5_message(msg, sizeof msg);
-        set_err(err, errlen, "%s: not a readable HDF5 file (H5Fopen: %s)", path, msg);
+        io_set_err(err, errlen, "%s: not a readable HDF5 file (H5Fopen: %s)", path, msg);
         goto fail;
     }
-    H5Pclose(fapl);
-    if (opt.direct_io) open_direct(f, O_RDONLY);
-    return 0;
 fail:
-    if (fapl >= 0) H5Pclose(fapl);
-    if (f->dxpl >= 0) H5Pclose(f->dxpl);
-    f->dxpl = -1;
-    return -1;
+    return file_opened(f, fapl, opt.direct_io ? O_RDONLY : -1);
 }
 
 int ckpt_h5_close(ckpt_h5_file *f, char *err, size_t errlen) {
@@ -319,11 +306,12 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
                            ckpt_h5_dataset *d, char *err, size_t errlen) {
     const char *what = path;
     hid_t space = -1, dcpl = -1;
+    int rc = -1;
     memset(d, 0, sizeof *d);
     d->id = -1;
     d->addr = UINT64_MAX;
     if (ndim < 1 || ndim > 2) {
-        set_err(err, errlen, "%s: %d dimensions (checkpoint datasets have 1 or 2)", path, ndim);
+        io_set_err(err, errlen, "%s: %d dimensions (checkpoint datasets have 1 or 2)", path, ndim);
         return -1;
     }
     hsize_t dims[2];
@@ -346,13 +334,11 @@ int ckpt_h5_create_dataset(ckpt_h5_file *f, const char *path, int ndim, const in
                                 H5P_DEFAULT));
     d->addr = H5Dget_offset(d->id); /* contiguous, allocated early: one run of bytes */
     if (d->addr == HADDR_UNDEF) d->addr = UINT64_MAX, H5Eclear2(H5E_DEFAULT);
-    H5Pclose(dcpl);
-    H5Sclose(space);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (dcpl >= 0) H5Pclose(dcpl);
     if (space >= 0) H5Sclose(space);
-    return -1;
+    return rc;
 }
 
 /* Every component of path is a hard link to an object with no other name. */
@@ -374,12 +360,12 @@ static int plain_links(ckpt_h5_file *f, const char *path, char *err, size_t errl
             bad = "cannot be inspected";
         if (bad) {
             H5Eclear2(H5E_DEFAULT);
-            set_err(err, errlen, "%s: %s %s: a checkpoint holds no links (refusing it)", f->path,
+            io_set_err(err, errlen, "%s: %s %s: a checkpoint holds no links (refusing it)", f->path,
                     buf, bad);
             return -1;
         }
         if (oi.rc != 1) {
-            set_err(err, errlen, "%s: %s is one object under %u names (hard links): a "
+            io_set_err(err, errlen, "%s: %s is one object under %u names (hard links): a "
                     "checkpoint holds none (refusing it)", f->path, buf, oi.rc);
             return -1;
         }
@@ -397,20 +383,20 @@ int ckpt_h5_open_dataset(ckpt_h5_file *f, const char *path, ckpt_h5_dataset *d, 
     d->addr = UINT64_MAX;
     snprintf(d->path, sizeof d->path, "%s", path);
     if (!ckpt_h5_exists(f, path)) {
-        set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
+        io_set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
         return -1;
     }
     if (plain_links(f, path, err, errlen) != 0) return -1;
     H5_CHECK(d->id = H5Dopen2(f->file, path, H5P_DEFAULT));
     H5_CHECK(type = H5Dget_type(d->id));
     if (H5Tget_class(type) != H5T_FLOAT) {
-        set_err(err, errlen, "%s: dataset %s is not floating-point", f->path, path);
+        io_set_err(err, errlen, "%s: dataset %s is not floating-point", f->path, path);
         goto fail;
     }
     H5_CHECK(space = H5Dget_space(d->id));
     int nd = H5Sget_simple_extent_ndims(space);
     if (nd < 1 || nd > 2) {
-        set_err(err, errlen, "%s: dataset %s has %d dimensions (expected 1 or 2)", f->path, path,
+        io_set_err(err, errlen, "%s: dataset %s has %d dimensions (expected 1 or 2)", f->path, path,
                 nd);
         goto fail;
     }
@@ -509,7 +495,7 @@ static int select_range(ckpt_h5_dataset *d, uint64_t first, uint64_t count, hid_
     const char *what = d->path;
     *fspace = *mspace = -1;
     if (first + count > d->numel) {
-        set_err(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
+        io_set_err(err, errlen, "%s: elements [%llu, %llu) outside the dataset's %llu", d->path,
                 (unsigned long long)first, (unsigned long long)(first + count),
                 (unsigned long long)d->numel);
         return -1;
@@ -537,50 +523,41 @@ fail:
     return -1;
 }
 
-/* pwrite of all n bytes at off (retrying short writes); -1 with errno on failure. */
-static int pwrite_all(int fd, const void *p, size_t n, uint64_t off) {
-    const char *c = p;
+/* pwrite (writing) or pread of all n bytes at off, retrying short transfers; -1 with
+ * errno on failure (EIO where the file is shorter than its metadata says). */
+static int pio_all(int fd, char *p, size_t n, uint64_t off, int writing) {
     while (n > 0) {
-        ssize_t w = pwrite(fd, c, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            if (w == 0) errno = EIO;
+        ssize_t r = writing ? pwrite(fd, p, n, (off_t)off) : pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            if (r == 0) errno = EIO;
             return -1;
         }
-        c += w, n -= (size_t)w, off += (uint64_t)w;
+        p += r, n -= (size_t)r, off += (uint64_t)r;
     }
     return 0;
 }
 
-/* The direct path of ckpt_h5_write_range: bytes [a, b) of the file from src; the
- * 4096-aligned middle through the staging buffer with O_DIRECT, the ends plainly. */
-static int write_direct(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
-                        const float *buf, char *err, size_t errlen) {
-    const uint64_t base = d->addr;
-    if (base == UINT64_MAX) {
-        snprintf(err, errlen, "%s: H5Dget_offset found no storage in %s", d->path, f->path);
-        return -1;
-    }
-    const char *src = (const char *)buf;
-    const uint64_t a = (uint64_t)base + 4 * first, b = a + 4 * count;
+/* The direct path of ckpt_h5_write_range and ckpt_h5_read_range: bytes [a, b) of the file
+ * from or into buf; the 4096-aligned middle through the staging buffer with O_DIRECT, the
+ * ends plainly. */
+static int direct_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                        char *buf, int writing, char *err, size_t errlen) {
+    const char *plain = writing ? "pwrite" : "pread", *step = plain;
+    const uint64_t a = d->addr + 4 * first, b = a + 4 * count;
     uint64_t ma = (a + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
     uint64_t mb = b / DIRECT_ALIGN * DIRECT_ALIGN;
     if (ma >= mb) ma = mb = b; /* nothing aligned inside: all of it plainly */
-    const char *step = "";
-    if (ma > a) {
-        step = "pwrite";
-        if (pwrite_all(f->plain_fd, src, ma - a, a) != 0) goto fail_sys;
-    }
+    if (ma > a && pio_all(f->plain_fd, buf, ma - a, a, writing) != 0) goto fail_sys;
     for (uint64_t o = ma; o < mb; o += CKPT_H5_STAGE) {
         size_t n = mb - o < CKPT_H5_STAGE ? (size_t)(mb - o) : CKPT_H5_STAGE;
-        memcpy(f->stage, src + (o - a), n);
-        step = "pwrite (O_DIRECT)";
-        if (pwrite_all(f->direct_fd, f->stage, n, o) != 0) goto fail_sys;
+        if (writing) memcpy(f->stage, buf + (o - a), n);
+        step = writing ? "pwrite (O_DIRECT)" : "pread (O_DIRECT)";
+        if (pio_all(f->direct_fd, f->stage, n, o, writing) != 0) goto fail_sys;
+        if (!writing) memcpy(buf + (o - a), f->stage, n);
     }
-    if (b > mb) {
-        step = "pwrite";
-        if (pwrite_all(f->plain_fd, src + (mb - a), b - mb, mb) != 0) goto fail_sys;
-    }
+    step = plain;
+    if (b > mb && pio_all(f->plain_fd, buf + (mb - a), b - mb, mb, writing) != 0) goto fail_sys;
     return 0;
 fail_sys:
     snprintf(err, errlen, "%s: %s of %s failed: %s", d->path, step, f->path, strerror(errno));
@@ -597,83 +574,36 @@ static int check_range(const ckpt_h5_dataset *d, uint64_t first, uint64_t count,
     return -1;
 }
 
-int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
-                        const float *buf, char *err, size_t errlen) {
+/* Elements [first, first+count) of d from buf (writing) or into it: directly where the
+ * file has direct I/O and d its offset, else H5Dwrite / H5Dread of a hyperslab. */
+static int transfer_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                          float *buf, int writing, char *err, size_t errlen) {
     const char *what = d->path;
     if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
         if (check_range(d, first, count, err, errlen) != 0) return -1;
-        return count ? write_direct(f, d, first, count, buf, err, errlen) : 0;
+        return count ? direct_range(f, d, first, count, (char *)buf, writing, err, errlen) : 0;
     }
     hid_t fs, ms;
-    static const float dummy = 0; /* HDF5 wants a buffer even for an empty selection */
+    float dummy = 0; /* HDF5 wants a buffer even for an empty selection */
     if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;
-    H5_CHECK(H5Dwrite(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    int rc = -1;
+    if (writing) H5_CHECK(H5Dwrite(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    else H5_CHECK(H5Dread(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
+    rc = 0;
+fail: /* and done */
     H5Sclose(fs);
     H5Sclose(ms);
-    return 0;
-fail:
-    H5Sclose(fs);
-    H5Sclose(ms);
-    return -1;
+    return rc;
 }
 
-/* pread of all n bytes at off (retrying short reads); -1 with errno on failure. */
-static int pread_all(int fd, void *p, size_t n, uint64_t off) {
-    char *c = p;
-    while (n > 0) {
-        ssize_t r = pread(fd, c, n, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) {
-            if (r == 0) errno = EIO; /* the file is shorter than its metadata says */
-            return -1;
-        }
-        c += r, n -= (size_t)r, off += (uint64_t)r;
-    }
-    return 0;
-}
-
-/* The direct path of ckpt_h5_read_range: as write_direct, the other way. */
-static int read_direct(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
-                       float *buf, char *err, size_t errlen) {
-    char *dst = (char *)buf;
-    const uint64_t a = d->addr + 4 * first, b = a + 4 * count;
-    uint64_t ma = (a + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN;
-    uint64_t mb = b / DIRECT_ALIGN * DIRECT_ALIGN;
-    if (ma >= mb) ma = mb = b;
-    const char *step = "pread";
-    if (ma > a && pread_all(f->plain_fd, dst, ma - a, a) != 0) goto fail_sys;
-    for (uint64_t o = ma; o < mb; o += CKPT_H5_STAGE) {
-        size_t n = mb - o < CKPT_H5_STAGE ? (size_t)(mb - o) : CKPT_H5_STAGE;
-        step = "pread (O_DIRECT)";
-        if (pread_all(f->direct_fd, f->stage, n, o) != 0) goto fail_sys;
-        memcpy(dst + (o - a), f->stage, n);
-    }
-    step = "pread";
-    if (b > mb && pread_all(f->plain_fd, dst + (mb - a), b - mb, mb) != 0) goto fail_sys;
-    return 0;
-fail_sys:
-    snprintf(err, errlen, "%s: %s of %s failed: %s", d->path, step, f->path, strerror(errno));
-    return -1;
+int ckpt_h5_write_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
+                        const float *buf, char *err, size_t errlen) {
+    return transfer_range(f, d, first, count, (float *)buf, 1, err, errlen); /* only read */
 }
 
 int ckpt_h5_read_range(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t first, uint64_t count,
                        float *buf, char *err, size_t errlen) {
-    const char *what = d->path;
-    if (f->direct_fd >= 0 && d->addr != UINT64_MAX) {
-        if (check_range(d, first, count, err, errlen) != 0) return -1;
-        return count ? read_direct(f, d, first, count, buf, err, errlen) : 0;
-    }
-    hid_t fs, ms;
-    float dummy;
-    if (select_range(d, first, count, &fs, &ms, err, errlen) != 0) return -1;
-    H5_CHECK(H5Dread(d->id, H5T_NATIVE_FLOAT, ms, fs, f->dxpl, count ? buf : &dummy));
-    H5Sclose(fs);
-    H5Sclose(ms);
-    return 0;
-fail:
-    H5Sclose(fs);
-    H5Sclose(ms);
-    return -1;
+    return transfer_range(f, d, first, count, buf, 0, err, errlen);
 }
 
 /* ---------------------------------------------------------------- attributes */
@@ -686,6 +616,7 @@ static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t 
     char what[400];
     snprintf(what, sizeof what, "%.200s: attribute %.80s of %.100s", f->path, name, obj);
     hid_t space = -1, a = -1;
+    int rc = -1;
     htri_t exists;
     H5_CHECK(exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT));
     if (exists && H5Tget_class(ftype) != H5T_STRING) {
@@ -702,13 +633,11 @@ static int attr_write(ckpt_h5_file *f, const char *obj, const char *name, hid_t 
     H5_CHECK(a = H5Acreate_by_name(f->file, obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT,
                                    H5P_DEFAULT));
     H5_CHECK(H5Awrite(a, mtype, v));
-    H5Aclose(a);
-    H5Sclose(space);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (a >= 0) H5Aclose(a);
     if (space >= 0) H5Sclose(space);
-    return -1;
+    return rc;
 }
 
 int ckpt_h5_attr_write_i64(ckpt_h5_file *f, const char *obj, const char *name, int64_t v,
@@ -751,7 +680,7 @@ static int attr_open(ckpt_h5_file *f, const char *obj, const char *name, hid_t *
     htri_t exists = H5Aexists_by_name(f->file, obj, name, H5P_DEFAULT);
     if (exists <= 0) {
         H5Eclear2(H5E_DEFAULT);
-        set_err(err, errlen, "%s: %s has no attribute '%s' (not a shardlm checkpoint?)",
+        io_set_err(err, errlen, "%s: %s has no attribute '%s' (not a shardlm checkpoint?)",
                 f->path, obj, name);
         return -1;
     }
@@ -759,7 +688,7 @@ static int attr_open(ckpt_h5_file *f, const char *obj, const char *name, hid_t *
     if (*a < 0) {
         char msg[400];
         h5_message(msg, sizeof msg);
-        set_err(err, errlen, "%s: attribute %s of %s: %s", f->path, name, obj, msg);
+        io_set_err(err, errlen, "%s: attribute %s of %s: %s", f->path, name, obj, msg);
         return -1;
     }
     return 0;
@@ -773,7 +702,7 @@ static int attr_read(ckpt_h5_file *f, const char *obj, const char *name, hid_t m
     if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
     H5_CHECK(type = H5Aget_type(a));
     if (H5Tget_class(type) != H5Tget_class(mtype)) {
-        set_err(err, errlen, "%s: %s, not %s (a corrupt or edited checkpoint)", what,
+        io_set_err(err, errlen, "%s: %s, not %s (a corrupt or edited checkpoint)", what,
                 H5Tget_class(type) == H5T_FLOAT ? "a floating-point number"
                 : H5Tget_class(type) == H5T_INTEGER ? "an integer" : "not a number",
                 H5Tget_class(mtype) == H5T_FLOAT ? "a floating-point number" : "an integer");
@@ -788,11 +717,11 @@ static int attr_read(ckpt_h5_file *f, const char *obj, const char *name, hid_t m
         H5_CHECK(H5Aread(a, is_signed ? H5T_NATIVE_LLONG : H5T_NATIVE_ULLONG,
                          is_signed ? (void *)&sv : (void *)&uv));
         if (is_signed && sv < 0) {
-            set_err(err, errlen, "%s: %lld is negative (a corrupt or edited checkpoint)", what, sv);
+            io_set_err(err, errlen, "%s: %lld is negative (a corrupt or edited checkpoint)", what, sv);
             goto fail;
         }
         if (!is_signed && uv > (unsigned long long)LLONG_MAX) {
-            set_err(err, errlen, "%s: %llu is beyond 2^63 (a corrupt or edited checkpoint)", what,
+            io_set_err(err, errlen, "%s: %llu is beyond 2^63 (a corrupt or edited checkpoint)", what,
                     uv);
             goto fail;
         }
@@ -840,7 +769,7 @@ int ckpt_h5_attr_read_str(ckpt_h5_file *f, const char *obj, const char *name, ch
     if (attr_open(f, obj, name, &a, err, errlen) != 0) return -1;
     H5_CHECK(type = H5Aget_type(a));
     if (H5Tget_class(type) != H5T_STRING) {
-        set_err(err, errlen, "%s: not a string", what);
+        io_set_err(err, errlen, "%s: not a string", what);
         goto fail;
     }
     if (H5Tis_variable_str(type) > 0) {
@@ -854,7 +783,7 @@ int ckpt_h5_attr_read_str(ckpt_h5_file *f, const char *obj, const char *name, ch
         size_t n = H5Tget_size(type);
         *v = calloc(n + 1, 1);
         if (!*v) {
-            set_err(err, errlen, "%s: out of memory", what);
+            io_set_err(err, errlen, "%s: out of memory", what);
             goto fail;
         }
         H5_CHECK(H5Aread(a, type, *v));
@@ -881,7 +810,7 @@ int ckpt_h5_list(ckpt_h5_file *f, const char *group, char ***names, int *n, char
     *names = NULL;
     *n = 0;
     if (!ckpt_h5_exists(f, group)) {
-        set_err(err, errlen, "%s: no group %s (not a shardlm checkpoint?)", f->path, group);
+        io_set_err(err, errlen, "%s: no group %s (not a shardlm checkpoint?)", f->path, group);
         return -1;
     }
     H5G_info_t info;
@@ -889,7 +818,7 @@ int ckpt_h5_list(ckpt_h5_file *f, const char *group, char ***names, int *n, char
     H5_CHECK(H5Gget_info(g, &info));
     *names = calloc(info.nlinks ? info.nlinks : 1, sizeof(char *));
     if (!*names) {
-        set_err(err, errlen, "%s: out of memory", group);
+        io_set_err(err, errlen, "%s: out of memory", group);
         goto fail;
     }
     for (hsize_t i = 0; i < info.nlinks; i++) {
@@ -898,7 +827,7 @@ int ckpt_h5_list(ckpt_h5_file *f, const char *group, char ***names, int *n, char
                                           H5P_DEFAULT));
         char *s = malloc((size_t)len + 1);
         if (!s) {
-            set_err(err, errlen, "%s: out of memory", group);
+            io_set_err(err, errlen, "%s: out of memory", group);
             goto fail;
         }
         (*names)[(*n)++] = s;
@@ -963,6 +892,7 @@ int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uin
                         char *err, size_t errlen) {
     const char *what = path;
     hid_t d = -1, fs = -1, ms = -1;
+    int rc = -1;
     const hsize_t dim = f->rank == 0 ? n : 0;
     H5_CHECK(d = H5Dopen2(f->file, path, H5P_DEFAULT));
     H5_CHECK(fs = H5Dget_space(d));
@@ -970,15 +900,12 @@ int ckpt_h5_write_bytes(ckpt_h5_file *f, const char *path, const void *data, uin
     if (f->rank != 0) H5_CHECK(H5Sselect_none(fs));
     unsigned char dummy = 0;
     H5_CHECK(H5Dwrite(d, H5T_NATIVE_UCHAR, ms, fs, f->dxpl, f->rank == 0 ? data : &dummy));
-    H5Sclose(ms);
-    H5Sclose(fs);
-    H5Dclose(d);
-    return 0;
-fail:
+    rc = 0;
+fail: /* and done */
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (d >= 0) H5Dclose(d);
-    return -1;
+    return rc;
 }
 
 int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t *n,
@@ -988,7 +915,7 @@ int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t 
     *data = NULL;
     *n = 0;
     if (!ckpt_h5_exists(f, path)) {
-        set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
+        io_set_err(err, errlen, "%s: checkpoint has no dataset %s", f->path, path);
         return -1;
     }
     if (plain_links(f, path, err, errlen) != 0) return -1;
@@ -998,13 +925,13 @@ int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t 
     hsize_t dim = 0;
     if (H5Tget_class(type) != H5T_INTEGER || H5Tget_size(type) != 1 ||
         H5Tget_sign(type) != H5T_SGN_NONE || H5Sget_simple_extent_ndims(space) != 1) {
-        set_err(err, errlen, "%s: dataset %s is not a 1-D byte (uint8) dataset", f->path, path);
+        io_set_err(err, errlen, "%s: dataset %s is not a 1-D byte (uint8) dataset", f->path, path);
         goto fail;
     }
     H5_CHECK(H5Sget_simple_extent_dims(space, &dim, NULL));
     *data = malloc((size_t)dim + 1);
     if (!*data) {
-        set_err(err, errlen, "%s: %s: out of memory for %llu bytes", f->path, path,
+        io_set_err(err, errlen, "%s: %s: out of memory for %llu bytes", f->path, path,
                 (unsigned long long)dim);
         goto fail;
     }
@@ -1019,7 +946,7 @@ int ckpt_h5_read_bytes(ckpt_h5_file *f, const char *path, char **data, uint64_t 
     if (ckpt_h5_attr_read_u64(f, path, "checksum", &stored, err, errlen) != 0) goto fail;
     *checksum = ckpt_h5_bytes_checksum(*data, *n);
     if (*checksum != stored) {
-        set_err(err, errlen, "%s: dataset %s is corrupt: checksum 0x%016llx, stored 0x%016llx",
+        io_set_err(err, errlen, "%s: dataset %s is corrupt: checksum 0x%016llx, stored 0x%016llx",
                 f->path, path, (unsigned long long)*checksum, (unsigned long long)stored);
         goto fail;
     }

@@ -60,8 +60,8 @@ typedef struct ckpt_h5_options {
 
 /* Defaults: direct I/O for data written, independent MPI-IO under collective HDF5 calls
  * otherwise, 1 MiB alignment for datasets of at least 1 MiB (benchmarks/RESULTS.md says
- * why). Overridden by the environment: SHLM_CKPT_DIRECT_IO=0|1,
- * SHLM_CKPT_COLLECTIVE_IO=0|1, SHLM_CKPT_ALIGNMENT=BYTES. Local. */
+ * why); a job's [checkpoint] direct_io, collective_io and alignment keys change them.
+ * Local. */
 void ckpt_h5_default_options(ckpt_h5_options *opt);
 
 typedef struct ckpt_h5_file {
@@ -81,8 +81,10 @@ typedef struct ckpt_h5_file {
  * (io/safe_file.h, safe_file_temp_name) and rename it into place. */
 int ckpt_h5_create(ckpt_h5_file *f, const char *path, MPI_Comm comm,
                    const ckpt_h5_options *opt, char *err, size_t errlen);
-/* Opens path read-only. Fails with a clear message if it is not an HDF5 file. */
-int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, char *err, size_t errlen);
+/* Opens path read-only (opt NULL: the defaults; direct I/O where the file system takes it).
+ * Fails with a clear message if it is not an HDF5 file. */
+int ckpt_h5_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, const ckpt_h5_options *opt,
+                 char *err, size_t errlen);
 /* Closes the file (also after a failed write). Safe on a zeroed struct or twice. A
  * failed close of a file opened for writing leaves HDF5 1.10 unable to shut down
  * cleanly (see ckpt_h5_flush): callers should treat it as fatal. */

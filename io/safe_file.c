@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,25 +11,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/errmsg.h"
+
 /* Fresh names tried before giving up: a collision of 64 random bits means someone is
  * creating names on purpose. */
 enum { TEMP_TRIES = 8, PROBE_BYTES = 4096 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* The message for a symbolic link found where a file is written. */
 static void link_message(const char *path, char *err, size_t errlen) {
     char target[512];
     ssize_t n = readlink(path, target, sizeof target - 1);
     target[n > 0 ? n : 0] = '\0';
-    set_err(err, errlen, "%s is a symbolic link (to %s): shardlm never writes through or "
+    io_set_err(err, errlen, "%s is a symbolic link (to %s): shardlm never writes through or "
             "replaces a link; remove it or choose another path", path, n > 0 ? target : "?");
 }
 
@@ -38,7 +30,7 @@ int safe_file_refuse_link(const char *path, char *err, size_t errlen) {
     struct stat sb;
     if (lstat(path, &sb) != 0) {
         if (errno == ENOENT) return 0;
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     if (!S_ISLNK(sb.st_mode)) return 0;
@@ -58,12 +50,12 @@ int safe_file_temp_name(const char *path, char *tmp, size_t tmplen, char *err,
                         size_t errlen) {
     char hex[17];
     if (random_hex(hex) != 0) {
-        set_err(err, errlen, "%s: no random bytes for a temporary name: %s", path,
+        io_set_err(err, errlen, "%s: no random bytes for a temporary name: %s", path,
                 strerror(errno));
         return -1;
     }
     if ((size_t)snprintf(tmp, tmplen, "%s.tmp.%s", path, hex) >= tmplen) {
-        set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
+        io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
         return -1;
     }
     return 0;
@@ -91,14 +83,19 @@ static void dir_of(const char *path, char *dir, size_t len) {
 int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen) {
     if (safe_file_refuse_link(path, err, errlen) != 0) return -1;
     if (rename(tmp, path) != 0) {
-        set_err(err, errlen, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
+        io_set_err(err, errlen, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
         return -1;
     }
     char dir[SAFE_FILE_PATH_MAX];
     dir_of(path, dir, sizeof dir);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return safe_file_fsync(dir, 1, err, errlen);
+}
+
+int safe_file_fsync(const char *path, int directory, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : O_NOFOLLOW));
     if (fd < 0 || fsync(fd) != 0) {
-        set_err(err, errlen, "%s: fsync of the directory failed: %s", dir, strerror(errno));
+        io_set_err(err, errlen, "%s: fsync%s failed: %s", path, directory ? " of the directory" : "",
+                   strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
@@ -109,7 +106,7 @@ int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen
 int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     if ((size_t)snprintf(s->path, sizeof s->path, "%s", path) >= sizeof s->path) {
-        set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
+        io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
         return -1;
     }
     if (safe_file_refuse_link(path, err, errlen) != 0) return -1;
@@ -120,13 +117,13 @@ int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen) {
         if (fd < 0 && errno != EEXIST) break;
     }
     if (fd < 0) {
-        set_err(err, errlen, "%s: cannot create %s: %s", path, s->tmp, strerror(errno));
+        io_set_err(err, errlen, "%s: cannot create %s: %s", path, s->tmp, strerror(errno));
         s->tmp[0] = '\0';
         return -1;
     }
     s->fp = fdopen(fd, "wb");
     if (!s->fp) {
-        set_err(err, errlen, "%s: %s", s->tmp, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", s->tmp, strerror(errno));
         close(fd);
         unlink(s->tmp);
         s->tmp[0] = '\0';
@@ -137,7 +134,7 @@ int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen) {
 
 int safe_file_finish(safe_file *s, char *err, size_t errlen) {
     if (!s->fp) {
-        set_err(err, errlen, "%s: not open for writing", s->path);
+        io_set_err(err, errlen, "%s: not open for writing", s->path);
         return -1;
     }
     int bad = fflush(s->fp) != 0 || ferror(s->fp);
@@ -146,7 +143,7 @@ int safe_file_finish(safe_file *s, char *err, size_t errlen) {
     if (fclose(s->fp) != 0 && !bad) bad = 1, saved = errno;
     s->fp = NULL;
     if (bad) {
-        set_err(err, errlen, "%s: writing %s failed: %s", s->path, s->tmp, strerror(saved));
+        io_set_err(err, errlen, "%s: writing %s failed: %s", s->path, s->tmp, strerror(saved));
         safe_file_abort(s);
         return -1;
     }
@@ -170,7 +167,7 @@ int safe_file_write_all(const char *path, const void *data, size_t len, char *er
     safe_file s;
     if (safe_file_begin(&s, path, err, errlen) != 0) return -1;
     if (len > 0 && fwrite(data, 1, len, s.fp) != len) {
-        set_err(err, errlen, "%s: writing %s failed: %s", path, s.tmp, strerror(errno));
+        io_set_err(err, errlen, "%s: writing %s failed: %s", path, s.tmp, strerror(errno));
         safe_file_abort(&s);
         return -1;
     }
@@ -183,19 +180,19 @@ static int open_own_file(const char *path, int flags, char *err, size_t errlen) 
     int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd < 0) {
         if (errno == ELOOP) link_message(path, err, errlen);
-        else set_err(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        else io_set_err(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
         return -1;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
-        set_err(err, errlen, "%s is not a regular file: refusing to write to it", path);
+        io_set_err(err, errlen, "%s is not a regular file: refusing to write to it", path);
     } else if (sb.st_nlink != 1) {
-        set_err(err, errlen, "%s has %lu hard links: refusing to write to a file that "
+        io_set_err(err, errlen, "%s has %lu hard links: refusing to write to a file that "
                 "another name shares", path, (unsigned long)sb.st_nlink);
     } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
     } else {
         return fd;
     }
@@ -208,7 +205,7 @@ FILE *safe_file_append(const char *path, char *err, size_t errlen) {
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "a");
     if (!f) {
-        set_err(err, errlen, "%s: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
         close(fd);
     }
     return f;
@@ -219,7 +216,7 @@ static int is_dir(const char *path, char *err, size_t errlen) {
     struct stat sb;
     if (stat(path, &sb) != 0) return -1;
     if (S_ISDIR(sb.st_mode)) return 0;
-    set_err(err, errlen, "cannot create directory %s: it exists and is not a directory", path);
+    io_set_err(err, errlen, "cannot create directory %s: it exists and is not a directory", path);
     errno = ENOTDIR;
     return -1;
 }
@@ -227,11 +224,11 @@ static int is_dir(const char *path, char *err, size_t errlen) {
 int safe_file_mkdir_p(const char *dir, char *err, size_t errlen) {
     char tmp[SAFE_FILE_PATH_MAX];
     if (!dir[0]) {
-        set_err(err, errlen, "cannot create a directory with an empty name");
+        io_set_err(err, errlen, "cannot create a directory with an empty name");
         return -1;
     }
     if ((size_t)snprintf(tmp, sizeof tmp, "%s", dir) >= sizeof tmp) {
-        set_err(err, errlen, "%.200s...: path too long (%zu characters)", dir, strlen(dir));
+        io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", dir, strlen(dir));
         return -1;
     }
     for (char *p = tmp + 1;; p++) {
@@ -241,12 +238,12 @@ int safe_file_mkdir_p(const char *dir, char *err, size_t errlen) {
         if (is_dir(tmp, err, errlen) != 0) {
             if (errno != ENOENT) {
                 if (errno != ENOTDIR)
-                    set_err(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+                    io_set_err(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
                 return -1;
             }
             if (mkdir(tmp, 0777) != 0 && (errno != EEXIST || is_dir(tmp, err, errlen) != 0)) {
                 if (errno != ENOTDIR)
-                    set_err(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
+                    io_set_err(err, errlen, "cannot create directory %s: %s", tmp, strerror(errno));
                 return -1;
             }
         }
@@ -264,7 +261,7 @@ int safe_file_same(const char *a, const char *b) {
 int safe_file_probe_dir(const char *dir, char *err, size_t errlen) {
     char path[SAFE_FILE_PATH_MAX];
     if ((size_t)snprintf(path, sizeof path, "%s/.shardlm-probe", dir) >= sizeof path) {
-        set_err(err, errlen, "%.200s...: path too long (%zu characters)", dir, strlen(dir));
+        io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", dir, strlen(dir));
         return -1;
     }
     safe_file s;
@@ -272,7 +269,7 @@ int safe_file_probe_dir(const char *dir, char *err, size_t errlen) {
     static const char zeros[PROBE_BYTES];
     int bad = fwrite(zeros, 1, sizeof zeros, s.fp) != sizeof zeros || fflush(s.fp) != 0 ||
               fsync(fileno(s.fp)) != 0;
-    if (bad) set_err(err, errlen, "cannot write %d bytes to %s: %s", PROBE_BYTES, s.tmp,
+    if (bad) io_set_err(err, errlen, "cannot write %d bytes to %s: %s", PROBE_BYTES, s.tmp,
                      strerror(errno));
     safe_file_abort(&s);
     return bad ? -1 : 0;
@@ -288,12 +285,12 @@ int safe_file_lock(const char *path, const char *owner, int *fd, char *err, size
             ssize_t n = pread(*fd, holder, sizeof holder - 1, 0);
             holder[n > 0 ? n : 0] = '\0';
             holder[strcspn(holder, "\r\n")] = '\0';
-            set_err(err, errlen, "%s is held by %s", path, holder[0] ? holder : "another process");
+            io_set_err(err, errlen, "%s is held by %s", path, holder[0] ? holder : "another process");
         } else if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
-            set_err(err, errlen, "%s: the file system does not support flock (%s): two runs "
+            io_set_err(err, errlen, "%s: the file system does not support flock (%s): two runs "
                     "sharing this directory will not be detected", path, strerror(e));
         } else {
-            set_err(err, errlen, "%s: flock failed: %s", path, strerror(e));
+            io_set_err(err, errlen, "%s: flock failed: %s", path, strerror(e));
         }
         close(*fd);
         *fd = -1;
@@ -302,7 +299,7 @@ int safe_file_lock(const char *path, const char *owner, int *fd, char *err, size
     const size_t n = strlen(owner);
     if (ftruncate(*fd, 0) != 0 || pwrite(*fd, owner, n, 0) != (ssize_t)n ||
         pwrite(*fd, "\n", 1, (off_t)n) != 1) {
-        set_err(err, errlen, "%s: cannot write the lock's owner: %s", path, strerror(errno));
+        io_set_err(err, errlen, "%s: cannot write the lock's owner: %s", path, strerror(errno));
         close(*fd);
         *fd = -1;
         return -1;

@@ -59,6 +59,9 @@ int safe_file_is_temp_of(const char *name, const char *base);
 int safe_file_refuse_link(const char *path, char *err, size_t errlen);
 /* Renames tmp onto path (refusing a symbolic link at path) and fsyncs the directory. */
 int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen);
+/* fsync of a file (never through a symbolic link) or, with directory, of a directory, by
+ * path: what a rename-based commit needs to be durable. */
+int safe_file_fsync(const char *path, int directory, char *err, size_t errlen);
 
 /* Opens path for appending (created if missing): refuses a symbolic link, anything
  * but a regular file, and a file with more than one hard link. */

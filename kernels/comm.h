@@ -61,6 +61,20 @@ typedef struct shlm_comm_stats {
     uint64_t blocked_ns;
 } shlm_comm_stats;
 
+/* NCCL's CTA policy for the communicators' kernels (nccl.cta_policy): NCCL's default, or
+ * as few SMs as keep them decent (NCCL_CTA_POLICY_EFFICIENCY, NCCL 2.27 and later). */
+typedef enum shlm_nccl_cta_policy {
+    SHLM_NCCL_CTA_DEFAULT = 0,
+    SHLM_NCCL_CTA_EFFICIENCY = 1
+} shlm_nccl_cta_policy;
+
+/* What a comm backend takes at start-up (init), from the job's [nccl] keys. */
+typedef struct shlm_comm_options {
+    shlm_nccl_cta_policy nccl_cta_policy;
+    int nccl_copy_engine_allgather; /* 1: all-gathers into registered windows run on the
+                                     * copy engines (where NCCL can) */
+} shlm_comm_options;
+
 /*
  * Conventions (every member):
  * - Buffers are in the backend's memory: host for mpi (it runs with the cpu compute
@@ -91,7 +105,7 @@ typedef struct shlm_comm_stats {
  *   transfer may only start in wait(), and nothing overlaps.
  * - Not thread-safe: one thread issues, tests and waits (MPI_THREAD_FUNNELED suffices).
  * - MPI errors abort the job through MPI_CHECK with the call, rank and host.
- * - A collective unfinished SHLM_COMM_TIMEOUT_S after its issue ends the job, naming the
+ * - A collective unfinished runtime.comm_timeout_s after its issue ends the job, naming the
  *   ranks that did not arrive (kernels/comm_watchdog.h): wait() and progress() check it,
  *   and the blocking members too (the MPI backend issues them non-blocking and waits).
  */
@@ -99,6 +113,9 @@ typedef struct shlm_comm {
     const char *name; /* "mpi" or "nccl" */
     /* 1 when the backend can run here (nccl: a GPU and NCCL are present) */
     int (*available)(void);
+    /* Optional (NULL: no options): applies o; called once at start-up, before the first
+     * group_create. */
+    void (*init)(const shlm_comm_options *o);
 
     /* ---- groups ---- */
     /* Collective over comm (every member calls it). The caller keeps ownership of comm. */

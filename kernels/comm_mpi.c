@@ -27,7 +27,7 @@ struct shlm_comm_req {
     int mpi_done;     /* MPI reported completion */
     int finished;     /* post-processing (shift, average) done */
     int64_t deadline_ns;  /* runtime.comm_delay_us: not complete before this */
-    shlm_watch watch;     /* SHLM_COMM_TIMEOUT_S: the job ends past this one's deadline */
+    shlm_watch watch;     /* runtime.comm_timeout_s: the job ends past this one's deadline */
     /* post-processing on completion */
     const void *move_src; /* in-place reduce_scatter: MPI leaves the result at the */
     void *move_dst;       /*   start of the buffer, NCCL's convention wants it at the */

@@ -60,7 +60,7 @@ struct shlm_comm_group {
  * until the GPU is done, so a stuck collective is caught even after wait(). */
 typedef struct watch {
     cudaEvent_t done;
-    shlm_watch sw;       /* number, issue time, deadline (SHLM_COMM_TIMEOUT_S) */
+    shlm_watch sw;       /* number, issue time, deadline (runtime.comm_timeout_s) */
     shlm_comm_op op;
     shlm_comm_group *g;
     int detached;        /* wait() was called */
@@ -81,6 +81,10 @@ typedef struct stall {
 static watch *g_watch;
 static stall *g_stalls;
 static long g_delay_us;
+/* the job's [nccl] keys, from init(); copy-engine all-gathers are on by default */
+static shlm_comm_options g_opt = {.nccl_copy_engine_allgather = 1};
+
+static void nccl_init(const shlm_comm_options *o) { g_opt = *o; }
 
 static cudaStream_t compute_stream(void) { return (cudaStream_t)shlm_cuda_stream_handle(); }
 
@@ -108,14 +112,12 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     ncclUniqueId id;
     if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
-    /* SHLM_NCCL_CTA_POLICY=efficiency: NCCL's kernels (the reduce-scatters) use as few
-     * SMs as keep them decent, leaving more to the matmuls they overlap */
+    /* nccl.cta_policy = efficiency: NCCL's kernels (the reduce-scatters) use as few SMs as
+     * keep them decent, leaving more to the matmuls they overlap (NCCL 2.27 and later;
+     * older NCCL keeps its default) */
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
 #if defined(NCCL_CTA_POLICY_EFFICIENCY)
-    const char *policy = getenv("SHLM_NCCL_CTA_POLICY");
-    if (policy && strcmp(policy, "efficiency") == 0) cfg.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
-    else if (policy && policy[0] && strcmp(policy, "default") != 0)
-        SHLM_FATAL("SHLM_NCCL_CTA_POLICY=%s: use default or efficiency", policy);
+    if (g_opt.nccl_cta_policy == SHLM_NCCL_CTA_EFFICIENCY) cfg.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
 #endif
     NCCL_CHECK(ncclCommInitRankConfig(&g->nccl, g->size, id, g->rank, &cfg));
     CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
@@ -131,21 +133,13 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
  * collectives overlap compute, and NCCL's SM kernels take SMs from every matmul they
  * overlap for as long as the transfer lasts; copy engines take none.
  * - All-gathers into a registered window go through that communicator.
- *   SHLM_NCCL_CE_ALLGATHER=0 turns this off.
+ *   nccl.copy_engine_allgather = false turns this off.
  * Reduce-scatters need arithmetic and stay on NCCL's SM kernels (moving their data on the
  * copy engines as an all-to-all plus a summing kernel measured no faster on 2 H200s: the
  * step is bound by the bytes moved through HBM under the power cap). */
-static int env_flag(const char *name, int dflt) {
-    const char *e = getenv(name);
-    if (!e || !e[0]) return dflt;
-    if (strcmp(e, "0") == 0) return 0;
-    if (strcmp(e, "1") == 0) return 1;
-    SHLM_FATAL("%s=%s: use 0 or 1", name, e);
-}
-
 static int ce_enabled(void) {
 #if defined(NCCL_CTA_POLICY_ZERO)
-    return env_flag("SHLM_NCCL_CE_ALLGATHER", 1);
+    return g_opt.nccl_copy_engine_allgather;
 #else
     return 0;
 #endif
@@ -454,6 +448,7 @@ static void nccl_stats_reset(shlm_comm_group *g) {
 const shlm_comm shlm_comm_nccl = {
     .name = "nccl",
     .available = nccl_available,
+    .init = nccl_init,
     .group_create = nccl_group_create,
     .group_free = nccl_group_free,
     .group_rank = nccl_group_rank,

@@ -40,24 +40,10 @@ static double now_s(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-/* NULL when s is not a positive finite number of seconds */
-static const char *bad_timeout(const char *s, double *out) {
-    char *end = NULL;
-    double t = strtod(s, &end);
-    if (end == s || *end != '\0' || !isfinite(t) || t <= 0) return "must be a positive number of seconds";
-    *out = t;
-    return NULL;
-}
+/* runtime.comm_timeout_s, set by shlm_watchdog_init; the key's default until then */
+static double g_timeout_s = 600;
 
-double shlm_comm_timeout_s(void) {
-    static double t = -1;
-    if (t < 0) {
-        const char *e = getenv("SHLM_COMM_TIMEOUT_S");
-        t = 600;
-        if (e && e[0]) bad_timeout(e, &t); /* an unusable value keeps 600 (init refuses it) */
-    }
-    return t;
-}
+double shlm_comm_timeout_s(void) { return g_timeout_s; }
 
 /* How long the roll call listens: a quarter of the timeout, within [0.5, 5] s. Alive
  * ranks answer within milliseconds; the margin covers an op between two polls. */
@@ -66,14 +52,13 @@ static double grace_s(void) {
     return g < 0.5 ? 0.5 : g > 5 ? 5 : g;
 }
 
-int shlm_watchdog_init(MPI_Comm world, char *err, size_t errlen) {
-    const char *e = getenv("SHLM_COMM_TIMEOUT_S");
-    double t;
-    const char *why = e && e[0] ? bad_timeout(e, &t) : NULL;
-    if (why) {
-        snprintf(err, errlen, "SHLM_COMM_TIMEOUT_S=%s: %s", e, why);
+int shlm_watchdog_init(MPI_Comm world, double timeout_s, char *err, size_t errlen) {
+    if (!(timeout_s > 0) || !isfinite(timeout_s)) {
+        snprintf(err, errlen, "the comm timeout must be a positive number of seconds, not %g",
+                 timeout_s);
         return -1;
     }
+    g_timeout_s = timeout_s;
     if (wd.ready) return 0;
     if (MPI_Comm_dup(world, &wd.comm) != MPI_SUCCESS) {
         snprintf(err, errlen, "the comm watchdog cannot duplicate the world communicator");
@@ -297,7 +282,7 @@ void shlm_watch_fail(const shlm_watch *w, void (*before_abort)(void *), void *ct
     add_op(&t, w);
     add(&t, " did not complete within %g s (rank %d)", T, me);
     if (!wd.ready) {
-        add(&t, ": a rank died or hangs; SHLM_COMM_TIMEOUT_S sets the limit");
+        add(&t, ": a rank died or hangs; runtime.comm_timeout_s sets the limit");
         print_and_abort(line, before_abort, ctx);
     }
     wd.waiting = w;
@@ -372,7 +357,7 @@ void shlm_watch_fail(const shlm_watch *w, void (*before_abort)(void *), void *ct
             add(&t, ": %s", status[r].status);
         }
     }
-    add(&t, "; SHLM_COMM_TIMEOUT_S sets the limit");
+    add(&t, "; runtime.comm_timeout_s sets the limit");
     print_and_abort(line, before_abort, ctx);
 }
 

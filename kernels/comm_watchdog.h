@@ -1,4 +1,4 @@
-/* Deadlines for collectives: a collective unfinished SHLM_COMM_TIMEOUT_S after this rank
+/* Deadlines for collectives: a collective unfinished runtime.comm_timeout_s after this rank
  * issued it ends the job, and a roll call over the world first finds which ranks did not
  * arrive, so the one line printed names them and the operation. Used by both comm
  * backends and by the host reductions of a training step (shlm_timed_allreduce). */
@@ -26,13 +26,14 @@
  * order across all groups, so equal numbers mean the same point of the program.
  */
 
-/* SHLM_COMM_TIMEOUT_S (seconds, > 0), default 600. */
+/* The deadline of every collective, seconds: shlm_watchdog_init's, 600 before it. */
 double shlm_comm_timeout_s(void);
 
-/* Collective over `world` (once, after MPI_Init): checks SHLM_COMM_TIMEOUT_S (-1 with err
- * when it is not a positive number) and duplicates world for the roll call. Without it a
- * passed deadline still ends the job naming the operation, but no rank. */
-int shlm_watchdog_init(MPI_Comm world, char *err, size_t errlen);
+/* Collective over `world` (once, after MPI_Init and the job's keys): sets the timeout
+ * (runtime.comm_timeout_s; -1 with err when it is not a positive number) and duplicates
+ * world for the roll call. Without it a passed deadline still ends the job naming the
+ * operation, but no rank. */
+int shlm_watchdog_init(MPI_Comm world, double timeout_s, char *err, size_t errlen);
 
 /* A collective under watch, from its issue. */
 typedef struct shlm_watch {

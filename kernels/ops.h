@@ -29,6 +29,18 @@ const char *shlm_dtype_name(shlm_dtype t);
 /* matmul_bwd flags */
 enum { SHLM_MM_SET_DINP = 1, SHLM_MM_SET_DWEIGHT = 2 };
 
+/* Which attention kernels the cuda backend runs (cuda.attention): the Hopper wgmma kernels
+ * where they apply, the portable mma.sync ones elsewhere; or the mma.sync ones alone. */
+typedef enum shlm_attention_kernels {
+    SHLM_ATTENTION_SM90 = 0,
+    SHLM_ATTENTION_MMA_SYNC = 1
+} shlm_attention_kernels;
+
+/* What a compute backend takes at start-up (init), from the job's [cuda] keys. */
+typedef struct shlm_ops_options {
+    shlm_attention_kernels attention;
+} shlm_ops_options;
+
 /* What ops->device_info reports. */
 typedef struct shlm_device_info {
     char name[96];
@@ -41,6 +53,8 @@ typedef struct shlm_ops {
     shlm_dtype act_dtype;  /* element type of every "act" tensor */
     /* 1 when the backend can run on this machine (cuda: a GPU is visible) */
     int (*available)(void);
+    /* Optional (NULL: no options): applies o; called once at start-up, before any op. */
+    void (*init)(const shlm_ops_options *o);
     /* Optional (NULL on cpu): devices visible to this process, and binding the process
      * to one of them before anything is allocated. */
     int (*device_count)(void);
@@ -52,6 +66,10 @@ typedef struct shlm_ops {
      * H200"), compute capability and PCI bus id ("0000:19:00.0": NVML finds the same
      * device by it whatever CUDA_VISIBLE_DEVICES renumbered). Returns 0 on success. */
     int (*device_info)(shlm_device_info *out);
+    /* Optional (NULL: the backend runs wherever it is available): 0 when this build's
+     * kernels run on the bound device (set_device first), else -1 with one line in why
+     * naming the device, its compute capability and what the build was compiled for. */
+    int (*device_check)(char *why, size_t whylen);
     /* Optional (NULL on cpu): reserve one arena of `bytes` that every later alloc is
      * carved from, so nothing is allocated once training starts. Returns 0; aborts with
      * the numbers when the device cannot hold it. */

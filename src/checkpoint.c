@@ -9,7 +9,6 @@
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "io/ckpt_hdf5.h"
+#include "io/errmsg.h"
 #include "io/hf_model.h"
 #include "io/safe_file.h"
 #include "kernels/check.h"
@@ -52,15 +52,6 @@ const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
     "floating point as the 16 hex digits of the double's bits, strings as they are), then " \
     "a line 'PATH SHAPE CHECKSUM' per dataset in byte order of the paths (SHAPE: the "      \
     "dimensions joined by x; CHECKSUM: 16 lowercase hex digits)"
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* All ranks of comm agree on success: 0 when every rank passed ok, else -1 on every rank
  * with the lowest failing rank's message copied into every rank's err. */
@@ -108,18 +99,6 @@ static uint64_t count_nonfinite(const float *x, size_t n) {
     uint64_t bad = 0;
     for (size_t i = 0; i < n; i++) bad += !isfinite(x[i]);
     return bad;
-}
-
-/* fsync of a file by path (what a rename-based commit needs to be durable). */
-static int fsync_file(const char *path, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        set_err(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
-        if (fd >= 0) close(fd);
-        return -1;
-    }
-    close(fd);
-    return 0;
 }
 
 /* The piece of this rank's shard of unit u that it writes on save and checksums on
@@ -279,7 +258,7 @@ static int check_value(const char *path, const state_attr *a, double v, const ch
     } else {
         snprintf(why, sizeof why, "out of range, must be in [%.0f, %.0f]", a->min, a->max);
     }
-    set_err(err, errlen, "%s: attribute %s = %s: %s %s", path, a->name, shown, why, suffix);
+    io_set_err(err, errlen, "%s: attribute %s = %s: %s %s", path, a->name, shown, why, suffix);
     return -1;
 }
 
@@ -316,11 +295,11 @@ static int check_record(const char *path, const ckpt_record *r, const char *suff
         snprintf(why, sizeof why, "attributes shard_group_size = %d x replica_group_size = %d "
                  "is not world_size = %d", st->shard_size, st->replica_size, st->world_size);
     if (why[0]) {
-        set_err(err, errlen, "%s: %s %s", path, why, suffix);
+        io_set_err(err, errlen, "%s: %s %s", path, why, suffix);
         return -1;
     }
     if (llama_config_validate(&r->m, why, sizeof why) != 0) {
-        set_err(err, errlen, "%s: bad model shape in the attributes: %s %s", path, why, suffix);
+        io_set_err(err, errlen, "%s: bad model shape in the attributes: %s %s", path, why, suffix);
         return -1;
     }
     return 0;
@@ -384,14 +363,14 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
             if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
             if (rc == 0) snprintf(p, sizeof r->st.strategy, "%s", str ? str : "");
             if (rc == 0 && str && strlen(str) >= sizeof r->st.strategy) {
-                set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
+                io_set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
                         "edited checkpoint)", f->path, a->name, strlen(str));
                 rc = -1;
             }
             fsdp_strategy known;
             char why[256];
             if (rc == 0 && present && strategy_from_name(p, &known, why, sizeof why) != 0) {
-                set_err(err, errlen, "%s: attribute %s is not a strategy (a corrupt or edited "
+                io_set_err(err, errlen, "%s: attribute %s is not a strategy (a corrupt or edited "
                         "checkpoint)", f->path, a->name);
                 rc = -1;
             }
@@ -465,7 +444,7 @@ int checkpoint_check_shape(const char *path, const llama_config *s, const llama_
              {"tie_word_embeddings", s->tie_word_embeddings, m->tie_word_embeddings}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (f[i].stored == f[i].job) continue;
-        set_err(err, errlen,
+        io_set_err(err, errlen,
                 "%s holds a different model: [model] %s = %d there, %d in this job (checkpoint: "
                 "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d, "
                 "tie_word_embeddings %d); refusing to load it", path, f[i].key, f[i].stored,
@@ -552,7 +531,7 @@ static int kill_requested(int rank, int64_t step) {
  * renames refuse a symbolic link at the name they replace (io/safe_file.h). */
 static int commit(const char *dir, const char *tmp, const char *final, const char *name,
                   char *err, size_t errlen) {
-    if (fsync_file(tmp, err, errlen) != 0) return -1;
+    if (safe_file_fsync(tmp, 0, err, errlen) != 0) return -1;
     if (safe_file_rename(tmp, final, err, errlen) != 0) return -1;
     char latest[1100], line[80];
     snprintf(latest, sizeof latest, "%s/latest", dir);
@@ -620,6 +599,16 @@ static uint64_t hf_bytes(const hf_files *hf) {
     return b;
 }
 
+/* How a save moves its data: the job's [checkpoint] direct_io, collective_io, alignment
+ * (datasets of at least `alignment` bytes start at a multiple of it). */
+static void save_options(const job_config *cfg, ckpt_h5_options *opt) {
+    ckpt_h5_default_options(opt);
+    opt->direct_io = cfg->ckpt_direct_io;
+    opt->collective_io = cfg->ckpt_collective_io;
+    opt->alignment = (uint64_t)cfg->ckpt_alignment;
+    opt->align_threshold = opt->alignment;
+}
+
 /* An upper bound of the file's size: data, alignment gaps, metadata, the kept files. */
 static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_options *opt,
                                     size_t job_len, const hf_files *hf) {
@@ -641,20 +630,20 @@ static uint64_t estimate_file_bytes(const tensor_ref *tl, int nt, const ckpt_h5_
 /* Whether the file fits before a byte is written: the file-size limit of this process
  * (ulimit -f) on every rank, free space on rank 0. A disk that fills up during the save
  * still fails it cleanly (ckpt_h5_flush); this only says so sooner and more clearly.
- * SHLM_CKPT_SPACE_CHECK=0 turns it off (tests use that to fill a disk mid-save). */
+ * Test hook: SHLM_TEST_NO_SPACE_CHECK=1 turns it off (to fill a disk mid-save). */
 static int check_space(const char *dir, int rank, uint64_t need, char *err, size_t errlen) {
-    const char *v = getenv("SHLM_CKPT_SPACE_CHECK");
-    if (v && strcmp(v, "0") == 0) return 0;
+    const char *v = getenv("SHLM_TEST_NO_SPACE_CHECK");
+    if (v && strcmp(v, "1") == 0) return 0;
     struct rlimit rl;
     if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         (uint64_t)rl.rlim_cur < need) {
-        set_err(err, errlen, "the checkpoint needs about %s but this process may write files "
+        io_set_err(err, errlen, "the checkpoint needs about %s but this process may write files "
                 "of at most %s (ulimit -f)", human((double)need).s, human((double)rl.rlim_cur).s);
         return -1;
     }
     struct statvfs sv;
     if (rank == 0 && statvfs(dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < need) {
-        set_err(err, errlen, "not enough space in %s: the checkpoint needs about %s, %s are "
+        io_set_err(err, errlen, "not enough space in %s: the checkpoint needs about %s, %s are "
                 "free", dir, human((double)need).s, human((double)sv.f_bavail * sv.f_frsize).s);
         return -1;
     }
@@ -669,7 +658,7 @@ static int check_space(const char *dir, int rank, uint64_t need, char *err, size
 static int refuse_links(const char *dir, char *err, size_t errlen) {
     DIR *d = opendir(dir);
     if (!d) {
-        set_err(err, errlen, "checkpoint.dir = %s: %s", dir, strerror(errno));
+        io_set_err(err, errlen, "checkpoint.dir = %s: %s", dir, strerror(errno));
         return -1;
     }
     struct dirent *de;
@@ -695,7 +684,7 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
     if (!dir[0]) return 0;
     const size_t most = sizeof(((ckpt_h5_file *)0)->path) - 1 - strlen(LONGEST_CKPT_NAME);
     if (strlen(dir) > most) {
-        set_err(err, errlen, "checkpoint.dir is %zu characters long, at most %zu fit (its "
+        io_set_err(err, errlen, "checkpoint.dir is %zu characters long, at most %zu fit (its "
                 "files' paths must stay under %zu characters)", strlen(dir), most,
                 sizeof(((ckpt_h5_file *)0)->path));
         return -1;
@@ -709,21 +698,21 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
                  (long)getpid(), (unsigned long long)job_config_hash(cfg), cfg->path);
         ok = safe_file_mkdir_p(dir, why, sizeof why) == 0;
         if (!ok) {
-            set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
+            io_set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
         } else {
             int lr = safe_file_lock(lock, owner, lock_fd, why, sizeof why);
             if (lr == 1) fprintf(stderr, "shardlm: warning: %s\n", why);
             if (lr == -2)
-                set_err(err, errlen, "checkpoint.dir = %s is in use by another run (%s): two "
+                io_set_err(err, errlen, "checkpoint.dir = %s is in use by another run (%s): two "
                         "runs must not share a checkpoint directory", dir, why);
             else if (lr == -1)
-                set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
+                io_set_err(err, errlen, "checkpoint.dir = %s: %s", dir, why);
             ok = lr >= 0;
         }
         if (ok) ok = refuse_links(dir, err, errlen) == 0;
         if (ok && safe_file_probe_dir(dir, why, sizeof why) != 0) {
             ok = 0;
-            set_err(err, errlen, "checkpoint.dir = %s is not writable: %s", dir, why);
+            io_set_err(err, errlen, "checkpoint.dir = %s is not writable: %s", dir, why);
         }
     }
     if (agree(topo->world, ok, err, errlen) == 0) {
@@ -731,7 +720,7 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
         int nt;
         tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
         ckpt_h5_options opt;
-        ckpt_h5_default_options(&opt);
+        save_options(cfg, &opt);
         const uint64_t need =
             estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
         free(tl);
@@ -780,7 +769,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     for (int i = 0; i < nd; i++) ds[i].id = -1;
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     ckpt_h5_options opt;
-    ckpt_h5_default_options(&opt);
+    save_options(cfg, &opt);
     double t_data = 0, t_close = 0;
     uint64_t bytes = 0;
     int close_failed = 0, created = 0; /* created: tmp is this save's file */
@@ -861,7 +850,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                 sums[2 * di + 1] = s.s2;
                 /* `latest` never names a checkpoint with a NaN or an infinity in it */
                 if (bad && ok)
-                    set_err(err, errlen, "%s: %llu of the %llu elements rank %d writes are not "
+                    io_set_err(err, errlen, "%s: %llu of the %llu elements rank %d writes are not "
                             "finite (NaN or infinite): refusing to save them", ds[di].path,
                             (unsigned long long)bad, (unsigned long long)ov.count, rank);
                 if (bad) ok = 0;
@@ -961,7 +950,7 @@ fail_closed:
         if (statvfs(dir, &sv) == 0)
             snprintf(space, sizeof space, " [%s free there]",
                      human((double)sv.f_bavail * sv.f_frsize).s);
-        set_err(err, errlen, "checkpoint save of step %lld failed (earlier checkpoints and "
+        io_set_err(err, errlen, "checkpoint save of step %lld failed (earlier checkpoints and "
                 "%s/latest untouched): %s%s", (long long)st->step, dir, why, space);
     }
     /* HDF5 1.10 cannot shut down after a failed close of a file being written (its ID
@@ -989,7 +978,7 @@ static int read_hf_group(ckpt_h5_file *f, hf_files *out, ds_entry *entries, int 
     if (ckpt_h5_list(f, HF_GROUP, &names, &n, err, errlen) != 0) return -1;
     int rc = 0;
     if (n > HF_FILES_MAX) {
-        set_err(err, errlen, "%s: %s holds %d files, at most %d are kept %s", f->path, HF_GROUP,
+        io_set_err(err, errlen, "%s: %s holds %d files, at most %d are kept %s", f->path, HF_GROUP,
                 n, HF_FILES_MAX, CORRUPT);
         rc = -1;
     }
@@ -998,7 +987,7 @@ static int read_hf_group(ckpt_h5_file *f, hf_files *out, ds_entry *entries, int 
         uint64_t size, sum;
         snprintf(path, sizeof path, HF_GROUP "/%s", names[i]);
         if (!hf_files_known(names[i])) {
-            set_err(err, errlen, "%s: %s is not a file shardlm keeps %s", f->path, path, CORRUPT);
+            io_set_err(err, errlen, "%s: %s is not a file shardlm keeps %s", f->path, path, CORRUPT);
             rc = -1;
             break;
         }
@@ -1006,7 +995,7 @@ static int read_hf_group(ckpt_h5_file *f, hf_files *out, ds_entry *entries, int 
         if (rc == 0 && out) {
             char path_err[512];
             rc = hf_files_add(out, names[i], data, (size_t)size, path_err, sizeof path_err);
-            if (rc) set_err(err, errlen, "%s: %s", f->path, path_err);
+            if (rc) io_set_err(err, errlen, "%s: %s", f->path, path_err);
         }
         if (rc == 0 && entries) {
             ds_entry *de = &entries[(*n_entries)++];
@@ -1074,19 +1063,19 @@ int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char
 
 int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_config *shape,
                     ckpt_state *st, char *err, size_t errlen) {
-    if (ckpt_h5_open(f, path, comm, err, errlen) != 0) return -1;
+    if (ckpt_h5_open(f, path, comm, NULL, err, errlen) != 0) return -1;
     char *fmt = NULL;
     int64_t ver = 0;
     if (ckpt_h5_attr_read_str(f, "/", "format", &fmt, err, errlen) != 0 ||
         strcmp(fmt, "shardlm-checkpoint") != 0 ||
         ckpt_h5_attr_read_i64(f, "/", "format_version", &ver, err, errlen) != 0) {
-        set_err(err, errlen, "%s: not a shardlm checkpoint (no format attribute)", path);
+        io_set_err(err, errlen, "%s: not a shardlm checkpoint (no format attribute)", path);
         free(fmt);
         return -1;
     }
     free(fmt);
     if (ver < CKPT_FORMAT_OLDEST || ver > CKPT_FORMAT_VERSION) {
-        set_err(err, errlen, "%s: checkpoint format version %lld, this shardlm reads %d to %d",
+        io_set_err(err, errlen, "%s: checkpoint format version %lld, this shardlm reads %d to %d",
                 path, (long long)ver, CKPT_FORMAT_OLDEST, CKPT_FORMAT_VERSION);
         return -1;
     }
@@ -1104,7 +1093,7 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_conf
         const uint64_t got = state_checksum(&rec, (int)ver, entries, n);
         free(entries);
         if (got != stored) {
-            set_err(err, errlen, "%s: the state attributes and the datasets' names, shapes and "
+            io_set_err(err, errlen, "%s: the state attributes and the datasets' names, shapes and "
                     "checksums give state checksum 0x%016llx, the file says 0x%016llx %s", path,
                     (unsigned long long)got, (unsigned long long)stored, CORRUPT);
             return -1;
@@ -1167,7 +1156,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
                 ok = ckpt_h5_open_dataset(&f, dpath, &d, err, errlen) == 0;
                 if (ok && (d.ndim != t->ndim || d.shape[0] != t->shape[0] ||
                            (t->ndim == 2 && d.shape[1] != t->shape[1]))) {
-                    set_err(err, errlen, "%s: dataset %s has shape %s, the model needs %s", path,
+                    io_set_err(err, errlen, "%s: dataset %s has shape %s, the model needs %s", path,
                             dpath, shape_text(d.ndim, d.shape).s, shape_text(t->ndim, t->shape).s);
                     ok = 0;
                 }
@@ -1188,7 +1177,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
                     sums[2 * di + 1] = s.s2;
                     /* every element is summed, so checked, by exactly one rank */
                     if (bad) {
-                        set_err(err, errlen, "%s: dataset %s holds %llu non-finite values (NaN "
+                        io_set_err(err, errlen, "%s: dataset %s holds %llu non-finite values (NaN "
                                 "or infinite) in elements [%llu, %llu): refusing to load it",
                                 path, dpath, (unsigned long long)bad,
                                 (unsigned long long)pv.tensor_offset,
@@ -1208,7 +1197,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
         ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
         uint64_t got = ckpt_h5_sum_final(&s, tl[i % nt].t->numel);
         if (got != stored[i]) {
-            set_err(err, errlen, "%s: dataset %s/%s is corrupt: checksum 0x%016llx, stored "
+            io_set_err(err, errlen, "%s: dataset %s/%s is corrupt: checksum 0x%016llx, stored "
                     "0x%016llx", path, kind_group[i / nt], tl[i % nt].t->name,
                     (unsigned long long)got, (unsigned long long)stored[i]);
             goto done; /* the same verdict on every rank: the sums are global */
@@ -1258,12 +1247,12 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
             path[0] = '\0';
             return 0;
         }
-        set_err(err, errlen, "%s: %s (no checkpoint to resume from there)", lp, strerror(errno));
+        io_set_err(err, errlen, "%s: %s (no checkpoint to resume from there)", lp, strerror(errno));
         return -1;
     }
     if (safe_file_refuse_link(lp, err, errlen) != 0) return -1;
     if (!S_ISREG(sb.st_mode)) {
-        set_err(err, errlen, "%s is not a regular file (shardlm writes it as one line naming "
+        io_set_err(err, errlen, "%s is not a regular file (shardlm writes it as one line naming "
                 "a checkpoint file)", lp);
         return -1;
     }
@@ -1271,7 +1260,7 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
     int fd = open(lp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     ssize_t got = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
     if (got < 0) {
-        set_err(err, errlen, "%s: %s", lp, strerror(errno));
+        io_set_err(err, errlen, "%s: %s", lp, strerror(errno));
         if (fd >= 0) close(fd);
         return -1;
     }
@@ -1284,13 +1273,13 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
     if (!one_line || !is_checkpoint_name(name)) {
         for (char *c = name; *c; c++)
             if (*c < 32 || *c > 126) *c = '?';
-        set_err(err, errlen, "%s: expected one line naming a checkpoint file (step_<N>.h5), "
+        io_set_err(err, errlen, "%s: expected one line naming a checkpoint file (step_<N>.h5), "
                 "got '%.100s'", lp, one_line ? name : "more than one line");
         return -1;
     }
     snprintf(path, pathlen, "%s/%s", dir, name);
     if (access(path, R_OK) != 0) {
-        set_err(err, errlen, "%s names %s, which cannot be read: %s", lp, path, strerror(errno));
+        io_set_err(err, errlen, "%s names %s, which cannot be read: %s", lp, path, strerror(errno));
         return -1;
     }
     return 0;
@@ -1309,7 +1298,7 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
         } else if (strcmp(resume, "auto") == 0) {
             if (dir[0]) ok = read_latest(dir, found, sizeof found, 0, err, errlen) == 0;
         } else if (stat(resume, &sb) != 0) {
-            set_err(err, errlen, "no checkpoint at %s: %s", resume, strerror(errno));
+            io_set_err(err, errlen, "no checkpoint at %s: %s", resume, strerror(errno));
             ok = 0;
         } else if (S_ISDIR(sb.st_mode)) {
             ok = read_latest(resume, found, sizeof found, 1, err, errlen) == 0;
@@ -1320,7 +1309,7 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
     if (agree(MPI_COMM_WORLD, ok, err, errlen)) return -1;
     MPI_CHECK(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (strlen(found) >= pathlen) {
-        set_err(err, errlen, "checkpoint path too long: %s", found);
+        io_set_err(err, errlen, "checkpoint path too long: %s", found);
         return -1;
     }
     snprintf(path, pathlen, "%s", found);
@@ -1359,7 +1348,7 @@ static int check_hf_names(const hf_weights *w, const llama_layout *lay, const hf
             else if (layout_has(lay, name))
                 continue;
             if (!why) {
-                set_err(err, errlen, "%s: tensor %s is not a parameter of this Llama (%d layers, "
+                io_set_err(err, errlen, "%s: tensor %s is not a parameter of this Llama (%d layers, "
                         "tie_word_embeddings %s): refusing a file of another model", sf->path,
                         name, hc->num_hidden_layers, hc->tie_word_embeddings ? "true" : "false");
                 return -1;
@@ -1393,17 +1382,17 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
               mc->tie_word_embeddings}};
     for (size_t i = 0; ok && i < sizeof f / sizeof f[0]; i++) {
         if (f[i].theirs == f[i].mine) continue;
-        set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
+        io_set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
                 "must describe the same model", dir, f[i].hf, f[i].theirs, f[i].ours, f[i].mine);
         ok = 0;
     }
     if (ok && !close_enough(hc.rms_norm_eps, mc->norm_eps)) {
-        set_err(err, errlen, "%s/config.json: rms_norm_eps = %g but [model] norm_eps = %g (set "
+        io_set_err(err, errlen, "%s/config.json: rms_norm_eps = %g but [model] norm_eps = %g (set "
                 "norm_eps = %g)", dir, hc.rms_norm_eps, mc->norm_eps, hc.rms_norm_eps);
         ok = 0;
     }
     if (ok && !close_enough(hc.rope_theta, mc->rope_theta)) {
-        set_err(err, errlen, "%s/config.json: rope_theta = %g but [model] rope_theta = %g (set "
+        io_set_err(err, errlen, "%s/config.json: rope_theta = %g but [model] rope_theta = %g (set "
                 "rope_theta = %g)", dir, hc.rope_theta, mc->rope_theta, hc.rope_theta);
         ok = 0;
     }
@@ -1436,7 +1425,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
             ok = hf_weights_find(&w, name, &sf, &st, err, errlen) == 0;
             if (ok && (st->ndim != t->ndim || st->shape[0] != t->shape[0] ||
                        (t->ndim == 2 && st->shape[1] != t->shape[1]))) {
-                set_err(err, errlen, "%s: tensor %s has shape %s, the model needs %s", sf->path,
+                io_set_err(err, errlen, "%s: tensor %s has shape %s, the model needs %s", sf->path,
                         name, shape_text(st->ndim, st->shape).s, shape_text(t->ndim, t->shape).s);
                 ok = 0;
             }
@@ -1446,7 +1435,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
             /* after the conversion to fp32: an F64 beyond FLT_MAX is infinite too */
             const uint64_t bad = ok ? count_nonfinite(buf + (ov.flat_offset - sb), ov.count) : 0;
             if (bad) {
-                set_err(err, errlen, "%s: tensor %s holds %llu non-finite values (NaN or "
+                io_set_err(err, errlen, "%s: tensor %s holds %llu non-finite values (NaN or "
                         "infinite) in elements [%llu, %llu): refusing to load it", sf->path, name,
                         (unsigned long long)bad, (unsigned long long)ov.tensor_offset,
                         (unsigned long long)(ov.tensor_offset + ov.count));

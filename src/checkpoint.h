@@ -22,7 +22,7 @@
  *   4. rank 0 removes leftover temporary files of failed (killed) saves (regular files
  *      only) and, with keep = K > 0, the oldest step_*.h5 beyond the newest K.
  * Before anything is written, the file's size (an upper bound) is checked against the
- * free space and the file-size limit (ulimit -f); SHLM_CKPT_SPACE_CHECK=0 skips that.
+ * free space and the file-size limit (ulimit -f); SHLM_TEST_NO_SPACE_CHECK=1, a test hook, skips that.
  * Metadata is written and flushed before the data, so a disk that fills up during the
  * data still leaves a file HDF5 can close (io/ckpt_hdf5.h, ckpt_h5_flush).
  * A failure anywhere (one rank or all) fails the save on every rank with one message,

@@ -195,7 +195,7 @@ int cmd_generate(int argc, char **argv) {
         free(a.sets);
         return 0;
     }
-    if (all_ranks_ok(ok, err)) {
+    if (any_rank_failed(ok, err)) {
         if (shlm_rank() <= 0) fputs(usage_text, stderr);
         free(a.sets);
         return 2;
@@ -222,7 +222,7 @@ int cmd_generate(int argc, char **argv) {
                  "train.seq_len = %d", n_prompt, c->seq_len);
         ok = 0;
     }
-    if (all_ranks_ok(ok, err)) goto done;
+    if (any_rank_failed(ok, err)) goto done;
     char what[2100];
     if (run_load_weights(&r, a.ckpt, what, sizeof what) != 0) goto done;
     if (a.dump) {
@@ -231,7 +231,7 @@ int cmd_generate(int argc, char **argv) {
         fsdp_begin_pass(r.engine, 0);
         llama_forward(r.model, prompt, NULL, 1, n_prompt, NULL, logits, NULL);
         ok = r.rank != 0 || dump_logits(a.dump, prompt, n_prompt, logits, V, err, sizeof err) == 0;
-        if (all_ranks_ok(ok, err)) goto done;
+        if (any_rank_failed(ok, err)) goto done;
         if (r.rank == 0) printf("generate: wrote the logits of %d prompt tokens to %s\n", n_prompt, a.dump);
     }
     const int n_new = a.tokens >= 0 ? a.tokens : (c->sample_tokens > 0 ? c->sample_tokens : 200);
@@ -247,7 +247,7 @@ int cmd_generate(int argc, char **argv) {
     if (r.rank == 0) {
         printf("--- generate: up to %d tokens from %s, temperature %.2f, top_p %.2f, seed %llu, "
                "%d ranks %s ---\n", n_new, what, so.temperature, so.top_p,
-               (unsigned long long)so.seed, r.world, c->strategy);
+               (unsigned long long)so.seed, r.world, strategy_name(c->strategy));
         fflush(stdout);
     }
     /* the byte tokenizer cannot spell another vocabulary's ids: show ids */

@@ -7,13 +7,13 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "io/config_file.h"
+#include "io/errmsg.h"
 #include "io/hf_model.h"
 #include "src/prometheus.h"
 #include "src/tokenizer.h"
@@ -24,7 +24,8 @@ typedef enum key_type {
     KT_U64,    /* uint64_t, decimal or 0x-hex */
     KT_BOOL,   /* int 0/1: true/false, yes/no, on/off, 1/0 */
     KT_STRING, /* char[size]; may be "quoted" with \" \\ \n \t escapes */
-    KT_ENUM,   /* char[size]; one of `choices` ("a|b|c") */
+    KT_ENUM,   /* an enum (int-sized): the index of the value in `choices` ("a|b|c"), whose
+                * order is the enum's (checked below the table) */
 } key_type;
 
 enum key_flags {
@@ -45,7 +46,7 @@ typedef struct key_def {
     size_t offset, size;  /* of the field in job_config */
     const char *def;      /* default, as text, parsed like a value; NULL: see flags */
     double min, max;      /* inclusive bounds of numbers unless KF_*_OPEN */
-    const char *choices;  /* KT_ENUM only */
+    const char *choices;  /* KT_ENUM only: the words, in the enum's order */
     unsigned flags;
     const char *doc;      /* one line: what the key means (shardlm keys, README's table) */
 } key_def;
@@ -160,7 +161,7 @@ static const key_def keys[] = {
     {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0,
      "on_nonfinite = skip: at most this many non-finite steps in a row"},
 
-    /* [data] */
+    /* [fsdp] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
      "FULL_SHARD|SHARD_GRAD_OP|NO_SHARD|HYBRID_SHARD", 0,
      "FULL_SHARD, SHARD_GRAD_OP (keep gathered from forward to backward), NO_SHARD "
@@ -250,12 +251,28 @@ static const key_def keys[] = {
      NULL, 0,
      "a resume may change train.seq_len: the position is re-expressed in tokens (unshuffled "
      "data only)"},
+    /* how a save writes (io/ckpt_hdf5.h; benchmarks/RESULTS.md measures them); reads take
+     * direct I/O wherever the file system allows it */
+    {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
+     "saves write each rank's bytes with O_DIRECT (falling back to MPI-IO where the file "
+     "system refuses it); false: H5Dwrite through MPI-IO"},
+    {"checkpoint", "collective_io", KT_BOOL, F(ckpt_collective_io), "false", NOLIM, NULL, 0,
+     "saves through MPI-IO use collective buffering (two-phase I/O) instead of each rank "
+     "writing its own bytes"},
+    {"checkpoint", "alignment", KT_INT, F(ckpt_alignment), "1048576", 0, 1 << 30, NULL, 0,
+     "datasets of at least this many bytes start at a multiple of it (file-system block or "
+     "stripe); 0: HDF5's packing"},
 
     /* [runtime] */
     {"runtime", "backend", KT_ENUM, F(backend), "auto", NOLIM, "auto|cpu|cuda", 0,
-     "auto (cuda when a GPU is visible), cpu or cuda"},
+     "auto (cuda where this build's kernels run on the GPU, else cpu, saying why when a GPU "
+     "is there), cpu or cuda (refused, naming the device, where it cannot run)"},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0,
      "CPU threads per rank; 0: cores / ranks on the node"},
+    /* kernels/comm_watchdog.h: both comm backends and the host reductions of a step */
+    {"runtime", "comm_timeout_s", KT_FLOAT, F(comm_timeout_s), "600", 0, 1e7, NULL, KF_MIN_OPEN,
+     "a collective unfinished this many seconds after its issue ends the job, naming the "
+     "ranks that did not arrive"},
     {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0,
      "make blocks of this many ranks act as nodes (HYBRID_SHARD on one machine, tests); 0: "
      "real nodes"},
@@ -263,11 +280,44 @@ static const key_def keys[] = {
      "benchmarks only: every collective takes at least this long"},
     {"runtime", "profile", KT_BOOL, F(profile), "false", NOLIM, NULL, 0,
      "time every op (synchronising) and print where a step's time goes"},
+
+    /* [cuda]: the cuda backend's options (its init, kernels/ops.h) */
+    {"cuda", "attention", KT_ENUM, F(cuda_attention), "sm90", NOLIM, "sm90|mma_sync", 0,
+     "sm90: the Hopper wgmma attention kernels where they apply (head_dim 64 or 128, compute "
+     "capability 9.0), the portable mma.sync ones elsewhere; mma_sync: those alone"},
+
+    /* [nccl]: the nccl backend's options (its init, kernels/comm.h) */
+    {"nccl", "cta_policy", KT_ENUM, F(nccl_cta_policy), "default", NOLIM, "default|efficiency",
+     0,
+     "efficiency: NCCL's kernels use as few SMs as keep them decent, leaving more to the "
+     "matmuls they overlap (NCCL 2.27 and later; older NCCL keeps its default)"},
+    {"nccl", "copy_engine_allgather", KT_BOOL, F(nccl_copy_engine_allgather), "true", NOLIM,
+     NULL, 0,
+     "all-gathers into registered buffers run on the GPUs' copy engines, leaving the SMs to "
+     "compute (NCCL 2.28 and later); false: NCCL's SM kernels"},
 };
 #define N_KEYS ((int)(sizeof keys / sizeof keys[0]))
 
+/* KT_ENUM stores the choice's index: each choices list above is in its enum's order */
+_Static_assert(NONFINITE_ABORT == 0 && NONFINITE_SKIP == 1, "train.on_nonfinite");
+_Static_assert(FSDP_FULL_SHARD == 0 && FSDP_SHARD_GRAD_OP == 1 && FSDP_NO_SHARD == 2 &&
+                   FSDP_HYBRID_SHARD == 3, "fsdp.strategy");
+_Static_assert(SHLM_F32 == 0 && SHLM_BF16 == 1, "fsdp.param_dtype, fsdp.reduce_dtype");
+_Static_assert(LLAMA_AC_NONE == 0 && LLAMA_AC_FULL == 1 && LLAMA_AC_SELECTIVE == 2,
+               "fsdp.activation_checkpointing");
+_Static_assert(SHLM_BACKEND_AUTO == 0 && SHLM_BACKEND_CPU == 1 && SHLM_BACKEND_CUDA == 2,
+               "runtime.backend");
+_Static_assert(SHLM_ATTENTION_SM90 == 0 && SHLM_ATTENTION_MMA_SYNC == 1, "cuda.attention");
+_Static_assert(SHLM_NCCL_CTA_DEFAULT == 0 && SHLM_NCCL_CTA_EFFICIENCY == 1, "nccl.cta_policy");
+_Static_assert(sizeof(fsdp_strategy) == sizeof(int) && sizeof(shlm_dtype) == sizeof(int) &&
+                   sizeof(llama_ac) == sizeof(int) && sizeof(nonfinite_policy) == sizeof(int) &&
+                   sizeof(shlm_backend_choice) == sizeof(int) &&
+                   sizeof(shlm_attention_kernels) == sizeof(int) &&
+                   sizeof(shlm_nccl_cta_policy) == sizeof(int),
+               "KT_ENUM fields are int-sized");
+
 static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "checkpoint",
-                                       "runtime"};
+                                       "runtime", "cuda", "nccl"};
 #define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
 /* Where a key's value came from, for messages. */
@@ -282,15 +332,6 @@ typedef struct loader {
     key_state st[N_KEYS];
     const char *set_arg; /* the --set argument being applied, NULL while in the file */
 } loader;
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* A value as shown in a message: at most 60 characters, control characters as '?',
  * so an error stays one line whatever was typed. */
@@ -367,7 +408,7 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
     size_t len = strlen(v);
     if (len < 2 || v[0] != '"' || v[len - 1] != '"') {
         if (len >= outlen) {
-            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
             return -1;
         }
         memcpy(out, v, len + 1);
@@ -380,12 +421,12 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
             char e = i + 1 < len - 1 ? v[++i] : '\0';
             c = e == 'n' ? '\n' : e == 't' ? '\t' : e == '"' ? '"' : e == '\\' ? '\\' : 0;
             if (!c) {
-                set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
+                io_set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
                 return -1;
             }
         }
         if (n + 1 >= outlen) {
-            set_err(why, whylen, "longer than %zu characters", outlen - 1);
+            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
             return -1;
         }
         out[n++] = c;
@@ -422,12 +463,12 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
     case KT_INT: {
         long long x = strtoll(v, &end, 10);
         if (end == v || *end || isspace((unsigned char)*v)) {
-            set_err(why, whylen, "not an integer");
+            io_set_err(why, whylen, "not an integer");
             return -1;
         }
         if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         *(int *)field = (int)x;
@@ -437,14 +478,14 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         double x = strtod(v, &end);
         if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
             strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
-            set_err(why, whylen, "not a number");
+            io_set_err(why, whylen, "not a number");
             return -1;
         }
         /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
         float f = (float)x;
         if (fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         *(float *)field = f;
@@ -454,11 +495,11 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
         unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
         if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
-            set_err(why, whylen, "not an unsigned integer");
+            io_set_err(why, whylen, "not an unsigned integer");
             return -1;
         }
         if (errno == ERANGE) {
-            set_err(why, whylen, "out of range, must be < 2^64");
+            io_set_err(why, whylen, "out of range, must be < 2^64");
             return -1;
         }
         *(uint64_t *)field = (uint64_t)x;
@@ -471,7 +512,7 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
             if (strcasecmp(v, yes[i]) == 0) return *(int *)field = 1, 0;
             if (strcasecmp(v, no[i]) == 0) return *(int *)field = 0, 0;
         }
-        set_err(why, whylen, "not a boolean (true or false)");
+        io_set_err(why, whylen, "not a boolean (true or false)");
         return -1;
     }
     case KT_STRING: {
@@ -481,7 +522,7 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         if (k->flags & KF_PRESET && buf[0]) {
             llama_config probe;
             if (llama_preset(buf, &probe) != 0) {
-                set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
+                io_set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
                 return -1;
             }
         }
@@ -490,20 +531,31 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
     }
     case KT_ENUM: {
         size_t n = strlen(v);
-        for (const char *c = k->choices; *c;) {
+        int index = 0;
+        for (const char *c = k->choices; *c; index++) {
             size_t len = strcspn(c, "|");
-            if (len == n && strncmp(c, v, n) == 0 && n < k->size) {
-                memcpy(field, v, n + 1);
+            if (len == n && strncmp(c, v, n) == 0) {
+                *(int *)field = index;
                 return 0;
             }
             c += len + (c[len] == '|');
         }
-        set_err(why, whylen, "not one of %s", k->choices);
+        io_set_err(why, whylen, "not one of %s", k->choices);
         return -1;
     }
     }
-    set_err(why, whylen, "internal error: bad key type");
+    io_set_err(why, whylen, "internal error: bad key type");
     return -1;
+}
+
+/* The index-th word of a choices list, into out ("?" past its end). */
+static const char *choice_word(const char *choices, int index, char *out, size_t outlen) {
+    const char *c = choices;
+    for (int i = 0; *c && i < index; i++) c += strcspn(c, "|") + (c[strcspn(c, "|")] == '|');
+    size_t len = strcspn(c, "|");
+    if (index < 0 || !*c) len = 0;
+    snprintf(out, outlen, "%.*s", (int)len, len ? c : "?");
+    return out;
 }
 
 static void format_value(const key_def *k, const job_config *cfg, char *out, size_t outlen) {
@@ -513,8 +565,8 @@ static void format_value(const key_def *k, const job_config *cfg, char *out, siz
     case KT_FLOAT: snprintf(out, outlen, "%g", *(const float *)field); break;
     case KT_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(const uint64_t *)field); break;
     case KT_BOOL: snprintf(out, outlen, "%s", *(const int *)field ? "true" : "false"); break;
-    case KT_STRING:
-    case KT_ENUM: {
+    case KT_ENUM: choice_word(k->choices, *(const int *)field, out, outlen); break;
+    case KT_STRING: {
         /* quote only what would not read back as itself */
         const char *s = field;
         int plain = s[0] && !isspace((unsigned char)s[0]) && !isspace((unsigned char)s[strlen(s) - 1]) &&
@@ -580,7 +632,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
                     snprintf(hint, sizeof hint, " (put it under [%s])", keys[i].section);
                     break;
                 }
-            set_err(err, errlen, "%s: key '%s' is outside any section%s", at, show(key, shown),
+            io_set_err(err, errlen, "%s: key '%s' is outside any section%s", at, show(key, shown),
                     hint);
             return -1;
         }
@@ -593,7 +645,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
         for (int i = 0; i < N_SECTIONS; i++)
             snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? " " : "",
                      sections[i]);
-        set_err(err, errlen, "%s: unknown section [%s] (%sknown: %s)", at, show(section, shown),
+        io_set_err(err, errlen, "%s: unknown section [%s] (%sknown: %s)", at, show(section, shown),
                 hint, known);
         return -1;
     }
@@ -602,7 +654,7 @@ static int on_entry(void *user, const char *section, const char *key, const char
     int i = find_key(section, key);
     if (i < 0) {
         suggest_key(section, key, hint, sizeof hint);
-        set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
+        io_set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
                 hint);
         return -1;
     }
@@ -610,23 +662,23 @@ static int on_entry(void *user, const char *section, const char *key, const char
     /* a --set may override the file once; the same key twice in one place is a mistake */
     if (s->set && (s->line > 0) == !ld->set_arg) {
         if (s->line > 0)
-            set_err(err, errlen, "%s: duplicate key '%s' in [%s] (first set on line %d)", at,
+            io_set_err(err, errlen, "%s: duplicate key '%s' in [%s] (first set on line %d)", at,
                     key, section, s->line);
         else
-            set_err(err, errlen, "%s: given twice", at);
+            io_set_err(err, errlen, "%s: given twice", at);
         return -1;
     }
 
     job_config scratch;
     char why[512];
     if (parse_value(&keys[i], value, &scratch, why, sizeof why) != 0) {
-        set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
+        io_set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
                 why);
         return -1;
     }
     char *copy = strdup(value);
     if (!copy) {
-        set_err(err, errlen, "%s: out of memory", at);
+        io_set_err(err, errlen, "%s: out of memory", at);
         return -1;
     }
     free(s->value);
@@ -642,14 +694,14 @@ static int apply_override(loader *ld, const char *arg, char *err, size_t errlen)
     const char *eq = strchr(arg, '=');
     const char *dot = strchr(arg, '.');
     if (!eq || !dot || dot > eq) {
-        set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
+        io_set_err(err, errlen, "--set '%s': expected section.key=value", show(arg, shown));
         return -1;
     }
     /* a copy as long as the argument: the value's own limit (a path's 1023 characters)
      * is what a long one runs into, with that key's message */
     char *buf = strdup(arg);
     if (!buf) {
-        set_err(err, errlen, "--set '%s': out of memory", show(arg, shown));
+        io_set_err(err, errlen, "--set '%s': out of memory", show(arg, shown));
         return -1;
     }
     /* trim blanks around the section, the key and the value, like the file parser */
@@ -701,7 +753,7 @@ static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
                                : snprintf(out, outlen, "%s", field);
     if (n < 0 || (size_t)n >= outlen) {
         origin(ld, i, at, sizeof at);
-        set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
+        io_set_err(err, errlen, "%s: [model] init_from: path longer than %zu characters once "
                 "joined to the job file's directory", at, outlen - 1);
         return -1;
     }
@@ -714,7 +766,7 @@ static int model_from_hf(const char *dir, llama_config *m, char *err, size_t err
     hf_config h;
     if (hf_config_read(dir, &h, err, errlen) != 0) return -1;
     if (h.head_dim != h.hidden_size / h.num_attention_heads) {
-        set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
+        io_set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
                 "num_attention_heads = %d", dir, h.head_dim, h.hidden_size / h.num_attention_heads);
         return -1;
     }
@@ -730,7 +782,7 @@ static int model_from_hf(const char *dir, llama_config *m, char *err, size_t err
     parse_value(&keys[i_std], keys[i_std].def, &scratch, why, sizeof why);
     m->init_std = scratch.model.init_std;
     if (llama_config_validate(m, why, sizeof why) != 0) {
-        set_err(err, errlen, "%s/config.json: %s", dir, why);
+        io_set_err(err, errlen, "%s/config.json: %s", dir, why);
         return -1;
     }
     return 0;
@@ -779,7 +831,7 @@ static int check_against_hf(const loader *ld, int have_preset, const llama_confi
                  keys[i].key, mine, at, hf_names[k].hf, their);
     }
     if (!n) return 0;
-    set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
+    io_set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
             "leave [model] out to take the architecture from config.json", c->path, dir, list);
     return -1;
 }
@@ -794,7 +846,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     for (int i = 0; i < N_KEYS; i++) {
         if (keys[i].def && !(keys[i].flags & KF_MODEL) &&
             parse_value(&keys[i], keys[i].def, c, why, sizeof why) != 0) {
-            set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
+            io_set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
                     keys[i].key, why);
             return -1;
         }
@@ -813,7 +865,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
                          model_from_hf(init_path, &hf, why2, sizeof why2) != 0)) {
             origin(ld, i_init, at, sizeof at);
-            set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
+            io_set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
             return -1;
         }
         c->hf_model = kind == HF_SOURCE_HF_DIR;
@@ -834,7 +886,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
             snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", keys[i].key);
         }
         if (missing[0]) {
-            set_err(err, errlen,
+            io_set_err(err, errlen,
                     "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging Face "
                     "directory; missing: %s", c->path, llama_preset_names(), all, missing);
             return -1;
@@ -865,7 +917,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         if (keys[i].flags & KF_TRAINING && c->use != JOB_TRAIN) continue;
         if (keys[i].flags & KF_REQUIRED &&
             (!st[i].set || (keys[i].type == KT_STRING && !field[0]))) {
-            set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
+            io_set_err(err, errlen, "%s: [%s] %s is required", c->path, keys[i].section,
                     keys[i].key);
             return -1;
         }
@@ -879,7 +931,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     if (own_shape && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
     if (own_shape && !st[i_msl].set) {
         if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
-            set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
+            io_set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
                     c->path);
             return -1;
         }
@@ -903,33 +955,33 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const llama_config *m = &c->model;
     if (m->dim % m->n_heads != 0) {
         origin2(ld, i_dim, i_nh, at, sizeof at);
-        set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
+        io_set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
                 m->dim, m->n_heads);
         return -1;
     }
     if (m->n_heads % m->n_kv_heads != 0) {
         origin2(ld, i_kv, i_nh, at, sizeof at);
-        set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
+        io_set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
                 m->n_kv_heads, m->n_heads);
         return -1;
     }
     c->model.head_dim = m->dim / m->n_heads;
     if (c->seq_len > m->max_seq_len) {
         origin2(ld, i_seq, i_msl, at, sizeof at);
-        set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
+        io_set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
                 at, c->seq_len, m->max_seq_len);
         return -1;
     }
     if (c->global_batch > 0 && c->global_batch % c->micro_batch != 0) {
         origin2(ld, i_gb, i_mb, at, sizeof at);
-        set_err(err, errlen,
+        io_set_err(err, errlen,
                 "%s: [train] global_batch = %d is not a multiple of micro_batch = %d", at,
                 c->global_batch, c->micro_batch);
         return -1;
     }
     if (c->min_lr > c->lr) {
         origin2(ld, i_min_lr, i_lr, at, sizeof at);
-        set_err(err, errlen, "%s: [train] min_lr = %g is larger than lr = %g", at, c->min_lr,
+        io_set_err(err, errlen, "%s: [train] min_lr = %g is larger than lr = %g", at, c->min_lr,
                 c->lr);
         return -1;
     }
@@ -937,20 +989,20 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     const int schedule = st[i_steps].set || c->use == JOB_TRAIN;
     if (schedule && c->warmup_steps > c->steps) {
         origin2(ld, i_warm, i_steps, at, sizeof at);
-        set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
+        io_set_err(err, errlen, "%s: [train] warmup_steps = %d is more than steps = %d", at,
                 c->warmup_steps, c->steps);
         return -1;
     }
     const int i_stop = idx("train", "stop_after"), i_every = idx("checkpoint", "every");
     if (schedule && c->stop_after > c->steps) {
         origin2(ld, i_stop, i_steps, at, sizeof at);
-        set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
+        io_set_err(err, errlen, "%s: [train] stop_after = %d is more than steps = %d", at,
                 c->stop_after, c->steps);
         return -1;
     }
     if (c->ckpt_every > 0 && !c->ckpt_dir[0]) {
         origin(ld, i_every, at, sizeof at);
-        set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
+        io_set_err(err, errlen, "%s: [checkpoint] every = %d needs [checkpoint] dir", at,
                 c->ckpt_every);
         return -1;
     }
@@ -959,18 +1011,18 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     if (c->prometheus[0] && prom_parse_listen(c->prometheus, host, sizeof host, port,
                                               sizeof port, why3, sizeof why3) != 0) {
         origin(ld, idx("log", "prometheus"), at, sizeof at);
-        set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
+        io_set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);
         return -1;
     }
     if (c->telemetry_interval_ms > 0 && c->telemetry_interval_ms < 10) {
         origin(ld, idx("log", "telemetry_interval_ms"), at, sizeof at);
-        set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
+        io_set_err(err, errlen, "%s: [log] telemetry_interval_ms = %d: must be 0 (off) or at "
                 "least 10", at, c->telemetry_interval_ms);
         return -1;
     }
     char why2[512];
     if (llama_config_validate(&c->model, why2, sizeof why2) != 0) {
-        set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
+        io_set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
         return -1;
     }
 
@@ -988,7 +1040,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         int n = join_job_dir(c->path, field, joined, sizeof joined);
         if (n < 0 || (size_t)n >= keys[i].size) {
             origin(ld, i, at, sizeof at);
-            set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
+            io_set_err(err, errlen, "%s: [%s] %s: path longer than %zu characters once joined "
                     "to the job file's directory", at, keys[i].section, keys[i].key,
                     keys[i].size - 1);
             return -1;
@@ -1014,7 +1066,7 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
     memset(cfg, 0, sizeof *cfg);
     cfg->use = use;
     if (strlen(path) >= sizeof cfg->path) {
-        set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
+        io_set_err(err, errlen, "%.200s...: path longer than %zu characters", path,
                 sizeof cfg->path - 1);
         return -1;
     }
@@ -1028,7 +1080,7 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
     cfg->text = malloc(len + 1);
     if (!cfg->text) {
         free(file_text);
-        set_err(err, errlen, "%s: out of memory", path);
+        io_set_err(err, errlen, "%s: out of memory", path);
         return -1;
     }
     char *p = stpcpy(cfg->text, file_text);
@@ -1092,16 +1144,28 @@ void job_keys_print(FILE *out, int markdown) {
     }
 }
 
-int job_key_check(const char *name, double v, char *why, size_t whylen) {
+/* The key named "section.key", or -1. */
+static int find_named(const char *name) {
     const char *dot = strchr(name, '.');
-    int i = -1;
-    if (dot) {
-        char section[32];
-        snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
-        i = find_key(section, dot + 1);
-    }
+    if (!dot) return -1;
+    char section[32];
+    snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
+    return find_key(section, dot + 1);
+}
+
+const char *job_choice_name(const char *name, int v) {
+    enum { MOST_CHOICES = 8 };
+    /* a slot per key and word, each written with the same text whenever it is written */
+    static char words[N_KEYS][MOST_CHOICES][24];
+    int i = find_named(name);
+    if (i < 0 || keys[i].type != KT_ENUM || v < 0 || v >= MOST_CHOICES) return "?";
+    return choice_word(keys[i].choices, v, words[i][v], sizeof words[i][v]);
+}
+
+int job_key_check(const char *name, double v, char *why, size_t whylen) {
+    int i = find_named(name);
     if (i < 0) {
-        set_err(why, whylen, "internal error: no job key %s", name);
+        io_set_err(why, whylen, "internal error: no job key %s", name);
         return -1;
     }
     const key_def *k = &keys[i];
@@ -1111,35 +1175,35 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
         if (v != floor(v)) break;
         if (!(v >= INT_MIN && v <= INT_MAX) || !in_range(k, v)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         return 0;
     case KT_FLOAT:
         if (!isfinite(v)) {
-            set_err(why, whylen, "not a number");
+            io_set_err(why, whylen, "not a number");
             return -1;
         }
         if (fabs(v) > FLT_MAX || !in_range(k, v)) {
             range_text(k, range, sizeof range);
-            set_err(why, whylen, "out of range, %s", range);
+            io_set_err(why, whylen, "out of range, %s", range);
             return -1;
         }
         return 0;
     case KT_BOOL:
         if (v == 0 || v == 1) return 0;
-        set_err(why, whylen, "not a boolean (0 or 1)");
+        io_set_err(why, whylen, "not a boolean (0 or 1)");
         return -1;
     case KT_U64:
         if (v >= 0 && v == floor(v)) return 0;
-        set_err(why, whylen, "not an unsigned integer");
+        io_set_err(why, whylen, "not an unsigned integer");
         return -1;
     case KT_STRING:
     case KT_ENUM:
-        set_err(why, whylen, "internal error: %s is not a number", name);
+        io_set_err(why, whylen, "internal error: %s is not a number", name);
         return -1;
     }
-    set_err(why, whylen, "not an integer");
+    io_set_err(why, whylen, "not an integer");
     return -1;
 }
 

@@ -7,13 +7,20 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "kernels/backends.h"
 #include "src/llama.h"
+#include "src/topology.h"
 
 /* What a job is loaded for: training needs the whole [train] schedule and data.train;
  * eval and generate (forward passes only) need neither, and train.seq_len defaults to
  * model.max_seq_len for them. */
 typedef enum job_use { JOB_TRAIN = 0, JOB_FORWARD = 1 } job_use;
 
+/* train.on_nonfinite */
+typedef enum nonfinite_policy { NONFINITE_ABORT = 0, NONFINITE_SKIP = 1 } nonfinite_policy;
+
+/* Every choice key (a word of a fixed list, e.g. fsdp.strategy) is parsed once, here, into
+ * the enum its users take. */
 typedef struct job_config {
     /* [model] */
     char preset[64];         /* shape preset; other [model] keys override it */
@@ -43,16 +50,16 @@ typedef struct job_config {
     float sample_top_p;
     int stop_after;          /* stop after this step (0 = at `steps`); the schedule still
                               * spans `steps`: for time-sliced jobs and resume tests */
-    char on_nonfinite[8];    /* abort | skip: what a step whose loss or gradient norm is
-                              * NaN or infinite does (its update is never applied) */
+    nonfinite_policy on_nonfinite; /* what a step whose loss or gradient norm is NaN or
+                                    * infinite does (its update is never applied) */
     int max_skipped;         /* skip: at most this many such steps in a row, then abort */
 
     /* [fsdp] */
-    char strategy[16];       /* FULL_SHARD | SHARD_GRAD_OP | NO_SHARD | HYBRID_SHARD */
-    char param_dtype[8];     /* fp32 | bf16: dtype of gathered parameters */
-    char reduce_dtype[8];    /* fp32 | bf16: dtype of gradient reductions */
+    fsdp_strategy strategy;
+    shlm_dtype param_dtype;  /* dtype of gathered parameters */
+    shlm_dtype reduce_dtype; /* dtype of gradient reductions */
     int prefetch;            /* gather the next unit while the current one computes */
-    char activation_checkpointing[16]; /* none | full | selective */
+    llama_ac activation_checkpointing;
     int shard_group_size;    /* 0 = the strategy's own group */
     int trace;               /* write the per-rank schedule trace to run_dir */
 
@@ -82,13 +89,25 @@ typedef struct job_config {
     int allow_steps_change;  /* a resume may change train.steps (schedule extended) */
     int allow_global_batch_change; /* ... train.global_batch (sample index kept) */
     int allow_seq_len_change;      /* ... train.seq_len (position re-expressed in tokens) */
+    int ckpt_direct_io;      /* saves write with O_DIRECT (io/ckpt_hdf5.h) */
+    int ckpt_collective_io;  /* saves through MPI-IO use collective buffering */
+    int ckpt_alignment;      /* datasets of at least this many bytes start at a multiple of
+                              * it; 0 = HDF5's packing */
 
     /* [runtime] */
-    char backend[16];        /* auto | cpu | cuda */
+    shlm_backend_choice backend;
     int threads;             /* CPU threads per rank; 0 = cores / ranks on the node */
+    float comm_timeout_s;    /* a collective unfinished this long ends the job */
     int ranks_per_node;      /* 0 = real nodes; > 0 = blocks of ranks act as nodes */
     int comm_delay_us;       /* benchmarks only: every collective takes at least this long */
     int profile;             /* time every op (synchronising) and print a breakdown */
+
+    /* [cuda] */
+    shlm_attention_kernels cuda_attention;
+
+    /* [nccl] */
+    shlm_nccl_cta_policy nccl_cta_policy;
+    int nccl_copy_engine_allgather; /* all-gathers on the copy engines where NCCL can */
 
     job_use use;
     /* the job's text and where it came from, kept for messages and checkpoints */
@@ -115,6 +134,9 @@ void job_config_print(const job_config *cfg, int world_size);
  * Returns 0, or -1 with the reason ("out of range, must be in [1, 65536]", "not an
  * integer", "not a number") in why. */
 int job_key_check(const char *name, double v, char *why, size_t whylen);
+
+/* The word of choice key `name` ("section.key") whose value is v ("?" when there is none). */
+const char *job_choice_name(const char *name, int v);
 
 /* Every job key with its default and meaning, one a line, from the key table: as text,
  * or (markdown) as the table README.md holds. */

@@ -15,9 +15,3 @@ void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy
         o->scratch = ops->scratch_bytes(B, T, m->dim, m->n_heads, m->n_kv_heads, m->head_dim);
     o->total = o->state + o->buffers + o->acts + o->scratch;
 }
-
-llama_ac fit_ac_from_name(const char *name) {
-    return strcmp(name, "full") == 0        ? LLAMA_AC_FULL
-           : strcmp(name, "selective") == 0 ? LLAMA_AC_SELECTIVE
-                                            : LLAMA_AC_NONE;
-}

@@ -25,7 +25,4 @@ void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy
                    const fsdp_options *opt, int B, int T, llama_ac ac, const shlm_ops *ops,
                    fit_bytes *out);
 
-/* llama_ac from fsdp.activation_checkpointing's text. */
-llama_ac fit_ac_from_name(const char *name);
-
 #endif

@@ -216,7 +216,7 @@ int cmd_plan(int argc, char **argv) {
         return 1;
     }
     free(sets);
-    if (!backend) backend = cfg.backend;
+    if (!backend) backend = shlm_backend_choice_name(cfg.backend);
     if (strcmp(backend, "auto") == 0) {
         /* as `train` resolves it on this machine: cuda when built and a GPU is visible
          * (plan for GPUs from a login node with --backend cuda) */
@@ -229,9 +229,9 @@ int cmd_plan(int argc, char **argv) {
     }
     topology_options topt = {.ranks_per_node = rpn > 0 ? rpn : cfg.ranks_per_node,
                              .shard_group_size = cfg.shard_group_size};
+    topt.strategy = cfg.strategy;
     int rc = 1;
-    if (strategy_from_name(cfg.strategy, &topt.strategy, err, sizeof err) != 0 ||
-        topology_check(ranks, &topt, err, sizeof err) != 0) {
+    if (topology_check(ranks, &topt, err, sizeof err) != 0) {
         fprintf(stderr, "shardlm: error: %s: %s\n", cfg.path, err);
         goto done;
     }
@@ -246,9 +246,8 @@ int cmd_plan(int argc, char **argv) {
     }
     int accum = global / per_step;
     shlm_dtype act = strcmp(backend, "cuda") == 0 ? SHLM_BF16 : SHLM_F32;
-    fsdp_options opt = {.param_dtype = strcmp(cfg.param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
-                        .reduce_dtype = strcmp(cfg.reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32};
-    llama_ac ac = fit_ac_from_name(cfg.activation_checkpointing);
+    fsdp_options opt = {.param_dtype = cfg.param_dtype, .reduce_dtype = cfg.reduce_dtype};
+    llama_ac ac = cfg.activation_checkpointing;
     fsdp_plan_bytes pb;
     fsdp_plan(&cfg.model, act, topt.strategy, S, R, &opt, &pb);
     size_t acts = llama_activation_bytes_for(&cfg.model, act, cfg.micro_batch, cfg.seq_len, ac);
@@ -262,10 +261,10 @@ int cmd_plan(int argc, char **argv) {
     printf("# model %s: %lld parameters; backend %s (activations %s), param_dtype %s, "
            "reduce_dtype %s\n", cfg.preset[0] ? cfg.preset : cfg.hf_model ? cfg.init_from : "(custom)",
            P, backend,
-           shlm_dtype_name(act), cfg.param_dtype, cfg.reduce_dtype);
+           shlm_dtype_name(act), shlm_dtype_name(cfg.param_dtype), shlm_dtype_name(cfg.reduce_dtype));
     printf("# micro_batch %d x seq_len %d, %d micro-batch(es) per step, global batch %d, "
            "activation checkpointing %s\n", cfg.micro_batch, cfg.seq_len, accum, global,
-           cfg.activation_checkpointing);
+           job_choice_name("fsdp.activation_checkpointing", (int)cfg.activation_checkpointing));
     printf("per rank memory (bytes)\n");
     row("master_bytes", pb.master, "fp32 master weights (shard)");
     row("grad_bytes", pb.grad, "fp32 gradient (shard)");

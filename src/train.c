@@ -11,7 +11,6 @@
 #include "io/safe_file.h"
 #include "kernels/check.h"
 #include "kernels/comm_watchdog.h"
-#include "kernels/cpu/cpu.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
 #include "src/fit.h"
@@ -22,7 +21,7 @@
 #include "src/startup.h"
 #include "src/watch.h"
 
-int all_ranks_ok(int ok, const char *msg) {
+int any_rank_failed(int ok, const char *msg) {
     int rank = 0, world = 1;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
@@ -51,19 +50,8 @@ static void print_topology(const run *r, const char *device) {
     }
 }
 
-static const shlm_ops *pick_backend(const char *name, char *err, size_t errlen) {
-    if (strcmp(name, "auto") == 0) {
-        const shlm_ops *cuda = shlm_ops_find("cuda");
-        return cuda && cuda->available() ? cuda : &shlm_ops_cpu;
-    }
-    const shlm_ops *o = shlm_ops_find(name);
-    if (!o) snprintf(err, errlen, "runtime.backend = %s: this build has no such backend", name);
-    else if (!o->available()) {
-        snprintf(err, errlen, "runtime.backend = %s: no usable device on this machine", name);
-        return NULL;
-    }
-    return o;
-}
+/* shlm_backend_pick's device_of: the GPU this rank binds (the topology's rule) */
+static int bound_device(int n, void *topo) { return topology_device(topo, n); }
 
 static int open_data(run *r, char *err, size_t errlen, int need_train) {
     const job_config *c = &r->cfg;
@@ -99,30 +87,29 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     MPI_CHECK(MPI_Comm_free(&node));
 
     char err[1536] = "";
-    int ok = shlm_watchdog_init(MPI_COMM_WORLD, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
-    ok = job_config_load_for(&r->cfg, job_path, n_sets, sets, need_train ? JOB_TRAIN : JOB_FORWARD,
+    int ok = job_config_load_for(&r->cfg, job_path, n_sets, sets, need_train ? JOB_TRAIN : JOB_FORWARD,
                              err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
     job_config *c = &r->cfg;
+    ok = shlm_watchdog_init(MPI_COMM_WORLD, c->comm_timeout_s, err, sizeof err) == 0;
+    if (any_rank_failed(ok, err)) return -1;
 
     /* every rank must run the same job: compare the hash of the job text */
     unsigned long long h = job_config_hash(c), h0 = h;
     MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD));
     snprintf(err, sizeof err, "job file %s differs from rank 0's (hash %016llx vs %016llx)",
              c->path, h, h0);
-    if (all_ranks_ok(h == h0, err)) return -1;
+    if (any_rank_failed(h == h0, err)) return -1;
 
     /* the rank topology of the strategy */
-    topology_options topt = {.ranks_per_node = c->ranks_per_node,
+    topology_options topt = {.strategy = c->strategy, .ranks_per_node = c->ranks_per_node,
                              .shard_group_size = c->shard_group_size};
     char terr[1024] = "";
-    ok = strategy_from_name(c->strategy, &topt.strategy, terr, sizeof terr) == 0;
-    if (ok) ok = topology_check(r->world, &topt, terr, sizeof terr) == 0;
+    ok = topology_check(r->world, &topt, terr, sizeof terr) == 0;
     if (ok) ok = topology_create(&r->topo, MPI_COMM_WORLD, &topt, terr, sizeof terr) == 0;
     /* topology messages name the keys; say which job set them */
     snprintf(err, sizeof err, "%s: %s", c->path, terr);
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
 
     const int per_step = c->micro_batch * r->world;
     if (c->global_batch == 0) c->global_batch = per_step;
@@ -134,40 +121,40 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         ok = 0;
     }
     r->grad_accum = ok ? c->global_batch / per_step : 0;
-    if (ok) r->ops = pick_backend(c->backend, err, sizeof err), ok = r->ops != NULL;
-    if (ok && r->ops == &shlm_ops_cpu) r->comm = &shlm_comm_mpi;
-    if (ok && !r->comm) {
-        const shlm_comm *nccl = shlm_comm_find("nccl");
-        r->comm = nccl && nccl->available() ? nccl : NULL;
-        if (!r->comm) {
-            snprintf(err, sizeof err, "runtime.backend = %s needs the NCCL comm backend, which "
-                     "this build lacks", r->ops->name);
-            ok = 0;
-        }
-    }
-    if (all_ranks_ok(ok, err)) return -1;
-
     int threads = c->threads;
     if (threads <= 0) {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         threads = (int)(cores / r->local_size);
         if (threads < 1) threads = 1;
     }
-    shlm_cpu_set_threads(threads);
+    const shlm_backend_options bopt = {
+        .backend = c->backend,
+        .threads = threads,
+        .ops = {.attention = c->cuda_attention},
+        .comm = {.nccl_cta_policy = c->nccl_cta_policy,
+                 .nccl_copy_engine_allgather = c->nccl_copy_engine_allgather}};
+    shlm_backend_pair pair = {0};
+    char note[600] = "";
+    if (ok) ok = shlm_backend_pick(&bopt, bound_device, &r->topo, &pair, note, sizeof note, err,
+                                   sizeof err) == 0;
+    if (any_rank_failed(ok, err)) return -1;
+    r->ops = pair.ops;
+    r->comm = pair.comm;
+    if (r->rank == 0 && note[0]) fprintf(stderr, "shardlm: warning: %s\n", note);
 
     ok = open_data(r, err, sizeof err, need_train) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
     ok = tokenizer_open(&r->tok, c->tokenizer, err, sizeof err) == 0;
     if (ok && (c->tokenizer_given || strcmp(c->tokenizer, "bytes") != 0 ||
                (need_train && c->sample_tokens > 0)))
         ok = run_check_tokenizer(r, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
     /* what every checkpoint keeps for export: rank 0 reads it, the others get its copy */
     if (need_train) {
         ok = r->rank != 0 ||
              hf_files_collect(&r->hf, c->hf_model ? c->init_from : NULL, r->tok, err,
                               sizeof err) == 0;
-        if (all_ranks_ok(ok, err)) return -1;
+        if (any_rank_failed(ok, err)) return -1;
         hf_files_bcast(&r->hf, 0, MPI_COMM_WORLD);
     }
     /* eval without train.seq_len: windows of the model's context (model.max_seq_len), or the
@@ -180,14 +167,14 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         ok = data_loader_init(&probe, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank,
                               r->world, c->micro_batch, err, sizeof err) == 0;
         if (ok) data_loader_free(&probe);
-        if (all_ranks_ok(ok, err)) return -1;
+        if (any_rank_failed(ok, err)) return -1;
     }
     if (r->have_val) {
         data_loader probe;
         ok = data_loader_init(&probe, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
                               c->micro_batch, err, sizeof err) == 0;
         if (ok) data_loader_free(&probe);
-        if (all_ranks_ok(ok, err)) return -1;
+        if (any_rank_failed(ok, err)) return -1;
     }
 
     startup_mark(STARTUP_JOB);
@@ -203,13 +190,13 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     r->comm->set_delay_us(NULL, c->comm_delay_us);
     /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
     fsdp_options opt = {
-        .param_dtype = strcmp(c->param_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
-        .reduce_dtype = strcmp(c->reduce_dtype, "bf16") == 0 ? SHLM_BF16 : SHLM_F32,
+        .param_dtype = c->param_dtype,
+        .reduce_dtype = c->reduce_dtype,
         .prefetch = c->prefetch,
         .trace = c->trace,
         .forward_only = !need_train,
         .defer_init = 1};
-    llama_ac ac = fit_ac_from_name(c->activation_checkpointing);
+    llama_ac ac = c->activation_checkpointing;
     /* eval and generate run forward passes only: no block keeps activations for a backward
      * (full's buffers: one block's scratch, the residual streams) */
     if (!need_train) ac = LLAMA_AC_FULL;
@@ -241,7 +228,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
             ok = 0;
         }
     }
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
     /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
     if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
     if (r->ops->scratch_reserve && scratch_bytes > 0) r->ops->scratch_reserve(scratch_bytes);
@@ -326,7 +313,7 @@ int run_validate(run *r, double *loss, double *scored) {
     free(tg);
     free(ds);
     data_loader_free(&dl);
-    if (sums[2] > 0) return all_ranks_ok(!data_failed, data_err);
+    if (sums[2] > 0) return any_rank_failed(!data_failed, data_err);
     *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
     if (scored) *scored = sums[1];
     return 0;
@@ -343,7 +330,7 @@ static void print_sample(run *r) {
     int ok = tokenizer_encode_with(r->tok, prompt, strlen(prompt),
                                    tokenizer_default_flags(r->tok) & TOKENIZER_ADD_BOS, &p, err,
                                    sizeof err) == 0;
-    if (all_ranks_ok(ok && p.n > 0, ok ? "train.sample_prompt encodes to no token" : err)) {
+    if (any_rank_failed(ok && p.n > 0, ok ? "train.sample_prompt encodes to no token" : err)) {
         free(p.ids);
         return;
     }
@@ -479,7 +466,7 @@ static int load_initial_weights(run *r, ckpt_state *st) {
     *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
                        .seq_len = c->seq_len, .steps = c->steps, .lr_decay_from = -1};
     if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
-        return all_ranks_ok(0, err);
+        return any_rank_failed(0, err);
     if (path[0]) {
         startup_set_weights(STARTUP_WEIGHTS_RESUME);
         if (r->rank == 0 && c->init_from[0])
@@ -487,16 +474,16 @@ static int load_initial_weights(run *r, ckpt_state *st) {
                    c->init_from);
         ckpt_state peek;
         if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
-            return all_ranks_ok(0, err);
+            return any_rank_failed(0, err);
         int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
-        if (all_ranks_ok(ok, err)) return -1;
+        if (any_rank_failed(ok, err)) return -1;
         if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
                             sizeof err) != 0 ||
             checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
-            return all_ranks_ok(0, err);
+            return any_rank_failed(0, err);
         const ckpt_state saved = *st;
         if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
-            return all_ranks_ok(0, err); /* the file changed since it was first read */
+            return any_rank_failed(0, err); /* the file changed since it was first read */
         if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))
             printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
                    "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
@@ -528,12 +515,12 @@ static int load_initial_weights(run *r, ckpt_state *st) {
     }
     startup_set_weights(STARTUP_WEIGHTS_IMPORT);
     if (checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
-        return all_ranks_ok(0, err);
+        return any_rank_failed(0, err);
     /* a checkpoint's weights bring the files it kept, where the job's sources lack them */
     if (!c->hf_model &&
         (checkpoint_resolve("", c->init_from, path, sizeof path, err, sizeof err) != 0 ||
          checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0))
-        return all_ranks_ok(0, err);
+        return any_rank_failed(0, err);
     return 0;
 }
 
@@ -590,7 +577,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     char err[1536] = "";
     nonfinite_hook hook;
     int ok = nonfinite_hook_get(r->rank, &hook, err, sizeof err) == 0;
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
 
     /* a resumed run continues the checkpoint's data stream: same order, next sample */
     data_loader dl;
@@ -611,7 +598,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         sch.decay_from = (int)st0->lr_decay_from;
         sch.decay_lr = (float)st0->lr_decay_lr;
     }
-    const int skip_nonfinite = strcmp(c->on_nonfinite, "skip") == 0;
+    const int skip_nonfinite = c->on_nonfinite == NONFINITE_SKIP;
     int64_t adamw_step = st0->adamw_step, in_a_row = st0->skipped_in_a_row;
     const adamw_hparams hp = {c->beta1, c->beta2, c->eps, c->weight_decay};
     const double flops_tok = model_flops_per_token(&c->model, c->seq_len);
@@ -729,7 +716,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         watch_step_end(w, (double)shlm_signals_pending(), (double)data_failed, local_s, comm_ms,
                        mem_peak, &rec);
         if (rec.data_failed > 0) { /* the step trained on placeholder rows: log and save nothing */
-            all_ranks_ok(!data_failed, err);
+            any_rank_failed(!data_failed, err);
             rc = -1;
             break;
         }
@@ -786,7 +773,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
             st.lr_last = lr;
             if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                                 sizeof err) != 0) {
-                all_ranks_ok(0, err);
+                any_rank_failed(0, err);
                 rc = -1;
                 break;
             }
@@ -821,7 +808,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     data_loader_free(&dl);
     watch_summary(w, rc == 0);
     if (rc != 0) return rc;
-    if (c->trace && all_ranks_ok(write_trace(r, err, sizeof err) == 0, err)) return -1;
+    if (c->trace && any_rank_failed(write_trace(r, err, sizeof err) == 0, err)) return -1;
     if (c->sample_tokens > 0 && stopped_at == 0) print_sample(r);
     return 0;
 }
@@ -893,7 +880,7 @@ static int load_forward_weights(run *r, const char *ckpt, char *what, size_t wha
     char err[1536] = "", path[2048] = "";
     if (!ckpt) {
         if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
-            return all_ranks_ok(0, err);
+            return any_rank_failed(0, err);
         if (path[0]) ckpt = path;
         else if (c->init_from[0]) ckpt = c->init_from;
     }
@@ -910,7 +897,7 @@ static int load_forward_weights(run *r, const char *ckpt, char *what, size_t wha
     startup_set_weights(ckpt == path ? STARTUP_WEIGHTS_RESUME : STARTUP_WEIGHTS_IMPORT);
     snprintf(what, whatlen, "%s", ckpt);
     if (checkpoint_init_from(r->engine, &r->topo, &c->model, ckpt, err, sizeof err) != 0)
-        return all_ranks_ok(0, err);
+        return any_rank_failed(0, err);
     return 0;
 }
 
@@ -930,7 +917,7 @@ static int job_command(int argc, char **argv, int training) {
         free(sets);
         return 0;
     }
-    if (all_ranks_ok(parsed == 0, err)) {
+    if (any_rank_failed(parsed == 0, err)) {
         free(sets);
         return 2;
     }
@@ -954,7 +941,7 @@ static int job_command(int argc, char **argv, int training) {
     } else if (training &&
                checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {
         /* checkpoint.dir problems (lock, links, writability, space) before step 1 */
-        all_ranks_ok(0, err);
+        any_rank_failed(0, err);
         rc = 1;
     } else if (training) {
         rc = load_initial(&r, &st) != 0 ? 1 : train_loop(&r, &st, w) == 0 ? 0 : 1;
@@ -962,7 +949,7 @@ static int job_command(int argc, char **argv, int training) {
             printf("note: the trained weights were not kept: checkpoint.dir is not set\n");
     } else if (!r.have_val) {
         snprintf(err, sizeof err, "%s: eval needs [data] val", r.cfg.path);
-        rc = all_ranks_ok(0, err) ? 1 : 0;
+        rc = any_rank_failed(0, err) ? 1 : 0;
     } else if (run_load_weights(&r, ckpt, what, sizeof what) != 0) {
         rc = 1;
     } else {

@@ -32,10 +32,10 @@ typedef struct run {
     int grad_accum;           /* micro-batches per rank per step */
 } run;
 
-/* All ranks agree on success: returns 0 if every rank passed ok == 1; otherwise the
- * lowest failing rank's message is printed once as "shardlm: error: ..." and -1 is
- * returned on every rank. */
-int all_ranks_ok(int ok, const char *msg);
+/* All ranks agree on failure: returns 0 when every rank passed ok == 1; otherwise the
+ * lowest failing rank's message is printed once as "shardlm: error: ..." and -1 (true) is
+ * returned on every rank, so `if (any_rank_failed(ok, err)) return -1;`. Collective. */
+int any_rank_failed(int ok, const char *msg);
 
 /* Loads the job and builds everything; returns 0 or -1 (message already printed).
  * need_train_data = 0: a forward-only command (eval, generate: JOB_FORWARD, an engine

@@ -219,7 +219,7 @@ int watch_open(watch **out, const run *r) {
             printf("metrics: %s/metrics.jsonl: run %s\n", c->run_dir, w->run_id);
         run_summary_init(&w->summary, r->world);
     }
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
 
     int warn = 0;
     char what[400];
@@ -254,7 +254,7 @@ int watch_open(watch **out, const run *r) {
                    shlm_host(), prom_textfile(w->prom));
         fflush(stdout);
     }
-    if (all_ranks_ok(ok, err)) return -1;
+    if (any_rank_failed(ok, err)) return -1;
     if (w->prom) { /* before step 1: the start-up so far and the job's size */
         prom_train t = {.steps = c->steps, .loss = NAN, .val_loss = NAN,
                         .grad_norm = NAN, .mfu = NAN};

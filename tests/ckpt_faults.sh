@@ -42,10 +42,10 @@ train() {
     np=$2
     shift 2
     echo "+ ${PRE:-} sh $mpi $np ${PROG:-$SHLM} train $job --set data.train=$work/train.bin" \
-        "--set log.run_dir=$work/$name $*"
-    # shellcheck disable=SC2086
+        "--set log.run_dir=$work/$name ${SETS:-} $*"
+    # shellcheck disable=SC2086 # PRE, PROG and SETS are words
     ${PRE:-} sh "$mpi" "$np" ${PROG:-"$SHLM"} train "$job" --set "data.train=$work/train.bin" \
-        --set "log.run_dir=$work/$name" "$@" >"$work/$name.log" 2>&1 </dev/null
+        --set "log.run_dir=$work/$name" ${SETS:-} "$@" >"$work/$name.log" 2>&1 </dev/null
     rc=$?
     if [ $rc -eq 77 ]; then
         echo "ckpt_faults: SKIP: no MPI launcher"
@@ -185,7 +185,7 @@ expect_fail fsize "the checkpoint needs about" "ulimit -f" &&
     ok "file-size limit: refused at start-up, before step 11 (the start-up space check)" ||
     fail "file-size limit: not refused before the first step"
 intact "$d" "file-size limit"
-PRE="env OMPI_MCA_btl=self,tcp SHLM_CKPT_SPACE_CHECK=0" PROG="sh $limit $SHLM" \
+PRE="env OMPI_MCA_btl=self,tcp SHLM_TEST_NO_SPACE_CHECK=1" PROG="sh $limit $SHLM" \
     train fsize2 2 --set "checkpoint.dir=$d" --set train.stop_after=20
 expect_fail fsize2 "checkpoint save of step 20 failed" "File too large" &&
     ok "file-size limit, no space check: HDF5 failed with EFBIG, the job ended with the message"
@@ -203,7 +203,8 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=1800k shlm-ckpt-test "$mnt" 2>
     for direct in 1 0; do
         rm -rf "$mnt/ck"
         d="$mnt/ck"
-        e="env SHLM_CKPT_SPACE_CHECK=0 SHLM_CKPT_DIRECT_IO=$direct"
+        e="env SHLM_TEST_NO_SPACE_CHECK=1"
+        SETS="--set checkpoint.direct_io=$direct"
         PRE=$e setup_disk "$d" "full0-$direct"
         PRE=$e train "full-$direct" 2 --set "checkpoint.dir=$d" --set train.stop_after=20
         if grep -q "direct I/O" "$work/full0-$direct.log"; then
@@ -220,6 +221,7 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=1800k shlm-ckpt-test "$mnt" 2>
             grep -q "loaded weights and optimizer of $d/step_10.h5" "$work/full2-$direct.log" &&
             ok "resumed from step_10.h5 on the full file system" || fail "resume from the full disk"
     done
+    SETS=""
     umount "$mnt"
     mnt=""
 else

@@ -1,5 +1,5 @@
 #!/bin/sh
-# A rank that hangs instead of dying (kernels/comm_watchdog.h): with SHLM_COMM_TIMEOUT_S=T
+# A rank that hangs instead of dying (kernels/comm_watchdog.h): with runtime.comm_timeout_s=T
 # the other ranks must end the job within T + the roll call's grace (at most 5 s) + a few
 # seconds, with exactly one line "shardlm: error: ..." naming the operation and the rank
 # that did not arrive, a non-zero exit, and no process of the job left behind (the
@@ -14,14 +14,14 @@
 #  order:     tests/test_watchdog on 3 ranks waiting in reductions over two different
 #             communicators: nobody is missing, every rank answers, the line says so
 #  ok:        shlm_timed_allreduce gives MPI_Allreduce's results
-#  badenv:    SHLM_COMM_TIMEOUT_S=abc is refused at start-up with one line
+#  badkey:    runtime.comm_timeout_s=abc is refused at start-up with one line
 #
 # `hung_rank.sh cuda` (tests/gpu/hung_rank.sh, `make check-gpu`, 2 GPUs) runs the NCCL
 # backend's cases instead, with a timeout of 10 s: a stuck NCCL collective leaves the
 # host free, so the watchdog runs from progress() and from the cuda backend's host waits
 # (kernels/cuda/cuda.h shlm_cuda_set_host_wait_hook):
 #  cuda2:        2 ranks FULL_SHARD, rank 1 stops at step 3: the all_gather (copy engines)
-#  cuda2_smgath: the same with SHLM_NCCL_CE_ALLGATHER=0 (NCCL's SM kernels)
+#  cuda2_smgath: the same with nccl.copy_engine_allgather=false (NCCL's SM kernels)
 #  cuda2_hybrid: HYBRID_SHARD with one rank per node: the replica all_reduce
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand from a
@@ -45,7 +45,6 @@ esac
 # the bound on one case: the timeout, the grace, start-up and the abort, with margin
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
-extra_env="" # more environment for the next expect_hang
 
 sh "$mpi" 1 true >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "hung_rank: SKIP: no MPI launcher"; exit 77; }
@@ -63,7 +62,7 @@ procs_with() {
 }
 
 # expect_hang NAME NP STOP-ENV PATTERN... -- CMD...: runs CMD on NP ranks with
-# SHLM_COMM_TIMEOUT_S=$T (and SHLM_TEST_STOP_AT=STOP-ENV unless it is "-"), and checks
+# SHLM_TEST_COMM_TIMEOUT_S=$T (and SHLM_TEST_STOP_AT=STOP-ENV unless it is "-"), and checks
 # the end: non-zero exit within the bound, one error line holding every PATTERN, no
 # process left (matched by the case's own tag in the command line)
 expect_hang() {
@@ -76,7 +75,7 @@ expect_hang() {
         shift
     done
     shift
-    envs="SHLM_COMM_TIMEOUT_S=$T $extra_env"
+    envs="SHLM_TEST_COMM_TIMEOUT_S=$T" # test_watchdog's; shardlm takes --set runtime.comm_timeout_s
     [ "$stop" = "-" ] || envs="$envs SHLM_TEST_STOP_AT=$stop"
     echo "+ env $envs sh $mpi $np $*"
     t0=$(date +%s)
@@ -122,7 +121,7 @@ expect_hang() {
 # cuda backend the shape of tests/gpu/model_steps.sh, which its kernels are tested at
 train() {
     echo "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$1-tag" \
-        --set "runtime.backend=$backend"
+        --set "runtime.backend=$backend" --set "runtime.comm_timeout_s=$T"
     [ "$backend" = cpu ] || echo --set model.dim=256 --set model.ffn_dim=688 \
         --set train.seq_len=128 --set fsdp.param_dtype=bf16
 }
@@ -131,10 +130,9 @@ if [ "$backend" = cuda ]; then
     # shellcheck disable=SC2046 # train's words
     expect_hang cuda2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
         "rank 1 did not arrive" -- $(train cuda2)
-    extra_env=SHLM_NCCL_CE_ALLGATHER=0
     # shellcheck disable=SC2046
-    expect_hang cuda2_smgath 2 1:3 "all_gather #" "rank 1 did not arrive" -- $(train cuda2_smgath)
-    extra_env=""
+    expect_hang cuda2_smgath 2 1:3 "all_gather #" "rank 1 did not arrive" -- $(train cuda2_smgath) \
+        --set nccl.copy_engine_allgather=false
     # shellcheck disable=SC2046
     expect_hang cuda2_hybrid 2 1:3 "all_reduce #" "on replica group (ranks 0,1)" \
         "rank 1 did not arrive" -- $(train cuda2_hybrid) --set fsdp.strategy=HYBRID_SHARD \
@@ -147,7 +145,7 @@ fi
 
 # shellcheck disable=SC2046 # train's words
 expect_hang train2 2 1:3 "all_gather #" "on shard group (ranks 0,1)" "within $T s" \
-    "rank 1 did not arrive" "SHLM_COMM_TIMEOUT_S" -- $(train train2)
+    "rank 1 did not arrive" "runtime.comm_timeout_s" -- $(train train2)
 # shellcheck disable=SC2046
 expect_hang hybrid4 4 2:3 "rank 2 did not arrive" "all_reduce #" "on replica group (ranks 0,2)" -- \
     $(train hybrid4) --set fsdp.strategy=HYBRID_SHARD --set runtime.ranks_per_node=2
@@ -169,15 +167,15 @@ else
     sed 's/^/    /' "$work/ok.out"
 fi
 
-echo "+ SHLM_COMM_TIMEOUT_S=abc $SHLM train $job --set data.train=$work/train.bin"
-SHLM_COMM_TIMEOUT_S=abc "$SHLM" train "$job" --set "data.train=$work/train.bin" \
-    --set "log.run_dir=$work/badenv" >"$work/badenv.out" 2>"$work/badenv.err" </dev/null
+echo "+ $SHLM train $job --set data.train=$work/train.bin --set runtime.comm_timeout_s=abc"
+"$SHLM" train "$job" --set "data.train=$work/train.bin" --set "runtime.comm_timeout_s=abc" \
+    --set "log.run_dir=$work/badkey" >"$work/badkey.out" 2>"$work/badkey.err" </dev/null
 rc=$?
-why=$(error_line_problem "$work/badenv.err" "SHLM_COMM_TIMEOUT_S=abc" "positive number")
+why=$(error_line_problem "$work/badkey.err" "--set runtime.comm_timeout_s" "not a number")
 if [ $rc -eq 0 ] || [ -n "$why" ]; then
-    fail "badenv: exit $rc; $why"
+    fail "badkey: exit $rc; $why"
 else
-    echo "badenv: $(cat "$work/badenv.err")"
+    echo "badkey: $(cat "$work/badkey.err")"
 fi
 
 echo "hung_rank: $(($(date +%s) - t_start)) s"

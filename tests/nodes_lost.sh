@@ -1,7 +1,7 @@
 #!/bin/sh
 # A node lost in the middle of a run (tests/lib/nodes.sh: 2 nodes x 2 ranks under mpirun,
 # HYBRID_SHARD, tests/jobs/ckpt.ini with a checkpoint every 10 steps, each collective
-# slowed to 20 ms so the loss lands mid-run, SHLM_COMM_TIMEOUT_S=T):
+# slowed to 20 ms so the loss lands mid-run, runtime.comm_timeout_s=T):
 #
 #  kill:  at step 12 node2's ranks are SIGKILLed. node1's ranks (the survivors) are gone
 #         within T + the roll call's grace + 10 s, mpirun exits non-zero naming the lost
@@ -30,10 +30,8 @@ SHLM=${SHLM:-./shardlm}
 case $SHLM in /*) ;; *) SHLM=$(pwd)/$SHLM ;; esac
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 T=4
-SHLM_COMM_TIMEOUT_S=$T
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
-export SHLM_COMM_TIMEOUT_S SHLM_TEST_TIMEOUT
-NODES_FORWARD=SHLM_COMM_TIMEOUT_S
+export SHLM_TEST_TIMEOUT
 
 sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true >/dev/null 2>&1
 [ $? -eq 77 ] && { echo "nodes_lost: SKIP: no MPI launcher"; exit 77; }
@@ -54,8 +52,9 @@ train() {
     name=$1
     shift
     set -- "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
-        --set "checkpoint.dir=$work/$name/ckpt" --set checkpoint.every=10 --set fsdp.strategy=HYBRID_SHARD "$@"
-    echo "+ SHLM_COMM_TIMEOUT_S=$T nodes_mpirun 4 $*"
+        --set "checkpoint.dir=$work/$name/ckpt" --set checkpoint.every=10 --set fsdp.strategy=HYBRID_SHARD \
+        --set "runtime.comm_timeout_s=$T" "$@"
+    echo "+ nodes_mpirun 4 $*"
     nodes_mpirun 4 "$@" >>"$work/$name.out" 2>>"$work/$name.err" </dev/null &
     pid=$!
 }

@@ -22,7 +22,7 @@
 #              and for 4 ranks, and scaling.png is a PNG (where gnuplot is installed);
 #  e. down:    a chain of 2-node jobs with a checkpoint every 10 steps; at step 12 node2
 #              goes down (every process in it killed: slurmd, the job's step daemon, its
-#              ranks, munged). node1's ranks end within SHLM_COMM_TIMEOUT_S + 15 s,
+#              ranks, munged). node1's ranks end within runtime.comm_timeout_s + 15 s,
 #              naming ranks 2,3, and job 1 within that + KillWait, not COMPLETED, while
 #              node2 is still down; `latest` verifies; node2 boots again (munged,
 #              slurmd), job 2 resumes from `latest` and finishes: every step and
@@ -236,9 +236,7 @@ echo "d: $(($(date +%s) - t0)) s"
 
 # ---- e. node2 goes down mid-job; the chain carries on from latest ----
 t0=$(date +%s)
-SHLM_COMM_TIMEOUT_S=$T
-export SHLM_COMM_TIMEOUT_S
-if chain e 3 --set checkpoint.every=10; then
+if chain e 3 --set checkpoint.every=10 --set "runtime.comm_timeout_s=$T"; then
     # shellcheck disable=SC2086 # job ids
     set -- $ids
     j1=$1
@@ -281,7 +279,6 @@ if chain e 3 --set checkpoint.every=10; then
     [ -z "$why" ] || fail "e: the chain against the uninterrupted run: $why"
     echo "e: job 2 resumed from $latest and finished equal to a; $(($(date +%s) - t0)) s"
 fi
-unset SHLM_COMM_TIMEOUT_S
 
 # ---- f. the installed scripts and demo job ----
 t0=$(date +%s)

@@ -188,8 +188,7 @@ static void test_file(const char *dir) {
 
         /* read back: every rank a different range, including none; through H5Dread
          * after modes 0 and 1, directly after mode 2 */
-        setenv("SHLM_CKPT_DIRECT_IO", mode == 2 ? "1" : "0", 1);
-        CHECK(ckpt_h5_open(&f, path, MPI_COMM_WORLD, err, sizeof err) == 0, "%s", err);
+        CHECK(ckpt_h5_open(&f, path, MPI_COMM_WORLD, &opt, err, sizeof err) == 0, "%s", err);
         if (rank == 0) printf("mode %d: reading with %s\n", mode, f.io_mode);
         CHECK(ckpt_h5_open_dataset(&f, "/a/b/m.weight", &d2, err, sizeof err) == 0, "%s", err);
         CHECK(d2.ndim == 2 && d2.shape[0] == 7 && d2.shape[1] == 5 && d2.numel == 35, "shape");
@@ -251,10 +250,10 @@ static void test_file(const char *dir) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     ckpt_h5_file f;
-    CHECK(ckpt_h5_open(&f, junk, MPI_COMM_WORLD, err, sizeof err) != 0 &&
+    CHECK(ckpt_h5_open(&f, junk, MPI_COMM_WORLD, NULL, err, sizeof err) != 0 &&
               strstr(err, "not a readable HDF5 file"), "%s", err);
     snprintf(junk, sizeof junk, "%s/none.h5", dir);
-    CHECK(ckpt_h5_open(&f, junk, MPI_COMM_WORLD, err, sizeof err) != 0 &&
+    CHECK(ckpt_h5_open(&f, junk, MPI_COMM_WORLD, NULL, err, sizeof err) != 0 &&
               strstr(err, "No such file"), "%s", err);
 }
 

@@ -109,9 +109,24 @@ static void test_valid(void) {
               c.warmup_steps == 0 && c.beta1 == 0.9f && c.beta2 == 0.95f && c.eps == 1e-8f &&
               c.weight_decay == 0.1f && c.grad_clip == 1.0f && c.seed == 1337 && c.shuffle == 1 &&
               c.sample_temperature == 0.8f && c.sample_top_p == 0.9f &&
-              strcmp(c.backend, "auto") == 0 && c.threads == 0,
+              c.backend == SHLM_BACKEND_AUTO && c.threads == 0,
           "defaults: micro_batch %d global_batch %d (0 = micro_batch x ranks) min_lr %g (lr/10) seed %llu backend %s",
-          c.micro_batch, c.global_batch, c.min_lr, (unsigned long long)c.seed, c.backend);
+          c.micro_batch, c.global_batch, c.min_lr, (unsigned long long)c.seed,
+          shlm_backend_choice_name(c.backend));
+    /* the backends' and the checkpoint's options are job keys with these defaults */
+    check(c.comm_timeout_s == 600 && c.cuda_attention == SHLM_ATTENTION_SM90 &&
+              c.nccl_cta_policy == SHLM_NCCL_CTA_DEFAULT && c.nccl_copy_engine_allgather == 1 &&
+              c.ckpt_direct_io == 1 && c.ckpt_collective_io == 0 && c.ckpt_alignment == 1 << 20,
+          "defaults: runtime.comm_timeout_s %g, cuda.attention %d, nccl.cta_policy %d, "
+          "nccl.copy_engine_allgather %d, checkpoint.direct_io %d collective_io %d alignment %d",
+          c.comm_timeout_s, c.cuda_attention, c.nccl_cta_policy, c.nccl_copy_engine_allgather,
+          c.ckpt_direct_io, c.ckpt_collective_io, c.ckpt_alignment);
+    check(c.strategy == FSDP_FULL_SHARD && c.param_dtype == SHLM_F32 &&
+              c.reduce_dtype == SHLM_F32 && c.activation_checkpointing == LLAMA_AC_NONE &&
+              c.on_nonfinite == NONFINITE_ABORT,
+          "defaults parsed into enums: strategy %d param_dtype %d reduce_dtype %d ac %d "
+          "on_nonfinite %d", c.strategy, c.param_dtype, c.reduce_dtype,
+          c.activation_checkpointing, c.on_nonfinite);
     snprintf(want, sizeof want, "%s/jobs/data/train.bin", dir);
     check(strcmp(c.data_train, want) == 0, "data.train relative to the job's directory: %s",
           c.data_train);
@@ -154,9 +169,32 @@ static void test_valid(void) {
               c.model.head_dim == 16 && c.model.norm_eps == 1e-5f && c.model.rope_theta == 10000 &&
               c.model.init_std == 0.02f && c.global_batch == 8 && c.min_lr == 0 &&
               c.shuffle == 0 && strcmp(c.sample_prompt, "ROMEO:\n") == 0 &&
-              strcmp(c.backend, "cpu") == 0,
+              c.backend == SHLM_BACKEND_CPU,
           "no preset: n_kv_heads = n_heads, max_seq_len = seq_len, quoted prompt decoded (%s)",
           err);
+    if (rc == 0) job_config_free(&c);
+
+    /* every choice key parsed once into its enum; the backends' options as set */
+    rc = load(variant(0, NULL, "[fsdp]\nstrategy = HYBRID_SHARD\nparam_dtype = bf16\n"
+                               "reduce_dtype = bf16\nactivation_checkpointing = selective\n"
+                               "[train]\non_nonfinite = skip\n[runtime]\nbackend = cuda\n"
+                               "comm_timeout_s = 2.5\n[cuda]\nattention = mma_sync\n"
+                               "[nccl]\ncta_policy = efficiency\ncopy_engine_allgather = false\n"
+                               "[checkpoint]\ndirect_io = false\ncollective_io = true\n"
+                               "alignment = 4096\n"),
+              0, NULL, &c, err, sizeof err);
+    check(rc == 0 && c.strategy == FSDP_HYBRID_SHARD && c.param_dtype == SHLM_BF16 &&
+              c.reduce_dtype == SHLM_BF16 && c.activation_checkpointing == LLAMA_AC_SELECTIVE &&
+              c.on_nonfinite == NONFINITE_SKIP && c.backend == SHLM_BACKEND_CUDA &&
+              c.comm_timeout_s == 2.5f && c.cuda_attention == SHLM_ATTENTION_MMA_SYNC &&
+              c.nccl_cta_policy == SHLM_NCCL_CTA_EFFICIENCY && c.nccl_copy_engine_allgather == 0 &&
+              c.ckpt_direct_io == 0 && c.ckpt_collective_io == 1 && c.ckpt_alignment == 4096,
+          "choice keys into enums, [runtime] [cuda] [nccl] [checkpoint] options (%s)", err);
+    check(rc == 0 && strcmp(job_choice_name("fsdp.strategy", c.strategy), "HYBRID_SHARD") == 0 &&
+              strcmp(job_choice_name("cuda.attention", c.cuda_attention), "mma_sync") == 0 &&
+              strcmp(job_choice_name("fsdp.strategy", 9), "?") == 0 &&
+              strcmp(job_choice_name("train.steps", 0), "?") == 0,
+          "job_choice_name gives the word of a choice, ? for none");
     if (rc == 0) job_config_free(&c);
 
     /* layout: indentation, inline comments, '#' comments, CRLF, key: value */
@@ -171,9 +209,10 @@ static void test_valid(void) {
 static void test_errors(void) {
     expect_error("unknown section", variant(5, "[trian]", NULL), 0, NULL,
                  "PATH:5: unknown section [trian] (did you mean [train]? known: model train "
-                 "fsdp data log checkpoint runtime)");
+                 "fsdp data log checkpoint runtime cuda nccl)");
     expect_error("unknown empty section", variant(0, NULL, "[optimizer]\n"), 0, NULL,
-                 "PATH:13: unknown section [optimizer] (known: model train fsdp data log checkpoint runtime)");
+                 "PATH:13: unknown section [optimizer] (known: model train fsdp data log checkpoint runtime "
+                 "cuda nccl)");
     expect_error("unknown key", variant(8, "lrr = 1e-3", NULL), 0, NULL,
                  "PATH:8: unknown key 'lrr' in [train] (did you mean 'lr'?)");
     expect_error("unknown key, swapped letters", variant(7, "setps = 10", NULL), 0, NULL,
@@ -196,6 +235,21 @@ static void test_errors(void) {
                  "PATH:13: [data] shuffle = 'maybe': not a boolean (true or false)");
     expect_error("not an enum value", variant(0, NULL, "[runtime]\nbackend = gpu\n"), 0, NULL,
                  "PATH:14: [runtime] backend = 'gpu': not one of auto|cpu|cuda");
+    expect_error("backend option, bad choice", variant(0, NULL, "[nccl]\ncta_policy = fast\n"), 0,
+                 NULL, "PATH:14: [nccl] cta_policy = 'fast': not one of default|efficiency");
+    expect_error("backend option, bad boolean",
+                 variant(0, NULL, "[nccl]\ncopy_engine_allgather = 2\n"), 0, NULL,
+                 "PATH:14: [nccl] copy_engine_allgather = '2': not a boolean (true or false)");
+    expect_error("comm timeout of zero", variant(0, NULL, "[runtime]\ncomm_timeout_s = 0\n"), 0,
+                 NULL, "PATH:14: [runtime] comm_timeout_s = '0': out of range, must be in (0, 10000000]");
+    expect_error("comm timeout not a number",
+                 variant(0, NULL, "[runtime]\ncomm_timeout_s = abc\n"), 0, NULL,
+                 "PATH:14: [runtime] comm_timeout_s = 'abc': not a number");
+    expect_error("negative checkpoint alignment",
+                 variant(0, NULL, "[checkpoint]\nalignment = -4096\n"), 0, NULL,
+                 "PATH:14: [checkpoint] alignment = '-4096': out of range, must be in [0, 1073741824]");
+    expect_error("attention kernels", variant(0, NULL, "[cuda]\nattention = flash\n"), 0, NULL,
+                 "PATH:14: [cuda] attention = 'flash': not one of sm90|mma_sync");
     expect_error("negative seed", variant(0, NULL, "[train]\nseed = -1\n"), 0, NULL,
                  "PATH:14: [train] seed = '-1': not an unsigned integer");
     expect_error("out of range (int)", variant(7, "steps = 0", NULL), 0, NULL,
@@ -316,7 +370,7 @@ static void test_overrides(void) {
     char *bad5[] = {"trian.steps=3"};
     expect_error("--set unknown section", text, 1, bad5,
                  "--set trian.steps: unknown section [trian] (did you mean [train]? known: "
-                 "model train fsdp data log checkpoint runtime)");
+                 "model train fsdp data log checkpoint runtime cuda nccl)");
     char *bad6[] = {"train.seq_len=1024"};
     expect_error("--set breaking a cross-key check", text, 1, bad6,
                  "--set train.seq_len: [train] seq_len = 1024 is larger than [model] "

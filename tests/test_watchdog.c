@@ -8,8 +8,9 @@
  *   test_watchdog order    rank 0 waits in a reduction over one duplicate of the world,
  *                          the others over another: every rank is alive, none arrives;
  *                          the watchdog must end the job listing both (exit 3 if not)
- * Run with SHLM_COMM_TIMEOUT_S set small (hung_rank.sh uses 3). A last argument beyond
- * these is ignored (the test's tag, to find leftover processes). */
+ * The timeout is SHLM_TEST_COMM_TIMEOUT_S seconds (hung_rank.sh sets 3; default 600, as
+ * runtime.comm_timeout_s's). A last argument beyond these is ignored (the test's tag, to
+ * find leftover processes). */
 #include <mpi.h>
 
 #include <signal.h>
@@ -41,7 +42,8 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     char err[256] = "";
-    if (shlm_watchdog_init(MPI_COMM_WORLD, err, sizeof err) != 0) {
+    const char *t = getenv("SHLM_TEST_COMM_TIMEOUT_S");
+    if (shlm_watchdog_init(MPI_COMM_WORLD, t ? atof(t) : 600, err, sizeof err) != 0) {
         fprintf(stderr, "test_watchdog: %s\n", err);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }

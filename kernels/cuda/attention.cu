@@ -982,16 +982,10 @@ attn_args make_args(const char *what, int B, int T, int nh, int nkv, int hd) {
 }
 
 /* Whether the Hopper wgmma kernels (attention_sm90.cu, attention_bwd_sm90.cu) are tried
- * first: yes unless the environment has SHLM_ATTN_SM90=0 (read once) or
- * shlm_cuda_attention_set_sm90 said otherwise. */
-int sm90_state = -1;
-bool sm90_enabled() {
-    if (sm90_state < 0) {
-        const char *e = getenv("SHLM_ATTN_SM90");
-        sm90_state = !(e != NULL && strcmp(e, "0") == 0);
-    }
-    return sm90_state == 1;
-}
+ * first: yes unless shlm_cuda_attention_set_sm90 said otherwise (the backend's init does,
+ * from cuda.attention). */
+int sm90_state = 1;
+bool sm90_enabled() { return sm90_state == 1; }
 
 /* the SHLM_ATTN_RAN_ bits of the last forward and the last backward */
 unsigned ran_fwd = 0, ran_bwd = 0;
@@ -1020,7 +1014,7 @@ extern "C" void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv,
                                         const int32_t *doc_start, int B, int T, int nh, int nkv,
                                         int hd) {
     if (B <= 0 || T <= 0) return;
-    /* the wgmma kernel of attention_sm90.cu where it applies, unless SHLM_ATTN_SM90=0:
+    /* the wgmma kernel of attention_sm90.cu where it applies, unless cuda.attention = mma_sync:
      * 1.29x this file's kernel at 7B shapes on an H200 */
     ran_fwd = 0;
     if (sm90_enabled() &&

@@ -122,3 +122,46 @@ extern "C" void shlm_cuda_round_to_bf16(float *x, size_t n) {
         x, n, shlm_aligned(x, 16));
     CUDA_CHECK_LAST();
 }
+
+/* The compute capabilities this file was compiled for (nvcc's __CUDA_ARCH_LIST__, "900"
+ * or "800,900"), as "9.0" or "8.0, 9.0". */
+static void built_for(char *out, size_t outlen) {
+#ifdef __CUDA_ARCH_LIST__
+#define SHLM_STR2(...) #__VA_ARGS__
+#define SHLM_STR(...) SHLM_STR2(__VA_ARGS__)
+    const char *list = SHLM_STR(__CUDA_ARCH_LIST__);
+#else
+    const char *list = "";
+#endif
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = list; *p && n + 8 < outlen;) {
+        long a = strtol(p, (char **)&p, 10);
+        n += (size_t)snprintf(out + n, outlen - n, "%s%ld.%ld", n ? ", " : "", a / 100, a / 10 % 10);
+        while (*p == ',' || *p == ' ') p++;
+    }
+    if (!out[0]) snprintf(out, outlen, "unknown targets");
+}
+
+/* A real load: cudaFuncGetAttributes on one of this build's portable kernels fails with
+ * cudaErrorNoKernelImageForDevice where the device can neither run its SASS nor JIT its
+ * PTX (an sm_90 build on an A100). Creates the bound device's context, as any op would. */
+extern "C" int shlm_cuda_device_check(char *why, size_t whylen) {
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaError_t rc = cudaGetLastError();
+        snprintf(why, whylen, "cannot query the bound device: %s", cudaGetErrorString(rc));
+        return -1;
+    }
+    cudaFuncAttributes fa;
+    cudaError_t rc = cudaFuncGetAttributes(&fa, round_bf16_kernel);
+    if (rc == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    char targets[64];
+    built_for(targets, sizeof targets);
+    snprintf(why, whylen, "device %d, %s (compute capability %d.%d), cannot run this build's "
+             "CUDA kernels (built for compute capability %s: %s); rebuild with NVCCFLAGS for "
+             "it", dev, p.name, p.major, p.minor, targets, cudaGetErrorString(rc));
+    return -1;
+}

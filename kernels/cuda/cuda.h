@@ -29,6 +29,10 @@ void shlm_cuda_range_pop(void);
 /* device memory in use and total (cudaMemGetInfo); 0 on success */
 int shlm_cuda_mem_info(size_t *used, size_t *total);
 int shlm_cuda_device_info(shlm_device_info *out);
+/* ops.h device_check: whether the bound device can load this build's portable kernels */
+int shlm_cuda_device_check(char *why, size_t whylen);
+/* ops.h init: cuda.attention */
+void shlm_cuda_init(const shlm_ops_options *o);
 void *shlm_cuda_alloc(size_t bytes);
 /* one device allocation that later allocs are carved from (see ops.h reserve) */
 int shlm_cuda_reserve(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
@@ -117,8 +121,8 @@ void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, cons
                              const float *lse, const int32_t *doc_start, int B, int T, int nh,
                              int nkv, int hd, float rope_theta);
 /* Which implementation later attention calls try first: enable 1 the Hopper kernels (the
- * default, unless the environment has SHLM_ATTN_SM90=0), 0 the mma.sync fallback alone.
- * For tests and benchmarks, which run both. */
+ * default), 0 the mma.sync fallback alone. The backend's init sets it from
+ * cuda.attention; tests and benchmarks, which run both, set it themselves. */
 void shlm_cuda_attention_set_sm90(int enable);
 /* What the last forward and the last backward ran: SHLM_ATTN_RAN_SM90_FWD when the forward
  * ran the Hopper kernel, _DKV / _DQ when every pass of the backward's dK/dV / dQ did. */

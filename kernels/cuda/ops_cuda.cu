@@ -9,14 +9,20 @@ extern "C" {
 /* Designated initialisers in declaration order (what C++ accepts). act tensors are
  * bf16; weight gradients, master weights, moments, losses, rstd and lse are fp32, as
  * ops.h's conventions say. */
+extern "C" void shlm_cuda_init(const shlm_ops_options *o) {
+    shlm_cuda_attention_set_sm90(o->attention == SHLM_ATTENTION_SM90);
+}
+
 extern "C" const shlm_ops shlm_ops_cuda = {
     .name = "cuda",
     .act_dtype = SHLM_BF16,
     .available = shlm_cuda_available,
+    .init = shlm_cuda_init,
     .device_count = shlm_cuda_device_count,
     .set_device = shlm_cuda_set_device,
     .mem_info = shlm_cuda_mem_info,
     .device_info = shlm_cuda_device_info,
+    .device_check = shlm_cuda_device_check,
     .reserve = shlm_cuda_reserve,
     .scratch_bytes = shlm_cuda_step_scratch_bytes,
     .scratch_reserve = shlm_cuda_scratch_reserve,

@@ -11,7 +11,7 @@
 #   attn_bwd_sm90_check  the attention backward: default and fallback bitwise equal,
 #                        both against float64, with and without RoPE
 #   hung_rank.sh         a rank stopped mid-run on 2 GPUs: the other ends the job within
-#                        SHLM_COMM_TIMEOUT_S naming it (NCCL watchdog; skipped on 1 GPU)
+#                        runtime.comm_timeout_s naming it (NCCL watchdog; skipped on 1 GPU)
 #   nvml_fields.sh       the NVML telemetry's fields against nvidia-smi --query-gpu
 #   telemetry_overhead.sh  a 7B step with telemetry every 100 ms and off: < 0.5% apart
 # Each log goes to check-gpu-NAME.log in the current directory. A test that finds no

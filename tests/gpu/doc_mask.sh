@@ -30,20 +30,18 @@ echo "+ $SHLM train $SRC/jobs/tiny.ini $shape --set runtime.backend=cuda --set f
 "$SHLM" train "$SRC/jobs/tiny.ini" $shape --set runtime.backend=cuda --set fsdp.param_dtype=bf16 \
     --set train.steps=300 --set train.eval_every=0 --set checkpoint.dir="$T/ck" >"$T/train.log" 2>&1 ||
     { tail -20 "$T/train.log"; exit 1; }
-loss() { # backend doc_mask [env]: the eval loss of the checkpoint on val.bin
+loss() { # backend doc_mask cuda.attention: the eval loss of the checkpoint on val.bin
     # shellcheck disable=SC2086
-    env ${3:-SHLM_NOTHING=1} "$SHLM" eval "$SRC/jobs/tiny.ini" $shape --set train.steps=300 \
+    "$SHLM" eval "$SRC/jobs/tiny.ini" $shape --set train.steps=300 \
         --set runtime.backend="$1" --set data.doc_mask="$2" --set checkpoint.dir="$T/ck" \
-        --set fsdp.param_dtype=fp32 \
-        2>"$T/eval.err" | sed -n 's/^eval: .*: mean loss \([0-9.]*\) nats.*/\1/p'
+        --set fsdp.param_dtype=fp32 --set cuda.attention="$3" \
+        2>"$T/eval.err" | sed -n 's/^eval: .*, mean loss \([0-9.]*\) nats.*/\1/p'
 }
 fails=0
 for dm in false true; do
-    cpu=$(loss cpu $dm)
-    for kind in sm90 mmasync; do
-        env=""
-        [ $kind = mmasync ] && env=SHLM_ATTN_SM90=0
-        cuda=$(loss cuda $dm "$env")
+    cpu=$(loss cpu $dm sm90)
+    for kind in sm90 mma_sync; do
+        cuda=$(loss cuda $dm $kind)
         v=$(awk -v a="$cuda" -v b="$cpu" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d
             if (a == "" || b == "") { print "FAIL (no loss)"; exit }
             printf "%.2e %s", d, (d <= 5e-3) ? "PASS" : "FAIL" }')

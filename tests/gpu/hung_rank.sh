@@ -1,6 +1,6 @@
 #!/bin/sh
 # A rank that hangs on the GPU path: tests/hung_rank.sh's NCCL cases (a rank stopped by
-# SIGSTOP at step 3; the other ends the job within SHLM_COMM_TIMEOUT_S naming it and the
+# SIGSTOP at step 3; the other ends the job within runtime.comm_timeout_s naming it and the
 # collective) on 2 GPUs. Skipped (77) where fewer than 2 GPUs are visible.
 # Usage: SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/hung_rank.sh
 set -u

@@ -41,7 +41,8 @@ compare() { # name ref tol
 run cpu 1 cpu || exit 1
 run cuda1 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
 compare cuda1 cpu 3e-2
-SHLM_ATTN_SM90=0 run cuda1_mmasync 1 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
+run cuda1_mmasync 1 cuda --set fsdp.strategy=FULL_SHARD --set cuda.attention=mma_sync ||
+    fails=$((fails + 1))
 compare cuda1_mmasync cpu 3e-2
 tie="--set model.tie_word_embeddings=true"
 # shellcheck disable=SC2086 # $tie: one --set, two words
@@ -90,9 +91,8 @@ if [ "$ngpu" -ge 2 ]; then
     else
         echo "cuda2_again            vs cuda2_FULL_SHARD differ FAIL"; fails=$((fails + 1))
     fi
-    export SHLM_NCCL_CE_ALLGATHER=0
-    run cuda2_sm_allgather 2 cuda --set fsdp.strategy=FULL_SHARD || fails=$((fails + 1))
-    unset SHLM_NCCL_CE_ALLGATHER
+    run cuda2_sm_allgather 2 cuda --set fsdp.strategy=FULL_SHARD \
+        --set nccl.copy_engine_allgather=false || fails=$((fails + 1))
     if cmp -s "$T/cuda2_sm_allgather.loss" "$T/cuda2_FULL_SHARD.loss"; then
         echo "cuda2_sm_allgather     vs cuda2_FULL_SHARD bitwise identical PASS"
     else
