@@ -29,6 +29,8 @@ void shlm_cuda_range_pop(void);
 /* device memory in use and total (cudaMemGetInfo); 0 on success */
 int shlm_cuda_mem_info(size_t *used, size_t *total);
 int shlm_cuda_device_info(shlm_device_info *out);
+/* device allocations are carved from the arena in multiples of this many bytes */
+enum { SHLM_CUDA_ALLOC_ALIGN = 256 };
 void *shlm_cuda_alloc(size_t bytes);
 /* one device allocation that later allocs are carved from (see ops.h reserve) */
 int shlm_cuda_reserve(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */
