@@ -26,8 +26,8 @@ check() { # name extra...
     # shellcheck disable=SC2086
     "$SHLM" train "$SRC/jobs/tiny.ini" $common "$@" --set log.run_dir="$T/$name" \
         > "$T/$name.log" 2>&1 || { tail -20 "$T/$name.log"; fails=$((fails + 1)); return; }
+    grep -e '^memory per rank' -e '^plan check' -e 'ms/step' "$T/$name.log"
     line=$(grep '^plan check on the device' "$T/$name.log")
-    echo "$name: $line"
     pct=$(echo "$line" | sed -n 's/.*: \([-+][0-9.]*\)%$/\1/p')
     v=$(awk -v p="$pct" 'BEGIN { if (p == "") exit 1; if (p < 0) p = -p; print (p <= 1.0) ? "PASS" : "FAIL" }') || v=FAIL
     if grep -q 'arena of .* full' "$T/$name.log"; then
