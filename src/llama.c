@@ -169,17 +169,15 @@ static keep_set kept_by(llama_ac ac) {
     }
 }
 
-/* What a walk over the buffers counts: bytes (each buffer rounded up to align) and
- * buffers. */
+/* What a walk over the buffers counts: bytes, each buffer rounded up to align. */
 typedef struct buf_count {
-    size_t bytes, buffers, align;
+    size_t bytes, align;
 } buf_count;
 
 /* Allocation (when m != NULL) or counting (m == NULL) of one buffer. */
 static void *buf(llama_model *m, buf_count *n, size_t esz, buf_kind k, size_t elems) {
     size_t b = elems * (k == BUF_ACT ? esz : 4);
     n->bytes += (b + n->align - 1) / n->align * n->align;
-    n->buffers++;
     return m ? m->ops->alloc(b) : NULL;
 }
 
@@ -189,7 +187,7 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
     const act_sizes z = sizes_of(c, B, T);
     const size_t L = (size_t)c->n_layers, N = z.N;
     const keep_set keep = kept_by(ac);
-    buf_count bytes = {0, 0, align > 0 ? align : 1};
+    buf_count bytes = {0, align > 0 ? align : 1};
     block_acts scratch = {0};
 #define FIELD(name, kind, elems)                                                      \
     do {                                                                              \
@@ -271,10 +269,6 @@ static size_t family_activation_bytes(const void *cfg, shlm_dtype act, int B, in
     return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, align).bytes;
 }
 
-static size_t family_activation_buffers(const void *cfg, model_ac ac) {
-    return layout_acts(NULL, cfg, 4, 1, 1, ac, 1).buffers;
-}
-
 static size_t family_op_scratch_bytes(const void *cfg, const shlm_ops *ops, int B, int T) {
     const llama_config *c = cfg;
     if (!ops || !ops->scratch_bytes) return 0;
@@ -287,7 +281,6 @@ const model_family llama_family = {
     .pass = family_pass,
     .init_slice = family_init_slice,
     .activation_bytes = family_activation_bytes,
-    .activation_buffers = family_activation_buffers,
     .op_scratch_bytes = family_op_scratch_bytes,
 };
 

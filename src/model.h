@@ -109,8 +109,6 @@ typedef struct model_family {
      * with checkpointing ac, each buffer rounded up to `align` bytes (1: as requested). */
     size_t (*activation_bytes)(const void *cfg, shlm_dtype act, int B, int T, model_ac ac,
                                size_t align);
-    /* The buffer count of activation_bytes's walk (for an allocator's per-buffer slack). */
-    size_t (*activation_buffers)(const void *cfg, model_ac ac);
     /* What the backend's ops allocate for themselves running this model at B x T
      * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
     size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);
