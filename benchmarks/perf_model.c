@@ -502,12 +502,17 @@ static void predict(const job *j, const machine *m, int nodes, int accum_overrid
     p->mfu = model_flops_per_token(&j->mc, j->seq) * p->tokens_per_s_per_gpu / (m->peak_tflops * 1e12);
 
     /* memory: what fsdp_create and the model allocate (shardlm plan's figures) */
-    fsdp_options fo = {.param_dtype = j->param_bf16 ? SHLM_BF16 : SHLM_F32,
-                       .reduce_dtype = j->reduce, .prefetch = j->prefetch};
-    fsdp_plan_bytes pb;
-    fsdp_plan(&j->mc, j->act, j->strategy, S, R, &fo, &pb);
-    p->mem_bytes = (double)(pb.master + pb.grad + pb.moments + pb.gathered + pb.grad_buffers) +
-                   (double)llama_activation_bytes_for(&j->mc, j->act, j->micro, j->seq, j->ac);
+    model md;
+    model_open(&md, &llama_family, &j->mc);
+    shard_plan plan;
+    shard_plan_build(&plan, &md, &(plan_params){.strategy = j->strategy, .S = S, .R = R,
+                                                .act = j->act,
+                                                .param_dtype = j->param_bf16 ? SHLM_BF16 : SHLM_F32,
+                                                .reduce_dtype = j->reduce, .B = j->micro,
+                                                .T = j->seq, .ac = j->ac});
+    p->mem_bytes = (double)plan.total;
+    shard_plan_free(&plan);
+    model_close(&md);
     p->fits = m->capacity_gib <= 0 || p->mem_bytes <= m->capacity_gib * 1073741824.0;
     free(s.u);
     llama_layout_free(&lay);

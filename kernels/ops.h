@@ -88,6 +88,14 @@ typedef struct shlm_ops {
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                       /* zero-filled; aborts on failure */
     void (*free)(void *p);                              /* NULL is fine */
+    /* alloc takes each buffer's bytes rounded up to a multiple of this from the device
+     * arena (0: exactly its bytes): an arena holding a plan's buffers holds their sum,
+     * each rounded */
+    size_t alloc_align;
+    /* Optional (NULL on cuda, where cudaMemGetInfo measures): bytes handed out by alloc
+     * and not freed, counted as requested, so a run can compare what it allocated with
+     * its plan */
+    size_t (*allocated_bytes)(void);
     void (*zero)(void *p, size_t bytes);
     void (*copy)(void *dst, const void *src, size_t bytes);           /* within the backend */
     void (*to_device)(void *dst, const void *host_src, size_t bytes); /* host -> backend */

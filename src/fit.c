@@ -1,17 +1,47 @@
-/* The per-rank sum of fit.h. */
+/* The job's shard plan and the allocation check of fit.h. */
 #include "src/fit.h"
 
-#include <string.h>
+#include <stdio.h>
 
-void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy, int S, int R,
-                   const fsdp_options *opt, int B, int T, llama_ac ac, const shlm_ops *ops,
-                   fit_bytes *o) {
-    memset(o, 0, sizeof *o);
-    fsdp_plan(m, act, strategy, S, R, opt, &o->pb);
-    o->state = o->pb.master + o->pb.grad + o->pb.moments;
-    o->buffers = o->pb.gathered + o->pb.grad_buffers;
-    o->acts = llama_activation_bytes_for(m, act, B, T, ac);
-    if (ops && ops->scratch_bytes)
-        o->scratch = ops->scratch_bytes(B, T, m->dim, m->n_heads, m->n_kv_heads, m->head_dim);
-    o->total = o->state + o->buffers + o->acts + o->scratch;
+#include "src/llama.h"
+
+job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R) {
+    return (job_point){strategy, S, R, c->micro_batch, c->activation_checkpointing};
+}
+
+void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
+                    const shlm_ops *ops, int forward_only, int registered_gathers) {
+    model_open(&jp->md, &llama_family, &c->model);
+    plan_params p = {.strategy = pt->strategy,
+                     .S = pt->S,
+                     .R = pt->R,
+                     .act = act,
+                     .param_dtype = c->param_dtype,
+                     .reduce_dtype = c->reduce_dtype,
+                     .forward_only = forward_only,
+                     .B = pt->micro_batch,
+                     .T = c->seq_len,
+                     /* forward passes only: no block keeps activations for a backward
+                      * (full's buffers: one block's scratch, the residual streams) */
+                     .ac = forward_only ? MODEL_AC_FULL : pt->ac,
+                     .ops = ops,
+                     .registered_gathers = registered_gathers};
+    shard_plan_build(&jp->plan, &jp->md, &p);
+}
+
+void job_plan_free(job_plan *jp) {
+    shard_plan_free(&jp->plan);
+    model_close(&jp->md);
+}
+
+int fit_check_allocated(const shard_plan *plan, const size_t measured[PLAN_N_CATEGORIES],
+                        int rank) {
+    int bad = 0;
+    for (int c = 0; c <= PLAN_ACTIVATIONS; c++)
+        if (measured[c] != plan->bytes[c]) {
+            printf("plan check: rank %d: %s allocated %zu bytes, the plan says %zu\n", rank,
+                   plan_category_names[c], measured[c], plan->bytes[c]);
+            bad++;
+        }
+    return bad;
 }

@@ -1,28 +1,46 @@
-/* What one rank needs on its device, the one sum both `train`'s fit check (before
- * anything is allocated) and `shardlm plan`'s verdict use. */
+/* The shard plan of a job (src/shard_plan.h over its Llama model), built once for
+ * `train`'s allocation and fit check and for `shardlm plan`, and the check that a run
+ * allocated what its plan says. */
 #ifndef SHLM_FIT_H
 #define SHLM_FIT_H
 
 #include <stddef.h>
 
 #include "kernels/ops.h"
-#include "src/fsdp.h"
-#include "src/llama.h"
+#include "src/config.h"
+#include "src/model.h"
+#include "src/shard_plan.h"
 
-typedef struct fit_bytes {
-    fsdp_plan_bytes pb;      /* the engine's part, fsdp_plan */
-    size_t state;            /* master + gradient + moments */
-    size_t buffers;          /* gathered + gradient buffers */
-    size_t acts;             /* activations and their gradients */
-    size_t scratch;          /* the ops' own scratch (0 without ops->scratch_bytes) */
-    size_t total;
-} fit_bytes;
+typedef struct job_plan {
+    model md;        /* the job's model (over c->model: the job must outlive it) */
+    shard_plan plan;
+} job_plan;
 
-/* The bytes of one rank for model m in act dtype with the strategy's shard and replica
- * group sizes S, R, micro-batches of B x T and checkpointing ac; ops (may be NULL) gives
- * the scratch. */
-void fit_bytes_for(const llama_config *m, shlm_dtype act, fsdp_strategy strategy, int S, int R,
-                   const fsdp_options *opt, int B, int T, llama_ac ac, const shlm_ops *ops,
-                   fit_bytes *out);
+/* What one choice of the job's knobs is: the strategy, group sizes and micro-batch may
+ * differ from the job's (plan's verdict tries others). */
+typedef struct job_point {
+    fsdp_strategy strategy;
+    int S, R;
+    int micro_batch;
+    model_ac ac;
+} job_point;
+
+/* The job's own point: its strategy, micro-batch and checkpointing on groups S x R. */
+job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R);
+
+/* Builds the plan of job c at point pt on a backend of act dtype `act` (ops: the op
+ * scratch and the arena's rounding; may be NULL). forward_only: eval and generate (no
+ * gradient state; every block recomputed, so nothing is kept for a backward).
+ * registered_gathers: the comm backend registers gathered buffers itself. */
+void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
+                    const shlm_ops *ops, int forward_only, int registered_gathers);
+void job_plan_free(job_plan *jp);
+
+/* The plan check of one rank: measured[c] against plan->bytes[c] for the engine's
+ * categories and the activations (the op scratch is the backend's, measured on a device
+ * by its memory's drop). Returns the number of categories that differ and prints one
+ * line per difference ("plan check: rank R: CATEGORY allocated A bytes, the plan says P"). */
+int fit_check_allocated(const shard_plan *plan, const size_t measured[PLAN_N_CATEGORIES],
+                        int rank);
 
 #endif

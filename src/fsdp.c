@@ -12,7 +12,7 @@
 #include "src/shard.h"
 #include "src/startup.h"
 
-enum { N_SLOTS = 2 }; /* FULL_SHARD and HYBRID_SHARD keep at most two gathered units */
+enum { N_SLOTS = PLAN_SLOTS }; /* at most two gathered units (FULL_SHARD, HYBRID_SHARD) */
 
 typedef enum trace_kind {
     EV_GATHER_ISSUE, EV_GATHER_WAIT, EV_COMPUTE, EV_RELEASE, EV_FREE, EV_REDUCE_ISSUE,
@@ -63,8 +63,9 @@ typedef struct unit_state {
 } unit_state;
 
 struct fsdp_engine {
-    llama_config mc;
-    llama_layout lay;
+    const model *md;
+    const shard_plan *plan;         /* what to allocate, and the schedule */
+    const plan_params *pp;          /* its dtypes and forward_only */
     const shlm_ops *ops;
     const shlm_comm *comm;
     fsdp_options opt;
@@ -82,7 +83,9 @@ struct fsdp_engine {
     int gslot_next;                 /* round-robin victim */
     int with_backward;
     int last_micro_batch;           /* the backward under way is the step's last */
-    size_t state_bytes, buffer_bytes;
+    size_t measured[PLAN_N_ENGINE]; /* bytes allocated per category, as the backend counts
+                                     * them (ops->allocated_bytes) where it can */
+    size_t requested;               /* bytes asked for so far, registered ones included */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
     trace_event *trace;
     size_t n_trace, cap_trace;
@@ -113,8 +116,8 @@ static void range(const fsdp_engine *e, const char *what, int u) {
     e->ops->range_push(name);
 }
 
-static void *balloc(fsdp_engine *e, size_t bytes, size_t *counter) {
-    *counter += bytes;
+static void *balloc(fsdp_engine *e, size_t bytes) {
+    e->requested += bytes;
     return e->ops->alloc(bytes);
 }
 
@@ -126,12 +129,27 @@ static void *gather_buffer_alloc(fsdp_engine *e, size_t bytes, int *from_comm) {
     if (e->S > 1 && e->comm->gather_buffer_alloc) {
         void *p = e->comm->gather_buffer_alloc(e->shard_g, bytes);
         if (p) {
-            e->buffer_bytes += bytes;
+            e->requested += bytes;
             *from_comm = 1;
             return p;
         }
     }
-    return balloc(e, bytes, &e->buffer_bytes);
+    return balloc(e, bytes);
+}
+
+/* Bytes allocated so far: the backend's count plus what the comm backend registered,
+ * or (a backend that counts nothing) what was asked for. */
+typedef struct alloc_mark {
+    size_t backend, requested;
+} alloc_mark;
+
+static alloc_mark mark(const fsdp_engine *e) {
+    return (alloc_mark){e->ops->allocated_bytes ? e->ops->allocated_bytes() : 0, e->requested};
+}
+
+static size_t since(const fsdp_engine *e, alloc_mark m, size_t registered) {
+    if (!e->ops->allocated_bytes) return e->requested - m.requested;
+    return e->ops->allocated_bytes() - m.backend + registered;
 }
 
 static void registered_free(fsdp_engine *e, void *p, int from_comm) {
@@ -146,19 +164,28 @@ static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
     *req = NULL;
 }
 
-fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
-                         const topology *topo, const fsdp_options *opt, uint64_t seed) {
+fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops *ops,
+                         const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
+                         uint64_t seed) {
+    if (plan->p.S != topo->shard_size || plan->p.R != topo->replica_size ||
+        plan->p.strategy != topo->strategy || plan->p.act != ops->act_dtype ||
+        plan->n_units != md->lay.n_units)
+        SHLM_FATAL("fsdp_create: the plan (%s, S=%d, R=%d, %s) is not this run's (%s, S=%d, "
+                   "R=%d, %s)", strategy_name(plan->p.strategy), plan->p.S, plan->p.R,
+                   shlm_dtype_name(plan->p.act), strategy_name(topo->strategy),
+                   topo->shard_size, topo->replica_size, shlm_dtype_name(ops->act_dtype));
     fsdp_engine *e = calloc(1, sizeof *e);
     SHLM_CHECK_ALLOC(e);
-    e->mc = *mc;
+    e->md = md;
+    e->plan = plan;
+    e->pp = &plan->p;
     e->ops = ops;
     e->comm = comm;
     e->opt = *opt;
     e->strategy = topo->strategy;
     e->t0 = now_s();
     e->esz = shlm_dtype_size(ops->act_dtype);
-    llama_layout_init(&e->lay, mc);
-    e->n_units = e->lay.n_units;
+    e->n_units = plan->n_units;
     e->shard_g = comm->group_create(topo->shard);
     e->replica_g = comm->group_create(topo->replica);
     startup_mark(STARTUP_COMM);
@@ -166,45 +193,56 @@ fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm
     e->S = topo->shard_size;
     e->R = topo->replica_size;
     e->shard_rank = topo->shard_rank;
-    e->keep_gathered = e->strategy == FSDP_SHARD_GRAD_OP || e->strategy == FSDP_NO_SHARD;
+    e->keep_gathered = plan->keep_gathered;
+    e->direct = plan->direct;
     e->units = calloc((size_t)e->n_units, sizeof(unit_state));
     SHLM_CHECK_ALLOC(e->units);
-    /* fp32 compute with fp32 parameters on one shard: the master serves directly */
-    const int direct = e->S == 1 && ops->act_dtype == SHLM_F32 && opt->param_dtype == SHLM_F32;
-    e->direct = direct;
-    size_t max_padded = 0, max_shard = 0;
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
-        s->numel = e->lay.units[u].numel;
-        s->padded = shard_padded_size(s->numel, e->S);
+        s->numel = plan->units[u].numel;
+        s->padded = plan->units[u].padded;
         shard_range(s->numel, e->S, e->shard_rank, &s->begin, &s->end);
         s->n = s->end - s->begin;
         s->slot = -1;
         s->grad_slot = -1;
-        size_t bytes = s->n * sizeof(float);
-        s->master = balloc(e, bytes, &e->state_bytes);
-        if (!opt->forward_only) {
-            s->grad = balloc(e, bytes, &e->state_bytes);
-            s->m = balloc(e, bytes, &e->state_bytes);
-            s->v = balloc(e, bytes, &e->state_bytes);
-        }
-        if (e->keep_gathered && !direct) s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
-        if (s->padded > max_padded) max_padded = s->padded;
-        if (s->n > max_shard) max_shard = s->n;
+    }
+    /* category by category, as the plan counts them */
+    const int grads = !plan->p.forward_only;
+    alloc_mark m0 = mark(e);
+    for (int u = 0; u < e->n_units; u++) e->units[u].master = balloc(e, e->units[u].n * sizeof(float));
+    e->measured[PLAN_MASTER] = since(e, m0, 0);
+    m0 = mark(e);
+    for (int u = 0; u < e->n_units && grads; u++) e->units[u].grad = balloc(e, e->units[u].n * sizeof(float));
+    e->measured[PLAN_GRAD] = since(e, m0, 0);
+    m0 = mark(e);
+    for (int u = 0; u < e->n_units && grads; u++) {
+        e->units[u].m = balloc(e, e->units[u].n * sizeof(float));
+        e->units[u].v = balloc(e, e->units[u].n * sizeof(float));
+    }
+    e->measured[PLAN_MOMENTS] = since(e, m0, 0);
+    m0 = mark(e);
+    size_t registered = 0;
+    for (int u = 0; u < e->n_units && e->keep_gathered && !e->direct; u++) {
+        unit_state *s = &e->units[u];
+        s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
+        if (s->own_from_comm) registered += s->padded * e->esz;
     }
     for (int k = 0; k < N_SLOTS; k++) {
         e->slots[k].unit = -1;
         e->gslots[k].unit = -1;
-        if (!e->keep_gathered && !direct)
-            e->slots[k].buf = gather_buffer_alloc(e, max_padded * e->esz, &e->slots[k].buf_from_comm);
-        if (e->S > 1 && !opt->forward_only) {
-            e->gslots[k].buf = balloc(e, max_padded * sizeof(float), &e->buffer_bytes);
-            if (opt->reduce_dtype == SHLM_BF16)
-                e->gslots[k].bf16 = balloc(e, max_padded * 2, &e->buffer_bytes);
-        }
     }
-    if (e->R > 1 && opt->reduce_dtype == SHLM_BF16 && !opt->forward_only)
-        e->replica_bf16 = balloc(e, max_shard * 2, &e->buffer_bytes);
+    for (int k = 0; k < plan->gather_slots; k++) {
+        e->slots[k].buf = gather_buffer_alloc(e, plan->max_padded * e->esz, &e->slots[k].buf_from_comm);
+        if (e->slots[k].buf_from_comm) registered += plan->max_padded * e->esz;
+    }
+    e->measured[PLAN_GATHERED] = since(e, m0, registered);
+    m0 = mark(e);
+    for (int k = 0; k < plan->grad_slots; k++) {
+        e->gslots[k].buf = balloc(e, plan->max_padded * sizeof(float));
+        if (plan->grad_staging) e->gslots[k].bf16 = balloc(e, plan->max_padded * 2);
+    }
+    if (plan->replica_staging) e->replica_bf16 = balloc(e, plan->max_shard * 2);
+    e->measured[PLAN_GRAD_BUFFERS] = since(e, m0, 0);
     e->with_backward = 1;
     if (!opt->defer_init) fsdp_init_weights(e, seed);
     return e;
@@ -218,7 +256,7 @@ void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
     SHLM_CHECK_ALLOC(host);
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
-        llama_init_slice(&e->lay, &e->mc, seed, u, s->begin, s->end, host);
+        e->md->family->init_slice(&e->md->lay, e->md->cfg, seed, u, s->begin, s->end, host);
         e->ops->to_device(s->master, host, s->n * sizeof(float));
     }
     free(host);
@@ -247,7 +285,6 @@ void fsdp_destroy(fsdp_engine *e) {
     e->comm->group_free(e->replica_g);
     free(e->units);
     free(e->trace);
-    llama_layout_free(&e->lay);
     free(e);
 }
 
@@ -268,7 +305,7 @@ static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
     void *mine = (char *)buf + s->begin * e->esz;
     if (e->ops->act_dtype == SHLM_F32) {
         e->ops->copy(mine, s->master, s->n * sizeof(float));
-        if (e->opt.param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
+        if (e->pp->param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
     } else {
         e->ops->f32_to_act(mine, s->master, s->n);
     }
@@ -306,21 +343,13 @@ static void issue_gather(fsdp_engine *e, int u) {
     e->slots[k].req = start_gather(e, u, e->slots[k].buf);
 }
 
-/* The unit the model will ask for after (u, phase), or -1: the forward goes from the
- * embedding through the blocks to the head (unit 0 again when tied), the head's phase is
- * followed by the last block's backward, and the embedding's backward needs no
- * parameters. */
-static int next_unit(const fsdp_engine *e, int u, llama_phase phase) {
-    const int L = e->mc.n_layers;
-    switch (phase) {
-    case LLAMA_FWD: return u < L ? u + 1 : e->lay.head;
-    case LLAMA_HEAD: return e->with_backward ? llama_unit_block(L - 1) : -1;
-    case LLAMA_BWD: break;
-    }
-    return u - 1 >= 1 ? u - 1 : -1;
+/* The unit the model will ask for after (u, phase) in this pass, or -1 (the plan's
+ * schedule). */
+static int next_unit(const fsdp_engine *e, int u, model_phase phase) {
+    return shard_plan_next(e->plan, e->with_backward, u, phase);
 }
 
-static const void *src_acquire(void *ctx, int u, llama_phase phase) {
+static const void *src_acquire(void *ctx, int u, model_phase phase) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
     if (e->direct) {
@@ -360,18 +389,13 @@ static const void *src_acquire(void *ctx, int u, llama_phase phase) {
     return gathered_buf(e, u);
 }
 
-static void src_release(void *ctx, int u, llama_phase phase) {
+static void src_release(void *ctx, int u, model_phase phase) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
     trace(e, u, EV_RELEASE);
-    /* SHARD_GRAD_OP keeps a block from its forward until its backward ends, and a tied
-     * embedding from its lookup until the head has used it (own buffers: keeping costs no
-     * memory and saves a gather) */
-    const int block = u >= 1 && u <= e->mc.n_layers;
-    int keep = e->strategy == FSDP_NO_SHARD ||
-               (e->strategy == FSDP_SHARD_GRAD_OP && phase == LLAMA_FWD && e->with_backward &&
-                (block || u == e->lay.head));
-    if (keep || e->direct) return;
+    /* NO_SHARD keeps every unit; SHARD_GRAD_OP keeps a unit from a forward use to its next
+     * use in the pass (own buffers: keeping costs no memory and saves a gather) */
+    if (shard_plan_keeps(e->plan, e->with_backward, u, phase) || e->direct) return;
     s->gathered = 0;
     if (s->slot >= 0) {
         e->slots[s->slot].unit = -1;
@@ -389,7 +413,7 @@ static void src_release(void *ctx, int u, llama_phase phase) {
  * the rest of the backward instead of waiting for the end of the step. fp32 only: a bf16
  * reduction goes through the one staging buffer at the end of the step. */
 static void start_replica_reduce(fsdp_engine *e, unit_state *s) {
-    if (e->R == 1 || !e->last_micro_batch || e->opt.reduce_dtype != SHLM_F32 || s->replica_req)
+    if (e->R == 1 || !e->last_micro_batch || e->pp->reduce_dtype != SHLM_F32 || s->replica_req)
         return;
     s->replica_req = e->comm->iall_reduce(e->replica_g, NULL, s->grad, s->n, SHLM_F32,
                                           SHLM_COMM_AVG);
@@ -401,7 +425,7 @@ static void complete_grad_slot(fsdp_engine *e, int k) {
     if (g->unit < 0) return;
     wait_req(e, &g->req);
     unit_state *s = &e->units[g->unit];
-    if (e->opt.reduce_dtype == SHLM_BF16) {
+    if (e->pp->reduce_dtype == SHLM_BF16) {
         /* widen the bf16 result: straight into a fresh shard, else into the fp32
          * buffer's slice and accumulate */
         if (g->into_shard) {
@@ -429,7 +453,7 @@ static void zero_padding(fsdp_engine *e, const unit_state *s, float *buf) {
 static float *src_grad(void *ctx, int u, int *overwrite) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
-    if (e->opt.forward_only) SHLM_FATAL("a backward pass on an engine made forward-only");
+    if (e->pp->forward_only) SHLM_FATAL("a backward pass on an engine made forward-only");
     if (e->S == 1) { /* nothing to scatter: the shard is the whole unit */
         *overwrite = s->grad_fresh;
         if (s->grad_fresh) zero_padding(e, s, s->grad);
@@ -463,7 +487,7 @@ static void src_grad_ready(void *ctx, int u) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
     /* the unit's gradient is complete for this micro-batch after its last part */
-    const int last_part = ++s->grad_parts >= e->lay.units[u].grad_writes;
+    const int last_part = ++s->grad_parts >= e->md->lay.units[u].grad_writes;
     if (last_part) s->grad_parts = 0;
     if (e->S == 1) { /* the model wrote the shard itself */
         if (last_part) start_replica_reduce(e, s);
@@ -479,7 +503,7 @@ static void src_grad_ready(void *ctx, int u) {
     g->final = e->last_micro_batch && last_part;
     g->issued = 1;
     s->grad_fresh = 0;
-    if (e->opt.reduce_dtype == SHLM_BF16) {
+    if (e->pp->reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
         g->req = e->comm->ireduce_scatter(e->shard_g, g->bf16, g->bf16 + s->begin, s->n,
                                           SHLM_BF16, SHLM_COMM_AVG);
@@ -496,8 +520,8 @@ static void src_progress(void *ctx) {
     e->comm->progress();
 }
 
-llama_param_source fsdp_param_source(fsdp_engine *e) {
-    return (llama_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
+model_param_source fsdp_param_source(fsdp_engine *e) {
+    return (model_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
                                 .grad = src_grad, .grad_ready = src_grad_ready,
                                 .progress = src_progress};
 }
@@ -532,7 +556,7 @@ double fsdp_finish_grads(fsdp_engine *e) {
             if (s->replica_req) { /* started during the backward */
                 reqs[u] = s->replica_req;
                 s->replica_req = NULL;
-            } else if (e->opt.reduce_dtype == SHLM_BF16) {
+            } else if (e->pp->reduce_dtype == SHLM_BF16) {
                 e->ops->f32_to_bf16(e->replica_bf16, s->grad, s->n);
                 e->comm->all_reduce(e->replica_g, NULL, e->replica_bf16, s->n, SHLM_BF16,
                                     SHLM_COMM_AVG);
@@ -560,9 +584,9 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
     shlm_range_push(e->ops, "optimizer");
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
-        const llama_unit *lu = &e->lay.units[u];
+        const model_unit *lu = &e->md->lay.units[u];
         for (int k = 0; k < lu->n_tensors; k++) {
-            const llama_tensor *t = &lu->tensors[k];
+            const model_tensor *t = &lu->tensors[k];
             shard_overlap ov;
             if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
             size_t o = ov.shard_offset;
@@ -576,8 +600,9 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
     shlm_range_pop(e->ops);
 }
 
-size_t fsdp_state_bytes(const fsdp_engine *e) { return e->state_bytes; }
-size_t fsdp_buffer_bytes(const fsdp_engine *e) { return e->buffer_bytes; }
+void fsdp_measured_bytes(const fsdp_engine *e, size_t out[PLAN_N_ENGINE]) {
+    memcpy(out, e->measured, sizeof e->measured);
+}
 
 
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica) {
@@ -592,7 +617,7 @@ void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
 
 static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
     unit_state *s = &e->units[u];
-    if (kind != FSDP_STATE_MASTER && e->opt.forward_only)
+    if (kind != FSDP_STATE_MASTER && e->pp->forward_only)
         SHLM_FATAL("the AdamW moments of an engine made forward-only");
     return kind == FSDP_STATE_EXP_AVG ? s->m : kind == FSDP_STATE_EXP_AVG_SQ ? s->v : s->master;
 }
@@ -609,55 +634,10 @@ void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in
 
 void fsdp_get_shard(fsdp_engine *e, int u, float *out) { fsdp_get_state(e, u, FSDP_STATE_MASTER, out); }
 void fsdp_set_shard(fsdp_engine *e, int u, const float *in) { fsdp_set_state(e, u, FSDP_STATE_MASTER, in); }
-const llama_layout *fsdp_layout(const fsdp_engine *e) { return &e->lay; }
+const model_layout *fsdp_layout(const fsdp_engine *e) { return &e->md->lay; }
 
 void fsdp_trace_write(const fsdp_engine *e, FILE *out) {
     for (size_t i = 0; i < e->n_trace; i++)
         fprintf(out, "{\"seq\": %zu, \"t_us\": %.1f, \"unit\": %d, \"event\": \"%s\"}\n", i,
                 e->trace[i].t_us, e->trace[i].unit, trace_names[e->trace[i].kind]);
-}
-
-void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, int S, int R,
-               const fsdp_options *opt, fsdp_plan_bytes *out) {
-    memset(out, 0, sizeof *out);
-    llama_layout lay;
-    llama_layout_init(&lay, mc);
-    const size_t es = shlm_dtype_size(act);
-    const size_t rs = shlm_dtype_size(opt->reduce_dtype);
-    const int keep = strategy == FSDP_SHARD_GRAD_OP || strategy == FSDP_NO_SHARD;
-    const int direct = S == 1 && act == SHLM_F32 && opt->param_dtype == SHLM_F32;
-    size_t max_padded = 0, max_shard = 0, sum_padded = 0, sum_shard = 0, block_padded = 0;
-    size_t reduced = 0; /* elements reduce-scattered per micro-batch: a tied unit twice */
-    for (int u = 0; u < lay.n_units; u++) {
-        size_t padded = shard_padded_size(lay.units[u].numel, S), n = shard_numel(lay.units[u].numel, S);
-        sum_padded += padded;
-        sum_shard += n;
-        reduced += padded * (size_t)lay.units[u].grad_writes;
-        if (padded > max_padded) max_padded = padded;
-        if (n > max_shard) max_shard = n;
-        if (u >= 1 && u <= mc->n_layers) block_padded += padded;
-    }
-    out->master = sum_shard * 4;
-    if (!opt->forward_only) {
-        out->grad = sum_shard * 4;
-        out->moments = 2 * sum_shard * 4;
-    }
-    if (keep && !direct) out->gathered = sum_padded * es;
-    if (!keep && !direct) out->gathered = N_SLOTS * max_padded * es;
-    const int grads = !opt->forward_only;
-    if (S > 1 && grads)
-        out->grad_buffers = N_SLOTS * max_padded * (4 + (opt->reduce_dtype == SHLM_BF16 ? 2 : 0));
-    if (R > 1 && grads && opt->reduce_dtype == SHLM_BF16) out->grad_buffers += max_shard * 2;
-    /* bytes this rank sends per micro-batch (ring algorithms, as the comm counters) */
-    if (S > 1) {
-        size_t gathers = sum_padded; /* every unit's forward */
-        /* again for the backward; a tied embedding again for the head (SHARD_GRAD_OP keeps
-         * both gathered) */
-        if (strategy != FSDP_SHARD_GRAD_OP) gathers += block_padded;
-        if (strategy != FSDP_SHARD_GRAD_OP && mc->tie_word_embeddings)
-            gathers += shard_padded_size(lay.units[lay.head].numel, S);
-        out->shard_wire_per_micro = (gathers * es + reduced * rs) / (size_t)S * (size_t)(S - 1);
-    }
-    if (R > 1) out->replica_wire_per_step = 2 * sum_shard * rs / (size_t)R * (size_t)(R - 1);
-    llama_layout_free(&lay);
 }

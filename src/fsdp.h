@@ -1,6 +1,8 @@
 /* The FSDP engine: owns each rank's shard of the fp32 master weights, gradients and
- * AdamW moments of every unit, and serves the model gathered parameters according
- * to the strategy (DESIGN.md "Strategies"): gather, keep, free, prefetch, reduce. */
+ * AdamW moments of every unit of a model (model.h), and serves the model gathered
+ * parameters according to the strategy (docs/ARCHITECTURE.md "Strategies"): gather,
+ * keep, free, prefetch, reduce. What it allocates and the order it prefetches in are the
+ * shard plan's (shard_plan.h): the engine derives no size of its own. */
 #ifndef SHLM_FSDP_H
 #define SHLM_FSDP_H
 
@@ -10,36 +12,39 @@
 
 #include "kernels/comm.h"
 #include "kernels/ops.h"
-#include "src/llama.h"
+#include "src/model.h"
 #include "src/optim.h"
+#include "src/shard_plan.h"
 #include "src/topology.h"
 
+/* The dtypes and forward_only are the plan's (plan_params). */
 typedef struct fsdp_options {
-    shlm_dtype param_dtype;  /* gathered parameters are rounded to this (master stays fp32) */
-    shlm_dtype reduce_dtype; /* dtype gradients are reduced in */
     int prefetch;            /* 1: gather the next unit while the current one computes */
     int trace;               /* 1: record the schedule (fsdp_trace_write) */
     int defer_init;          /* 1: fsdp_create leaves the master weights zero, for a caller
                               * that loads every shard (import, resume) or calls
                               * fsdp_init_weights: a 1.1B init is ~40 core-seconds of RNG */
-    int forward_only;        /* 1: evaluation and sampling: no gradient, moment or gradient
-                              * buffer is allocated (grad() must not be called, nor the
-                              * moments read or written) */
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;
 
-/* Creates the engine over the topology's shard and replica groups (collective over
- * the world) and initialises this rank's shards from `seed` (unless opt->defer_init). */
-fsdp_engine *fsdp_create(const llama_config *mc, const shlm_ops *ops, const shlm_comm *comm,
-                         const topology *topo, const fsdp_options *opt, uint64_t seed);
-/* Sets this rank's master shards to the initial values of `seed` (llama_init_slice:
- * the same model at every world size). Local. */
+/* Creates the engine of model md over the topology's shard and replica groups
+ * (collective over the world), allocating what `plan` lists (shard_plan_build for this
+ * topology's group sizes and the ops' act dtype; aborts naming both when they differ), and
+ * initialises this rank's shards from `seed` (unless opt->defer_init). With
+ * plan->p.forward_only (evaluation and sampling) no gradient, moment or gradient buffer
+ * exists: grad() must not be called, nor the moments read or written. md and plan must
+ * outlive the engine. */
+fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops *ops,
+                         const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
+                         uint64_t seed);
+/* Sets this rank's master shards to the initial values of `seed` (the family's
+ * init_slice: the same model at every world size). Local. */
 void fsdp_init_weights(fsdp_engine *e, uint64_t seed);
 void fsdp_destroy(fsdp_engine *e);
 
 /* The source the model pulls parameters from and pushes gradients to. */
-llama_param_source fsdp_param_source(fsdp_engine *e);
+model_param_source fsdp_param_source(fsdp_engine *e);
 
 /* Announces the next pass of the model so the engine can prefetch in its order:
  * with_backward = 0 for evaluation and sampling (forward only). */
@@ -59,11 +64,11 @@ double fsdp_finish_grads(fsdp_engine *e);
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step);
 
-/* Bytes of sharded state on this rank (master weights, gradients, two moments), as
- * allocated. */
-size_t fsdp_state_bytes(const fsdp_engine *e);
-/* Bytes of gathered-parameter and gradient buffers this rank allocated. */
-size_t fsdp_buffer_bytes(const fsdp_engine *e);
+/* Bytes fsdp_create allocated on this rank per category of the plan (PLAN_MASTER ..
+ * PLAN_GRAD_BUFFERS), measured by the backend's own count (ops->allocated_bytes) where it
+ * keeps one, plus buffers the comm backend registered: what the plan check compares with
+ * plan->bytes. */
+void fsdp_measured_bytes(const fsdp_engine *e, size_t out[PLAN_N_ENGINE]);
 /* Counters of the shard and replica groups' collectives on this rank; blocked_ns is the
  * time spent waiting on them, not hidden by compute (exposed comm). */
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);
@@ -86,20 +91,7 @@ void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in
 void fsdp_get_shard(fsdp_engine *e, int u, float *out);
 void fsdp_set_shard(fsdp_engine *e, int u, const float *in);
 /* The layout the engine shards (units and tensors under Hugging Face names). */
-const llama_layout *fsdp_layout(const fsdp_engine *e);
-
-/* What fsdp_create allocates per rank and what a rank sends, computed without
- * allocating anything: for `shardlm plan`. */
-typedef struct fsdp_plan_bytes {
-    size_t master, grad, moments;   /* sharded fp32 state */
-    size_t gathered;                /* gathered-parameter buffers (act dtype) */
-    size_t grad_buffers;            /* full-unit gradient buffers and bf16 staging */
-    size_t shard_wire_per_micro;    /* all-gathers + reduce-scatters, per micro-batch */
-    size_t replica_wire_per_step;   /* replica all-reduce of the gradient shards, per step */
-} fsdp_plan_bytes;
-
-void fsdp_plan(const llama_config *mc, shlm_dtype act, fsdp_strategy strategy, int S, int R,
-               const fsdp_options *opt, fsdp_plan_bytes *out);
+const model_layout *fsdp_layout(const fsdp_engine *e);
 
 /* Schedule trace: one JSON object per event ({"seq", "t_us", "unit", "event"}) with
  * events gather_issue, gather_wait, compute, release, free, reduce_issue, reduce_done.

@@ -54,21 +54,12 @@ void llama_layout_init(llama_layout *lay, const llama_config *c) {
 #undef T_
     }
     /* tied: the head is the embedding's unit (its tensor 0 is the output projection) */
-    lay->head = llama_unit_head(c);
-    llama_unit *h = &lay->units[lay->head];
-    lay->head_norm = h->n_tensors;
+    llama_unit *h = &lay->units[llama_unit_head(c)];
     add_tensor(h, "model.norm.weight", d, 0, 0);
-    lay->head_out = 0;
     if (tied) h->grad_writes = 2;
-    else lay->head_out = h->n_tensors, add_tensor(h, "lm_head.weight", V, d, 1);
+    else add_tensor(h, "lm_head.weight", V, d, 1);
     lay->total_numel = 0;
     for (int u = 0; u < lay->n_units; u++) lay->total_numel += lay->units[u].numel;
-}
-
-void llama_layout_free(llama_layout *lay) {
-    free(lay->units);
-    lay->units = NULL;
-    lay->n_units = 0;
 }
 
 static uint64_t init_count; /* called from one thread: the loop inside is the parallel part */
@@ -137,6 +128,9 @@ struct llama_model {
     int32_t *doc_dev;     /* (N) the batch's doc_start (ops.h attention), uploaded per pass */
     const int32_t *doc;   /* this pass's doc_start: doc_dev, or NULL for the causal mask */
     size_t act_bytes;
+    int head;             /* the unit of the final norm and the output projection */
+    int head_norm;        /* model.norm.weight's index among that unit's tensors */
+    int head_out;         /* the output projection's (lm_head, or the tied embedding) */
 };
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -177,20 +171,25 @@ static keep_set kept_by(llama_ac ac) {
     }
 }
 
+/* What a walk over the buffers counts: bytes, each buffer rounded up to align. */
+typedef struct buf_count {
+    size_t bytes, align;
+} buf_count;
+
 /* Allocation (when m != NULL) or counting (m == NULL) of one buffer. */
-static void *buf(llama_model *m, size_t *bytes, size_t esz, buf_kind k, size_t elems) {
+static void *buf(llama_model *m, buf_count *n, size_t esz, buf_kind k, size_t elems) {
     size_t b = elems * (k == BUF_ACT ? esz : 4);
-    *bytes += b;
+    n->bytes += (b + n->align - 1) / n->align * n->align;
     return m ? m->ops->alloc(b) : NULL;
 }
 
 /* Walks every buffer of the model: allocates into m, or only counts (m == NULL). */
-static size_t layout_acts(llama_model *m, const llama_config *c, size_t esz, int B, int T,
-                          llama_ac ac) {
+static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, int B, int T,
+                             llama_ac ac, size_t align) {
     const act_sizes z = sizes_of(c, B, T);
     const size_t L = (size_t)c->n_layers, N = z.N;
     const keep_set keep = kept_by(ac);
-    size_t bytes = 0;
+    buf_count bytes = {0, align > 0 ? align : 1};
     block_acts scratch = {0};
 #define FIELD(name, kind, elems)                                                      \
     do {                                                                              \
@@ -237,8 +236,56 @@ static size_t layout_acts(llama_model *m, const llama_config *c, size_t esz, int
 
 size_t llama_activation_bytes_for(const llama_config *cfg, shlm_dtype act, int B, int T,
                                   llama_ac ac) {
-    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac);
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, 1).bytes;
 }
+
+/* ---- model.h's family: what the engine and the shard plan know of Llama ---- */
+
+static void family_layout(const void *cfg, model_layout *out) { llama_layout_init(out, cfg); }
+
+/* The acquires llama_forward_backward and llama_forward make: the embedding, the blocks
+ * in order, the head (unit 0 again when tied), then in training the blocks' backwards in
+ * reverse (the embedding's backward needs only the token ids). */
+static void family_pass(const void *cfg, const model_layout *lay, int with_backward,
+                        model_pass *out) {
+    const llama_config *c = cfg;
+    (void)lay;
+    const int L = c->n_layers;
+    out->n = 0;
+    out->uses = malloc((size_t)(2 * L + 2) * sizeof *out->uses);
+    SHLM_CHECK_ALLOC(out->uses);
+    out->uses[out->n++] = (model_use){LLAMA_UNIT_EMBED, MODEL_FWD};
+    for (int l = 0; l < L; l++) out->uses[out->n++] = (model_use){llama_unit_block(l), MODEL_FWD};
+    out->uses[out->n++] = (model_use){llama_unit_head(c), MODEL_HEAD};
+    if (with_backward)
+        for (int l = L - 1; l >= 0; l--)
+            out->uses[out->n++] = (model_use){llama_unit_block(l), MODEL_BWD};
+}
+
+static void family_init_slice(const model_layout *lay, const void *cfg, uint64_t seed, int u,
+                              size_t begin, size_t end, float *out) {
+    llama_init_slice(lay, cfg, seed, u, begin, end, out);
+}
+
+static size_t family_activation_bytes(const void *cfg, shlm_dtype act, int B, int T,
+                                      model_ac ac, size_t align) {
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, align).bytes;
+}
+
+static size_t family_op_scratch_bytes(const void *cfg, const shlm_ops *ops, int B, int T) {
+    const llama_config *c = cfg;
+    if (!ops || !ops->scratch_bytes) return 0;
+    return ops->scratch_bytes(B, T, c->dim, c->n_heads, c->n_kv_heads, c->head_dim);
+}
+
+const model_family llama_family = {
+    .name = "llama",
+    .layout = family_layout,
+    .pass = family_pass,
+    .init_slice = family_init_slice,
+    .activation_bytes = family_activation_bytes,
+    .op_scratch_bytes = family_op_scratch_bytes,
+};
 
 llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                           llama_param_source src) {
@@ -264,7 +311,10 @@ llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B
     m->acts = calloc((size_t)cfg->n_layers, sizeof(block_acts));
     SHLM_CHECK_ALLOC(m->x);
     SHLM_CHECK_ALLOC(m->acts);
-    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac);
+    m->head = llama_unit_head(cfg);
+    m->head_norm = cfg->tie_word_embeddings ? 1 : 0; /* tied: after embed_tokens */
+    m->head_out = cfg->tie_word_embeddings ? 0 : 1;
+    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, 1).bytes;
     return m;
 }
 
@@ -518,7 +568,7 @@ double llama_forward_backward(llama_model *m, const int32_t *tokens, const int32
     /* head: final norm, then logits, loss and their gradient chunk by chunk, so the
      * (N, V) logits never exist whole; the head's backward runs right here. Tied: the
      * head is unit 0 and this is the first of its two gradient parts */
-    const int hu = m->lay.head, kn = m->lay.head_norm, ko = m->lay.head_out;
+    const int hu = m->head, kn = m->head_norm, ko = m->head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
     float *g;
@@ -582,10 +632,10 @@ double llama_forward_docs(llama_model *m, const int32_t *tokens, const int32_t *
     const llama_config *c = &m->cfg;
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
     trunk_forward(m, tokens, doc_start, B, T);
-    const int hu = m->lay.head, ko = m->lay.head_out;
+    const int hu = m->head, ko = m->head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, m->lay.head_norm), N, d, c->norm_eps));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, m->head_norm), N, d, c->norm_eps));
     int valid = 0;
     double loss_sum = 0;
     if (targets || logits_out) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "kernels/ops.h"
+#include "src/model.h"
 
 typedef struct llama_config {
     int dim;          /* d: model width */
@@ -34,46 +35,25 @@ int llama_config_validate(const llama_config *cfg, char *err, size_t errlen);
 /* Total parameter count (embedding, blocks, final norm, output projection unless tied). */
 int64_t llama_param_count(const llama_config *cfg);
 
-/* ---- parameter layout ----
+/* ---- parameter layout (model.h's, under the family's names) ----
  * Units: 0 = embedding; 1..L = transformer block l-1; L+1 = final norm + lm_head.
  * Tied embeddings (tie_word_embeddings) have L+1 units: unit 0 holds the embedding, which
  * is also the output projection, and the final norm (embed_tokens | norm), so the head is
  * unit 0 again; no lm_head.weight exists. The head's backward and the embedding's each hand
- * unit 0's gradient back once per micro-batch (llama_unit.grad_writes = 2).
+ * unit 0's gradient back once per micro-batch (grad_writes = 2).
  * Inside a block the tensors sit in this order, so that q,k,v form one fused
  * (nh+2·nkv)·hd × d matrix and gate,up one 2F × d matrix:
  *   input_layernorm (d) | q_proj | k_proj | v_proj | o_proj |
  *   post_attention_layernorm (d) | gate_proj | up_proj | down_proj            */
-enum { LLAMA_MAX_UNIT_TENSORS = 9 };
+typedef model_tensor llama_tensor;
+typedef model_unit llama_unit;
+typedef model_layout llama_layout;
 
-typedef struct llama_tensor {
-    char name[96];     /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
-    int ndim;          /* 1 or 2 */
-    int64_t shape[2];  /* HF shape */
-    size_t offset;     /* element offset inside its unit's flat buffer */
-    size_t numel;
-    int weight_decay;  /* 1 for matrices, 0 for norm weights */
-} llama_tensor;
-
-typedef struct llama_unit {
-    int n_tensors;
-    llama_tensor tensors[LLAMA_MAX_UNIT_TENSORS];
-    size_t numel;    /* unpadded element count of the unit's flat buffer */
-    int grad_writes; /* grad() .. grad_ready() pairs a backward makes on this unit per
-                      * micro-batch: 2 for a tied embedding unit, else 1 */
-} llama_unit;
-
-typedef struct llama_layout {
-    int n_units; /* L + 2, or L + 1 with tied embeddings */
-    llama_unit *units;
-    size_t total_numel;
-    int head;      /* the unit of the final norm and the output projection */
-    int head_norm; /* model.norm.weight's index among that unit's tensors */
-    int head_out;  /* the output projection's (lm_head, or the tied embedding) */
-} llama_layout;
+/* The Llama family of model.h (its functions take a const llama_config *). */
+extern const model_family llama_family;
 
 void llama_layout_init(llama_layout *lay, const llama_config *cfg);
-void llama_layout_free(llama_layout *lay);
+static inline void llama_layout_free(llama_layout *lay) { model_layout_free(lay); }
 /* Unit index of transformer block l, of the embedding, of the head. */
 static inline int llama_unit_block(int l) { return 1 + l; }
 enum { LLAMA_UNIT_EMBED = 0 };
@@ -91,45 +71,23 @@ void llama_init_slice(const llama_layout *lay, const llama_config *cfg, uint64_t
  * none when weights were imported or resumed). */
 uint64_t llama_init_count(void);
 
-/* ---- where the model gets parameters from ----
- * The model asks for "unit u's parameters, gathered" and hands back "unit u's
- * gradients": the FSDP engine decides what to gather, keep, free, prefetch and
- * reduce. Phases tell the engine which pass is asking. */
-typedef enum llama_phase {
-    LLAMA_FWD = 0,  /* the embedding's and the blocks' forward */
-    LLAMA_BWD = 1,  /* a block's backward */
-    LLAMA_HEAD = 2  /* the head: final norm, logits, loss and, in training, its backward */
-} llama_phase;
-
-typedef struct llama_param_source {
-    void *ctx;
-    /* Unit u's full parameters (act dtype, unit layout), valid until release(). */
-    const void *(*acquire)(void *ctx, int u, llama_phase phase);
-    /* The model is done reading unit u's parameters in this phase. */
-    void (*release)(void *ctx, int u, llama_phase phase);
-    /* Unit u's full fp32 gradient buffer, valid from the first call in a backward until
-     * grad_ready(). *overwrite = 0: the backward pass adds into it (+=); 1: it holds
-     * nothing to keep, and the backward writes every element of the unit once (=),
-     * which spares the source a zeroing pass and the products a read. A unit with
-     * grad_writes = 2 (the tied embedding) goes through grad() .. grad_ready() twice
-     * per micro-batch (the head's part, then the embedding's): the source sums both. */
-    float *(*grad)(void *ctx, int u, int *overwrite);
-    /* The backward pass has finished writing unit u's gradient (one of its grad_writes
-     * parts) for this micro-batch. */
-    void (*grad_ready)(void *ctx, int u);
-    /* Optional (may be NULL): called between the ops of a block so collectives in
-     * flight advance while the model computes (MPI progresses inside MPI calls). */
-    void (*progress)(void *ctx);
-} llama_param_source;
+/* The phases and the parameter source are model.h's (the engine's side of the model). */
+typedef model_phase llama_phase;
+#define LLAMA_FWD MODEL_FWD
+#define LLAMA_BWD MODEL_BWD
+#define LLAMA_HEAD MODEL_HEAD
+typedef model_param_source llama_param_source;
 
 /* ---- the model ---- */
 typedef struct llama_model llama_model;
 
-/* Activation checkpointing: what a block keeps from its forward for its backward.
- * NONE keeps everything; SELECTIVE keeps the block input and the matmul outputs (qkv,
- * the residual after attention, gate|up) and recomputes the norms, attention and
- * SwiGLU; FULL keeps only the block input and recomputes the whole block. */
-typedef enum llama_ac { LLAMA_AC_NONE = 0, LLAMA_AC_FULL = 1, LLAMA_AC_SELECTIVE = 2 } llama_ac;
+/* Activation checkpointing (model.h): SELECTIVE keeps the block input and the matmul
+ * outputs (qkv, the residual after attention, gate|up) and recomputes the norms,
+ * attention and SwiGLU; FULL keeps only the block input and recomputes the whole block. */
+typedef model_ac llama_ac;
+#define LLAMA_AC_NONE MODEL_AC_NONE
+#define LLAMA_AC_FULL MODEL_AC_FULL
+#define LLAMA_AC_SELECTIVE MODEL_AC_SELECTIVE
 
 /* Creates a model for batches of at most B sequences of at most T tokens on the
  * given backend; allocates activations only (parameters come from the source). */

@@ -28,33 +28,24 @@ static int usage_error(const char *msg, const char *arg) {
     return 2;
 }
 
-/* Shard and replica group sizes on `ranks` ranks, as topology_create makes them. */
-static void group_sizes(int ranks, const topology_options *t, int *S, int *R) {
-    int node = t->ranks_per_node > 0 ? t->ranks_per_node : ranks;
-    *S = t->shard_group_size > 0            ? t->shard_group_size
-         : t->strategy == FSDP_NO_SHARD     ? 1
-         : t->strategy == FSDP_HYBRID_SHARD ? node
-                                            : ranks;
-    *R = ranks / *S;
-}
-
-/* What a rank of the job needs with these choices: the fit check's sum (src/fit.h). */
+/* What a rank of the job needs with these choices: the plan's total. */
 typedef struct plan_point {
     int ranks, micro_batch;
     fsdp_strategy strategy;
-    llama_ac ac;
+    model_ac ac;
 } plan_point;
 
 static size_t point_bytes(const job_config *cfg, const topology_options *topt, shlm_dtype act,
-                          const fsdp_options *opt, const shlm_ops *ops, const plan_point *p) {
+                          const shlm_ops *ops, const plan_point *p) {
     topology_options t = *topt;
     t.strategy = p->strategy;
-    int S, R;
-    group_sizes(p->ranks, &t, &S, &R);
-    fit_bytes fb;
-    fit_bytes_for(&cfg->model, act, p->strategy, S, R, opt, p->micro_batch, cfg->seq_len, p->ac,
-                  ops, &fb);
-    return fb.total;
+    job_point jp = {p->strategy, 0, 0, p->micro_batch, p->ac};
+    topology_group_sizes(p->ranks, &t, &jp.S, &jp.R);
+    job_plan plan;
+    job_plan_build(&plan, cfg, &jp, act, ops, 0, 0);
+    size_t total = plan.plan.total;
+    job_plan_free(&plan);
+    return total;
 }
 
 /* The verdict against cap bytes per rank (what the device holds, named by `device`), and
@@ -62,9 +53,10 @@ static size_t point_bytes(const job_config *cfg, const topology_options *topt, s
  * smaller micro-batch (the global batch kept, more accumulation), FULL_SHARD, more ranks
  * (the global batch kept where it divides). */
 static void verdict(const job_config *cfg, const topology_options *topt, shlm_dtype act,
-                    const fsdp_options *opt, const shlm_ops *ops, const plan_point *now, int global, double cap, const char *device) {
+                    const shlm_ops *ops, const plan_point *now, int global, double cap,
+                    const char *device) {
     const double gib = 1073741824.0;
-    size_t need = point_bytes(cfg, topt, act, opt, ops, now);
+    size_t need = point_bytes(cfg, topt, act, ops, now);
     if (need <= cap) {
         printf("verdict: fits %s: %.2f of %.2f GiB per rank, %.2f GiB to spare%s\n", device,
                need / gib, cap / gib, (cap - need) / gib,
@@ -76,13 +68,13 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
            device, need / gib, (need - cap) / gib, cap / gib);
     int any = 0;
     /* from the most kept to the least: the first that fits recomputes the least */
-    static const llama_ac lighter[] = {LLAMA_AC_NONE, LLAMA_AC_SELECTIVE, LLAMA_AC_FULL};
+    static const model_ac lighter[] = {MODEL_AC_NONE, MODEL_AC_SELECTIVE, MODEL_AC_FULL};
     static const char *const ac_names[] = {"none", "selective", "full"};
-    int at = now->ac == LLAMA_AC_FULL ? 2 : now->ac == LLAMA_AC_SELECTIVE ? 1 : 0;
+    int at = now->ac == MODEL_AC_FULL ? 2 : now->ac == MODEL_AC_SELECTIVE ? 1 : 0;
     for (int k = at + 1; k < 3; k++) {
         plan_point p = *now;
         p.ac = lighter[k];
-        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        size_t b = point_bytes(cfg, topt, act, ops, &p);
         if (b <= cap) {
             printf("  would fit with --set fsdp.activation_checkpointing=%s: %.2f GiB\n",
                    ac_names[k], b / gib);
@@ -93,7 +85,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     for (int mb = now->micro_batch / 2; mb >= 1; mb /= 2) {
         plan_point p = *now;
         p.micro_batch = mb;
-        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        size_t b = point_bytes(cfg, topt, act, ops, &p);
         if (b <= cap && global % (mb * now->ranks) == 0) {
             printf("  would fit with --set train.micro_batch=%d: %.2f GiB (%d micro-batches per "
                    "step)\n", mb, b / gib, global / (mb * now->ranks));
@@ -104,7 +96,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     if (now->strategy != FSDP_FULL_SHARD && topt->shard_group_size == 0) {
         plan_point p = *now;
         p.strategy = FSDP_FULL_SHARD;
-        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        size_t b = point_bytes(cfg, topt, act, ops, &p);
         if (b <= cap) {
             printf("  would fit with --set fsdp.strategy=FULL_SHARD: %.2f GiB\n", b / gib);
             any = 1;
@@ -115,7 +107,7 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
         for (int k = 1; k <= 16; k++) {
             plan_point p = *now;
             p.ranks = now->ranks << k;
-            size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+            size_t b = point_bytes(cfg, topt, act, ops, &p);
             if (b <= cap) {
                 printf("  would fit with --ranks %d: %.2f GiB%s\n", p.ranks, b / gib,
                        global % (now->micro_batch * p.ranks)
@@ -127,11 +119,11 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
         }
     }
     if (!any) { /* all of them together, on as many ranks as that takes */
-        plan_point p = {now->ranks, 1, FSDP_FULL_SHARD, LLAMA_AC_FULL};
-        size_t b = point_bytes(cfg, topt, act, opt, ops, &p);
+        plan_point p = {now->ranks, 1, FSDP_FULL_SHARD, MODEL_AC_FULL};
+        size_t b = point_bytes(cfg, topt, act, ops, &p);
         for (int k = 0; k <= 16 && b > cap; k++) {
             p.ranks = now->ranks << k;
-            b = point_bytes(cfg, topt, act, opt, ops, &p);
+            b = point_bytes(cfg, topt, act, ops, &p);
         }
         if (b <= cap)
             printf("  no single change fits; together: --ranks %d --set fsdp.strategy=FULL_SHARD "
@@ -236,7 +228,7 @@ int cmd_plan(int argc, char **argv) {
         goto done;
     }
     int S, R;
-    group_sizes(ranks, &topt, &S, &R);
+    topology_group_sizes(ranks, &topt, &S, &R);
     int per_step = cfg.micro_batch * ranks;
     int global = cfg.global_batch > 0 ? cfg.global_batch : per_step;
     if (global % per_step != 0) {
@@ -246,14 +238,14 @@ int cmd_plan(int argc, char **argv) {
     }
     int accum = global / per_step;
     shlm_dtype act = strcmp(backend, "cuda") == 0 ? SHLM_BF16 : SHLM_F32;
-    fsdp_options opt = {.param_dtype = cfg.param_dtype, .reduce_dtype = cfg.reduce_dtype};
-    llama_ac ac = cfg.activation_checkpointing;
-    fsdp_plan_bytes pb;
-    fsdp_plan(&cfg.model, act, topt.strategy, S, R, &opt, &pb);
-    size_t acts = llama_activation_bytes_for(&cfg.model, act, cfg.micro_batch, cfg.seq_len, ac);
+    /* the ops' scratch depends on the device (its SM count): counted where one is visible */
+    const shlm_ops *ops = shlm_ops_find(backend);
+    if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
+    const job_point pt = job_point_of(&cfg, topt.strategy, S, R);
+    job_plan jp;
+    job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0);
+    const shard_plan *pl = &jp.plan;
     long long P = llama_param_count(&cfg.model);
-    size_t state = pb.master + pb.grad + pb.moments;
-    size_t total = state + pb.gathered + pb.grad_buffers + acts;
 
     printf("# shardlm plan: %s on %d ranks, %s, shard group %d x replica group %d%s\n", cfg.path,
            ranks, strategy_name(topt.strategy), S, R,
@@ -266,33 +258,29 @@ int cmd_plan(int argc, char **argv) {
            "activation checkpointing %s\n", cfg.micro_batch, cfg.seq_len, accum, global,
            job_choice_name("fsdp.activation_checkpointing", (int)cfg.activation_checkpointing));
     printf("per rank memory (bytes)\n");
-    row("master_bytes", pb.master, "fp32 master weights (shard)");
-    row("grad_bytes", pb.grad, "fp32 gradient (shard)");
-    row("moments_bytes", pb.moments, "AdamW exp_avg + exp_avg_sq (shard)");
-    row("sharded_state_bytes", state, "");
+    static const char *const what_row[PLAN_N_CATEGORIES] = {
+        "fp32 master weights (shard)", "fp32 gradient (shard)",
+        "AdamW exp_avg + exp_avg_sq (shard)", "gathered parameter buffers",
+        "full-unit gradient buffers for reduce-scatter", "activations and their gradients",
+        "the ops' scratch and the matmul library's workspace"};
+    for (int k = PLAN_MASTER; k <= PLAN_MOMENTS; k++)
+        row(plan_category_names[k], pl->bytes[k], what_row[k]);
+    row("sharded_state_bytes", pl->state, "");
     printf("  %-24s %16.0f  %10.3f GiB  16 P / S with P = %lld, S = %d\n", "16P/S",
            16.0 * (double)P / S, 16.0 * (double)P / S / 1073741824.0, P, S);
-    row("gathered_bytes", pb.gathered, "gathered parameter buffers");
-    row("grad_buffer_bytes", pb.grad_buffers, "full-unit gradient buffers for reduce-scatter");
-    row("activation_bytes", acts, "activations and their gradients");
-    row("total_bytes", total, "");
+    for (int k = PLAN_GATHERED; k <= PLAN_ACTIVATIONS; k++)
+        row(plan_category_names[k], pl->bytes[k], what_row[k]);
+    row(plan_category_names[PLAN_OP_SCRATCH], pl->bytes[PLAN_OP_SCRATCH],
+        ops && ops->scratch_bytes ? what_row[PLAN_OP_SCRATCH]
+        : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
+                                      : "not counted: no GPU visible to size it");
+    row("total_bytes", pl->total, "every row above: what train's fit check compares");
     printf("per optimizer step, bytes each rank sends\n");
-    row("shard_group_bytes", pb.shard_wire_per_micro * (size_t)accum,
+    row("shard_group_bytes", pl->shard_wire_per_micro * (size_t)accum,
         "all-gather + reduce-scatter in the shard group");
-    row("replica_group_bytes", pb.replica_wire_per_step, "all-reduce of gradient shards");
+    row("replica_group_bytes", pl->replica_wire_per_step, "all-reduce of gradient shards");
+    job_plan_free(&jp);
 
-    /* the verdict: against the fit check's sum; the ops' scratch depends on the device
-     * (its SM count): counted where one is visible */
-    const shlm_ops *ops = shlm_ops_find(backend);
-    if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
-    fit_bytes fb;
-    fit_bytes_for(&cfg.model, act, topt.strategy, S, R, &opt, cfg.micro_batch, cfg.seq_len, ac,
-                  ops, &fb);
-    printf("fit check (what train compares with the device's free memory)\n");
-    row("op_scratch_bytes", fb.scratch, ops && ops->scratch_bytes ? "the ops' own scratch"
-                                        : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
-                                        : "not counted: no GPU visible to size it");
-    row("fit_bytes", fb.total, "total_bytes + op scratch");
     char what[200] = "";
     double cap = 0;
     shlm_device_info di;
@@ -320,8 +308,8 @@ int cmd_plan(int argc, char **argv) {
         }
     }
     if (cap > 0) {
-        plan_point now = {ranks, cfg.micro_batch, topt.strategy, ac};
-        verdict(&cfg, &topt, act, &opt, ops, &now, global, cap, what);
+        plan_point now = {ranks, cfg.micro_batch, topt.strategy, pt.ac};
+        verdict(&cfg, &topt, act, ops, &now, global, cap, what);
     } else {
         printf("verdict: no device to compare with (no GPU visible): give --device NAME or "
                "--device-gib G\n");

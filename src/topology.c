@@ -112,6 +112,15 @@ static void number_nodes(topology *t, int *min_size, int *max_size) {
     free(all);
 }
 
+void topology_group_sizes(int world_size, const topology_options *opt, int *S, int *R) {
+    const int node = opt->ranks_per_node > 0 ? opt->ranks_per_node : world_size;
+    *S = opt->shard_group_size > 0            ? opt->shard_group_size
+         : opt->strategy == FSDP_NO_SHARD     ? 1
+         : opt->strategy == FSDP_HYBRID_SHARD ? node
+                                              : world_size;
+    *R = world_size / *S;
+}
+
 int topology_create(topology *t, MPI_Comm world, const topology_options *opt, char *err,
                     size_t errlen) {
     *t = (topology){.strategy = opt->strategy,

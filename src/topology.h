@@ -69,6 +69,11 @@ typedef struct topology {
  * numbers (e.g. "world size 6 is not divisible by ranks_per_node=4"). */
 int topology_check(int world_size, const topology_options *opt, char *err, size_t errlen);
 
+/* The shard and replica group sizes topology_create makes on world_size ranks when every
+ * node holds ranks_per_node ranks (opt->ranks_per_node, or the whole world when 0): for
+ * planning a job without running it (opt passes topology_check). */
+void topology_group_sizes(int world_size, const topology_options *opt, int *S, int *R);
+
 /* Collective over world. Fills *t, or returns -1 with one line in err (the same on every
  * rank, so all ranks fail together) and leaves no communicator behind. */
 int topology_create(topology *t, MPI_Comm world, const topology_options *opt, char *err,

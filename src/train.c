@@ -13,7 +13,6 @@
 #include "kernels/comm_watchdog.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
-#include "src/fit.h"
 #include "src/metrics.h"
 #include "src/optim.h"
 #include "src/sample.h"
@@ -73,6 +72,44 @@ static int open_data(run *r, char *err, size_t errlen, int need_train) {
         r->have_val = 1;
     }
     return 0;
+}
+
+/* The plan check at set-up: what each rank allocated per category against the plan
+ * (`shardlm plan` prints the same plan), in one line of rank 0's figures and a verdict
+ * over every rank. */
+static void plan_check_setup(const run *r, const size_t measured[PLAN_N_CATEGORIES]) {
+    const shard_plan *pl = &r->plan.plan;
+    int bad = fit_check_allocated(pl, measured, r->rank);
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (r->rank != 0) return;
+    printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
+           "activation_bytes=%zu\n", measured[PLAN_MASTER] + measured[PLAN_GRAD] + measured[PLAN_MOMENTS],
+           measured[PLAN_GATHERED] + measured[PLAN_GRAD_BUFFERS], measured[PLAN_ACTIVATIONS]);
+    printf("memory per rank by category (allocated):");
+    for (int k = 0; k <= PLAN_ACTIVATIONS; k++) printf(" %s=%zu", plan_category_names[k], measured[k]);
+    printf("\nplan check: %s (%s)\n", bad ? "allocated differs from the plan" : "allocated == plan",
+           r->ops->allocated_bytes ? "the backend's count" : "bytes requested");
+}
+
+/* The plan check after training: nothing was allocated through the ops after set-up (the
+ * cpu backend's count), and on a device the memory in use grew by the plan's total
+ * (cudaMemGetInfo's drop: the arena, the op scratch and the library workspace). */
+static void plan_check_end(const run *r, size_t device_peak) {
+    const shard_plan *pl = &r->plan.plan;
+    if (r->ops->allocated_bytes) {
+        long long grew = (long long)r->ops->allocated_bytes() - (long long)r->allocated_at_setup;
+        long long most = grew;
+        MPI_CHECK(MPI_Allreduce(&grew, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD));
+        if (r->rank == 0)
+            printf("plan check after the steps: %lld bytes allocated after set-up (most of any "
+                   "rank)\n", most);
+    }
+    if (r->ops->mem_info && device_peak > r->device_base && r->rank == 0) {
+        const double drop = (double)(device_peak - r->device_base);
+        printf("plan check on the device: plan %zu bytes (arena %zu, op scratch %zu), memory in "
+               "use grew by %.0f bytes: %+.3f%%\n", pl->total, pl->arena,
+               pl->bytes[PLAN_OP_SCRATCH], drop, 100.0 * (drop - (double)pl->total) / (double)pl->total);
+    }
 }
 
 int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
@@ -189,58 +226,53 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     startup_mark(STARTUP_DEVICE);
     r->comm->set_delay_us(NULL, c->comm_delay_us);
     /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
-    fsdp_options opt = {
-        .param_dtype = c->param_dtype,
-        .reduce_dtype = c->reduce_dtype,
-        .prefetch = c->prefetch,
-        .trace = c->trace,
-        .forward_only = !need_train,
-        .defer_init = 1};
-    llama_ac ac = c->activation_checkpointing;
-    /* eval and generate run forward passes only: no block keeps activations for a backward
-     * (full's buffers: one block's scratch, the residual streams) */
-    if (!need_train) ac = LLAMA_AC_FULL;
+    fsdp_options opt = {.prefetch = c->prefetch, .trace = c->trace, .defer_init = 1};
+    /* the plan: what the engine, the model and the ops will allocate, built once */
+    const job_point pt = job_point_of(c, r->topo.strategy, r->topo.shard_size,
+                                      r->topo.replica_size);
+    const int registered = r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled();
+    job_plan_build(&r->plan, c, &pt, r->ops->act_dtype, r->ops, !need_train, registered);
+    r->have_plan = 1;
+    const shard_plan *pl = &r->plan.plan;
     /* on a device, refuse before allocating anything if the plan does not fit */
-    size_t used = 0, total = 0, arena_bytes = 0, scratch_bytes = 0;
+    size_t used = 0, total = 0;
     ok = 1;
+    r->device_base = 0;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
-        fit_bytes fb; /* the sum `shardlm plan` gives its verdict on */
-        fit_bytes_for(&c->model, r->ops->act_dtype, r->topo.strategy, r->topo.shard_size,
-                      r->topo.replica_size, &opt, c->micro_batch, c->seq_len, ac, r->ops, &fb);
-        /* the ops' scratch (attention's backward) is allocated before step 1 too, beside
-         * the arena; buffers the comm backend registers itself (copy-engine all-gathers)
-         * are not carved from the arena */
-        scratch_bytes = fb.scratch;
-        arena_bytes = fb.state + fb.buffers + fb.acts + ((size_t)8 << 20);
-        if (r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled() &&
-            r->topo.shard_size > 1)
-            arena_bytes -= fb.pb.gathered;
-        if (fb.total > total - used) {
+        r->device_base = used;
+        if (pl->total > total - used) {
             snprintf(err, sizeof err,
                      "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
                      "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
                      "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
                      "(shardlm plan %.200s --ranks %d says which fits)",
-                     c->path, fb.total / 1073741824.0, r->ops->name, fb.state / 1073741824.0,
-                     fb.buffers / 1073741824.0, fb.acts / 1073741824.0,
-                     fb.scratch / 1073741824.0, (total - used) / 1073741824.0,
+                     c->path, pl->total / 1073741824.0, r->ops->name, pl->state / 1073741824.0,
+                     pl->buffers / 1073741824.0, pl->bytes[PLAN_ACTIVATIONS] / 1073741824.0,
+                     pl->bytes[PLAN_OP_SCRATCH] / 1073741824.0, (total - used) / 1073741824.0,
                      total / 1073741824.0, c->path, r->world);
             ok = 0;
         }
     }
     if (any_rank_failed(ok, err)) return -1;
-    /* one device arena for everything the plan counts (+ per-buffer alignment slack) */
-    if (r->ops->reserve && arena_bytes > 0) r->ops->reserve(arena_bytes);
-    if (r->ops->scratch_reserve && scratch_bytes > 0) r->ops->scratch_reserve(scratch_bytes);
+    /* one device arena for everything the plan allocates through the ops; the ops' scratch
+     * (attention's backward, the matmul library's workspace) is allocated before step 1
+     * too, beside the arena */
+    if (r->ops->reserve && pl->arena > 0) r->ops->reserve(pl->arena);
+    if (r->ops->scratch_reserve && pl->bytes[PLAN_OP_SCRATCH] > 0)
+        r->ops->scratch_reserve(pl->bytes[PLAN_OP_SCRATCH]);
     startup_mark(STARTUP_ALLOC);
-    r->engine = fsdp_create(&c->model, r->ops, r->comm, &r->topo, &opt, c->seed);
-    r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, ac,
+    size_t measured[PLAN_N_CATEGORIES] = {0};
+    r->engine = fsdp_create(&r->plan.md, pl, r->ops, r->comm, &r->topo, &opt, c->seed);
+    fsdp_measured_bytes(r->engine, measured);
+    const size_t before_model = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
+    r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, pl->p.ac,
                                fsdp_param_source(r->engine));
+    measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
+                                     ? r->ops->allocated_bytes() - before_model
+                                     : llama_activation_bytes(r->model);
     startup_mark(STARTUP_ALLOC);
-    if (r->rank == 0)
-        printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
-               "activation_bytes=%zu\n", fsdp_state_bytes(r->engine),
-               fsdp_buffer_bytes(r->engine), llama_activation_bytes(r->model));
+    r->allocated_at_setup = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
+    plan_check_setup(r, measured);
     return 0;
 }
 
@@ -262,6 +294,7 @@ void run_teardown(run *r) {
     tokenizer_free(r->tok);
     llama_destroy(r->model);
     fsdp_destroy(r->engine);
+    if (r->have_plan) job_plan_free(&r->plan);
     topology_free(&r->topo);
     token_file_close(&r->train_tf);
     if (r->have_val) token_file_close(&r->val_tf);
@@ -802,6 +835,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
+    plan_check_end(r, device_peak);
     free(in);
     free(tg);
     free(ds);

@@ -9,6 +9,7 @@
 #include "kernels/ops.h"
 #include "src/config.h"
 #include "src/data_loader.h"
+#include "src/fit.h"
 #include "src/fsdp.h"
 #include "src/hf_files.h"
 #include "src/llama.h"
@@ -24,8 +25,12 @@ typedef struct run {
     topology topo;
     token_file train_tf, val_tf;
     int have_val;
+    job_plan plan;            /* what the engine, the model and the ops allocate */
+    int have_plan;
     fsdp_engine *engine;
     llama_model *model;
+    size_t allocated_at_setup;/* ops->allocated_bytes() after set-up (backends that count) */
+    size_t device_base;       /* device memory in use before the arena (mem_info) */
     tokenizer *tok;           /* data.tokenizer (every rank opens it) */
     hf_files hf;              /* training: the model's and tokenizer's Hugging Face files,
                                * kept in every checkpoint for export */

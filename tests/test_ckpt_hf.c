@@ -114,8 +114,13 @@ static void cmd_import(const char *hf, const char *ckdir) {
     topology topo;
     topology_options topt = {.strategy = FSDP_FULL_SHARD};
     CHECK(topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) == 0, "%s", err);
-    fsdp_options opt = {.param_dtype = SHLM_F32, .reduce_dtype = SHLM_F32, .prefetch = 1};
-    fsdp_engine *e = fsdp_create(&cfg, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
+    model md;
+    model_open(&md, &llama_family, &cfg);
+    shard_plan plan;
+    shard_plan_build(&plan, &md, &(plan_params){.strategy = topo.strategy, .S = topo.shard_size,
+                                                .R = topo.replica_size, .B = B, .T = T});
+    fsdp_options opt = {.prefetch = 1};
+    fsdp_engine *e = fsdp_create(&md, &plan, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
     int rc = checkpoint_import_hf(e, &topo, &cfg, hf, err, sizeof err);
     CHECK(rc == 0, "import: %s", err);
     llama_model *m = llama_create(&cfg, &shlm_ops_cpu, B, T, fsdp_param_source(e));
@@ -150,6 +155,8 @@ static void cmd_import(const char *hf, const char *ckdir) {
     free(logits);
     llama_destroy(m);
     fsdp_destroy(e);
+    shard_plan_free(&plan);
+    model_close(&md);
     topology_free(&topo);
 }
 

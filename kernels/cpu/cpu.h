@@ -22,6 +22,7 @@ float shlm_bf16_to_f32(uint16_t b);
 int shlm_cpu_available(void);
 void *shlm_cpu_alloc(size_t bytes); /* zeroed, 64-byte aligned */
 void shlm_cpu_free(void *p);
+size_t shlm_cpu_allocated_bytes(void); /* live bytes of shlm_cpu_alloc, as requested */
 void shlm_cpu_zero(void *p, size_t bytes);
 void shlm_cpu_copy(void *dst, const void *src, size_t bytes);
 void shlm_cpu_to_device(void *dst, const void *host_src, size_t bytes);

@@ -1,5 +1,6 @@
 /* cpu backend memory: host allocations (zeroed, 64-byte aligned so that rows vectorise
- * and no two threads' hot data share a cache line at the start of a buffer), copies. */
+ * and no two threads' hot data share a cache line at the start of a buffer, counted for
+ * the plan check), copies. */
 #include "kernels/cpu/cpu.h"
 
 #include <stdlib.h>
@@ -11,20 +12,37 @@ enum { SHLM_CPU_ALIGN = 64 };
 
 int shlm_cpu_available(void) { return 1; }
 
+/* Live bytes handed out, as requested: allocations happen at set-up, from one thread.
+ * Each buffer carries its requested size in a header line before it, so free can count
+ * it back. */
+static size_t allocated;
+
+size_t shlm_cpu_allocated_bytes(void) { return allocated; }
+
 void *shlm_cpu_alloc(size_t bytes) {
     /* round up to whole lines (and ask for at least one) so that a 0-byte request still
      * returns a unique pointer that free() accepts, as on every other path */
     size_t rounded = (bytes + SHLM_CPU_ALIGN - 1) / SHLM_CPU_ALIGN * SHLM_CPU_ALIGN;
-    if (rounded < bytes) SHLM_FATAL("host allocation of %zu bytes overflows", bytes);
+    if (rounded < bytes || rounded + SHLM_CPU_ALIGN < rounded)
+        SHLM_FATAL("host allocation of %zu bytes overflows", bytes);
     if (rounded == 0) rounded = SHLM_CPU_ALIGN;
-    void *p = NULL;
-    if (posix_memalign(&p, SHLM_CPU_ALIGN, rounded) != 0 || p == NULL)
+    char *p = NULL;
+    if (posix_memalign((void **)&p, SHLM_CPU_ALIGN, rounded + SHLM_CPU_ALIGN) != 0 || p == NULL)
         SHLM_FATAL("out of host memory allocating %zu bytes", bytes);
-    memset(p, 0, rounded);
-    return p;
+    memcpy(p, &bytes, sizeof bytes);
+    allocated += bytes;
+    memset(p + SHLM_CPU_ALIGN, 0, rounded);
+    return p + SHLM_CPU_ALIGN;
 }
 
-void shlm_cpu_free(void *p) { free(p); }
+void shlm_cpu_free(void *p) {
+    if (!p) return;
+    char *base = (char *)p - SHLM_CPU_ALIGN;
+    size_t bytes;
+    memcpy(&bytes, base, sizeof bytes);
+    allocated -= bytes;
+    free(base);
+}
 
 void shlm_cpu_zero(void *p, size_t bytes) {
     if (bytes) memset(p, 0, bytes);

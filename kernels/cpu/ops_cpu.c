@@ -23,6 +23,7 @@ const shlm_ops shlm_ops_cpu = {
 
     .alloc = shlm_cpu_alloc,
     .free = shlm_cpu_free,
+    .allocated_bytes = shlm_cpu_allocated_bytes,
     .zero = shlm_cpu_zero,
     .copy = shlm_cpu_copy,
     .to_device = shlm_cpu_to_device,

@@ -33,6 +33,8 @@ int shlm_cuda_device_info(shlm_device_info *out);
 int shlm_cuda_device_check(char *why, size_t whylen);
 /* ops.h init: cuda.attention */
 void shlm_cuda_init(const shlm_ops_options *o);
+/* device allocations are carved from the arena in multiples of this many bytes */
+enum { SHLM_CUDA_ALLOC_ALIGN = 256 };
 void *shlm_cuda_alloc(size_t bytes);
 /* one device allocation that later allocs are carved from (see ops.h reserve) */
 int shlm_cuda_reserve(size_t bytes); /* zeroed, 256-byte aligned, ready on every stream */

@@ -176,7 +176,7 @@ extern "C" int shlm_cuda_mem_info(size_t *used, size_t *total) {
  * cannot grow. Frees inside it are no-ops (buffers live until the process ends). */
 static char *g_arena;
 static size_t g_arena_size, g_arena_used;
-enum { ARENA_ALIGN = 256 };
+enum { ARENA_ALIGN = SHLM_CUDA_ALLOC_ALIGN };
 
 extern "C" int shlm_cuda_reserve(size_t bytes) {
     if (g_arena) SHLM_FATAL("cuda: the device arena is reserved already (%zu bytes)", g_arena_size);

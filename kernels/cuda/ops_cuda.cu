@@ -31,6 +31,7 @@ extern "C" const shlm_ops shlm_ops_cuda = {
 
     .alloc = shlm_cuda_alloc,
     .free = shlm_cuda_free,
+    .alloc_align = SHLM_CUDA_ALLOC_ALIGN,
     .zero = shlm_cuda_zero,
     .copy = shlm_cuda_copy,
     .to_device = shlm_cuda_to_device,

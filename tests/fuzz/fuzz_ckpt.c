@@ -69,8 +69,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     char err[1536] = "";
     topology_options topt = {.strategy = FSDP_FULL_SHARD};
     if (topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) != 0) die("topology", err);
-    fsdp_options opt = {.param_dtype = SHLM_F32, .reduce_dtype = SHLM_F32, .prefetch = 1};
-    engine = fsdp_create(&shape, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
+    /* the model and its plan live as long as the engine: the whole fuzzing run */
+    static model md;
+    static shard_plan plan;
+    model_open(&md, &llama_family, &shape);
+    shard_plan_build(&plan, &md, &(plan_params){.strategy = topo.strategy, .S = topo.shard_size,
+                                                .R = topo.replica_size, .B = 1, .T = 8});
+    fsdp_options opt = {.prefetch = 1};
+    engine = fsdp_create(&md, &plan, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
     /* the template's job: a real job file through the real loader, so every value the save
      * records is one a load accepts */
     char job_path[600];

@@ -6,6 +6,8 @@
 #                        strategy, accumulation, bitwise repeat, exact resume
 #   doc_mask.sh          data.doc_mask through the model: packed documents' eval loss on
 #                        cuda (both attention kernels) against the cpu backend, masks on/off
+#   plan_memory.sh       one GPU's memory in use grows by the shard plan's total within 1%
+#                        (op scratch and library workspace included)
 #   attn_sm90_check      the attention forward: Hopper default against the mma.sync
 #                        fallback and float64
 #   attn_bwd_sm90_check  the attention backward: default and fallback bitwise equal,
@@ -33,6 +35,7 @@ run() { # NAME COMMAND...
 run test_ops "$B/tests/test_ops" --backend cuda
 run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
 run doc_mask sh "$SHLM_SRCDIR/tests/gpu/doc_mask.sh"
+run plan_memory sh "$SHLM_SRCDIR/tests/gpu/plan_memory.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time
 run attn_bwd_sm90_check "$B/tests/gpu/attn_bwd_sm90_check" --no-time
 run hung_rank sh "$SHLM_SRCDIR/tests/gpu/hung_rank.sh"
