@@ -100,7 +100,8 @@ typedef struct sim_compute {
  * data would fault), so nothing big is ever backed by memory. */
 void sim_ops_setup(const sim_compute *c, shlm_dtype act_dtype);
 extern shlm_ops shlm_ops_sim;
-/* Bytes currently allocated through shlm_ops_sim, and the most at once. */
+/* Bytes currently allocated through shlm_ops_sim, and the most at once since the last
+ * sim_ops_setup. */
 size_t sim_ops_allocated(void);
 size_t sim_ops_peak(void);
 /* The distinct shapes called while record was on. */

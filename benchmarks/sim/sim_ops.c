@@ -191,6 +191,7 @@ shlm_ops shlm_ops_sim = {
 
 void sim_ops_setup(const sim_compute *c, shlm_dtype act_dtype) {
     cfg = *c;
+    peak = allocated; /* what an earlier simulated run left allocated (nothing, after its teardown) */
     if (cfg.slowdown <= 0) cfg.slowdown = 1;
     if (cfg.mem_slowdown <= 0) cfg.mem_slowdown = 1;
     shlm_ops_sim.act_dtype = act_dtype;
