@@ -90,11 +90,12 @@ static void run_step(fsdp_engine *e, llama_model *md, const job *j, int accum, i
     for (int m = 0; m < accum; m++) {
         int valid = 0;
         if (m == accum - 1) fsdp_last_micro_batch(e);
-        llama_forward_backward(md, tok, tok, j->micro, j->seq, 1.0f / (float)accum, &valid);
+        /* causal attention (no doc_mask): its cost is the table's causal rows' */
+        llama_forward_backward(md, tok, tok, NULL, j->micro, j->seq, 1.0f, &valid);
     }
     fsdp_finish_grads(e);
     if (S > 1) sim_comm_blocking(SHLM_COMM_ALL_REDUCE, 8, shard_g);
-    sim_comm_blocking(SHLM_COMM_ALL_REDUCE, 24, world);
+    sim_comm_blocking(SHLM_COMM_ALL_REDUCE, 32, world); /* the step's four sums */
     fsdp_optimizer_step(e, 1e-4f, 1.0f, &hp, step);
     sim_comm_drain();
 }

@@ -1,6 +1,7 @@
-/* Token data files (see tokens.h for the layout): open with full validation, windows read
- * with pread and checked against the file as opened, and writes through a temporary name
- * so a crash never leaves a half-written file under OUT. */
+/* Token data files (see tokens.h for the layout): open with full validation, windows and
+ * their loss-mask and document-start bits read with pread and checked against the file as
+ * opened, and writes through a temporary name so a crash never leaves a half-written file
+ * under OUT. */
 #include "io/tokens.h"
 
 #include <errno.h>
@@ -58,32 +59,49 @@ static int pread_full(int fd, void *buf, size_t n, uint64_t off) {
     return 0;
 }
 
+/* Where the ids start and the bit groups start, and the file's size, for n tokens. */
+static uint64_t ids_bytes_v2(uint64_t n, int width) {
+    return ((uint64_t)n * (uint64_t)width + 7) / 8 * 8;
+}
+static uint64_t groups_of(uint64_t n) { return (n + TOKENS_GROUP - 1) / TOKENS_GROUP; }
+
+/* The message for a failed pread at token or group `at`. */
+static void read_failed(const token_file *tf, const char *what, uint64_t at, int after_open,
+                        char *err, size_t errlen) {
+    if (errno == 0)
+        set_err(err, errlen, "%s: end of file reading the %s of token %llu of %llu: the file "
+                "was truncated%s", tf->path, what, (unsigned long long)at,
+                (unsigned long long)tf->count, after_open ? " after it was opened" : "");
+    else
+        set_err(err, errlen, "%s: cannot read the %s of token %llu: %s%s", tf->path, what,
+                (unsigned long long)at, strerror(errno),
+                after_open ? " (the file changed after it was opened)" : "");
+}
+
+static int range_ok(const token_file *tf, uint64_t first, size_t n, char *err, size_t errlen) {
+    if (first > tf->count || n > tf->count - first) {
+        set_err(err, errlen, "%s: tokens %llu..%llu asked for, the file holds %llu", tf->path,
+                (unsigned long long)first, (unsigned long long)(first + n),
+                (unsigned long long)tf->count);
+        return 0;
+    }
+    return 1;
+}
+
 /* Tokens [first, first + n) into out; `after_open` says whether a failure means the file
  * changed under us (a run) or is simply bad (the validation pass of open). */
 static int read_tokens(const token_file *tf, uint64_t first, size_t n, int32_t *out,
                        int after_open, char *err, size_t errlen) {
     const char *changed = after_open ? " (the file changed after it was opened)" : "";
-    if (first > tf->count || n > tf->count - first) {
-        set_err(err, errlen, "%s: tokens %llu..%llu asked for, the file holds %llu", tf->path,
-                (unsigned long long)first, (unsigned long long)(first + n),
-                (unsigned long long)tf->count);
-        return -1;
-    }
+    if (!range_ok(tf, first, n, err, errlen)) return -1;
     if (tf->tokens) {
         memcpy(out, tf->tokens + first, n * sizeof *out);
         return 0;
     }
     const size_t w = (size_t)tf->width;
     unsigned char *raw = (unsigned char *)out; /* the bytes land in out, decoded in place */
-    if (pread_full(tf->fd, raw, n * w, TOKENS_HEADER_BYTES + first * w) != 0) {
-        if (errno == 0)
-            set_err(err, errlen, "%s: end of file at token %llu of %llu: the file was "
-                    "truncated%s", tf->path, (unsigned long long)first,
-                    (unsigned long long)tf->count, after_open ? " after it was opened" : "");
-        else
-            set_err(err, errlen, "%s: cannot read tokens %llu..%llu: %s%s", tf->path,
-                    (unsigned long long)first, (unsigned long long)(first + n),
-                    strerror(errno), changed);
+    if (pread_full(tf->fd, raw, n * w, tf->ids_offset + first * w) != 0) {
+        read_failed(tf, "id", first, after_open, err, errlen);
         return -1;
     }
     /* widen from the last token down: token i's bytes [w·i, w·i + w) are read before
@@ -104,6 +122,81 @@ static int read_tokens(const token_file *tf, uint64_t first, size_t n, int32_t *
 int token_file_read(const token_file *tf, uint64_t first, size_t n, int32_t *out, char *err,
                     size_t errlen) {
     return read_tokens(tf, first, n, out, 1, err, errlen);
+}
+
+/* Bit groups [g0, g0 + ng) of a version-2 file into words (2·ng: mask, doc, mask, ...). */
+static int read_groups(const token_file *tf, uint64_t g0, size_t ng, uint64_t *words,
+                       int after_open, char *err, size_t errlen) {
+    unsigned char *raw = (unsigned char *)words;
+    if (pread_full(tf->fd, raw, ng * 16, tf->flags_offset + g0 * 16) != 0) {
+        read_failed(tf, "loss-mask and document-start bits", g0 * TOKENS_GROUP, after_open,
+                    err, errlen);
+        return -1;
+    }
+    for (size_t i = 0; i < 2 * ng; i++) words[i] = get_u64(raw + 8 * i); /* in place, LE */
+    return 0;
+}
+
+/* Words of the range's bits from in-memory flags, or version 1's. */
+static void bits_of_flags(const token_file *tf, uint64_t first, size_t n, uint64_t *trained,
+                          uint64_t *doc) {
+    for (size_t k = 0; k < (n + 63) / 64; k++) trained[k] = doc[k] = 0;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t t = first + i;
+        const uint8_t f = tf->flags ? tf->flags[t]
+                                    : (uint8_t)(TOKEN_TRAINED | (t == 0) * TOKEN_DOC_START);
+        trained[i / 64] |= (uint64_t)(f & TOKEN_TRAINED) << (i % 64);
+        doc[i / 64] |= (uint64_t)((f & TOKEN_DOC_START) >> 1) << (i % 64);
+    }
+}
+
+int token_file_read_bits(const token_file *tf, uint64_t first, size_t n, uint64_t *trained,
+                         uint64_t *doc, char *err, size_t errlen) {
+    if (!range_ok(tf, first, n, err, errlen)) return -1;
+    if (tf->tokens || tf->version == 1) {
+        bits_of_flags(tf, first, n, trained, doc);
+        return 0;
+    }
+    /* the groups covering the range, a piece of at most CHUNK at a time, each output word
+     * made of two group words shifted by the range's offset in its first group */
+    enum { CHUNK = 128 };
+    uint64_t words[2 * (CHUNK + 1)];
+    const unsigned shift = (unsigned)(first % TOKENS_GROUP);
+    const size_t n_out = (n + 63) / 64;
+    const uint64_t g_end = (first + n - 1) / TOKENS_GROUP + 1;
+    for (size_t k0 = 0; k0 < n_out; k0 += CHUNK) {
+        const uint64_t g0 = first / TOKENS_GROUP + k0;
+        const size_t k_n = n_out - k0 < CHUNK ? n_out - k0 : CHUNK;
+        const size_t ng = g_end - g0 < k_n + 1 ? (size_t)(g_end - g0) : k_n + 1;
+        if (read_groups(tf, g0, ng, words, 1, err, errlen) != 0) return -1;
+        for (size_t k = 0; k < k_n; k++) {
+            for (int which = 0; which < 2; which++) {
+                const uint64_t lo = words[2 * k + which] >> shift;
+                const uint64_t hi =
+                    shift && k + 1 < ng ? words[2 * (k + 1) + which] << (64 - shift) : 0;
+                (which ? doc : trained)[k0 + k] = lo | hi;
+            }
+        }
+    }
+    const unsigned tail = (unsigned)(n % 64);
+    if (tail) trained[n_out - 1] &= ~(~0ull << tail), doc[n_out - 1] &= ~(~0ull << tail);
+    return 0;
+}
+
+int token_file_read_flags(const token_file *tf, uint64_t first, size_t n, uint8_t *out,
+                          char *err, size_t errlen) {
+    if (!range_ok(tf, first, n, err, errlen)) return -1;
+    enum { WORDS = 64 }; /* 4096 tokens a piece */
+    uint64_t trained[WORDS], doc[WORDS];
+    for (size_t done = 0; done < n;) {
+        const size_t k = n - done < 64 * WORDS ? n - done : 64 * WORDS;
+        if (token_file_read_bits(tf, first + done, k, trained, doc, err, errlen) != 0) return -1;
+        for (size_t i = 0; i < k; i++)
+            out[done + i] = (uint8_t)((trained[i / 64] >> (i % 64) & 1) * TOKEN_TRAINED |
+                                      (doc[i / 64] >> (i % 64) & 1) * TOKEN_DOC_START);
+        done += k;
+    }
+    return 0;
 }
 
 static int64_t mtime_ns(const struct stat *sb) {
@@ -138,6 +231,132 @@ int token_file_check(const token_file *tf, char *err, size_t errlen) {
     return 0;
 }
 
+const char *token_file_format_name(uint32_t format) {
+    static const char *const names[TOKEN_FORMAT_N] = {"other", "text", "jsonl-text",
+                                                      "prompt-response", "chat"};
+    return format < TOKEN_FORMAT_N ? names[format] : NULL;
+}
+
+const char *token_file_template_name(uint32_t tmpl) {
+    static const char *const names[TOKEN_TEMPLATE_N] = {"none", "chatml", "llama2"};
+    return tmpl < TOKEN_TEMPLATE_N ? names[tmpl] : NULL;
+}
+
+/* What a pass over the bits finds, to compare with the header. */
+typedef struct bit_counts {
+    uint64_t documents, trained, longest, last_start;
+} bit_counts;
+
+/* Adds group g (its two words) to c; bits past token n-1 must be 0, and token 0 must
+ * start a document. Returns 0, or -1 with err. */
+static int count_group(const token_file *tf, uint64_t g, uint64_t mask, uint64_t doc,
+                       bit_counts *c, char *err, size_t errlen) {
+    const uint64_t n = tf->count, base = g * TOKENS_GROUP;
+    const unsigned live = n - base >= TOKENS_GROUP ? TOKENS_GROUP : (unsigned)(n - base);
+    const uint64_t past = live == TOKENS_GROUP ? 0 : ~0ull << live;
+    if ((mask | doc) & past) {
+        set_err(err, errlen, "%s: bits set past the last token (%llu) in its last bit group "
+                "(damaged file)", tf->path, (unsigned long long)n);
+        return -1;
+    }
+    if (g == 0 && !(doc & 1)) {
+        set_err(err, errlen, "%s: token 0 does not start a document (its document-start bit "
+                "is 0: damaged file)", tf->path);
+        return -1;
+    }
+    c->trained += (uint64_t)__builtin_popcountll(mask);
+    c->documents += (uint64_t)__builtin_popcountll(doc);
+    for (uint64_t d = doc; d; d &= d - 1) {
+        const uint64_t at = base + (uint64_t)__builtin_ctzll(d);
+        if (at > 0 && at - c->last_start > c->longest) c->longest = at - c->last_start;
+        c->last_start = at;
+    }
+    return 0;
+}
+
+/* The version-2 pass over the padding after the ids and every bit group, checked against
+ * the header's counts. */
+static int check_bits(token_file *tf, char *err, size_t errlen) {
+    const uint64_t n = tf->count, pad_at = tf->ids_offset + n * (uint64_t)tf->width;
+    unsigned char pad[8] = {0};
+    const size_t pad_n = (size_t)(tf->flags_offset - pad_at);
+    if (pad_n && pread_full(tf->fd, pad, pad_n, pad_at) != 0) {
+        read_failed(tf, "padding", n, 0, err, errlen);
+        return -1;
+    }
+    for (size_t i = 0; i < pad_n; i++)
+        if (pad[i]) {
+            set_err(err, errlen, "%s: non-zero padding between the ids and the bits (damaged "
+                    "file)", tf->path);
+            return -1;
+        }
+    enum { CHUNK = 1 << 16 };
+    uint64_t *words = malloc(2 * (size_t)CHUNK * sizeof *words);
+    if (!words) {
+        set_err(err, errlen, "%s: out of memory", tf->path);
+        return -1;
+    }
+    bit_counts c = {0};
+    const uint64_t ng = groups_of(n);
+    int rc = 0;
+    for (uint64_t g0 = 0; rc == 0 && g0 < ng; g0 += CHUNK) {
+        const size_t k = ng - g0 < CHUNK ? (size_t)(ng - g0) : CHUNK;
+        rc = read_groups(tf, g0, k, words, 0, err, errlen);
+        for (size_t i = 0; rc == 0 && i < k; i++)
+            rc = count_group(tf, g0 + i, words[2 * i], words[2 * i + 1], &c, err, errlen);
+    }
+    free(words);
+    if (rc != 0) return -1;
+    if (n > 0 && n - c.last_start > c.longest) c.longest = n - c.last_start;
+    const struct {
+        const char *what;
+        uint64_t header, bits;
+    } agree[] = {{"documents", tf->documents, c.documents},
+                 {"trained tokens", tf->trained, c.trained},
+                 {"longest document", tf->longest, c.longest}};
+    for (size_t i = 0; i < sizeof agree / sizeof agree[0]; i++)
+        if (agree[i].header != agree[i].bits) {
+            set_err(err, errlen, "%s: the header says %llu %s, the bits say %llu (damaged "
+                    "file)", tf->path, (unsigned long long)agree[i].header, agree[i].what,
+                    (unsigned long long)agree[i].bits);
+            return -1;
+        }
+    return 0;
+}
+
+/* The version-2 fields of the header: counts, provenance, reserved bytes. */
+static int read_header_v2(token_file *tf, const unsigned char *hdr, char *err, size_t errlen) {
+    tf->documents = get_u64(hdr + 32);
+    tf->trained = get_u64(hdr + 40);
+    tf->longest = get_u64(hdr + 48);
+    tf->meta.truncated = get_u64(hdr + 56);
+    tf->meta.dropped = get_u64(hdr + 64);
+    tf->meta.max_doc_len = get_u64(hdr + 72);
+    tf->meta.format = get_u32(hdr + 80);
+    tf->meta.chat_template = get_u32(hdr + 84);
+    if (get_u32(hdr + 28) != 0 || get_u64(hdr + 88) != 0) {
+        set_err(err, errlen, "%s: reserved header bytes are not zero (a newer or damaged file)",
+                tf->path);
+        return -1;
+    }
+    if (!token_file_format_name(tf->meta.format) ||
+        !token_file_template_name(tf->meta.chat_template)) {
+        set_err(err, errlen, "%s: unknown source format %u or chat template %u in the header",
+                tf->path, tf->meta.format, tf->meta.chat_template);
+        return -1;
+    }
+    if (tf->meta.truncated > tf->documents ||
+        (tf->meta.max_doc_len && tf->longest > tf->meta.max_doc_len)) {
+        set_err(err, errlen, "%s: the header's truncated count %llu or max_doc_len %llu does not "
+                "fit its %llu documents of at most %llu tokens (damaged file)", tf->path,
+                (unsigned long long)tf->meta.truncated,
+                (unsigned long long)tf->meta.max_doc_len, (unsigned long long)tf->documents,
+                (unsigned long long)tf->longest);
+        return -1;
+    }
+    return 0;
+}
+
 int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) {
     memset(tf, 0, sizeof *tf);
     tf->fd = -1;
@@ -146,10 +365,13 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
                 sizeof tf->path - 1);
         return -1;
     }
+    strcpy(tf->path, path);
     int32_t *chunk = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        memset(tf, 0, sizeof *tf);
+        tf->fd = -1;
         return -1;
     }
     struct stat sb;
@@ -184,20 +406,21 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
         set_err(err, errlen, "%s: bad magic (not a shardlm token file)", path);
         goto fail;
     }
-    if (got < sizeof hdr) {
-        set_err(err, errlen, "%s: truncated header: %zu of %d bytes", path, got,
-                (int)TOKENS_HEADER_BYTES);
+    const uint32_t version = got >= 12 ? get_u32(hdr + 8) : 0;
+    const size_t header_bytes = version == 1 ? TOKENS_HEADER_V1_BYTES : TOKENS_HEADER_BYTES;
+    if (got < 12 || ((version == 1 || version == 2) && got < header_bytes)) {
+        set_err(err, errlen, "%s: truncated header: %zu of %zu bytes", path, got,
+                got < 12 ? (size_t)TOKENS_HEADER_V1_BYTES : header_bytes);
         goto fail;
     }
-    uint32_t version = get_u32(hdr + 8);
+    if (version != 1 && version != 2) {
+        set_err(err, errlen, "%s: unsupported version %u (this build reads versions 1 and %d)",
+                path, version, (int)TOKENS_VERSION);
+        goto fail;
+    }
     uint32_t width = get_u32(hdr + 12);
     uint64_t count = get_u64(hdr + 16);
     uint32_t vocab = get_u32(hdr + 24);
-    if (version != TOKENS_VERSION) {
-        set_err(err, errlen, "%s: unsupported version %u (this build reads version %d)", path,
-                version, (int)TOKENS_VERSION);
-        goto fail;
-    }
     if (width != 2 && width != 4) {
         set_err(err, errlen, "%s: unsupported token width %u bytes (must be 2 or 4)", path,
                 width);
@@ -212,34 +435,61 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
         set_err(err, errlen, "%s: vocab size %u does not fit 2-byte tokens", path, vocab);
         goto fail;
     }
-
-    /* The body must hold exactly `count` tokens: compare against the file's length
-     * before allocating anything, so a garbage count cannot ask for terabytes. */
-    uint64_t body = (uint64_t)sb.st_size - TOKENS_HEADER_BYTES;
-    uint64_t held = body / width, stray = body % width;
-    if (held != count || stray != 0) {
-        const char *what = held < count ? "truncated" : "trailing data";
-        if (stray)
-            set_err(err, errlen,
-                    "%s: %s: header says %llu tokens, body holds %llu and %llu stray bytes",
-                    path, what, (unsigned long long)count, (unsigned long long)held,
-                    (unsigned long long)stray);
-        else
-            set_err(err, errlen, "%s: %s: header says %llu tokens, body holds %llu", path, what,
-                    (unsigned long long)count, (unsigned long long)held);
-        goto fail;
-    }
-    strcpy(tf->path, path);
-    tf->fd = fd;
+    tf->version = (int)version;
     tf->width = (int)width;
     tf->count = count;
     tf->vocab_size = vocab;
+    tf->ids_offset = header_bytes;
+    if (version == 2 && read_header_v2(tf, hdr, err, errlen) != 0) goto fail;
+
+    /* The body must hold exactly `count` tokens (and their bits): compare against the
+     * file's length before allocating anything, so a garbage count cannot ask for
+     * terabytes. */
+    const uint64_t body = (uint64_t)sb.st_size - header_bytes;
+    if (version == 1) {
+        uint64_t held = body / width, stray = body % width;
+        if (held != count || stray != 0) {
+            const char *what = held < count ? "truncated" : "trailing data";
+            if (stray)
+                set_err(err, errlen,
+                        "%s: %s: header says %llu tokens, body holds %llu and %llu stray bytes",
+                        path, what, (unsigned long long)count, (unsigned long long)held,
+                        (unsigned long long)stray);
+            else
+                set_err(err, errlen, "%s: %s: header says %llu tokens, body holds %llu", path,
+                        what, (unsigned long long)count, (unsigned long long)held);
+            goto fail;
+        }
+        tf->documents = count > 0;
+        tf->trained = tf->longest = count;
+    } else {
+        /* every token takes at least 2 bytes, so a count past the body is simply wrong,
+         * and below it the sizes cannot overflow */
+        const uint64_t want = count <= body / 2
+                                  ? ids_bytes_v2(count, (int)width) + 16 * groups_of(count)
+                                  : UINT64_MAX;
+        if (want == UINT64_MAX) {
+            set_err(err, errlen, "%s: truncated: header says %llu tokens, more than the %llu "
+                    "bytes after the header can hold", path, (unsigned long long)count,
+                    (unsigned long long)body);
+            goto fail;
+        }
+        if (want != body) {
+            set_err(err, errlen, "%s: %s: header says %llu tokens, which with their bits take "
+                    "%llu bytes after the header; the file has %llu", path,
+                    want > body ? "truncated" : "trailing data", (unsigned long long)count,
+                    (unsigned long long)want, (unsigned long long)body);
+            goto fail;
+        }
+        tf->flags_offset = header_bytes + ids_bytes_v2(count, (int)width);
+    }
+    tf->fd = fd;
     tf->dev = (uint64_t)sb.st_dev;
     tf->ino = (uint64_t)sb.st_ino;
     tf->size = (uint64_t)sb.st_size;
     tf->mtime_ns = mtime_ns(&sb);
     /* every id checked in one sequential pass, a chunk at a time, never the whole body in
-     * memory */
+     * memory; then the bits */
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     chunk = malloc((size_t)TOKENS_CHUNK * sizeof *chunk);
     if (!chunk) {
@@ -251,6 +501,8 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
         if (read_tokens(tf, first, n, chunk, 0, err, errlen) != 0) goto fail;
     }
     free(chunk);
+    chunk = NULL;
+    if (version == 2 && check_bits(tf, err, errlen) != 0) goto fail;
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* windows are read in shuffled order */
     return 0;
 
@@ -263,14 +515,49 @@ fail:
 }
 
 void token_file_close(token_file *tf) {
-    if (tf->tokens) free(tf->tokens);
+    if (tf->tokens) free(tf->tokens), free(tf->flags);
     else if (tf->fd >= 0) close(tf->fd);
     memset(tf, 0, sizeof *tf);
     tf->fd = -1;
 }
 
-int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int width,
-                     uint32_t vocab_size, char *err, size_t errlen) {
+/* The header's counts from the flags (NULL: one document, every token trained). Returns
+ * 0, or -1 with err when a flag holds other bits or token 0 does not start a document. */
+static int count_flags(const char *path, const uint8_t *flags, uint64_t n, uint64_t *documents,
+                       uint64_t *trained, uint64_t *longest, char *err, size_t errlen) {
+    *documents = n > 0;
+    *trained = *longest = n;
+    if (!flags) return 0;
+    if (n > 0 && !(flags[0] & TOKEN_DOC_START)) {
+        set_err(err, errlen, "%s: token 0 must start a document", path);
+        return -1;
+    }
+    uint64_t docs = 0, tr = 0, lo = 0, start = 0;
+    for (uint64_t i = 0; i < n; i++) {
+        if (flags[i] & ~(TOKEN_TRAINED | TOKEN_DOC_START)) {
+            set_err(err, errlen, "%s: token %llu has flags 0x%x (only TOKEN_TRAINED and "
+                    "TOKEN_DOC_START exist)", path, (unsigned long long)i, flags[i]);
+            return -1;
+        }
+        tr += flags[i] & TOKEN_TRAINED;
+        if (flags[i] & TOKEN_DOC_START) {
+            docs++;
+            if (i - start > lo) lo = i - start;
+            start = i;
+        }
+    }
+    if (n - start > lo) lo = n - start;
+    *documents = docs;
+    *trained = tr;
+    *longest = lo;
+    return 0;
+}
+
+int token_file_write(const char *path, const int32_t *tokens, const uint8_t *flags, uint64_t n,
+                     int width, uint32_t vocab_size, const token_file_meta *meta, char *err,
+                     size_t errlen) {
+    const token_file_meta zero = {0};
+    if (!meta) meta = &zero;
     if (width != 2 && width != 4) {
         set_err(err, errlen, "%s: unsupported token width %d bytes (must be 2 or 4)", path,
                 width);
@@ -282,13 +569,25 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
                 width);
         return -1;
     }
-    /* check every id before creating the file, so a bad call leaves nothing behind */
+    /* check every id and flag before creating the file, so a bad call leaves nothing */
     for (uint64_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || (uint32_t)tokens[i] >= vocab_size) {
             set_err(err, errlen, "%s: token %d at index %llu is outside 0..%u", path, tokens[i],
                     (unsigned long long)i, vocab_size - 1);
             return -1;
         }
+    }
+    uint64_t documents, trained, longest;
+    if (count_flags(path, flags, n, &documents, &trained, &longest, err, errlen) != 0)
+        return -1;
+    if (!token_file_format_name(meta->format) || !token_file_template_name(meta->chat_template) ||
+        meta->truncated > documents || (meta->max_doc_len && longest > meta->max_doc_len)) {
+        set_err(err, errlen, "%s: inconsistent metadata (format %u, template %u, %llu truncated "
+                "of %llu documents, longest %llu, max_doc_len %llu)", path, meta->format,
+                meta->chat_template, (unsigned long long)meta->truncated,
+                (unsigned long long)documents, (unsigned long long)longest,
+                (unsigned long long)meta->max_doc_len);
+        return -1;
     }
 
     safe_file out;
@@ -300,6 +599,14 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
     put_u32(hdr + 12, (uint32_t)width);
     put_u64(hdr + 16, n);
     put_u32(hdr + 24, vocab_size);
+    put_u64(hdr + 32, documents);
+    put_u64(hdr + 40, trained);
+    put_u64(hdr + 48, longest);
+    put_u64(hdr + 56, meta->truncated);
+    put_u64(hdr + 64, meta->dropped);
+    put_u64(hdr + 72, meta->max_doc_len);
+    put_u32(hdr + 80, meta->format);
+    put_u32(hdr + 84, meta->chat_template);
     int ok = fwrite(hdr, 1, sizeof hdr, f) == sizeof hdr;
 
     unsigned char *buf = ok ? malloc((size_t)TOKENS_CHUNK * width) : NULL;
@@ -322,6 +629,28 @@ int token_file_write(const char *path, const int32_t *tokens, uint64_t n, int wi
         }
         ok = fwrite(buf, width, c, f) == c;
         done += c;
+    }
+    const unsigned char zeros[8] = {0};
+    const size_t pad = (size_t)(ids_bytes_v2(n, width) - n * (uint64_t)width);
+    if (ok && pad) ok = fwrite(zeros, 1, pad, f) == pad;
+    /* the bit groups, TOKENS_CHUNK / 64 groups (16 bytes each) through the same buffer */
+    const uint64_t ng = groups_of(n), per = (uint64_t)TOKENS_CHUNK * width / 16;
+    for (uint64_t g0 = 0; ok && g0 < ng; g0 += per) {
+        const size_t k = ng - g0 < per ? (size_t)(ng - g0) : (size_t)per;
+        for (size_t g = 0; g < k; g++) {
+            uint64_t mask = 0, doc = 0;
+            const uint64_t base = (g0 + g) * TOKENS_GROUP;
+            for (unsigned b = 0; b < TOKENS_GROUP && base + b < n; b++) {
+                const uint8_t fl =
+                    flags ? flags[base + b]
+                          : (uint8_t)(TOKEN_TRAINED | (base + b == 0) * TOKEN_DOC_START);
+                mask |= (uint64_t)(fl & TOKEN_TRAINED) << b;
+                doc |= (uint64_t)((fl & TOKEN_DOC_START) >> 1) << b;
+            }
+            put_u64(buf + 16 * g, mask);
+            put_u64(buf + 16 * g + 8, doc);
+        }
+        ok = fwrite(buf, 16, k, f) == k;
     }
     free(buf);
     if (!ok) {

@@ -1,5 +1,6 @@
 /* Chat templates (see chat_template.h): ChatML and Llama-2 chat by name or recognised in a
- * model's template, rendered as their Hugging Face Jinja templates render them. */
+ * model's template, rendered as their Hugging Face Jinja templates render them, into
+ * pieces with the assistant turns marked trained. */
 #include "src/chat_template.h"
 
 #include <stdio.h>
@@ -12,6 +13,88 @@
 /* messages quote names and text from files: one line whatever they hold */
 #define set_err io_set_err
 
+/* The recognised texts, with \n as a newline. SmolLM2's (and Qwen1.5's) ChatML is the
+ * plain one with CHATML_SYS_A + prompt + CHATML_SYS_B inserted after CHATML_HEAD. */
+#define CHATML_HEAD "{% for message in messages %}"
+#define CHATML_SYS_A                                                                           \
+    "{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+#define CHATML_SYS_B "<|im_end|>\n' }}{% endif %}"
+#define CHATML_BODY                                                                            \
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"  \
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+static const char llama2_text[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}"
+    "{% set system_message = messages[0]['content'] %}{% else %}"
+    "{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}";
+
+int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    t->open_id = t->close_id = -1;
+    if (strcmp(name, "chatml") == 0) {
+        t->format = CHAT_CHATML;
+    } else if (strcmp(name, "llama2") == 0) {
+        t->format = CHAT_LLAMA2;
+        snprintf(t->bos, sizeof t->bos, "<s>");
+        snprintf(t->eos, sizeof t->eos, "</s>");
+    } else {
+        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2)", name);
+        return -1;
+    }
+    snprintf(t->source, sizeof t->source, "%s (built in)", name);
+    return 0;
+}
+
+/* The template with its \n escapes as newlines and the white space around it trimmed
+ * (malloc'd). Sound for telling the known texts apart: they hold no other backslash. */
+static char *canonical(const char *text) {
+    while (*text == ' ' || *text == '\t' || *text == '\n' || *text == '\r') text++;
+    size_t n = strlen(text);
+    while (n > 0 && strchr(" \t\n\r", text[n - 1])) n--;
+    char *out = malloc(n + 1);
+    if (!out) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (text[i] == '\\' && i + 1 < n && text[i + 1] == 'n') out[k++] = '\n', i++;
+        else out[k++] = text[i];
+    }
+    out[k] = '\0';
+    return out;
+}
+
+/* 1 when s starts with prefix (advancing *s past it). */
+static int eat(const char **s, const char *prefix) {
+    size_t n = strlen(prefix);
+    if (strncmp(*s, prefix, n) != 0) return 0;
+    *s += n;
+    return 1;
+}
+
+/* Which known text canonical text c is: 0 chatml (its default system prompt malloc'd into
+ * *system, NULL for none), 1 llama2, -1 none. */
+static int known_text(const char *c, char **system) {
+    *system = NULL;
+    if (strcmp(c, llama2_text) == 0) return CHAT_LLAMA2;
+    const char *s = c;
+    if (!eat(&s, CHATML_HEAD)) return -1;
+    if (strcmp(s, CHATML_BODY) == 0) return CHAT_CHATML;
+    if (!eat(&s, CHATML_SYS_A)) return -1;
+    const char *end = strstr(s, CHATML_SYS_B);
+    if (!end || strcmp(end + strlen(CHATML_SYS_B), CHATML_BODY) != 0) return -1;
+    for (const char *p = s; p < end; p++)
+        if (*p == '\'' || *p == '\\' || *p == '{' || *p == '}') return -1;
+    *system = strndup(s, (size_t)(end - s));
+    return *system ? CHAT_CHATML : -1;
+}
+
 static int copy_token(char *dst, size_t n, const char *src, const char *what, char *err,
                       size_t errlen) {
     if (!src || strlen(src) >= n) {
@@ -23,106 +106,76 @@ static int copy_token(char *dst, size_t n, const char *src, const char *what, ch
     return 0;
 }
 
-int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen) {
-    memset(t, 0, sizeof *t);
-    if (strcmp(name, "chatml") == 0) {
-        t->format = CHAT_CHATML;
-        return 0;
-    }
-    if (strcmp(name, "llama2") == 0) {
-        t->format = CHAT_LLAMA2;
-        snprintf(t->bos, sizeof t->bos, "<s>");
-        snprintf(t->eos, sizeof t->eos, "</s>");
-        return 0;
-    }
-    set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2)", name);
-    return -1;
-}
-
-/* The Jinja string literal that contains text[pos] ('...' or "..."), unescaped into a
- * malloc'd string; NULL when text[pos] is not inside one. */
-static char *literal_around(const char *text, size_t pos) {
-    size_t open = pos;
-    while (open > 0 && text[open - 1] != '\'' && text[open - 1] != '"') open--;
-    if (open == 0) return NULL;
-    const char q = text[open - 1];
-    char *out = malloc(strlen(text + open) + 1);
-    if (!out) return NULL;
-    size_t n = 0;
-    for (const char *p = text + open; *p; p++) {
-        if (*p == q) {
-            out[n] = '\0';
-            return out;
-        }
-        if (*p == '\\' && p[1]) { /* Jinja's escapes, Python's */
-            p++;
-            out[n++] = *p == 'n' ? '\n' : *p == 't' ? '\t' : *p == 'r' ? '\r' : *p;
-        } else {
-            out[n++] = *p;
-        }
-    }
-    free(out);
-    return NULL; /* no closing quote */
-}
-
 int chat_template_recognise(chat_template *t, const char *text, const char *bos,
                             const char *eos, const char *where, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
-    if (strstr(text, "<|im_start|>") && strstr(text, "<|im_end|>")) {
-        t->format = CHAT_CHATML;
-        /* a default system message: a literal "<|im_start|>system\n...<|im_end|>\n" */
-        const char *sys = strstr(text, "<|im_start|>system");
-        if (!sys) return 0;
-        char *lit = literal_around(text, (size_t)(sys - text));
-        static const char head[] = "<|im_start|>system\n", tail[] = "<|im_end|>\n";
-        const size_t n = lit ? strlen(lit) : 0;
-        if (lit && n >= sizeof head - 1 + sizeof tail - 1 && strncmp(lit, head, sizeof head - 1) == 0 &&
-            strcmp(lit + n - (sizeof tail - 1), tail) == 0) {
-            lit[n - (sizeof tail - 1)] = '\0';
-            memmove(lit, lit + sizeof head - 1, strlen(lit + sizeof head - 1) + 1);
-            t->default_system = lit;
-            return 0;
-        }
-        free(lit);
-        set_err(err, errlen, "%s: a ChatML chat template whose default system message is not "
-                "one '<|im_start|>system\\n...<|im_end|>\\n' string: not one shardlm renders "
-                "(give --chat-template chatml to use plain ChatML)", where);
+    t->open_id = t->close_id = -1;
+    char *c = canonical(text);
+    if (!c) {
+        set_err(err, errlen, "%s: out of memory", where);
         return -1;
     }
-    if (strstr(text, "[INST]") && strstr(text, "[/INST]") && strstr(text, "<<SYS>>")) {
-        t->format = CHAT_LLAMA2;
-        if (copy_token(t->bos, sizeof t->bos, bos, "bos", err, errlen) != 0 ||
-            copy_token(t->eos, sizeof t->eos, eos, "eos", err, errlen) != 0)
-            return -1;
-        return 0;
+    const int kind = known_text(c, &t->default_system);
+    free(c);
+    if (kind < 0) {
+        set_err(err, errlen, "%s: its chat template is not one shardlm renders (the plain and "
+                "SmolLM2-style ChatML, Llama-2's [INST]): --chat-template chatml or llama2 "
+                "uses one of those instead", where);
+        return -1;
     }
-    set_err(err, errlen, "%s: the chat template is neither ChatML nor Llama-2's [INST] format, "
-            "the two shardlm renders (--chat-template chatml|llama2 picks one by name)", where);
-    return -1;
+    t->format = (chat_format)kind;
+    if (t->format == CHAT_LLAMA2 && (copy_token(t->bos, sizeof t->bos, bos, "bos", err, errlen) ||
+                                     copy_token(t->eos, sizeof t->eos, eos, "eos", err, errlen)))
+        return -1;
+    snprintf(t->source, sizeof t->source, "%s (%s%s)", where,
+             t->format == CHAT_CHATML ? "chatml" : "llama2",
+             t->default_system ? " with a default system prompt" : "");
+    return 0;
+}
+
+/* The template's two special strings. */
+static void specials(const chat_template *t, const char *s[2]) {
+    s[0] = t->format == CHAT_CHATML ? "<|im_start|>" : t->bos;
+    s[1] = t->format == CHAT_CHATML ? "<|im_end|>" : t->eos;
 }
 
 int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, char *err,
                       size_t errlen) {
+    const char *b = tokenizer_token_string(tok, tokenizer_bos(tok));
+    const char *e = tokenizer_token_string(tok, tokenizer_eos(tok));
     if (name && strcmp(name, "auto") != 0) {
         if (chat_template_named(t, name, err, errlen) != 0) return -1;
         if (t->format == CHAT_LLAMA2) { /* the model's own bos/eos strings where it has them */
-            const char *b = tokenizer_token_string(tok, tokenizer_bos(tok));
-            const char *e = tokenizer_token_string(tok, tokenizer_eos(tok));
             if (b) snprintf(t->bos, sizeof t->bos, "%s", b);
             if (e) snprintf(t->eos, sizeof t->eos, "%s", e);
         }
+    } else {
+        const char *text = tokenizer_chat_template(tok);
+        if (!text) {
+            set_err(err, errlen, "%s: the model has no chat template (tokenizer_config.json's "
+                    "chat_template, chat_template.jinja); --chat-template chatml|llama2 picks "
+                    "one", tokenizer_path(tok));
+            return -1;
+        }
+        if (chat_template_recognise(t, text, b, e, tokenizer_chat_template_path(tok), err,
+                                    errlen) != 0)
+            return -1;
+    }
+    const char *s[2];
+    specials(t, s);
+    t->open_id = tokenizer_token_id(tok, s[0]);
+    t->close_id = tokenizer_token_id(tok, s[1]);
+    /* without them as tokens the template's markers would be trained as plain text */
+    if (t->format == CHAT_CHATML && (t->open_id < 0 || t->close_id < 0))
+        set_err(err, errlen, "%s: the chatml chat template needs the tokens <|im_start|> and "
+                "<|im_end|>, which this tokenizer does not have", tokenizer_path(tok));
+    else if (t->format == CHAT_LLAMA2 && (!b || !e || t->open_id < 0 || t->close_id < 0))
+        set_err(err, errlen, "%s: the llama2 chat template needs a bos and an eos token, which "
+                "this tokenizer does not have", tokenizer_path(tok));
+    else
         return 0;
-    }
-    const char *text = tokenizer_chat_template(tok);
-    if (!text) {
-        set_err(err, errlen, "%s: the model has no chat template (tokenizer_config.json's "
-                "chat_template, chat_template.jinja); --chat-template chatml|llama2 picks one",
-                tokenizer_path(tok));
-        return -1;
-    }
-    return chat_template_recognise(t, text, tokenizer_token_string(tok, tokenizer_bos(tok)),
-                                   tokenizer_token_string(tok, tokenizer_eos(tok)),
-                                   tokenizer_path(tok), err, errlen);
+    chat_template_free(t);
+    return -1;
 }
 
 void chat_template_free(chat_template *t) {
@@ -132,145 +185,174 @@ void chat_template_free(chat_template *t) {
 
 /* ---------------------------------------------------------------- rendering */
 
-/* Whether code point cp is whitespace as Python's str.isspace says (what the Llama-2
- * template's strip() removes). */
-static int py_space(uint32_t cp) {
-    return (cp >= 0x09 && cp <= 0x0d) || (cp >= 0x1c && cp <= 0x20) || cp == 0x85 ||
-           cp == 0xa0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
-           cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+/* Python's str.isspace: general category Zs, or bidirectional class WS, B or S. */
+static int py_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+           c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
-/* s without leading and trailing whitespace: [*b, *e) (a malformed byte is no space). */
-static void py_strip(const char *s, const char **b, const char **e) {
-    const unsigned char *p = (const unsigned char *)s, *end = p + strlen(s);
-    const unsigned char *first = NULL, *last_end = end;
-    while (p < end) {
-        size_t len = utf8_valid_len(p, (size_t)(end - p)), cp_len;
-        const int space = len > 0 && py_space(utf8_decode(p, &cp_len));
-        if (len == 0) len = 1;
-        if (!space) {
-            if (!first) first = p;
-            last_end = p + len;
-        }
-        p += len;
+/* s[0, *n) without the leading and trailing white space str.strip() removes; returns the
+ * new start. Bytes that are not UTF-8 count as text. */
+static const char *py_strip(const char *s, size_t *n) {
+    const unsigned char *p = (const unsigned char *)s, *e = p + *n;
+    while (p < e) {
+        size_t k = utf8_valid_len(p, (size_t)(e - p)), len;
+        if (!k || !py_space(utf8_decode(p, &len))) break;
+        p += k;
     }
-    *b = (const char *)(first ? first : end);
-    *e = (const char *)(first ? last_end : end);
+    while (e > p) { /* back to the start of the last character */
+        const unsigned char *c = e - 1;
+        while (c > p && (*c & 0xC0) == 0x80 && e - c < 4) c--;
+        size_t len;
+        if (utf8_valid_len(c, (size_t)(e - c)) != (size_t)(e - c) ||
+            !py_space(utf8_decode(c, &len)))
+            break;
+        e = c;
+    }
+    *n = (size_t)(e - p);
+    return (const char *)p;
 }
 
-static int put(byte_buf *out, const char *s, size_t n, char *err, size_t errlen) {
-    if (byte_buf_append(out, s, n) == 0) return 0;
-    set_err(err, errlen, "chat template: out of memory");
-    return -1;
+int chat_text_is_blank(const char *s) {
+    size_t n = strlen(s);
+    py_strip(s, &n);
+    return n == 0;
 }
-#define PUTS(s) do { if (put(out, (s), strlen(s), err, errlen)) return -1; } while (0)
 
-static int known_role(const char *r) {
-    return !strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant");
+/* Text s[0, len) as pieces: the template's special strings in it, where the tokenizer has
+ * them, as their ids, the rest as text; all trained or not. */
+static int put_text(const chat_template *t, doc_pieces *out, const char *s, size_t len,
+                    int trained) {
+    const char *sp[2];
+    specials(t, sp);
+    const int32_t id[2] = {t->open_id, t->close_id};
+    const char *end = s + len;
+    while (s < end) {
+        const char *hit = NULL;
+        int which = -1;
+        for (int k = 0; k < 2; k++) {
+            if (id[k] < 0 || !sp[k][0]) continue;
+            const char *h = memmem(s, (size_t)(end - s), sp[k], strlen(sp[k]));
+            if (h && (!hit || h < hit)) hit = h, which = k;
+        }
+        const char *stop = hit ? hit : end;
+        if (stop > s && doc_pieces_text(out, s, (size_t)(stop - s), trained) != 0) return -1;
+        if (!hit) break;
+        if (doc_pieces_token(out, id[which], sp[which], trained) != 0) return -1;
+        s = hit + strlen(sp[which]);
+    }
+    return 0;
 }
+
+/* Special string k of the template: its id where known, else its text. */
+static int put_special(const chat_template *t, doc_pieces *out, int k, int trained) {
+    const char *sp[2];
+    specials(t, sp);
+    const int32_t id = k ? t->close_id : t->open_id;
+    return id >= 0 ? doc_pieces_token(out, id, sp[k], trained)
+                   : doc_pieces_text(out, sp[k], strlen(sp[k]), trained);
+}
+
+#define PUT(call)                                                                              \
+    do {                                                                                       \
+        if ((call) != 0) {                                                                     \
+            set_err(err, errlen, "out of memory rendering a conversation");                    \
+            return -1;                                                                         \
+        }                                                                                      \
+    } while (0)
+#define PUT_TEXT(s, trained) PUT(put_text(t, out, (s), strlen(s), (trained)))
 
 static int render_chatml(const chat_template *t, const chat_message *m, int n, int gen,
-                         byte_buf *out, char *err, size_t errlen) {
+                         doc_pieces *out, char *err, size_t errlen) {
     for (int i = 0; i < n; i++) {
-        if (i == 0 && strcmp(m[0].role, "system") != 0 && t->default_system) {
-            PUTS("<|im_start|>system\n");
-            PUTS(t->default_system);
-            PUTS("<|im_end|>\n");
+        if (i == 0 && t->default_system && strcmp(m[0].role, "system") != 0) {
+            PUT(put_special(t, out, 0, 0));
+            PUT_TEXT("system\n", 0);
+            PUT_TEXT(t->default_system, 0);
+            PUT(put_special(t, out, 1, 0));
+            PUT_TEXT("\n", 0);
         }
-        PUTS("<|im_start|>");
-        PUTS(m[i].role);
-        PUTS("\n");
-        PUTS(m[i].content);
-        PUTS("<|im_end|>\n");
+        const int trained = strcmp(m[i].role, "assistant") == 0;
+        PUT(put_special(t, out, 0, 0));
+        PUT_TEXT(m[i].role, 0);
+        PUT_TEXT("\n", 0);
+        PUT_TEXT(m[i].content, trained);
+        PUT(put_special(t, out, 1, trained));
+        PUT_TEXT("\n", 0);
     }
-    if (gen) PUTS("<|im_start|>assistant\n");
+    if (gen) {
+        PUT(put_special(t, out, 0, 0));
+        PUT_TEXT("assistant\n", 0);
+    }
     return 0;
 }
 
-static int render_llama2(const chat_template *t, const chat_message *m, int n, byte_buf *out,
-                         char *err, size_t errlen) {
-    const int has_system = n > 0 && strcmp(m[0].role, "system") == 0;
-    const chat_message *loop = m + has_system;
-    const int nl = n - has_system;
-    for (int i = 0; i < nl; i++) {
-        const int user = strcmp(loop[i].role, "user") == 0;
-        if (user != (i % 2 == 0) || (!user && strcmp(loop[i].role, "assistant") != 0)) {
-            set_err(err, errlen, "chat template llama2: message %d is '%s': after an optional "
-                    "system message, roles must alternate user/assistant/user/...",
-                    i + has_system + 1, loop[i].role);
+static int render_llama2(const chat_template *t, const chat_message *m, int n,
+                         doc_pieces *out, char *err, size_t errlen) {
+    const int first = n > 0 && strcmp(m[0].role, "system") == 0;
+    byte_buf content = {0};
+    int rc = 0;
+    for (int i = first; rc == 0 && i < n; i++) {
+        const int k = i - first, user = strcmp(m[i].role, "user") == 0;
+        if (!user && strcmp(m[i].role, "assistant") != 0) {
+            /* the Jinja template drops a system message at an odd place silently and
+             * raises at an even one: refused wherever it is */
+            set_err(err, errlen, "message %d: a system message comes first or not at all "
+                    "(llama2)", i + 1);
+            rc = -1;
+            break;
+        }
+        if (user != (k % 2 == 0)) {
+            set_err(err, errlen, "message %d is '%s': after an optional system message, roles "
+                    "must alternate user/assistant/user/... (llama2)", i + 1, m[i].role);
+            rc = -1;
+            break;
+        }
+        /* the system message joins the first turn's content, and strip() takes both */
+        content.n = 0;
+        if (k == 0 && first)
+            rc = byte_buf_append(&content, "<<SYS>>\n", 8) ||
+                 byte_buf_append(&content, m[0].content, strlen(m[0].content)) ||
+                 byte_buf_append(&content, "\n<</SYS>>\n\n", 11);
+        rc = rc || byte_buf_append(&content, m[i].content, strlen(m[i].content));
+        size_t len = content.n;
+        const char *c = py_strip(content.data ? content.data : "", &len);
+        if (rc == 0 && user)
+            rc = put_special(t, out, 0, 0) || put_text(t, out, "[INST] ", 7, 0) ||
+                 put_text(t, out, c, len, 0) || put_text(t, out, " [/INST]", 8, 0);
+        else if (rc == 0)
+            rc = put_text(t, out, " ", 1, 1) || put_text(t, out, c, len, 1) ||
+                 put_text(t, out, " ", 1, 1) || put_special(t, out, 1, 1);
+        if (rc) set_err(err, errlen, "out of memory rendering a conversation");
+    }
+    free(content.data);
+    return rc ? -1 : 0;
+}
+
+int chat_render_pieces(const chat_template *t, const chat_message *m, int n,
+                       int add_generation_prompt, doc_pieces *out, char *err, size_t errlen) {
+    for (int i = 0; i < n; i++)
+        if (!m[i].role || !m[i].content ||
+            (strcmp(m[i].role, "system") && strcmp(m[i].role, "user") &&
+             strcmp(m[i].role, "assistant"))) {
+            set_err(err, errlen, "message %d: unknown role '%.40s' (system, user or assistant)",
+                    i + 1, m[i].role ? m[i].role : "(none)");
             return -1;
         }
-        /* the system message joins the first turn's content, and strip() applies to both */
-        byte_buf content = {0};
-        int rc = 0;
-        if (i == 0 && has_system)
-            rc = put(&content, "<<SYS>>\n", 8, err, errlen) ||
-                 put(&content, m[0].content, strlen(m[0].content), err, errlen) ||
-                 put(&content, "\n<</SYS>>\n\n", 11, err, errlen);
-        if (!rc) rc = put(&content, loop[i].content, strlen(loop[i].content), err, errlen) ||
-                      put(&content, "", 1, err, errlen);
-        const char *b = "", *e = b;
-        if (!rc) py_strip(content.data, &b, &e);
-        if (!rc && user) {
-            rc = put(out, t->bos, strlen(t->bos), err, errlen) ||
-                 put(out, "[INST] ", 7, err, errlen) ||
-                 put(out, b, (size_t)(e - b), err, errlen) ||
-                 put(out, " [/INST]", 8, err, errlen);
-        } else if (!rc) {
-            rc = put(out, " ", 1, err, errlen) || put(out, b, (size_t)(e - b), err, errlen) ||
-                 put(out, " ", 1, err, errlen) || put(out, t->eos, strlen(t->eos), err, errlen);
-        }
-        free(content.data);
-        if (rc) return -1;
-    }
-    return 0;
+    if (t->format == CHAT_CHATML)
+        return render_chatml(t, m, n, add_generation_prompt, out, err, errlen);
+    return render_llama2(t, m, n, out, err, errlen);
 }
 
 int chat_render(const chat_template *t, const chat_message *m, int n,
                 int add_generation_prompt, byte_buf *out, char *err, size_t errlen) {
-    for (int i = 0; i < n; i++) {
-        if (!m[i].role || !m[i].content || !known_role(m[i].role)) {
-            set_err(err, errlen, "chat message %d: role '%s' (known: system, user, assistant)",
-                    i + 1, m[i].role ? m[i].role : "(none)");
-            return -1;
-        }
-        if (i > 0 && strcmp(m[i].role, "system") == 0) {
-            set_err(err, errlen, "chat message %d: a system message comes first or not at all",
-                    i + 1);
-            return -1;
-        }
+    doc_pieces d = {0};
+    int rc = chat_render_pieces(t, m, n, add_generation_prompt, &d, err, errlen);
+    if (rc == 0 && byte_buf_append(out, d.text.data ? d.text.data : "", d.text.n) != 0) {
+        set_err(err, errlen, "out of memory rendering a conversation");
+        rc = -1;
     }
-    if (t->format == CHAT_CHATML) return render_chatml(t, m, n, add_generation_prompt, out, err, errlen);
-    return render_llama2(t, m, n, out, err, errlen);
-}
-
-int chat_encode(const chat_template *t, tokenizer *tok, const char *text, size_t len,
-                token_ids *out, char *err, size_t errlen) {
-    if (strcmp(tokenizer_kind(tok), "sentencepiece") != 0)
-        return tokenizer_encode(tok, text, len, out, err, errlen);
-    const char *chatml[2] = {"<|im_start|>", "<|im_end|>"}, *llama2[2] = {t->bos, t->eos};
-    const char *const *special = t->format == CHAT_CHATML ? chatml : llama2;
-    int32_t id[2];
-    for (int k = 0; k < 2; k++) id[k] = tokenizer_token_id(tok, special[k]);
-    const char *p = text, *end = text + len;
-    while (p < end) {
-        /* the nearest special string the tokenizer has as a token */
-        const char *hit = NULL;
-        int which = -1;
-        for (int k = 0; k < 2; k++) {
-            if (id[k] < 0 || !special[k][0]) continue;
-            const char *h = memmem(p, (size_t)(end - p), special[k], strlen(special[k]));
-            if (h && (!hit || h < hit)) hit = h, which = k;
-        }
-        const char *stop = hit ? hit : end;
-        if (stop > p && tokenizer_encode(tok, p, (size_t)(stop - p), out, err, errlen) != 0)
-            return -1;
-        if (!hit) break;
-        if (token_ids_push(out, id[which]) != 0) {
-            set_err(err, errlen, "chat template: out of memory");
-            return -1;
-        }
-        p = hit + strlen(special[which]);
-    }
-    return 0;
+    doc_pieces_free(&d);
+    return rc;
 }

@@ -1,31 +1,45 @@
-/* Chat templates: a conversation (role, content messages) rendered as text the way a
- * model's Hugging Face chat template renders it, for the two template families shardlm
- * knows: ChatML (<|im_start|>role\n...<|im_end|>\n; SmolLM2, Qwen) and Llama-2 chat
- * ([INST] ... [/INST] with a <<SYS>> system block). Other templates (any Jinja program)
- * are refused by name rather than approximated.
+/* Chat templates: a conversation (role, content messages) rendered the way a model's
+ * Hugging Face chat template renders it, for the two template families shardlm knows,
+ * ChatML and Llama-2 chat; any other template (any Jinja program) is refused, not
+ * approximated. One renderer serves `data prepare` (the rendering as pieces with the
+ * assistant turns marked trained, src/doc_pieces.h) and `generate --chat` (the prompt's
+ * ids), so training and inference see the same text.
  *
- * A template is picked by name ("chatml", "llama2") or recognised in a model's raw
- * chat_template (src/tokenizer.h, tokenizer_chat_template): ChatML when it writes both
- * <|im_start|> and <|im_end|>; Llama-2 when it writes [INST], [/INST] and <<SYS>>. A
- * ChatML template may open a conversation that has no system message with a default one
- * (SmolLM2's: "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, ...");
- * that text is read from the template's string literal, so it renders as transformers'
- * apply_chat_template does. Every function returns 0, or -1 with one line in err;
- * nothing prints or exits. */
+ *   chatml  for each message: <|im_start|>ROLE\nCONTENT<|im_end|>\n ; with a default
+ *           system prompt S and a first message that is not a system one, first
+ *           <|im_start|>system\nS<|im_end|>\n ; add_generation_prompt: <|im_start|>assistant\n.
+ *           Trained: an assistant's CONTENT<|im_end|> (not the \n after it).
+ *   llama2  an optional first system message S; then user/assistant alternating, starting
+ *           with user: user = <s>[INST] U [/INST], where U is the content (the first one
+ *           prefixed with <<SYS>>\nS\n<</SYS>>\n\n) stripped of white space as Python's
+ *           str.strip does; assistant = " " + content.strip() + " " + </s>. Trained: the
+ *           assistant's " CONTENT " and </s>. add_generation_prompt adds nothing (the
+ *           template ends with [/INST]). <s>, </s>: the tokenizer's bos and eos strings.
+ *
+ * A model's own template is recognised by its text (chat_template_recognise says how).
+ * The template's two special strings (chatml: <|im_start|>, <|im_end|>; llama2: bos, eos)
+ * are their token ids wherever they stand in the rendered text, as transformers'
+ * tokenizers match added tokens in text: also inside a message. Every function returns 0,
+ * or -1 with one line in err; nothing prints or exits. */
 #ifndef SHLM_CHAT_TEMPLATE_H
 #define SHLM_CHAT_TEMPLATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
+#include "src/doc_pieces.h"
 #include "src/tokenizer.h"
 
 typedef enum chat_format { CHAT_CHATML = 0, CHAT_LLAMA2 = 1 } chat_format;
 
 typedef struct chat_template {
     chat_format format;
-    char *default_system; /* ChatML: the system message of a conversation that has none
-                           * (malloc'd), NULL for none */
-    char bos[64], eos[64];/* Llama-2: the bos and eos token strings it writes */
+    char *default_system;   /* chatml: the system message of a conversation that has none
+                             * (malloc'd), NULL for none */
+    char bos[64], eos[64];  /* llama2: the bos and eos token strings it writes */
+    int32_t open_id, close_id; /* the two special strings' ids in the tokenizer given to
+                                * chat_template_for, -1 where it has none (or none given) */
+    char source[1200];      /* what it is and where it came from, for messages */
 } chat_template;
 
 typedef struct chat_message {
@@ -33,32 +47,36 @@ typedef struct chat_message {
     const char *content;
 } chat_message;
 
-/* The template called name ("chatml" or "llama2"; Llama-2's bos/eos "<s>", "</s>"). */
+/* The template called name ("chatml": no default system prompt; "llama2": bos/eos "<s>",
+ * "</s>"). */
 int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen);
-/* The template a model's raw chat_template text is (bos and eos: the tokenizer's token
- * strings, for Llama-2); where names the file it came from, for messages. */
+/* The template a model's raw chat_template text is: after its \n escapes are read as
+ * newlines and the white space around it is trimmed, the text must be transformers' plain
+ * ChatML template, SmolLM2's (the plain one with a default system prompt inserted when the
+ * first message is not a system one: any prompt text without quotes, backslashes or
+ * braces; Qwen1.5's is written the same way), or Meta's Llama-2-chat template. bos and eos:
+ * the tokenizer's token strings (llama2); where names the file, for messages. */
 int chat_template_recognise(chat_template *t, const char *text, const char *bos,
                             const char *eos, const char *where, char *err, size_t errlen);
-/* The tokenizer's template (tokenizer_chat_template, its bos and eos strings), or the one
- * called name when name is not NULL or "auto". */
+/* The tokenizer's template (tokenizer_chat_template, recognised; its bos and eos), or the
+ * one called name when name is neither NULL nor "auto"; the special strings' ids are
+ * looked up in tok. */
 int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, char *err,
                       size_t errlen);
 void chat_template_free(chat_template *t);
 
-/* Appends messages[0, n) rendered to out, then, with add_generation_prompt, what opens
- * the assistant's reply (ChatML: "<|im_start|>assistant\n"; Llama-2 writes nothing).
- * Roles: system (first only), user, assistant; Llama-2 also requires user and assistant
- * to alternate, starting with user, as its template does. */
+/* Appends the rendering of messages[0, n) to out as pieces (the header comment says what
+ * is trained); with add_generation_prompt, what opens the assistant's reply. Roles:
+ * system, user, assistant; llama2 also takes a system message first only and user and
+ * assistant alternating, starting with user, as its template raises otherwise. */
+int chat_render_pieces(const chat_template *t, const chat_message *messages, int n,
+                       int add_generation_prompt, doc_pieces *out, char *err, size_t errlen);
+/* The same rendering as text, appended to out. */
 int chat_render(const chat_template *t, const chat_message *messages, int n,
                 int add_generation_prompt, byte_buf *out, char *err, size_t errlen);
 
-/* The ids of rendered text as transformers' apply_chat_template(tokenize=True) gives them:
- * no bos or eos added (the template writes its own); the template's special strings
- * (ChatML's <|im_start|> and <|im_end|>, Llama-2's bos and eos) become their token ids.
- * A tokenizer.json tokenizer finds them in the text itself; for SentencePiece, which
- * would spell them as text, the text is cut at them and each piece encoded alone, as
- * transformers' Llama tokenizer does. */
-int chat_encode(const chat_template *t, tokenizer *tok, const char *text, size_t len,
-                token_ids *out, char *err, size_t errlen);
+/* 1 when s (NUL-terminated UTF-8) is empty or only white space, as Python's str.isspace
+ * has it (the white space llama2's strip() removes). */
+int chat_text_is_blank(const char *s);
 
 #endif

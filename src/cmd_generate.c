@@ -12,6 +12,7 @@
 #include "src/chat_template.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
+#include "src/doc_pieces.h"
 #include "src/sample.h"
 #include "src/train.h"
 
@@ -145,16 +146,18 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
         int rc;
         if (a->chat) {
             chat_template ct;
-            byte_buf text = {0};
+            doc_pieces d = {0};
+            byte_buf flags = {0};
             const chat_message m[2] = {{"system", a->system}, {"user", a->prompt}};
             rc = chat_template_for(&ct, r->tok, a->chat_template, err, errlen);
             if (rc == 0) {
-                rc = chat_render(&ct, a->system ? m : m + 1, a->system ? 2 : 1, 1, &text, err,
-                                 errlen);
-                if (rc == 0) rc = chat_encode(&ct, r->tok, text.data, text.n, &t, err, errlen);
+                rc = chat_render_pieces(&ct, a->system ? m : m + 1, a->system ? 2 : 1, 1, &d,
+                                        err, errlen);
+                if (rc == 0) rc = doc_pieces_encode(r->tok, &d, &t, &flags, err, errlen);
                 chat_template_free(&ct);
             }
-            free(text.data);
+            doc_pieces_free(&d);
+            free(flags.data);
         } else {
             rc = tokenizer_encode_with(r->tok, a->prompt, strlen(a->prompt),
                                        tokenizer_default_flags(r->tok) & TOKENIZER_ADD_BOS, &t,

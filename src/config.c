@@ -186,6 +186,9 @@ static const key_def keys[] = {
      "the validation token file; empty: none"},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0,
      "permute the training windows every epoch (from train.seed)"},
+    {"data", "doc_mask", KT_BOOL, F(doc_mask), "false", NOLIM, NULL, 0,
+     "packed documents attend only within themselves and a document's first token is no "
+     "target (the token file's document starts); false: plain packing"},
     /* a tokenizer file or model directory (src/tokenizer.h), or bytes; default: the
      * model.init_from directory's when it holds one, else bytes */
     {"data", "tokenizer", KT_STRING, F(tokenizer), NULL, NOLIM, NULL, KF_PATH | KF_DERIVED,

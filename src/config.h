@@ -60,6 +60,7 @@ typedef struct job_config {
     char data_train[1024];   /* token file (shardlm data prepare) */
     char data_val[1024];     /* token file; empty = no validation */
     int shuffle;             /* 1: windows permuted per epoch from (seed, epoch) */
+    int doc_mask;            /* 1: attention block-diagonal per packed document */
     char tokenizer[1024];    /* a tokenizer file or model directory, or "bytes"; default:
                               * model.init_from's when it holds one, else bytes */
     int tokenizer_given;     /* the job set data.tokenizer */

@@ -1,5 +1,6 @@
 /* The data loader: windows of seq_len+1 tokens, a per-epoch permutation drawn from
- * (seed, epoch), and the global-sample-to-rank mapping documented in data_loader.h. */
+ * (seed, epoch), the global-sample-to-rank mapping, and the targets and document starts of
+ * packed documents, as documented in data_loader.h. */
 #include "src/data_loader.h"
 
 #include <stdio.h>
@@ -63,9 +64,12 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
     dl->world = world;
     dl->micro_batch = micro_batch;
     dl->window = malloc(((size_t)seq_len + 1) * sizeof *dl->window);
-    if (!dl->window) {
+    dl->flags = malloc((size_t)seq_len + 1);
+    dl->bits = malloc(2 * (((size_t)seq_len + 63) / 64) * sizeof *dl->bits);
+    if (!dl->window || !dl->flags || !dl->bits) {
         snprintf(err, errlen, "%s: out of memory for a window of %d tokens", tf->path,
                  seq_len + 1);
+        data_loader_free(dl);
         return -1;
     }
     if (dl->shuffle) {
@@ -83,8 +87,12 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
 void data_loader_free(data_loader *dl) {
     free(dl->perm);
     free(dl->window);
+    free(dl->flags);
+    free(dl->bits);
+    dl->bits = NULL;
     dl->perm = NULL;
     dl->window = NULL;
+    dl->flags = NULL;
     dl->cached_epoch = UINT64_MAX;
 }
 
@@ -100,24 +108,65 @@ uint64_t data_loader_window(data_loader *dl, uint64_t g) {
     return dl->perm[i];
 }
 
+/* Global sample g of micro-batch m, row b of this rank (data_loader.h). */
+static uint64_t sample_of(const data_loader *dl, uint64_t step_start, int m, int b) {
+    return step_start + ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
+}
+
 int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
-                      int32_t *targets, char *err, size_t errlen) {
+                      int32_t *targets, int32_t *doc_start, char *err, size_t errlen) {
     const int T = dl->seq_len;
     const size_t n = (size_t)dl->micro_batch * T;
     if (token_file_check(dl->tf, err, errlen) != 0) goto fail;
     for (int b = 0; b < dl->micro_batch; b++) {
-        uint64_t g = step_start +
-                     ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
-        const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
-        if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0) goto fail;
-        memcpy(inputs + (size_t)b * T, dl->window, (size_t)T * sizeof *inputs);
-        memcpy(targets + (size_t)b * T, dl->window + 1, (size_t)T * sizeof *targets);
+        const uint64_t w = data_loader_window(dl, sample_of(dl, step_start, m, b)) * (uint64_t)T;
+        if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0 ||
+            token_file_read_flags(dl->tf, w, (size_t)T + 1, dl->flags, err, errlen) != 0)
+            goto fail;
+        int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
+        memcpy(in, dl->window, (size_t)T * sizeof *inputs);
+        for (int t = 0; t < T; t++)
+            tg[t] = data_loader_target_trained(dl->flags[t + 1], dl->doc_mask) ? dl->window[t + 1]
+                                                                                : -1;
+        if (dl->doc_mask) {
+            int32_t *ds = doc_start + (size_t)b * T, start = 0;
+            for (int t = 0; t < T; t++) {
+                if (dl->flags[t] & TOKEN_DOC_START) start = t;
+                ds[t] = start;
+            }
+        }
     }
     return 0;
 fail:
     memset(inputs, 0, n * sizeof *inputs);
     memset(targets, 0, n * sizeof *targets);
+    if (dl->doc_mask) memset(doc_start, 0, n * sizeof *doc_start);
     return -1;
+}
+
+int data_loader_count_targets(data_loader *dl, uint64_t first, uint64_t n, int64_t *out,
+                              char *err, size_t errlen) {
+    const int T = dl->seq_len;
+    const token_file *tf = dl->tf;
+    /* every token trained and no document start but token 0's, which is never a target:
+     * every target of every window counts */
+    if (tf->trained == tf->count && (!dl->doc_mask || tf->documents <= 1) && !tf->flags) {
+        *out = (int64_t)(n * (uint64_t)T);
+        return 0;
+    }
+    int64_t total = 0;
+    const size_t words = ((size_t)T + 63) / 64;
+    uint64_t *trained = dl->bits, *doc = dl->bits + words;
+    for (uint64_t g = first; g < first + n; g++) {
+        /* the targets of window w are its tokens 1..T */
+        const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
+        if (token_file_read_bits(tf, w + 1, (size_t)T, trained, doc, err, errlen) != 0) return -1;
+        for (size_t k = 0; k < words; k++)
+            total += __builtin_popcountll(
+                data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
+    }
+    *out = total;
+    return 0;
 }
 
 int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, uint64_t *out) {

@@ -134,6 +134,8 @@ struct llama_model {
     void *dwide1;         /* (N, max(F, nh·hd)) */
     void *dwide2;         /* (N, max(2F, qkv)) */
     int32_t *tokens_dev, *targets_dev; /* (N) */
+    int32_t *doc_dev;     /* (N) the batch's doc_start (ops.h attention), uploaded per pass */
+    const int32_t *doc;   /* this pass's doc_start: doc_dev, or NULL for the causal mask */
     size_t act_bytes;
 };
 
@@ -228,6 +230,7 @@ static size_t layout_acts(llama_model *m, const llama_config *c, size_t esz, int
     ONE(dwide2, BUF_ACT, N * max_sz(2 * z.F, z.qkv));
     ONE(tokens_dev, BUF_I32, N);
     ONE(targets_dev, BUF_I32, N);
+    ONE(doc_dev, BUF_I32, N);
 #undef ONE
     return bytes;
 }
@@ -280,7 +283,7 @@ void llama_destroy(llama_model *m) {
     FIELD(xmid); FIELD(ln2); FIELD(rstd2); FIELD(gu); FIELD(h);
 #undef FIELD
     void *p[] = {m->lnf, m->rstdf, m->logits, m->losses, m->dx, m->dln, m->dwide1, m->dwide2,
-                 m->tokens_dev, m->targets_dev};
+                 m->tokens_dev, m->targets_dev, m->doc_dev};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
     free(m->x);
     free(m->acts);
@@ -362,7 +365,7 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
-    PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, NULL, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
+    PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
     PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
@@ -387,7 +390,7 @@ static void recompute(llama_model *m, int l, const void *p, int B, int T) {
         block_forward(m, l, p, B, T, 0);
     } else if (m->ac == LLAMA_AC_SELECTIVE) {
         PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
-        PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, NULL, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
+        PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
         PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
         PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim));
     }
@@ -427,7 +430,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
      * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
      * backward's RoPE time is counted under attention bwd (PROF_ROPE is the forward's) */
-    PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, NULL, B, T, c->n_heads, c->n_kv_heads,
+    PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, c->rope_theta));
     progress(m);
     PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
@@ -448,11 +451,18 @@ static int count_valid(const int32_t *targets, int n) {
     return v;
 }
 
-/* Embedding and every block forward; leaves x[L] filled. */
-static void trunk_forward(llama_model *m, const int32_t *tokens, int B, int T) {
+/* Embedding and every block forward; leaves x[L] filled. doc_start (host, or NULL) is
+ * uploaded once for the whole pass, forward and backward. */
+static void trunk_forward(llama_model *m, const int32_t *tokens, const int32_t *doc_start,
+                          int B, int T) {
     const shlm_ops *o = m->ops;
     const int N = B * T;
     o->to_device(m->tokens_dev, tokens, (size_t)N * sizeof(int32_t));
+    m->doc = NULL;
+    if (doc_start) {
+        o->to_device(m->doc_dev, doc_start, (size_t)N * sizeof(int32_t));
+        m->doc = m->doc_dev;
+    }
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, LLAMA_UNIT_EMBED, LLAMA_FWD));
     PROF(m, PROF_EMBED, o->embedding_fwd(m->x[0], m->tokens_dev, p, N, m->cfg.dim));
@@ -493,15 +503,16 @@ static double sum_losses(llama_model *m, int N) {
     return s;
 }
 
-float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_t *targets,
-                             int B, int T, float grad_scale, int *n_valid) {
+double llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_t *targets,
+                              const int32_t *doc_start, int B, int T, float grad_scale,
+                              int *n_valid) {
     check_shape(m, B, T);
     const shlm_ops *o = m->ops;
     const llama_config *c = &m->cfg;
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
     const int valid = count_valid(targets, N);
     if (n_valid) *n_valid = valid;
-    trunk_forward(m, tokens, B, T);
+    trunk_forward(m, tokens, doc_start, B, T);
     o->to_device(m->targets_dev, targets, (size_t)N * sizeof(int32_t));
 
     /* head: final norm, then logits, loss and their gradient chunk by chunk, so the
@@ -515,15 +526,15 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
     if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, kn), (size_t)d * sizeof(float)));
     PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, kn), N, d, c->norm_eps));
-    const float dscale = valid > 0 ? grad_scale / (float)valid : 0.0f;
     /* each chunk writes its own rows of dln; the first chunk sets a fresh lm_head gradient */
     for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
         const int mm = SHLM_MM_SET_DINP | (g_set && r0 == 0 ? SHLM_MM_SET_DWEIGHT : 0);
         int rows = N - r0 < m->chunk_rows ? N - r0 : m->chunk_rows;
         const void *lnf_r = (const char *)m->lnf + (size_t)r0 * d * m->esz;
         PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(m->logits, lnf_r, wptr(m, p, hu, ko), rows, d, V, NULL));
+        /* the caller's normalisation: each trained target's loss gradient is grad_scale */
         PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
-                        dscale));
+                        grad_scale));
         PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, ko), m->logits,
                       lnf_r, wptr(m, p, hu, ko), rows, d, V, mm));
     }
@@ -551,17 +562,26 @@ float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_
     PROF(m, PROF_EMBED, o->embedding_bwd(g, m->dx, m->tokens_dev, N, d));
     PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, LLAMA_UNIT_EMBED));
     /* read the losses back only now: a copy to the host mid-pass would stall a GPU */
-    double loss_sum = sum_losses(m, N);
-    return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
+    return sum_losses(m, N);
 }
 
 float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *targets, int B,
                     int T, int *n_valid, float *logits_out, float *last_logits_out) {
+    int valid = 0;
+    double loss_sum = llama_forward_docs(m, tokens, targets, NULL, B, T, &valid, logits_out,
+                                         last_logits_out);
+    if (n_valid) *n_valid = valid;
+    return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
+}
+
+double llama_forward_docs(llama_model *m, const int32_t *tokens, const int32_t *targets,
+                          const int32_t *doc_start, int B, int T, int *n_valid,
+                          float *logits_out, float *last_logits_out) {
     check_shape(m, B, T);
     const shlm_ops *o = m->ops;
     const llama_config *c = &m->cfg;
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
-    trunk_forward(m, tokens, B, T);
+    trunk_forward(m, tokens, doc_start, B, T);
     const int hu = m->lay.head, ko = m->lay.head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
@@ -594,5 +614,5 @@ float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *target
     }
     PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, LLAMA_HEAD));
     if (n_valid) *n_valid = valid;
-    return valid > 0 ? (float)(loss_sum / valid) : 0.0f;
+    return loss_sum;
 }

@@ -148,18 +148,28 @@ const llama_layout *llama_get_layout(const llama_model *m);
 size_t llama_activation_bytes(const llama_model *m);
 
 /* Training pass over one micro-batch: forward, loss, and backward, with gradients
- * accumulated (+=) into the source's grad buffers, scaled by grad_scale (the loss
- * gradient is grad_scale / number of non-ignored targets). tokens and targets are
- * host arrays of B·T ids (B ≤ the created B, T ≤ the created T). Returns the mean
- * loss over non-ignored targets, and their count in *n_valid (may be NULL). */
-float llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_t *targets,
-                             int B, int T, float grad_scale, int *n_valid);
+ * accumulated (+=) into the source's grad buffers. The loss gradient of every non-ignored
+ * target is grad_scale: the caller normalises (train.c: ranks / trained targets of the
+ * whole optimizer step, so the step's gradient is that of the token-weighted mean loss).
+ * tokens and targets are host arrays of B·T ids (B ≤ the created B, T ≤ the created T;
+ * a target < 0 is ignored); doc_start is NULL (causal attention) or host B·T positions
+ * as kernels/ops.h's attention takes them (each token attends to its own document only),
+ * uploaded once per call. Returns the SUM of the non-ignored targets' losses, and their
+ * count in *n_valid (may be NULL); no target at all gives 0 and a zero gradient. */
+double llama_forward_backward(llama_model *m, const int32_t *tokens, const int32_t *targets,
+                              const int32_t *doc_start, int B, int T, float grad_scale,
+                              int *n_valid);
 
-/* Forward only. With targets: returns the mean loss over non-ignored targets (count
- * in *n_valid). With logits_out (host, B·T·V fp32): writes every position's logits.
- * With last_logits_out (host, B·V fp32): writes position T-1's logits of each row. */
+/* Forward only, causal attention. With targets: returns the mean loss over non-ignored
+ * targets (count in *n_valid). With logits_out (host, B·T·V fp32): writes every position's
+ * logits. With last_logits_out (host, B·V fp32): writes position T-1's logits of each row. */
 float llama_forward(llama_model *m, const int32_t *tokens, const int32_t *targets, int B,
                     int T, int *n_valid, float *logits_out, float *last_logits_out);
+/* The same with doc_start (as llama_forward_backward), returning the loss SUM over the
+ * non-ignored targets (validation adds these up over ranks and divides once). */
+double llama_forward_docs(llama_model *m, const int32_t *tokens, const int32_t *targets,
+                          const int32_t *doc_start, int B, int T, int *n_valid,
+                          float *logits_out, float *last_logits_out);
 
 /* ---- profile mode: each op timed between two synchronisations ---- */
 enum {

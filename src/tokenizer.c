@@ -364,3 +364,4 @@ int tokenizer_add_bos(const tokenizer *t) { return t->add_bos; }
 int tokenizer_add_eos(const tokenizer *t) { return t->add_eos; }
 uint32_t tokenizer_vocab_size(const tokenizer *t) { return t->vocab_size; }
 const char *tokenizer_chat_template(const tokenizer *t) { return t->chat_template; }
+const char *tokenizer_chat_template_path(const tokenizer *t) { return t->chat_template_path; }

@@ -132,6 +132,8 @@ uint32_t tokenizer_vocab_size(const tokenizer *t);
 /* The raw chat template (chat_template.jinja, else tokenizer_config.json's
  * "chat_template"), NULL when the model directory has none. */
 const char *tokenizer_chat_template(const tokenizer *t);
+/* The file that template came from ("" when there is none). */
+const char *tokenizer_chat_template_path(const tokenizer *t);
 
 #ifdef __cplusplus
 }

@@ -47,6 +47,7 @@ struct tokenizer {
     int n_eos;
     int add_bos, add_eos;
     char *chat_template;
+    char chat_template_path[1100]; /* the file it came from ("" when none) */
 };
 
 /* Implementations: each fills t->ops, t->impl, t->vocab_size and t->file from `path`. */

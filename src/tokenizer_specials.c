@@ -175,6 +175,7 @@ static int resolve_chat_template(specials_ctx *c, char *err, size_t errlen) {
     if (stat(path, &st) == 0) {
         size_t len;
         c->t->chat_template = tokenizer_read_file(path, &len, err, errlen);
+        snprintf(c->t->chat_template_path, sizeof c->t->chat_template_path, "%s", path);
         return c->t->chat_template ? 0 : -1;
     }
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(c->json[CFG_TOKENIZER], "chat_template");
@@ -195,6 +196,8 @@ static int resolve_chat_template(specials_ctx *c, char *err, size_t errlen) {
         return -1;
     }
     c->t->chat_template = strdup(v->valuestring);
+    snprintf(c->t->chat_template_path, sizeof c->t->chat_template_path, "%s",
+             c->path[CFG_TOKENIZER]);
     if (!c->t->chat_template) {
         tokenizer_set_err(err, errlen, "%s: out of memory", c->path[CFG_TOKENIZER]);
         return -1;

@@ -288,6 +288,7 @@ int run_validate(run *r, double *loss, double *scored) {
     if (data_loader_init(&dl, &r->val_tf, c->seq_len, 0, c->seed, r->rank, r->world,
                          c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
+    dl.doc_mask = c->doc_mask;
     /* the same windows whatever the world size, each scored once: the whole set, or its
      * first eval_batches global batches, split over ranks like training data; every rank
      * runs the same number of forward passes, a row past the last window scoring nothing */
@@ -298,29 +299,32 @@ int run_validate(run *r, double *loss, double *scored) {
     const uint64_t batches = (windows + per_batch - 1) / per_batch;
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
+    int32_t *ds = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
     SHLM_CHECK_ALLOC(in);
     SHLM_CHECK_ALLOC(tg);
-    double sums[3] = {0, 0, 0}; /* loss·count, count, ranks whose token file changed */
+    if (c->doc_mask) SHLM_CHECK_ALLOC(ds);
+    /* token-weighted: the loss sums and target counts of all ranks, divided once */
+    double sums[3] = {0, 0, 0}; /* loss sum, trained targets, ranks whose token file changed */
     char data_err[1536] = "";
     int data_failed = 0;
     fsdp_begin_pass(r->engine, 0);
     for (uint64_t b = 0; b < batches; b++) {
         if (!data_failed &&
-            data_loader_batch(&dl, b * per_batch, 0, in, tg, data_err, sizeof data_err) != 0)
+            data_loader_batch(&dl, b * per_batch, 0, in, tg, ds, data_err, sizeof data_err) != 0)
             data_failed = 1;
         for (int j = 0; j < c->micro_batch; j++) /* row j holds sample b·per_batch + j·W + r */
             if (b * per_batch + (uint64_t)j * r->world + (uint64_t)r->rank >= windows)
                 for (int t = 0; t < c->seq_len; t++) tg[(size_t)j * c->seq_len + t] = -1;
         int valid = 0;
-        float loss = llama_forward(r->model, in, tg, c->micro_batch, c->seq_len, &valid, NULL,
-                                   NULL);
-        sums[0] += (double)loss * valid;
+        sums[0] += llama_forward_docs(r->model, in, tg, ds, c->micro_batch, c->seq_len, &valid,
+                                      NULL, NULL);
         sums[1] += valid;
     }
     sums[2] = data_failed;
     MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     free(in);
     free(tg);
+    free(ds);
     data_loader_free(&dl);
     if (sums[2] > 0) return all_ranks_ok(!data_failed, data_err);
     *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
@@ -593,12 +597,15 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     if (data_loader_init(&dl, &r->train_tf, c->seq_len, st0->shuffle, st0->seed, r->rank,
                          r->world, c->micro_batch, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
+    dl.doc_mask = c->doc_mask;
     const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
     watch_set_range(w, first, end);
     const size_t n = (size_t)c->micro_batch * c->seq_len;
     int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
+    int32_t *ds = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
     SHLM_CHECK_ALLOC(in);
     SHLM_CHECK_ALLOC(tg);
+    if (c->doc_mask) SHLM_CHECK_ALLOC(ds);
     lr_schedule sch = lr_schedule_job(c->lr, c->min_lr, c->warmup_steps, c->steps);
     if (st0->lr_decay_from >= 0) { /* extended when a resume changed train.steps */
         sch.decay_from = (int)st0->lr_decay_from;
@@ -633,18 +640,36 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         double t0 = MPI_Wtime();
         fsdp_zero_grad(r->engine);
         fsdp_begin_pass(r->engine, 1);
-        double sums[3] = {0, 0, 0}; /* loss·count, count, ranks whose loss or norm is not finite */
+        /* loss sum, trained targets, ranks whose loss or norm is not finite, ranks whose
+         * token file changed */
+        double sums[4] = {0, 0, 0, 0};
         int data_failed = 0; /* this rank's token file changed: see the step-end check */
+        /* The step's loss is the token-weighted mean over all its micro-batches and ranks:
+         * the loss sum over N trained targets, divided by N. Every rank counts N itself
+         * from the file (the step's G samples), so the scale is known before the first
+         * backward without a collective; each trained target's loss gradient is then
+         * W / N, which the reductions' average over the W ranks turns into 1 / N. */
+        const uint64_t step_start = st0->data_position + (uint64_t)(s - first) * c->global_batch;
+        int64_t n_step = 0;
+        if (data_loader_count_targets(&dl, step_start, (uint64_t)c->global_batch, &n_step, err,
+                                      sizeof err) != 0) {
+            data_failed = 1; /* placeholder rows, as a failed batch leaves them */
+            memset(in, 0, n * sizeof *in);
+            memset(tg, 0, n * sizeof *tg);
+            if (ds) memset(ds, 0, n * sizeof *ds);
+        } else if (n_step == 0 && r->rank == 0) {
+            fprintf(stderr, "shardlm: warning: step %d: no target of its %d sequences is "
+                    "trained (all masked): its gradient is zero\n", s + 1, c->global_batch);
+        }
+        const float scale = n_step > 0 ? (float)r->world / (float)n_step : 0.0f;
         for (int m = 0; m < r->grad_accum; m++) {
             if (!data_failed &&
-                data_loader_batch(&dl, st0->data_position + (uint64_t)(s - first) * c->global_batch,
-                                  m, in, tg, err, sizeof err) != 0)
+                data_loader_batch(&dl, step_start, m, in, tg, ds, err, sizeof err) != 0)
                 data_failed = 1;
             int valid = 0;
             if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
-            float loss = llama_forward_backward(r->model, in, tg, c->micro_batch, c->seq_len,
-                                                1.0f / (float)r->grad_accum, &valid);
-            sums[0] += (double)loss * valid;
+            sums[0] += llama_forward_backward(r->model, in, tg, ds, c->micro_batch, c->seq_len,
+                                              scale, &valid);
             sums[1] += valid;
         }
         if (nonfinite_hook_hits(&hook, NF_LOSS, s + 1)) sums[0] = NAN;
@@ -655,7 +680,12 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
          * in one reduction before the update: every rank, replicas included, then takes the
          * same decision (the norm is the shard group's, its NaN spread by the reductions) */
         sums[2] = isfinite(sums[0]) && isfinite(norm) ? 0 : 1;
-        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        sums[3] = data_failed;
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 4, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        /* the ranks' batches hold exactly the targets counted for the scale */
+        if (sums[3] == 0 && sums[1] != (double)n_step)
+            SHLM_FATAL("step %d: the batches hold %.0f trained targets, %lld were counted",
+                       s + 1, sums[1], (long long)n_step);
         const int nonfinite = sums[2] > 0;
         float lr = lr_at(&sch, s);
         if (!nonfinite) {
@@ -787,6 +817,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
                (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
     free(in);
     free(tg);
+    free(ds);
     data_loader_free(&dl);
     watch_summary(w, rc == 0);
     if (rc != 0) return rc;

@@ -59,8 +59,8 @@ for t in smollm2 llama2; do
     fi
     ref=-
     [ $t = llama2 ] && ref="$work/llama2.trim"
-    echo "+ $SHLM_PY $SHLM_SRCDIR/tests/chat_template_ref.py $SHLM_SMOLLM2 $ref '<s>' '</s>' ..."
-    "$SHLM_PY" "$SHLM_SRCDIR/tests/chat_template_ref.py" "$SHLM_SMOLLM2" "$ref" '<s>' '</s>' \
+    echo "+ $SHLM_PY $SHLM_SRCDIR/tests/chat_template_render_ref.py $SHLM_SMOLLM2 $ref '<s>' '</s>' ..."
+    "$SHLM_PY" "$SHLM_SRCDIR/tests/chat_template_render_ref.py" "$SHLM_SMOLLM2" "$ref" '<s>' '</s>' \
         "$work/conv.json" "$work/$t.json" || fail "$t: renderings differ from transformers'"
 done
 if [ "$fails" -ne 0 ]; then

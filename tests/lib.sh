@@ -43,6 +43,41 @@ fail() {
     fails=$((fails + 1))
 }
 
+# test_end: the verdict line with the test's time, then exit: 0 after removing $work when
+# fail() was never called, else 1, $work kept for a look
+test_end() {
+    te_s=$(($(date +%s) - t_start))
+    if [ "$fails" -ne 0 ]; then
+        echo "$test_name: FAIL ($fails; $te_s s); work directory kept: $work"
+        exit 1
+    fi
+    echo "$test_name: PASS ($te_s s)"
+    rm -rf "$work"
+    exit 0
+}
+
+# run_expecting_error PATTERN... -- CMD...: prints and runs CMD (stdin /dev/null, stdout
+# $work/out, stderr $work/err); sets $rc to its status and $why to what error_line_problem
+# says of its stderr for the PATTERNs (fixed strings; empty: one line naming them all)
+run_expecting_error() {
+    ree_pats=
+    while [ "$1" != "--" ]; do
+        ree_pats="$ree_pats$1
+"
+        shift
+    done
+    shift
+    echo "+ $*"
+    "$@" >"$work/out" 2>"$work/err" </dev/null
+    rc=$?
+    ree_ifs=$IFS
+    IFS='
+'
+    # shellcheck disable=SC2086 # one pattern a line
+    why=$(error_line_problem "$work/err" $ree_pats)
+    IFS=$ree_ifs
+}
+
 # prepare_corpus OUT: the bundled Shakespeare text as byte tokens in OUT (its log in
 # $work/prepare.log); when that fails the test ends here (exit 1)
 prepare_corpus() {

@@ -12,7 +12,7 @@ process so that torch and each model load once. Prints one "KEY VALUE..." line p
   tokenizer_ids BOS EOS PAD same|differ   AutoTokenizer's special ids of the export vs source
     smollm2_reference.py SOURCE EXPORT TOKENS.bin PROMPT N CORPUS...
 """
-import struct
+import os
 import sys
 
 import numpy as np
@@ -20,15 +20,17 @@ import torch
 from tokenizers import Tokenizer
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sft_data  # noqa: E402
+
 EDGE = ["", " ", "  x  ", "\t\n", "naïve café", "emoji 😀👍🏽", "<|im_start|>user\nhi<|im_end|>",
         "3.14159, 1,000,000", "日本語", "I'm sure they'll say it's fine"]
 
 
 def token_file(path):
-    raw = open(path, "rb").read()
-    magic, _version, width, count = struct.unpack("<8sIIQ", raw[:24])
-    assert magic == b"SHLMTOK\0", path
-    return np.frombuffer(raw[32:32 + count * width], dtype="<u2" if width == 2 else "<u4")
+    """The ids of a shardlm token file (any version: tests/sft_data.py reads io/tokens.h's
+    layout)."""
+    return np.array(sft_data.read(path)[1], dtype=np.int64)
 
 
 def load(path):

@@ -45,8 +45,8 @@ int main(void) {
         bytes[k] = llama_activation_bytes(m);
         size_t planned = llama_activation_bytes_for(&c, SHLM_F32, B, T, modes[k]);
         /* two steps through the same model: the second reuses recomputed scratch */
-        llama_forward_backward(m, x, y, B, T, 1.0f, NULL);
-        loss[k] = llama_forward_backward(m, x, y, B, T, 1.0f, NULL);
+        llama_forward_backward(m, x, y, NULL, B, T, 1.0f, NULL);
+        loss[k] = (float)llama_forward_backward(m, x, y, NULL, B, T, 1.0f, NULL);
         llama_destroy(m);
         double worst = 0;
         for (int u = 0; u < r.lay.n_units; u++) {

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "src/data_loader.h"
+#include "src/rng.h"
 
 #include "tests/check.h"
 
@@ -44,7 +45,7 @@ static int step_windows(const token_file *tf, int T, int shuffle, uint64_t seed,
             break;
         }
         for (int m = 0; m < G / (mb * W); m++) {
-            if (data_loader_batch(&dl, step * (uint64_t)G, m, in, tg, err, sizeof err) != 0) {
+            if (data_loader_batch(&dl, step * (uint64_t)G, m, in, tg, NULL, err, sizeof err) != 0) {
                 printf("     batch failed: %s\n", err);
                 ok = 0;
             }
@@ -102,7 +103,7 @@ static void test_rank_order(void) {
             uint64_t k = 0;
             for (uint64_t s = 0; s < 3; s++) {
                 for (int m = 0; m < 4; m++, k++) {
-                    if (data_loader_batch(&dl, s * 4 * W, m, in, tg, err, sizeof err) != 0) ok = 0;
+                    if (data_loader_batch(&dl, s * 4 * W, m, in, tg, NULL, err, sizeof err) != 0) ok = 0;
                     uint64_t want = (r + k * W) % 10;
                     if ((uint64_t)in[0] != want * T) ok = 0;
                 }
@@ -115,7 +116,7 @@ static void test_rank_order(void) {
     data_loader dl;
     char err[256];
     data_loader_init(&dl, &tf, T, 0, 7, 1, 2, 2, err, sizeof err);
-    int rc = data_loader_batch(&dl, 0, 1, in, tg, err, sizeof err);
+    int rc = data_loader_batch(&dl, 0, 1, in, tg, NULL, err, sizeof err);
     check(rc == 0 && in[0] == 5 * T && in[T] == 7 * T, "W=2 micro_batch 2, rank 1, micro-batch 1: windows "
           "5 and 7 (got %d, %d)", in[0] / T, in[T] / T);
     data_loader_free(&dl);
@@ -138,7 +139,7 @@ static void test_windows(void) {
         /* the last window's last target is a real token */
         if (rc == 0) {
             int32_t in[64], tg[64];
-            rc = data_loader_batch(&dl, dl.n_windows - 1, 0, in, tg, err, sizeof err);
+            rc = data_loader_batch(&dl, dl.n_windows - 1, 0, in, tg, NULL, err, sizeof err);
             check(rc == 0 && (uint64_t)tg[cases[i].T - 1] < tf.count,
                   "last window stays inside the data %s", err);
             data_loader_free(&dl);
@@ -274,6 +275,134 @@ static void test_reposition(void) {
     check(data_loader_reposition(5, 10, 32, 16, &q) == -1, "reposition: no window of 32 in 10 tokens");
 }
 
+/* Packed documents: tokens i, documents starting at `starts` (and token 0), every third
+ * token untrained; in memory (flags) or written to a version-2 file and opened. */
+static token_file make_docs(uint64_t count, int on_disk, const char *path) {
+    token_file tf = make_tokens(count);
+    tf.flags = malloc(count);
+    uint64_t next = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        const int start = i == next;
+        if (start) next += 1 + rng_hash64(i) % 23; /* documents of 1..23 tokens */
+        tf.flags[i] = (uint8_t)((start ? TOKEN_DOC_START : 0) | (i % 3 ? TOKEN_TRAINED : 0));
+    }
+    if (!on_disk) return tf;
+    char err[1024] = "";
+    token_file disk;
+    if (token_file_write(path, tf.tokens, tf.flags, count, 4, tf.vocab_size, NULL, err,
+                         sizeof err) != 0 ||
+        token_file_open(&disk, path, err, sizeof err) != 0)
+        printf("     %s\n", err);
+    token_file_close(&tf);
+    return disk;
+}
+
+/* One rank's batches of a step against the rules written out here again: targets -1 where
+ * the next token is untrained (or, doc_mask, starts a document), doc_start the latest
+ * document start at or before t inside the row. Adds the row's trained targets to *n. */
+static int check_rows(const token_file *tf, const uint8_t *fl, int T, int mb, int doc_mask,
+                      const int32_t *in, const int32_t *tg, const int32_t *ds, int64_t *n) {
+    int ok = 1;
+    for (int b = 0; b < mb; b++) {
+        const int32_t w = in[b * T]; /* token i is i: the window's first token */
+        for (int t = 0; t < T; t++) {
+            const uint8_t next = fl[w + t + 1];
+            const int trained = (next & TOKEN_TRAINED) && !(doc_mask && (next & TOKEN_DOC_START));
+            ok &= in[b * T + t] == w + t;
+            ok &= tg[b * T + t] == (trained ? w + t + 1 : -1);
+            *n += trained;
+            if (doc_mask) {
+                int want = 0;
+                for (int k = t; k >= 0; k--)
+                    if (fl[w + k] & TOKEN_DOC_START) {
+                        want = k;
+                        break;
+                    }
+                ok &= ds[b * T + t] == want;
+            }
+        }
+    }
+    (void)tf;
+    return ok;
+}
+
+static void test_masks_and_docs(const char *tmp) {
+    const int T = 8, G = 8, steps = 7;
+    char path[600];
+    snprintf(path, sizeof path, "%s/docs.bin", tmp);
+    for (int disk = 0; disk < 2; disk++) {
+        token_file tf = make_docs(11 * T + 3, disk, path);
+        /* the flags as the rules see them (the file's, read back whole) */
+        uint8_t *fl = malloc(tf.count);
+        char err[1024] = "";
+        token_file_read_flags(&tf, 0, tf.count, fl, err, sizeof err);
+        for (int doc_mask = 0; doc_mask < 2; doc_mask++) {
+            const int worlds[] = {1, 2, 4}, mbs[] = {1, 2};
+            for (int wi = 0; wi < 3; wi++)
+                for (int mi = 0; mi < 2; mi++) {
+                    const int W = worlds[wi], mb = mbs[mi];
+                    int ok = 1, counts_ok = 1;
+                    int32_t in[16], tg[16], ds[16];
+                    for (int s = 0; s < steps; s++) {
+                        int64_t seen = 0, counted = -1;
+                        for (int r = 0; r < W; r++) {
+                            data_loader dl;
+                            ok &= data_loader_init(&dl, &tf, T, 1, 99, r, W, mb, err, sizeof err) == 0;
+                            dl.doc_mask = doc_mask;
+                            for (int m = 0; ok && m < G / (W * mb); m++) {
+                                ok &= data_loader_batch(&dl, (uint64_t)s * G, m, in, tg,
+                                                        doc_mask ? ds : NULL, err, sizeof err) == 0;
+                                ok &= check_rows(&tf, fl, T, mb, doc_mask, in, tg, ds, &seen);
+                            }
+                            int64_t c = -1;
+                            ok &= data_loader_count_targets(&dl, (uint64_t)s * G, G, &c, err, sizeof err) == 0;
+                            if (counted >= 0 && c != counted) counts_ok = 0;
+                            counted = c;
+                            data_loader_free(&dl);
+                        }
+                        counts_ok &= counted == seen;
+                    }
+                    check(ok && counts_ok,
+                          "%s, doc_mask %d, W=%d micro_batch %d: masked targets are -1, doc_start "
+                          "is the row's latest document start, and every rank's count of a "
+                          "step's trained targets equals the targets in all ranks' batches %s",
+                          disk ? "version-2 file" : "in memory", doc_mask, W, mb, err);
+                }
+        }
+        free(fl);
+        token_file_close(&tf);
+    }
+    remove(path);
+
+    /* a file without masks: every target counts (the shortcut), doc_mask or not */
+    token_file plain = make_tokens(5 * T + 1);
+    data_loader dl;
+    char err[256] = "";
+    data_loader_init(&dl, &plain, T, 0, 1, 0, 1, 1, err, sizeof err);
+    int64_t c0 = -1, c1 = -1;
+    data_loader_count_targets(&dl, 3, 4, &c0, err, sizeof err);
+    dl.doc_mask = 1;
+    data_loader_count_targets(&dl, 3, 4, &c1, err, sizeof err);
+    check(c0 == 4 * T && c1 == 4 * T, "no masks: 4 samples count 4 x %d targets (%lld, %lld)", T,
+          (long long)c0, (long long)c1);
+    data_loader_free(&dl);
+    free(plain.tokens);
+
+    /* a window with nothing trained: every target -1, a count of 0 */
+    token_file none = make_tokens(2 * T + 1);
+    none.flags = calloc(none.count, 1);
+    none.flags[0] = TOKEN_DOC_START;
+    data_loader_init(&dl, &none, T, 0, 1, 0, 1, 1, err, sizeof err);
+    int32_t in[8], tg[8];
+    int all_ignored = data_loader_batch(&dl, 0, 0, in, tg, NULL, err, sizeof err) == 0;
+    for (int t = 0; t < T; t++) all_ignored &= tg[t] == -1;
+    int64_t c = -1;
+    data_loader_count_targets(&dl, 0, 2, &c, err, sizeof err);
+    check(all_ignored && c == 0, "nothing trained: every target -1, count %lld", (long long)c);
+    data_loader_free(&dl);
+    token_file_close(&none);
+}
+
 int main(int argc, char **argv) {
     char cwd[512];
     printf("# reproduce: cd %s && %s\n", getcwd(cwd, sizeof cwd) ? cwd : ".", argv[0]);
@@ -285,6 +414,15 @@ int main(int argc, char **argv) {
     test_world_sizes(1);
     test_permutations();
     test_reposition();
+    const char *tmp = getenv("TMPDIR");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/shlm-test-loader-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror(dir);
+        return 1;
+    }
+    test_masks_and_docs(dir);
+    rmdir(dir);
     printf("# %d checks, %d failed\n", n_checks, n_failed);
     return n_failed ? 1 : 0;
 }

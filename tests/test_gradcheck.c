@@ -42,7 +42,11 @@ static int gradcheck(const llama_config *cfg) {
         x[i] = (int32_t)(rng_hash64(i) % c.vocab_size);
         y[i] = i % 5 == 3 ? -1 : (int32_t)(rng_hash64(i + 100) % c.vocab_size); /* some ignored */
     }
-    float loss = llama_forward_backward(m, x, y, B, T, 1.0f, NULL);
+    int valid = 0;
+    for (int i = 0; i < N; i++) valid += y[i] >= 0;
+    /* the mean loss's gradient: each target's loss gradient is 1 / (targets) */
+    float loss = (float)(llama_forward_backward(m, x, y, NULL, B, T, 1.0f / (float)valid, NULL) /
+                         valid);
     float loss2 = loss_of(m, x, y, B, T);
     int fails = 0;
     printf("loss fwd+bwd %.7f, fwd only %.7f\n", loss, loss2);

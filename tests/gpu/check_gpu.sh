@@ -3,6 +3,8 @@
 #   test_ops_cuda        every cuda op against the cpu backend (bf16 tolerances per op)
 #   model_steps.sh       whole-model steps on 1 and 2 GPUs against the cpu backend, every
 #                        strategy, accumulation, bitwise repeat, exact resume
+#   doc_mask.sh          data.doc_mask through the model: packed documents' eval loss on
+#                        cuda (both attention kernels) against the cpu backend, masks on/off
 #   attn_sm90_check      the attention forward: Hopper default against the mma.sync
 #                        fallback and float64
 #   attn_bwd_sm90_check  the attention backward: default and fallback bitwise equal,
@@ -29,6 +31,7 @@ run() { # NAME COMMAND...
 }
 run test_ops_cuda "$B/tests/gpu/test_ops_cuda"
 run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
+run doc_mask sh "$SHLM_SRCDIR/tests/gpu/doc_mask.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time
 run attn_bwd_sm90_check "$B/tests/gpu/attn_bwd_sm90_check" --no-time
 run hung_rank sh "$SHLM_SRCDIR/tests/gpu/hung_rank.sh"

@@ -1,0 +1,72 @@
+#!/bin/sh
+# Chat rendering, ids and loss masks against transformers, Hugging Face tokenizers and
+# sentencepiece (tests/chat_template_ref.py says what is compared): ChatML with
+# SmolLM2-135M-Instruct's tokenizer and template (when $SHLM_SMOLLM2 holds it) and with the
+# byte-level test tokenizer of tests/sft_data.py; Llama-2's template with Mistral's
+# SentencePiece model (Llama-2's structure); over the bundled chat and prompt-response data
+# and tests/data/chat_edge.jsonl. Skipped (77) without the python libraries (tests/pyenv.sh).
+# Reproduce: make check TESTS=tests/chat_template_ref.sh
+#   or: SHLM=./shardlm SHLM_SRCDIR=. sh tests/chat_template_ref.sh
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
+SHLM=${SHLM:-./shardlm}
+. "$SHLM_SRCDIR/tests/pyenv.sh"
+. "$SHLM_SRCDIR/tests/lib.sh"
+if ! shlm_python transformers tokenizers sentencepiece >/dev/null; then
+    echo "chat_template_ref: SKIP: $(shlm_python transformers tokenizers sentencepiece)"
+    exit 77
+fi
+test_begin chat_template_ref shlm-chat-ref
+data="$SHLM_SRCDIR/examples/smollm2/data"
+edge="$SHLM_SRCDIR/tests/data/chat_edge.jsonl"
+ref="$SHLM_PY $SHLM_SRCDIR/tests/chat_template_ref.py --shardlm $SHLM --work $work"
+ran=""
+
+# ChatML: the byte-level test tokenizer (its template: SmolLM2's form), always
+python3 "$SHLM_SRCDIR/tests/sft_data.py" tokenizers "$work/tk" || fail "sft_data.py tokenizers"
+echo "+ $ref --kind chatml --tokenizer $work/tk/chatml $edge $data/chat-val.jsonl"
+$ref --kind chatml --tokenizer "$work/tk/chatml" "$edge" "$data/chat-val.jsonl" ||
+    fail "chatml over the byte-level test tokenizer"
+ran="$ran byte-level-chatml"
+
+# ChatML: SmolLM2's own tokenizer and template
+if [ -f "$SHLM_SMOLLM2/tokenizer.json" ]; then
+    echo "+ $ref --kind chatml --tokenizer $SHLM_SMOLLM2 ..."
+    $ref --kind chatml --tokenizer "$SHLM_SMOLLM2" "$data/chat-train.jsonl" \
+        "$data/chat-val.jsonl" "$data/prompt-response-train.jsonl" \
+        "$data/prompt-response-val.jsonl" "$edge" || fail "chatml over SmolLM2"
+    ran="$ran smollm2"
+else
+    echo "chat_template_ref: note: no $SHLM_SMOLLM2/tokenizer.json (examples/smollm2/get-model.sh" \
+        "makes it): SmolLM2's own part skipped"
+fi
+
+# Llama-2: Mistral's SentencePiece model in a directory whose tokenizer_config.json holds
+# Meta's template (recognised by --chat-template auto)
+if sp=$(shlm_wheel_file mistral-common mistral_common/data/tokenizer.model.v1); then
+    l2=$work/llama2
+    mkdir -p "$l2"
+    cp "$sp" "$l2/tokenizer.model"
+    "$SHLM_PY" - "$SHLM_SRCDIR/tests" "$l2" <<'EOF' || fail "could not write the llama2 directory"
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import sft_data
+d = sys.argv[2]
+json.dump({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True,
+           "chat_template": sft_data.LLAMA2_TEMPLATE}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+open(os.path.join(d, "template.jinja"), "w").write(sft_data.LLAMA2_TEMPLATE)
+EOF
+    echo "+ $ref --kind llama2 --tokenizer $l2 --template-file $l2/template.jinja ..."
+    $ref --kind llama2 --tokenizer "$l2" --template-file "$l2/template.jinja" \
+        "$data/chat-val.jsonl" "$data/chat-train.jsonl" "$data/prompt-response-val.jsonl" ||
+        fail "llama2 over Mistral's SentencePiece model"
+    $ref --kind llama2 --tokenizer "$l2" --template-file "$l2/template.jinja" --skip-specials \
+        "$edge" || fail "llama2 over the edge cases"
+    ran="$ran llama2"
+else
+    echo "chat_template_ref: note: $sp: the Llama-2 part skipped"
+fi
+
+echo "chat_template_ref: ran:$ran"
+test_end
