@@ -705,7 +705,6 @@ static int run_main(int argc, char **argv) {
     sim_op_table table;
     if (ops_path) {
         if (sim_table_load(&table, ops_path, err, sizeof err) != 0) return fail(err);
-        table.launch_us = m.act == SHLM_BF16 ? 3.0 : 0.0; /* a kernel launch */
         m.table = &table;
     } else if (!measure) {
         return fail("give the op table: --ops FILE (bench_kernels' output, or --measure-ops')");

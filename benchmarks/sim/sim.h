@@ -62,7 +62,8 @@ typedef struct sim_op_table {
     int n, cap;
     double copy_gbs;  /* memory-bound ops without an entry: bytes / this (bench_kernels'
                        * copy ceiling, or the table's accumulate rate) */
-    double launch_us; /* the least time an op takes when scaled down from a larger shape */
+    double launch_us; /* the least time an op takes when scaled down from a larger shape
+                       * (3 us for bench_kernels' tables, 0 for --measure-ops') */
     char source[256]; /* file it was read from */
 } sim_op_table;
 
