@@ -35,7 +35,7 @@
 #   --repeat K        scaling phases: runs per point, the median kept (default 3)
 #   --global-batch G  scaling: sequences per optimizer step (default 2 x GPUs)
 #   --run-timeout S   a run that takes longer fails (default 600)
-# Environment: SHLM_BIN  a directory holding shardlm, test_ops, attn_sm90_check,
+# Environment: SHLM_BIN  a directory holding shardlm, test_ops, attn_sm90_check, nvml_fields,
 #                        attn_bwd_sm90_check, bench_kernels, bench_comm, flat or as a build
 #                        tree (default .gpu/bin; with --cpu the build this script is in)
 #              OUT       logs, run directories and results.jsonl (default /tmp/shlm-suite)
@@ -236,12 +236,12 @@ phase_tests() {
         b=$BIN
     else
         b=$work/check-gpu-build
-        say "+ mkdir -p $b/tests/gpu && ln -sf $BIN/test_ops $b/tests/ && ln -sf $BIN/{attn_sm90_check,attn_bwd_sm90_check} $b/tests/gpu/"
+        say "+ mkdir -p $b/tests/gpu && ln -sf $BIN/test_ops $b/tests/ && ln -sf $BIN/{attn_sm90_check,attn_bwd_sm90_check,nvml_fields} $b/tests/gpu/"
         if [ "$dry" = 0 ]; then
             mkdir -p "$b/tests/gpu"
             t=$(bin test_ops) || { failed=1; return; }
             ln -sf "$t" "$b/tests/"
-            for t in attn_sm90_check attn_bwd_sm90_check; do
+            for t in attn_sm90_check attn_bwd_sm90_check nvml_fields; do
                 t=$(bin "$t") || { failed=1; return; }
                 ln -sf "$t" "$b/tests/gpu/"
             done

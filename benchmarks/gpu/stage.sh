@@ -34,7 +34,7 @@ done
 
 # What gpu_suite.sh runs, as make targets of the build (their file names are the last part)
 TARGETS="shardlm tests/test_ops tests/gpu/attn_sm90_check tests/gpu/attn_bwd_sm90_check
-benchmarks/bench_kernels benchmarks/bench_comm"
+tests/gpu/nvml_fields benchmarks/bench_kernels benchmarks/bench_comm"
 # Debian 12 packages of the libraries those load beyond glibc, libstdc++, libgomp, CUDA,
 # NCCL, Open MPI and parallel HDF5 (the toolchain's): OpenBLAS (and the Fortran runtime it
 # needs), inih, cJSON, SentencePiece (and protobuf-lite), PCRE2
