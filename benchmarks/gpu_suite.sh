@@ -224,7 +224,7 @@ pair() { # PHASE PAIR STRATEGY AC SYSTEMS...: shardlm, then each PyTorch mode
     smi_start "$phase"
     shardlm_run "$phase" "$pair" "$st" "$ac"
     need_python && for m in "$@"; do anchor_run "$phase" "$pair" "$st" "$ac" "$m"; done
-    smi_stop
+    smi_stop "$phase"
 }
 
 # ---- phases ----
