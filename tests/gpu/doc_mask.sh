@@ -4,8 +4,9 @@
 # validation text cut into one document per line, packed, with document masks on and off,
 # on the cuda backend (the Hopper kernels and the mma.sync fallback) and on the cpu
 # backend (fp32, whose attention is tested against an explicit mask). Each cuda loss must
-# equal the cpu loss of the same setting within 5e-3 relative (bf16 activations, fp32
-# weights), and the masks must matter: on and off at least 2.5 times that apart on the cpu
+# equal the cpu loss of the same setting within 1e-3 relative (bf16 activations, fp32
+# weights; an H200 gives 2e-5 to 3.2e-5), and the masks must matter: on and off at least
+# 2.5 times that apart on the cpu (3.9e-3 on this data)
 # (each line losing the lines before it as context), so a cuda pass that ignored them
 # would fail.
 # Usage: SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/doc_mask.sh   (exit 77: no GPU)
@@ -44,7 +45,7 @@ for dm in false true; do
         cuda=$(loss cuda $dm $kind)
         v=$(awk -v a="$cuda" -v b="$cpu" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d
             if (a == "" || b == "") { print "FAIL (no loss)"; exit }
-            printf "%.2e %s", d, (d <= 5e-3) ? "PASS" : "FAIL" }')
+            printf "%.2e %s", d, (d <= 1e-3) ? "PASS" : "FAIL" }')
         case $v in *PASS) ;; *) fails=$((fails + 1)); cat "$T/eval.err" ;; esac
         echo "doc_mask $dm: cuda ($kind) $cuda, cpu $cpu: rel diff $v"
     done
@@ -52,7 +53,7 @@ for dm in false true; do
 done
 v=$(awk -v on="$cpu_true" -v off="$cpu_false" 'BEGIN { d = (on - off) / off; if (d < 0) d = -d
     if (on == "" || off == "") { print "FAIL (no loss)"; exit }
-    printf "%.2e %s", d, (d >= 1.25e-2) ? "PASS" : "FAIL" }')
+    printf "%.2e %s", d, (d >= 2.5e-3) ? "PASS" : "FAIL" }')
 case $v in *PASS) ;; *) fails=$((fails + 1)) ;; esac
 echo "doc_mask on against off (cpu): $cpu_true vs $cpu_false, rel diff $v (the masks matter)"
 echo "doc_mask: $fails failure(s)"
