@@ -5,18 +5,22 @@
 # run's mean step time over steps 3..10. Fails when telemetry costs 0.5% or more.
 # A plain process (no mpirun: its binding to one core would slow the initialisation).
 # Run by `make check-gpu`; exit 77 where no GPU has room for the 7B step (~ 100 GiB).
+# LAYERS=N cuts the model to N of its 32 blocks (a shorter step: a stricter ratio, since
+# the sampler's cost does not shrink with the step).
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/telemetry_overhead.sh
 set -u
 SHLM=${SHLM:-./shardlm}
 SRC=${SHLM_SRCDIR:-.}
+LAYERS=${LAYERS:-32}
 free=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits 2>/dev/null | head -n 1)
 [ -n "$free" ] && [ "$free" -gt 110000 ] || { echo "telemetry_overhead: no GPU with 110 GB free: skipped"; exit 77; }
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 "$SHLM" data random --vocab 32000 --tokens 2000000 "$T/rand.bin" >/dev/null || exit 1
 run() { # NAME INTERVAL
-    echo "+ $SHLM train $SRC/jobs/llama2-7b.ini --set data.train=$T/rand.bin --set train.steps=10 --set train.warmup_steps=1 --set train.global_batch=1 --set fsdp.param_dtype=bf16 --set log.run_dir=$T/$1 --set log.telemetry_interval_ms=$2"
-    "$SHLM" train "$SRC/jobs/llama2-7b.ini" --set data.train="$T/rand.bin" --set train.steps=10 \
+    echo "+ $SHLM train $SRC/jobs/llama2-7b.ini --set model.n_layers=$LAYERS --set data.train=$T/rand.bin --set train.steps=10 --set train.warmup_steps=1 --set train.global_batch=1 --set fsdp.param_dtype=bf16 --set log.run_dir=$T/$1 --set log.telemetry_interval_ms=$2"
+    "$SHLM" train "$SRC/jobs/llama2-7b.ini" --set model.n_layers="$LAYERS" \
+        --set data.train="$T/rand.bin" --set train.steps=10 \
         --set train.warmup_steps=1 --set train.global_batch=1 --set fsdp.param_dtype=bf16 \
         --set log.run_dir="$T/$1" --set log.telemetry_interval_ms="$2" >"$T/$1.log" 2>&1 ||
         { tail -n 5 "$T/$1.log"; exit 1; }
