@@ -2,6 +2,7 @@
  * (micro-batches, accumulation, clipping, AdamW, schedule), validation, sampling. */
 #include "src/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,23 +53,44 @@ static void print_topology(const run *r, const char *device) {
 /* shlm_backend_pick's device_of: the GPU this rank binds (the topology's rule) */
 static int bound_device(int n, void *topo) { return topology_device(topo, n); }
 
+/* Opens the token file job key `key` names and checks its vocabulary against the model's.
+ * A file that does not exist gets the command that makes it: from the text file of the same
+ * name beside it where there is one (the demo's jobs/data holds the texts), else from one
+ * the user names. */
+static int open_job_tokens(token_file *tf, const char *path, const char *key,
+                           const job_config *c, char *err, size_t errlen) {
+    if (access(path, F_OK) != 0 && errno == ENOENT) {
+        const char *tok = c->tokenizer[0] ? c->tokenizer : "bytes";
+        char text[1100];
+        const size_t n = strlen(path);
+        const int bin = n > 4 && strcmp(path + n - 4, ".bin") == 0;
+        snprintf(text, sizeof text, "%.*s.txt", (int)(bin ? n - 4 : n), path);
+        if (bin && access(text, R_OK) == 0)
+            snprintf(err, errlen, "%s: %.400s does not exist: make it with `shardlm data "
+                     "prepare --tokenizer %.200s %.400s %.400s`", key, path, tok, text, path);
+        else
+            snprintf(err, errlen, "%s: %.400s does not exist: make it from a text or JSONL "
+                     "file with `shardlm data prepare --tokenizer %.200s FILE %.400s`", key, path,
+                     tok, path);
+        return -1;
+    }
+    if (token_file_open(tf, path, err, errlen) != 0) return -1;
+    if ((int)tf->vocab_size > c->model.vocab_size) {
+        snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d", path,
+                 tf->vocab_size, c->model.vocab_size);
+        return -1;
+    }
+    return 0;
+}
+
 static int open_data(run *r, char *err, size_t errlen, int need_train) {
     const job_config *c = &r->cfg;
-    if (need_train) {
-        if (token_file_open(&r->train_tf, c->data_train, err, errlen) != 0) return -1;
-        if ((int)r->train_tf.vocab_size > c->model.vocab_size) {
-            snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d",
-                     c->data_train, r->train_tf.vocab_size, c->model.vocab_size);
-            return -1;
-        }
-    }
+    if (need_train &&
+        open_job_tokens(&r->train_tf, c->data_train, "[data] train", c, err, errlen) != 0)
+        return -1;
     if (c->data_val[0]) {
-        if (token_file_open(&r->val_tf, c->data_val, err, errlen) != 0) return -1;
-        if ((int)r->val_tf.vocab_size > c->model.vocab_size) {
-            snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d",
-                     c->data_val, r->val_tf.vocab_size, c->model.vocab_size);
+        if (open_job_tokens(&r->val_tf, c->data_val, "[data] val", c, err, errlen) != 0)
             return -1;
-        }
         r->have_val = 1;
     }
     return 0;

@@ -236,13 +236,19 @@ run "$SHLM" train "$J" --set data.train="$T/bigid.bin"
 expect "token id >= vocab" bigid.bin 300 "index 100" 256
 
 run "$SHLM" train "$J" --set data.train="$T/missing.bin"
-expect "missing data file (--set)" missing.bin "cannot open"
+expect "missing data file (--set)" "[data] train" missing.bin "does not exist" "shardlm data prepare --tokenizer bytes FILE"
+
+# a missing .bin beside its text (the installed demo's jobs/data): the exact command
+echo "some text" >"$T/corpus.txt"
+run "$SHLM" train "$J" --set data.train="$T/corpus.bin"
+expect "missing data file beside its text" \
+    "shardlm data prepare --tokenizer bytes $T/corpus.txt $T/corpus.bin"
 
 # named in the job file: relative to the job's directory, and the message shows where
 job missingdata
 sed -i 's/^train = train.bin$/train = nothere.bin/' "$T/missingdata.ini"
 run "$SHLM" train "$T/missingdata.ini"
-expect "missing data file (job file)" "$T/nothere.bin" "cannot open"
+expect "missing data file (job file)" "$T/nothere.bin" "does not exist"
 
 tokfile "$T/tiny.bin" 256 1 2 3 4 5 6 7 8 9 10
 run "$SHLM" train "$J" --set data.train="$T/tiny.bin"
