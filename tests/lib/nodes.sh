@@ -114,11 +114,27 @@ node_link() {
     node_exec ctl ip link set "sw-$1" "$2"
 }
 
+# The directories every node sees at their own paths: the work directory, the source tree
+# and the build directory, whichever lie under the directories a node covers (/run, /tmp,
+# /dev/shm), colon-separated (absolute paths; the work directory always)
+nodes_shared() {
+    ns_list=$work
+    for ns_d in "$SHLM_SRCDIR" "$(dirname "$SHLM")" "${SHLM_BUILDDIR:-}"; do
+        [ -n "$ns_d" ] || continue
+        ns_d=$(cd "$ns_d" 2>/dev/null && pwd -P) || continue
+        case $ns_d in
+        /tmp/* | /run/* | /dev/shm/*)
+            case ":$ns_list:" in *":$ns_d:"*) ;; *) ns_list=$ns_list:$ns_d ;; esac ;;
+        esac
+    done
+    echo "$ns_list"
+}
+
 # nodes_holder NAME: starts NAME's holder and waits until its namespaces are set
 nodes_holder() {
     rm -f "$nodes_dir/$1.pid"
     unshare --net --uts --mount --ipc --propagation private \
-        sh "$SHLM_SRCDIR/tests/lib/node_holder.sh" "$1" "$work" "$nodes_dir/$1.pid" \
+        sh "$SHLM_SRCDIR/tests/lib/node_holder.sh" "$1" "$(nodes_shared)" "$nodes_dir/$1.pid" \
         "$nodes_dir/hosts" "$NODES_LIFETIME" </dev/null >"$nodes_dir/$1.holder.log" 2>&1 &
     nh_i=0
     while [ ! -s "$nodes_dir/$1.pid" ]; do
