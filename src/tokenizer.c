@@ -311,8 +311,9 @@ static int stream_release(tokenizer *t, tokenizer_stream *s, int force, byte_buf
         tokenizer_decode(t, s->ids.ids + s->prefix, s->ids.n - s->prefix, s->flags, &s->b, err,
                          errlen) != 0)
         return -1;
+    /* a.data is NULL while nothing has been released (memcmp must not see it) */
     int ready = s->b.n > s->a.n && !ends_unfinished(s->b.data, s->b.n) &&
-                memcmp(s->a.data, s->b.data, s->a.n) == 0;
+                (s->a.n == 0 || memcmp(s->a.data, s->b.data, s->a.n) == 0);
     if (!ready && !force) return 0;
     if (s->b.n > s->a.n && byte_buf_append(out, s->b.data + s->a.n, s->b.n - s->a.n) != 0) {
         tokenizer_set_err(err, errlen, "%s: out of memory", t->path);
