@@ -9,12 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/errmsg.h"
 #include "src/tokenizer_impl.h"
 
 void tokenizer_set_err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    io_set_errv(err, errlen, fmt, ap); /* a token string may hold a line break */
     va_end(ap);
 }
 
