@@ -6,12 +6,16 @@
 #include <stdlib.h>
 
 void io_set_err(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0) return;
-    char *raw = malloc(errlen);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(raw ? raw : err, errlen, fmt, ap);
+    io_set_errv(err, errlen, fmt, ap);
     va_end(ap);
+}
+
+void io_set_errv(char *err, size_t errlen, const char *fmt, va_list ap) {
+    if (!err || errlen == 0) return;
+    char *raw = malloc(errlen);
+    vsnprintf(raw ? raw : err, errlen, fmt, ap);
     if (!raw) return; /* out of memory: the message as it came */
     size_t n = 0;
     for (const unsigned char *s = (const unsigned char *)raw; *s && n + 1 < errlen; s++) {

@@ -3,6 +3,7 @@
 #ifndef SHLM_ERRMSG_H
 #define SHLM_ERRMSG_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /* snprintf into err (errlen bytes, nothing when err is NULL or errlen 0), then every
@@ -10,5 +11,8 @@
  * message stays one line whatever the strings it quotes hold; cut to fit. */
 void io_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The same, from a va_list (for readers with their own error function). */
+void io_set_errv(char *err, size_t errlen, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #endif

@@ -9,12 +9,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/errmsg.h"
 #include "src/tokenizer_impl.h"
 
 void tokenizer_set_err(char *err, size_t errlen, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
+    io_set_errv(err, errlen, fmt, ap); /* a token string may hold a line break */
     va_end(ap);
 }
 
@@ -311,8 +312,9 @@ static int stream_release(tokenizer *t, tokenizer_stream *s, int force, byte_buf
         tokenizer_decode(t, s->ids.ids + s->prefix, s->ids.n - s->prefix, s->flags, &s->b, err,
                          errlen) != 0)
         return -1;
+    /* a.data is NULL while nothing has been released (memcmp must not see it) */
     int ready = s->b.n > s->a.n && !ends_unfinished(s->b.data, s->b.n) &&
-                memcmp(s->a.data, s->b.data, s->a.n) == 0;
+                (s->a.n == 0 || memcmp(s->a.data, s->b.data, s->a.n) == 0);
     if (!ready && !force) return 0;
     if (s->b.n > s->a.n && byte_buf_append(out, s->b.data + s->a.n, s->b.n - s->a.n) != 0) {
         tokenizer_set_err(err, errlen, "%s: out of memory", t->path);

@@ -62,7 +62,7 @@ int tokenizer_specials_resolve(tokenizer *t, char *err, size_t errlen);
  * NULL with "PATH: problem" in err. */
 char *tokenizer_read_file(const char *path, size_t *len, char *err, size_t errlen);
 
-/* vsnprintf into err (shared by the implementations). */
+/* io_set_err into err (shared by the implementations): one line, whatever it quotes. */
 void tokenizer_set_err(char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
