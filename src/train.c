@@ -695,7 +695,8 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         int64_t n_step = 0;
         if (data_loader_count_targets(&dl, step_start, (uint64_t)c->global_batch, &n_step, err,
                                       sizeof err) != 0) {
-            data_failed = 1; /* placeholder rows, as a failed batch leaves them */
+            data_failed = 1; /* zeroed rows (what a failed batch leaves) keep this rank in the
+                              * step's collectives; the step-end check ends the run */
             memset(in, 0, n * sizeof *in);
             memset(tg, 0, n * sizeof *tg);
             if (ds) memset(ds, 0, n * sizeof *ds);
@@ -770,7 +771,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         step_record rec;
         watch_step_end(w, (double)shlm_signals_pending(), (double)data_failed, local_s, comm_ms,
                        mem_peak, &rec);
-        if (rec.data_failed > 0) { /* the step trained on placeholder rows: log and save nothing */
+        if (rec.data_failed > 0) { /* a rank trained on zeroed rows: log and save nothing */
             any_rank_failed(!data_failed, err);
             rc = -1;
             break;
