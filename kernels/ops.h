@@ -36,6 +36,28 @@ typedef enum shlm_attention_kernels {
     SHLM_ATTENTION_MMA_SYNC = 1
 } shlm_attention_kernels;
 
+/* ---- FP8 (OCP 8-bit floating point) ----
+ * E4M3: 4 exponent bits, 3 mantissa bits, bias 7, finite only: largest 448, NaN 0x7F/0xFF.
+ * E5M2: 5 exponent bits, 2 mantissa bits, bias 15, IEEE-like: largest 57344, ±inf, NaN.
+ * Conversion to FP8 rounds to nearest even and saturates: a finite value (or ±inf) beyond
+ * the largest becomes ±largest (cuda_fp8.h's __NV_SATFINITE), NaN stays NaN. */
+typedef enum shlm_fp8_format { SHLM_FP8_E4M3 = 0, SHLM_FP8_E5M2 = 1 } shlm_fp8_format;
+
+/* One scale for a whole matrix, or one per row (per token of an activation, per output
+ * channel of a weight: the outer-vector scaling of cuBLASLt). */
+typedef enum shlm_fp8_scaling { SHLM_FP8_TENSORWISE = 0, SHLM_FP8_ROWWISE = 1 } shlm_fp8_scaling;
+
+/* A quantized matrix of `rows` x `cols`, row-major: element (r, c) stands for
+ * decode(codes[r·cols + c]) · scale_inv[rowwise ? r : 0]. codes and scale_inv are in the
+ * backend's memory (rows·cols bytes; 1 or rows floats); the caller owns them. */
+typedef struct shlm_fp8_matrix {
+    uint8_t *codes;
+    float *scale_inv;
+    int rows, cols;
+    shlm_fp8_format format;
+    shlm_fp8_scaling scaling;
+} shlm_fp8_matrix;
+
 /* What a compute backend takes at start-up (init), from the job's [cuda] keys. */
 typedef struct shlm_ops_options {
     shlm_attention_kernels attention;
@@ -183,6 +205,28 @@ typedef struct shlm_ops {
      * (0 for ignored rows). dlogits may alias logits. */
     void (*xent_fwd_bwd)(float *losses, void *dlogits, const void *logits,
                          const int32_t *targets, int N, int V, float dscale);
+
+    /* ---- FP8 matmul (all Optional: NULL on a backend without it) ----
+     * The scaling rule (both backends, bit for bit): amax = the largest |x| over the
+     * matrix (tensorwise) or over each row of the quantized matrix (rowwise), NaN
+     * ignored; scale = fmax(format) / max(amax, 1e-12f) in fp32 (IEEE division);
+     * codes = fp8(x · scale) as above; scale_inv = 1.0f / scale. */
+    /* 0 when this backend can run FP8 matmuls on the bound device, else -1 with one line
+     * in why naming the device and what FP8 needs (cuda: compute capability 8.9 or 9.0). */
+    int (*fp8_check)(char *why, size_t whylen);
+    /* q = quantize(src): src is an act matrix of q->rows x q->cols (transpose = 0) or of
+     * q->cols x q->rows (transpose = 1: q holds srcᵀ, so each of q's rows is a column of
+     * src). Writes q->codes and q->scale_inv by the rule above, q->format and q->scaling
+     * as the caller set them. */
+    void (*fp8_quantize)(const shlm_fp8_matrix *q, const void *src, int transpose);
+    /* out(M,N) = (a(M,K) · b(N,K)ᵀ) · scales + c, with M = a->rows, N = b->rows,
+     * K = a->cols = b->cols, both operands K-contiguous (cuBLASLt's FP8 "TN" form), the
+     * products of decoded values summed in fp32, then multiplied by a's scale (of the row,
+     * rowwise) and b's scale (of the column's row of b). a and b have the same scaling; at
+     * most one of them is E5M2. out is act dtype (out_f32 = 0) or fp32 (1); c is NULL or
+     * a matrix like out (same dtype and shape) and may alias out (out += ...). */
+    void (*matmul_fp8)(void *out, int out_f32, const shlm_fp8_matrix *a,
+                       const shlm_fp8_matrix *b, const void *c);
 
     /* ---- optimizer and reductions over flat fp32 buffers ---- */
     /* AdamW with decoupled weight decay on n elements; g = grad * grad_scale;
