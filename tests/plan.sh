@@ -6,8 +6,9 @@
 # allocated after set-up), and the per-step comm line is within 1% of plan's, for every
 # strategy, 2 to 4 ranks, bf16 parameters and reductions, accumulation and tied
 # embeddings; (c) activation checkpointing none > selective > full, each equal to plan's
-# row, with identical losses; (d) llama2-70b on 1024 ranks plans in under 2 s; (e) plan's
-# own errors; (f) the verdict and the changes it offers.
+# row, with identical losses; (c') the FP8 recipes' operand buffers, exactly; (d)
+# llama2-70b on 1024 ranks plans in under 2 s; (e) plan's own errors; (f) the verdict and
+# the changes it offers.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
@@ -216,6 +217,25 @@ else
                 "differ from none's"
         fi
     done
+fi
+
+# ---- (c') FP8 recipes: their two operand buffers are counted exactly. small.ini: N = 32
+# tokens, d 64, qkv (4 + 2·2)·16 = 128, att 64, F 96: the a side holds N x the widest
+# input or output (2F = 192) codes and max(N, 192) scales, the b side the largest weight
+# (gate|up, 192 x 64 = 12288) or N x the widest input (F = 96) codes and 192 scales:
+# 6144 + 768 + 12288 + 768 = 19968 bytes more than bf16's activations ----
+train_vs_plan fp8_tensorwise2 2 --set train.matmul=fp8-tensorwise
+train_vs_plan fp8_rowwise_sgo2 2 --set train.matmul=fp8-rowwise --set fsdp.strategy=SHARD_GRAD_OP
+train_vs_plan fp8_rowwise_selective2 2 --set train.matmul=fp8-rowwise \
+    --set fsdp.activation_checkpointing=selective
+a_fp8=$(field activation_bytes "$T/fp8_tensorwise2.train")
+a_fp8_sel=$(field activation_bytes "$T/fp8_rowwise_selective2.train")
+if [ -n "$a_fp8" ] && [ -n "$a_none" ] && [ $((a_fp8 - a_none)) -eq 19968 ] &&
+    [ -n "$a_fp8_sel" ] && [ $((a_fp8_sel - a_sel)) -eq 19968 ]; then
+    ok "FP8 activation_bytes = bf16's + 19968 (none and selective)"
+else
+    fail "FP8 activation_bytes '$a_fp8' / '$a_fp8_sel', bf16 '$a_none' / '$a_sel': expected" \
+        "bf16's + 19968"
 fi
 
 # ---- (d) llama2-70b on 1024 ranks, 8 per node, plans fast; the job's global batch (64)
