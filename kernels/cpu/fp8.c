@@ -1,6 +1,6 @@
 /* cpu backend FP8 emulation (kernels/ops.h "FP8"): the E4M3 and E5M2 codes, the dynamic
  * scaling rule, and the scaled TN GEMM as one OpenBLAS sgemm of the decoded values, so
- * FP8 runs and tests work without a GPU and the cuda results can be checked against it. */
+ * FP8 runs and tests work on any machine and the cuda results can be checked against it. */
 #include "kernels/cpu/cpu.h"
 
 #include <cblas.h>
