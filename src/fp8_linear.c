@@ -46,7 +46,8 @@ void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void 
 }
 
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
-                    const void *inp, const void *w, int N, int C, int OC, int flags) {
+                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    int C, int OC, int flags) {
     if (dinp) {
         const shlm_fp8_matrix a = operand(f, 0, N, OC, f->grad_format, dout, 0);
         const shlm_fp8_matrix b = operand(f, 1, C, OC, SHLM_FP8_E4M3, w, 1);
@@ -54,7 +55,7 @@ void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void 
     }
     if (dweight) {
         const shlm_fp8_matrix a = operand(f, 0, OC, N, f->grad_format, dout, 1);
-        const shlm_fp8_matrix b = operand(f, 1, C, N, SHLM_FP8_E4M3, inp, 1);
+        const shlm_fp8_matrix b = inp_t ? *inp_t : operand(f, 1, C, N, SHLM_FP8_E4M3, inp, 1);
         f->ops->matmul_fp8(dweight, 1, &a, &b, flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
     }
 }

@@ -40,8 +40,10 @@ void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void 
                     int OC, const void *residual);
 /* matmul_bwd's contract (dinp and dweight skipped when NULL, "+=" unless flags set them):
  * dinp(N,C) = q(dout, G) · q(wᵀ, E4M3)ᵀ; dweight(OC,C) = q(doutᵀ, G) · q(inpᵀ, E4M3)ᵀ in
- * fp32. */
+ * fp32. inp_t: q(inpᵀ) as the forward kept it (C x N, E4M3, the recipe's scaling: the same
+ * codes quantizing inp here would give), or NULL to quantize inp. */
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
-                    const void *inp, const void *w, int N, int C, int OC, int flags);
+                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    int C, int OC, int flags);
 
 #endif

@@ -101,6 +101,11 @@ typedef struct block_acts {
     float *rstd2;/* (N)      */
     void *gu;    /* (N, 2F)  [gate | up] */
     void *h;     /* (N, F)   silu(gate)·up */
+    /* FP8 recipes keeping activations: ln1, ln2 and h are only ever matmul inputs, so the
+     * block keeps their quantized transposes (wgrad's q(xᵀ)) instead of them */
+    shlm_fp8_matrix ln1_t; /* (d, N)  */
+    shlm_fp8_matrix ln2_t; /* (d, N)  */
+    shlm_fp8_matrix h_t;   /* (F, N)  */
 } block_acts;
 
 struct llama_model {
@@ -174,6 +179,16 @@ static keep_set kept_by(llama_ac ac) {
     }
 }
 
+/* What a mode keeps under a matmul recipe: FP8 keeps the quantized transposes of ln1, ln2
+ * and h where the mode keeps them (*quantized = 1), and the tensors themselves become
+ * scratch. */
+static keep_set kept_for(llama_ac ac, model_matmul mm, int *quantized) {
+    keep_set k = kept_by(ac);
+    *quantized = mm != MODEL_MATMUL_BF16 && k.ln1 && k.ln2 && k.h;
+    if (*quantized) k.ln1 = k.ln2 = k.h = 0;
+    return k;
+}
+
 /* What a walk over the buffers counts: bytes, each buffer rounded up to align. */
 typedef struct buf_count {
     size_t bytes, align;
@@ -191,7 +206,8 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
                              llama_ac ac, model_matmul mm, size_t align) {
     const act_sizes z = sizes_of(c, B, T);
     const size_t L = (size_t)c->n_layers, N = z.N;
-    const keep_set keep = kept_by(ac);
+    int quantized;
+    const keep_set keep = kept_for(ac, mm, &quantized);
     buf_count bytes = {0, align > 0 ? align : 1};
     block_acts scratch = {0};
 #define FIELD(name, kind, elems)                                                      \
@@ -213,6 +229,20 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
     FIELD(gu, BUF_ACT, N * 2 * z.F);
     FIELD(h, BUF_ACT, N * z.F);
 #undef FIELD
+    /* codes and one scale per row (rowwise; tensorwise uses the first) of each transpose */
+#define KEPT_T(name, C)                                                               \
+    do {                                                                              \
+        for (size_t l = 0; quantized && l < L; l++) {                                 \
+            void *codes_ = buf(m, &bytes, esz, BUF_U8, (C) * N);                      \
+            void *scales_ = buf(m, &bytes, esz, BUF_F32, (C));                        \
+            if (m) m->acts[l].name = (shlm_fp8_matrix){codes_, scales_, (int)(C), (int)N, \
+                                                       SHLM_FP8_E4M3, m->fp8.scaling}; \
+        }                                                                             \
+    } while (0)
+    KEPT_T(ln1_t, z.d);
+    KEPT_T(ln2_t, z.d);
+    KEPT_T(h_t, z.F);
+#undef KEPT_T
     for (size_t l = 0; l <= L; l++) {
         void *p = buf(m, &bytes, esz, BUF_ACT, N * z.d);
         if (m) m->x[l] = p;
@@ -346,8 +376,16 @@ llama_model *llama_create_recipe(const llama_config *cfg, const shlm_ops *ops, i
 void llama_destroy(llama_model *m) {
     if (!m) return;
     const shlm_ops *o = m->ops;
-    const keep_set keep = kept_by(m->ac);
+    int quantized;
+    const keep_set keep = kept_for(m->ac, m->matmul, &quantized);
     const int L = m->cfg.n_layers;
+    for (int l = 0; quantized && l < L; l++) {
+        shlm_fp8_matrix *t[] = {&m->acts[l].ln1_t, &m->acts[l].ln2_t, &m->acts[l].h_t};
+        for (int k = 0; k < 3; k++) {
+            o->free(t[k]->codes);
+            o->free(t[k]->scale_inv);
+        }
+    }
     for (int l = 0; l <= L; l++) o->free(m->x[l]);
 #define FIELD(name)                                                     \
     do {                                                                \
@@ -424,10 +462,23 @@ static void linear_fwd(const llama_model *m, void *out, const void *inp, const v
     if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_fwd(out, inp, w, N, C, OC, residual);
     else fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual);
 }
+/* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
+ * without codes: quantize inp */
 static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *dout,
-                       const void *inp, const void *w, int N, int C, int OC, int flags) {
+                       const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                       int C, int OC, int flags) {
     if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w, N, C, OC, flags);
-    else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, w, N, C, OC, flags);
+    else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, inp_t->codes ? inp_t : NULL, w, N, C, OC,
+                        flags);
+}
+/* att is attention's backward input too, so kept itself: its transpose is made when needed */
+static const shlm_fp8_matrix no_transpose = {0};
+
+/* Keeps q(inpᵀ) for the backward into t when the block keeps it (t has codes). */
+static void keep_transpose(const llama_model *m, shlm_fp8_matrix *t, const void *inp, int N) {
+    if (!t->codes) return;
+    t->cols = N;
+    m->ops->fp8_quantize(t, inp, 1);
 }
 
 /* Tensor indices inside a block unit (see the layout comment in llama.h). */
@@ -451,6 +502,7 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
     PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln1_t, a->ln1, N));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
@@ -461,10 +513,12 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
     PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln2_t, a->ln2, N));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
     PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->h_t, a->h, N));
     progress(m);
 }
 
@@ -502,17 +556,17 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d, mm));
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, wptr(m, p, u, BK_DOWN), N, F, d, mm));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, wptr(m, p, u, BK_GATE), N, d,
                   2 * F, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, wptr(m, p, u, BK_O), N, m->att_dim,
                   d, mm));
     progress(m);
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
@@ -521,7 +575,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, c->rope_theta));
     progress(m);
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, wptr(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),

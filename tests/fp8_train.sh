@@ -5,6 +5,8 @@
 #          bf16 run's, and differ from it by more than 1e-5 somewhere (the FP8 path runs:
 #          the cpu's bf16 recipe is fp32, which FP8's 3-bit mantissas perturb by ~1e-4),
 #          and the two recipes differ from each other;
+#  checkpointing: fp8-rowwise with selective and full activation checkpointing gives the
+#          losses of none bit for bit (none keeps the quantized transposes of ln1, ln2, h);
 #  resume: under each recipe on 2 ranks (FULL_SHARD), a run stopped after step 6 and
 #          resumed to step 12 matches the straight 12-step run bit for bit (loss and
 #          gradient-norm strings, every checkpoint dataset's checksum);
@@ -54,6 +56,16 @@ done
 d=$(maxrel loss "$work/par_fp8-tensorwise/metrics.jsonl" "$work/par_fp8-rowwise/metrics.jsonl" 12)
 awk -v d="$d" 'BEGIN { exit !(d > 0) }' 2>/dev/null && ok "the two recipes give different losses ($d)" ||
     fail "fp8-tensorwise and fp8-rowwise give the same losses ($d)"
+
+# ---- checkpointing: without it the blocks keep q(ln1ᵀ), q(ln2ᵀ), q(hᵀ) from the forward,
+# selective and full recompute ln1, ln2, h and quantize them in the backward: the same
+# codes, so the same losses bit for bit ----
+for ac in selective full; do
+    train "ac_$ac" 1 --set train.matmul=fp8-rowwise --set fsdp.activation_checkpointing=$ac
+    why=$(curves_problem par_fp8-rowwise "ac_$ac" 12)
+    [ -z "$why" ] && ok "fp8-rowwise, activation checkpointing $ac: losses identical to none" ||
+        fail "fp8-rowwise, activation checkpointing $ac: $why"
+done
 
 # ---- resume bit for bit under each recipe, 2 ranks ----
 for mm in fp8-tensorwise fp8-rowwise; do
