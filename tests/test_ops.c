@@ -1957,9 +1957,18 @@ static void fp8_quantize_check(const char *what, const ref_fp8 *f, shlm_fp8_matr
     check_true(name, memcmp(gs, ws, ns * 4) == 0);
 }
 
+/* the act-dtype value next to x (finite, non-zero) towards zero (dir < 0) or away from it */
+static float act_beside(float x, int dir) {
+    if (ops->act_dtype != SHLM_BF16) return nextafterf(x, dir < 0 ? 0.0f : copysignf(INFINITY, x));
+    uint16_t b = shlm_f32_to_bf16(x);
+    return shlm_bf16_to_f32((uint16_t)(dir < 0 ? b - 1 : b + 1)); /* sign-magnitude bits */
+}
+
 /* The cast itself, with scale exactly 1 (the row's amax is the largest finite value):
- * every code's value, every midpoint of two neighbours (a tie: to the even code), one
- * fp32 ulp either side of it, half the smallest subnormal, zeros of both signs, NaN. */
+ * every code's value, every midpoint of two neighbours (a tie: to the even code), the act
+ * dtype's next value either side of it, half the smallest subnormal, zeros of both signs,
+ * NaN. Every one is representable in the act dtype (fp8 midpoints have 5 significant
+ * bits). */
 static void fp8_cast_case(const ref_fp8 *f) {
     const double fmax = ref_fp8_max(f);
     float *v = hf(4096);
@@ -1969,16 +1978,17 @@ static void fp8_cast_case(const ref_fp8 *f) {
         double prev = 0.0;
         for (int c = 0; c < 128; c++) {
             double x = ref_fp8_value(f, c);
-            if (!isfinite(x)) continue;
+            if (!isfinite(x) || x == 0.0) continue; /* zeros: below */
             float mid = (float)((prev + x) / 2);
             float s = sgn ? -1.0f : 1.0f;
             v[n++] = s * (float)x;
             v[n++] = s * mid;
-            v[n++] = s * nextafterf(mid, 0.0f);
-            v[n++] = s * nextafterf(mid, INFINITY);
+            v[n++] = s * act_beside(mid, -1);
+            v[n++] = s * act_beside(mid, 1);
             prev = x;
         }
     }
+    v[n++] = 0.0f;
     v[n++] = -0.0f;
     v[n++] = NAN;
     v[n++] = -NAN;
@@ -2014,10 +2024,12 @@ static void fp8_scale_case(const ref_fp8 *f) {
         {0},
     };
     enum { ROWS = sizeof rows / sizeof rows[0] };
+    act_round(&rows[0][0], (size_t)ROWS * COLS);
     /* the overflow row: values whose x · fl(fmax/x) > fmax in fp32 */
     int found = 0;
     for (int k = 0; k < 100000 && found < COLS; k++) {
         float x = (float)(0.5 + rnd_unif() * 1000.0);
+        act_round(&x, 1);
         volatile float s = fmax / x, p = x * s;
         if (p > fmax) {
             rows[ROWS - 1][found] = found % 2 ? -x : x;
