@@ -60,6 +60,7 @@ void shlm_cuda_scratch_reserve(size_t bytes);
 /* attention_bwd's scratch at this shape (D and the dS tiles of one pass) */
 size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv, int hd);
 /* cuBLASLt's handles and workspace, made ahead of the first product */
+void shlm_cuda_matmul_handles(void);
 void shlm_cuda_matmul_init(void);
 size_t shlm_cuda_matmul_workspace_bytes(void);
 /* rmsnorm_bwd's and sum_squares' scratch */

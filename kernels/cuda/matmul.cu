@@ -49,14 +49,24 @@ static void *g_workspace;
 static lt_plan g_plans[LT_MAX_PLANS];
 static int g_next_plan; /* round-robin replacement once the table is full */
 
-static void lt_init(void) {
+/* The handles are the library's own state (device memory the plan does not count, like
+ * the context's), made when the process binds its device; the workspace is the plan's
+ * (op scratch), allocated with the rest of it. */
+static void lt_handles(void) {
     if (g_lt) return;
     CUBLAS_CHECK(cublasLtCreate(&g_lt));
     CUBLAS_CHECK(cublasCreate(&g_blas));
-    CUDA_CHECK(cudaMalloc(&g_workspace, LT_WORKSPACE_BYTES));
     CUBLAS_CHECK(cublasSetStream(g_blas, shlm_cuda_stream()));
+}
+
+static void lt_init(void) {
+    lt_handles();
+    if (g_workspace) return;
+    CUDA_CHECK(cudaMalloc(&g_workspace, LT_WORKSPACE_BYTES));
     CUBLAS_CHECK(cublasSetWorkspace(g_blas, g_workspace, LT_WORKSPACE_BYTES));
 }
+
+extern "C" void shlm_cuda_matmul_handles(void) { lt_handles(); }
 
 /* Creates the handles and the workspace ahead of the first product (before step 1). */
 extern "C" void shlm_cuda_matmul_init(void) { lt_init(); }

@@ -11,6 +11,9 @@ extern "C" {
  * ops.h's conventions say. */
 extern "C" void shlm_cuda_init(const shlm_ops_options *o) {
     shlm_cuda_attention_set_sm90(o->attention == SHLM_ATTENTION_SM90);
+    /* the matmul library's handles now (the device is bound): the memory they take is
+     * library state, in use before a run reads what is free for its plan */
+    shlm_cuda_matmul_handles();
 }
 
 extern "C" const shlm_ops shlm_ops_cuda = {
