@@ -183,24 +183,28 @@ __global__ void __launch_bounds__(Q_THREADS) rowwise_kernel(uint8_t *codes, floa
 }
 
 /* Transpose-cast: x (R, C) bf16 -> codes (C, R), codes[c·R + r] = fp8(x[r, c] · scale of c)
- * (ROWWISE: amax_bits[c]; else amax_bits[0]). A block takes a tile of 64 rows × 128
- * columns of x: each thread loads 4 rows × 8 columns (16-byte loads; a warp reads 8 rows ×
- * 64 contiguous bytes), packs each column's 4 codes into one word of the shared tile (laid
- * out as the output: 128 rows of 64 bytes, a word of padding per row, so the warp's 32
- * words land in 32 banks), and the tile leaves as 16-byte stores (a warp writes 8 rows ×
- * 64 contiguous bytes). Tiles run bottom to top, the reverse of colmax_kernel's and
- * amax_kernel's order, for what L2 still holds of x. vec_in: C a multiple of 8 and x
- * 16-byte aligned; vec_out: R a multiple of 16 and codes 16-byte aligned; partial tiles
- * and the rest go element by element. */
-enum { TT_ROWS = 64, TT_COLS = 128 };
+ * (ROWWISE: amax_bits[c]; else amax_bits[0]). A block takes a tile of TT_ROWS = 16·RPT
+ * rows × 128 columns of x: each thread loads RPT rows × 8 columns (16-byte loads, kept as
+ * raw bf16; a warp reads 8 rows × 64 contiguous bytes per load), packs each column's codes
+ * into RPT/4 words of the shared tile (laid out as the output: 128 rows of TT_ROWS bytes
+ * and a word of padding), and the tile leaves as 16-byte stores of whole output rows.
+ * Tiles run bottom to top, the reverse of colmax_kernel's and amax_kernel's order, for what
+ * L2 still holds of x. vec_in: C a multiple of 8 and x 16-byte aligned; vec_out: R a
+ * multiple of 16 and codes 16-byte aligned; partial tiles and the rest go element by
+ * element. */
+enum { TT_RPT = 8, TT_ROWS = 16 * TT_RPT, TT_COLS = 128 };
+__device__ __forceinline__ float bf16_word_half(uint32_t w, int hi) {
+    return __uint_as_float(hi ? w & 0xFFFF0000u : w << 16);
+}
 template <int F, bool ROWWISE>
 __global__ void __launch_bounds__(Q_THREADS)
     transpose_cast_kernel(uint8_t *codes, const bf16 *x, int R, int C, const unsigned *amax_bits,
                           bool vec_in, bool vec_out) {
-    __shared__ uint32_t tile[TT_COLS][TT_ROWS / 4 + 1];
+    constexpr int W = TT_ROWS / 4; /* words of one output row of the tile */
+    __shared__ uint32_t tile[TT_COLS][W + 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int tx = (warp & 3) * 4 + (lane & 3);   /* 8-column group, 0..15 */
-    const int ty = (warp >> 2) * 8 + (lane >> 2); /* 4-row group, 0..15 */
+    const int ty = (warp >> 2) * 8 + (lane >> 2); /* TT_RPT-row group, 0..15 */
     const int nty = (R + TT_ROWS - 1) / TT_ROWS;
     const int c0 = blockIdx.x * TT_COLS, col = c0 + tx * 8;
     float scale[8];
@@ -210,28 +214,46 @@ __global__ void __launch_bounds__(Q_THREADS)
         scale[j] = fp8_scale_of<F>(__uint_as_float(amax_bits[cj]));
     }
     for (int t = blockIdx.y; t < nty; t += gridDim.y) {
-        const int r0 = (nty - 1 - t) * TT_ROWS, row = r0 + ty * 4;
-        const bool full = vec_in && row + 4 <= R && col + 8 <= C;
-        float v[4][8];
+        const int r0 = (nty - 1 - t) * TT_ROWS, row = r0 + ty * TT_RPT;
+        const bool full = vec_in && row + TT_RPT <= R && col + 8 <= C;
+        uint4 raw[TT_RPT];
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < TT_RPT; i++) {
             const bf16 *p = x + (size_t)(row + i) * C + col;
             if (full) {
-                load_bf16x8(v[i], p);
+                raw[i] = *reinterpret_cast<const uint4 *>(p);
             } else {
+                uint32_t w[4];
 #pragma unroll
-                for (int j = 0; j < 8; j++)
-                    v[i][j] = row + i < R && col + j < C ? __bfloat162float(p[j]) : 0.0f;
+                for (int h = 0; h < 4; h++) {
+                    const int c = col + 2 * h;
+                    const bool in = row + i < R;
+                    const uint32_t lo = in && c < C ? __bfloat16_as_ushort(p[2 * h]) : 0u;
+                    const uint32_t hi = in && c + 1 < C ? __bfloat16_as_ushort(p[2 * h + 1]) : 0u;
+                    w[h] = lo | hi << 16;
+                }
+                raw[i] = make_uint4(w[0], w[1], w[2], w[3]);
             }
         }
         __syncthreads(); /* the previous tile's readers are done */
 #pragma unroll
-        for (int j = 0; j < 8; j++)
-            tile[tx * 8 + j][ty] = fp8x2<F>(v[0][j], v[1][j], scale[j]) |
-                                   fp8x2<F>(v[2][j], v[3][j], scale[j]) << 16;
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int g = 0; g < TT_RPT / 4; g++) {
+                float v[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const uint4 r = raw[4 * g + i];
+                    const uint32_t w = (j >> 1) == 0 ? r.x : (j >> 1) == 1 ? r.y : (j >> 1) == 2 ? r.z : r.w;
+                    v[i] = bf16_word_half(w, j & 1);
+                }
+                tile[tx * 8 + j][ty * (TT_RPT / 4) + g] =
+                    fp8x2<F>(v[0], v[1], scale[j]) | fp8x2<F>(v[2], v[3], scale[j]) << 16;
+            }
+        }
         __syncthreads();
-        for (int q = threadIdx.x; q < TT_COLS * (TT_ROWS / 16); q += Q_THREADS) {
-            const int dr = q >> 2, ch = q & 3, dc = c0 + dr, db = r0 + ch * 16;
+        for (int q = threadIdx.x; q < TT_COLS * (W / 4); q += Q_THREADS) {
+            const int dr = q / (W / 4), ch = q % (W / 4), dc = c0 + dr, db = r0 + ch * 16;
             if (dc >= C || db >= R) continue;
             uint4 w = make_uint4(tile[dr][ch * 4], tile[dr][ch * 4 + 1], tile[dr][ch * 4 + 2],
                                  tile[dr][ch * 4 + 3]);
