@@ -20,6 +20,15 @@
  * documents of 512 tokens ("docs" rows: ops.h doc_start) only the pairs the mask keeps;
  * memory-bound
  * ops the fewest bytes they must move (each input read once, each output written once).
+ * FP8 (--only fp8, at --mb 2 the M = 8192 tokens of the usual 7B comparison): the quantize
+ * kernels (bytes: bf16 in, codes out, scales) bit for bit against the cpu backend's
+ * emulation, and for each linear layer of a block its forward, dgrad and wgrad products
+ * (ops.h's FP8 forms, M x N x K as matmul_fp8 sees them) in bf16 (bf16 ..., timed only: the
+ * matmul rows above check the same products), fp8-tw (tensorwise, gradient operand e5m2)
+ * and fp8-rw (rowwise, all e4m3), the forwards once more with fast accumulation (+fa;
+ * a "#" line gives both forwards' rel_l2 against the cpu), each FP8 product checked on its
+ * first rows against cpu matmul_fp8 on the GPU's own codes; a "(fallback)" row ran the
+ * declared fallback kernel, not cuBLASLt.
  * Exit status: 0, or 1 when any check failed (the #wrong column), 77 when no GPU is visible. */
 #include <math.h>
 #include <stdint.h>
