@@ -60,6 +60,10 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .swiglu_bwd = shlm_cuda_swiglu_bwd,
     .xent_fwd_bwd = shlm_cuda_xent_fwd_bwd,
 
+    .fp8_check = shlm_cuda_fp8_check,
+    .fp8_quantize = shlm_cuda_fp8_quantize,
+    .matmul_fp8 = shlm_cuda_matmul_fp8,
+
     .adamw = shlm_cuda_adamw,
     .sum_squares = shlm_cuda_sum_squares,
 };
