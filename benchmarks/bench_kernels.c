@@ -20,6 +20,15 @@
  * documents of 512 tokens ("docs" rows: ops.h doc_start) only the pairs the mask keeps;
  * memory-bound
  * ops the fewest bytes they must move (each input read once, each output written once).
+ * FP8 (--only fp8, at --mb 2 the M = 8192 tokens of the usual 7B comparison): the quantize
+ * kernels (bytes: bf16 in, codes out, scales) bit for bit against the cpu backend's
+ * emulation, and for each linear layer of a block its forward, dgrad and wgrad products
+ * (ops.h's FP8 forms, M x N x K as matmul_fp8 sees them) in bf16 (bf16 ..., timed only: the
+ * matmul rows above check the same products), fp8-tw (tensorwise, gradient operand e5m2)
+ * and fp8-rw (rowwise, all e4m3), the forwards once more with fast accumulation (+fa;
+ * a "#" line gives both forwards' rel_l2 against the cpu), each FP8 product checked on its
+ * first rows against cpu matmul_fp8 on the GPU's own codes; a "(fallback)" row ran the
+ * declared fallback kernel, not cuBLASLt.
  * Exit status: 0, or 1 when any check failed (the #wrong column), 77 when no GPU is visible. */
 #include <math.h>
 #include <stdint.h>
@@ -598,6 +607,243 @@ static void bench_optimizer(size_t n) {
     gpu->free(cur.f0), gpu->free(cur.f1), gpu->free(cur.f2), gpu->free(cur.f3);
 }
 
+/* ---- FP8 (ops.h "FP8"): the quantize kernels' GB/s and the scaled TN products' TFLOP/s
+ * at the blocks' linear layers, each form beside its bf16 product. Checked against the
+ * cpu backend: quantize bit for bit (codes and scale_inv, the whole matrix; any NaN code
+ * matches any NaN), the products on their first rows from the GPU's own codes. */
+static shlm_fp8_matrix cur_qa, cur_qb; /* matmul_fp8's operands */
+static int cur_transpose;
+static void run_fp8_quantize(void) { gpu->fp8_quantize(&cur_qa, cur.a, cur_transpose); }
+static void run_matmul_fp8(void) { gpu->matmul_fp8(cur.c, cur.acc & 2, &cur_qa, &cur_qb, cur.acc & 1 ? cur.e : NULL); }
+
+static const char *fp8_name(shlm_fp8_format f) { return f == SHLM_FP8_E5M2 ? "e5m2" : "e4m3"; }
+
+/* a device fp8 matrix of rows x cols, or its host twin (NULL: device) */
+static shlm_fp8_matrix fp8_matrix(int rows, int cols, shlm_fp8_format f, shlm_fp8_scaling s,
+                                  int host) {
+    const size_t n = (size_t)rows * cols, ns = (size_t)(s == SHLM_FP8_ROWWISE ? rows : 1);
+    shlm_fp8_matrix q = {host ? xmalloc(n) : gpu->alloc(n),
+                         host ? xmalloc(ns * sizeof(float)) : gpu->alloc(ns * sizeof(float)),
+                         rows, cols, f, s};
+    return q;
+}
+static size_t fp8_nscales(const shlm_fp8_matrix *q) {
+    return q->scaling == SHLM_FP8_ROWWISE ? (size_t)q->rows : 1;
+}
+static void fp8_free(shlm_fp8_matrix *q, int host) {
+    if (host) free(q->codes), free(q->scale_inv);
+    else gpu->free(q->codes), gpu->free(q->scale_inv);
+}
+static int fp8_is_nan(shlm_fp8_format f, uint8_t c) {
+    return f == SHLM_FP8_E4M3 ? (c & 0x7F) == 0x7F : (c & 0x7F) > 0x7C;
+}
+/* 1 (and a WRONG line) when the cpu backend has no FP8 emulation to check against */
+static int fp8_no_reference(const char *what) {
+    if (cpu->fp8_quantize && cpu->matmul_fp8) return 0;
+    fprintf(stderr, "# WRONG: %s: the cpu backend has no fp8_quantize/matmul_fp8 to check "
+            "against\n", what);
+    return 1;
+}
+
+/* quantize src (rows x cols, or cols x rows transposed into q) filled at `off` */
+static void bench_fp8_quantize(const char *name, int rows, int cols, shlm_fp8_format f,
+                               shlm_fp8_scaling s, int transpose, size_t off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s %dx%d %s%s", transpose ? "srcT" : "src",
+             transpose ? cols : rows, transpose ? rows : cols, fp8_name(f),
+             s == SHLM_FP8_ROWWISE ? " rw" : " tw");
+    const size_t n = (size_t)rows * cols;
+    cur.a = dev_act(n, off);
+    cur_qa = fp8_matrix(rows, cols, f, s, 0);
+    cur_transpose = transpose;
+    run_fp8_quantize();
+    int nwrong = fp8_no_reference(name);
+    if (!nwrong) {
+        shlm_fp8_matrix h = fp8_matrix(rows, cols, f, s, 1);
+        float *src = host_vals(off, n, 1.0f);
+        cpu->fp8_quantize(&h, src, transpose);
+        free(src);
+        uint8_t *got = xmalloc(n);
+        const size_t ns = fp8_nscales(&h);
+        float *gs = xmalloc(ns * sizeof(float));
+        gpu->to_host(got, cur_qa.codes, n);
+        gpu->to_host(gs, cur_qa.scale_inv, ns * sizeof(float));
+        size_t bad = 0, first = 0;
+        for (size_t i = 0; i < n; i++)
+            if (got[i] != h.codes[i] && !(fp8_is_nan(f, got[i]) && fp8_is_nan(f, h.codes[i])))
+                if (!bad++) first = i;
+        if (bad)
+            fprintf(stderr, "# WRONG: %s: %zu codes differ from the cpu's, the first at %zu "
+                    "(0x%02x, cpu 0x%02x)\n", name, bad, first, got[first], h.codes[first]);
+        const int sbad = memcmp(gs, h.scale_inv, ns * sizeof(float)) != 0;
+        if (sbad) fprintf(stderr, "# WRONG: %s: scale_inv differs from the cpu's\n", name);
+        nwrong = bad > 0 || sbad;
+        free(got), free(gs);
+        fp8_free(&h, 1);
+    }
+    double us = time_us(run_fp8_quantize);
+    row(name, shape, us, 0, n * 3.0 + fp8_nscales(&cur_qa) * 4.0, nwrong);
+    fp8_free(&cur_qa, 0);
+    gpu->free(cur.a);
+}
+
+/* out(M,N) = q(a)·q(b)ᵀ (a filled at off_a, b at off_b, both quantized on the GPU without
+ * transposing: the product sees K-contiguous codes either way), flags: 1 adds c (the
+ * residual), 2 writes fp32. Checked: the first rows against cpu matmul_fp8 on the same
+ * codes and scales. */
+static double bench_fp8_gemm(const char *name, int M, int N, int K, shlm_fp8_format fa,
+                             shlm_fp8_format fb, shlm_fp8_scaling s, int flags, int fast_accum,
+                             double *err_out) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "M=%d N=%d K=%d%s%s", M, N, K, flags & 1 ? " +c" : "",
+             flags & 2 ? " f32" : "");
+    const size_t osz = flags & 2 ? 4 : 2, na = (size_t)M * K, nb = (size_t)N * K, no = (size_t)M * N;
+    const size_t off_a = 11, off_b = 2222, off_c = 333333;
+    cur.a = dev_act(na, off_a);
+    cur.b = dev_act(nb, off_b);
+    cur_qa = fp8_matrix(M, K, fa, s, 0);
+    cur_qb = fp8_matrix(N, K, fb, s, 0);
+    gpu->fp8_quantize(&cur_qa, cur.a, 0);
+    gpu->fp8_quantize(&cur_qb, cur.b, 0);
+    gpu->free(cur.a), gpu->free(cur.b);
+    cur.c = gpu->alloc(no * osz);
+    cur.e = NULL;
+    if (flags & 1) {
+        if (flags & 2) {
+            float *h = host_vals(off_c, no, 1.0f);
+            cur.e = dev_f32_from(h, no);
+            free(h);
+        } else {
+            cur.e = dev_act(no, off_c);
+        }
+    }
+    cur.acc = flags;
+    shlm_cuda_fp8_set_fast_accum(fast_accum);
+    run_matmul_fp8();
+    const unsigned ran = shlm_cuda_fp8_matmul_ran();
+    int nwrong = fp8_no_reference(name);
+    double err = NAN;
+    if (!nwrong) {
+        const int rows = M < CHECK_ROWS ? M : CHECK_ROWS;
+        shlm_fp8_matrix ha = fp8_matrix(rows, K, fa, s, 1), hb = fp8_matrix(N, K, fb, s, 1);
+        gpu->to_host(ha.codes, cur_qa.codes, (size_t)rows * K);
+        gpu->to_host(ha.scale_inv, cur_qa.scale_inv, fp8_nscales(&ha) * sizeof(float));
+        gpu->to_host(hb.codes, cur_qb.codes, nb);
+        gpu->to_host(hb.scale_inv, cur_qb.scale_inv, fp8_nscales(&hb) * sizeof(float));
+        float *ref = flags & 1 ? host_vals(off_c, (size_t)rows * N, 1.0f)
+                               : xmalloc((size_t)rows * N * sizeof(float));
+        cpu->matmul_fp8(ref, 1, &ha, &hb, flags & 1 ? ref : NULL);
+        float *got = flags & 2 ? down_f32(cur.c, (size_t)rows * N) : down_act(cur.c, (size_t)rows * N);
+        err = rel_l2(got, ref, (size_t)rows * N);
+        nwrong = wrong(err, flags & 2 ? 1e-3 : 1e-2, name);
+        free(ref), free(got);
+        fp8_free(&ha, 1), fp8_free(&hb, 1);
+    }
+    double us = time_us(run_matmul_fp8);
+    shlm_cuda_fp8_set_fast_accum(0);
+    char op[48];
+    snprintf(op, sizeof op, "%s%s", name, ran == SHLM_FP8_RAN_FALLBACK ? " (fallback)" : "");
+    row(op, shape, us, 2.0 * M * N * K, 0, nwrong);
+    if (err_out) *err_out = err;
+    fp8_free(&cur_qa, 0), fp8_free(&cur_qb, 0);
+    gpu->free(cur.c), gpu->free(cur.e);
+    return us;
+}
+
+/* bf16 forms one at a time, as the model runs them */
+static void run_matmul_dgrad(void) {
+    gpu->matmul_bwd(cur.d, NULL, cur.c, NULL, cur.b, cur.N, cur.C, cur.OC, SHLM_MM_SET_DINP);
+}
+static void run_matmul_wgrad(void) {
+    gpu->matmul_bwd(NULL, cur.f0, cur.c, cur.a, NULL, cur.N, cur.C, cur.OC, SHLM_MM_SET_DWEIGHT);
+}
+
+/* the bf16 product of one form (0 fwd, 1 dgrad, 2 wgrad), timed only (bench_matmul and
+ * bench_matmul_bwd check the same products) */
+static void bench_bf16_form(const char *name, int form, int N, int C, int OC, int acc) {
+    char shape[64];
+    static const char *const mnk[3] = {"M=%d N=%d K=%d%s", "M=%d N=%d K=%d%s", "M=%d N=%d K=%d%s f32"};
+    const int M = form == 2 ? OC : N, NN = form == 0 ? OC : C, K = form == 0 ? C : form == 1 ? OC : N;
+    snprintf(shape, sizeof shape, mnk[form], M, NN, K, acc ? " +c" : "");
+    cur.a = dev_act((size_t)N * C, 11);
+    cur.b = dev_act((size_t)OC * C, 2222);
+    cur.c = dev_act((size_t)N * OC, 44444);
+    cur.e = acc ? dev_act((size_t)N * OC, 333333) : NULL;
+    cur.d = form == 1 ? gpu->alloc((size_t)N * C * 2) : NULL;
+    cur.f0 = form == 2 ? gpu->alloc((size_t)OC * C * sizeof(float)) : NULL;
+    cur.N = N, cur.C = C, cur.OC = OC, cur.acc = acc;
+    double us = time_us(form == 0 ? run_matmul_fwd : form == 1 ? run_matmul_dgrad : run_matmul_wgrad);
+    row(name, shape, us, 2.0 * N * C * OC, 0, 0);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.e), gpu->free(cur.d);
+    gpu->free(cur.f0);
+    cur.d = NULL, cur.e = NULL, cur.f0 = NULL;
+}
+
+/* One linear layer y(N,OC) = x(N,C)·W(OC,C)ᵀ, its three products in bf16 and in both FP8
+ * recipes (ops.h's forms: fwd q(x)·q(W)ᵀ, dgrad q(dy)·q(Wᵀ)ᵀ, wgrad q(dyᵀ)·q(xᵀ)ᵀ in
+ * fp32; the gradient operand e5m2 tensorwise, e4m3 rowwise), and the forward once more
+ * with fast accumulation (its rel_l2 against the cpu on a "#" line). */
+static void bench_linear_fp8(const char *layer, int N, int C, int OC, int residual) {
+    static const char *const form_name[3] = {"fwd", "dgrad", "wgrad"};
+    for (int form = 0; form < 3; form++) {
+        char name[48];
+        const int acc = form == 0 && residual;
+        snprintf(name, sizeof name, "bf16 %s %s", form_name[form], layer);
+        bench_bf16_form(name, form, N, C, OC, acc);
+        const int M = form == 2 ? OC : N, NN = form == 0 ? OC : C, K = form == 0 ? C : form == 1 ? OC : N;
+        for (int rw = 0; rw < 2; rw++) {
+            const shlm_fp8_scaling s = rw ? SHLM_FP8_ROWWISE : SHLM_FP8_TENSORWISE;
+            const shlm_fp8_format g = rw || form == 0 ? SHLM_FP8_E4M3 : SHLM_FP8_E5M2;
+            snprintf(name, sizeof name, "fp8-%s %s %s", rw ? "rw" : "tw", form_name[form], layer);
+            double err = NAN, err_fa = NAN;
+            bench_fp8_gemm(name, M, NN, K, g, SHLM_FP8_E4M3, s, (acc ? 1 : 0) | (form == 2 ? 2 : 0), 0,
+                           &err);
+            if (form == 0) {
+                snprintf(name, sizeof name, "fp8-%s+fa %s %s", rw ? "rw" : "tw", form_name[form], layer);
+                bench_fp8_gemm(name, M, NN, K, g, SHLM_FP8_E4M3, s, acc ? 1 : 0, 1, &err_fa);
+                printf("# %s fp8-%s fwd: rel_l2 against the cpu %.3e fp32 accumulation, %.3e fast "
+                       "accumulation\n", layer, rw ? "rw" : "tw", err, err_fa);
+            }
+        }
+    }
+}
+
+static void bench_fp8(int N) {
+    if (!gpu->fp8_check || !gpu->fp8_quantize || !gpu->matmul_fp8) {
+        printf("# fp8: this build's cuda backend has no FP8 members\n");
+        g_wrong_total++;
+        return;
+    }
+    char why[256];
+    if (gpu->fp8_check(why, sizeof why) != 0) {
+        printf("# fp8: skipped: %s\n", why);
+        return;
+    }
+    /* the quantize kernels on the operands of one block's products */
+    bench_fp8_quantize("fp8_quantize x", N, D, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE, 0, 77);
+    bench_fp8_quantize("fp8_quantize x", N, D, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 0, 77);
+    bench_fp8_quantize("fp8_quantize xT", D, N, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE, 1, 77);
+    bench_fp8_quantize("fp8_quantize xT", D, N, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 1, 77);
+    bench_fp8_quantize("fp8_quantize WT", D, 3 * D, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE, 1, 2222);
+    bench_fp8_quantize("fp8_quantize WT", D, 3 * D, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 1, 2222);
+    bench_fp8_quantize("fp8_quantize dyT", 2 * FF, N, SHLM_FP8_E5M2, SHLM_FP8_TENSORWISE, 1, 999);
+    bench_fp8_quantize("fp8_quantize dyT", 2 * FF, N, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 1, 999);
+    /* the square ceiling, then every linear of a block */
+    bench_fp8_gemm("fp8-tw 8192^3", 8192, 8192, 8192, SHLM_FP8_E4M3, SHLM_FP8_E4M3,
+                   SHLM_FP8_TENSORWISE, 0, 0, NULL);
+    bench_fp8_gemm("fp8-rw 8192^3", 8192, 8192, 8192, SHLM_FP8_E4M3, SHLM_FP8_E4M3,
+                   SHLM_FP8_ROWWISE, 0, 0, NULL);
+    bench_linear_fp8("qkv", N, D, 3 * D, 0);
+    bench_linear_fp8("o", N, D, D, 1);
+    bench_linear_fp8("gate_up", N, D, 2 * FF, 0);
+    bench_linear_fp8("down", N, FF, D, 1);
+    /* odd shapes take the declared fallback: checked, timed once as a reference point */
+    bench_fp8_gemm("fp8-tw odd", 1000, 1000, 1000, SHLM_FP8_E4M3, SHLM_FP8_E4M3,
+                   SHLM_FP8_TENSORWISE, 1, 0, NULL);
+    bench_fp8_gemm("fp8-rw odd", 1000, 1000, 1000, SHLM_FP8_E5M2, SHLM_FP8_E4M3,
+                   SHLM_FP8_ROWWISE, 2, 0, NULL);
+}
+
 /* ------------------------------------------------------------------ ceilings */
 static void ceilings(void) {
     /* 8192³ bf16 GEMM through the backend (cuBLASLt, fp32 accumulation) */
@@ -687,6 +933,7 @@ int main(int argc, char **argv) {
     if (want("rope")) bench_rope(N, SEQ, 1);
     if (want("matmul_bwd qkv")) bench_matmul_bwd("matmul_bwd qkv", N, D, 3 * D);
     if (want("convert")) bench_convert((size_t)N * D);
+    if (want("fp8") || want("bf16")) bench_fp8(N);
     if (want("optimizer")) /* one block */
         bench_optimizer((size_t)4 * D * D + (size_t)3 * D * FF + 2 * D);
 

@@ -45,7 +45,7 @@ typedef struct gather_window {
 
 struct shlm_comm_group {
     MPI_Comm mpi;
-    ncclComm_t nccl;
+    ncclComm_t nccl;        /* NULL on a group of one rank: its collectives are local copies */
     ncclComm_t nccl_ce;     /* zero-CTA policy: collectives between registered windows */
     gather_window *windows; /* all-gather receive buffers */
     int rank, size;
@@ -109,6 +109,13 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     MPI_CHECK(MPI_Comm_rank(g->mpi, &g->rank));
     MPI_CHECK(MPI_Comm_size(g->mpi, &g->size));
     shlm_comm_describe(comm, g->label, sizeof g->label);
+    CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    g->delay_us = -1;
+    shlm_cuda_set_host_wait_hook(progress_while_host_waits);
+    /* A group of one rank gets no communicator: every collective on it is the identity
+     * (a copy when send and receive differ), and an NCCL communicator costs 0.4-0.6 GB
+     * of device memory (its channels' buffers) even for one rank. */
+    if (g->size == 1) return g;
     ncclUniqueId id;
     if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, g->mpi));
@@ -120,9 +127,6 @@ static shlm_comm_group *nccl_group_create(MPI_Comm comm) {
     if (g_opt.nccl_cta_policy == SHLM_NCCL_CTA_EFFICIENCY) cfg.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
 #endif
     NCCL_CHECK(ncclCommInitRankConfig(&g->nccl, g->size, id, g->rank, &cfg));
-    CUDART_CHECK(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
-    g->delay_us = -1;
-    shlm_cuda_set_host_wait_hook(progress_while_host_waits);
     return g;
 }
 
@@ -156,6 +160,7 @@ static gather_window *find_window(const shlm_comm_group *g, const void *p) {
  * Collective over g. */
 static gather_window *window_alloc(shlm_comm_group *g, size_t bytes) {
 #if defined(NCCL_CTA_POLICY_ZERO)
+    if (!g->nccl) return NULL; /* one rank: nothing to gather from */
     if (!g->nccl_ce) {
         ncclUniqueId id;
         if (g->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
@@ -228,7 +233,7 @@ static void nccl_group_free(shlm_comm_group *g) {
     nccl_progress(); /* retire this group's finished entries */
     while (g->windows) nccl_registered_free(g, g->windows->ptr);
     if (g->nccl_ce) NCCL_CHECK(ncclCommDestroy(g->nccl_ce));
-    NCCL_CHECK(ncclCommDestroy(g->nccl));
+    if (g->nccl) NCCL_CHECK(ncclCommDestroy(g->nccl));
     CUDART_CHECK(cudaStreamDestroy(g->stream));
     MPI_CHECK(MPI_Comm_free(&g->mpi));
     free(g);
@@ -283,6 +288,15 @@ static void check_count(size_t count) {
     if (count > (size_t)1 << 40) SHLM_FATAL("collective of %zu elements is too large", count);
 }
 
+/* A collective on a group of one rank (no communicator): recv = send, on the group's
+ * stream, so it is ordered and waited like any other. */
+static void one_rank_copy(shlm_comm_group *g, const void *send, void *recv, size_t count,
+                          shlm_dtype dt) {
+    if (send && send != recv)
+        CUDART_CHECK(cudaMemcpyAsync(recv, send, count * shlm_dtype_size(dt),
+                                     cudaMemcpyDeviceToDevice, g->stream));
+}
+
 static shlm_comm_req *nccl_iall_gather(shlm_comm_group *g, const void *send, void *recv,
                                        size_t count, shlm_dtype dt) {
     check_count(count);
@@ -291,7 +305,8 @@ static shlm_comm_req *nccl_iall_gather(shlm_comm_group *g, const void *send, voi
     const void *src = send ? send : (const char *)recv + (size_t)g->rank * count * shlm_dtype_size(dt);
     /* into a registered window: the copy-engine communicator */
     ncclComm_t c = g->nccl_ce && find_window(g, recv) ? g->nccl_ce : g->nccl;
-    NCCL_CHECK(ncclAllGather(src, recv, count, nccl_type(dt), c, g->stream));
+    if (c) NCCL_CHECK(ncclAllGather(src, recv, count, nccl_type(dt), c, g->stream));
+    else one_rank_copy(g, src, recv, count, dt);
     return finish(g, SHLM_COMM_ALL_GATHER);
 }
 
@@ -299,7 +314,9 @@ static shlm_comm_req *nccl_ireduce_scatter(shlm_comm_group *g, const void *send,
                                            size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_count(count);
     begin(g, SHLM_COMM_REDUCE_SCATTER, count, dt);
-    NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->nccl, g->stream));
+    if (g->nccl)
+        NCCL_CHECK(ncclReduceScatter(send, recv, count, nccl_type(dt), nccl_op(op), g->nccl, g->stream));
+    else one_rank_copy(g, send, recv, count, dt); /* the sum or mean of one rank */
     return finish(g, SHLM_COMM_REDUCE_SCATTER);
 }
 
@@ -307,8 +324,10 @@ static shlm_comm_req *nccl_iall_reduce(shlm_comm_group *g, const void *send, voi
                                        size_t count, shlm_dtype dt, shlm_comm_redop op) {
     check_count(count);
     begin(g, SHLM_COMM_ALL_REDUCE, count, dt);
-    NCCL_CHECK(ncclAllReduce(send ? send : recv, recv, count, nccl_type(dt), nccl_op(op), g->nccl,
-                             g->stream));
+    if (g->nccl)
+        NCCL_CHECK(ncclAllReduce(send ? send : recv, recv, count, nccl_type(dt), nccl_op(op),
+                                 g->nccl, g->stream));
+    else one_rank_copy(g, send, recv, count, dt);
     return finish(g, SHLM_COMM_ALL_REDUCE);
 }
 
@@ -316,7 +335,7 @@ static shlm_comm_req *nccl_ibroadcast(shlm_comm_group *g, void *buf, size_t coun
                                       int root) {
     check_count(count);
     begin(g, SHLM_COMM_BROADCAST, count, dt);
-    NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, g->nccl, g->stream));
+    if (g->nccl) NCCL_CHECK(ncclBroadcast(buf, buf, count, nccl_type(dt), root, g->nccl, g->stream));
     return finish(g, SHLM_COMM_BROADCAST);
 }
 
@@ -371,7 +390,7 @@ static const char *op_name(shlm_comm_op op) { return shlm_comm_op_name(op); }
 static void abort_group(void *group) {
     shlm_comm_group *g = group;
     if (g->nccl_ce) ncclCommAbort(g->nccl_ce);
-    ncclCommAbort(g->nccl);
+    if (g->nccl) ncclCommAbort(g->nccl);
 }
 
 /* Retires finished collectives; aborts on an NCCL error or one unfinished past the
@@ -396,7 +415,7 @@ static int nccl_progress(void) {
         if (e == cudaErrorNotReady) {
             pending++;
             ncclResult_t async = ncclSuccess, async_ce = ncclSuccess;
-            NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl, &async));
+            if (w->g->nccl) NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl, &async));
             if (w->g->nccl_ce) NCCL_CHECK(ncclCommGetAsyncError(w->g->nccl_ce, &async_ce));
             if (async == ncclSuccess || async == ncclInProgress) async = async_ce;
             if (async != ncclSuccess && async != ncclInProgress) {

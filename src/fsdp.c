@@ -186,9 +186,14 @@ fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops
     e->t0 = now_s();
     e->esz = shlm_dtype_size(ops->act_dtype);
     e->n_units = plan->n_units;
-    e->shard_g = comm->group_create(topo->shard);
-    e->replica_g = comm->group_create(topo->replica);
-    startup_mark(STARTUP_COMM);
+    if (opt->shard_group && opt->replica_group) {
+        e->shard_g = opt->shard_group;
+        e->replica_g = opt->replica_group;
+    } else {
+        e->shard_g = comm->group_create(topo->shard);
+        e->replica_g = comm->group_create(topo->replica);
+        startup_mark(STARTUP_COMM);
+    }
     e->shard_mpi = topo->shard;
     e->S = topo->shard_size;
     e->R = topo->replica_size;

@@ -24,6 +24,11 @@ typedef struct fsdp_options {
     int defer_init;          /* 1: fsdp_create leaves the master weights zero, for a caller
                               * that loads every shard (import, resume) or calls
                               * fsdp_init_weights: a 1.1B init is ~40 core-seconds of RNG */
+    /* The shard and replica groups (comm->group_create over topo->shard / topo->replica),
+     * made by a caller that needs them before the engine: a device's communicators take
+     * memory, which the fit check must see in use before the arena is sized. The engine
+     * owns and frees them. NULL: fsdp_create makes them. */
+    shlm_comm_group *shard_group, *replica_group;
 } fsdp_options;
 
 typedef struct fsdp_engine fsdp_engine;

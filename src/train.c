@@ -275,6 +275,11 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     job_plan_build(&r->plan, c, &pt, r->ops->act_dtype, r->ops, !need_train, registered);
     r->have_plan = 1;
     const shard_plan *pl = &r->plan.plan;
+    /* the communicators before the fit check: on a device they take memory (NCCL's
+     * channels), which must be in use when the free memory is read */
+    opt.shard_group = r->comm->group_create(r->topo.shard);
+    opt.replica_group = r->comm->group_create(r->topo.replica);
+    startup_mark(STARTUP_COMM);
     /* on a device, refuse before allocating anything if the plan does not fit */
     size_t used = 0, total = 0;
     ok = 1;

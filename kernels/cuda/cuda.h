@@ -60,6 +60,7 @@ void shlm_cuda_scratch_reserve(size_t bytes);
 /* attention_bwd's scratch at this shape (D and the dS tiles of one pass) */
 size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv, int hd);
 /* cuBLASLt's handles and workspace, made ahead of the first product */
+void shlm_cuda_matmul_handles(void);
 void shlm_cuda_matmul_init(void);
 size_t shlm_cuda_matmul_workspace_bytes(void);
 /* rmsnorm_bwd's and sum_squares' scratch */
@@ -167,6 +168,28 @@ void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, in
  * loss shows it) and its gradient row is zero. */
 void shlm_cuda_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
                             const int32_t *targets, int N, int V, float dscale);
+
+/* ---- FP8 matmul (fp8.cu); see kernels/ops.h for each member's contract ---- */
+/* 0 on compute capability 8.9 or 9.x with a cuBLASLt that has FP8 matmuls */
+int shlm_cuda_fp8_check(char *why, size_t whylen);
+/* src bf16; device-side scales only (no host synchronisation): amax and cast are kernels
+ * queued on the stream; q->scale_inv holds the amax between them */
+void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
+/* cuBLASLt's FP8 TN product (scale pointers: SCALAR_32F tensorwise, OUTER_VEC_32F
+ * rowwise; fp32 accumulation) where its layout rules allow (K and N multiples of 16, every
+ * pointer 16-byte aligned) and it offers an algorithm; the declared fallback kernel
+ * (decoded codes, fp32 sums; slow) otherwise. out bf16 or fp32 (out_f32), c like out. */
+void shlm_cuda_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+                          const shlm_fp8_matrix *b, const void *c);
+/* What the last matmul_fp8 ran (for tests and benchmarks). */
+enum { SHLM_FP8_RAN_CUBLASLT = 1, SHLM_FP8_RAN_FALLBACK = 2 };
+unsigned shlm_cuda_fp8_matmul_ran(void);
+/* enable 1: later FP8 products with a bf16 output ask cuBLASLt for fast accumulation
+ * (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the tensor cores' partial
+ * sums to fp32); 0, the default: fp32 accumulation as ops.h says. For benchmarks that
+ * measure what it costs in accuracy and gains in time; products with an fp32 output never
+ * use it. */
+void shlm_cuda_fp8_set_fast_accum(int enable);
 
 /* ---- optimizer and reductions (adamw.cu) ---- */
 /* Bit-identical to the cpu backend's (same operation order, no fused multiply-adds).

@@ -81,6 +81,33 @@ void shlm_cuda_host_wait(cudaStream_t s);
 /* Multiprocessor count of the current device (cached). */
 int shlm_cuda_sm_count(void);
 
+/* ------------------------------------------- cuBLASLt products (matmul.cu) */
+
+/* One product D(m,n) = scale_a·scale_b·(op(A)·op(B)) + beta·C in cuBLASLt's column-major
+ * terms, fp32 compute; C and D have one type and layout (ldc), C may be D. scale_mode -1:
+ * no scale pointers; else a cublasLtMatmulMatrixScale_t for both A and B with a_scale and
+ * b_scale its device pointers (SCALAR_32F: one float each; OUTER_VEC_32F: m and n floats).
+ * fast_accum: CUBLASLT_MATMUL_DESC_FAST_ACCUM (FP8 operands only). */
+typedef struct shlm_lt_product {
+    int transa, transb;
+    int m, n, k, lda, ldb, ldc;
+    cudaDataType_t atype, btype, ctype;
+    int scale_mode;
+    int fast_accum;
+    const void *A, *B, *C;
+    void *D;
+    const float *a_scale, *b_scale;
+    float beta;
+} shlm_lt_product;
+
+/* Queues g on the backend's stream through matmul.cu's one handle, workspace and plan
+ * cache (a plan per shape, types, scaling and operand alignments). Returns 1 when queued;
+ * 0 when cuBLASLt has no algorithm for it (the heuristic offered none, or the library
+ * refused the plan's first call): nothing is queued, the caller runs its own fallback,
+ * and later calls with the same plan return 0 at once. Any other failure aborts with
+ * the shape in the message. */
+int shlm_cuda_lt_product(const shlm_lt_product *g);
+
 /* ------------------------------------------------------------------ helpers */
 
 typedef __nv_bfloat16 bf16;
@@ -141,6 +168,24 @@ __device__ __forceinline__ float block_sum(float v, float *shared) {
     __syncthreads();
     v = lane < nw ? shared[lane] : 0.0f;
     return warp_sum(v);
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Maximum over the block, returned to every thread; the same conditions on blockDim.x
+ * and `shared` as block_sum. fmaxf ignores a NaN operand, so NaN never wins. */
+__device__ __forceinline__ float block_max(float v, float *shared) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : -INFINITY;
+    return warp_max(v);
 }
 
 #endif

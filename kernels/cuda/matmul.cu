@@ -1,5 +1,7 @@
 /* cuda backend linear layer without bias, Hugging Face weight layout (OC,C): forward
- * y = x·Wᵀ and the two backward products through cuBLASLt (bf16 operands, fp32 compute). */
+ * y = x·Wᵀ and the two backward products through cuBLASLt (bf16 operands, fp32 compute),
+ * and the backend's one cuBLASLt handle, workspace and plan cache (shlm_cuda_lt_product,
+ * which fp8.cu's scaled products go through too). */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <string.h>
@@ -22,22 +24,25 @@
 
 enum { LT_WORKSPACE_BYTES = 32 << 20, LT_MAX_PLANS = 128 };
 
-/* Everything cuBLASLt needs for one product shape, made once: the operation and layout
+/* Everything cuBLASLt needs for one product, made once: the operation and layout
  * descriptors and the heuristic's algorithm. The key includes the pointers' alignments
  * (capped at 256 bytes), because an algorithm chosen for aligned operands may reject a
  * pointer into the middle of a unit (a tensor of a gathered unit starts wherever the one
- * before it ended). */
+ * before it ended). Every member is an int, so the key has no padding for memcmp. */
 typedef struct lt_key {
     int transa, transb;
-    int64_t m, n, k, lda, ldb, ldc;
-    int c_f32; /* C/D in fp32 (weight gradients), else bf16 */
+    int m, n, k, lda, ldb, ldc;
+    int atype, btype, ctype; /* cudaDataType_t of A, B and of C/D */
+    int scale_mode;          /* -1: no scale pointers, else cublasLtMatmulMatrixScale_t */
+    int fast_accum;
     int align_a, align_b, align_c;
 } lt_key;
 
 typedef struct lt_plan {
     lt_key key;
     int valid;
-    int use_gemmex; /* cuBLASLt's heuristic offered nothing: cublasGemmEx */
+    int no_algo; /* the heuristic offered nothing, or the library refused the first call */
+    int ran;     /* a call through this plan has been queued */
     cublasLtMatmulDesc_t desc;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -49,14 +54,24 @@ static void *g_workspace;
 static lt_plan g_plans[LT_MAX_PLANS];
 static int g_next_plan; /* round-robin replacement once the table is full */
 
-static void lt_init(void) {
+/* The handles are the library's own state (device memory the plan does not count, like
+ * the context's), made when the process binds its device; the workspace is the plan's
+ * (op scratch), allocated with the rest of it. */
+static void lt_handles(void) {
     if (g_lt) return;
     CUBLAS_CHECK(cublasLtCreate(&g_lt));
     CUBLAS_CHECK(cublasCreate(&g_blas));
-    CUDA_CHECK(cudaMalloc(&g_workspace, LT_WORKSPACE_BYTES));
     CUBLAS_CHECK(cublasSetStream(g_blas, shlm_cuda_stream()));
+}
+
+static void lt_init(void) {
+    lt_handles();
+    if (g_workspace) return;
+    CUDA_CHECK(cudaMalloc(&g_workspace, LT_WORKSPACE_BYTES));
     CUBLAS_CHECK(cublasSetWorkspace(g_blas, g_workspace, LT_WORKSPACE_BYTES));
 }
+
+extern "C" void shlm_cuda_matmul_handles(void) { lt_handles(); }
 
 /* Creates the handles and the workspace ahead of the first product (before step 1). */
 extern "C" void shlm_cuda_matmul_init(void) { lt_init(); }
@@ -79,7 +94,14 @@ static void plan_destroy(lt_plan *p) {
     p->valid = 0;
 }
 
-static lt_plan *plan_get(const lt_key *key) {
+static void set_scale_pointers(cublasLtMatmulDesc_t desc, const shlm_lt_product *g) {
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                &g->a_scale, sizeof g->a_scale));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                &g->b_scale, sizeof g->b_scale));
+}
+
+static lt_plan *plan_get(const lt_key *key, const shlm_lt_product *g) {
     for (int i = 0; i < LT_MAX_PLANS; i++)
         if (g_plans[i].valid && memcmp(&g_plans[i].key, key, sizeof *key) == 0) return &g_plans[i];
     lt_plan *p = &g_plans[g_next_plan];
@@ -88,18 +110,35 @@ static lt_plan *plan_get(const lt_key *key) {
     memset(p, 0, sizeof *p);
     p->key = *key;
 
-    const cudaDataType_t ctype = key->c_f32 ? CUDA_R_32F : CUDA_R_16BF;
     CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t ta = key->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t tb = key->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (key->scale_mode >= 0) {
+        /* the heuristic sees the scaling mode and the pointers; the pointers are set
+         * again on every call (they change, the plan does not) */
+        int32_t mode = key->scale_mode;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE,
+                                                    &mode, sizeof mode));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE,
+                                                    &mode, sizeof mode));
+        set_scale_pointers(p->desc, g);
+    }
+    if (key->fast_accum) {
+        int8_t on = 1;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                    &on, sizeof on));
+    }
     /* stored shapes: op(A) is (m,k), op(B) is (k,n) */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, key->transa ? key->k : key->m,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, (cudaDataType_t)key->atype,
+                                            key->transa ? key->k : key->m,
                                             key->transa ? key->m : key->k, key->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, key->transb ? key->n : key->k,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, (cudaDataType_t)key->btype,
+                                            key->transb ? key->n : key->k,
                                             key->transb ? key->k : key->n, key->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, ctype, key->m, key->n, key->ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, (cudaDataType_t)key->ctype, key->m, key->n,
+                                            key->ldc));
 
     cublasLtMatmulPreference_t pref;
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -115,14 +154,55 @@ static lt_plan *plan_get(const lt_key *key) {
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g_lt, p->desc, p->a, p->b, p->c, p->c,
                                                        pref, 1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+    if (st == CUBLAS_STATUS_SUCCESS && found > 0 && res.state == CUBLAS_STATUS_SUCCESS)
         p->algo = res.algo;
-    } else {
-        /* odd shapes or 2-byte-aligned operands: plain cuBLAS takes anything */
-        p->use_gemmex = 1;
-    }
+    else
+        p->no_algo = 1;
     p->valid = 1;
     return p;
+}
+
+int shlm_cuda_lt_product(const shlm_lt_product *g) {
+    lt_init();
+    lt_key key;
+    memset(&key, 0, sizeof key);
+    key.transa = g->transa;
+    key.transb = g->transb;
+    key.m = g->m;
+    key.n = g->n;
+    key.k = g->k;
+    key.lda = g->lda;
+    key.ldb = g->ldb;
+    key.ldc = g->ldc;
+    key.atype = (int)g->atype;
+    key.btype = (int)g->btype;
+    key.ctype = (int)g->ctype;
+    key.scale_mode = g->scale_mode;
+    key.fast_accum = g->fast_accum;
+    key.align_a = align_of(g->A);
+    key.align_b = align_of(g->B);
+    key.align_c = align_of(g->D) < align_of(g->C) ? align_of(g->D) : align_of(g->C);
+    lt_plan *p = plan_get(&key, g);
+    if (p->no_algo) return 0;
+    if (g->scale_mode >= 0) set_scale_pointers(p->desc, g);
+    const float alpha = 1.0f;
+    cublasStatus_t st = cublasLtMatmul(g_lt, p->desc, &alpha, g->A, p->a, g->B, p->b, &g->beta,
+                                       g->C, p->c, g->D, p->c, &p->algo, g_workspace,
+                                       LT_WORKSPACE_BYTES, shlm_cuda_stream());
+    if (st == CUBLAS_STATUS_SUCCESS) {
+        p->ran = 1;
+        return 1;
+    }
+    /* Some combinations (a scaling mode on a device or library version without it) pass
+     * the heuristic and are refused by the call itself, which then queues nothing. */
+    if (!p->ran && (st == CUBLAS_STATUS_NOT_SUPPORTED || st == CUBLAS_STATUS_INVALID_VALUE)) {
+        p->no_algo = 1;
+        return 0;
+    }
+    SHLM_FATAL("cublasLtMatmul failed: cuBLAS status %d: %s (m=%d n=%d k=%d, transa=%d "
+               "transb=%d, cudaDataType A %d B %d C/D %d, scale mode %d)",
+               (int)st, cublasGetStatusString(st), g->m, g->n, g->k, g->transa, g->transb,
+               (int)g->atype, (int)g->btype, (int)g->ctype, g->scale_mode);
 }
 
 /* D(m,n) = op(A)·op(B) + beta·C, column-major, A and B bf16, C and D (same layout) bf16
@@ -130,38 +210,30 @@ static lt_plan *plan_get(const lt_key *key) {
 static void lt_matmul(int transa, int transb, int m, int n, int k, const void *A, int lda,
                       const void *B, int ldb, const void *C, void *D, int ldc, int c_f32,
                       float beta) {
-    lt_init();
-    lt_key key;
-    memset(&key, 0, sizeof key); /* the key is compared with memcmp: no stray padding */
-    key.transa = transa;
-    key.transb = transb;
-    key.m = m;
-    key.n = n;
-    key.k = k;
-    key.lda = lda;
-    key.ldb = ldb;
-    key.ldc = ldc;
-    key.c_f32 = c_f32;
-    key.align_a = align_of(A);
-    key.align_b = align_of(B);
-    key.align_c = align_of(D) < align_of(C) ? align_of(D) : align_of(C);
-    lt_plan *p = plan_get(&key);
-    const float alpha = 1.0f;
+    shlm_lt_product g;
+    memset(&g, 0, sizeof g);
+    g.transa = transa;
+    g.transb = transb;
+    g.m = m, g.n = n, g.k = k, g.lda = lda, g.ldb = ldb, g.ldc = ldc;
+    g.atype = CUDA_R_16BF;
+    g.btype = CUDA_R_16BF;
+    g.ctype = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
+    g.scale_mode = -1;
+    g.A = A, g.B = B, g.C = C, g.D = D;
+    g.beta = beta;
+    if (shlm_cuda_lt_product(&g)) return;
+    /* odd shapes or 2-byte-aligned operands: plain cuBLAS takes anything; it has no
+     * separate C, so D starts from it */
     cudaStream_t s = shlm_cuda_stream();
-    if (!p->use_gemmex) {
-        CUBLAS_CHECK(cublasLtMatmul(g_lt, p->desc, &alpha, A, p->a, B, p->b, &beta, C, p->c, D,
-                                    p->c, &p->algo, g_workspace, LT_WORKSPACE_BYTES, s));
-    } else {
-        /* cublasGemmEx has no separate C: start D from it */
-        if (beta != 0.0f && C != D)
-            CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)ldc * n * (c_f32 ? 4 : 2),
-                                       cudaMemcpyDeviceToDevice, s));
-        CUBLAS_CHECK(cublasGemmEx(g_blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                  transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A,
-                                  CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, D,
-                                  c_f32 ? CUDA_R_32F : CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
-                                  CUBLAS_GEMM_DEFAULT));
-    }
+    if (beta != 0.0f && C != D)
+        CUDA_CHECK(cudaMemcpyAsync(D, C, (size_t)ldc * n * (c_f32 ? 4 : 2),
+                                   cudaMemcpyDeviceToDevice, s));
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(g_blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k, &alpha, A,
+                              CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, D,
+                              c_f32 ? CUDA_R_32F : CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
 }
 
 /* ------------------------------------------------------------------ launchers */

@@ -11,6 +11,9 @@ extern "C" {
  * ops.h's conventions say. */
 extern "C" void shlm_cuda_init(const shlm_ops_options *o) {
     shlm_cuda_attention_set_sm90(o->attention == SHLM_ATTENTION_SM90);
+    /* the matmul library's handles now (the device is bound): the memory they take is
+     * library state, in use before a run reads what is free for its plan */
+    shlm_cuda_matmul_handles();
 }
 
 extern "C" const shlm_ops shlm_ops_cuda = {
@@ -56,6 +59,10 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .swiglu_fwd = shlm_cuda_swiglu_fwd,
     .swiglu_bwd = shlm_cuda_swiglu_bwd,
     .xent_fwd_bwd = shlm_cuda_xent_fwd_bwd,
+
+    .fp8_check = shlm_cuda_fp8_check,
+    .fp8_quantize = shlm_cuda_fp8_quantize,
+    .matmul_fp8 = shlm_cuda_matmul_fp8,
 
     .adamw = shlm_cuda_adamw,
     .sum_squares = shlm_cuda_sum_squares,

@@ -1,0 +1,505 @@
+/* cuda backend FP8 matmul (kernels/ops.h, "FP8"): whether the bound device runs it, the
+ * dynamic quantization of bf16 matrices to e4m3/e5m2 codes with tensorwise or rowwise
+ * scales (optionally transposed), and the scaled TN product through cuBLASLt. */
+#include "kernels/cuda/cuda_common.cuh"
+
+#include <cuda_fp8.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ the scaling rule */
+
+/* ops.h's rule, the one copy every kernel below uses: scale = fmax / max(amax, 1e-12f),
+ * codes = satfinite RNE fp8(x · scale), scale_inv = 1 / scale. The _rn intrinsics are
+ * IEEE division, reciprocal and product whatever the nvcc flags (fast math included), so
+ * the bits match the cpu backend's plain C arithmetic. */
+template <int F> struct fp8_format;
+template <> struct fp8_format<SHLM_FP8_E4M3> {
+    static constexpr float max = 448.0f;
+    static constexpr __nv_fp8_interpretation_t interp = __NV_E4M3;
+};
+template <> struct fp8_format<SHLM_FP8_E5M2> {
+    static constexpr float max = 57344.0f;
+    static constexpr __nv_fp8_interpretation_t interp = __NV_E5M2;
+};
+
+template <int F> __device__ __forceinline__ float fp8_scale_of(float amax) {
+    return __fdiv_rn(fp8_format<F>::max, fmaxf(amax, 1e-12f));
+}
+
+/* two codes in one 16-bit word, x's in the low byte (cvt.rn.satfinite.e4m3x2/e5m2x2:
+ * round to nearest even, beyond the largest (±inf too) to ±largest, NaN to NaN) */
+template <int F> __device__ __forceinline__ uint32_t fp8x2(float x, float y, float scale) {
+    return (uint32_t)__nv_cvt_float2_to_fp8x2(make_float2(__fmul_rn(x, scale), __fmul_rn(y, scale)),
+                                              __NV_SATFINITE, fp8_format<F>::interp);
+}
+template <int F> __device__ __forceinline__ uint8_t fp8x1(float x, float scale) {
+    return (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fp8_format<F>::interp);
+}
+
+/* amax is kept as the bits of a non-negative float while it is being reduced: those order
+ * as unsigned integers, so atomicMax on them is the float maximum (±0 and +inf included;
+ * fmaxf has dropped every NaN before). The buffer starts at 0. */
+__device__ __forceinline__ void amax_merge(unsigned *amax_bits, float m) {
+    atomicMax(amax_bits, __float_as_uint(m));
+}
+
+/* ------------------------------------------------------------------ kernels */
+
+enum { Q_THREADS = 256 };
+
+/* *amax_bits = max(*amax_bits, max |x[i]|) over n bf16 (grid-stride; 16-byte loads, two
+ * in flight per thread, when vec). */
+__global__ void __launch_bounds__(Q_THREADS) amax_kernel(unsigned *amax_bits, const bf16 *x,
+                                                         size_t n, bool vec) {
+    __shared__ float red[32];
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    float m = 0.0f;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 8;
+        for (size_t v = i; v < nv; v += 2 * stride) {
+            float f[8], g[8];
+            load_bf16x8(f, x + v * 8);
+            const bool two = v + stride < nv;
+            if (two) load_bf16x8(g, x + (v + stride) * 8);
+#pragma unroll
+            for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k]));
+            if (two) {
+#pragma unroll
+                for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(g[k]));
+            }
+        }
+        done = nv * 8;
+    }
+    for (size_t k = done + i; k < n; k += stride) m = fmaxf(m, fabsf(__bfloat162float(x[k])));
+    m = block_max(m, red);
+    if (threadIdx.x == 0) amax_merge(amax_bits, m);
+}
+
+/* amax_bits[c] = max(amax_bits[c], max over rows |x[r, c]|) for x (R, C): a block covers
+ * 256 columns (32 lanes of 8) and `rows_per_block` rows (8 warps striding over them). */
+enum { COLMAX_ROWS = 128 };
+__global__ void __launch_bounds__(Q_THREADS) colmax_kernel(unsigned *amax_bits, const bf16 *x,
+                                                           int R, int C, bool vec) {
+    __shared__ float red[Q_THREADS / 32][32 * 8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int c0 = (blockIdx.x * 32 + lane) * 8;
+    const bool full = vec && c0 + 8 <= C;
+    float m[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) m[j] = 0.0f;
+    const int nty = (R + COLMAX_ROWS - 1) / COLMAX_ROWS;
+    for (int t = blockIdx.y; t < nty; t += gridDim.y) {
+        const int r_end = min(R, (t + 1) * COLMAX_ROWS);
+        for (int r = t * COLMAX_ROWS + warp; r < r_end; r += Q_THREADS / 32) {
+            const bf16 *p = x + (size_t)r * C + c0;
+            if (full) {
+                float f[8];
+                load_bf16x8(f, p);
+#pragma unroll
+                for (int j = 0; j < 8; j++) m[j] = fmaxf(m[j], fabsf(f[j]));
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++)
+                    if (c0 + j < C) m[j] = fmaxf(m[j], fabsf(__bfloat162float(p[j])));
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) red[warp][lane * 8 + j] = m[j];
+    __syncthreads();
+    /* thread t merges column t of the block over the warps */
+    float v = 0.0f;
+    for (int w = 0; w < Q_THREADS / 32; w++) v = fmaxf(v, red[w][threadIdx.x]);
+    const int c = blockIdx.x * 256 + threadIdx.x;
+    if (c < C) amax_merge(&amax_bits[c], v);
+}
+
+/* codes[i] = fp8(x[i] · scale(amax)) over n (tensorwise, not transposed). 16 elements per
+ * step when vec (two 16-byte loads, one 16-byte store). The steps run last to first: the
+ * amax pass read x first to last, so its end is what L2 still holds. */
+template <int F>
+__global__ void __launch_bounds__(Q_THREADS) cast_kernel(uint8_t *codes, const bf16 *x, size_t n,
+                                                         const unsigned *amax_bits, bool vec) {
+    const float scale = fp8_scale_of<F>(__uint_as_float(*amax_bits));
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 16;
+        for (size_t j = i; j < nv; j += stride) {
+            const size_t v = nv - 1 - j;
+            float f[8], g[8];
+            load_bf16x8(f, x + v * 16);
+            load_bf16x8(g, x + v * 16 + 8);
+            uint4 o;
+            o.x = fp8x2<F>(f[0], f[1], scale) | fp8x2<F>(f[2], f[3], scale) << 16;
+            o.y = fp8x2<F>(f[4], f[5], scale) | fp8x2<F>(f[6], f[7], scale) << 16;
+            o.z = fp8x2<F>(g[0], g[1], scale) | fp8x2<F>(g[2], g[3], scale) << 16;
+            o.w = fp8x2<F>(g[4], g[5], scale) | fp8x2<F>(g[6], g[7], scale) << 16;
+            reinterpret_cast<uint4 *>(codes)[v] = o;
+        }
+        done = nv * 16;
+    }
+    for (size_t k = done + i; k < n; k += stride) codes[k] = fp8x1<F>(__bfloat162float(x[k]), scale);
+}
+
+/* Rowwise, not transposed: block r reads row r of x (rows, cols) twice, for its amax and
+ * then (from L1/L2) for the cast, and writes scale_inv[r]. vec: 16-byte loads and 8-byte
+ * stores (cols a multiple of 8, aligned pointers). */
+template <int F>
+__global__ void __launch_bounds__(Q_THREADS) rowwise_kernel(uint8_t *codes, float *scale_inv,
+                                                            const bf16 *x, int cols, bool vec) {
+    __shared__ float red[32];
+    const bf16 *xr = x + (size_t)blockIdx.x * cols;
+    uint8_t *cr = codes + (size_t)blockIdx.x * cols;
+    float m = 0.0f;
+    if (vec) {
+        for (int c = threadIdx.x * 8; c < cols; c += Q_THREADS * 8) {
+            float f[8];
+            load_bf16x8(f, xr + c);
+#pragma unroll
+            for (int k = 0; k < 8; k++) m = fmaxf(m, fabsf(f[k]));
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += Q_THREADS) m = fmaxf(m, fabsf(__bfloat162float(xr[c])));
+    }
+    m = block_max(m, red);
+    const float scale = fp8_scale_of<F>(m);
+    if (vec) {
+        for (int c = threadIdx.x * 8; c < cols; c += Q_THREADS * 8) {
+            float f[8];
+            load_bf16x8(f, xr + c);
+            uint2 o;
+            o.x = fp8x2<F>(f[0], f[1], scale) | fp8x2<F>(f[2], f[3], scale) << 16;
+            o.y = fp8x2<F>(f[4], f[5], scale) | fp8x2<F>(f[6], f[7], scale) << 16;
+            *reinterpret_cast<uint2 *>(cr + c) = o;
+        }
+    } else {
+        for (int c = threadIdx.x; c < cols; c += Q_THREADS) cr[c] = fp8x1<F>(__bfloat162float(xr[c]), scale);
+    }
+    if (threadIdx.x == 0) scale_inv[blockIdx.x] = __frcp_rn(scale);
+}
+
+/* Transpose-cast: x (R, C) bf16 -> codes (C, R), codes[c·R + r] = fp8(x[r, c] · scale of c)
+ * (ROWWISE: amax_bits[c]; else amax_bits[0]). A block takes a tile of TT_ROWS = 16·RPT
+ * rows × 128 columns of x: each thread loads RPT rows × 8 columns (16-byte loads, kept as
+ * raw bf16; a warp reads 8 rows × 64 contiguous bytes per load), packs each column's codes
+ * into RPT/4 words of the shared tile (laid out as the output: 128 rows of TT_ROWS bytes
+ * and a word of padding), and the tile leaves as 16-byte stores of whole output rows.
+ * Tiles run bottom to top, the reverse of colmax_kernel's and amax_kernel's order, for what
+ * L2 still holds of x. vec_in: C a multiple of 8 and x 16-byte aligned; vec_out: R a
+ * multiple of 16 and codes 16-byte aligned; partial tiles and the rest go element by
+ * element. */
+enum { TT_RPT = 8, TT_ROWS = 16 * TT_RPT, TT_COLS = 128 };
+__device__ __forceinline__ float bf16_word_half(uint32_t w, int hi) {
+    return __uint_as_float(hi ? w & 0xFFFF0000u : w << 16);
+}
+template <int F, bool ROWWISE>
+__global__ void __launch_bounds__(Q_THREADS)
+    transpose_cast_kernel(uint8_t *codes, const bf16 *x, int R, int C, const unsigned *amax_bits,
+                          bool vec_in, bool vec_out) {
+    constexpr int W = TT_ROWS / 4; /* words of one output row of the tile */
+    __shared__ uint32_t tile[TT_COLS][W + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tx = (warp & 3) * 4 + (lane & 3);   /* 8-column group, 0..15 */
+    const int ty = (warp >> 2) * 8 + (lane >> 2); /* TT_RPT-row group, 0..15 */
+    const int nty = (R + TT_ROWS - 1) / TT_ROWS;
+    const int c0 = blockIdx.x * TT_COLS, col = c0 + tx * 8;
+    float scale[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int cj = ROWWISE ? min(col + j, C - 1) : 0;
+        scale[j] = fp8_scale_of<F>(__uint_as_float(amax_bits[cj]));
+    }
+    for (int t = blockIdx.y; t < nty; t += gridDim.y) {
+        const int r0 = (nty - 1 - t) * TT_ROWS, row = r0 + ty * TT_RPT;
+        const bool full = vec_in && row + TT_RPT <= R && col + 8 <= C;
+        uint4 raw[TT_RPT];
+#pragma unroll
+        for (int i = 0; i < TT_RPT; i++) {
+            const bf16 *p = x + (size_t)(row + i) * C + col;
+            if (full) {
+                raw[i] = *reinterpret_cast<const uint4 *>(p);
+            } else {
+                uint32_t w[4];
+#pragma unroll
+                for (int h = 0; h < 4; h++) {
+                    const int c = col + 2 * h;
+                    const bool in = row + i < R;
+                    const uint32_t lo = in && c < C ? __bfloat16_as_ushort(p[2 * h]) : 0u;
+                    const uint32_t hi = in && c + 1 < C ? __bfloat16_as_ushort(p[2 * h + 1]) : 0u;
+                    w[h] = lo | hi << 16;
+                }
+                raw[i] = make_uint4(w[0], w[1], w[2], w[3]);
+            }
+        }
+        __syncthreads(); /* the previous tile's readers are done */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+#pragma unroll
+            for (int g = 0; g < TT_RPT / 4; g++) {
+                float v[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const uint4 r = raw[4 * g + i];
+                    const uint32_t w = (j >> 1) == 0 ? r.x : (j >> 1) == 1 ? r.y : (j >> 1) == 2 ? r.z : r.w;
+                    v[i] = bf16_word_half(w, j & 1);
+                }
+                tile[tx * 8 + j][ty * (TT_RPT / 4) + g] =
+                    fp8x2<F>(v[0], v[1], scale[j]) | fp8x2<F>(v[2], v[3], scale[j]) << 16;
+            }
+        }
+        __syncthreads();
+        for (int q = threadIdx.x; q < TT_COLS * (W / 4); q += Q_THREADS) {
+            const int dr = q / (W / 4), ch = q % (W / 4), dc = c0 + dr, db = r0 + ch * 16;
+            if (dc >= C || db >= R) continue;
+            uint4 w = make_uint4(tile[dr][ch * 4], tile[dr][ch * 4 + 1], tile[dr][ch * 4 + 2],
+                                 tile[dr][ch * 4 + 3]);
+            uint8_t *dst = codes + (size_t)dc * R + db;
+            if (vec_out && db + 16 <= R) {
+                *reinterpret_cast<uint4 *>(dst) = w;
+            } else {
+                const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+                for (int b = 0; b < 16 && db + b < R; b++) dst[b] = (uint8_t)(ws[b >> 2] >> (8 * (b & 3)));
+            }
+        }
+    }
+}
+
+/* scale_inv[i] = 1 / scale(amax), in place over the amax bits the passes above left */
+template <int F> __global__ void finalize_kernel(float *scale_inv, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) scale_inv[i] = __frcp_rn(fp8_scale_of<F>(scale_inv[i])); /* the amax, as a float */
+}
+
+/* The declared fallback of matmul_fp8, for what cuBLASLt's FP8 path does not take (K or N
+ * not a multiple of 16, operands not 16-byte aligned, a scaling the library refuses):
+ * out(M,N) = (Σ_k dec(a[m,k])·dec(b[n,k])) · sa · sb + c, the sum in fp32. 64×64 output
+ * tiles over 16-deep slices of K decoded to fp32 in shared memory, 4×4 outputs per
+ * thread (rows ty + 16i, columns tx + 16j). Correct for any shape, not fast. */
+enum { FB_TILE = 64, FB_K = 16 };
+template <int FA, int FB>
+__global__ void __launch_bounds__(Q_THREADS)
+    fallback_gemm_kernel(void *out, int out_f32, const void *c, const uint8_t *a, const uint8_t *b,
+                         int M, int N, int K, const float *sa, const float *sb, bool rowwise) {
+    __shared__ float as[FB_K][FB_TILE + 1], bs[FB_K][FB_TILE + 1];
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    const int m0 = blockIdx.x * FB_TILE, n0 = blockIdx.y * FB_TILE;
+    float acc[4][4] = {};
+    for (int k0 = 0; k0 < K; k0 += FB_K) {
+        for (int e = threadIdx.x; e < FB_TILE * FB_K; e += Q_THREADS) {
+            const int r = e / FB_K, kk = e % FB_K, k = k0 + kk;
+            const int m = m0 + r, n = n0 + r;
+            float va = 0.0f, vb = 0.0f;
+            if (m < M && k < K)
+                va = __half2float(__half(__nv_cvt_fp8_to_halfraw(a[(size_t)m * K + k], fp8_format<FA>::interp)));
+            if (n < N && k < K)
+                vb = __half2float(__half(__nv_cvt_fp8_to_halfraw(b[(size_t)n * K + k], fp8_format<FB>::interp)));
+            as[kk][r] = va;
+            bs[kk][r] = vb;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FB_K; kk++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(as[kk][ty + 16 * i], bs[kk][tx + 16 * j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int m = m0 + ty + 16 * i;
+        if (m >= M) continue;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int n = n0 + tx + 16 * j;
+            if (n >= N) continue;
+            const size_t o = (size_t)m * N + n;
+            float v = acc[i][j] * sa[rowwise ? m : 0] * sb[rowwise ? n : 0];
+            if (out_f32) {
+                if (c) v += ((const float *)c)[o];
+                ((float *)out)[o] = v;
+            } else {
+                if (c) v += __bfloat162float(((const bf16 *)c)[o]);
+                ((bf16 *)out)[o] = __float2bfloat16_rn(v);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ launchers */
+
+static const char *format_name(shlm_fp8_format f) { return f == SHLM_FP8_E5M2 ? "e5m2" : "e4m3"; }
+static const char *scaling_name(shlm_fp8_scaling s) {
+    return s == SHLM_FP8_ROWWISE ? "rowwise" : "tensorwise";
+}
+
+extern "C" int shlm_cuda_fp8_check(char *why, size_t whylen) {
+    int dev = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+        cudaError_t rc = cudaGetLastError();
+        snprintf(why, whylen, "cannot query the bound device: %s", cudaGetErrorString(rc));
+        return -1;
+    }
+    if (!((p.major == 8 && p.minor == 9) || p.major == 9)) {
+        snprintf(why, whylen, "device %d, %s (compute capability %d.%d), has no FP8 tensor "
+                 "cores: FP8 matmuls need compute capability 8.9 or 9.x", dev, p.name, p.major,
+                 p.minor);
+        return -1;
+    }
+    /* FP8 matmuls (A/B scale pointers) are in cuBLASLt from 11.8 on */
+    const size_t ver = cublasLtGetVersion();
+    if (ver < 110800) {
+        snprintf(why, whylen, "device %d, %s (compute capability %d.%d): this cuBLASLt (version "
+                 "%zu) has no FP8 matmul; 11.8 or later needed", dev, p.name, p.major, p.minor,
+                 ver);
+        return -1;
+    }
+    return 0;
+}
+
+template <int F> static void quantize(const shlm_fp8_matrix *q, const bf16 *src, int transpose) {
+    cudaStream_t s = shlm_cuda_stream();
+    const int rows = q->rows, cols = q->cols, rowwise = q->scaling == SHLM_FP8_ROWWISE;
+    const size_t n = (size_t)rows * cols;
+    if (rowwise && !transpose) {
+        const bool vec = cols % 8 == 0 && shlm_aligned(src, 16) && shlm_aligned(q->codes, 8);
+        rowwise_kernel<F><<<rows, Q_THREADS, 0, s>>>(q->codes, q->scale_inv, src, cols, vec);
+        CUDA_CHECK_LAST();
+        return;
+    }
+    const int nscales = rowwise ? rows : 1;
+    unsigned *amax = reinterpret_cast<unsigned *>(q->scale_inv);
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, (size_t)nscales * sizeof(float), s));
+    if (n > 0) {
+        const unsigned cap = (unsigned)shlm_cuda_sm_count() * 8;
+        /* src is (rows, cols), or (cols, rows) when transposed */
+        const int R = transpose ? cols : rows, C = transpose ? rows : cols;
+        if (rowwise) {
+            dim3 grid((unsigned)((C + 255) / 256), (unsigned)min((R + COLMAX_ROWS - 1) / COLMAX_ROWS, 65535));
+            colmax_kernel<<<grid, Q_THREADS, 0, s>>>(amax, src, R, C, C % 8 == 0 && shlm_aligned(src, 16));
+        } else {
+            amax_kernel<<<shlm_cuda_blocks(n / 8, Q_THREADS, cap), Q_THREADS, 0, s>>>(
+                amax, src, n, shlm_aligned(src, 16));
+        }
+        CUDA_CHECK_LAST();
+        if (!transpose) {
+            const bool vec = shlm_aligned(src, 16) && shlm_aligned(q->codes, 16);
+            cast_kernel<F><<<shlm_cuda_blocks(n / 16, Q_THREADS, cap), Q_THREADS, 0, s>>>(
+                q->codes, src, n, amax, vec);
+        } else {
+            dim3 grid((unsigned)((C + TT_COLS - 1) / TT_COLS), (unsigned)min((R + TT_ROWS - 1) / TT_ROWS, 65535));
+            const bool vec_in = C % 8 == 0 && shlm_aligned(src, 16);
+            const bool vec_out = R % 16 == 0 && shlm_aligned(q->codes, 16);
+            if (rowwise)
+                transpose_cast_kernel<F, true><<<grid, Q_THREADS, 0, s>>>(q->codes, src, R, C, amax,
+                                                                          vec_in, vec_out);
+            else
+                transpose_cast_kernel<F, false><<<grid, Q_THREADS, 0, s>>>(q->codes, src, R, C, amax,
+                                                                           vec_in, vec_out);
+        }
+        CUDA_CHECK_LAST();
+    }
+    finalize_kernel<F><<<(nscales + Q_THREADS - 1) / Q_THREADS, Q_THREADS, 0, s>>>(q->scale_inv, nscales);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose) {
+    if (q->rows < 0 || q->cols < 0)
+        SHLM_FATAL("fp8_quantize: a %d x %d matrix", q->rows, q->cols);
+    if (q->rows == 0) return;
+    if (q->format == SHLM_FP8_E5M2) quantize<SHLM_FP8_E5M2>(q, (const bf16 *)src, transpose);
+    else quantize<SHLM_FP8_E4M3>(q, (const bf16 *)src, transpose);
+}
+
+/* ---- the scaled product ---- */
+
+static int g_fast_accum;
+static unsigned g_ran;
+
+extern "C" void shlm_cuda_fp8_set_fast_accum(int enable) { g_fast_accum = enable != 0; }
+extern "C" unsigned shlm_cuda_fp8_matmul_ran(void) { return g_ran; }
+
+static cudaDataType_t lt_type(shlm_fp8_format f) {
+    return f == SHLM_FP8_E5M2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3;
+}
+
+template <int FA, int FB>
+static void fallback(void *out, int out_f32, const shlm_fp8_matrix *a, const shlm_fp8_matrix *b,
+                     const void *c) {
+    if ((b->rows + FB_TILE - 1) / FB_TILE > 65535)
+        SHLM_FATAL("matmul_fp8: the fallback kernel takes b of at most %d rows, not %d",
+                   65535 * FB_TILE, b->rows);
+    dim3 grid((unsigned)((a->rows + FB_TILE - 1) / FB_TILE), (unsigned)((b->rows + FB_TILE - 1) / FB_TILE));
+    fallback_gemm_kernel<FA, FB><<<grid, Q_THREADS, 0, shlm_cuda_stream()>>>(
+        out, out_f32, c, a->codes, b->codes, a->rows, b->rows, a->cols, a->scale_inv,
+        b->scale_inv, a->scaling == SHLM_FP8_ROWWISE);
+}
+
+extern "C" void shlm_cuda_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+                                     const shlm_fp8_matrix *b, const void *c) {
+    const int M = a->rows, N = b->rows, K = a->cols;
+    if (b->cols != K || M < 0 || N < 0 || K < 0)
+        SHLM_FATAL("matmul_fp8: a is %d x %d and b %d x %d (both need K = cols)", a->rows,
+                   a->cols, b->rows, b->cols);
+    if (a->scaling != b->scaling)
+        SHLM_FATAL("matmul_fp8: a is %s and b %s (one scaling for both)", scaling_name(a->scaling),
+                   scaling_name(b->scaling));
+    if (a->format == SHLM_FP8_E5M2 && b->format == SHLM_FP8_E5M2)
+        SHLM_FATAL("matmul_fp8: a and b are both e5m2 (at most one may be)");
+    const size_t esz = out_f32 ? sizeof(float) : sizeof(bf16);
+    if (M == 0 || N == 0) return;
+    if (K == 0) { /* an empty sum: out = c or 0 */
+        if (!c) shlm_cuda_zero(out, (size_t)M * N * esz);
+        else if (c != out) shlm_cuda_copy(out, c, (size_t)M * N * esz);
+        return;
+    }
+    const int rowwise = a->scaling == SHLM_FP8_ROWWISE;
+    /* cuBLASLt's FP8 layout rules (TN only; 16-byte aligned operands; K and the leading
+     * dimension of D multiples of 16) */
+    const int lt_shape = K % 16 == 0 && N % 16 == 0 && shlm_aligned(a->codes, 16) &&
+                         shlm_aligned(b->codes, 16) && shlm_aligned(out, 16) &&
+                         (!c || shlm_aligned(c, 16));
+    if (lt_shape) {
+        /* row-major out(M,N) = a·bᵀ is column-major outᵀ(N,M) = op_T(b as (K,N)) · (a as
+         * (K,M)): cuBLASLt's A is b (its scales along m = N), its B is a (along n = M) */
+        shlm_lt_product g;
+        memset(&g, 0, sizeof g);
+        g.transa = 1, g.transb = 0;
+        g.m = N, g.n = M, g.k = K, g.lda = K, g.ldb = K, g.ldc = N;
+        g.atype = lt_type(b->format);
+        g.btype = lt_type(a->format);
+        g.ctype = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
+        g.scale_mode = rowwise ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
+                               : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+        /* fp32 accumulation throughout unless a benchmark asks for fast accumulation
+         * (shlm_cuda_fp8_set_fast_accum), and never for fp32 outputs (weight gradients) */
+        g.fast_accum = g_fast_accum && !out_f32;
+        g.A = b->codes, g.B = a->codes, g.C = c ? c : out, g.D = out;
+        g.a_scale = b->scale_inv, g.b_scale = a->scale_inv;
+        g.beta = c ? 1.0f : 0.0f;
+        if (shlm_cuda_lt_product(&g)) {
+            g_ran = SHLM_FP8_RAN_CUBLASLT;
+            CUDA_CHECK_LAST();
+            return;
+        }
+        /* a shape the rules above let through and the library still refused: said once
+         * per process, since every such call now runs the slow kernel */
+        static int warned;
+        if (!warned++)
+            fprintf(stderr, "shardlm: warning: cuBLASLt runs no FP8 matmul out(%d,%d) = a(%d,%d) "
+                    "%s x b(%d,%d)ᵀ %s, %s scales, %s out; the fallback kernel runs it (slow)\n",
+                    M, N, M, K, format_name(a->format), N, K, format_name(b->format),
+                    scaling_name(a->scaling), out_f32 ? "fp32" : "bf16");
+    }
+    g_ran = SHLM_FP8_RAN_FALLBACK;
+    if (a->format == SHLM_FP8_E5M2) fallback<SHLM_FP8_E5M2, SHLM_FP8_E4M3>(out, out_f32, a, b, c);
+    else if (b->format == SHLM_FP8_E5M2) fallback<SHLM_FP8_E4M3, SHLM_FP8_E5M2>(out, out_f32, a, b, c);
+    else fallback<SHLM_FP8_E4M3, SHLM_FP8_E4M3>(out, out_f32, a, b, c);
+    CUDA_CHECK_LAST();
+}
