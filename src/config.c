@@ -160,6 +160,13 @@ static const key_def keys[] = {
      "row"},
     {"train", "max_skipped", KT_INT, F(max_skipped), "10", 1, IMAX, NULL, 0,
      "on_nonfinite = skip: at most this many non-finite steps in a row"},
+    /* the recipe of the blocks' linear layers (src/fp8_linear.h); master weights, reduced
+     * gradients, AdamW and checkpoints are the same in every recipe, so a resume may
+     * change it */
+    {"train", "matmul", KT_ENUM, F(matmul), "bf16", NOLIM, "bf16|fp8-tensorwise|fp8-rowwise", 0,
+     "the transformer blocks' linear layers: bf16 (the backend's act dtype), or FP8 e4m3 "
+     "forward with dynamic scales per tensor (gradients e5m2) or per row (gradients e4m3); "
+     "the embedding and lm head stay bf16"},
 
     /* [fsdp] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,
@@ -300,6 +307,8 @@ static const key_def keys[] = {
 
 /* KT_ENUM stores the choice's index: each choices list above is in its enum's order */
 _Static_assert(NONFINITE_ABORT == 0 && NONFINITE_SKIP == 1, "train.on_nonfinite");
+_Static_assert(MODEL_MATMUL_BF16 == 0 && MODEL_MATMUL_FP8_TENSORWISE == 1 &&
+                   MODEL_MATMUL_FP8_ROWWISE == 2, "train.matmul");
 _Static_assert(FSDP_FULL_SHARD == 0 && FSDP_SHARD_GRAD_OP == 1 && FSDP_NO_SHARD == 2 &&
                    FSDP_HYBRID_SHARD == 3, "fsdp.strategy");
 _Static_assert(SHLM_F32 == 0 && SHLM_BF16 == 1, "fsdp.param_dtype, fsdp.reduce_dtype");
@@ -311,6 +320,7 @@ _Static_assert(SHLM_ATTENTION_SM90 == 0 && SHLM_ATTENTION_MMA_SYNC == 1, "cuda.a
 _Static_assert(SHLM_NCCL_CTA_DEFAULT == 0 && SHLM_NCCL_CTA_EFFICIENCY == 1, "nccl.cta_policy");
 _Static_assert(sizeof(fsdp_strategy) == sizeof(int) && sizeof(shlm_dtype) == sizeof(int) &&
                    sizeof(llama_ac) == sizeof(int) && sizeof(nonfinite_policy) == sizeof(int) &&
+                   sizeof(model_matmul) == sizeof(int) &&
                    sizeof(shlm_backend_choice) == sizeof(int) &&
                    sizeof(shlm_attention_kernels) == sizeof(int) &&
                    sizeof(shlm_nccl_cta_policy) == sizeof(int),

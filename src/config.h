@@ -53,6 +53,7 @@ typedef struct job_config {
     nonfinite_policy on_nonfinite; /* what a step whose loss or gradient norm is NaN or
                                     * infinite does (its update is never applied) */
     int max_skipped;         /* skip: at most this many such steps in a row, then abort */
+    model_matmul matmul;     /* the blocks' linear layers: bf16 or an FP8 recipe */
 
     /* [fsdp] */
     fsdp_strategy strategy;

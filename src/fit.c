@@ -24,6 +24,7 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
                      /* forward passes only: no block keeps activations for a backward
                       * (full's buffers: one block's scratch, the residual streams) */
                      .ac = forward_only ? MODEL_AC_FULL : pt->ac,
+                     .matmul = c->matmul,
                      .ops = ops,
                      .registered_gathers = registered_gathers};
     shard_plan_build(&jp->plan, &jp->md, &p);

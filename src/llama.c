@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "kernels/check.h"
+#include "src/fp8_linear.h"
 #include "src/rng.h"
 
 /* ------------------------------------------------------------------ layout */
@@ -100,6 +101,11 @@ typedef struct block_acts {
     float *rstd2;/* (N)      */
     void *gu;    /* (N, 2F)  [gate | up] */
     void *h;     /* (N, F)   silu(gate)·up */
+    /* FP8 recipes keeping activations: ln1, ln2 and h are only ever matmul inputs, so the
+     * block keeps their quantized transposes (wgrad's q(xᵀ)) instead of them */
+    shlm_fp8_matrix ln1_t; /* (d, N)  */
+    shlm_fp8_matrix ln2_t; /* (d, N)  */
+    shlm_fp8_matrix h_t;   /* (F, N)  */
 } block_acts;
 
 struct llama_model {
@@ -109,6 +115,8 @@ struct llama_model {
     llama_layout lay;
     int B, T;             /* capacity */
     llama_ac ac;          /* activation checkpointing mode */
+    model_matmul matmul;  /* the blocks' linear layers: act dtype, or FP8 through fp8 */
+    fp8_linear fp8;       /* FP8's formats and operand buffers (recipes other than bf16) */
     int profile;          /* time every op (llama_set_profile) */
     double prof_s[LLAMA_PROF_N];
     size_t esz;           /* bytes per act element */
@@ -138,7 +146,7 @@ static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 /* Every activation buffer of a model, in one list, so allocation, freeing and the
  * plan's byte count come from the same description. `per_layer` buffers exist once
  * per block when kept for the backward, once in all (scratch) when recomputed. */
-typedef enum buf_kind { BUF_ACT, BUF_F32, BUF_I32 } buf_kind;
+typedef enum buf_kind { BUF_ACT, BUF_F32, BUF_I32, BUF_U8 } buf_kind;
 
 typedef struct act_sizes {
     size_t N, d, F, qkv, att, lse, chunk_rows, V;
@@ -171,6 +179,16 @@ static keep_set kept_by(llama_ac ac) {
     }
 }
 
+/* What a mode keeps under a matmul recipe: FP8 keeps the quantized transposes of ln1, ln2
+ * and h where the mode keeps them (*quantized = 1), and the tensors themselves become
+ * scratch. */
+static keep_set kept_for(llama_ac ac, model_matmul mm, int *quantized) {
+    keep_set k = kept_by(ac);
+    *quantized = mm != MODEL_MATMUL_BF16 && k.ln1 && k.ln2 && k.h;
+    if (*quantized) k.ln1 = k.ln2 = k.h = 0;
+    return k;
+}
+
 /* What a walk over the buffers counts: bytes, each buffer rounded up to align. */
 typedef struct buf_count {
     size_t bytes, align;
@@ -178,17 +196,18 @@ typedef struct buf_count {
 
 /* Allocation (when m != NULL) or counting (m == NULL) of one buffer. */
 static void *buf(llama_model *m, buf_count *n, size_t esz, buf_kind k, size_t elems) {
-    size_t b = elems * (k == BUF_ACT ? esz : 4);
+    size_t b = elems * (k == BUF_ACT ? esz : k == BUF_U8 ? 1 : 4);
     n->bytes += (b + n->align - 1) / n->align * n->align;
     return m ? m->ops->alloc(b) : NULL;
 }
 
 /* Walks every buffer of the model: allocates into m, or only counts (m == NULL). */
 static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, int B, int T,
-                             llama_ac ac, size_t align) {
+                             llama_ac ac, model_matmul mm, size_t align) {
     const act_sizes z = sizes_of(c, B, T);
     const size_t L = (size_t)c->n_layers, N = z.N;
-    const keep_set keep = kept_by(ac);
+    int quantized;
+    const keep_set keep = kept_for(ac, mm, &quantized);
     buf_count bytes = {0, align > 0 ? align : 1};
     block_acts scratch = {0};
 #define FIELD(name, kind, elems)                                                      \
@@ -210,6 +229,20 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
     FIELD(gu, BUF_ACT, N * 2 * z.F);
     FIELD(h, BUF_ACT, N * z.F);
 #undef FIELD
+    /* codes and one scale per row (rowwise; tensorwise uses the first) of each transpose */
+#define KEPT_T(name, C)                                                               \
+    do {                                                                              \
+        for (size_t l = 0; quantized && l < L; l++) {                                 \
+            void *codes_ = buf(m, &bytes, esz, BUF_U8, (C) * N);                      \
+            void *scales_ = buf(m, &bytes, esz, BUF_F32, (C));                        \
+            if (m) m->acts[l].name = (shlm_fp8_matrix){codes_, scales_, (int)(C), (int)N, \
+                                                       SHLM_FP8_E4M3, m->fp8.scaling}; \
+        }                                                                             \
+    } while (0)
+    KEPT_T(ln1_t, z.d);
+    KEPT_T(ln2_t, z.d);
+    KEPT_T(h_t, z.F);
+#undef KEPT_T
     for (size_t l = 0; l <= L; l++) {
         void *p = buf(m, &bytes, esz, BUF_ACT, N * z.d);
         if (m) m->x[l] = p;
@@ -230,13 +263,24 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
     ONE(tokens_dev, BUF_I32, N);
     ONE(targets_dev, BUF_I32, N);
     ONE(doc_dev, BUF_I32, N);
+    if (mm != MODEL_MATMUL_BF16) {
+        /* the linears (C, OC): qkv (d, qkv), o (att, d), gate|up (d, 2F), down (F, d) */
+        const size_t width = max_sz(max_sz(z.d, z.qkv), max_sz(z.att, 2 * z.F));
+        const size_t weight = max_sz(max_sz(z.qkv * z.d, z.d * z.att), 2 * z.F * z.d);
+        const size_t in = max_sz(z.d, max_sz(z.att, z.F));
+        const fp8_linear_sizes fz = fp8_linear_sizes_for(N, width, weight, in);
+        ONE(fp8.a_codes, BUF_U8, fz.a_codes);
+        ONE(fp8.a_scales, BUF_F32, fz.a_scales);
+        ONE(fp8.b_codes, BUF_U8, fz.b_codes);
+        ONE(fp8.b_scales, BUF_F32, fz.b_scales);
+    }
 #undef ONE
     return bytes;
 }
 
 size_t llama_activation_bytes_for(const llama_config *cfg, shlm_dtype act, int B, int T,
                                   llama_ac ac) {
-    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, 1).bytes;
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, MODEL_MATMUL_BF16, 1).bytes;
 }
 
 /* ---- model.h's family: what the engine and the shard plan know of Llama ---- */
@@ -268,8 +312,8 @@ static void family_init_slice(const model_layout *lay, const void *cfg, uint64_t
 }
 
 static size_t family_activation_bytes(const void *cfg, shlm_dtype act, int B, int T,
-                                      model_ac ac, size_t align) {
-    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, align).bytes;
+                                      model_ac ac, model_matmul mm, size_t align) {
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, mm, align).bytes;
 }
 
 static size_t family_op_scratch_bytes(const void *cfg, const shlm_ops *ops, int B, int T) {
@@ -294,6 +338,13 @@ llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, i
 
 llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                              llama_ac ac, llama_param_source src) {
+    return llama_create_recipe(cfg, ops, B, T, ac, MODEL_MATMUL_BF16, src);
+}
+
+llama_model *llama_create_recipe(const llama_config *cfg, const shlm_ops *ops, int B, int T,
+                                 llama_ac ac, model_matmul matmul, llama_param_source src) {
+    if (matmul != MODEL_MATMUL_BF16 && (!ops->fp8_quantize || !ops->matmul_fp8))
+        SHLM_FATAL("the %s backend has no FP8 matmul", ops->name);
     llama_model *m = calloc(1, sizeof *m);
     SHLM_CHECK_ALLOC(m);
     m->cfg = *cfg;
@@ -302,6 +353,10 @@ llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B
     m->B = B;
     m->T = T;
     m->ac = ac;
+    m->matmul = matmul;
+    m->fp8.ops = ops;
+    if (fp8_linear_recipe(matmul, &m->fp8.scaling, &m->fp8.grad_format) != 0)
+        m->matmul = MODEL_MATMUL_BF16;
     m->esz = shlm_dtype_size(ops->act_dtype);
     llama_layout_init(&m->lay, cfg);
     m->qkv_dim = (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
@@ -314,15 +369,23 @@ llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B
     m->head = llama_unit_head(cfg);
     m->head_norm = cfg->tie_word_embeddings ? 1 : 0; /* tied: after embed_tokens */
     m->head_out = cfg->tie_word_embeddings ? 0 : 1;
-    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, 1).bytes;
+    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, m->matmul, 1).bytes;
     return m;
 }
 
 void llama_destroy(llama_model *m) {
     if (!m) return;
     const shlm_ops *o = m->ops;
-    const keep_set keep = kept_by(m->ac);
+    int quantized;
+    const keep_set keep = kept_for(m->ac, m->matmul, &quantized);
     const int L = m->cfg.n_layers;
+    for (int l = 0; quantized && l < L; l++) {
+        shlm_fp8_matrix *t[] = {&m->acts[l].ln1_t, &m->acts[l].ln2_t, &m->acts[l].h_t};
+        for (int k = 0; k < 3; k++) {
+            o->free(t[k]->codes);
+            o->free(t[k]->scale_inv);
+        }
+    }
     for (int l = 0; l <= L; l++) o->free(m->x[l]);
 #define FIELD(name)                                                     \
     do {                                                                \
@@ -333,7 +396,8 @@ void llama_destroy(llama_model *m) {
     FIELD(xmid); FIELD(ln2); FIELD(rstd2); FIELD(gu); FIELD(h);
 #undef FIELD
     void *p[] = {m->lnf, m->rstdf, m->logits, m->losses, m->dx, m->dln, m->dwide1, m->dwide2,
-                 m->tokens_dev, m->targets_dev, m->doc_dev};
+                 m->tokens_dev, m->targets_dev, m->doc_dev, m->fp8.a_codes, m->fp8.a_scales,
+                 m->fp8.b_codes, m->fp8.b_scales};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
     free(m->x);
     free(m->acts);
@@ -392,6 +456,31 @@ static void progress(const llama_model *m) {
     if (m->src.progress) m->src.progress(m->src.ctx);
 }
 
+/* A block's linear layer in the model's recipe: matmul_fwd / matmul_bwd's contract. */
+static void linear_fwd(const llama_model *m, void *out, const void *inp, const void *w, int N,
+                       int C, int OC, const void *residual) {
+    if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_fwd(out, inp, w, N, C, OC, residual);
+    else fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual);
+}
+/* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
+ * without codes: quantize inp */
+static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *dout,
+                       const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                       int C, int OC, int flags) {
+    if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w, N, C, OC, flags);
+    else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, inp_t->codes ? inp_t : NULL, w, N, C, OC,
+                        flags);
+}
+/* att is attention's backward input too, so kept itself: its transpose is made when needed */
+static const shlm_fp8_matrix no_transpose = {0};
+
+/* Keeps q(inpᵀ) for the backward into t when the block keeps it (t has codes). */
+static void keep_transpose(const llama_model *m, shlm_fp8_matrix *t, const void *inp, int N) {
+    if (!t->codes) return;
+    t->cols = N;
+    m->ops->fp8_quantize(t, inp, 1);
+}
+
 /* Tensor indices inside a block unit (see the layout comment in llama.h). */
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 
@@ -412,21 +501,24 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     void *xout = m->x[l + 1];
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln1_t, a->ln1, N));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln2_t, a->ln2, N));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    PROF(m, PROF_MATMUL_FWD, o->matmul_fwd(xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid));
+    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->h_t, a->h, N));
     progress(m);
 }
 
@@ -464,17 +556,17 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, wptr(m, p, u, BK_DOWN), N, F, d, mm));
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, wptr(m, p, u, BK_DOWN), N, F, d, mm));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
-    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, wptr(m, p, u, BK_GATE), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, wptr(m, p, u, BK_GATE), N, d,
                   2 * F, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(datt, gptr(m, g, u, BK_O), m->dx, a->att, wptr(m, p, u, BK_O), N, m->att_dim,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, wptr(m, p, u, BK_O), N, m->att_dim,
                   d, mm));
     progress(m);
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
@@ -483,7 +575,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, c->rope_theta));
     progress(m);
-    PROF(m, PROF_MATMUL_BWD, o->matmul_bwd(m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, wptr(m, p, u, BK_Q), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, wptr(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),

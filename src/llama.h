@@ -96,6 +96,11 @@ llama_model *llama_create(const llama_config *cfg, const shlm_ops *ops, int B, i
 /* The same with an activation-checkpointing mode. */
 llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                              llama_ac ac, llama_param_source src);
+/* The same with the blocks' matmul recipe (model.h): an FP8 recipe runs their linear layers
+ * through src/fp8_linear.h and needs ops' FP8 members (aborts without them: train checks
+ * ops->fp8_check first). */
+llama_model *llama_create_recipe(const llama_config *cfg, const shlm_ops *ops, int B, int T,
+                                 llama_ac ac, model_matmul matmul, llama_param_source src);
 /* Bytes of activation memory a model of this shape allocates (what llama_create
  * would), without allocating it: for `shardlm plan`. */
 size_t llama_activation_bytes_for(const llama_config *cfg, shlm_dtype act, int B, int T,

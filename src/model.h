@@ -65,6 +65,16 @@ typedef struct model_pass {
  * recomputes the rest; FULL keeps only the block input. ---- */
 typedef enum model_ac { MODEL_AC_NONE = 0, MODEL_AC_FULL = 1, MODEL_AC_SELECTIVE = 2 } model_ac;
 
+/* ---- the matmul recipe of the transformer blocks' linear layers (train.matmul): the
+ * backend's act dtype (BF16: bf16 on cuda, fp32 on cpu), or FP8 with tensorwise or rowwise
+ * dynamic scaling (src/fp8_linear.h). The embedding and the output projection are never
+ * FP8. ---- */
+typedef enum model_matmul {
+    MODEL_MATMUL_BF16 = 0,
+    MODEL_MATMUL_FP8_TENSORWISE = 1,
+    MODEL_MATMUL_FP8_ROWWISE = 2
+} model_matmul;
+
 /* ---- where the model gets parameters from ----
  * The model asks for "unit u's parameters, gathered" and hands back "unit u's
  * gradients": the FSDP engine decides what to gather, keep, free, prefetch and reduce. */
@@ -103,9 +113,10 @@ typedef struct model_family {
     void (*init_slice)(const model_layout *lay, const void *cfg, uint64_t seed, int u,
                        size_t begin, size_t end, float *out);
     /* Bytes the family's model allocates through ops->alloc for micro-batches of B x T
-     * with checkpointing ac, each buffer rounded up to `align` bytes (1: as requested). */
+     * with checkpointing ac and matmul recipe mm (FP8's operand buffers included), each
+     * buffer rounded up to `align` bytes (1: as requested). */
     size_t (*activation_bytes)(const void *cfg, shlm_dtype act, int B, int T, model_ac ac,
-                               size_t align);
+                               model_matmul mm, size_t align);
     /* What the backend's ops allocate for themselves running this model at B x T
      * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
     size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);

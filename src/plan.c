@@ -261,7 +261,7 @@ int cmd_plan(int argc, char **argv) {
     static const char *const what_row[PLAN_N_CATEGORIES] = {
         "fp32 master weights (shard)", "fp32 gradient (shard)",
         "AdamW exp_avg + exp_avg_sq (shard)", "gathered parameter buffers",
-        "full-unit gradient buffers for reduce-scatter", "activations and their gradients",
+        "full-unit gradient buffers for reduce-scatter", "activations, their gradients, FP8 operands",
         "the ops' scratch and the matmul library's workspace"};
     for (int k = PLAN_MASTER; k <= PLAN_MOMENTS; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);

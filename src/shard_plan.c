@@ -97,8 +97,8 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
         arena += round_up(plan->max_shard * 2, align);
     }
     const model_family *f = m->family;
-    b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, 1);
-    arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, align);
+    b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, 1);
+    arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, align);
     b[PLAN_OP_SCRATCH] = f->op_scratch_bytes(m->cfg, p->ops, p->B, p->T);
     plan->arena = arena;
     plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS];

@@ -24,7 +24,8 @@ typedef enum plan_category {
     PLAN_GATHERED,     /* gathered-parameter buffers (act dtype): per unit or PLAN_SLOTS */
     PLAN_GRAD_BUFFERS, /* full-unit fp32 gradient slots, their bf16 staging, the bf16
                         * staging of the replica all-reduce */
-    PLAN_ACTIVATIONS,  /* the model's activations and their gradients */
+    PLAN_ACTIVATIONS,  /* the model's activations and their gradients (and FP8's operand
+                        * buffers) */
     PLAN_OP_SCRATCH,   /* the ops' own scratch and the matmul library's workspace */
     PLAN_N_CATEGORIES
 } plan_category;
@@ -43,6 +44,7 @@ typedef struct plan_params {
     int forward_only;         /* evaluation and sampling: no gradient or moment state */
     int B, T;                 /* micro-batch capacity */
     model_ac ac;              /* activation checkpointing */
+    model_matmul matmul;      /* the blocks' matmul recipe (FP8 adds its operand buffers) */
     const shlm_ops *ops;      /* sizes the op scratch (NULL: none counted) and the arena's
                                * per-buffer rounding (ops->alloc_align) */
     int registered_gathers;   /* the comm backend registers gathered buffers itself (they

@@ -134,6 +134,23 @@ static void plan_check_end(const run *r, size_t device_peak) {
     }
 }
 
+/* An FP8 train.matmul needs a backend that runs FP8 matmuls on the bound device (ops.h's
+ * fp8_check); 0, or -1 with one line naming the key, the recipe and the reason. */
+static int check_matmul_recipe(const run *r, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    if (c->matmul == MODEL_MATMUL_BF16) return 0;
+    const char *recipe = job_choice_name("train.matmul", c->matmul);
+    char why[512] = "";
+    if (!r->ops->fp8_check || !r->ops->fp8_quantize || !r->ops->matmul_fp8)
+        snprintf(why, sizeof why, "the %s backend of this build has no FP8 matmul", r->ops->name);
+    else if (r->ops->fp8_check(why, sizeof why) != 0 && !why[0])
+        snprintf(why, sizeof why, "the %s backend cannot run FP8 matmuls here", r->ops->name);
+    if (!why[0]) return 0;
+    snprintf(err, errlen, "%s: train.matmul = %s: %s (train.matmul = bf16 runs anywhere)",
+             c->path, recipe, why);
+    return -1;
+}
+
 int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
     memset(r, 0, sizeof *r);
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &r->rank));
@@ -243,6 +260,8 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
         r->ops->set_device(dev);
         snprintf(device, sizeof device, "%s:%d", r->ops->name, dev);
     }
+    ok = check_matmul_recipe(r, err, sizeof err) == 0;
+    if (any_rank_failed(ok, err)) return -1;
     if (r->rank == 0) job_config_print(c, r->world);
     print_topology(r, device);
     startup_mark(STARTUP_DEVICE);
@@ -292,8 +311,8 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     r->engine = fsdp_create(&r->plan.md, pl, r->ops, r->comm, &r->topo, &opt, c->seed);
     fsdp_measured_bytes(r->engine, measured);
     const size_t before_model = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
-    r->model = llama_create_ac(&c->model, r->ops, c->micro_batch, c->seq_len, pl->p.ac,
-                               fsdp_param_source(r->engine));
+    r->model = llama_create_recipe(&c->model, r->ops, c->micro_batch, c->seq_len, pl->p.ac,
+                                   c->matmul, fsdp_param_source(r->engine));
     measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
                                      ? r->ops->allocated_bytes() - before_model
                                      : llama_activation_bytes(r->model);

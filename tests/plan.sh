@@ -6,8 +6,9 @@
 # allocated after set-up), and the per-step comm line is within 1% of plan's, for every
 # strategy, 2 to 4 ranks, bf16 parameters and reductions, accumulation and tied
 # embeddings; (c) activation checkpointing none > selective > full, each equal to plan's
-# row, with identical losses; (d) llama2-70b on 1024 ranks plans in under 2 s; (e) plan's
-# own errors; (f) the verdict and the changes it offers.
+# row, with identical losses; (c') the FP8 recipes' operand buffers, exactly; (d)
+# llama2-70b on 1024 ranks plans in under 2 s; (e) plan's own errors; (f) the verdict and
+# the changes it offers.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
@@ -216,6 +217,39 @@ else
                 "differ from none's"
         fi
     done
+fi
+
+# ---- (c') FP8 recipes: their buffers are counted exactly. small.ini: N = 32 tokens, d 64,
+# qkv (4 + 2·2)·16 = 128, att 64, F 96, 2 layers, fp32 act (4 bytes). The two operand
+# buffers: the a side N x the widest input or output (2F = 192) codes and max(N, 192)
+# scales, the b side the largest weight (gate|up, 192 x 64 = 12288) or N x the widest
+# input (F = 96) codes and 192 scales: 6144 + 768 + 12288 + 768 = 19968 bytes. Selective
+# checkpointing keeps what bf16 keeps: + 19968. No checkpointing: each layer keeps
+# q(ln1ᵀ), q(ln2ᵀ), q(hᵀ) (codes 64·32, 64·32, 96·32 and 64, 64, 96 scales: 8064 bytes)
+# instead of ln1, ln2, h (32·(64 + 64 + 96)·4 = 28672), which become one scratch set:
+# 19968 + 2·8064 - 2·28672 + 28672 = 7424 bytes more than bf16 ----
+train_vs_plan fp8_tensorwise2 2 --set train.matmul=fp8-tensorwise
+train_vs_plan fp8_rowwise_sgo2 2 --set train.matmul=fp8-rowwise --set fsdp.strategy=SHARD_GRAD_OP
+train_vs_plan fp8_rowwise_selective2 2 --set train.matmul=fp8-rowwise \
+    --set fsdp.activation_checkpointing=selective
+a_fp8=$(field activation_bytes "$T/fp8_tensorwise2.train")
+a_fp8_sel=$(field activation_bytes "$T/fp8_rowwise_selective2.train")
+if [ -n "$a_fp8" ] && [ -n "$a_none" ] && [ $((a_fp8 - a_none)) -eq 7424 ] &&
+    [ -n "$a_fp8_sel" ] && [ $((a_fp8_sel - a_sel)) -eq 19968 ]; then
+    ok "FP8 activation_bytes = bf16's + 7424 (none), + 19968 (selective)"
+else
+    fail "FP8 activation_bytes '$a_fp8' / '$a_fp8_sel', bf16 '$a_none' / '$a_sel': expected" \
+        "bf16's + 7424 / + 19968"
+fi
+# llama2-7b at seq 4096 (bf16 act): the kept transposes save more than the buffers cost
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 8 --backend cuda
+a7_bf16=$(row activation_bytes)
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 8 --backend cuda --set train.matmul=fp8-rowwise
+a7_fp8=$(row activation_bytes)
+if [ -n "$a7_bf16" ] && [ -n "$a7_fp8" ] && [ "$a7_fp8" -lt "$a7_bf16" ]; then
+    ok "llama2-7b: FP8 activation_bytes $a7_fp8 < bf16's $a7_bf16"
+else
+    fail "llama2-7b: FP8 activation_bytes '$a7_fp8' not below bf16's '$a7_bf16'"
 fi
 
 # ---- (d) llama2-70b on 1024 ranks, 8 per node, plans fast; the job's global batch (64)

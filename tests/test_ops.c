@@ -8,7 +8,7 @@
  *              that is built in but finds no device exits 77 (skipped)
  *   --seed     the inputs' random seed
  *   --group    one group only: backends memory convert embedding rmsnorm matmul rope
- *              attention swiglu xent adamw reductions determinism
+ *              attention swiglu xent adamw reductions determinism fp8
  *   --small    leave out the Llama-sized cases (quick enough for compute-sanitizer)
  *
  * Three kinds of check; every line names its row of tol_table, where each tolerance is
@@ -87,6 +87,8 @@ typedef enum tol_id {
     T_CPU_ACT,
     T_CPU_F32,
     T_CPU_ATT_BWD,
+    T_FP8_ACT,
+    T_FP8_F32,
     T_COUNT
 } tol_id;
 static const struct tol_row {
@@ -159,6 +161,12 @@ static const struct tol_row {
     [T_CPU_ATT_BWD] = {"vs cpu attention dqkv", CRIT_L2, 2e-2, 2e-2,
                        "Llama-sized attention backward: P and dS rounded to bf16 before their "
                        "products"},
+    [T_FP8_ACT] = {"matmul_fp8 act", CRIT_MAXREL, 1e-5, 2e-2,
+                   "K-term sums of exact products of fp8 values (each fits fp32's mantissa) "
+                   "in fp32, times two scales (fp32: ~1e-6); bf16 rounds the output once"},
+    [T_FP8_F32] = {"matmul_fp8 fp32", CRIT_MAXREL, 1e-5, 1e-3,
+                   "fp32 out (wgrad): as above; a Hopper FP8 tensor core keeps fewer bits "
+                   "than fp32 between its promotions to fp32 (~2^-13 per partial sum)"},
 };
 static double tol_of(tol_id id) {
     return ops->act_dtype == SHLM_BF16 ? tol_table[id].bf16 : tol_table[id].fp32;
@@ -1823,6 +1831,426 @@ static void test_determinism(void) {
     release_all();
 }
 
+/* ---- fp8: the cast, the scaling rule and the scaled TN GEMM (ops.h "FP8") ----
+ * The reference is written from the OCP definitions alone: each format's 256 codes
+ * decoded from their bit fields in double, a value cast by scanning every code of its sign
+ * for the nearest (a tie to the code with an even last bit), saturation to the largest
+ * finite value and NaN to NaN; the scale from fp32 arithmetic as ops.h states it. */
+typedef struct ref_fp8 {
+    const char *name;
+    shlm_fp8_format format;
+    int ebits, mbits, bias;
+    int ieee; /* E5M2: exponent all ones holds inf and NaN; E4M3: only S.1111.111 is NaN */
+} ref_fp8;
+static const ref_fp8 ref_e4m3 = {"e4m3", SHLM_FP8_E4M3, 4, 3, 7, 0};
+static const ref_fp8 ref_e5m2 = {"e5m2", SHLM_FP8_E5M2, 5, 2, 15, 1};
+
+static int ref_fp8_is_nan(const ref_fp8 *f, int code) {
+    const int e = (code >> f->mbits) & ((1 << f->ebits) - 1), m = code & ((1 << f->mbits) - 1);
+    const int emax = (1 << f->ebits) - 1;
+    return f->ieee ? e == emax && m != 0 : e == emax && m == (1 << f->mbits) - 1;
+}
+/* the value of a code (NaN codes: NAN; E5M2's S.11111.00: ±inf) */
+static double ref_fp8_value(const ref_fp8 *f, int code) {
+    const int e = (code >> f->mbits) & ((1 << f->ebits) - 1), m = code & ((1 << f->mbits) - 1);
+    const double sign = code & 0x80 ? -1.0 : 1.0;
+    if (ref_fp8_is_nan(f, code)) return NAN;
+    if (f->ieee && e == (1 << f->ebits) - 1) return sign * INFINITY;
+    if (e == 0) return sign * m * pow(2.0, 1 - f->bias - f->mbits);
+    return sign * (1.0 + m / (double)(1 << f->mbits)) * pow(2.0, e - f->bias);
+}
+static double ref_fp8_max(const ref_fp8 *f) {
+    double m = 0;
+    for (int c = 0; c < 128; c++) {
+        double v = ref_fp8_value(f, c);
+        if (isfinite(v) && v > m) m = v;
+    }
+    return m;
+}
+/* the code of x: NaN gives a NaN code (0x7F stands for any), beyond the largest finite
+ * value (±inf included) the largest, else the nearest finite code of x's sign */
+static int ref_fp8_cast(const ref_fp8 *f, double x) {
+    if (isnan(x)) return 0x7F;
+    const int sign = signbit(x) ? 0x80 : 0;
+    const double fmax = ref_fp8_max(f), a = fmin(fabs(x), fmax);
+    int best = -1;
+    double best_d = INFINITY;
+    for (int c = 0; c < 128; c++) {
+        double v = ref_fp8_value(f, c);
+        if (!isfinite(v)) continue;
+        double d = fabs(v - a);
+        if (d < best_d || (d == best_d && (c & 1) == 0)) {
+            best = c;
+            best_d = d;
+        }
+    }
+    return sign | best;
+}
+/* codes equal, or both NaN codes of the format */
+static int fp8_code_ok(const ref_fp8 *f, int got, int want) {
+    return want == 0x7F && ref_fp8_is_nan(f, 0x7F) ? ref_fp8_is_nan(f, got) : got == want;
+}
+
+/* ops.h's scaling rule in the reference: the codes and scale_inv of q over src (an fp32
+ * host matrix of rows x cols; transpose: src is cols x rows and q holds srcᵀ) */
+static void ref_fp8_quantize(const ref_fp8 *f, int rowwise, const float *src, int rows, int cols,
+                             int transpose, uint8_t *codes, float *scale_inv) {
+    const float fmax = (float)ref_fp8_max(f);
+    float amax_all = 0.0f;
+    float *amax = hf((size_t)rows);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols; k++) {
+            float v = transpose ? src[(size_t)k * rows + r] : src[(size_t)r * cols + k];
+            if (!isnan(v) && fabsf(v) > amax[r]) amax[r] = fabsf(v);
+        }
+    for (int r = 0; r < rows; r++) amax_all = amax[r] > amax_all ? amax[r] : amax_all;
+    for (int r = 0; r < rows; r++) {
+        float am = rowwise ? amax[r] : amax_all;
+        float scale = fmax / (am > 1e-12f ? am : 1e-12f);
+        if (rowwise || r == 0) scale_inv[rowwise ? r : 0] = 1.0f / scale;
+        for (int k = 0; k < cols; k++) {
+            float v = transpose ? src[(size_t)k * rows + r] : src[(size_t)r * cols + k];
+            volatile float prod = v * scale; /* rounded to fp32, as the rule says */
+            codes[(size_t)r * cols + k] = (uint8_t)ref_fp8_cast(f, prod);
+        }
+    }
+}
+
+/* A backend FP8 matrix of rows x cols (codes, scales in backend memory). */
+static shlm_fp8_matrix fp8_dev(int rows, int cols, const ref_fp8 *f, int rowwise) {
+    shlm_fp8_matrix q = {dalloc((size_t)rows * cols), dalloc((size_t)(rowwise ? rows : 1) * 4),
+                         rows, cols, f->format, rowwise ? SHLM_FP8_ROWWISE : SHLM_FP8_TENSORWISE};
+    return q;
+}
+static size_t fp8_scales(const shlm_fp8_matrix *q) {
+    return q->scaling == SHLM_FP8_ROWWISE ? (size_t)q->rows : 1;
+}
+
+/* quantizes src (host fp32, act-representable) on the backend into q and checks the codes
+ * and scale_inv against the reference, bit for bit; leaves q filled */
+static void fp8_quantize_check(const char *what, const ref_fp8 *f, shlm_fp8_matrix *q,
+                               const float *src, int transpose) {
+    const size_t n = (size_t)q->rows * q->cols, ns = fp8_scales(q);
+    const int rowwise = q->scaling == SHLM_FP8_ROWWISE;
+    ops->fp8_quantize(q, up_act(src, n), transpose);
+    uint8_t *got = xcalloc(n, 1), *want = xcalloc(n, 1);
+    float *gs = hf(ns), *ws = hf(ns);
+    ops->sync();
+    ops->to_host(got, q->codes, n);
+    ops->to_host(gs, q->scale_inv, ns * 4);
+    ref_fp8_quantize(f, rowwise, src, q->rows, q->cols, transpose, want, ws);
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if (!fp8_code_ok(f, got[i], want[i])) {
+            if (first == n) first = i;
+            bad++;
+        }
+    char name[200];
+    snprintf(name, sizeof name, "fp8_quantize %s %s %s%s (%dx%d): codes", what, f->name,
+             rowwise ? "rowwise" : "tensorwise", transpose ? " transposed" : "", q->rows, q->cols);
+    if (bad)
+        printf("     %zu codes differ; first at %zu: 0x%02X, want 0x%02X\n", bad, first,
+               got[first], want[first]);
+    check_true(name, bad == 0);
+    snprintf(name, sizeof name, "fp8_quantize %s %s %s%s (%dx%d): scale_inv", what, f->name,
+             rowwise ? "rowwise" : "tensorwise", transpose ? " transposed" : "", q->rows, q->cols);
+    check_true(name, memcmp(gs, ws, ns * 4) == 0);
+}
+
+/* the act-dtype value next to x (finite, non-zero) towards zero (dir < 0) or away from it */
+static float act_beside(float x, int dir) {
+    if (ops->act_dtype != SHLM_BF16) return nextafterf(x, dir < 0 ? 0.0f : copysignf(INFINITY, x));
+    uint16_t b = shlm_f32_to_bf16(x);
+    return shlm_bf16_to_f32((uint16_t)(dir < 0 ? b - 1 : b + 1)); /* sign-magnitude bits */
+}
+
+/* The cast itself, with scale exactly 1 (the row's amax is the largest finite value):
+ * every code's value, every midpoint of two neighbours (a tie: to the even code), the act
+ * dtype's next value either side of it, half the smallest subnormal, zeros of both signs,
+ * NaN. Every one is representable in the act dtype (fp8 midpoints have 5 significant
+ * bits). */
+static void fp8_cast_case(const ref_fp8 *f) {
+    const double fmax = ref_fp8_max(f);
+    float *v = hf(4096);
+    int n = 0;
+    v[n++] = (float)fmax;
+    for (int sgn = 0; sgn < 2; sgn++) {
+        double prev = 0.0;
+        for (int c = 0; c < 128; c++) {
+            double x = ref_fp8_value(f, c);
+            if (!isfinite(x) || x == 0.0) continue; /* zeros: below */
+            float mid = (float)((prev + x) / 2);
+            float s = sgn ? -1.0f : 1.0f;
+            v[n++] = s * (float)x;
+            v[n++] = s * mid;
+            v[n++] = s * act_beside(mid, -1);
+            v[n++] = s * act_beside(mid, 1);
+            prev = x;
+        }
+    }
+    v[n++] = 0.0f;
+    v[n++] = -0.0f;
+    v[n++] = NAN;
+    v[n++] = -NAN;
+    shlm_fp8_matrix q = fp8_dev(1, n, f, 0);
+    fp8_quantize_check("every code, tie, ulp beside ties, zeros, NaN", f, &q, v, 0);
+    /* the reference's own sanity: ties go to even codes, the largest value is the spec's */
+    check_true("fp8 reference: largest finite value 448 (e4m3) / 57344 (e5m2)",
+               fmax == (f->format == SHLM_FP8_E4M3 ? 448.0 : 57344.0));
+    check_true("fp8 reference: 1.0625 (e4m3 tie 1 | 1.125) -> 1; 1.1875 -> 1.25",
+               f->format != SHLM_FP8_E4M3 ||
+                   (ref_fp8_cast(f, 1.0625) == 0x38 && ref_fp8_cast(f, 1.1875) == 0x3A));
+    check_true("fp8 reference: saturation (1e9, -inf) and NaN",
+               ref_fp8_cast(f, 1e9) == ref_fp8_cast(f, fmax) &&
+                   ref_fp8_cast(f, -INFINITY) == (0x80 | ref_fp8_cast(f, fmax)) &&
+                   ref_fp8_is_nan(f, ref_fp8_cast(f, NAN)));
+    release_all();
+}
+
+/* Rows that exercise amax and the scale: an all-zero row (amax clamped to 1e-12), a row
+ * with NaN (ignored by amax), one with ±inf (scale 0: finite values to zero, inf to NaN),
+ * fp32 subnormals, values near FLT_MAX; and the overflow case: values x whose product
+ * with fl(fmax / x) rounds above fmax, which must saturate to the largest code (not
+ * become NaN or inf). */
+static void fp8_scale_case(const ref_fp8 *f) {
+    enum { COLS = 9 };
+    const float fmax = (float)ref_fp8_max(f);
+    float rows[][COLS] = {
+        {0, 0, -0.0f, 0, 0, 0, 0, 0, 0},
+        {1.5f, NAN, -3.0f, 0.25f, NAN, 2.0f, -0.125f, 1e-3f, 7.0f},
+        {1.0f, INFINITY, -2.0f, -INFINITY, 0.5f, 0, 3.0f, -1.0f, 4.0f},
+        {1e-40f, -3e-39f, 2e-45f, 5e-39f, -1e-41f, 0, 7e-40f, 1e-39f, -2e-39f},
+        {3e38f, -1e38f, 2.5e38f, 1e30f, -3.4e38f, 1e37f, 0, 1.0f, -5e37f},
+        {0},
+    };
+    enum { ROWS = sizeof rows / sizeof rows[0] };
+    act_round(&rows[0][0], (size_t)ROWS * COLS);
+    /* the overflow row: values whose x · fl(fmax/x) > fmax in fp32 */
+    int found = 0;
+    for (int k = 0; k < 100000 && found < COLS; k++) {
+        float x = (float)(0.5 + rnd_unif() * 1000.0);
+        act_round(&x, 1);
+        volatile float s = fmax / x, p = x * s;
+        if (p > fmax) {
+            rows[ROWS - 1][found] = found % 2 ? -x : x;
+            found++;
+        }
+    }
+    char name[160];
+    snprintf(name, sizeof name, "fp8 overflow case: %d values with x * (fmax/x) > fmax in fp32 "
+             "(%s)", found, f->name);
+    check_true(name, found == COLS);
+    for (int rowwise = 0; rowwise < 2; rowwise++) {
+        for (int r = 0; r < ROWS; r++) { /* each row alone (tensorwise: its own amax) */
+            shlm_fp8_matrix q = fp8_dev(1, COLS, f, rowwise);
+            static const char *const what[ROWS] = {"zero row", "NaN row", "inf row",
+                                                   "fp32 subnormals", "near FLT_MAX",
+                                                   "overflow row"};
+            fp8_quantize_check(what[r], f, &q, rows[r], 0);
+        }
+        /* all rows together: tensorwise takes one amax over them (inf: every code 0/NaN) */
+        shlm_fp8_matrix q = fp8_dev(ROWS, COLS, f, rowwise);
+        fp8_quantize_check("all special rows", f, &q, &rows[0][0], 0);
+        release_all();
+    }
+    /* each overflow value alone in its row (rowwise: it is its row's amax): the largest
+     * code, sign kept */
+    shlm_fp8_matrix q = fp8_dev(COLS, 1, f, 1);
+    fp8_quantize_check("overflow values, one a row", f, &q, rows[ROWS - 1], 0);
+    uint8_t got[COLS];
+    ops->to_host(got, q.codes, COLS);
+    int sat = 0;
+    for (int k = 0; k < COLS; k++)
+        sat += (got[k] & 0x7F) == ref_fp8_cast(f, fmax) && (got[k] >> 7) == (rows[ROWS - 1][k] < 0);
+    snprintf(name, sizeof name, "fp8 overflow case: each value saturates to ±%g, not NaN (%s)",
+             (double)fmax, f->name);
+    check_true(name, sat == COLS);
+    release_all();
+}
+
+/* Random matrices of rows x cols: plain and transposed, both scalings; tensorwise, q(srcᵀ)
+ * is bit for bit the transpose of q(src). scale_mix spreads the rows' magnitudes over
+ * 2^-20 .. 2^20 so that rowwise scales differ. */
+static void fp8_random_case(const ref_fp8 *f, int rows, int cols) {
+    const size_t n = (size_t)rows * cols;
+    float *src = rnd_act(n, 1.0);
+    for (int r = 0; r < rows; r++) {
+        float mag = ldexpf(1.0f, rnd_int(41) - 20);
+        for (int k = 0; k < cols; k++) src[(size_t)r * cols + k] *= mag;
+    }
+    act_round(src, n);
+    for (int rowwise = 0; rowwise < 2; rowwise++) {
+        shlm_fp8_matrix q = fp8_dev(rows, cols, f, rowwise), qt = fp8_dev(cols, rows, f, rowwise);
+        fp8_quantize_check("random", f, &q, src, 0);
+        fp8_quantize_check("random", f, &qt, src, 1);
+        if (!rowwise) {
+            uint8_t *a = xcalloc(n, 1), *b = xcalloc(n, 1);
+            ops->to_host(a, q.codes, n);
+            ops->to_host(b, qt.codes, n);
+            int same = 1;
+            for (int r = 0; r < rows; r++)
+                for (int k = 0; k < cols; k++) same &= a[(size_t)r * cols + k] == b[(size_t)k * rows + r];
+            char name[160];
+            snprintf(name, sizeof name, "fp8_quantize tensorwise transposed == transpose of codes "
+                     "(%s %dx%d)", f->name, rows, cols);
+            check_true(name, same);
+        }
+    }
+    release_all();
+}
+
+/* Device backends: the rule is bit-exact between backends, so codes and scales of a
+ * Llama-sized operand match the cpu's on the same (bf16) values. */
+static void fp8_vs_cpu_case(const ref_fp8 *f, int rows, int cols) {
+    const size_t n = (size_t)rows * cols;
+    float *src = rnd_act(n, 3.0);
+    for (int rowwise = 0; rowwise < 2; rowwise++)
+        for (int transpose = 0; transpose < 2; transpose++) {
+            const int qr = transpose ? cols : rows, qc = transpose ? rows : cols;
+            shlm_fp8_matrix q = fp8_dev(qr, qc, f, rowwise);
+            ops->fp8_quantize(&q, up_act(src, n), transpose);
+            shlm_fp8_matrix c = {xcalloc(n, 1), hf((size_t)qr), qr, qc, f->format, q.scaling};
+            cpu->fp8_quantize(&c, src, transpose);
+            uint8_t *got = xcalloc(n, 1);
+            float *gs = hf((size_t)qr);
+            ops->sync();
+            ops->to_host(got, q.codes, n);
+            ops->to_host(gs, q.scale_inv, fp8_scales(&q) * 4);
+            char name[160];
+            snprintf(name, sizeof name, "fp8_quantize %s %s%s (%dx%d) bit for bit the cpu's", f->name,
+                     rowwise ? "rowwise" : "tensorwise", transpose ? " transposed" : "", qr, qc);
+            check_true(name, memcmp(got, c.codes, n) == 0 && memcmp(gs, c.scale_inv, fp8_scales(&q) * 4) == 0);
+        }
+    release_all();
+}
+
+/* The reference product of two quantized matrices held on the backend: out(M,N) =
+ * Σ_k dec(a)·dec(b) · sa · sb (+ c), in double from the codes the backend wrote. */
+static double *ref_fp8_gemm(const shlm_fp8_matrix *a, const ref_fp8 *fa, const shlm_fp8_matrix *b,
+                            const ref_fp8 *fb, const float *c) {
+    const int M = a->rows, N = b->rows, K = a->cols;
+    uint8_t *ca = xcalloc((size_t)M * K, 1), *cb = xcalloc((size_t)N * K, 1);
+    float *sa = hf(fp8_scales(a)), *sb = hf(fp8_scales(b));
+    ops->sync();
+    ops->to_host(ca, a->codes, (size_t)M * K);
+    ops->to_host(cb, b->codes, (size_t)N * K);
+    ops->to_host(sa, a->scale_inv, fp8_scales(a) * 4);
+    ops->to_host(sb, b->scale_inv, fp8_scales(b) * 4);
+    double va[256], vb[256];
+    for (int k = 0; k < 256; k++) va[k] = ref_fp8_value(fa, k), vb[k] = ref_fp8_value(fb, k);
+    const int rw = a->scaling == SHLM_FP8_ROWWISE;
+    double *out = hd((size_t)M * N);
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0;
+            for (int k = 0; k < K; k++) s += va[ca[(size_t)i * K + k]] * vb[cb[(size_t)j * K + k]];
+            out[(size_t)i * N + j] = s * sa[rw ? i : 0] * sb[rw ? j : 0] + (c ? c[(size_t)i * N + j] : 0);
+        }
+    return out;
+}
+
+/* Every GEMM of a block's linear y = x·Wᵀ (x N x C, W OC x C) in a recipe: G the
+ * gradients' format. Forward: = and with a separate residual and with the residual
+ * aliasing out; dgrad (act out) = and +=; wgrad (fp32 out) = and +=. The operands are
+ * quantized by the backend (checked above); the reference multiplies the codes it wrote. */
+static void fp8_gemm_case(int N, int C, int OC, int rowwise, const ref_fp8 *G) {
+    char tag[96], name[200];
+    snprintf(tag, sizeof tag, "(N=%d C=%d OC=%d %s, grads %s)", N, C, OC,
+             rowwise ? "rowwise" : "tensorwise", G->name);
+    const ref_fp8 *E = &ref_e4m3;
+    const size_t nx = (size_t)N * C, nw = (size_t)OC * C, ny = (size_t)N * OC;
+    float *x = rnd_act(nx, 1.0), *w = rnd_act(nw, 0.2), *dy = rnd_act(ny, 1e-3);
+    float *res = rnd_act(ny, 1.0), *dx0 = rnd_act(nx, 1e-3), *dw0 = rnd_f(nw, 1e-3);
+    void *d_x = up_act(x, nx), *d_w = up_act(w, nw), *d_dy = up_act(dy, ny);
+    const tol_id t_act = T_FP8_ACT, t_f32 = T_FP8_F32;
+
+    /* forward: y = q(x)·q(W)ᵀ (+ residual) */
+    shlm_fp8_matrix qx = fp8_dev(N, C, E, rowwise), qw = fp8_dev(OC, C, E, rowwise);
+    ops->fp8_quantize(&qx, d_x, 0);
+    ops->fp8_quantize(&qw, d_w, 0);
+    double *want = ref_fp8_gemm(&qx, E, &qw, E, NULL);
+    void *d_y = nan_act(ny);
+    ops->matmul_fp8(d_y, 0, &qx, &qw, NULL);
+    snprintf(name, sizeof name, "matmul_fp8 fwd (=) %s", tag);
+    check_close(name, got_act(d_y, ny), want, ny, t_act);
+    want = ref_fp8_gemm(&qx, E, &qw, E, res);
+    void *d_res = up_act(res, ny);
+    d_y = nan_act(ny);
+    ops->matmul_fp8(d_y, 0, &qx, &qw, d_res);
+    snprintf(name, sizeof name, "matmul_fp8 fwd (= product + separate residual) %s", tag);
+    check_close(name, got_act(d_y, ny), want, ny, t_act);
+    snprintf(name, sizeof name, "matmul_fp8 fwd residual input unchanged %s", tag);
+    check_same(name, got_act(d_res, ny), res, ny);
+    d_y = up_act(res, ny);
+    ops->matmul_fp8(d_y, 0, &qx, &qw, d_y);
+    snprintf(name, sizeof name, "matmul_fp8 fwd (+=, residual aliases out) %s", tag);
+    check_close(name, got_act(d_y, ny), want, ny, t_act);
+
+    /* dgrad: dx = q(dy, G)·q(Wᵀ)ᵀ */
+    shlm_fp8_matrix qdy = fp8_dev(N, OC, G, rowwise), qwt = fp8_dev(C, OC, E, rowwise);
+    ops->fp8_quantize(&qdy, d_dy, 0);
+    ops->fp8_quantize(&qwt, d_w, 1);
+    want = ref_fp8_gemm(&qdy, G, &qwt, E, NULL);
+    void *d_dx = nan_act(nx);
+    ops->matmul_fp8(d_dx, 0, &qdy, &qwt, NULL);
+    snprintf(name, sizeof name, "matmul_fp8 dgrad (=) %s", tag);
+    check_close(name, got_act(d_dx, nx), want, nx, t_act);
+    want = ref_fp8_gemm(&qdy, G, &qwt, E, dx0);
+    d_dx = up_act(dx0, nx);
+    ops->matmul_fp8(d_dx, 0, &qdy, &qwt, d_dx);
+    snprintf(name, sizeof name, "matmul_fp8 dgrad (+=) %s", tag);
+    check_close(name, got_act(d_dx, nx), want, nx, t_act);
+
+    /* wgrad: dW = q(dyᵀ, G)·q(xᵀ)ᵀ, fp32 out */
+    shlm_fp8_matrix qdyt = fp8_dev(OC, N, G, rowwise), qxt = fp8_dev(C, N, E, rowwise);
+    ops->fp8_quantize(&qdyt, d_dy, 1);
+    ops->fp8_quantize(&qxt, d_x, 1);
+    want = ref_fp8_gemm(&qdyt, G, &qxt, E, NULL);
+    float *d_dw = nan_f32_dev(nw);
+    ops->matmul_fp8(d_dw, 1, &qdyt, &qxt, NULL);
+    snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (=) %s", tag);
+    check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
+    want = ref_fp8_gemm(&qdyt, G, &qxt, E, dw0);
+    d_dw = up_f32(dw0, nw);
+    ops->matmul_fp8(d_dw, 1, &qdyt, &qxt, d_dw);
+    snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (+=) %s", tag);
+    check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
+    release_all();
+}
+
+static void test_fp8(void) {
+    if (!ops->fp8_check || !ops->fp8_quantize || !ops->matmul_fp8) {
+        printf("# backend %s has no FP8 members: fp8 group skipped\n", ops->name);
+        return;
+    }
+    char why[256] = "";
+    if (ops->fp8_check(why, sizeof why) != 0) {
+        printf("# backend %s cannot run FP8 here (%s): fp8 group skipped\n", ops->name, why);
+        return;
+    }
+    if (is_cpu) check_true("fp8: the cpu backend always runs FP8 (emulated)", 1);
+    const ref_fp8 *fmts[2] = {&ref_e4m3, &ref_e5m2};
+    for (int k = 0; k < 2; k++) {
+        fp8_cast_case(fmts[k]);
+        fp8_scale_case(fmts[k]);
+        fp8_random_case(fmts[k], 37, 53);
+        fp8_random_case(fmts[k], 1, 1);
+        fp8_random_case(fmts[k], 64, 128);
+        if (!is_cpu && !small_only) fp8_vs_cpu_case(fmts[k], 512, 4096);
+    }
+    /* the recipes' formats (tensorwise: e5m2 gradients; rowwise: e4m3), and each other
+     * pairing, on shapes whose every K and leading dimension is a multiple of 16 (cuBLASLt's
+     * FP8 condition) and on odd ones */
+    static const int shapes[][3] = {{64, 128, 96}, {37, 53, 29}, {1, 3, 2}, {48, 16, 32}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        fp8_gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], 0, &ref_e5m2);
+        fp8_gemm_case(shapes[s][0], shapes[s][1], shapes[s][2], 1, &ref_e4m3);
+    }
+    fp8_gemm_case(64, 128, 96, 0, &ref_e4m3);
+    fp8_gemm_case(37, 53, 29, 1, &ref_e5m2);
+    if (!is_cpu && !small_only) fp8_gemm_case(256, 1024, 768, 0, &ref_e5m2);
+}
+
 /* ====================================================================================
  * main */
 static const struct group {
@@ -1833,7 +2261,7 @@ static const struct group {
     {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm},     {"matmul", test_matmul},
     {"rope", test_rope},           {"attention", test_attention}, {"swiglu", test_swiglu},
     {"xent", test_xent},           {"adamw", test_adamw_all},     {"reductions", test_reductions},
-    {"determinism", test_determinism},
+    {"determinism", test_determinism}, {"fp8", test_fp8},
 };
 enum { N_GROUPS = sizeof groups / sizeof groups[0] };
 

@@ -75,6 +75,14 @@ void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int
 void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
                            const int32_t *targets, int N, int V, float dscale);
 
+/* ---- FP8 emulation (fp8.c): codes and scales bit for bit as ops.h's rule says; the
+ * GEMM sums the decoded values in fp32 through OpenBLAS. matmul_fp8 aborts when K or the
+ * scalings of a and b differ, or both are E5M2. ---- */
+int shlm_cpu_fp8_check(char *why, size_t whylen);
+void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
+void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+                         const shlm_fp8_matrix *b, const void *c);
+
 /* ---- optimizer and reductions (adamw.c) ---- */
 /* Aborts when step < 1. */
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,

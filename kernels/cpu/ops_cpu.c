@@ -49,6 +49,10 @@ const shlm_ops shlm_ops_cpu = {
     .swiglu_bwd = shlm_cpu_swiglu_bwd,
     .xent_fwd_bwd = shlm_cpu_xent_fwd_bwd,
 
+    .fp8_check = shlm_cpu_fp8_check,
+    .fp8_quantize = shlm_cpu_fp8_quantize,
+    .matmul_fp8 = shlm_cpu_matmul_fp8,
+
     .adamw = shlm_cpu_adamw,
     .sum_squares = shlm_cpu_sum_squares,
 };

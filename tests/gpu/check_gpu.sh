@@ -4,6 +4,8 @@
 #                        at Llama sizes and where bits are the contract, the cpu backend
 #   model_steps.sh       whole-model steps on 1 and 2 GPUs against the cpu backend, every
 #                        strategy, accumulation, bitwise repeat, exact resume
+#   fp8_steps.sh         whole-model FP8 steps (both recipes) on one GPU against the cpu
+#                        backend's emulation (skipped where the GPU cannot run FP8)
 #   doc_mask.sh          data.doc_mask through the model: packed documents' eval loss on
 #                        cuda (both attention kernels) against the cpu backend, masks on/off
 #   plan_memory.sh       one GPU's memory in use grows by the shard plan's total within 1%
@@ -34,6 +36,7 @@ run() { # NAME COMMAND...
 }
 run test_ops "$B/tests/test_ops" --backend cuda
 run model_steps sh "$SHLM_SRCDIR/tests/gpu/model_steps.sh"
+run fp8_steps sh "$SHLM_SRCDIR/tests/gpu/fp8_steps.sh"
 run doc_mask sh "$SHLM_SRCDIR/tests/gpu/doc_mask.sh"
 run plan_memory sh "$SHLM_SRCDIR/tests/gpu/plan_memory.sh"
 run attn_sm90_check "$B/tests/gpu/attn_sm90_check" --no-time

@@ -1,0 +1,61 @@
+/* The FP8 linear layer of fp8_linear.h: quantize both operands of each GEMM into the two
+ * buffers, then one matmul_fp8. */
+#include "src/fp8_linear.h"
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_weight,
+                                      size_t max_in) {
+    fp8_linear_sizes s;
+    s.a_codes = N * max_width;
+    s.a_scales = max_sz(N, max_width);
+    s.b_codes = max_sz(max_weight, N * max_in);
+    s.b_scales = max_width;
+    return s;
+}
+
+int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad) {
+    switch (matmul) {
+    case MODEL_MATMUL_FP8_TENSORWISE:
+        *scaling = SHLM_FP8_TENSORWISE;
+        *grad = SHLM_FP8_E5M2;
+        return 0;
+    case MODEL_MATMUL_FP8_ROWWISE:
+        *scaling = SHLM_FP8_ROWWISE;
+        *grad = SHLM_FP8_E4M3;
+        return 0;
+    default: return -1;
+    }
+}
+
+/* a or b of the next GEMM: rows x cols of format fmt over that side's buffers, quantized
+ * from src (transpose: src is cols x rows) */
+static shlm_fp8_matrix operand(const fp8_linear *f, int side_b, int rows, int cols,
+                               shlm_fp8_format fmt, const void *src, int transpose) {
+    shlm_fp8_matrix q = {side_b ? f->b_codes : f->a_codes, side_b ? f->b_scales : f->a_scales,
+                         rows, cols, fmt, f->scaling};
+    f->ops->fp8_quantize(&q, src, transpose);
+    return q;
+}
+
+void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
+                    int OC, const void *residual) {
+    const shlm_fp8_matrix a = operand(f, 0, N, C, SHLM_FP8_E4M3, inp, 0);
+    const shlm_fp8_matrix b = operand(f, 1, OC, C, SHLM_FP8_E4M3, w, 0);
+    f->ops->matmul_fp8(out, 0, &a, &b, residual);
+}
+
+void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
+                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    int C, int OC, int flags) {
+    if (dinp) {
+        const shlm_fp8_matrix a = operand(f, 0, N, OC, f->grad_format, dout, 0);
+        const shlm_fp8_matrix b = operand(f, 1, C, OC, SHLM_FP8_E4M3, w, 1);
+        f->ops->matmul_fp8(dinp, 0, &a, &b, flags & SHLM_MM_SET_DINP ? NULL : dinp);
+    }
+    if (dweight) {
+        const shlm_fp8_matrix a = operand(f, 0, OC, N, f->grad_format, dout, 1);
+        const shlm_fp8_matrix b = inp_t ? *inp_t : operand(f, 1, C, N, SHLM_FP8_E4M3, inp, 1);
+        f->ops->matmul_fp8(dweight, 1, &a, &b, flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
+    }
+}

@@ -1,0 +1,49 @@
+/* A transformer block's linear layer y = x·Wᵀ through FP8 (train.matmul = fp8-tensorwise |
+ * fp8-rowwise): every GEMM of it, forward, dgrad and wgrad, as kernels/ops.h's matmul_fp8
+ * TN form over operands quantized dynamically (each from its own amax at that moment). */
+#ifndef SHLM_FP8_LINEAR_H
+#define SHLM_FP8_LINEAR_H
+
+#include <stddef.h>
+
+#include "kernels/ops.h"
+#include "src/model.h"
+
+/* The recipe's formats and two operand buffers, reused by every GEMM in turn (the model
+ * allocates them once, through ops->alloc, at the sizes fp8_linear_sizes gives). */
+typedef struct fp8_linear {
+    const shlm_ops *ops;
+    shlm_fp8_scaling scaling;   /* tensorwise or rowwise (one scale per row of an operand) */
+    shlm_fp8_format grad_format;/* the gradient operand's: E5M2 tensorwise (the range a
+                                 * single scale cannot give), E4M3 rowwise (per-row scales
+                                 * give it), as torchao's two recipes */
+    uint8_t *a_codes, *b_codes; /* codes of a (the GEMM's M side) and b (its N side) */
+    float *a_scales, *b_scales; /* their scale_inv */
+} fp8_linear;
+
+/* What the two operand buffers must hold for linears of at most `max_width` inputs or
+ * outputs, `max_weight` weight elements and `max_in` inputs, over N token rows:
+ * a holds q(x) (N x C), q(dy) (N x OC), q(dyᵀ) (OC x N); b holds q(W) (OC x C), q(Wᵀ)
+ * (C x OC), q(xᵀ) (C x N). Elements: codes are bytes, scales floats. */
+typedef struct fp8_linear_sizes {
+    size_t a_codes, a_scales, b_codes, b_scales;
+} fp8_linear_sizes;
+fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_weight,
+                                      size_t max_in);
+
+/* The recipe's scaling and gradient format; 0, or -1 for bf16 (no FP8). */
+int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad);
+
+/* out(N,OC) = q(inp(N,C), E4M3) · q(w(OC,C), E4M3)ᵀ + residual: residual as matmul_fwd's
+ * (NULL, separate, or aliasing out). */
+void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
+                    int OC, const void *residual);
+/* matmul_bwd's contract (dinp and dweight skipped when NULL, "+=" unless flags set them):
+ * dinp(N,C) = q(dout, G) · q(wᵀ, E4M3)ᵀ; dweight(OC,C) = q(doutᵀ, G) · q(inpᵀ, E4M3)ᵀ in
+ * fp32. inp_t: q(inpᵀ) as the forward kept it (C x N, E4M3, the recipe's scaling: the same
+ * codes quantizing inp here would give), or NULL to quantize inp. */
+void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
+                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    int C, int OC, int flags);
+
+#endif
