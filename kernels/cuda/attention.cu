@@ -102,28 +102,6 @@ template <int SS> __device__ __forceinline__ int t_off(int lane) {
     return ((lane & 7) + ((lane >> 3) & 1) * 8) * SS + (lane >> 4) * 8;
 }
 
-/* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without
- * waiting, bar_sync waits for all n; the arriving threads' earlier shared-memory writes
- * are visible to the waiting ones once it completes. Barrier 0 is __syncthreads'. */
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower index */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* 2^x: the bare MUFU instruction (2^-inf = 0; subnormal results flush to 0) */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* 16 bytes global -> shared without passing through registers (Ampere+), so the next
  * tile's copy runs while the current one is multiplied. valid = false copies no source
  * byte and zero-fills the destination. Completion: cp_async_wait, then a barrier. */
@@ -133,12 +111,6 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
                  "r"(src_bytes)
                  : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 /* waits until at most N of this thread's committed groups are still in flight */
 template <int N> __device__ __forceinline__ void cp_async_wait() {

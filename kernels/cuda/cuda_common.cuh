@@ -1,5 +1,6 @@
 /* Shared by every .cu file of kernels/cuda: the CUDA_CHECK / CUBLAS_CHECK macros, the
- * backend's stream and scratch memory, bf16 vector helpers and block reductions. */
+ * backend's stream and scratch memory, bf16 vector helpers, block reductions and the PTX
+ * primitives the attention kernels share (named barriers, cp.async groups, bf16 pairs, ex2). */
 #ifndef SHLM_KERNELS_CUDA_COMMON_CUH
 #define SHLM_KERNELS_CUDA_COMMON_CUH
 
@@ -141,6 +142,40 @@ __device__ __forceinline__ float block_sum(float v, float *shared) {
     __syncthreads();
     v = lane < nw ? shared[lane] : 0.0f;
     return warp_sum(v);
+}
+
+/* ------------------------------------------- primitives of the attention kernels */
+
+/* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without
+ * waiting, bar_sync waits for all n; the arriving threads' earlier shared-memory writes
+ * are visible to the waiting ones once it completes. Barrier 0 is __syncthreads'. */
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* cp.async groups (Ampere+): commit closes this thread's copies issued since the last
+ * commit into a group; wait_all waits for all of its groups. The copies' results are
+ * visible to other threads after a barrier that follows the wait. */
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower index */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* 2^x: the bare MUFU instruction (2^-inf = 0; subnormal results flush to 0) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 #endif
