@@ -118,6 +118,23 @@ __device__ __forceinline__ void store_bf16x8(bf16 *p, const float f[8]) {
     *reinterpret_cast<bf16x8 *>(p) = v;
 }
 
+/* A grid-stride loop over n elements, four at a time where vec (every buffer 16-byte
+ * aligned: the launcher's check): each thread calls group(k) for its groups k of elements
+ * [4k, 4k + 4) below 4·(n/4), then one(k) for its elements after them (all of them
+ * without vec). */
+template <class Group, class One>
+__device__ __forceinline__ void grid_stride_x4(size_t n, bool vec, Group group, One one) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t k = i; k < nv; k += stride) group(k);
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) one(k);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
