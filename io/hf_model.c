@@ -255,6 +255,29 @@ static void put(cJSON *j, const char *key, cJSON *item) {
     else cJSON_AddItemToObject(j, key, item);
 }
 
+/* Writes j (deleted here, as a cJSON tree whatever happens) indented to dir/name, safely
+ * (safe_file_write_all), with a final newline where newline is nonzero. */
+static int write_json(cJSON *j, const char *dir, const char *name, int newline, char *err,
+                      size_t errlen) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    char *text = cJSON_Print(j);
+    cJSON_Delete(j);
+    const size_t n = text ? strlen(text) : 0;
+    char *out = text ? malloc(n + 2) : NULL;
+    int rc = -1;
+    if (out) {
+        memcpy(out, text, n);
+        strcpy(out + n, newline ? "\n" : "");
+        rc = safe_file_write_all(path, out, n + (newline ? 1 : 0), err, errlen);
+    } else {
+        set_err(err, errlen, "%s: out of memory", path);
+    }
+    free(out);
+    free(text);
+    return rc;
+}
+
 int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
                     const char *base, char *err, size_t errlen) {
     cJSON *j = base ? cJSON_Parse(base) : cJSON_CreateObject();
@@ -292,27 +315,7 @@ int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype
     if (!cJSON_GetObjectItemCaseSensitive(j, "use_cache")) cJSON_AddBoolToObject(j, "use_cache", 1);
     put(j, "torch_dtype", cJSON_CreateString(torch_dtype));
     if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) put(j, "dtype", cJSON_CreateString(torch_dtype));
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) {
-        set_err(err, errlen, "%s/config.json: out of memory", dir);
-        return -1;
-    }
-    char path[1100];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    size_t n = strlen(text);
-    char *withnl = malloc(n + 2);
-    int rc = -1;
-    if (withnl) {
-        memcpy(withnl, text, n);
-        strcpy(withnl + n, "\n");
-        rc = safe_file_write_all(path, withnl, n + 1, err, errlen);
-    } else {
-        set_err(err, errlen, "%s: out of memory", path);
-    }
-    free(withnl);
-    free(text);
-    return rc;
+    return write_json(j, dir, "config.json", 1, err, errlen);
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -419,15 +422,5 @@ int hf_index_write(const char *dir, int n, const char *const *names,
     cJSON_AddNumberToObject(meta, "total_size", (double)total_size);
     cJSON *map = cJSON_AddObjectToObject(j, "weight_map");
     for (int i = 0; i < n; i++) cJSON_AddStringToObject(map, names[i], files[i]);
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) {
-        set_err(err, errlen, "%s: out of memory", dir);
-        return -1;
-    }
-    char path[1200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    int rc = safe_file_write_all(path, text, strlen(text), err, errlen);
-    free(text);
-    return rc;
+    return write_json(j, dir, "model.safetensors.index.json", 0, err, errlen);
 }

@@ -27,6 +27,7 @@ struct shlm_comm_req {
     int mpi_done;     /* MPI reported completion */
     int finished;     /* post-processing (shift, average) done */
     int64_t deadline_ns;  /* runtime.comm_delay_us: not complete before this */
+    int64_t issued_ns;    /* a blocking call's issue: its blocked time counts from here */
     shlm_watch watch;     /* runtime.comm_timeout_s: the job ends past this one's deadline */
     /* post-processing on completion */
     const void *move_src; /* in-place reduce_scatter: MPI leaves the result at the */
@@ -133,10 +134,13 @@ static void finish(shlm_comm_req *r) {
     r->finished = 1;
 }
 
-/* Counts the call, sets its delay and puts it under watch: counted at issue so the
- * counters do not depend on when (or whether) anyone tests. */
-static void account(shlm_comm_req *r, shlm_comm_op op, size_t count, shlm_dtype dt) {
-    shlm_comm_group *g = r->g;
+/* The start of every collective: checks the arguments, ties r to g, counts the call,
+ * sets its delay and puts it under watch; counted at issue so the counters do not depend
+ * on when (or whether) anyone tests. */
+static void issue(shlm_comm_req *r, shlm_comm_group *g, shlm_comm_op op, size_t count,
+                  shlm_dtype dt) {
+    check_args(g, shlm_comm_op_name(op), count, dt);
+    r->g = g;
     uint64_t S = (uint64_t)g->size, es = shlm_dtype_size(dt), n = (uint64_t)count * es;
     uint64_t bytes = 0, wire = 0;
     switch (op) {
@@ -158,22 +162,21 @@ static void account(shlm_comm_req *r, shlm_comm_op op, size_t count, shlm_dtype 
 
 /* ---- one code path per collective: issued non-blocking, the blocking members wait ---- */
 
-static void start_all_gather(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                             void *recv, size_t count, shlm_dtype dt) {
-    check_args(g, "all_gather", count, dt);
-    r->g = g;
-    account(r, SHLM_COMM_ALL_GATHER, count, dt);
+static shlm_comm_req *start_all_gather(shlm_comm_req *r, shlm_comm_group *g,
+                                       const void *send, void *recv, size_t count,
+                                       shlm_dtype dt) {
+    issue(r, g, SHLM_COMM_ALL_GATHER, count, dt);
     const char *own = (const char *)recv + (size_t)g->rank * count * shlm_dtype_size(dt);
     const void *sbuf = (send == NULL || send == own) ? MPI_IN_PLACE : send;
     MPI_Datatype t = mpi_type(dt);
     MPI_CHECK(MPI_Iallgather(sbuf, (int)count, t, recv, (int)count, t, g->comm, &r->mpi));
+    return r;
 }
 
-static void start_reduce_scatter(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                                 void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op) {
-    check_args(g, "reduce_scatter", count, dt);
-    r->g = g;
-    account(r, SHLM_COMM_REDUCE_SCATTER, count, dt);
+static shlm_comm_req *start_reduce_scatter(shlm_comm_req *r, shlm_comm_group *g,
+                                           const void *send, void *recv, size_t count,
+                                           shlm_dtype dt, shlm_comm_redop op) {
+    issue(r, g, SHLM_COMM_REDUCE_SCATTER, count, dt);
     const char *own = (const char *)send + (size_t)g->rank * count * shlm_dtype_size(dt);
     const void *sbuf = send;
     void *rbuf = recv;
@@ -188,37 +191,37 @@ static void start_reduce_scatter(shlm_comm_req *r, shlm_comm_group *g, const voi
     if (op == SHLM_COMM_AVG) r->avg_dst = recv;
     MPI_Datatype t = mpi_type(dt);
     MPI_CHECK(MPI_Ireduce_scatter_block(sbuf, rbuf, (int)count, t, mpi_sum(dt), g->comm, &r->mpi));
+    return r;
 }
 
-static void start_all_reduce(shlm_comm_req *r, shlm_comm_group *g, const void *send,
-                             void *recv, size_t count, shlm_dtype dt, shlm_comm_redop op) {
-    check_args(g, "all_reduce", count, dt);
-    r->g = g;
-    account(r, SHLM_COMM_ALL_REDUCE, count, dt);
+static shlm_comm_req *start_all_reduce(shlm_comm_req *r, shlm_comm_group *g,
+                                       const void *send, void *recv, size_t count,
+                                       shlm_dtype dt, shlm_comm_redop op) {
+    issue(r, g, SHLM_COMM_ALL_REDUCE, count, dt);
     const void *sbuf = (send == NULL || send == recv) ? MPI_IN_PLACE : send;
     if (op == SHLM_COMM_AVG) r->avg_dst = recv;
     MPI_Datatype t = mpi_type(dt);
     MPI_CHECK(MPI_Iallreduce(sbuf, recv, (int)count, t, mpi_sum(dt), g->comm, &r->mpi));
+    return r;
 }
 
-static void start_broadcast(shlm_comm_req *r, shlm_comm_group *g, void *buf, size_t count,
-                            shlm_dtype dt, int root) {
-    check_args(g, "broadcast", count, dt);
+static shlm_comm_req *start_broadcast(shlm_comm_req *r, shlm_comm_group *g, void *buf,
+                                      size_t count, shlm_dtype dt, int root) {
+    issue(r, g, SHLM_COMM_BROADCAST, count, dt);
     if (root < 0 || root >= g->size)
         SHLM_FATAL("comm mpi: broadcast root %d outside the group of %d ranks", root, g->size);
-    r->g = g;
-    account(r, SHLM_COMM_BROADCAST, count, dt);
     MPI_CHECK(MPI_Ibcast(buf, (int)count, mpi_type(dt), root, g->comm, &r->mpi));
+    return r;
 }
 
 /* A blocking call: wait (with the watchdog's deadline), sleep out the delay,
- * post-process, count the whole time from issue as blocked. Its request lives on the
- * caller's stack. */
-static void end_blocking(shlm_comm_req *r, int64_t t0) {
+ * post-process, count the whole time from issue (r->issued_ns) as blocked. Its request
+ * lives on the caller's stack. */
+static void end_blocking(shlm_comm_req *r) {
     MPI_CHECK(shlm_watch_wait(&r->mpi, &r->watch));
     sleep_until_ns(r->deadline_ns);
     finish(r);
-    r->g->stats.blocked_ns += (uint64_t)(now_ns() - t0);
+    r->g->stats.blocked_ns += (uint64_t)(now_ns() - r->issued_ns);
 }
 
 /* A request for a non-blocking call, already on the in-flight list. */
@@ -265,61 +268,45 @@ static int mpi_group_size(const shlm_comm_group *g) { return g->size; }
 
 static void mpi_all_gather(shlm_comm_group *g, const void *send, void *recv, size_t count,
                            shlm_dtype dt) {
-    shlm_comm_req r = {0};
-    int64_t t0 = now_ns();
-    start_all_gather(&r, g, send, recv, count, dt);
-    end_blocking(&r, t0);
+    shlm_comm_req r = {.issued_ns = now_ns()};
+    end_blocking(start_all_gather(&r, g, send, recv, count, dt));
 }
 
 static void mpi_reduce_scatter(shlm_comm_group *g, const void *send, void *recv, size_t count,
                                shlm_dtype dt, shlm_comm_redop op) {
-    shlm_comm_req r = {0};
-    int64_t t0 = now_ns();
-    start_reduce_scatter(&r, g, send, recv, count, dt, op);
-    end_blocking(&r, t0);
+    shlm_comm_req r = {.issued_ns = now_ns()};
+    end_blocking(start_reduce_scatter(&r, g, send, recv, count, dt, op));
 }
 
 static void mpi_all_reduce(shlm_comm_group *g, const void *send, void *recv, size_t count,
                            shlm_dtype dt, shlm_comm_redop op) {
-    shlm_comm_req r = {0};
-    int64_t t0 = now_ns();
-    start_all_reduce(&r, g, send, recv, count, dt, op);
-    end_blocking(&r, t0);
+    shlm_comm_req r = {.issued_ns = now_ns()};
+    end_blocking(start_all_reduce(&r, g, send, recv, count, dt, op));
 }
 
 static void mpi_broadcast(shlm_comm_group *g, void *buf, size_t count, shlm_dtype dt, int root) {
-    shlm_comm_req r = {0};
-    int64_t t0 = now_ns();
-    start_broadcast(&r, g, buf, count, dt, root);
-    end_blocking(&r, t0);
+    shlm_comm_req r = {.issued_ns = now_ns()};
+    end_blocking(start_broadcast(&r, g, buf, count, dt, root));
 }
 
 static shlm_comm_req *mpi_iall_gather(shlm_comm_group *g, const void *send, void *recv,
                                       size_t count, shlm_dtype dt) {
-    shlm_comm_req *r = new_req(g);
-    start_all_gather(r, g, send, recv, count, dt);
-    return r;
+    return start_all_gather(new_req(g), g, send, recv, count, dt);
 }
 
 static shlm_comm_req *mpi_ireduce_scatter(shlm_comm_group *g, const void *send, void *recv,
                                           size_t count, shlm_dtype dt, shlm_comm_redop op) {
-    shlm_comm_req *r = new_req(g);
-    start_reduce_scatter(r, g, send, recv, count, dt, op);
-    return r;
+    return start_reduce_scatter(new_req(g), g, send, recv, count, dt, op);
 }
 
 static shlm_comm_req *mpi_iall_reduce(shlm_comm_group *g, const void *send, void *recv,
                                       size_t count, shlm_dtype dt, shlm_comm_redop op) {
-    shlm_comm_req *r = new_req(g);
-    start_all_reduce(r, g, send, recv, count, dt, op);
-    return r;
+    return start_all_reduce(new_req(g), g, send, recv, count, dt, op);
 }
 
 static shlm_comm_req *mpi_ibroadcast(shlm_comm_group *g, void *buf, size_t count,
                                      shlm_dtype dt, int root) {
-    shlm_comm_req *r = new_req(g);
-    start_broadcast(r, g, buf, count, dt, root);
-    return r;
+    return start_broadcast(new_req(g), g, buf, count, dt, root);
 }
 
 static void poll_mpi(shlm_comm_req *r) {

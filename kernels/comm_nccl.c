@@ -18,19 +18,16 @@
 #include "kernels/comm_watchdog.h"
 #include "kernels/cuda/cuda.h"
 
-#define NCCL_CHECK(call)                                                                  \
+/* Evaluates call (of type T, text `text`) once; a result other than ok is fatal, named
+ * by str(result). A macro: the call's text and the caller's file:line go into the line. */
+#define STATUS_CHECK_(T, ok, str, call, text)                                             \
     do {                                                                                  \
-        ncclResult_t nccl_check_rc_ = (call);                                             \
-        if (nccl_check_rc_ != ncclSuccess)                                                \
-            SHLM_FATAL("%s failed: %s", #call, ncclGetErrorString(nccl_check_rc_));       \
+        T status_check_rc_ = (call);                                                      \
+        if (status_check_rc_ != (ok))                                                     \
+            SHLM_FATAL("%s failed: %s", text, str(status_check_rc_));                     \
     } while (0)
-
-#define CUDART_CHECK(call)                                                                \
-    do {                                                                                  \
-        cudaError_t cuda_check_rc_ = (call);                                              \
-        if (cuda_check_rc_ != cudaSuccess)                                                \
-            SHLM_FATAL("%s failed: %s", #call, cudaGetErrorString(cuda_check_rc_));       \
-    } while (0)
+#define NCCL_CHECK(call) STATUS_CHECK_(ncclResult_t, ncclSuccess, ncclGetErrorString, call, #call)
+#define CUDART_CHECK(call) STATUS_CHECK_(cudaError_t, cudaSuccess, cudaGetErrorString, call, #call)
 
 /* A buffer registered as a symmetric window of the copy-engine communicator: an
  * all-gather receive buffer. */

@@ -71,6 +71,16 @@ static void ds_list_free(ds_list *d) {
     llama_layout_free(&d->lay);
 }
 
+/* Opens dataset i of state group k (checkpoint_groups[k]/name, written into dpath) and
+ * reads its stored checksum; -1 with the message in err. */
+static int open_listed(ckpt_h5_file *f, const ds_list *dl, int k, int i, char *dpath,
+                       size_t dpathlen, ckpt_h5_dataset *d, uint64_t *checksum, char *err,
+                       size_t errlen) {
+    snprintf(dpath, dpathlen, "%s/%s", checkpoint_groups[k], dl->t[i]->name);
+    if (ckpt_h5_open_dataset(f, dpath, d, err, errlen) != 0) return -1;
+    return ckpt_h5_attr_read_u64(f, dpath, "checksum", checksum, err, errlen) == 0 ? 0 : -1;
+}
+
 /* Opens CKPT (a file or a directory's `latest`). */
 static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathlen,
                      llama_config *shape, ckpt_state *st, char *err, size_t errlen) {
@@ -182,11 +192,9 @@ static int ckpt_info(int argc, char **argv) {
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
         for (int i = 0; ok && i < dl.n_tensors; i++) {
             char dpath[256], shape[48], sz[32];
-            snprintf(dpath, sizeof dpath, "%s/%s", checkpoint_groups[k], dl.t[i]->name);
             ckpt_h5_dataset d;
             uint64_t sum = 0;
-            ok = ckpt_h5_open_dataset(&f, dpath, &d, err, sizeof err) == 0 &&
-                 ckpt_h5_attr_read_u64(&f, dpath, "checksum", &sum, err, sizeof err) == 0;
+            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &sum, err, sizeof err) == 0;
             if (!ok) break;
             if (d.ndim == 2)
                 snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)d.shape[0], (long long)d.shape[1]);
@@ -252,11 +260,9 @@ static int ckpt_verify(int argc, char **argv) {
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
         for (int i = 0; ok && i < dl.n_tensors; i++) {
             char dpath[256];
-            snprintf(dpath, sizeof dpath, "%s/%s", checkpoint_groups[k], dl.t[i]->name);
             ckpt_h5_dataset d;
             uint64_t stored = 0;
-            ok = ckpt_h5_open_dataset(&f, dpath, &d, err, sizeof err) == 0 &&
-                 ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored, err, sizeof err) == 0;
+            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &stored, err, sizeof err) == 0;
             if (!ok) break;
             /* rank r sums elements [r·n/W, (r+1)·n/W) */
             uint64_t lo = d.numel * (uint64_t)me / (uint64_t)world;

@@ -32,41 +32,34 @@ int strategy_from_name(const char *name, fsdp_strategy *out, char *err, size_t e
     return -1;
 }
 
+/* A group size given by key: 0 (zero_means) or a positive divisor of the world size. */
+static int check_group_size(const char *key, int v, const char *zero_means, int world_size,
+                            char *err, size_t errlen) {
+    if (v < 0) {
+        snprintf(err, errlen, "%s=%d must be 0 (%s) or positive", key, v, zero_means);
+        return -1;
+    }
+    if (v > world_size) {
+        snprintf(err, errlen, "%s=%d is larger than the world size %d", key, v, world_size);
+        return -1;
+    }
+    if (v > 0 && world_size % v != 0) {
+        snprintf(err, errlen, "world size %d is not divisible by %s=%d", world_size, key, v);
+        return -1;
+    }
+    return 0;
+}
+
 int topology_check(int world_size, const topology_options *opt, char *err, size_t errlen) {
     int rpn = opt->ranks_per_node, sgs = opt->shard_group_size;
     if ((unsigned)opt->strategy >= FSDP_N_STRATEGIES) {
         snprintf(err, errlen, "invalid strategy %d", (int)opt->strategy);
         return -1;
     }
-    if (rpn < 0) {
-        snprintf(err, errlen, "runtime.ranks_per_node=%d must be 0 (real nodes) or positive", rpn);
+    if (check_group_size("runtime.ranks_per_node", rpn, "real nodes", world_size, err, errlen) ||
+        check_group_size("fsdp.shard_group_size", sgs, "the strategy's own", world_size, err,
+                         errlen))
         return -1;
-    }
-    if (rpn > world_size) {
-        snprintf(err, errlen, "runtime.ranks_per_node=%d is larger than the world size %d", rpn,
-                 world_size);
-        return -1;
-    }
-    if (rpn > 0 && world_size % rpn != 0) {
-        snprintf(err, errlen, "world size %d is not divisible by runtime.ranks_per_node=%d",
-                 world_size, rpn);
-        return -1;
-    }
-    if (sgs < 0) {
-        snprintf(err, errlen, "fsdp.shard_group_size=%d must be 0 (the strategy's own) or positive",
-                 sgs);
-        return -1;
-    }
-    if (sgs > world_size) {
-        snprintf(err, errlen, "fsdp.shard_group_size=%d is larger than the world size %d", sgs,
-                 world_size);
-        return -1;
-    }
-    if (sgs > 0 && world_size % sgs != 0) {
-        snprintf(err, errlen, "world size %d is not divisible by fsdp.shard_group_size=%d",
-                 world_size, sgs);
-        return -1;
-    }
     if (opt->strategy == FSDP_NO_SHARD && sgs > 1) {
         snprintf(err, errlen,
                  "NO_SHARD keeps a full copy on every rank: fsdp.shard_group_size=%d must be 0 or 1",

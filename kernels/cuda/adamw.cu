@@ -26,12 +26,9 @@ __device__ __forceinline__ void adamw_one(float &p, float g0, float &m, float &v
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
                              float lr, float b1, float b2, float eps, float wd, float gs,
                              float bc1, float bc2, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / 4;
-        for (size_t k = i; k < nv; k += stride) {
+    grid_stride_x4(
+        n, vec,
+        [&](size_t k) {
             float4 p = reinterpret_cast<float4 *>(param)[k];
             float4 g = reinterpret_cast<const float4 *>(grad)[k];
             float4 mm = reinterpret_cast<float4 *>(m)[k];
@@ -43,11 +40,10 @@ __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v
             reinterpret_cast<float4 *>(param)[k] = p;
             reinterpret_cast<float4 *>(m)[k] = mm;
             reinterpret_cast<float4 *>(v)[k] = vv;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < n; k += stride)
-        adamw_one(param[k], grad[k], m[k], v[k], lr, b1, b2, eps, wd, gs, bc1, bc2);
+        },
+        [&](size_t k) {
+            adamw_one(param[k], grad[k], m[k], v[k], lr, b1, b2, eps, wd, gs, bc1, bc2);
+        });
 }
 
 enum { SS_THREADS = 256, SS_MAX_BLOCKS = 1024, SS_MIN_BLOCK = 4096 };
@@ -95,12 +91,9 @@ __global__ void sum_partials_kernel(double *out, const double *part, int nb) {
 }
 
 __global__ void accumulate_kernel(float *y, const float *x, size_t n, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / 4;
-        for (size_t k = i; k < nv; k += stride) {
+    grid_stride_x4(
+        n, vec,
+        [&](size_t k) {
             float4 a = reinterpret_cast<float4 *>(y)[k];
             const float4 b = reinterpret_cast<const float4 *>(x)[k];
             a.x += b.x;
@@ -108,10 +101,8 @@ __global__ void accumulate_kernel(float *y, const float *x, size_t n, bool vec) 
             a.z += b.z;
             a.w += b.w;
             reinterpret_cast<float4 *>(y)[k] = a;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < n; k += stride) y[k] += x[k];
+        },
+        [&](size_t k) { y[k] += x[k]; });
 }
 
 /* ------------------------------------------------------------------ launchers */

@@ -102,28 +102,6 @@ template <int SS> __device__ __forceinline__ int t_off(int lane) {
     return ((lane & 7) + ((lane >> 3) & 1) * 8) * SS + (lane >> 4) * 8;
 }
 
-/* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without
- * waiting, bar_sync waits for all n; the arriving threads' earlier shared-memory writes
- * are visible to the waiting ones once it completes. Barrier 0 is __syncthreads'. */
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower index */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-
-/* 2^x: the bare MUFU instruction (2^-inf = 0; subnormal results flush to 0) */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 /* 16 bytes global -> shared without passing through registers (Ampere+), so the next
  * tile's copy runs while the current one is multiplied. valid = false copies no source
  * byte and zero-fills the destination. Completion: cp_async_wait, then a barrier. */
@@ -133,12 +111,6 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
                  "r"(src_bytes)
                  : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 /* waits until at most N of this thread's committed groups are still in flight */
 template <int N> __device__ __forceinline__ void cp_async_wait() {
@@ -211,6 +183,71 @@ __device__ __forceinline__ void store_tile(bf16 *g, size_t ld, const bf16 *s, in
         for (int i = threadIdx.x; i < ROWS * HDP; i += NTHR) {
             const int r = i / HDP, c = i % HDP;
             if (r < nrows && c < hd) g[(size_t)r * ld + c] = s[r * SS + c];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ warp products */
+
+/* Zeroes a warp's 32 rows × N n-tiles of C fragments (two m16 tiles). */
+template <int N> __device__ __forceinline__ void zero_frags(float (&c)[2][N][4]) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++)
+#pragma unroll
+        for (int j = 0; j < N; j++) c[mt][j][0] = c[mt][j][1] = c[mt][j][2] = c[mt][j][3] = 0.0f;
+}
+
+/* c += A·B over KS k-steps with both operands in shared tiles (row stride SS): A the
+ * warp's 32 rows at a (a_off applied), B stored n-major at b (b_off applied: K for
+ * Q·Kᵀ), N n-tiles. Each B fragment read feeds both m16 tiles. */
+template <int N, int KS, int SS>
+__device__ __forceinline__ void mma_smem_nmajor(float (&c)[2][N][4], const bf16 *a, const bf16 *b) {
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) {
+        uint32_t fa[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++)
+            ldsm_x4(fa[mt][0], fa[mt][1], fa[mt][2], fa[mt][3], a + mt * 16 * SS + kk * 16);
+#pragma unroll
+        for (int jj = 0; jj < N / 2; jj++) {
+            uint32_t b0, b1, b2, b3;
+            ldsm_x4(b0, b1, b2, b3, b + jj * 16 * SS + kk * 16);
+#pragma unroll
+            for (int mt = 0; mt < 2; mt++) {
+                mma_16816(c[mt][2 * jj], fa[mt], b0, b1);
+                mma_16816(c[mt][2 * jj + 1], fa[mt], b2, b3);
+            }
+        }
+    }
+}
+
+/* The A fragment of k-step kk from C fragments: n-tiles 2kk and 2kk+1, packed to bf16
+ * (the C layout of two n-tiles is the A layout of one k-step; see the top of the file). */
+template <int N>
+__device__ __forceinline__ void pack_a_frags(uint32_t (&a)[2][4], const float (&c)[2][N][4],
+                                             int kk) {
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        a[mt][0] = pack_bf16(c[mt][2 * kk][0], c[mt][2 * kk][1]);
+        a[mt][1] = pack_bf16(c[mt][2 * kk][2], c[mt][2 * kk][3]);
+        a[mt][2] = pack_bf16(c[mt][2 * kk + 1][0], c[mt][2 * kk + 1][1]);
+        a[mt][3] = pack_bf16(c[mt][2 * kk + 1][2], c[mt][2 * kk + 1][3]);
+    }
+}
+
+/* c += a·B for one k-step: a the warp's A fragments in registers, B the k-step's 16
+ * stored rows, k-major, at b (t_off applied: read with ldmatrix.trans), DT n-tiles. */
+template <int DT>
+__device__ __forceinline__ void mma_regs_kmajor(float (&c)[2][DT][4], const uint32_t (&a)[2][4],
+                                                const bf16 *b) {
+#pragma unroll
+    for (int d = 0; d < DT; d += 2) {
+        uint32_t b0, b1, b2, b3;
+        ldsm_x4_trans(b0, b1, b2, b3, b + d * 8);
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            mma_16816(c[mt][d], a[mt], b0, b1);
+            mma_16816(c[mt][d + 1], a[mt], b2, b3);
         }
     }
 }
@@ -290,10 +327,7 @@ __global__ void __launch_bounds__(FWD_THREADS)
     cp_async_commit();
 
     float o[2][DT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int d = 0; d < DT; d++) o[mt][d][0] = o[mt][d][1] = o[mt][d][2] = o[mt][d][3] = 0.0f;
+    zero_frags(o);
     float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}};
     float l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 
@@ -324,27 +358,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
 
         /* S = Q·Kᵀ: B(k = dim, n = key) = K[key][dim] */
         float s[2][NT][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int j = 0; j < NT; j++) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t qa[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-                ldsm_x4(qa[mt][0], qa[mt][1], qa[mt][2], qa[mt][3], qfrag + mt * 16 * SS + kk * 16);
-#pragma unroll
-            for (int jj = 0; jj < NT / 2; jj++) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4(b0, b1, b2, b3, Ks + koff + jj * 16 * SS + kk * 16);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_16816(s[mt][2 * jj], qa[mt], b0, b1);
-                    mma_16816(s[mt][2 * jj + 1], qa[mt], b2, b3);
-                }
-            }
-        }
+        zero_frags(s);
+        mma_smem_nmajor<NT, KS, SS>(s, qfrag, Ks + koff);
         if (diag) mask_keys<true>(s, k0, qrow, t);
         /* DOC: some key before some row's first */
         if (DOC && __any_sync(0xffffffffu, k0 < qlo[1][1])) mask_keys<false>(s, k0, qlo, t);
@@ -397,24 +412,8 @@ __global__ void __launch_bounds__(FWD_THREADS)
 #pragma unroll
         for (int kk = 0; kk < FWD_BC / 16; kk++) {
             uint32_t pa[2][4];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                pa[mt][0] = pack_bf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[mt][1] = pack_bf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[mt][2] = pack_bf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[mt][3] = pack_bf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-            }
-            const bf16 *const vrow = Vs + kk * 16 * SS + voff;
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_trans(b0, b1, b2, b3, vrow + d * 8);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_16816(o[mt][d], pa[mt], b0, b1);
-                    mma_16816(o[mt][d + 1], pa[mt], b2, b3);
-                }
-            }
+            pack_a_frags(pa, s, kk);
+            mma_regs_kmajor(o, pa, Vs + kk * 16 * SS + voff);
         }
     }
 
@@ -595,11 +594,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
     cp_async_commit(); /* K, V and step 0 */
 
     float acc[2][DT][4]; /* dV (P warps) or dK (dS warps) of the slice's 32 keys */
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int d = 0; d < DT; d++)
-            acc[mt][d][0] = acc[mt][d][1] = acc[mt][d][2] = acc[mt][d][3] = 0.0f;
+    zero_frags(acc);
 
     /* A operand of the first product: K (P warps) or V (dS warps), the slice's rows */
     const bf16 *const afrag = (ds_role ? Vs : Ks) + kw * 32 * SS + a_off<SS>(lane);
@@ -625,29 +620,9 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
         /* x: Sᵀ then Pᵀ (P warps) or dPᵀ then dSᵀ (dS warps); rows = keys, cols = queries */
         float x[2][QT][4];
         if (active) {
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-                for (int j = 0; j < QT; j++) x[mt][j][0] = x[mt][j][1] = x[mt][j][2] = x[mt][j][3] = 0.0f;
+            zero_frags(x);
             /* B(k = dim, n = query) = Q[query][dim] or dO[query][dim] */
-            const bf16 *const bsrc = (ds_role ? dOs : Qs) + boff;
-#pragma unroll
-            for (int kk = 0; kk < KS; kk++) {
-                uint32_t a[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++)
-                    ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3], afrag + mt * 16 * SS + kk * 16);
-#pragma unroll
-                for (int jj = 0; jj < QT / 2; jj++) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4(b0, b1, b2, b3, bsrc + jj * 16 * SS + kk * 16);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        mma_16816(x[mt][2 * jj], a[mt], b0, b1);
-                        mma_16816(x[mt][2 * jj + 1], a[mt], b2, b3);
-                    }
-                }
-            }
+            mma_smem_nmajor<QT, KS, SS>(x, afrag, (ds_role ? dOs : Qs) + boff);
             if (!ds_role) {
                 /* DOC: per key row, the first query of the step whose first key follows it
                  * (first keys grow with the query: a binary search of lo_s; KV_BQ: none) */
@@ -709,13 +684,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
 #pragma unroll
             for (int kq = 0; kq < KV_BQ / 16; kq++) {
                 uint32_t xa[2][4];
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    xa[mt][0] = pack_bf16(x[mt][2 * kq][0], x[mt][2 * kq][1]);
-                    xa[mt][1] = pack_bf16(x[mt][2 * kq][2], x[mt][2 * kq][3]);
-                    xa[mt][2] = pack_bf16(x[mt][2 * kq + 1][0], x[mt][2 * kq + 1][1]);
-                    xa[mt][3] = pack_bf16(x[mt][2 * kq + 1][2], x[mt][2 * kq + 1][3]);
-                }
+                pack_a_frags(xa, x, kq);
                 /* dSᵀ keys 16(2kw + mt).., queries 16kq..: fragment (2kw + mt)·4 + kq */
                 if (ds_role) {
 #pragma unroll
@@ -723,16 +692,7 @@ __global__ void __launch_bounds__(KV_THREADS, KV_NS <= 2 ? 2 : 1)
                         *reinterpret_cast<uint4 *>(ds_out + (mt * 4 + kq) * DS_FRAG) =
                             make_uint4(xa[mt][0], xa[mt][1], xa[mt][2], xa[mt][3]);
                 }
-#pragma unroll
-                for (int d = 0; d < DT; d += 2) {
-                    uint32_t b0, b1, b2, b3;
-                    ldsm_x4_trans(b0, b1, b2, b3, tsrc + kq * 16 * SS + d * 8);
-#pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
-                        mma_16816(acc[mt][d], xa[mt], b0, b1);
-                        mma_16816(acc[mt][d + 1], xa[mt], b2, b3);
-                    }
-                }
+                mma_regs_kmajor(acc, xa, tsrc + kq * 16 * SS);
             }
         }
     }
@@ -807,11 +767,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
     for (int s = 0; s < DQ_STAGES - 1; s++) issue(s0 + s);
 
     float dq[2][DT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int d = 0; d < DT; d++)
-            dq[mt][d][0] = dq[mt][d][1] = dq[mt][d][2] = dq[mt][d][3] = 0.0f;
+    zero_frags(dq);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wq0 = q0 + warp * 32;
@@ -847,16 +803,7 @@ __global__ void __launch_bounds__(DQ_THREADS, 3)
                 sa[mt][3] = movm_trans(v.w);
             }
             /* B(k = key, n = dim) = K[key][dim], key-major, so ldmatrix.trans */
-#pragma unroll
-            for (int d = 0; d < DT; d += 2) {
-                uint32_t b0, b1, b2, b3;
-                ldsm_x4_trans(b0, b1, b2, b3, Ks + kk * 16 * SS + toff + d * 8);
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
-                    mma_16816(dq[mt][d], sa[mt], b0, b1);
-                    mma_16816(dq[mt][d + 1], sa[mt], b2, b3);
-                }
-            }
+            mma_regs_kmajor(dq, sa, Ks + kk * 16 * SS + toff);
         }
     }
 

@@ -296,15 +296,19 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     auto tile_full = [&](int s) { return bar0 + 8u * (2 + 4 * STAGES + s); };
     auto tile_empty = [&](int s) { return bar0 + 8u * (4 + 4 * STAGES + s); };
     const int total = nh * nqt * B;
-    /* tile w of the list: longest rows first */
-    auto decode = [&](int w, int &h, int &qt, int &b) {
-        const int r = w % (nh * B);
-        qt = nqt - 1 - w / (nh * B), h = r % nh, b = r / nh;
-    };
-    /* !PERSIST: the block's one tile, from the block index (query tiles in reverse) */
-    auto tile_at = [&](int k, int &h, int &qt, int &b) -> bool {
-        h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
-        return k == 0;
+    /* the block's k-th tile (head h, query tile qt, batch b); false past its last.
+     * PERSIST: tile w of the list (w the k-th index taken from g_tile_next), longest rows
+     * first; else the block's one tile, from the block index (query tiles in reverse). */
+    auto tile = [&](int k, int w, int &h, int &qt, int &b) -> bool {
+        if constexpr (PERSIST) {
+            if (w >= total) return false;
+            const int r = w % (nh * B);
+            qt = nqt - 1 - w / (nh * B), h = r % nh, b = r / nh;
+            return true;
+        } else {
+            h = blockIdx.x, qt = gridDim.y - 1 - blockIdx.y, b = blockIdx.z;
+            return k == 0;
+        }
     };
     const int lane = threadIdx.x & 31, warp_all = threadIdx.x >> 5;
 
@@ -333,17 +337,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
             int h, qt, b;
             /* the k-th tile: PERSIST takes it from the counter and publishes it */
             auto next = [&](int k) -> bool {
+                int w = 0;
                 if constexpr (PERSIST) {
                     if (k >= 2) mbar_wait(tile_empty(k & 1), ((k >> 1) - 1) & 1);
-                    const int w = (int)atomicAdd(&g_tile_next, 1u);
+                    w = (int)atomicAdd(&g_tile_next, 1u);
                     *(volatile int *)&tile_slot[k & 1] = w;
                     mbar_arrive(tile_full(k & 1)); /* release: the slot is written */
-                    if (w >= total) return false;
-                    decode(w, h, qt, b);
-                    return true;
-                } else {
-                    return tile_at(k, h, qt, b);
                 }
+                return tile(k, w, h, qt, b);
             };
             for (int k = 0; next(k); k++) {
                 const int kvh = h / (nh / nkv);
@@ -404,17 +405,14 @@ __global__ void __launch_bounds__(WS_THREADS, 1)
     int i0 = 0; /* K/V tiles consumed before this query tile */
     int h, qt, b;
     auto next = [&](int k) -> bool {
+        int w = 0;
         if constexpr (PERSIST) {
             mbar_wait(tile_full(k & 1), (k >> 1) & 1);
-            const int w = *(volatile int *)&tile_slot[k & 1];
+            w = *(volatile int *)&tile_slot[k & 1];
             __syncwarp();
             release(tile_empty(k & 1));
-            if (w >= total) return false;
-            decode(w, h, qt, b);
-            return true;
-        } else {
-            return tile_at(k, h, qt, b);
         }
+        return tile(k, w, h, qt, b);
     };
     for (int k = 0; next(k); k++) {
         const int q0 = qt * BM;

@@ -50,12 +50,9 @@ __global__ void f32_to_bf16_kernel(uint16_t *out, const float *in, size_t n, boo
 }
 
 __global__ void bf16_to_f32_kernel(float *out, const uint16_t *in, size_t n, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / 4;
-        for (size_t v = i; v < nv; v += stride) {
+    grid_stride_x4(
+        n, vec,
+        [&](size_t v) {
             uint2 b = reinterpret_cast<const uint2 *>(in)[v];
             float4 f;
             f.x = bf16_bits_to_f32((uint16_t)(b.x & 0xFFFFu));
@@ -63,29 +60,22 @@ __global__ void bf16_to_f32_kernel(float *out, const uint16_t *in, size_t n, boo
             f.z = bf16_bits_to_f32((uint16_t)(b.y & 0xFFFFu));
             f.w = bf16_bits_to_f32((uint16_t)(b.y >> 16));
             reinterpret_cast<float4 *>(out)[v] = f;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < n; k += stride) out[k] = bf16_bits_to_f32(in[k]);
+        },
+        [&](size_t k) { out[k] = bf16_bits_to_f32(in[k]); });
 }
 
 __global__ void round_bf16_kernel(float *x, size_t n, bool vec) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t done = 0;
-    if (vec) {
-        const size_t nv = n / 4;
-        for (size_t v = i; v < nv; v += stride) {
+    grid_stride_x4(
+        n, vec,
+        [&](size_t v) {
             float4 f = reinterpret_cast<float4 *>(x)[v];
             f.x = bf16_bits_to_f32(f32_to_bf16_bits(f.x));
             f.y = bf16_bits_to_f32(f32_to_bf16_bits(f.y));
             f.z = bf16_bits_to_f32(f32_to_bf16_bits(f.z));
             f.w = bf16_bits_to_f32(f32_to_bf16_bits(f.w));
             reinterpret_cast<float4 *>(x)[v] = f;
-        }
-        done = nv * 4;
-    }
-    for (size_t k = done + i; k < n; k += stride) x[k] = bf16_bits_to_f32(f32_to_bf16_bits(x[k]));
+        },
+        [&](size_t k) { x[k] = bf16_bits_to_f32(f32_to_bf16_bits(x[k])); });
 }
 
 /* ------------------------------------------------------------------ launchers */

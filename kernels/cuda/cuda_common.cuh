@@ -1,5 +1,6 @@
 /* Shared by every .cu file of kernels/cuda: the CUDA_CHECK / CUBLAS_CHECK macros, the
- * backend's stream and scratch memory, bf16 vector helpers and block reductions. */
+ * backend's stream and scratch memory, bf16 vector helpers, block reductions and the PTX
+ * primitives the attention kernels share (named barriers, cp.async groups, bf16 pairs, ex2). */
 #ifndef SHLM_KERNELS_CUDA_COMMON_CUH
 #define SHLM_KERNELS_CUDA_COMMON_CUH
 
@@ -144,6 +145,23 @@ __device__ __forceinline__ void store_bf16x8(bf16 *p, const float f[8]) {
     *reinterpret_cast<bf16x8 *>(p) = v;
 }
 
+/* A grid-stride loop over n elements, four at a time where vec (every buffer 16-byte
+ * aligned: the launcher's check): each thread calls group(k) for its groups k of elements
+ * [4k, 4k + 4) below 4·(n/4), then one(k) for its elements after them (all of them
+ * without vec). */
+template <class Group, class One>
+__device__ __forceinline__ void grid_stride_x4(size_t n, bool vec, Group group, One one) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t done = 0;
+    if (vec) {
+        const size_t nv = n / 4;
+        for (size_t k = i; k < nv; k += stride) group(k);
+        done = nv * 4;
+    }
+    for (size_t k = done + i; k < n; k += stride) one(k);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -186,6 +204,40 @@ __device__ __forceinline__ float block_max(float v, float *shared) {
     __syncthreads();
     v = lane < nw ? shared[lane] : -INFINITY;
     return warp_max(v);
+}
+
+/* ------------------------------------------- primitives of the attention kernels */
+
+/* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without
+ * waiting, bar_sync waits for all n; the arriving threads' earlier shared-memory writes
+ * are visible to the waiting ones once it completes. Barrier 0 is __syncthreads'. */
+__device__ __forceinline__ void bar_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void bar_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+/* cp.async groups (Ampere+): commit closes this thread's copies issued since the last
+ * commit into a group; wait_all waits for all of its groups. The copies' results are
+ * visible to other threads after a barrier that follows the wait. */
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower index */
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* 2^x: the bare MUFU instruction (2^-inf = 0; subnormal results flush to 0) */
+__device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 #endif

@@ -247,22 +247,24 @@ extern "C" void shlm_cuda_copy(void *dst, const void *src, size_t bytes) {
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, shlm_cuda_stream()));
 }
 
-extern "C" void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes) {
+/* A copy between host and device memory, done when this returns: the stream is drained
+ * first (see shlm_cuda_host_wait) and after, so the caller may reuse the host buffer at
+ * once (it may be pinned, when the copy would otherwise still be in flight); uploads are
+ * once per micro-batch. */
+static void host_copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind) {
     if (bytes == 0) return;
     cudaStream_t s = shlm_cuda_stream();
     shlm_cuda_host_wait(s);
-    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, s));
-    /* the caller may reuse host_src as soon as this returns (it may be pinned, when the
-     * copy would otherwise still be in flight); uploads are once per micro-batch */
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, s));
     shlm_cuda_host_wait(s);
 }
 
+extern "C" void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes) {
+    host_copy(dst, host_src, bytes, cudaMemcpyHostToDevice);
+}
+
 extern "C" void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes) {
-    if (bytes == 0) return;
-    cudaStream_t s = shlm_cuda_stream();
-    shlm_cuda_host_wait(s);
-    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, s));
-    shlm_cuda_host_wait(s);
+    host_copy(host_dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 extern "C" void shlm_cuda_sync(void) { shlm_cuda_host_wait(shlm_cuda_stream()); }

@@ -7,15 +7,20 @@
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 /* One thread per 8 consecutive features of a row when F % 8 == 0 (16-byte accesses), else
- * one per feature. Grid-stride over N·F/VEC items. */
-template <int VEC>
-__global__ void swiglu_fwd_kernel(bf16 *out, const bf16 *gu, int N, int F) {
+ * one per feature: a grid-stride loop calling item(r, j) for the N·F/VEC items, row r and
+ * first feature j. */
+template <int VEC, class Item>
+__device__ __forceinline__ void for_each_item(int N, int F, Item item) {
     const int per_row = F / VEC;
     const size_t total = (size_t)N * per_row;
     for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = it / per_row;
-        const int j = (int)(it % per_row) * VEC;
+         it += (size_t)gridDim.x * blockDim.x)
+        item(it / per_row, (int)(it % per_row) * VEC);
+}
+
+template <int VEC>
+__global__ void swiglu_fwd_kernel(bf16 *out, const bf16 *gu, int N, int F) {
+    for_each_item<VEC>(N, F, [&](size_t r, int j) {
         const bf16 *g = gu + r * 2 * F + j, *u = g + F;
         bf16 *o = out + r * F + j;
         if (VEC == 8) {
@@ -29,19 +34,14 @@ __global__ void swiglu_fwd_kernel(bf16 *out, const bf16 *gu, int N, int F) {
             const float fg = __bfloat162float(g[0]), fu = __bfloat162float(u[0]);
             o[0] = __float2bfloat16_rn(fg * sigmoid_f(fg) * fu);
         }
-    }
+    });
 }
 
 /* dgate = dy·up·σ(g)·(1 + g·(1 − σ(g))),  dup = dy·g·σ(g). Both inputs of a pair are read
  * before either output is written, by the same thread, so dgu may alias gu. */
 template <int VEC>
 __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dout, const bf16 *gu, int N, int F) {
-    const int per_row = F / VEC;
-    const size_t total = (size_t)N * per_row;
-    for (size_t it = (size_t)blockIdx.x * blockDim.x + threadIdx.x; it < total;
-         it += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = it / per_row;
-        const int j = (int)(it % per_row) * VEC;
+    for_each_item<VEC>(N, F, [&](size_t r, int j) {
         const bf16 *g = gu + r * 2 * F + j, *u = g + F;
         const bf16 *dy = dout + r * F + j;
         bf16 *dg = dgu + r * 2 * F + j, *du = dg + F;
@@ -65,7 +65,7 @@ __global__ void swiglu_bwd_kernel(bf16 *dgu, const bf16 *dout, const bf16 *gu, i
             dg[0] = __float2bfloat16_rn(fy * fu * s * (1.0f + fg * (1.0f - s)));
             du[0] = __float2bfloat16_rn(fy * fg * s);
         }
-    }
+    });
 }
 
 /* ------------------------------------------------------------------ launchers */

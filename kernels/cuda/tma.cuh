@@ -1,6 +1,6 @@
 /* cuda backend: Hopper (sm_90a) asynchronous-copy building blocks for the warp-specialised
  * attention forward (attention_sm90.cu): shared-memory mbarriers (init, arrive,
- * arrive.expect_tx, try_wait.parity), named-barrier arrive, setmaxnreg, TMA tile loads (cp.async.bulk.tensor.3d with
+ * arrive.expect_tx, try_wait.parity), predicated named-barrier arrive, setmaxnreg, TMA tile loads (cp.async.bulk.tensor.3d with
  * mbarrier::complete_tx::bytes) and 1-d bulk copies (cp.async.bulk, for attention_bwd_sm90.cu's dQ) from a CUtensorMap passed as a __grid_constant__ kernel
  * parameter. The tensor map itself is encoded on the host (cuTensorMapEncodeTiled, obtained
  * through cudaGetDriverEntryPointByVersion: nothing links -lcuda); see attention_sm90.cu.
@@ -61,12 +61,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
     } while (!done);
 }
 
-/* named barrier `id`: count threads in all, this warp arrives without waiting (the
- * waiting side uses bar_sync of wgmma.cuh with the same count) */
-__device__ __forceinline__ void bar_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
 /* the executing warpgroup's per-thread register count moves to N (all its warps execute
  * it; N a multiple of 8 in 24..256): producers give registers back, consumers take them */
 template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
@@ -76,6 +70,7 @@ template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 
+/* bar_arrive (cuda_common.cuh) where pred is nonzero, as a predicated instruction */
 __device__ __forceinline__ void bar_arrive_if(int id, int n, bool pred) {
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %2, 0;\n"
                  "@p bar.arrive %0, %1;\n}\n" ::"r"(id), "r"(n), "r"((int)pred)

@@ -1,7 +1,8 @@
 /* cuda backend: Hopper (sm_90a) building blocks shared by the wgmma kernels
- * (attention_sm90.cu, attention_bwd_sm90.cu): cp.async copies, proxy fences, named
- * barriers, warpgroup MMA issue/commit/wait, register fences, 128-byte-swizzled
- * shared-memory matrix descriptors, and the m64nNk16 bf16 wgmma forms the kernels use.
+ * (attention_sm90.cu, attention_bwd_sm90.cu): cp.async copies to a shared address, proxy
+ * fences, warpgroup MMA issue/commit/wait, register fences, 128-byte-swizzled shared-memory
+ * matrix descriptors, and the m64nNk16 bf16 wgmma forms the kernels use (named barriers,
+ * cp.async groups, pack_bf16 and ex2 are cuda_common.cuh's).
  *
  * Verified on an H200 by tests/gpu/attn_sm90_check.cu (the forward against the mma.sync
  * kernel and a float64 reference): the K-major descriptor (LBO 16, SBO 1024, k-steps of
@@ -30,19 +31,10 @@ __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool v
                  "r"(valid ? 16 : 0)
                  : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
 /* this thread's completed generic-proxy writes to shared memory (cp.async included)
  * become visible to async-proxy readers (wgmma) after the barrier that follows */
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void bar_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -129,17 +121,6 @@ __device__ __forceinline__ void wgmma_rs_n64_t(float (&d)[32], const uint32_t *a
 #undef SHLM_D64
 #undef SHLM_R32
 #undef SHLM_R64
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi); /* lo in the low half = lower column */
-    return *reinterpret_cast<uint32_t *>(&v);
-}
-/* 2^x: the bare MUFU instruction (2^-inf = 0) */
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
 
 } /* namespace shlm_wgmma */
 #endif
