@@ -7,7 +7,7 @@
 # formulas (tokens/s/GPU = micro-batch x seq / step; TFLOP/s = (6 N + 12 L d T) x tokens/s;
 # MFU = TFLOP/s / 989) and whose first loss is ln 256 within 0.1 (uniform predictions at
 # init, so the model and the loss are the real ones); ceilings.py and nccl_busbw.py at
-# their CPU sizes find 0 wrong results. With torchao, --float8 tensorwise and rowwise
+# their CPU sizes find 0 wrong results. With torchao's wheel, --float8 tensorwise and rowwise
 # (emulated on the CPU) convert the 28 linear layers of the tiny shape's 4 decoder layers
 # and not the LM head, on 1 rank and, with the float8 all-gather, on 2, each a JSON line
 # that passes the same checks; --float8-all-gather with rowwise is one error line.
@@ -99,7 +99,11 @@ assert header and f"float8 {recipe} on 28 linear layers (emulated" in header[0],
 print(f"{path}: float8 {recipe} on 28 linear layers, all-gather {gather}")
 EOF
 }
-if shlm_python torch transformers torchao > /dev/null; then
+# torchao from its cached wheel (tests/setup_pyenv.sh), into this test's own directory
+f8_whl=$(ls "$SHLM_CACHE"/wheels/torchao-0.18.0-*.whl 2>/dev/null | tail -n 1)
+if [ -n "$f8_whl" ] && "$SHLM_PY" -m pip install -q --disable-pip-version-check --no-deps --no-index \
+    --target "$work/torchao" "$f8_whl" > "$work/torchao.log" 2>&1; then
+    export PYTHONPATH="$work/torchao${PYTHONPATH:+:$PYTHONPATH}"
     for r in tensorwise rowwise; do
         anchor_run "f8-$r" 1 --model tiny --device cpu --micro-batch 2 --warmup 1 --steps 2 --float8 "$r" &&
             { check_json "$work/f8-$r.out" 2 1 FULL_SHARD none && check_float8 "$work/f8-$r.out" "$r" False ||
@@ -114,7 +118,7 @@ if shlm_python torch transformers torchao > /dev/null; then
     [ $rc = 2 ] && [ "$(wc -l < "$work/bad8.err")" = 1 ] && grep -q '^torch_fsdp2: error: --float8-all-gather' "$work/bad8.err" ||
         fail "--float8 rowwise --float8-all-gather: exit $rc, stderr: $(cat "$work/bad8.err")"
 else
-    echo "anchor_cpu: note: no torchao in $SHLM_PY (tests/setup_pyenv.sh installs it): --float8 left out"
+    echo "anchor_cpu: note: no torchao wheel in $SHLM_CACHE/wheels that installs (tests/setup_pyenv.sh downloads it): --float8 left out"
 fi
 
 echo "+ $SHLM_PY $anchor/ceilings.py --device cpu"
