@@ -18,10 +18,11 @@ per-row scales, e4m3 everywhere, scales rounded down to powers of 2. --float8-al
 scales precomputed after each optimizer step (precompute_float8_dynamic_scale_for_fsdp). On
 --device cpu the recipe is emulated (torchao's emulate=True: the float8 casts, then the
 matmuls in high precision). torchao is not a dependency of the rest: the GPU suite installs
-its wheel when a --float8 run needs it (benchmarks/gpu_suite.sh, phase fp8). The optimizer is shardlm's: AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-8,
-decoupled weight decay 0.1 on matrices only (norm weights undecayed), global-norm clipping
-at 1.0 (jobs/llama2-7b.ini); fused when torch accepts it, else foreach. Data: random
-tokens, labels = inputs (the HF causal-LM loss shifts them).
+its wheel when a --float8 run needs it (benchmarks/gpu_suite.sh, phase fp8). The optimizer
+is shardlm's: AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-8, decoupled weight decay 0.1 on
+matrices only (norm weights undecayed), global-norm clipping at 1.0 (jobs/llama2-7b.ini);
+fused when torch accepts it, else foreach. Data: random tokens, labels = inputs (the HF
+causal-LM loss shifts them).
 
 Metric (shardlm's, src/metrics.c): a step is timed from a device synchronisation to the
 loss on the host; the slowest rank's time of each step counts; the mean over the steps
