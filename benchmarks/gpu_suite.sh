@@ -26,6 +26,11 @@
 #   scaling        benchmarks/strong_scaling.sh over 1, 2, 4, ... visible GPUs at one global
 #                  batch (default 2 x GPUs, micro-batch 2, 7B), median of --repeat runs (~6)
 #   weak-scaling   the same driver with one micro-batch of 1 per GPU per step (~2)
+#   fp8            the record's shape and micro-batch per matmul recipe: shardlm bf16,
+#                  fp8-tensorwise and fp8-rowwise (train.matmul), PyTorch torch.compile bf16
+#                  and torchao float8 tensorwise and rowwise (anchor --float8), and a table
+#                  of each against shardlm bf16 (~9 on one GPU). torchao comes from
+#                  $TORCHAO_WHEEL when python lacks it (eager with --cpu)
 #   all            every phase above, in that order
 # Options:
 #   --gpus N          use GPUs 0..N-1 (default: every visible GPU)
@@ -35,6 +40,7 @@
 #   --repeat K        scaling phases: runs per point, the median kept (default 3)
 #   --global-batch G  scaling: sequences per optimizer step (default 2 x GPUs)
 #   --run-timeout S   a run that takes longer fails (default 600)
+#   --float8-all-gather  fp8: torchao's tensorwise run all-gathers its weights in float8
 # Environment: SHLM_BIN  a directory holding shardlm, test_ops, attn_sm90_check, nvml_fields,
 #                        attn_bwd_sm90_check, bench_kernels, bench_comm, flat or as a build
 #                        tree (default .gpu/bin; with --cpu the build this script is in)
@@ -42,6 +48,9 @@
 #              PYTHON    a python3 with torch and transformers (default python3)
 #              MPIRUN    the launcher (default "mpirun --bind-to none": ranks free to use
 #                        every core, as torchrun leaves its processes)
+#              TORCHAO_WHEEL  torchao's wheel (default .gpu/wheels/torchao-*.whl), installed
+#                        with --no-deps into $TMPDIR/shlm-suite-work/torchao for the fp8
+#                        phase when PYTHON cannot import torchao.float8
 # The GPU machine's toolchain (carried binaries and libraries) is benchmarks/gpu/README.md.
 # GPU settings are never changed: nvidia-smi is only queried. NCCL_NVLS_ENABLE=0 for every
 # process. Prints a table per kind of result last; exit status 1 when any run or check failed.
@@ -51,7 +60,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=$(dirname "$here")
 die() { echo "gpu_suite: error: $*" >&2; exit 2; }
 
-gpus="" dry=0 cpu=0 repeat=3 scal_gb="" run_timeout=600 phases=""
+gpus="" dry=0 cpu=0 repeat=3 scal_gb="" run_timeout=600 phases="" f8_gather=0
 while [ $# -gt 0 ]; do
     case $1 in
     --gpus) gpus=${2:?--gpus needs N}; shift 2 ;;
@@ -60,16 +69,17 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=${2:?--repeat needs K}; shift 2 ;;
     --global-batch) scal_gb=${2:?--global-batch needs G}; shift 2 ;;
     --run-timeout) run_timeout=${2:?--run-timeout needs S}; shift 2 ;;
+    --float8-all-gather) f8_gather=1; shift ;;
     -h | --help) sed -n '2,/^# process/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) phases="$phases $1"; shift ;;
     esac
 done
-[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling all; see --help)"
+[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 all; see --help)"
 for n in ${gpus:-1} "$repeat" ${scal_gb:-1} "$run_timeout"; do
     case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
 done
-all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling"
+all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8"
 expanded=""
 for p in $phases; do
     case " $all_phases all " in *" $p "*) ;; *) die "unknown phase '$p' (one of: $all_phases all)" ;; esac
@@ -131,6 +141,25 @@ need_python() {
     failed=1
     return 1
 }
+# torchao for the anchor's --float8: PYTHON's own, else its wheel installed (no
+# dependencies) into the work directory, which PYTHONPATH then names
+need_torchao() {
+    [ "$dry" = 0 ] && "$PY" -c 'import torchao.float8' 2>/dev/null && return 0
+    local whl=${TORCHAO_WHEEL:-} lib=$work/torchao
+    [ -n "$whl" ] || whl=$(ls "$src"/.gpu/wheels/torchao-*.whl 2>/dev/null | tail -n 1)
+    [ -n "$whl" ] || whl="$src/.gpu/wheels/torchao-VERSION.whl"
+    echo "+ $PY -m pip install --no-deps --no-index --target $lib $whl; PYTHONPATH=$lib"
+    export PYTHONPATH="$lib${PYTHONPATH:+:$PYTHONPATH}"
+    [ "$dry" = 1 ] && return 0
+    if [ ! -f "$whl" ]; then
+        echo "gpu_suite: error: $PY cannot import torchao.float8 and there is no wheel at $whl (pip download --no-deps torchao -d .gpu/wheels, or set TORCHAO_WHEEL)" >&2
+        return 1
+    fi
+    rm -rf "$lib" && mkdir -p "$work" &&
+        "$PY" -m pip install -q --disable-pip-version-check --no-deps --no-index --target "$lib" "$whl" \
+            > "$OUT/torchao-install.log" 2>&1 && "$PY" -c 'import torchao.float8' 2>> "$OUT/torchao-install.log" ||
+        { echo "gpu_suite: error: installing $whl failed: $(tail -n 1 "$OUT/torchao-install.log")" >&2; return 1; }
+}
 # the random token file every training run reads (vocab of the shape, 4M tokens)
 tokens() { # VOCAB -> path
     local f=$work/random-$1.bin
@@ -177,11 +206,12 @@ common_sets() { # the job keys every shardlm run of the suite sets
         --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 --set log.every=1
     [ "$cpu" = 1 ] && printf '%s\n' --set runtime.backend=cpu --set runtime.threads=1
 }
-shardlm_run() { # PHASE PAIR STRATEGY AC
-    local phase=$1 pair=$2 st=$3 ac=$4 name=$1-$2-shardlm data
+shardlm_run() { # PHASE PAIR STRATEGY AC [MATMUL]: MATMUL sets train.matmul (unset: the default, bf16)
+    local phase=$1 pair=$2 st=$3 ac=$4 matmul=${5:-} name=$1-$2-shardlm${5:+-$5} data
     data=$(tokens "$vocab") || { failed=1; return; }
     local -a sets
     mapfile -t sets < <(common_sets)
+    [ -n "$matmul" ] && sets+=(--set train.matmul="$matmul")
     rm -rf "${runs:?}/$name"
     run "$runs/$name.log" env SHLM_TEST_TIMEOUT="$run_timeout" sh "$src/tests/mpi_test.sh" "$G" \
         "$SHLM" train "$job" --set data.train="$data" --set train.steps=6 \
@@ -194,10 +224,10 @@ shardlm_run() { # PHASE PAIR STRATEGY AC
     # steps 3..6: the first two build cuBLASLt plans and NCCL's channels
     table shardlm "$runs/$name/metrics.jsonl" --warmup 2 --out "$results" --phase "$phase" \
         --pair "$pair" --system shardlm --model "$model" --seq "$seq" --gpus "$G" --strategy "$st" \
-        --ac "$ac" --mb "$mb" --log "$runs/$name.log"
+        --ac "$ac" --mb "$mb" --matmul "${matmul:-bf16}" --log "$runs/$name.log"
 }
-anchor_run() { # PHASE PAIR STRATEGY AC eager|compile
-    local phase=$1 pair=$2 st=$3 ac=$4 mode=$5 name=$1-$2-torch-$5
+anchor_run() { # PHASE PAIR STRATEGY AC eager|compile [FLOAT8]: FLOAT8 the anchor's --float8 recipe
+    local phase=$1 pair=$2 st=$3 ac=$4 mode=$5 f8=${6:-} name=$1-$2-torch-$5${6:+-float8-$6}
     local -a extra=()
     if [ "$cpu" = 1 ]; then
         [ "$mode" = compile ] && { echo "  (torch.compile left out with --cpu: minutes of CPU compilation)"; return; }
@@ -206,6 +236,10 @@ anchor_run() { # PHASE PAIR STRATEGY AC eager|compile
         extra=(--warmup 3 --steps 5)
     fi
     [ "$mode" = compile ] && extra+=(--compile)
+    local label=bf16
+    [ -n "$f8" ] && extra+=(--float8 "$f8") && label="float8 $f8"
+    [ "$f8" = tensorwise ] && [ "$f8_gather" = 1 ] && extra+=(--float8-all-gather) &&
+        label="$label, fp8 all-gather"
     rm -f "$runs/$name.json"
     run "$runs/$name.log" timeout -k 10 "$run_timeout" "$PY" -m torch.distributed.run --standalone \
         --nproc-per-node="$G" "$here/anchor/torch_fsdp2.py" --model "$model" --seq "$seq" \
@@ -216,7 +250,7 @@ anchor_run() { # PHASE PAIR STRATEGY AC eager|compile
     [ $rc = 0 ] || echo "  anchor exited $rc; log $runs/$name.log"
     table anchor "$runs/$name.json" --out "$results" --phase "$phase" --pair "$pair" \
         --system "torch $mode" --model "$model" --seq "$seq" --gpus "$G" --strategy "$st" --ac "$ac" \
-        --mb "$mb" --log "$runs/$name.log"
+        --mb "$mb" --matmul "$label" --log "$runs/$name.log"
 }
 pair() { # PHASE PAIR STRATEGY AC SYSTEMS...: shardlm, then each PyTorch mode
     local phase=$1 pair=$2 st=$3 ac=$4
@@ -265,6 +299,18 @@ phase_shard_grad_op() {
 phase_small() {
     shape 1b 8
     pair small "$model" FULL_SHARD none eager compile
+}
+phase_fp8() {
+    shape 7b $([ "$G" -ge 2 ] && echo 2 || echo 1)
+    local mode=compile m
+    [ "$cpu" = 1 ] && { mode=eager; say "  (the PyTorch side eager with --cpu: minutes of CPU compilation otherwise)"; }
+    smi_start fp8
+    for m in "" fp8-tensorwise fp8-rowwise; do shardlm_run fp8 "$model" FULL_SHARD none "$m"; done
+    if need_python; then
+        need_torchao || failed=1 # the float8 runs then fail, each with torch_fsdp2's error line
+        for m in "" tensorwise rowwise; do anchor_run fp8 "$model" FULL_SHARD none "$mode" "$m"; done
+    fi
+    smi_stop fp8
 }
 phase_kernels() {
     [ "$cpu" = 1 ] && { say "kernels: bench_kernels needs a GPU (--cpu): left out"; return; }

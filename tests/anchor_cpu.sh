@@ -7,8 +7,11 @@
 # formulas (tokens/s/GPU = micro-batch x seq / step; TFLOP/s = (6 N + 12 L d T) x tokens/s;
 # MFU = TFLOP/s / 989) and whose first loss is ln 256 within 0.1 (uniform predictions at
 # init, so the model and the loss are the real ones); ceilings.py and nccl_busbw.py at
-# their CPU sizes find 0 wrong results. Skipped without torch and transformers
-# (tests/pyenv.sh). By hand, from a build directory:
+# their CPU sizes find 0 wrong results. With torchao's wheel, --float8 tensorwise and rowwise
+# (emulated on the CPU) convert the 28 linear layers of the tiny shape's 4 decoder layers
+# and not the LM head, on 1 rank and, with the float8 all-gather, on 2, each a JSON line
+# that passes the same checks; --float8-all-gather with rowwise is one error line.
+# Skipped without torch and transformers (tests/pyenv.sh). By hand, from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=SRC sh SRC/tests/anchor_cpu.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
@@ -79,6 +82,44 @@ anchor_run two 2 --model tiny --device cpu --micro-batch 1 --strategy SHARD_GRAD
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l < "$work/bad.err")" = 1 ] && grep -q '^torch_fsdp2: error: ' "$work/bad.err" ||
     fail "--micro-batch 0: exit $rc, stderr: $(cat "$work/bad.err")"
+
+# float8 (torchao's, emulated): the decoder layers' 4 x 7 linear layers converted, the LM
+# head not; the run's line passes check_json's checks and names the recipe
+check_float8() { # OUT RECIPE ALL_GATHER(True|False)
+    "$SHLM_PY" - "$@" <<'EOF'
+import json, sys
+path, recipe, gather = sys.argv[1], sys.argv[2], sys.argv[3] == "True"
+r = json.loads([l for l in open(path) if l.startswith("{")][0])
+want = dict(float8=recipe, float8_linears=28, float8_emulated=True, float8_all_gather=gather)
+for k, v in want.items():
+    assert r[k] == v, f"{k} = {r[k]!r}, want {v!r}"
+assert r["torchao"], "no torchao version"
+header = [l for l in open(path) if l.startswith("# torch_fsdp2:")]
+assert header and f"float8 {recipe} on 28 linear layers (emulated" in header[0], header
+print(f"{path}: float8 {recipe} on 28 linear layers, all-gather {gather}")
+EOF
+}
+# torchao from its cached wheel (tests/setup_pyenv.sh), into this test's own directory
+f8_whl=$(ls "$SHLM_CACHE"/wheels/torchao-0.18.0-*.whl 2>/dev/null | tail -n 1)
+if [ -n "$f8_whl" ] && "$SHLM_PY" -m pip install -q --disable-pip-version-check --no-deps --no-index \
+    --target "$work/torchao" "$f8_whl" > "$work/torchao.log" 2>&1; then
+    export PYTHONPATH="$work/torchao${PYTHONPATH:+:$PYTHONPATH}"
+    for r in tensorwise rowwise; do
+        anchor_run "f8-$r" 1 --model tiny --device cpu --micro-batch 2 --warmup 1 --steps 2 --float8 "$r" &&
+            { check_json "$work/f8-$r.out" 2 1 FULL_SHARD none && check_float8 "$work/f8-$r.out" "$r" False ||
+                fail "--float8 $r: JSON line"; }
+    done
+    anchor_run f8-gather 2 --model tiny --device cpu --micro-batch 1 --warmup 1 --steps 2 \
+        --float8 tensorwise --float8-all-gather &&
+        { check_json "$work/f8-gather.out" 1 2 FULL_SHARD none &&
+            check_float8 "$work/f8-gather.out" tensorwise True || fail "--float8-all-gather: JSON line"; }
+    "$SHLM_PY" "$anchor/torch_fsdp2.py" --model tiny --float8 rowwise --float8-all-gather > /dev/null 2> "$work/bad8.err"
+    rc=$?
+    [ $rc = 2 ] && [ "$(wc -l < "$work/bad8.err")" = 1 ] && grep -q '^torch_fsdp2: error: --float8-all-gather' "$work/bad8.err" ||
+        fail "--float8 rowwise --float8-all-gather: exit $rc, stderr: $(cat "$work/bad8.err")"
+else
+    echo "anchor_cpu: note: no torchao wheel in $SHLM_CACHE/wheels that installs (tests/setup_pyenv.sh downloads it): --float8 left out"
+fi
 
 echo "+ $SHLM_PY $anchor/ceilings.py --device cpu"
 "$SHLM_PY" "$anchor/ceilings.py" --device cpu > "$work/ceil.out" 2>&1 && grep -q '^# 0 wrong' "$work/ceil.out" ||

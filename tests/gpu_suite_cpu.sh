@@ -6,7 +6,12 @@
 # NCCL_NVLS_ENABLE=0, one error line for a bad phase; then --cpu: the record pair, the
 # collectives and both scaling phases run for real at the tiny shape on 2 CPU ranks, and
 # the tables it prints agree with the results it recorded (the ratio is shardlm's tokens/s
-# over PyTorch's). The --cpu part needs torch and transformers (tests/pyenv.sh): without
+# over PyTorch's); the fp8 phase's dry run (shardlm per train.matmul recipe, the anchor's
+# torch.compile bf16 and --float8 runs at the record's shape) and its --cpu run: its own
+# table, x_bf16 = each row's tokens/s over shardlm bf16's as recorded, the anchor's float8
+# runs (eager, torchao's wheel from tests/setup_pyenv.sh installed by the suite) ok, and
+# shardlm's fp8 rows ok where this build has train.matmul, else failed naming the key.
+# The --cpu part needs torch and transformers (tests/pyenv.sh): without
 # them it is left out with a note. By hand, from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=SRC sh SRC/tests/gpu_suite_cpu.sh
 set -u
@@ -36,9 +41,20 @@ for g in 1 2 8; do
     has $g "nproc-per-node=$g .*torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --name record-llama2-7b-torch-compile"
     has $g "torch_fsdp2.py --model tinyllama-1b --seq 2048 --micro-batch 8 "
     has $g "check_gpu.sh"
+    # the fp8 phase: shardlm per recipe, the anchor's compile bf16 and float8 at the record's shape
+    has $g "mpi_test.sh $g .*llama2-7b.ini .*train.micro_batch=$mb .*log.run_dir=.*/fp8-llama2-7b-shardlm\$"
+    for r in tensorwise rowwise; do
+        has $g "mpi_test.sh $g .*llama2-7b.ini .*train.micro_batch=$mb .*--set train.matmul=fp8-$r --set log.run_dir=.*/fp8-llama2-7b-shardlm-fp8-$r\$"
+        has $g "torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --float8 $r --name fp8-llama2-7b-torch-compile-float8-$r "
+    done
+    has $g "torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --name fp8-llama2-7b-torch-compile "
+    hasnt $g "float8-all-gather"
     has $g "bench_kernels"
     has $g "ceilings.py"
 done
+OUT=$work/dry SHLM_BIN=$work/bin bash "$suite" --dry-run --gpus 1 --float8-all-gather fp8 > "$work/dry-f8.txt" 2>&1
+has f8 "--compile --float8 tensorwise --float8-all-gather --name "
+hasnt f8 "float8 rowwise --float8-all-gather"
 has 1 "^shard-grad-op: needs 2 or more GPUs"
 has 1 "^scaling: needs 2 or more GPUs"
 hasnt 1 "strong_scaling.sh"
@@ -88,6 +104,51 @@ assert len(comm) == 3 * 2 * 2 and all(r["wrong"] == 0 and r["torch_busbw"] for r
 modes = sorted((r["mode"], r["gpus"]) for r in rows if r["kind"] == "scaling")
 assert modes == [("strong", 1), ("strong", 2), ("weak", 1), ("weak", 2)], modes
 print(f"--cpu: {len(rows)} results; record ratio {ratio:.3f} as printed")
+EOF
+    # the fp8 phase: exit 1 while any run fails (shardlm's fp8 runs, on a build without the key)
+    has_matmul=False have_whl=False
+    "$SHLM" keys 2>/dev/null | grep -q '^  train\.matmul ' && has_matmul=True
+    f8_whl=$(ls "$SHLM_CACHE"/wheels/torchao-0.18.0-*.whl 2>/dev/null | tail -n 1)
+    [ -n "$f8_whl" ] && have_whl=True
+    echo "+ OUT=$work/cpu8 PYTHON=$SHLM_PY bash $suite --cpu fp8   (train.matmul in this build: $has_matmul)"
+    OUT=$work/cpu8 PYTHON=$SHLM_PY TORCHAO_WHEEL=$f8_whl \
+        MPIRUN=${MPIRUN:-mpirun} bash "$suite" --cpu fp8 > "$work/cpu8.txt" 2>&1
+    rc=$?
+    want_rc=1
+    [ $has_matmul = True ] && [ $have_whl = True ] && want_rc=0
+    [ $rc = $want_rc ] || { tail -n 30 "$work/cpu8.txt"; fail "--cpu fp8: exit status $rc, want $want_rc"; }
+    "$SHLM_PY" - "$work/cpu8/results.jsonl" "$work/cpu8.txt" "$has_matmul" "$have_whl" <<'EOF' || fail "--cpu fp8: results and table disagree"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+out = open(sys.argv[2]).read().splitlines()
+has_matmul, have_whl = sys.argv[3] == "True", sys.argv[4] == "True"
+got = {(r["system"], r["matmul"]): r for r in rows if r["kind"] == "train" and r["phase"] == "fp8"}
+want = {("shardlm", m) for m in ("bf16", "fp8-tensorwise", "fp8-rowwise")} | \
+       {("torch eager", m) for m in ("bf16", "float8 tensorwise", "float8 rowwise")}
+assert set(got) == want, f"fp8 rows: {sorted(got)}"
+base = got[("shardlm", "bf16")]
+assert base["status"] == "ok" and got[("torch eager", "bf16")]["status"] == "ok", base
+for m in ("fp8-tensorwise", "fp8-rowwise"):
+    r = got[("shardlm", m)]
+    if has_matmul:
+        assert r["status"] == "ok", r
+    else:
+        assert r["status"] == "failed" and "matmul" in (r.get("why") or ""), r
+title = [i for i, l in enumerate(out) if l.startswith("## fp8 (phase fp8)")]
+assert len(title) == 1, "no fp8 table"
+lines = out[title[0] + 2:title[0] + 8]
+for (system, m), r in got.items():
+    line = [l for l in lines if l.startswith("   tiny") and f" {system} " in l and f" {m} " in l]
+    assert len(line) == 1, f"{len(line)} table lines for {system} {m}"
+    if r["status"] == "ok":
+        x = r["tokens_per_s_per_gpu"] / base["tokens_per_s_per_gpu"]
+        assert f" {x:.3f} " in line[0], f"{system} {m}: table line {line[0]!r}, x_bf16 {x:.3f}"
+    else:
+        assert "FAILED: " in line[0], line[0]
+float8 = [got[("torch eager", m)] for m in ("float8 tensorwise", "float8 rowwise")]
+assert not have_whl or all(r["status"] == "ok" for r in float8), float8
+print(f"--cpu fp8: {len(got)} rows, the table's x_bf16 as recorded; float8 anchors: "
+      + ", ".join(r["status"] for r in float8))
 EOF
 fi
 

@@ -24,7 +24,10 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
 # SmolLM2-135M-Instruct as a GGUF (93 MB, Apache-2.0), which examples/smollm2/get-model.sh
 # downloads (pinned, sha256-checked) and converts into the Hugging Face directory
 # $SHLM_SMOLLM2 that the tests load (tests/pyenv.sh)
-for w in mistral-common chatterbot-corpus==1.3.3; do
+# torchao 0.18.0's wheel (BSD-3-Clause), kept out of the environment (transformers imports
+# torchao whenever it is installed): tests/anchor_cpu.sh installs it into its own
+# directory for the anchor's --float8, as benchmarks/gpu_suite.sh does on the GPU machine
+for w in mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0; do
     w_file=$(printf %s "${w%%==*}" | tr - _)-
     case $w in *==*) w_file=$w_file${w#*==}- ;; esac
     ls "$SHLM_CACHE/wheels/$w_file"*.whl >/dev/null 2>&1 ||

@@ -8,10 +8,21 @@ same name (src/presets.c: vocabulary 32000, untied embeddings, RMSNorm eps 1e-5,
 the root with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32);
 FULL_SHARD = reshard_after_forward=True, SHARD_GRAD_OP = False. Optional full activation
 checkpointing (checkpoint_wrapper, non-reentrant, per decoder layer) and torch.compile per
-decoder layer. The optimizer is shardlm's: AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-8,
-decoupled weight decay 0.1 on matrices only (norm weights undecayed), global-norm clipping
-at 1.0 (jobs/llama2-7b.ini); fused when torch accepts it, else foreach. Data: random
-tokens, labels = inputs (the HF causal-LM loss shifts them).
+decoder layer. Optional float8 training (--float8, torchao's, as torchtitan applies it): every
+nn.Linear of the decoder layers (q/k/v/o, gate/up/down; not the LM head, whose output
+torchtitan also keeps in bf16) becomes torchao's Float8Linear by convert_to_float8_training
+with Float8LinearConfig.from_recipe_name(RECIPE) before torch.compile and fully_shard:
+"tensorwise" = dynamic per-tensor scales, e4m3 input and weight, e5m2 gradients; "rowwise" =
+per-row scales, e4m3 everywhere, scales rounded down to powers of 2. --float8-all-gather
+(tensorwise only, as torchao allows) makes FSDP2 all-gather the weights in float8 with their
+scales precomputed after each optimizer step (precompute_float8_dynamic_scale_for_fsdp). On
+--device cpu the recipe is emulated (torchao's emulate=True: the float8 casts, then the
+matmuls in high precision). torchao is not a dependency of the rest: the GPU suite installs
+its wheel when a --float8 run needs it (benchmarks/gpu_suite.sh, phase fp8). The optimizer
+is shardlm's: AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-8, decoupled weight decay 0.1 on
+matrices only (norm weights undecayed), global-norm clipping at 1.0 (jobs/llama2-7b.ini);
+fused when torch accepts it, else foreach. Data: random tokens, labels = inputs (the HF
+causal-LM loss shifts them).
 
 Metric (shardlm's, src/metrics.c): a step is timed from a device synchronisation to the
 loss on the host; the slowest rank's time of each step counts; the mean over the steps
@@ -26,7 +37,8 @@ torch.cuda's peak allocated and reserved.
 Usage:
   torchrun --standalone --nproc-per-node=G benchmarks/anchor/torch_fsdp2.py \
       --model llama2-7b --micro-batch 2 [--seq 4096] [--strategy FULL_SHARD|SHARD_GRAD_OP] \
-      [--ac none|full] [--compile] [--warmup 3] [--steps 5] [--json FILE]
+      [--ac none|full] [--compile] [--float8 tensorwise|rowwise [--float8-all-gather]]
+      [--warmup 3] [--steps 5] [--json FILE]
   python3 benchmarks/anchor/torch_fsdp2.py --model tiny --device cpu   # one process, gloo
   python3 benchmarks/anchor/torch_fsdp2.py --model llama2-7b --count   # shape only, no step
 Output (rank 0): the configuration, one line per step, a result line, then one JSON line
@@ -53,6 +65,7 @@ MODELS = {
                        vocab=32000, seq=4096),
 }
 PEAK_TFLOPS = 989.0
+FLOAT8_RECIPES = ["tensorwise", "rowwise"]  # Float8LinearRecipeName values the anchor runs
 LR, BETAS, EPS, WEIGHT_DECAY, GRAD_CLIP = 3e-4, (0.9, 0.95), 1e-8, 0.1, 1.0
 
 
@@ -70,6 +83,10 @@ def parse_args(argv):
     ap.add_argument("--ac", choices=["none", "full"], default="none",
                     help="activation checkpointing of every decoder layer")
     ap.add_argument("--compile", action="store_true", help="torch.compile every decoder layer")
+    ap.add_argument("--float8", choices=FLOAT8_RECIPES, default=None,
+                    help="torchao float8 training of the decoder layers' linear layers with this recipe")
+    ap.add_argument("--float8-all-gather", action="store_true",
+                    help="with --float8 tensorwise: FSDP2 all-gathers the weights in float8")
     ap.add_argument("--warmup", type=int, default=3, help="first steps left out of the means")
     ap.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -85,6 +102,9 @@ def parse_args(argv):
             die(f"--{k.replace('_', '-')} must be >= 1")
     if a.warmup < 0 or (a.seq is not None and a.seq < 2) or a.peak_tflops <= 0:
         die("--warmup must be >= 0, --seq >= 2, --peak-tflops > 0")
+    if a.float8_all_gather and a.float8 != "tensorwise":
+        die("--float8-all-gather needs --float8 tensorwise (torchao gathers float8 weights "
+            "with per-tensor scales only)")
     return a
 
 
@@ -120,6 +140,13 @@ def count_only(a, shape, seq):
     print(json.dumps(out), flush=True)
 
 
+def float8_text(a, n_float8, dev, torchao):
+    """the header's words on the float8 recipe"""
+    how = "emulated" if dev.type != "cuda" else "torchao " + torchao.__version__
+    gather = ", float8 all-gather" if a.float8_all_gather else ""
+    return f"float8 {a.float8} on {n_float8} linear layers ({how}{gather})"
+
+
 def emit(result, path):
     """The JSON line on stdout and, with --json, appended to PATH."""
     line = json.dumps(result)
@@ -152,6 +179,45 @@ def init_distributed(device):
     return dist, rank, world, dev
 
 
+def import_torchao():
+    """torchao's float8 training API, or one error line saying how to get it"""
+    try:
+        import torchao
+        from torchao.float8 import (Float8LinearConfig, convert_to_float8_training,
+                                    precompute_float8_dynamic_scale_for_fsdp)
+    except ImportError as e:
+        die(f"--float8 needs torchao's float8 training ({e}); install its wheel with "
+            "`python3 -m pip install --no-deps torchao` (benchmarks/gpu_suite.sh's fp8 phase "
+            "installs the one under .gpu/wheels)", 1)
+    return torchao, Float8LinearConfig, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+
+
+def float8_layers(a, model, dev):
+    """Converts the decoder layers' nn.Linear modules to torchao's Float8Linear with the
+    recipe of --float8 (before torch.compile and fully_shard wrap them, as torchtitan
+    does); returns the number converted. The LM head stays bf16, and so does any linear
+    whose dimensions are not multiples of 16 (the FP8 GEMMs' constraint)."""
+    import dataclasses
+    import torch
+    _, Float8LinearConfig, convert, _ = import_torchao()
+    config = Float8LinearConfig.from_recipe_name(a.float8)
+    changes = {}
+    if a.float8_all_gather:
+        changes["enable_fsdp_float8_all_gather"] = True
+    if dev.type != "cuda":
+        changes["emulate"] = True
+    if changes:
+        config = dataclasses.replace(config, **changes)
+
+    def wanted(mod, fqn):
+        return (isinstance(mod, torch.nn.Linear) and fqn.startswith("model.layers.")
+                and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
+    before = sum(isinstance(m, torch.nn.Linear) for m in model.modules())
+    convert(model, config=config, module_filter_fn=wanted)
+    after = sum(type(m) is torch.nn.Linear for m in model.modules())
+    return before - after
+
+
 def build(a, shape, seq, dev):
     import torch
     from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
@@ -165,6 +231,7 @@ def build(a, shape, seq, dev):
         die(f"transformers chose attention '{model.config._attn_implementation}', not sdpa", 1)
     if model.lm_head.weight is model.model.embed_tokens.weight:
         die("the embedding and the LM head are tied; shardlm's are not", 1)
+    n_float8 = float8_layers(a, model, dev) if a.float8 else 0
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = a.strategy == "FULL_SHARD"
     layers = model.model.layers
@@ -176,7 +243,7 @@ def build(a, shape, seq, dev):
         fully_shard(layer, mp_policy=mp, reshard_after_forward=reshard)
         layers[i] = layer
     fully_shard(model, mp_policy=mp, reshard_after_forward=reshard)
-    return model
+    return model, n_float8
 
 
 def make_optimizer(model, impl):
@@ -201,8 +268,10 @@ def main(argv):
     t_setup = time.perf_counter()
     import torch
     import transformers
+    # torchao first: a missing one is an error before any process group or model exists
+    torchao, _, _, precompute_scales = import_torchao() if a.float8 else (None,) * 4
     dist, rank, world, dev = init_distributed(a.device)
-    model = build(a, shape, seq, dev)
+    model, n_float8 = build(a, shape, seq, dev)
     n_params = sum(p.numel() for p in model.parameters())
     fpt = flops_per_token(n_params, shape, seq)
     cuda = dev.type == "cuda"
@@ -247,12 +316,15 @@ def main(argv):
                       flush=True)
             opt, opt_impl = make_optimizer(model, "foreach"), "foreach"
             opt.step()
+        if a.float8_all_gather:  # the next all-gather's float8 scales, one pass for all weights
+            precompute_scales(model)
         opt.zero_grad(set_to_none=True)
         return loss.item(), float(norm)
 
     header = (f"# torch_fsdp2: {a.model} ({n_params:,} parameters), seq {seq}, "
               f"micro-batch {a.micro_batch}, {world} x {device_name}, {a.strategy}, ac {a.ac}, "
               f"{'torch.compile per layer' if a.compile else 'eager'}, bf16 params / fp32 reduce, "
+              f"{float8_text(a, n_float8, dev, torchao) if a.float8 else 'matmuls bf16'}, "
               f"attention {model.config._attn_implementation}; torch {torch.__version__}, "
               f"transformers {transformers.__version__}")
     if rank == 0:
@@ -265,7 +337,10 @@ def main(argv):
                   attn=model.config._attn_implementation, lr=LR, betas=list(BETAS), eps=EPS,
                   weight_decay=WEIGHT_DECAY, grad_clip=GRAD_CLIP, warmup=a.warmup, steps=a.steps,
                   flops_per_token=fpt, peak_tflops=a.peak_tflops, torch=torch.__version__,
-                  transformers=transformers.__version__,
+                  transformers=transformers.__version__, float8=a.float8,
+                  float8_all_gather=a.float8_all_gather, float8_linears=n_float8,
+                  float8_emulated=bool(a.float8) and not cuda,
+                  torchao=torchao.__version__ if a.float8 else None,
                   nccl=".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
                   nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"))
     OutOfMemory = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)

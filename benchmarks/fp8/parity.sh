@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# FP8 loss parity: the SmolLM2-135M shape trained from the seed (benchmarks/fp8/smollm2-135m.ini)
+# on real text (benchmarks/fp8/SOURCE.md) once per matmul recipe (train.matmul), same seed,
+# data and schedule, validated every --eval-every steps; then a table: each recipe's final
+# validation loss, its difference to bf16's relative to bf16's, and its mean step time.
+#
+#   bash benchmarks/fp8/parity.sh [options] [RECIPE...]
+#
+# RECIPE: bf16, fp8-tensorwise, fp8-rowwise (default: all three, bf16 first). bf16 runs
+# with the key unset (its default), so it runs on a build that lacks the key.
+# Options:
+#   --steps N         optimizer steps of every run (default 2000), the first 5% warm-up
+#   --eval-every N    steps between validation passes (default 100)
+#   --data DIR        DIR/train.bin and DIR/val.bin (default $SHLM_CACHE/fp8data, which
+#                     benchmarks/fp8/prepare_corpus.sh makes; on the GPU machine .gpu/fp8data)
+#   --out DIR         results (default /tmp/shlm-fp8-parity): DIR/RECIPE/ is each run's
+#                     run dir (metrics.jsonl: the curves), DIR/RECIPE.log its output,
+#                     DIR/parity.jsonl a row per recipe, DIR/val_loss.csv the validation
+#                     curves side by side, DIR/plots/ shardlm plot's PNGs (needs gnuplot)
+#   --ranks N         ranks of every run (default 1), through tests/mpi_test.sh
+#   --tolerance PCT   the largest |relative difference| to bf16 that passes (default 1)
+#   --cpu             runtime.backend = cpu (a smoke test: shrink the shape and the steps
+#                     with --set, e.g. --set model.n_layers=2 --set train.seq_len=64)
+#   --set KEY=VALUE   passed to every run after the script's own keys (repeatable)
+#   --dry-run         print the commands, run none
+#   --report          run nothing: the table and plots from the run dirs already in --out
+#                     (e.g. runs made on a GPU machine without gnuplot, copied here)
+# Environment: SHLM (default $SHLM_BIN/shardlm, else the tree's shardlm), SHLM_CACHE
+# (default ~/.cache/shardlm), PYTHON (a python3 for the table; the standard library only).
+# Exit status: 0 when every run finished and every FP8 recipe is within the tolerance of
+# bf16; 1 otherwise (the table says which); 2 bad usage.
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+die() { echo "parity: error: $*" >&2; exit 2; }
+SHLM_CACHE=${SHLM_CACHE:-${HOME:-/root}/.cache/shardlm}
+PY=${PYTHON:-python3}
+
+steps=2000 eval_every=100 data=$SHLM_CACHE/fp8data out=/tmp/shlm-fp8-parity ranks=1 tol=1
+cpu=0 dry=0 report=0 recipes=()
+extra=()
+while [ $# -gt 0 ]; do
+    case $1 in
+    --steps) steps=${2:?--steps needs N}; shift 2 ;;
+    --eval-every) eval_every=${2:?--eval-every needs N}; shift 2 ;;
+    --data) data=${2:?--data needs DIR}; shift 2 ;;
+    --out) out=${2:?--out needs DIR}; shift 2 ;;
+    --ranks) ranks=${2:?--ranks needs N}; shift 2 ;;
+    --tolerance) tol=${2:?--tolerance needs PCT}; shift 2 ;;
+    --cpu) cpu=1; shift ;;
+    --set) extra+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    --report) report=1; shift ;;
+    -h | --help) sed -n '2,/^# Exit/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    bf16 | fp8-tensorwise | fp8-rowwise) recipes+=("$1"); shift ;;
+    *) die "unknown recipe '$1' (bf16, fp8-tensorwise, fp8-rowwise)" ;;
+    esac
+done
+[ ${#recipes[@]} -gt 0 ] || recipes=(bf16 fp8-tensorwise fp8-rowwise)
+for n in "$steps" "$eval_every" "$ranks"; do
+    case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
+done
+case $tol in '' | *[!0-9.]* | *.*.*) die "--tolerance: not a percentage: '$tol'" ;; esac
+seen=" "
+for r in "${recipes[@]}"; do
+    case $seen in *" $r "*) die "recipe $r given twice" ;; esac
+    seen="$seen$r "
+done
+if [ -z "${SHLM:-}" ]; then
+    SHLM=$src/shardlm
+    [ -n "${SHLM_BIN:-}" ] && SHLM=$SHLM_BIN/shardlm
+fi
+[ "$report" = 0 ] || [ -d "$out" ] || die "--report: no directory $out"
+if [ "$dry" = 0 ]; then
+    [ -x "$SHLM" ] || die "no shardlm at $SHLM (set SHLM or SHLM_BIN)"
+    [ "$report" = 1 ] || for f in train.bin val.bin; do
+        [ -f "$data/$f" ] || die "no $data/$f (benchmarks/fp8/prepare_corpus.sh --out $data makes it)"
+    done
+    mkdir -p "$out" || die "cannot create $out"
+    "$PY" -c 'import json' 2> /dev/null || die "no $PY to make the table (set PYTHON)"
+fi
+case $out in /*) ;; *) out=$PWD/$out ;; esac
+case $data in /*) ;; *) data=$PWD/$data ;; esac
+
+failed=0
+for r in "${recipes[@]}"; do
+    sets=(--set data.train="$data/train.bin" --set data.val="$data/val.bin"
+        --set train.steps="$steps" --set train.warmup_steps=$((steps / 20))
+        --set train.eval_every="$eval_every"
+        --set log.run_dir="$out/$r" --set checkpoint.dir=)
+    [ "$r" = bf16 ] || sets+=(--set train.matmul="$r")
+    [ "$cpu" = 1 ] && sets+=(--set runtime.backend=cpu)
+    [ "$report" = 1 ] && break
+    echo "+ sh $src/tests/mpi_test.sh $ranks $SHLM train $here/smollm2-135m.ini ${sets[*]} ${extra[*]}"
+    [ "$dry" = 1 ] && continue
+    rm -rf "${out:?}/$r"
+    t0=$SECONDS
+    sh "$src/tests/mpi_test.sh" "$ranks" "$SHLM" train "$here/smollm2-135m.ini" "${sets[@]}" \
+        "${extra[@]}" > "$out/$r.log" 2>&1
+    rc=$?
+    echo "  $r: exit status $rc, $((SECONDS - t0)) s; log $out/$r.log"
+    [ $rc = 0 ] || failed=1
+done
+[ "$dry" = 1 ] && exit 0
+
+# the table: the standard library only (the GPU machine's python3 has no numpy to spare)
+"$PY" - "$out" "$tol" "$steps" "${recipes[@]}" <<'EOF' || failed=1
+import json, os, sys
+out, tol, steps, recipes = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
+
+def last_error(log):
+    try:
+        lines = [l.strip() for l in open(log, errors="replace") if l.strip()]
+    except OSError:
+        return "no log"
+    errs = [l for l in lines if "error" in l.lower()]
+    return (errs or lines or ["empty log"])[-1]
+
+rows = []
+for r in recipes:
+    row = dict(recipe=r, status="failed")
+    try:
+        steps_ = [json.loads(l) for l in open(os.path.join(out, r, "metrics.jsonl")) if l.strip()]
+    except (OSError, ValueError):
+        steps_ = []
+    run_ids = {s.get("run_id") for s in steps_}
+    vals = [(s["step"], s["val_loss"]) for s in steps_ if s.get("val_loss") is not None]
+    if steps_ and steps_[-1]["step"] == steps and vals and vals[-1][0] == steps and len(run_ids) == 1:
+        # the step time: steps without a validation pass, after the first tenth (at most 10
+        # steps: cuBLASLt plans and the allocator's first steps); all steps when none is left
+        skip = min(10, steps // 10)
+        timed = [s for s in steps_ if s["step"] > skip and s.get("val_loss") is None] or steps_
+        ms = sum(s["step_ms"] for s in timed) / len(timed)
+        tps = sum(s["tokens_per_s_per_gpu"] for s in timed) / len(timed)
+        row.update(status="ok", val_loss=vals[-1][1], train_loss=steps_[-1]["loss"], step_ms=ms,
+                   tokens_per_s_per_gpu=tps, steps_timed=len(timed), val_curve=vals,
+                   mem_peak_gib=max(s["mem_peak_bytes"] for s in steps_) / 2**30)
+    else:
+        row["why"] = last_error(os.path.join(out, r + ".log"))
+    rows.append(row)
+base = next((x for x in rows if x["recipe"] == "bf16" and x["status"] == "ok"), None)
+bad = 0
+for x in rows:
+    if x["status"] != "ok":
+        bad += 1
+    elif base and x is not base:
+        x["rel_diff_pct"] = 100.0 * (x["val_loss"] - base["val_loss"]) / base["val_loss"]
+        x["within_tolerance"] = abs(x["rel_diff_pct"]) <= tol
+        bad += not x["within_tolerance"]
+        x["step_ms_vs_bf16"] = x["step_ms"] / base["step_ms"]
+with open(os.path.join(out, "parity.jsonl"), "w") as f:
+    for x in rows:
+        f.write(json.dumps(x) + "\n")
+# the validation curves side by side: step, then each recipe's loss ('' where it has none)
+curves = {x["recipe"]: dict(x.get("val_curve", [])) for x in rows}
+all_steps = sorted({s for c in curves.values() for s in c})
+with open(os.path.join(out, "val_loss.csv"), "w") as f:
+    f.write(",".join(["step"] + recipes) + "\n")
+    for s in all_steps:
+        f.write(",".join([str(s)] + [f"{curves[r][s]:.6f}" if s in curves[r] else "" for r in recipes]) + "\n")
+
+print(f"# fp8 parity: {steps} steps; relative difference = (val - bf16's) / bf16's; "
+      f"within: |difference| <= {tol:g}%; step time: mean of the steps without validation "
+      f"after the first {min(10, steps // 10)}")
+print(f"#  {'recipe':16s} {'val_loss':>9s} {'train_loss':>10s} {'rel_diff%':>9s} {'within':>6s} "
+      f"{'ms/step':>9s} {'x_bf16':>6s} {'tok/s/GPU':>10s} {'mem_GiB':>7s}  notes")
+def num(x, k, spec, w):
+    """x[k] formatted as {:SPEC} right-aligned in W columns, '-' where it is not a number"""
+    v = x.get(k)
+    return f"{v:{spec}}".rjust(w) if isinstance(v, (int, float)) and not isinstance(v, bool) else "-".rjust(w)
+for x in rows:
+    within = {True: "yes", False: "NO"}.get(x.get("within_tolerance"), "-")
+    note = "" if x["status"] == "ok" else f"FAILED: {x.get('why', '')}"
+    print(f"   {x['recipe']:16s} {num(x, 'val_loss', '.4f', 9)} {num(x, 'train_loss', '.4f', 10)} "
+          f"{num(x, 'rel_diff_pct', '+.3f', 9)} {within:>6s} {num(x, 'step_ms', '.2f', 9)} "
+          f"{num(x, 'step_ms_vs_bf16', '.3f', 6)} {num(x, 'tokens_per_s_per_gpu', ',.0f', 10)} "
+          f"{num(x, 'mem_peak_gib', '.2f', 7)}  {note}")
+sys.exit(1 if bad else 0)
+EOF
+
+# the curves as PNGs, where gnuplot is (shardlm plot's dependency)
+done_runs=()
+for r in "${recipes[@]}"; do [ -s "$out/$r/metrics.jsonl" ] && done_runs+=("$out/$r"); done
+if [ ${#done_runs[@]} -gt 0 ]; then
+    if command -v gnuplot > /dev/null; then
+        "$SHLM" plot --out "$out/plots" "${done_runs[@]}" > "$out/plot.log" 2>&1 &&
+            echo "# plots: $out/plots/loss.png (training and validation loss of every recipe)" ||
+            echo "# plots: shardlm plot failed: $(tail -n 1 "$out/plot.log")"
+    else
+        echo "# plots: no gnuplot here; elsewhere: shardlm plot --out DIR ${done_runs[*]}"
+    fi
+fi
+exit $failed
