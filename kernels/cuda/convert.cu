@@ -139,11 +139,7 @@ static void built_for(char *out, size_t outlen) {
 extern "C" int shlm_cuda_device_check(char *why, size_t whylen) {
     int dev = 0;
     cudaDeviceProp p;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
-        cudaError_t rc = cudaGetLastError();
-        snprintf(why, whylen, "cannot query the bound device: %s", cudaGetErrorString(rc));
-        return -1;
-    }
+    if (shlm_cuda_bound_device(&dev, &p, why, whylen) != 0) return -1;
     cudaFuncAttributes fa;
     cudaError_t rc = cudaFuncGetAttributes(&fa, round_bf16_kernel);
     if (rc == cudaSuccess) return 0;

@@ -206,6 +206,17 @@ __device__ __forceinline__ float block_max(float v, float *shared) {
     return warp_max(v);
 }
 
+/* The bound device and its properties: 0, or -1 with one line in why (the device checks
+ * answer with it rather than abort). */
+static inline int shlm_cuda_bound_device(int *dev, cudaDeviceProp *p, char *why, size_t whylen) {
+    if (cudaGetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(p, *dev) != cudaSuccess) {
+        cudaError_t rc = cudaGetLastError();
+        snprintf(why, whylen, "cannot query the bound device: %s", cudaGetErrorString(rc));
+        return -1;
+    }
+    return 0;
+}
+
 /* ------------------------------------------- primitives of the attention kernels */
 
 /* Named barriers 1..15 among n threads (a multiple of 32): bar_arrive signals without

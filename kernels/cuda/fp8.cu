@@ -341,11 +341,7 @@ static const char *scaling_name(shlm_fp8_scaling s) {
 extern "C" int shlm_cuda_fp8_check(char *why, size_t whylen) {
     int dev = 0;
     cudaDeviceProp p;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
-        cudaError_t rc = cudaGetLastError();
-        snprintf(why, whylen, "cannot query the bound device: %s", cudaGetErrorString(rc));
-        return -1;
-    }
+    if (shlm_cuda_bound_device(&dev, &p, why, whylen) != 0) return -1;
     if (!((p.major == 8 && p.minor == 9) || p.major == 9)) {
         snprintf(why, whylen, "device %d, %s (compute capability %d.%d), has no FP8 tensor "
                  "cores: FP8 matmuls need compute capability 8.9 or 9.x", dev, p.name, p.major,
