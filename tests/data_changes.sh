@@ -47,8 +47,9 @@ change_during_run() {
         --set runtime.comm_delay_us=20000 >"$work/$name.out" 2>"$work/$name.err" </dev/null &
     bg=$!
     wait_step "$work/$name" 2 $bg >/dev/null
-    at=$(lines "$work/$name")
     "$@"
+    at=$(lines "$work/$name") # the steps logged once the change is made (a loaded machine
+    # may log more between wait_step and the change: those are not "after" it)
     t0=$(date +%s)
     wait $bg
     rc=$?
