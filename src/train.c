@@ -113,6 +113,30 @@ static void plan_check_setup(const run *r, const size_t measured[PLAN_N_CATEGORI
            r->ops->allocated_bytes ? "the backend's count" : "bytes requested");
 }
 
+/* One micro-batch's rows as the data loader fills them: inputs, targets and (with
+ * data.doc_mask) each token's document start; micro_batch x seq_len int32 each. */
+typedef struct batch_rows {
+    int32_t *inputs, *targets, *doc_start;
+    size_t n; /* elements of each */
+} batch_rows;
+
+static void batch_rows_alloc(batch_rows *b, const job_config *c) {
+    const size_t n = (size_t)c->micro_batch * c->seq_len;
+    b->n = n;
+    b->inputs = malloc(n * sizeof(int32_t));
+    b->targets = malloc(n * sizeof(int32_t));
+    b->doc_start = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
+    SHLM_CHECK_ALLOC(b->inputs);
+    SHLM_CHECK_ALLOC(b->targets);
+    if (c->doc_mask) SHLM_CHECK_ALLOC(b->doc_start);
+}
+
+static void batch_rows_free(batch_rows *b) {
+    free(b->inputs);
+    free(b->targets);
+    free(b->doc_start);
+}
+
 /* The plan check after training: nothing was allocated through the ops after set-up (the
  * cpu backend's count), and on a device the memory in use grew by the plan's total
  * (cudaMemGetInfo's drop: the arena, the op scratch and the library workspace). */
@@ -363,12 +387,9 @@ int run_validate(run *r, double *loss, double *scored) {
                                            : dl.n_windows;
     if (windows > dl.n_windows) windows = dl.n_windows;
     const uint64_t batches = (windows + per_batch - 1) / per_batch;
-    const size_t n = (size_t)c->micro_batch * c->seq_len;
-    int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
-    int32_t *ds = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
-    SHLM_CHECK_ALLOC(in);
-    SHLM_CHECK_ALLOC(tg);
-    if (c->doc_mask) SHLM_CHECK_ALLOC(ds);
+    batch_rows br;
+    batch_rows_alloc(&br, c);
+    int32_t *in = br.inputs, *tg = br.targets, *ds = br.doc_start;
     /* token-weighted: the loss sums and target counts of all ranks, divided once */
     double sums[3] = {0, 0, 0}; /* loss sum, trained targets, ranks whose token file changed */
     char data_err[1536] = "";
@@ -388,9 +409,7 @@ int run_validate(run *r, double *loss, double *scored) {
     }
     sums[2] = data_failed;
     MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-    free(in);
-    free(tg);
-    free(ds);
+    batch_rows_free(&br);
     data_loader_free(&dl);
     if (sums[2] > 0) return any_rank_failed(!data_failed, data_err);
     *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
@@ -666,12 +685,9 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     dl.doc_mask = c->doc_mask;
     const int first = (int)st0->step, end = c->stop_after > 0 ? c->stop_after : c->steps;
     watch_set_range(w, first, end);
-    const size_t n = (size_t)c->micro_batch * c->seq_len;
-    int32_t *in = malloc(n * sizeof(int32_t)), *tg = malloc(n * sizeof(int32_t));
-    int32_t *ds = c->doc_mask ? malloc(n * sizeof(int32_t)) : NULL;
-    SHLM_CHECK_ALLOC(in);
-    SHLM_CHECK_ALLOC(tg);
-    if (c->doc_mask) SHLM_CHECK_ALLOC(ds);
+    batch_rows br;
+    batch_rows_alloc(&br, c);
+    int32_t *in = br.inputs, *tg = br.targets, *ds = br.doc_start;
     lr_schedule sch = lr_schedule_job(c->lr, c->min_lr, c->warmup_steps, c->steps);
     if (st0->lr_decay_from >= 0) { /* extended when a resume changed train.steps */
         sch.decay_from = (int)st0->lr_decay_from;
@@ -721,9 +737,9 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
                                       sizeof err) != 0) {
             data_failed = 1; /* zeroed rows (what a failed batch leaves) keep this rank in the
                               * step's collectives; the step-end check ends the run */
-            memset(in, 0, n * sizeof *in);
-            memset(tg, 0, n * sizeof *tg);
-            if (ds) memset(ds, 0, n * sizeof *ds);
+            memset(in, 0, br.n * sizeof *in);
+            memset(tg, 0, br.n * sizeof *tg);
+            if (ds) memset(ds, 0, br.n * sizeof *ds);
         } else if (n_step == 0 && r->rank == 0) {
             fprintf(stderr, "shardlm: warning: step %d: no target of its %d sequences is "
                     "trained (all masked): its gradient is zero\n", s + 1, c->global_batch);
@@ -883,9 +899,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
     plan_check_end(r, device_peak);
-    free(in);
-    free(tg);
-    free(ds);
+    batch_rows_free(&br);
     data_loader_free(&dl);
     watch_summary(w, rc == 0);
     if (rc != 0) return rc;
