@@ -219,6 +219,12 @@ typedef struct shlm_ops {
      * src). Writes q->codes and q->scale_inv by the rule above, q->format and q->scaling
      * as the caller set them. */
     void (*fp8_quantize)(const shlm_fp8_matrix *q, const void *src, int transpose);
+    /* q = quantize(src) and q_t = quantize(srcᵀ) for src an act matrix of q->rows x
+     * q->cols (q_t: q->cols x q->rows, q's format and scaling): bit for bit the two
+     * fp8_quantize calls, in one pass over src where the scaling lets both layouts share
+     * it (tensorwise: one amax, then both layouts written from one read of src). */
+    void (*fp8_quantize_both)(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
+                              const void *src);
     /* out(M,N) = (a(M,K) · b(N,K)ᵀ) · scales + c, with M = a->rows, N = b->rows,
      * K = a->cols = b->cols, both operands K-contiguous (cuBLASLt's FP8 "TN" form), the
      * products of decoded values summed in fp32, then multiplied by a's scale (of the row,

@@ -11,6 +11,8 @@ fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_wei
     s.a_scales = max_sz(N, max_width);
     s.b_codes = max_sz(max_weight, N * max_in);
     s.b_scales = max_width;
+    s.t_codes = N * max_width;
+    s.t_scales = max_width;
     return s;
 }
 
@@ -28,34 +30,47 @@ int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_f
     }
 }
 
-/* a or b of the next GEMM: rows x cols of format fmt over that side's buffers, quantized
- * from src (transpose: src is cols x rows) */
-static shlm_fp8_matrix operand(const fp8_linear *f, int side_b, int rows, int cols,
+enum side { SIDE_A, SIDE_B, SIDE_T };
+
+/* rows x cols of format fmt over one of the buffers (not yet quantized) */
+static shlm_fp8_matrix matrix(const fp8_linear *f, enum side side, int rows, int cols,
+                              shlm_fp8_format fmt) {
+    uint8_t *const codes[] = {f->a_codes, f->b_codes, f->t_codes};
+    float *const scales[] = {f->a_scales, f->b_scales, f->t_scales};
+    return (shlm_fp8_matrix){codes[side], scales[side], rows, cols, fmt, f->scaling};
+}
+
+/* an operand quantized from src (transpose: src is cols x rows) */
+static shlm_fp8_matrix operand(const fp8_linear *f, enum side side, int rows, int cols,
                                shlm_fp8_format fmt, const void *src, int transpose) {
-    shlm_fp8_matrix q = {side_b ? f->b_codes : f->a_codes, side_b ? f->b_scales : f->a_scales,
-                         rows, cols, fmt, f->scaling};
+    const shlm_fp8_matrix q = matrix(f, side, rows, cols, fmt);
     f->ops->fp8_quantize(&q, src, transpose);
     return q;
 }
 
 void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
-                    int OC, const void *residual) {
-    const shlm_fp8_matrix a = operand(f, 0, N, C, SHLM_FP8_E4M3, inp, 0);
-    const shlm_fp8_matrix b = operand(f, 1, OC, C, SHLM_FP8_E4M3, w, 0);
+                    int OC, const void *residual, const shlm_fp8_matrix *keep_t) {
+    const shlm_fp8_matrix a = keep_t ? matrix(f, SIDE_A, N, C, SHLM_FP8_E4M3)
+                                     : operand(f, SIDE_A, N, C, SHLM_FP8_E4M3, inp, 0);
+    if (keep_t) f->ops->fp8_quantize_both(&a, keep_t, inp);
+    const shlm_fp8_matrix b = operand(f, SIDE_B, OC, C, SHLM_FP8_E4M3, w, 0);
     f->ops->matmul_fp8(out, 0, &a, &b, residual);
 }
 
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
                     const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
                     int C, int OC, int flags) {
+    const shlm_fp8_matrix dy = matrix(f, SIDE_A, N, OC, f->grad_format);
+    const shlm_fp8_matrix dy_t = matrix(f, SIDE_T, OC, N, f->grad_format);
+    if (dinp && dweight) f->ops->fp8_quantize_both(&dy, &dy_t, dout);
+    else if (dinp) f->ops->fp8_quantize(&dy, dout, 0);
+    else if (dweight) f->ops->fp8_quantize(&dy_t, dout, 1);
     if (dinp) {
-        const shlm_fp8_matrix a = operand(f, 0, N, OC, f->grad_format, dout, 0);
-        const shlm_fp8_matrix b = operand(f, 1, C, OC, SHLM_FP8_E4M3, w, 1);
-        f->ops->matmul_fp8(dinp, 0, &a, &b, flags & SHLM_MM_SET_DINP ? NULL : dinp);
+        const shlm_fp8_matrix b = operand(f, SIDE_B, C, OC, SHLM_FP8_E4M3, w, 1);
+        f->ops->matmul_fp8(dinp, 0, &dy, &b, flags & SHLM_MM_SET_DINP ? NULL : dinp);
     }
     if (dweight) {
-        const shlm_fp8_matrix a = operand(f, 0, OC, N, f->grad_format, dout, 1);
-        const shlm_fp8_matrix b = inp_t ? *inp_t : operand(f, 1, C, N, SHLM_FP8_E4M3, inp, 1);
-        f->ops->matmul_fp8(dweight, 1, &a, &b, flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
+        const shlm_fp8_matrix b = inp_t ? *inp_t : operand(f, SIDE_B, C, N, SHLM_FP8_E4M3, inp, 1);
+        f->ops->matmul_fp8(dweight, 1, &dy_t, &b, flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
     }
 }

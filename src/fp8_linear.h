@@ -9,7 +9,7 @@
 #include "kernels/ops.h"
 #include "src/model.h"
 
-/* The recipe's formats and two operand buffers, reused by every GEMM in turn (the model
+/* The recipe's formats and three operand buffers, reused by every GEMM in turn (the model
  * allocates them once, through ops->alloc, at the sizes fp8_linear_sizes gives). */
 typedef struct fp8_linear {
     const shlm_ops *ops;
@@ -19,14 +19,16 @@ typedef struct fp8_linear {
                                  * give it), as torchao's two recipes */
     uint8_t *a_codes, *b_codes; /* codes of a (the GEMM's M side) and b (its N side) */
     float *a_scales, *b_scales; /* their scale_inv */
+    uint8_t *t_codes;           /* q(dyᵀ), made beside q(dy) from one pass over dy */
+    float *t_scales;
 } fp8_linear;
 
-/* What the two operand buffers must hold for linears of at most `max_width` inputs or
+/* What the operand buffers must hold for linears of at most `max_width` inputs or
  * outputs, `max_weight` weight elements and `max_in` inputs, over N token rows:
- * a holds q(x) (N x C), q(dy) (N x OC), q(dyᵀ) (OC x N); b holds q(W) (OC x C), q(Wᵀ)
- * (C x OC), q(xᵀ) (C x N). Elements: codes are bytes, scales floats. */
+ * a holds q(x) (N x C), q(dy) (N x OC); b holds q(W) (OC x C), q(Wᵀ) (C x OC), q(xᵀ)
+ * (C x N); t holds q(dyᵀ) (OC x N). Elements: codes are bytes, scales floats. */
 typedef struct fp8_linear_sizes {
-    size_t a_codes, a_scales, b_codes, b_scales;
+    size_t a_codes, a_scales, b_codes, b_scales, t_codes, t_scales;
 } fp8_linear_sizes;
 fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_weight,
                                       size_t max_in);
@@ -35,13 +37,16 @@ fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_wei
 int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad);
 
 /* out(N,OC) = q(inp(N,C), E4M3) · q(w(OC,C), E4M3)ᵀ + residual: residual as matmul_fwd's
- * (NULL, separate, or aliasing out). */
+ * (NULL, separate, or aliasing out). keep_t: NULL, or a C x N matrix (codes and scales
+ * the caller owns, E4M3, the recipe's scaling) that receives q(inpᵀ) for the backward, made
+ * in the same pass over inp as q(inp). */
 void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
-                    int OC, const void *residual);
+                    int OC, const void *residual, const shlm_fp8_matrix *keep_t);
 /* matmul_bwd's contract (dinp and dweight skipped when NULL, "+=" unless flags set them):
  * dinp(N,C) = q(dout, G) · q(wᵀ, E4M3)ᵀ; dweight(OC,C) = q(doutᵀ, G) · q(inpᵀ, E4M3)ᵀ in
  * fp32. inp_t: q(inpᵀ) as the forward kept it (C x N, E4M3, the recipe's scaling: the same
- * codes quantizing inp here would give), or NULL to quantize inp. */
+ * codes quantizing inp here would give), or NULL to quantize inp. With both products, q(dout)
+ * and q(doutᵀ) come from one pass over dout. */
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
                     const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
                     int C, int OC, int flags);

@@ -273,6 +273,8 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
         ONE(fp8.a_scales, BUF_F32, fz.a_scales);
         ONE(fp8.b_codes, BUF_U8, fz.b_codes);
         ONE(fp8.b_scales, BUF_F32, fz.b_scales);
+        ONE(fp8.t_codes, BUF_U8, fz.t_codes);
+        ONE(fp8.t_scales, BUF_F32, fz.t_scales);
     }
 #undef ONE
     return bytes;
@@ -343,7 +345,8 @@ llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B
 
 llama_model *llama_create_recipe(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                                  llama_ac ac, model_matmul matmul, llama_param_source src) {
-    if (matmul != MODEL_MATMUL_BF16 && (!ops->fp8_quantize || !ops->matmul_fp8))
+    if (matmul != MODEL_MATMUL_BF16 && (!ops->fp8_quantize || !ops->fp8_quantize_both ||
+                                       !ops->matmul_fp8))
         SHLM_FATAL("the %s backend has no FP8 matmul", ops->name);
     llama_model *m = calloc(1, sizeof *m);
     SHLM_CHECK_ALLOC(m);
@@ -397,7 +400,7 @@ void llama_destroy(llama_model *m) {
 #undef FIELD
     void *p[] = {m->lnf, m->rstdf, m->logits, m->losses, m->dx, m->dln, m->dwide1, m->dwide2,
                  m->tokens_dev, m->targets_dev, m->doc_dev, m->fp8.a_codes, m->fp8.a_scales,
-                 m->fp8.b_codes, m->fp8.b_scales};
+                 m->fp8.b_codes, m->fp8.b_scales, m->fp8.t_codes, m->fp8.t_scales};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
     free(m->x);
     free(m->acts);
@@ -456,11 +459,17 @@ static void progress(const llama_model *m) {
     if (m->src.progress) m->src.progress(m->src.ctx);
 }
 
-/* A block's linear layer in the model's recipe: matmul_fwd / matmul_bwd's contract. */
+/* A block's linear layer in the model's recipe: matmul_fwd / matmul_bwd's contract.
+ * keep_t: the block's matrix for q(inpᵀ) (an FP8 recipe keeping activations: filled for
+ * the backward), or a matrix without codes. */
 static void linear_fwd(const llama_model *m, void *out, const void *inp, const void *w, int N,
-                       int C, int OC, const void *residual) {
-    if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_fwd(out, inp, w, N, C, OC, residual);
-    else fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual);
+                       int C, int OC, const void *residual, shlm_fp8_matrix *keep_t) {
+    if (m->matmul == MODEL_MATMUL_BF16) {
+        m->ops->matmul_fwd(out, inp, w, N, C, OC, residual);
+        return;
+    }
+    if (keep_t->codes) keep_t->cols = N;
+    fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual, keep_t->codes ? keep_t : NULL);
 }
 /* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
  * without codes: quantize inp */
@@ -472,14 +481,7 @@ static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *
                         flags);
 }
 /* att is attention's backward input too, so kept itself: its transpose is made when needed */
-static const shlm_fp8_matrix no_transpose = {0};
-
-/* Keeps q(inpᵀ) for the backward into t when the block keeps it (t has codes). */
-static void keep_transpose(const llama_model *m, shlm_fp8_matrix *t, const void *inp, int N) {
-    if (!t->codes) return;
-    t->cols = N;
-    m->ops->fp8_quantize(t, inp, 1);
-}
+static shlm_fp8_matrix no_transpose = {0};
 
 /* Tensor indices inside a block unit (see the layout comment in llama.h). */
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
@@ -501,24 +503,21 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     void *xout = m->x[l + 1];
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL));
-    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln1_t, a->ln1, N));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL));
-    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->ln2_t, a->ln2, N));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid));
-    PROF(m, PROF_MATMUL_FWD, keep_transpose(m, &a->h_t, a->h, N));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t));
     progress(m);
 }
 

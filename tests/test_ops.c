@@ -2068,6 +2068,34 @@ static void fp8_scale_case(const ref_fp8 *f) {
     release_all();
 }
 
+/* fp8_quantize_both(src) writes what the two fp8_quantize calls wrote into q and qt (both
+ * checked against the reference already), bit for bit: codes and scales. */
+static void fp8_both_check(const ref_fp8 *f, const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt,
+                           const float *src) {
+    const int rowwise = q->scaling == SHLM_FP8_ROWWISE;
+    const size_t n = (size_t)q->rows * q->cols;
+    shlm_fp8_matrix b = fp8_dev(q->rows, q->cols, f, rowwise);
+    shlm_fp8_matrix bt = fp8_dev(q->cols, q->rows, f, rowwise);
+    ops->fp8_quantize_both(&b, &bt, up_act(src, n));
+    const shlm_fp8_matrix *want[] = {q, qt}, *got[] = {&b, &bt};
+    int same = 1;
+    for (int k = 0; k < 2; k++) {
+        const size_t ns = fp8_scales(want[k]);
+        uint8_t *wc = xcalloc(n, 1), *gc = xcalloc(n, 1);
+        float *ws = hf(ns), *gs = hf(ns);
+        ops->sync();
+        ops->to_host(wc, want[k]->codes, n);
+        ops->to_host(gc, got[k]->codes, n);
+        ops->to_host(ws, want[k]->scale_inv, ns * sizeof(float));
+        ops->to_host(gs, got[k]->scale_inv, ns * sizeof(float));
+        same &= memcmp(wc, gc, n) == 0 && memcmp(ws, gs, ns * sizeof(float)) == 0;
+    }
+    char name[160];
+    snprintf(name, sizeof name, "fp8_quantize_both %s %s (%dx%d) == fp8_quantize plain and "
+             "transposed, bit for bit", f->name, rowwise ? "rowwise" : "tensorwise", q->rows, q->cols);
+    check_true(name, same);
+}
+
 /* Random matrices of rows x cols: plain and transposed, both scalings; tensorwise, q(srcᵀ)
  * is bit for bit the transpose of q(src). scale_mix spreads the rows' magnitudes over
  * 2^-20 .. 2^20 so that rowwise scales differ. */
@@ -2095,6 +2123,7 @@ static void fp8_random_case(const ref_fp8 *f, int rows, int cols) {
                      "(%s %dx%d)", f->name, rows, cols);
             check_true(name, same);
         }
+        fp8_both_check(f, &q, &qt, src);
     }
     release_all();
 }
@@ -2236,6 +2265,7 @@ static void test_fp8(void) {
         fp8_random_case(fmts[k], 37, 53);
         fp8_random_case(fmts[k], 1, 1);
         fp8_random_case(fmts[k], 64, 128);
+        fp8_random_case(fmts[k], 300, 264);
         if (!is_cpu && !small_only) fp8_vs_cpu_case(fmts[k], 512, 4096);
     }
     /* the recipes' formats (tensorwise: e5m2 gradients; rowwise: e4m3), and each other

@@ -80,6 +80,8 @@ void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
  * scalings of a and b differ, or both are E5M2. ---- */
 int shlm_cpu_fp8_check(char *why, size_t whylen);
 void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
+void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
+                                const void *src);
 void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
                          const shlm_fp8_matrix *b, const void *c);
 

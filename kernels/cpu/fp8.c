@@ -104,6 +104,16 @@ void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transp
     quantize_groups(q->codes, q->scale_inv, src, q->rows, q->cols, rs, ks, tensorwise, q->format);
 }
 
+void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
+                                const void *src) {
+    if (q_t->rows != q->cols || q_t->cols != q->rows || q_t->format != q->format ||
+        q_t->scaling != q->scaling)
+        SHLM_FATAL("fp8_quantize_both: q is %dx%d, q_t %dx%d (must be its transpose, same "
+                   "format and scaling)", q->rows, q->cols, q_t->rows, q_t->cols);
+    shlm_cpu_fp8_quantize(q, src, 0);
+    shlm_cpu_fp8_quantize(q_t, src, 1);
+}
+
 /* The fp32 values of q's codes, unscaled (rows x cols). */
 static float *decoded(const shlm_fp8_matrix *q) {
     float table[256];

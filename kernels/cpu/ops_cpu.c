@@ -51,6 +51,7 @@ const shlm_ops shlm_ops_cpu = {
 
     .fp8_check = shlm_cpu_fp8_check,
     .fp8_quantize = shlm_cpu_fp8_quantize,
+    .fp8_quantize_both = shlm_cpu_fp8_quantize_both,
     .matmul_fp8 = shlm_cpu_matmul_fp8,
 
     .adamw = shlm_cpu_adamw,

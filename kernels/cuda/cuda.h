@@ -175,6 +175,8 @@ int shlm_cuda_fp8_check(char *why, size_t whylen);
 /* src bf16; device-side scales only (no host synchronisation): amax and cast are kernels
  * queued on the stream; q->scale_inv holds the amax between them */
 void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
+void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
+                                 const void *src);
 /* cuBLASLt's FP8 TN product (scale pointers: SCALAR_32F tensorwise, OUTER_VEC_32F
  * rowwise; fp32 accumulation) where its layout rules allow (K and N multiples of 16, every
  * pointer 16-byte aligned) and it offers an algorithm; the declared fallback kernel

@@ -196,10 +196,32 @@ enum { TT_RPT = 8, TT_ROWS = 16 * TT_RPT, TT_COLS = 128 };
 __device__ __forceinline__ float bf16_word_half(uint32_t w, int hi) {
     return __uint_as_float(hi ? w & 0xFFFF0000u : w << 16);
 }
-template <int F, bool ROWWISE>
+/* direct[(row + i)·C + col + j] = fp8(x[row + i, col + j] · scale) for the TT_RPT rows × 8
+ * columns a transpose-cast thread holds as raw bf16 words (zeros past the edges); vec: all
+ * in bounds, C a multiple of 8 and direct 8-byte aligned (one 8-byte store a row). */
+template <int F>
+__device__ __forceinline__ void direct_codes(uint8_t *direct, const uint4 *raw, int row, int col,
+                                             int R, int C, float scale, bool vec) {
+#pragma unroll
+    for (int i = 0; i < TT_RPT; i++) {
+        const uint32_t w[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+        uint32_t pair[4];
+#pragma unroll
+        for (int h = 0; h < 4; h++)
+            pair[h] = fp8x2<F>(bf16_word_half(w[h], 0), bf16_word_half(w[h], 1), scale);
+        uint8_t *dst = direct + (size_t)(row + i) * C + col;
+        if (vec) {
+            *reinterpret_cast<uint2 *>(dst) = make_uint2(pair[0] | pair[1] << 16, pair[2] | pair[3] << 16);
+        } else if (row + i < R) {
+            for (int j = 0; j < 8 && col + j < C; j++) dst[j] = (uint8_t)(pair[j >> 1] >> (8 * (j & 1)));
+        }
+    }
+}
+template <int F, bool ROWWISE, bool DIRECT>
 __global__ void __launch_bounds__(Q_THREADS)
     transpose_cast_kernel(uint8_t *codes, const bf16 *x, int R, int C, const unsigned *amax_bits,
-                          bool vec_in, bool vec_out) {
+                          bool vec_in, bool vec_out, uint8_t *direct, bool vec_direct) {
+    static_assert(!(ROWWISE && DIRECT), "the direct layout shares the tensorwise scale only");
     constexpr int W = TT_ROWS / 4; /* words of one output row of the tile */
     __shared__ uint32_t tile[TT_COLS][W + 1];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -235,6 +257,8 @@ __global__ void __launch_bounds__(Q_THREADS)
                 raw[i] = make_uint4(w[0], w[1], w[2], w[3]);
             }
         }
+        if (DIRECT) /* x's own layout from the same registers: 8 codes of each row */
+            direct_codes<F>(direct, raw, row, col, R, C, scale[0], full && vec_direct);
         __syncthreads(); /* the previous tile's readers are done */
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -268,10 +292,14 @@ __global__ void __launch_bounds__(Q_THREADS)
     }
 }
 
-/* scale_inv[i] = 1 / scale(amax), in place over the amax bits the passes above left */
-template <int F> __global__ void finalize_kernel(float *scale_inv, int n) {
+/* scale_inv[i] = 1 / scale(amax), in place over the amax bits the passes above left, and
+ * into copy[i] too when copy is not NULL */
+template <int F> __global__ void finalize_kernel(float *scale_inv, int n, float *copy) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) scale_inv[i] = __frcp_rn(fp8_scale_of<F>(scale_inv[i])); /* the amax, as a float */
+    if (i >= n) return;
+    const float v = __frcp_rn(fp8_scale_of<F>(scale_inv[i])); /* the amax, as a float */
+    scale_inv[i] = v;
+    if (copy) copy[i] = v;
 }
 
 /* The declared fallback of matmul_fp8, for what cuBLASLt's FP8 path does not take (K or N
@@ -393,15 +421,48 @@ template <int F> static void quantize(const shlm_fp8_matrix *q, const bf16 *src,
             const bool vec_in = C % 8 == 0 && shlm_aligned(src, 16);
             const bool vec_out = R % 16 == 0 && shlm_aligned(q->codes, 16);
             if (rowwise)
-                transpose_cast_kernel<F, true><<<grid, Q_THREADS, 0, s>>>(q->codes, src, R, C, amax,
-                                                                          vec_in, vec_out);
+                transpose_cast_kernel<F, true, false><<<grid, Q_THREADS, 0, s>>>(
+                    q->codes, src, R, C, amax, vec_in, vec_out, nullptr, false);
             else
-                transpose_cast_kernel<F, false><<<grid, Q_THREADS, 0, s>>>(q->codes, src, R, C, amax,
-                                                                           vec_in, vec_out);
+                transpose_cast_kernel<F, false, false><<<grid, Q_THREADS, 0, s>>>(
+                    q->codes, src, R, C, amax, vec_in, vec_out, nullptr, false);
         }
         CUDA_CHECK_LAST();
     }
-    finalize_kernel<F><<<(nscales + Q_THREADS - 1) / Q_THREADS, Q_THREADS, 0, s>>>(q->scale_inv, nscales);
+    finalize_kernel<F><<<(nscales + Q_THREADS - 1) / Q_THREADS, Q_THREADS, 0, s>>>(q->scale_inv, nscales,
+                                                                                 nullptr);
+    CUDA_CHECK_LAST();
+}
+
+/* Tensorwise: one amax pass, then one transpose-cast that writes q's layout as well from
+ * the registers it loaded (the two calls' 5 bytes of traffic an element become 4: half of
+ * the two amax and cast reads). Rowwise: q's rows and q_t's rows (src's columns) have
+ * amaxes of their own, so it is the two calls. */
+template <int F>
+static void quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt, const bf16 *src) {
+    if (q->scaling == SHLM_FP8_ROWWISE) {
+        quantize<F>(q, src, 0);
+        quantize<F>(qt, src, 1);
+        return;
+    }
+    cudaStream_t s = shlm_cuda_stream();
+    const int R = q->rows, C = q->cols;
+    const size_t n = (size_t)R * C;
+    unsigned *amax = reinterpret_cast<unsigned *>(qt->scale_inv);
+    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
+    if (n > 0) {
+        const unsigned cap = (unsigned)shlm_cuda_sm_count() * 8;
+        amax_kernel<<<shlm_cuda_blocks(n / 8, Q_THREADS, cap), Q_THREADS, 0, s>>>(amax, src, n,
+                                                                                  shlm_aligned(src, 16));
+        CUDA_CHECK_LAST();
+        dim3 grid((unsigned)((C + TT_COLS - 1) / TT_COLS), (unsigned)min((R + TT_ROWS - 1) / TT_ROWS, 65535));
+        const bool vec_in = C % 8 == 0 && shlm_aligned(src, 16);
+        const bool vec_out = R % 16 == 0 && shlm_aligned(qt->codes, 16);
+        transpose_cast_kernel<F, false, true><<<grid, Q_THREADS, 0, s>>>(
+            qt->codes, src, R, C, amax, vec_in, vec_out, q->codes, shlm_aligned(q->codes, 8));
+        CUDA_CHECK_LAST();
+    }
+    finalize_kernel<F><<<1, 32, 0, s>>>(qt->scale_inv, 1, q->scale_inv);
     CUDA_CHECK_LAST();
 }
 
@@ -411,6 +472,17 @@ extern "C" void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src
     if (q->rows == 0) return;
     if (q->format == SHLM_FP8_E5M2) quantize<SHLM_FP8_E5M2>(q, (const bf16 *)src, transpose);
     else quantize<SHLM_FP8_E4M3>(q, (const bf16 *)src, transpose);
+}
+
+extern "C" void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
+                                            const void *src) {
+    if (q->rows < 0 || q->cols < 0 || q_t->rows != q->cols || q_t->cols != q->rows ||
+        q_t->format != q->format || q_t->scaling != q->scaling)
+        SHLM_FATAL("fp8_quantize_both: q is %d x %d, q_t %d x %d (must be its transpose, same "
+                   "format and scaling)", q->rows, q->cols, q_t->rows, q_t->cols);
+    if (q->rows == 0 || q->cols == 0) return;
+    if (q->format == SHLM_FP8_E5M2) quantize_both<SHLM_FP8_E5M2>(q, q_t, (const bf16 *)src);
+    else quantize_both<SHLM_FP8_E4M3>(q, q_t, (const bf16 *)src);
 }
 
 /* ---- the scaled product ---- */

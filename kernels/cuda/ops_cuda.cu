@@ -62,6 +62,7 @@ extern "C" const shlm_ops shlm_ops_cuda = {
 
     .fp8_check = shlm_cuda_fp8_check,
     .fp8_quantize = shlm_cuda_fp8_quantize,
+    .fp8_quantize_both = shlm_cuda_fp8_quantize_both,
     .matmul_fp8 = shlm_cuda_matmul_fp8,
 
     .adamw = shlm_cuda_adamw,
