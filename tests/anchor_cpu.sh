@@ -32,15 +32,18 @@ for m in tiny tinyllama-1b llama2-7b llama2-13b; do
         fail "$m: the anchor's model has ${theirs:-no} parameters, shardlm's ${ours:-no}"
 done
 
-# CHECK FILE MB WORLD STRATEGY AC: the run's JSON line against the formulas
+# CHECK FILE MB WORLD STRATEGY AC [GA]: the run's JSON line against the formulas (GA: the
+# micro-batches accumulated a step, default 1)
 check_json() {
     "$SHLM_PY" - "$@" <<'EOF'
 import json, math, sys
 path, mb, world, strategy, ac = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+ga = int(sys.argv[6]) if len(sys.argv) > 6 else 1
 lines = [l for l in open(path) if l.startswith("{")]
 assert len(lines) == 1, f"{len(lines)} JSON lines, want 1"
 r = json.loads(lines[0])
-want = dict(model="tiny", n_params=803968, seq=128, micro_batch=mb, world=world, strategy=strategy,
+want = dict(model="tiny", n_params=803968, seq=128, micro_batch=mb, grad_accum=ga, world=world,
+            strategy=strategy,
             ac=ac, device="cpu", param_dtype="bf16", reduce_dtype="fp32", attn="sdpa",
             weight_decay=0.1, grad_clip=1.0, lr=3e-4)
 for k, v in want.items():
@@ -49,8 +52,8 @@ assert len(r["step_ms"]) == r["warmup"] + r["steps"] and all(t > 0 for t in r["s
 timed = r["step_ms"][r["warmup"]:]
 mean = sum(timed) / len(timed)
 fpt = 6 * 803968 + 12 * 4 * 128 * 128
-checks = dict(step_ms_mean=mean, tokens_per_s_per_gpu=mb * 128 / (mean / 1000),
-              flops_per_token=fpt, tflops_per_gpu=fpt * mb * 128 / (mean / 1000) / 1e12)
+checks = dict(step_ms_mean=mean, tokens_per_s_per_gpu=ga * mb * 128 / (mean / 1000),
+              flops_per_token=fpt, tflops_per_gpu=fpt * ga * mb * 128 / (mean / 1000) / 1e12)
 checks["mfu"] = checks["tflops_per_gpu"] / 989.0
 for k, v in checks.items():
     assert math.isclose(r[k], v, rel_tol=1e-9), f"{k} = {r[k]}, want {v}"
@@ -71,9 +74,9 @@ anchor_run() { # NAME WORLD ARGS...
 }
 anchor_run one 1 --model tiny --device cpu --micro-batch 2 --warmup 1 --steps 2 --json "$work/one.json" &&
     { check_json "$work/one.out" 2 1 FULL_SHARD none || fail "one: JSON line"; }
-anchor_run two 2 --model tiny --device cpu --micro-batch 1 --strategy SHARD_GRAD_OP --ac full \
-    --warmup 1 --steps 2 --json "$work/two.json" &&
-    { check_json "$work/two.out" 1 2 SHARD_GRAD_OP full || fail "two: JSON line"; }
+anchor_run two 2 --model tiny --device cpu --micro-batch 1 --grad-accum 2 --strategy SHARD_GRAD_OP \
+    --ac full --warmup 1 --steps 2 --json "$work/two.json" &&
+    { check_json "$work/two.out" 1 2 SHARD_GRAD_OP full 2 || fail "two: JSON line"; }
 # --json FILE holds the same line as stdout
 [ -s "$work/one.json" ] && grep '^{' "$work/one.out" | cmp -s - "$work/one.json" ||
     fail "--json FILE differs from the JSON line printed"

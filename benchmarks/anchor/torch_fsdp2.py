@@ -22,11 +22,14 @@ its wheel when a --float8 run needs it (benchmarks/gpu_suite.sh, phase fp8). The
 is shardlm's: AdamW lr 3e-4, betas (0.9, 0.95), eps 1e-8, decoupled weight decay 0.1 on
 matrices only (norm weights undecayed), global-norm clipping at 1.0 (jobs/llama2-7b.ini);
 fused when torch accepts it, else foreach. Data: random tokens, labels = inputs (the HF
-causal-LM loss shifts them).
+causal-LM loss shifts them). --grad-accum K: K micro-batches a step, each loss divided by K
+before its backward (FSDP2 reduce-scatters each one's gradients, as torchtitan's
+accumulation does), then one clip and one optimizer step, as shardlm's train.global_batch =
+K x micro_batch x ranks.
 
 Metric (shardlm's, src/metrics.c): a step is timed from a device synchronisation to the
 loss on the host; the slowest rank's time of each step counts; the mean over the steps
-after --warmup. tokens/s/GPU = micro_batch x seq / step. FLOPs/token = 6 N + 12 L d T
+after --warmup. tokens/s/GPU = grad_accum x micro_batch x seq / step. FLOPs/token = 6 N + 12 L d T
 (N = all parameters, L layers, d model width, T sequence length); TFLOP/s/GPU = FLOPs/token
 x tokens/s/GPU; MFU = TFLOP/s/GPU / peak, peak 989 TFLOP/s = the dense bf16 Tensor Core
 rate of an H100 or H200 SXM (NVIDIA's datasheets give 1,979 TFLOP/s "with sparsity", twice
@@ -36,7 +39,8 @@ torch.cuda's peak allocated and reserved.
 
 Usage:
   torchrun --standalone --nproc-per-node=G benchmarks/anchor/torch_fsdp2.py \
-      --model llama2-7b --micro-batch 2 [--seq 4096] [--strategy FULL_SHARD|SHARD_GRAD_OP] \
+      --model llama2-7b --micro-batch 2 [--grad-accum 1] [--seq 4096] \
+      [--strategy FULL_SHARD|SHARD_GRAD_OP] \
       [--ac none|full] [--compile] [--float8 tensorwise|rowwise [--float8-all-gather]]
       [--warmup 3] [--steps 5] [--json FILE]
   python3 benchmarks/anchor/torch_fsdp2.py --model tiny --device cpu   # one process, gloo
@@ -78,7 +82,9 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", choices=sorted(MODELS), required=True)
     ap.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the job's)")
-    ap.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per step")
+    ap.add_argument("--micro-batch", type=int, default=1, help="sequences per GPU per micro-batch")
+    ap.add_argument("--grad-accum", type=int, default=1,
+                    help="micro-batches per optimizer step (gradient accumulation)")
     ap.add_argument("--strategy", choices=["FULL_SHARD", "SHARD_GRAD_OP"], default="FULL_SHARD")
     ap.add_argument("--ac", choices=["none", "full"], default="none",
                     help="activation checkpointing of every decoder layer")
@@ -97,7 +103,7 @@ def parse_args(argv):
     ap.add_argument("--count", action="store_true",
                     help="build the model on the meta device, print its size and FLOPs/token, exit")
     a = ap.parse_args(argv)
-    for k in ("micro_batch", "steps"):
+    for k in ("micro_batch", "grad_accum", "steps"):
         if getattr(a, k) < 1:
             die(f"--{k.replace('_', '-')} must be >= 1")
     if a.warmup < 0 or (a.seq is not None and a.seq < 2) or a.peak_tflops <= 0:
@@ -293,9 +299,12 @@ def main(argv):
 
     def step():
         nonlocal opt, opt_impl
-        x = torch.randint(0, shape["vocab"], (a.micro_batch, seq), device=dev, generator=gen)
-        loss = model(input_ids=x, labels=x).loss
-        loss.backward()
+        loss_sum = 0.0
+        for _ in range(a.grad_accum):
+            x = torch.randint(0, shape["vocab"], (a.micro_batch, seq), device=dev, generator=gen)
+            loss = model(input_ids=x, labels=x).loss / a.grad_accum
+            loss.backward()
+            loss_sum = loss_sum + loss.detach()
         # torchtitan's clipping for FSDP2: the total norm of the sharded gradients (a DTensor
         # until made whole), then every gradient scaled by min(1, clip / norm)
         if hasattr(torch.nn.utils, "get_total_norm"):
@@ -319,10 +328,11 @@ def main(argv):
         if a.float8_all_gather:  # the next all-gather's float8 scales, one pass for all weights
             precompute_scales(model)
         opt.zero_grad(set_to_none=True)
-        return loss.item(), float(norm)
+        return float(loss_sum), float(norm)
 
     header = (f"# torch_fsdp2: {a.model} ({n_params:,} parameters), seq {seq}, "
-              f"micro-batch {a.micro_batch}, {world} x {device_name}, {a.strategy}, ac {a.ac}, "
+              f"micro-batch {a.micro_batch} x {a.grad_accum} accumulated, {world} x {device_name}, "
+              f"{a.strategy}, ac {a.ac}, "
               f"{'torch.compile per layer' if a.compile else 'eager'}, bf16 params / fp32 reduce, "
               f"{float8_text(a, n_float8, dev, torchao) if a.float8 else 'matmuls bf16'}, "
               f"attention {model.config._attn_implementation}; torch {torch.__version__}, "
@@ -331,7 +341,8 @@ def main(argv):
         print(header, flush=True)
         print("#  step  loss(rank0)   grad_norm     step_ms", flush=True)
     result = dict(anchor="torch_fsdp2", name=a.name, model=a.model, n_params=n_params,
-                  n_layers=shape["n_layers"], dim=shape["dim"], seq=seq, micro_batch=a.micro_batch,
+                  n_layers=shape["n_layers"], dim=shape["dim"], seq=seq,
+                  micro_batch=a.micro_batch, grad_accum=a.grad_accum,
                   world=world, strategy=a.strategy, ac=a.ac, compile=a.compile,
                   device=dev.type, device_name=device_name, param_dtype="bf16", reduce_dtype="fp32",
                   attn=model.config._attn_implementation, lr=LR, betas=list(BETAS), eps=EPS,
@@ -374,7 +385,7 @@ def main(argv):
     step_ms = stats[:-1].tolist()
     timed = step_ms[a.warmup:]
     mean = sum(timed) / len(timed)
-    tps = a.micro_batch * seq / (mean / 1000.0)
+    tps = a.grad_accum * a.micro_batch * seq / (mean / 1000.0)
     tflops = fpt * tps / 1e12
     result.update(optimizer=f"AdamW({opt_impl})", step_ms=step_ms, losses=losses, grad_norms=norms,
                   step_ms_mean=mean, step_ms_min=min(timed), step_ms_max=max(timed),
