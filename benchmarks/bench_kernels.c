@@ -687,6 +687,50 @@ static void bench_fp8_quantize(const char *name, int rows, int cols, shlm_fp8_fo
     gpu->free(cur.a);
 }
 
+/* both layouts of src (rows x cols) from fp8_quantize_both, checked bit for bit against the
+ * GPU's two fp8_quantize calls (which bench_fp8_quantize checks against the cpu's); counted
+ * at 4 bytes an element: src read once, both codes written */
+static shlm_fp8_matrix cur_qt;
+static void run_fp8_quantize_both(void) { gpu->fp8_quantize_both(&cur_qa, &cur_qt, cur.a); }
+static void bench_fp8_quantize_both(const char *name, int rows, int cols, shlm_fp8_format f,
+                                    shlm_fp8_scaling s, size_t off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "src %dx%d %s%s", rows, cols, fp8_name(f),
+             s == SHLM_FP8_ROWWISE ? " rw" : " tw");
+    const size_t n = (size_t)rows * cols;
+    cur.a = dev_act(n, off);
+    cur_qa = fp8_matrix(rows, cols, f, s, 0);
+    cur_qt = fp8_matrix(cols, rows, f, s, 0);
+    run_fp8_quantize_both();
+    shlm_fp8_matrix one = fp8_matrix(rows, cols, f, s, 0), one_t = fp8_matrix(cols, rows, f, s, 0);
+    gpu->fp8_quantize(&one, cur.a, 0);
+    gpu->fp8_quantize(&one_t, cur.a, 1);
+    const shlm_fp8_matrix *got[] = {&cur_qa, &cur_qt}, *want[] = {&one, &one_t};
+    int nwrong = 0;
+    uint8_t *g = xmalloc(n), *w = xmalloc(n);
+    for (int k = 0; k < 2; k++) {
+        const size_t ns = fp8_nscales(got[k]);
+        float gs[1], ws[1];
+        gpu->to_host(g, got[k]->codes, n);
+        gpu->to_host(w, want[k]->codes, n);
+        int bad = memcmp(g, w, n) != 0;
+        if (ns == 1) {
+            gpu->to_host(gs, got[k]->scale_inv, sizeof(float));
+            gpu->to_host(ws, want[k]->scale_inv, sizeof(float));
+            bad |= gs[0] != ws[0];
+        }
+        if (bad) fprintf(stderr, "# WRONG: %s: %s layout differs from fp8_quantize's\n", name,
+                         k ? "the transposed" : "src's");
+        nwrong += bad;
+    }
+    free(g), free(w);
+    fp8_free(&one, 0), fp8_free(&one_t, 0);
+    double us = time_us(run_fp8_quantize_both);
+    row(name, shape, us, 0, n * 4.0, nwrong);
+    fp8_free(&cur_qa, 0), fp8_free(&cur_qt, 0);
+    gpu->free(cur.a);
+}
+
 /* out(M,N) = q(a)·q(b)ᵀ (a filled at off_a, b at off_b, both quantized on the GPU without
  * transposing: the product sees K-contiguous codes either way), flags: 1 adds c (the
  * residual), 2 writes fp32. Checked: the first rows against cpu matmul_fp8 on the same
@@ -809,7 +853,7 @@ static void bench_linear_fp8(const char *layer, int N, int C, int OC, int residu
 }
 
 static void bench_fp8(int N) {
-    if (!gpu->fp8_check || !gpu->fp8_quantize || !gpu->matmul_fp8) {
+    if (!gpu->fp8_check || !gpu->fp8_quantize || !gpu->fp8_quantize_both || !gpu->matmul_fp8) {
         printf("# fp8: this build's cuda backend has no FP8 members\n");
         g_wrong_total++;
         return;
@@ -828,6 +872,9 @@ static void bench_fp8(int N) {
     bench_fp8_quantize("fp8_quantize WT", D, 3 * D, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 1, 2222);
     bench_fp8_quantize("fp8_quantize dyT", 2 * FF, N, SHLM_FP8_E5M2, SHLM_FP8_TENSORWISE, 1, 999);
     bench_fp8_quantize("fp8_quantize dyT", 2 * FF, N, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 1, 999);
+    bench_fp8_quantize_both("fp8_quantize_both x", N, D, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE, 77);
+    bench_fp8_quantize_both("fp8_quantize_both dy", N, 2 * FF, SHLM_FP8_E5M2, SHLM_FP8_TENSORWISE, 999);
+    bench_fp8_quantize_both("fp8_quantize_both dy", N, 2 * FF, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 999);
     /* the square ceiling, then every linear of a block */
     bench_fp8_gemm("fp8-tw 8192^3", 8192, 8192, 8192, SHLM_FP8_E4M3, SHLM_FP8_E4M3,
                    SHLM_FP8_TENSORWISE, 0, 0, NULL);
