@@ -225,6 +225,21 @@ typedef struct shlm_ops {
      * it (tensorwise: one amax, then both layouts written from one read of src). */
     void (*fp8_quantize_both)(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
                               const void *src);
+    /* FP8 weights made from fp32 parameters (E4M3, tensorwise), by the rule above with
+     * x = bf16(p) when round_bf16 (the parameters as a bf16 gather would give them) and
+     * x = p otherwise; amax, scale and scale_inv are single device floats.
+     * fp8_param_amax: *amax = max(*amax, max |x_i|) over n (the caller zeroes it; NaN
+     * ignored; round_bf16 needs no argument here since bf16 rounding is monotonic:
+     * max |bf16(p)| = bf16(max |p|), which fp8_param_scale applies).
+     * fp8_param_scale: *scale_inv = 1 / scale(a), a = bf16(*amax) when round_bf16.
+     * fp8_param_cast: codes[i] = e4m3(x_i · scale(a)) over n, a as fp8_param_scale's.
+     * Codes and scale_inv are bit for bit fp8_quantize's over the same x (tensorwise). */
+    void (*fp8_param_amax)(float *amax, const float *p, size_t n);
+    void (*fp8_param_scale)(float *scale_inv, const float *amax, int round_bf16);
+    void (*fp8_param_cast)(uint8_t *codes, const float *p, size_t n, const float *amax,
+                           int round_bf16);
+    /* dst (cols x rows) = srcᵀ for src (rows x cols) of FP8 codes (bytes); no overlap. */
+    void (*fp8_transpose)(uint8_t *dst, const uint8_t *src, int rows, int cols);
     /* out(M,N) = (a(M,K) · b(N,K)ᵀ) · scales + c, with M = a->rows, N = b->rows,
      * K = a->cols = b->cols, both operands K-contiguous (cuBLASLt's FP8 "TN" form), the
      * products of decoded values summed in fp32, then multiplied by a's scale (of the row,

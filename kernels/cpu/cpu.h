@@ -82,6 +82,11 @@ int shlm_cpu_fp8_check(char *why, size_t whylen);
 void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
 void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
                                 const void *src);
+void shlm_cpu_fp8_param_amax(float *amax, const float *p, size_t n);
+void shlm_cpu_fp8_param_scale(float *scale_inv, const float *amax, int round_bf16);
+void shlm_cpu_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,
+                             int round_bf16);
+void shlm_cpu_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols);
 void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
                          const shlm_fp8_matrix *b, const void *c);
 

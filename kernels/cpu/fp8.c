@@ -114,6 +114,39 @@ void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix 
     shlm_cpu_fp8_quantize(q_t, src, 1);
 }
 
+/* bf16(x) as the gather gives it (convert.c's rounding) */
+static float round_bf16(float x) { return shlm_bf16_to_f32(shlm_f32_to_bf16(x)); }
+
+static float param_scale(const float *amax, int round) {
+    const float a = round ? round_bf16(*amax) : *amax;
+    return spec_of(SHLM_FP8_E4M3).fmax / fmaxf(a, 1e-12f);
+}
+
+void shlm_cpu_fp8_param_amax(float *amax, const float *p, size_t n) {
+    float m = *amax;
+#pragma omp parallel for reduction(max : m) schedule(static)
+    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(p[i])); /* NaN ignored */
+    *amax = m;
+}
+
+void shlm_cpu_fp8_param_scale(float *scale_inv, const float *amax, int round) {
+    *scale_inv = 1.0f / param_scale(amax, round);
+}
+
+void shlm_cpu_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,
+                             int round) {
+    const float scale = param_scale(amax, round);
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++)
+        codes[i] = encode((round ? round_bf16(p[i]) : p[i]) * scale, SHLM_FP8_E4M3);
+}
+
+void shlm_cpu_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+    for (int c = 0; c < cols; c++)
+        for (int r = 0; r < rows; r++) dst[(size_t)c * rows + r] = src[(size_t)r * cols + c];
+}
+
 /* The fp32 values of q's codes, unscaled (rows x cols). */
 static float *decoded(const shlm_fp8_matrix *q) {
     float table[256];

@@ -52,6 +52,10 @@ const shlm_ops shlm_ops_cpu = {
     .fp8_check = shlm_cpu_fp8_check,
     .fp8_quantize = shlm_cpu_fp8_quantize,
     .fp8_quantize_both = shlm_cpu_fp8_quantize_both,
+    .fp8_param_amax = shlm_cpu_fp8_param_amax,
+    .fp8_param_scale = shlm_cpu_fp8_param_scale,
+    .fp8_param_cast = shlm_cpu_fp8_param_cast,
+    .fp8_transpose = shlm_cpu_fp8_transpose,
     .matmul_fp8 = shlm_cpu_matmul_fp8,
 
     .adamw = shlm_cpu_adamw,
