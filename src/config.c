@@ -179,6 +179,11 @@ static const key_def keys[] = {
      "dtype of the gradient reductions"},
     {"fsdp", "prefetch", KT_BOOL, F(prefetch), "true", NOLIM, NULL, 0,
      "gather the next unit during the current one's compute"},
+    {"fsdp", "fp8_all_gather", KT_BOOL, F(fp8_all_gather), "true", NOLIM, NULL, 0,
+     "with train.matmul = fp8-tensorwise under FULL_SHARD or HYBRID_SHARD, the gather makes "
+     "the blocks' weights e4m3 from the fp32 master (one scale per weight, from one amax "
+     "pass per step): the codes quantizing the bf16 weights would give, at less traffic; "
+     "false: gather bf16 and quantize in each product"},
     {"fsdp", "activation_checkpointing", KT_ENUM, F(activation_checkpointing), "none", NOLIM,
      "none|full|selective", 0,
      "none, selective (recompute norms, attention, SwiGLU) or full (recompute each block)"},

@@ -60,6 +60,7 @@ typedef struct job_config {
     shlm_dtype param_dtype;  /* dtype of gathered parameters */
     shlm_dtype reduce_dtype; /* dtype of gradient reductions */
     int prefetch;            /* gather the next unit while the current one computes */
+    int fp8_all_gather;      /* fp8-tensorwise: the gather makes the weights' e4m3 codes */
     llama_ac activation_checkpointing;
     int shard_group_size;    /* 0 = the strategy's own group */
     int trace;               /* write the per-rank schedule trace to run_dir */

@@ -26,7 +26,8 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
                      .ac = forward_only ? MODEL_AC_FULL : pt->ac,
                      .matmul = c->matmul,
                      .ops = ops,
-                     .registered_gathers = registered_gathers};
+                     .registered_gathers = registered_gathers,
+                     .fp8_all_gather = c->fp8_all_gather};
     shard_plan_build(&jp->plan, &jp->md, &p);
 }
 

@@ -48,17 +48,26 @@ static shlm_fp8_matrix operand(const fp8_linear *f, enum side side, int rows, in
     return q;
 }
 
-void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
-                    int OC, const void *residual, const shlm_fp8_matrix *keep_t) {
+void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_weight w, int N,
+                    int C, int OC, const void *residual, const shlm_fp8_matrix *keep_t) {
     const shlm_fp8_matrix a = keep_t ? matrix(f, SIDE_A, N, C, SHLM_FP8_E4M3)
                                      : operand(f, SIDE_A, N, C, SHLM_FP8_E4M3, inp, 0);
     if (keep_t) f->ops->fp8_quantize_both(&a, keep_t, inp);
-    const shlm_fp8_matrix b = operand(f, SIDE_B, OC, C, SHLM_FP8_E4M3, w, 0);
+    const shlm_fp8_matrix b = w.w8 ? *w.w8 : operand(f, SIDE_B, OC, C, SHLM_FP8_E4M3, w.w, 0);
     f->ops->matmul_fp8(out, 0, &a, &b, residual);
 }
 
+/* q(wᵀ) (C x OC) in b's buffer: the made codes transposed under their scale, or quantized */
+static shlm_fp8_matrix weight_t(const fp8_linear *f, fp8_linear_weight w, int C, int OC) {
+    if (!w.w8) return operand(f, SIDE_B, C, OC, SHLM_FP8_E4M3, w.w, 1);
+    shlm_fp8_matrix t = matrix(f, SIDE_B, C, OC, SHLM_FP8_E4M3);
+    f->ops->fp8_transpose(t.codes, w.w8->codes, OC, C);
+    t.scale_inv = w.w8->scale_inv;
+    return t;
+}
+
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
-                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w, int N,
                     int C, int OC, int flags) {
     const shlm_fp8_matrix dy = matrix(f, SIDE_A, N, OC, f->grad_format);
     const shlm_fp8_matrix dy_t = matrix(f, SIDE_T, OC, N, f->grad_format);
@@ -66,7 +75,7 @@ void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void 
     else if (dinp) f->ops->fp8_quantize(&dy, dout, 0);
     else if (dweight) f->ops->fp8_quantize(&dy_t, dout, 1);
     if (dinp) {
-        const shlm_fp8_matrix b = operand(f, SIDE_B, C, OC, SHLM_FP8_E4M3, w, 1);
+        const shlm_fp8_matrix b = weight_t(f, w, C, OC);
         f->ops->matmul_fp8(dinp, 0, &dy, &b, flags & SHLM_MM_SET_DINP ? NULL : dinp);
     }
     if (dweight) {

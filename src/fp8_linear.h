@@ -36,19 +36,27 @@ fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_wei
 /* The recipe's scaling and gradient format; 0, or -1 for bf16 (no FP8). */
 int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad);
 
+/* The weight of a linear: act-dtype w (OC x C) quantized in each product, or q(w) made
+ * already (w8: OC x C, E4M3, tensorwise: model.h's fp8_weight), which the backward
+ * transposes (the same codes, the same scale). */
+typedef struct fp8_linear_weight {
+    const void *w;
+    const shlm_fp8_matrix *w8;
+} fp8_linear_weight;
+
 /* out(N,OC) = q(inp(N,C), E4M3) · q(w(OC,C), E4M3)ᵀ + residual: residual as matmul_fwd's
  * (NULL, separate, or aliasing out). keep_t: NULL, or a C x N matrix (codes and scales
  * the caller owns, E4M3, the recipe's scaling) that receives q(inpᵀ) for the backward, made
  * in the same pass over inp as q(inp). */
-void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, const void *w, int N, int C,
-                    int OC, const void *residual, const shlm_fp8_matrix *keep_t);
+void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_weight w, int N,
+                    int C, int OC, const void *residual, const shlm_fp8_matrix *keep_t);
 /* matmul_bwd's contract (dinp and dweight skipped when NULL, "+=" unless flags set them):
  * dinp(N,C) = q(dout, G) · q(wᵀ, E4M3)ᵀ; dweight(OC,C) = q(doutᵀ, G) · q(inpᵀ, E4M3)ᵀ in
  * fp32. inp_t: q(inpᵀ) as the forward kept it (C x N, E4M3, the recipe's scaling: the same
  * codes quantizing inp here would give), or NULL to quantize inp. With both products, q(dout)
  * and q(doutᵀ) come from one pass over dout. */
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
-                    const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
+                    const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w, int N,
                     int C, int OC, int flags);
 
 #endif

@@ -31,6 +31,9 @@ typedef struct trace_event {
 typedef struct gather_slot {
     void *buf;
     int buf_from_comm;    /* buf came from comm->gather_buffer_alloc */
+    uint8_t *codes;       /* plan->fp8_weights: the unit's FP8 matrices' codes, element i of
+                           * the unit at byte i (max_padded bytes) */
+    int codes_from_comm;
     int unit;             /* unit held, -1 when free */
     shlm_comm_req *req;   /* gather in flight */
 } gather_slot;
@@ -60,6 +63,8 @@ typedef struct unit_state {
     int grad_parts;                 /* grad_ready calls so far this micro-batch (a tied
                                      * embedding unit has two: the head's, the lookup's) */
     shlm_comm_req *replica_req;     /* the shard's replica all-reduce, started in the backward */
+    int fp8_base;                   /* index of its first FP8 matrix in the engine's scales */
+    shlm_fp8_matrix fp8[MODEL_MAX_FP8_WEIGHTS]; /* its FP8 matrices while in a slot */
 } unit_state;
 
 struct fsdp_engine {
@@ -87,6 +92,12 @@ struct fsdp_engine {
                                      * them (ops->allocated_bytes) where it can */
     size_t requested;               /* bytes asked for so far, registered ones included */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
+    /* plan->fp8_weights: every FP8 matrix's amax over its whole tensor (all shards) and
+     * scale_inv, from the master as it is now unless fp8_stale (the master changed) */
+    float *fp8_amax, *fp8_scale_inv;
+    int fp8_from_comm[2];
+    int fp8_stale;
+    int fp8_round;                  /* the gathered parameters are bf16 (rounded) */
     trace_event *trace;
     size_t n_trace, cap_trace;
     double t0;
@@ -240,6 +251,22 @@ fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops
         e->slots[k].buf = gather_buffer_alloc(e, plan->max_padded * e->esz, &e->slots[k].buf_from_comm);
         if (e->slots[k].buf_from_comm) registered += plan->max_padded * e->esz;
     }
+    if (plan->fp8_weights) {
+        for (int k = 0; k < plan->gather_slots; k++) {
+            e->slots[k].codes = gather_buffer_alloc(e, plan->max_padded, &e->slots[k].codes_from_comm);
+            if (e->slots[k].codes_from_comm) registered += plan->max_padded;
+        }
+        const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
+        e->fp8_amax = gather_buffer_alloc(e, scales, &e->fp8_from_comm[0]);
+        e->fp8_scale_inv = gather_buffer_alloc(e, scales, &e->fp8_from_comm[1]);
+        registered += (e->fp8_from_comm[0] + e->fp8_from_comm[1]) * scales;
+        for (int u = 0, base = 0; u < e->n_units; u++) {
+            e->units[u].fp8_base = base;
+            base += md->lay.units[u].n_fp8;
+        }
+        e->fp8_stale = 1;
+        e->fp8_round = ops->act_dtype == SHLM_BF16 || plan->p.param_dtype == SHLM_BF16;
+    }
     e->measured[PLAN_GATHERED] = since(e, m0, registered);
     m0 = mark(e);
     for (int k = 0; k < plan->grad_slots; k++) {
@@ -265,6 +292,7 @@ void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
         e->ops->to_device(s->master, host, s->n * sizeof(float));
     }
     free(host);
+    e->fp8_stale = 1;
 }
 
 void fsdp_destroy(fsdp_engine *e) {
@@ -273,6 +301,7 @@ void fsdp_destroy(fsdp_engine *e) {
         wait_req(e, &e->slots[k].req);
         wait_req(e, &e->gslots[k].req);
         registered_free(e, e->slots[k].buf, e->slots[k].buf_from_comm);
+        registered_free(e, e->slots[k].codes, e->slots[k].codes_from_comm);
         e->ops->free(e->gslots[k].buf);
         e->ops->free(e->gslots[k].bf16);
     }
@@ -286,6 +315,8 @@ void fsdp_destroy(fsdp_engine *e) {
         registered_free(e, s->own, s->own_from_comm);
     }
     e->ops->free(e->replica_bf16);
+    registered_free(e, e->fp8_amax, e->fp8_from_comm[0]);
+    registered_free(e, e->fp8_scale_inv, e->fp8_from_comm[1]);
     e->comm->group_free(e->shard_g);
     e->comm->group_free(e->replica_g);
     free(e->units);
@@ -303,16 +334,76 @@ static void *gathered_buf(fsdp_engine *e, int u) {
     return s->master; /* direct: fp32, one shard */
 }
 
-/* Writes this rank's shard, cast to the gathered dtype, at its offset of buf and
- * starts the all-gather of the rest (nothing to gather when S == 1). */
-static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf) {
-    unit_state *s = &e->units[u];
-    void *mine = (char *)buf + s->begin * e->esz;
+/* n master elements cast to the gathered dtype at dst (act) */
+static void cast_params(fsdp_engine *e, void *dst, const float *master, size_t n) {
     if (e->ops->act_dtype == SHLM_F32) {
-        e->ops->copy(mine, s->master, s->n * sizeof(float));
-        if (e->pp->param_dtype == SHLM_BF16) e->ops->round_to_bf16(mine, s->n);
+        e->ops->copy(dst, master, n * sizeof(float));
+        if (e->pp->param_dtype == SHLM_BF16) e->ops->round_to_bf16(dst, n);
     } else {
-        e->ops->f32_to_act(mine, s->master, s->n);
+        e->ops->f32_to_act(dst, master, n);
+    }
+}
+
+/* Every FP8 matrix's amax over the whole matrix (this rank's part of it, then the largest
+ * over the shard group: one all-reduce for all of them) and its scale_inv. */
+static void fp8_refresh_scales(fsdp_engine *e) {
+    const int n = e->plan->n_fp8;
+    e->ops->zero(e->fp8_amax, (size_t)n * sizeof(float));
+    for (int u = 0; u < e->n_units; u++) {
+        const unit_state *s = &e->units[u];
+        const model_unit *lu = &e->md->lay.units[u];
+        for (int k = 0; k < lu->n_fp8; k++) {
+            const model_fp8_weight *w = &lu->fp8[k];
+            shard_overlap ov;
+            if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
+                e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k], s->master + ov.shard_offset,
+                                       ov.count);
+        }
+    }
+    if (e->S > 1) { /* a host vector over MPI, once per step: the amaxes are exact maxima */
+        float *h = malloc((size_t)n * sizeof(float));
+        SHLM_CHECK_ALLOC(h);
+        e->ops->to_host(h, e->fp8_amax, (size_t)n * sizeof(float));
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, h, n, MPI_FLOAT, MPI_MAX, e->shard_mpi));
+        e->ops->to_device(e->fp8_amax, h, (size_t)n * sizeof(float));
+        free(h);
+    }
+    for (int i = 0; i < n; i++)
+        e->ops->fp8_param_scale(&e->fp8_scale_inv[i], &e->fp8_amax[i], e->fp8_round);
+    e->fp8_stale = 0;
+}
+
+/* This rank's shard of unit u into the gathered buffers: its FP8 matrices' elements as
+ * codes at their offsets of `codes`, the rest cast to act at theirs of buf. */
+static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
+    const unit_state *s = &e->units[u];
+    const model_unit *lu = &e->md->lay.units[u];
+    size_t pos = s->begin; /* next element to write; the matrices lie in offset order */
+    for (int k = 0; k < lu->n_fp8 && pos < s->end; k++) {
+        const model_fp8_weight *w = &lu->fp8[k];
+        shard_overlap ov;
+        if (!shard_intersect(pos, s->end, w->offset, (size_t)w->rows * w->cols, &ov)) continue;
+        if (ov.flat_offset > pos)
+            cast_params(e, (char *)buf + pos * e->esz, s->master + (pos - s->begin),
+                        ov.flat_offset - pos);
+        e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + (ov.flat_offset - s->begin),
+                               ov.count, &e->fp8_amax[s->fp8_base + k], e->fp8_round);
+        pos = ov.flat_offset + ov.count;
+    }
+    if (pos < s->end)
+        cast_params(e, (char *)buf + pos * e->esz, s->master + (pos - s->begin), s->end - pos);
+}
+
+/* Writes this rank's shard, cast to the gathered dtype (and FP8 codes, plan->fp8_weights),
+ * at its offset of buf and starts the all-gather of the rest (nothing to gather when
+ * S == 1). */
+static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
+    unit_state *s = &e->units[u];
+    if (codes && e->md->lay.units[u].n_fp8 > 0) {
+        if (e->fp8_stale) fp8_refresh_scales(e);
+        cast_shard_fp8(e, u, buf, codes);
+    } else {
+        cast_params(e, (char *)buf + s->begin * e->esz, s->master, s->n);
     }
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
@@ -337,15 +428,22 @@ static void issue_gather(fsdp_engine *e, int u) {
         int k = free_slot(e);
         if (k < 0) return;
         e->slots[k].unit = u;
-        e->slots[k].req = start_gather(e, u, s->own);
+        e->slots[k].req = start_gather(e, u, s->own, NULL);
         s->slot = k;
         return;
     }
     int k = free_slot(e);
     if (k < 0) return;
-    e->slots[k].unit = u;
+    gather_slot *g = &e->slots[k];
+    g->unit = u;
     s->slot = k;
-    e->slots[k].req = start_gather(e, u, e->slots[k].buf);
+    const model_unit *lu = &e->md->lay.units[u];
+    for (int j = 0; g->codes && j < lu->n_fp8; j++) {
+        const model_fp8_weight *w = &lu->fp8[j];
+        s->fp8[j] = (shlm_fp8_matrix){g->codes + w->offset, &e->fp8_scale_inv[s->fp8_base + j],
+                                      w->rows, w->cols, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE};
+    }
+    g->req = start_gather(e, u, g->buf, g->codes);
 }
 
 /* The unit the model will ask for after (u, phase) in this pass, or -1 (the plan's
@@ -525,10 +623,16 @@ static void src_progress(void *ctx) {
     e->comm->progress();
 }
 
+static const shlm_fp8_matrix *src_fp8_weight(void *ctx, int u, int k) {
+    fsdp_engine *e = ctx;
+    if (!e->plan->fp8_weights || k >= e->md->lay.units[u].n_fp8) return NULL;
+    return &e->units[u].fp8[k];
+}
+
 model_param_source fsdp_param_source(fsdp_engine *e) {
     return (model_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
                                 .grad = src_grad, .grad_ready = src_grad_ready,
-                                .progress = src_progress};
+                                .progress = src_progress, .fp8_weight = src_fp8_weight};
 }
 
 void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }
@@ -602,6 +706,7 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
         /* gathered copies are stale now */
         if (s->own || s->slot >= 0) s->gathered = 0;
     }
+    e->fp8_stale = 1;
     shlm_range_pop(e->ops);
 }
 
@@ -635,6 +740,7 @@ void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in
     unit_state *s = &e->units[u];
     e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
     if (kind == FSDP_STATE_MASTER && (s->own || s->slot >= 0)) s->gathered = 0;
+    if (kind == FSDP_STATE_MASTER) e->fp8_stale = 1;
 }
 
 void fsdp_get_shard(fsdp_engine *e, int u, float *out) { fsdp_get_state(e, u, FSDP_STATE_MASTER, out); }

@@ -14,6 +14,12 @@
 
 /* ------------------------------------------------------------------ layout */
 
+/* Tensor indices inside a block unit (see the layout comment in llama.h). */
+enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
+/* The first tensor of each of a block's product weights, in the order of the layout's fp8
+ * matrices: q|k|v, o, gate|up, down */
+static const int fp8_first[MODEL_MAX_FP8_WEIGHTS] = {BK_Q, BK_O, BK_GATE, BK_DOWN};
+
 static void add_tensor(llama_unit *u, const char *name, int64_t rows, int64_t cols,
                        int decay) {
     llama_tensor *t = &u->tensors[u->n_tensors++];
@@ -53,6 +59,12 @@ void llama_layout_init(llama_layout *lay, const llama_config *c) {
         T_("mlp.up_proj.weight", F, d, 1);
         T_("mlp.down_proj.weight", d, F, 1);
 #undef T_
+        /* the products' weights, q|k|v and gate|up fused as the products read them */
+        const int64_t qkv = (c->n_heads + 2 * c->n_kv_heads) * hd, att = c->n_heads * hd;
+        const int64_t shape[MODEL_MAX_FP8_WEIGHTS][2] = {{qkv, d}, {d, att}, {2 * F, d}, {d, F}};
+        for (int k = 0; k < MODEL_MAX_FP8_WEIGHTS; k++)
+            u->fp8[u->n_fp8++] = (model_fp8_weight){u->tensors[fp8_first[k]].offset,
+                                                    (int)shape[k][0], (int)shape[k][1]};
     }
     /* tied: the head is the embedding's unit (its tensor 0 is the output projection) */
     llama_unit *h = &lay->units[llama_unit_head(c)];
@@ -462,10 +474,10 @@ static void progress(const llama_model *m) {
 /* A block's linear layer in the model's recipe: matmul_fwd / matmul_bwd's contract.
  * keep_t: the block's matrix for q(inpᵀ) (an FP8 recipe keeping activations: filled for
  * the backward), or a matrix without codes. */
-static void linear_fwd(const llama_model *m, void *out, const void *inp, const void *w, int N,
-                       int C, int OC, const void *residual, shlm_fp8_matrix *keep_t) {
+static void linear_fwd(const llama_model *m, void *out, const void *inp, fp8_linear_weight w,
+                       int N, int C, int OC, const void *residual, shlm_fp8_matrix *keep_t) {
     if (m->matmul == MODEL_MATMUL_BF16) {
-        m->ops->matmul_fwd(out, inp, w, N, C, OC, residual);
+        m->ops->matmul_fwd(out, inp, w.w, N, C, OC, residual);
         return;
     }
     if (keep_t->codes) keep_t->cols = N;
@@ -474,17 +486,25 @@ static void linear_fwd(const llama_model *m, void *out, const void *inp, const v
 /* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
  * without codes: quantize inp */
 static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *dout,
-                       const void *inp, const shlm_fp8_matrix *inp_t, const void *w, int N,
-                       int C, int OC, int flags) {
-    if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w, N, C, OC, flags);
+                       const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w,
+                       int N, int C, int OC, int flags) {
+    if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w.w, N, C, OC, flags);
     else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, inp_t->codes ? inp_t : NULL, w, N, C, OC,
                         flags);
 }
+/* Block unit u's product weight starting at tensor k (one of fp8_first) of the acquired p,
+ * with its FP8 codes when the source makes them. */
+static fp8_linear_weight weight(const llama_model *m, const void *p, int u, int k) {
+    int j = 0;
+    while (fp8_first[j] != k) j++;
+    const shlm_fp8_matrix *w8 = NULL;
+    if (m->matmul != MODEL_MATMUL_BF16 && m->src.fp8_weight) w8 = m->src.fp8_weight(m->src.ctx, u, j);
+    return (fp8_linear_weight){wptr(m, p, u, k), w8};
+}
+
 /* att is attention's backward input too, so kept itself: its transpose is made when needed */
 static shlm_fp8_matrix no_transpose = {0};
 
-/* Tensor indices inside a block unit (see the layout comment in llama.h). */
-enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 
 /* Names a profiler range after a unit: "fwd block 3". */
 static void range_unit(const llama_model *m, const char *what, int l) {
@@ -503,21 +523,21 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     void *xout = m->x[l + 1];
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, wptr(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, wptr(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, weight(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, wptr(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, weight(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
     if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, wptr(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, weight(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t));
     progress(m);
 }
 
@@ -555,17 +575,17 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, wptr(m, p, u, BK_DOWN), N, F, d, mm));
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, weight(m, p, u, BK_DOWN), N, F, d, mm));
     progress(m);
     PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, wptr(m, p, u, BK_GATE), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, weight(m, p, u, BK_GATE), N, d,
                   2 * F, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, wptr(m, p, u, BK_O), N, m->att_dim,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, weight(m, p, u, BK_O), N, m->att_dim,
                   d, mm));
     progress(m);
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
@@ -574,7 +594,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, c->rope_theta));
     progress(m);
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, wptr(m, p, u, BK_Q), N, d,
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, weight(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),

@@ -24,9 +24,20 @@ typedef struct model_tensor {
     int weight_decay;  /* 1: AdamW decays it (matrices); 0: it does not (norm weights) */
 } model_tensor;
 
+/* A matrix the model multiplies in FP8 (train.matmul = fp8-*): elements [offset, offset +
+ * rows·cols) of its unit's flat buffer, row-major rows x cols (the product's out x in), one
+ * or more consecutive tensors (q, k and v make one), quantized with one scale (tensorwise). */
+enum { MODEL_MAX_FP8_WEIGHTS = 4 };
+typedef struct model_fp8_weight {
+    size_t offset;
+    int rows, cols;
+} model_fp8_weight;
+
 typedef struct model_unit {
     int n_tensors;
     model_tensor tensors[MODEL_MAX_UNIT_TENSORS];
+    int n_fp8;       /* its FP8 matrices (0: none) */
+    model_fp8_weight fp8[MODEL_MAX_FP8_WEIGHTS];
     size_t numel;    /* unpadded element count of the unit's flat buffer */
     int grad_writes; /* grad() .. grad_ready() pairs a backward makes on this unit per
                       * micro-batch (2 for a unit two parts of the model use, e.g. a tied
@@ -97,6 +108,12 @@ typedef struct model_param_source {
     /* Optional (may be NULL): called between the ops of a unit so collectives in flight
      * advance while the model computes (MPI progresses inside MPI calls). */
     void (*progress)(void *ctx);
+    /* Optional (NULL, or returning NULL: the model quantizes the acquired weights itself):
+     * unit u's FP8 matrix k (the layout's fp8[k]) as E4M3 codes with one tensorwise scale,
+     * bit for bit what fp8_quantize of the acquired act-dtype matrix gives, valid from
+     * acquire() to release() of u. Where it returns a matrix, the act-dtype buffer
+     * acquire() returned does not hold that matrix's elements. */
+    const shlm_fp8_matrix *(*fp8_weight)(void *ctx, int u, int k);
 } model_param_source;
 
 /* ---- a model family: functions of its shape `cfg` (the family's config struct) ---- */

@@ -61,6 +61,9 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
     plan->grad_slots = S > 1 && grads ? PLAN_SLOTS : 0;
     plan->grad_staging = plan->grad_slots && p->reduce_dtype == SHLM_BF16;
     plan->replica_staging = R > 1 && grads && p->reduce_dtype == SHLM_BF16;
+    for (int u = 0; u < plan->n_units; u++) plan->n_fp8 += m->lay.units[u].n_fp8;
+    plan->fp8_weights = p->fp8_all_gather && p->matmul == MODEL_MATMUL_FP8_TENSORWISE &&
+                        plan->gather_slots > 0 && plan->n_fp8 > 0 && S == 1;
     make_pass(&plan->pass[0], &m->eval_pass, plan->n_units, p->strategy, 0);
     make_pass(&plan->pass[1], &m->train_pass, plan->n_units, p->strategy, 1);
 
@@ -84,6 +87,12 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
     }
     b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded * es;
     gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded * es, align);
+    if (plan->fp8_weights) { /* each slot's codes; every matrix's amax and scale_inv */
+        const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
+        b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded + 2 * scales;
+        gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded, align) +
+                          2 * round_up(scales, align);
+    }
     if (p->registered_gathers && S > 1) plan->registered = b[PLAN_GATHERED];
     else arena += gathered_arena;
     b[PLAN_GRAD_BUFFERS] = (size_t)plan->grad_slots * plan->max_padded * 4;

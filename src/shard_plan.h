@@ -49,6 +49,8 @@ typedef struct plan_params {
                                * per-buffer rounding (ops->alloc_align) */
     int registered_gathers;   /* the comm backend registers gathered buffers itself (they
                                * are not carved from the arena); only with S > 1 */
+    int fp8_all_gather;       /* fsdp.fp8_all_gather: the gather makes the FP8 matrices'
+                               * codes where it applies (shard_plan.fp8_weights) */
 } plan_params;
 
 /* One unit's sizes. */
@@ -77,6 +79,12 @@ typedef struct shard_plan {
     int grad_slots;     /* full-unit gradient slots (PLAN_SLOTS or 0), max_padded each */
     int grad_staging;   /* each grad slot has a bf16 staging buffer */
     int replica_staging;/* one bf16 buffer of max_shard for the replica all-reduce */
+    int fp8_weights;    /* the gather makes the model's FP8 matrices (model.h fp8) as E4M3
+                         * codes from the master: p.fp8_all_gather with matmul =
+                         * fp8-tensorwise, gather slots and a model that has FP8 matrices.
+                         * Each slot then has a code buffer of max_padded bytes, and the
+                         * engine an amax and a scale_inv float per FP8 matrix */
+    int n_fp8;          /* FP8 matrices of all units */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];
     size_t state;       /* master + grad + moments */

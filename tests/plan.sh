@@ -220,26 +220,50 @@ else
 fi
 
 # ---- (c') FP8 recipes: their buffers are counted exactly. small.ini: N = 32 tokens, d 64,
-# qkv (4 + 2·2)·16 = 128, att 64, F 96, 2 layers, fp32 act (4 bytes). The two operand
+# qkv (4 + 2·2)·16 = 128, att 64, F 96, 2 layers, fp32 act (4 bytes). The three operand
 # buffers: the a side N x the widest input or output (2F = 192) codes and max(N, 192)
 # scales, the b side the largest weight (gate|up, 192 x 64 = 12288) or N x the widest
-# input (F = 96) codes and 192 scales: 6144 + 768 + 12288 + 768 = 19968 bytes. Selective
-# checkpointing keeps what bf16 keeps: + 19968. No checkpointing: each layer keeps
-# q(ln1ᵀ), q(ln2ᵀ), q(hᵀ) (codes 64·32, 64·32, 96·32 and 64, 64, 96 scales: 8064 bytes)
-# instead of ln1, ln2, h (32·(64 + 64 + 96)·4 = 28672), which become one scratch set:
-# 19968 + 2·8064 - 2·28672 + 28672 = 7424 bytes more than bf16 ----
+# input (F = 96) codes and 192 scales, the t side (q(dyᵀ)) 192 x N codes and 192 scales:
+# 6144 + 768 + 12288 + 768 + 6144 + 768 = 26880 bytes. Selective checkpointing keeps what
+# bf16 keeps: + 26880. No checkpointing: each layer keeps q(ln1ᵀ), q(ln2ᵀ), q(hᵀ) (codes
+# 64·32, 64·32, 96·32 and 64, 64, 96 scales: 8064 bytes) instead of ln1, ln2, h
+# (32·(64 + 64 + 96)·4 = 28672), which become one scratch set:
+# 26880 + 2·8064 - 2·28672 + 28672 = 14336 bytes more than bf16 ----
 train_vs_plan fp8_tensorwise2 2 --set train.matmul=fp8-tensorwise
 train_vs_plan fp8_rowwise_sgo2 2 --set train.matmul=fp8-rowwise --set fsdp.strategy=SHARD_GRAD_OP
 train_vs_plan fp8_rowwise_selective2 2 --set train.matmul=fp8-rowwise \
     --set fsdp.activation_checkpointing=selective
 a_fp8=$(field activation_bytes "$T/fp8_tensorwise2.train")
 a_fp8_sel=$(field activation_bytes "$T/fp8_rowwise_selective2.train")
-if [ -n "$a_fp8" ] && [ -n "$a_none" ] && [ $((a_fp8 - a_none)) -eq 7424 ] &&
-    [ -n "$a_fp8_sel" ] && [ $((a_fp8_sel - a_sel)) -eq 19968 ]; then
-    ok "FP8 activation_bytes = bf16's + 7424 (none), + 19968 (selective)"
+if [ -n "$a_fp8" ] && [ -n "$a_none" ] && [ $((a_fp8 - a_none)) -eq 14336 ] &&
+    [ -n "$a_fp8_sel" ] && [ $((a_fp8_sel - a_sel)) -eq 26880 ]; then
+    ok "FP8 activation_bytes = bf16's + 14336 (none), + 26880 (selective)"
 else
     fail "FP8 activation_bytes '$a_fp8' / '$a_fp8_sel', bf16 '$a_none' / '$a_sel': expected" \
-        "bf16's + 7424 / + 19968"
+        "bf16's + 14336 / + 26880"
+fi
+# fsdp.fp8_all_gather (fp8-tensorwise, one rank, bf16 parameters: the gather slots exist):
+# each of the 2 slots gains a code buffer of a block unit's bytes (64 + 128·64 + 64·64 + 64
+# + 192·64 + 64·96 = 30848) and the engine an amax and a scale_inv per FP8 matrix (4 a
+# block, 2 blocks): 2·30848 + 2·8·4 = 61760 bytes more, counted exactly; the losses are
+# those of quantizing the bf16 weights in each product
+train_vs_plan fp8_weights1 1 --set train.matmul=fp8-tensorwise --set fsdp.param_dtype=bf16
+train_vs_plan fp8_no_weights1 1 --set train.matmul=fp8-tensorwise --set fsdp.param_dtype=bf16 \
+    --set fsdp.fp8_all_gather=false
+g_on=$(field gathered_bytes "$T/fp8_weights1.train")
+g_off=$(field gathered_bytes "$T/fp8_no_weights1.train")
+if [ -n "$g_on" ] && [ -n "$g_off" ] && [ $((g_on - g_off)) -eq 61760 ]; then
+    ok "fsdp.fp8_all_gather: gathered_bytes $g_on = $g_off without it + 61760"
+else
+    fail "fsdp.fp8_all_gather: gathered_bytes '$g_on', without it '$g_off': expected + 61760"
+fi
+l_on=$(losses "$T/run.fp8_weights1/metrics.jsonl" 2>/dev/null)
+l_off=$(losses "$T/run.fp8_no_weights1/metrics.jsonl" 2>/dev/null)
+if [ -n "$l_on" ] && [ "$l_on" = "$l_off" ]; then
+    ok "fsdp.fp8_all_gather: losses identical to quantizing in each product"
+else
+    fail "fsdp.fp8_all_gather: losses '$(echo "$l_on" | tr '\n' ' ')' differ from" \
+        "'$(echo "$l_off" | tr '\n' ' ')'"
 fi
 # llama2-7b at seq 4096 (bf16 act): the kept transposes save more than the buffers cost
 run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 8 --backend cuda
