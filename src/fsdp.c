@@ -34,6 +34,10 @@ typedef struct gather_slot {
     uint8_t *codes;       /* plan->fp8_weights: the unit's FP8 matrices' codes, element i of
                            * the unit at byte i (max_padded bytes) */
     int codes_from_comm;
+    void *rest;           /* plan->fp8_weights, S > 1: every rank's elements outside the FP8
+                           * matrices (plan->fp8_rest act elements a rank), all-gathered */
+    int rest_from_comm;
+    shlm_comm_req *rest_req; /* its all-gather in flight: buf needs them unpacked */
     int unit;             /* unit held, -1 when free */
     shlm_comm_req *req;   /* gather in flight */
 } gather_slot;
@@ -252,9 +256,14 @@ fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops
         if (e->slots[k].buf_from_comm) registered += plan->max_padded * e->esz;
     }
     if (plan->fp8_weights) {
+        const size_t staging = (size_t)e->S * plan->fp8_rest * e->esz;
         for (int k = 0; k < plan->gather_slots; k++) {
-            e->slots[k].codes = gather_buffer_alloc(e, plan->max_padded, &e->slots[k].codes_from_comm);
-            if (e->slots[k].codes_from_comm) registered += plan->max_padded;
+            gather_slot *g = &e->slots[k];
+            g->codes = gather_buffer_alloc(e, plan->max_padded, &g->codes_from_comm);
+            if (g->codes_from_comm) registered += plan->max_padded;
+            if (!staging) continue;
+            g->rest = gather_buffer_alloc(e, staging, &g->rest_from_comm);
+            if (g->rest_from_comm) registered += staging;
         }
         const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
         e->fp8_amax = gather_buffer_alloc(e, scales, &e->fp8_from_comm[0]);
@@ -301,7 +310,9 @@ void fsdp_destroy(fsdp_engine *e) {
         wait_req(e, &e->slots[k].req);
         wait_req(e, &e->gslots[k].req);
         registered_free(e, e->slots[k].buf, e->slots[k].buf_from_comm);
+        wait_req(e, &e->slots[k].rest_req);
         registered_free(e, e->slots[k].codes, e->slots[k].codes_from_comm);
+        registered_free(e, e->slots[k].rest, e->slots[k].rest_from_comm);
         e->ops->free(e->gslots[k].buf);
         e->ops->free(e->gslots[k].bf16);
     }
@@ -378,37 +389,69 @@ static void fp8_refresh_scales(fsdp_engine *e) {
 static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
     const unit_state *s = &e->units[u];
     const model_unit *lu = &e->md->lay.units[u];
-    size_t pos = s->begin; /* next element to write; the matrices lie in offset order */
-    for (int k = 0; k < lu->n_fp8 && pos < s->end; k++) {
+    for (int k = 0; k < lu->n_fp8; k++) {
         const model_fp8_weight *w = &lu->fp8[k];
         shard_overlap ov;
-        if (!shard_intersect(pos, s->end, w->offset, (size_t)w->rows * w->cols, &ov)) continue;
-        if (ov.flat_offset > pos)
-            cast_params(e, (char *)buf + pos * e->esz, s->master + (pos - s->begin),
-                        ov.flat_offset - pos);
-        e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + (ov.flat_offset - s->begin),
-                               ov.count, &e->fp8_amax[s->fp8_base + k], e->fp8_round);
-        pos = ov.flat_offset + ov.count;
+        if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
+            e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + ov.shard_offset, ov.count,
+                                   &e->fp8_amax[s->fp8_base + k], e->fp8_round);
     }
-    if (pos < s->end)
-        cast_params(e, (char *)buf + pos * e->esz, s->master + (pos - s->begin), s->end - pos);
+    plan_piece pc[PLAN_MAX_REST_PIECES];
+    const int n = shard_plan_rest_pieces(lu, s->begin, s->end, pc);
+    for (int i = 0; i < n; i++)
+        cast_params(e, (char *)buf + pc[i].offset * e->esz, s->master + (pc[i].offset - s->begin),
+                    pc[i].count);
+}
+
+/* Copies shard group rank r's elements of unit u outside its FP8 matrices between buf (at
+ * their offsets) and the staging (packed, at rank r's plan->fp8_rest elements): to_staging
+ * packs, else unpacks. */
+static void move_rest(fsdp_engine *e, int u, int r, void *buf, void *staging, int to_staging) {
+    size_t begin, end, at = (size_t)r * e->plan->fp8_rest;
+    shard_range(e->units[u].numel, e->S, r, &begin, &end);
+    plan_piece pc[PLAN_MAX_REST_PIECES];
+    const int n = shard_plan_rest_pieces(&e->md->lay.units[u], begin, end, pc);
+    for (int i = 0; i < n; i++) {
+        char *b = (char *)buf + pc[i].offset * e->esz, *st = (char *)staging + at * e->esz;
+        e->ops->copy(to_staging ? st : b, to_staging ? b : st, pc[i].count * e->esz);
+        at += pc[i].count;
+    }
+}
+
+/* After slot k's all-gathers: the other ranks' rest into the slot's buffer. */
+static void finish_fp8_gather(fsdp_engine *e, gather_slot *g) {
+    if (!g->rest_req) return;
+    wait_req(e, &g->rest_req);
+    for (int r = 0; r < e->S; r++)
+        if (r != e->shard_rank) move_rest(e, g->unit, r, g->buf, g->rest, 0);
 }
 
 /* Writes this rank's shard, cast to the gathered dtype (and FP8 codes, plan->fp8_weights),
  * at its offset of buf and starts the all-gather of the rest (nothing to gather when
  * S == 1). */
-static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
+static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot *g) {
     unit_state *s = &e->units[u];
-    if (codes && e->md->lay.units[u].n_fp8 > 0) {
+    const int fp8 = g && g->codes && e->md->lay.units[u].n_fp8 > 0;
+    if (fp8) {
         if (e->fp8_stale) fp8_refresh_scales(e);
-        cast_shard_fp8(e, u, buf, codes);
+        cast_shard_fp8(e, u, buf, g->codes);
     } else {
         cast_params(e, (char *)buf + s->begin * e->esz, s->master, s->n);
     }
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
     range(e, "all-gather unit", u);
-    shlm_comm_req *req = e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
+    shlm_comm_req *req;
+    if (fp8) { /* the codes, a byte an element (n is even: SHARD_ALIGN_ELEMS), and the rest */
+        req = e->comm->iall_gather(e->shard_g, NULL, g->codes, s->n / 2, SHLM_BF16);
+        if (e->plan->fp8_rest) {
+            move_rest(e, u, e->shard_rank, buf, g->rest, 1);
+            g->rest_req = e->comm->iall_gather(e->shard_g, NULL, g->rest, e->plan->fp8_rest,
+                                               e->ops->act_dtype);
+        }
+    } else {
+        req = e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
+    }
     shlm_range_pop(e->ops);
     return req;
 }
@@ -443,7 +486,7 @@ static void issue_gather(fsdp_engine *e, int u) {
         s->fp8[j] = (shlm_fp8_matrix){g->codes + w->offset, &e->fp8_scale_inv[s->fp8_base + j],
                                       w->rows, w->cols, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE};
     }
-    g->req = start_gather(e, u, g->buf, g->codes);
+    g->req = start_gather(e, u, g->buf, g);
 }
 
 /* The unit the model will ask for after (u, phase) in this pass, or -1 (the plan's
@@ -467,6 +510,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
             for (int k = 0; k < N_SLOTS; k++) {
                 gather_slot *g = &e->slots[k];
                 wait_req(e, &g->req);
+                wait_req(e, &g->rest_req);
                 if (g->unit >= 0) {
                     e->units[g->unit].slot = -1;
                     e->units[g->unit].gathered = 0;
@@ -478,6 +522,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
         if (s->slot >= 0) {
             range(e, "wait gather unit", u);
             wait_req(e, &e->slots[s->slot].req);
+            finish_fp8_gather(e, &e->slots[s->slot]);
             shlm_range_pop(e->ops);
             if (s->own) { /* own buffer: the slot only carried the request */
                 e->slots[s->slot].unit = -1;

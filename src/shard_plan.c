@@ -63,7 +63,18 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
     plan->replica_staging = R > 1 && grads && p->reduce_dtype == SHLM_BF16;
     for (int u = 0; u < plan->n_units; u++) plan->n_fp8 += m->lay.units[u].n_fp8;
     plan->fp8_weights = p->fp8_all_gather && p->matmul == MODEL_MATMUL_FP8_TENSORWISE &&
-                        plan->gather_slots > 0 && plan->n_fp8 > 0 && S == 1;
+                        plan->gather_slots > 0 && plan->n_fp8 > 0;
+    for (int u = 0; plan->fp8_weights && S > 1 && u < plan->n_units; u++) {
+        const model_unit *lu = &m->lay.units[u];
+        for (int r = 0; lu->n_fp8 > 0 && r < S; r++) {
+            size_t begin, end, rest = 0;
+            shard_range(lu->numel, S, r, &begin, &end);
+            plan_piece pc[PLAN_MAX_REST_PIECES];
+            const int n = shard_plan_rest_pieces(lu, begin, end, pc);
+            for (int i = 0; i < n; i++) rest += pc[i].count;
+            if (rest > plan->fp8_rest) plan->fp8_rest = rest;
+        }
+    }
     make_pass(&plan->pass[0], &m->eval_pass, plan->n_units, p->strategy, 0);
     make_pass(&plan->pass[1], &m->train_pass, plan->n_units, p->strategy, 1);
 
@@ -87,11 +98,13 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
     }
     b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded * es;
     gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded * es, align);
-    if (plan->fp8_weights) { /* each slot's codes; every matrix's amax and scale_inv */
+    if (plan->fp8_weights) { /* each slot's codes and staging; every matrix's amax, scale_inv */
         const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
-        b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded + 2 * scales;
+        const size_t staging = (size_t)S * plan->fp8_rest * es;
+        b[PLAN_GATHERED] += (size_t)plan->gather_slots * (plan->max_padded + staging) + 2 * scales;
         gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded, align) +
                           2 * round_up(scales, align);
+        if (staging) gathered_arena += (size_t)plan->gather_slots * round_up(staging, align);
     }
     if (p->registered_gathers && S > 1) plan->registered = b[PLAN_GATHERED];
     else arena += gathered_arena;
@@ -123,15 +136,33 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
         size_t gathers = 0, reduced = 0;
         for (int i = 0; i < mp->n; i++) {
             const int u = mp->uses[i].unit;
-            if (!held[u]) gathers += plan->units[u].padded;
+            /* FP8 weights: a byte an element, and the staged rest in act dtype */
+            if (!held[u] && plan->fp8_weights && m->lay.units[u].n_fp8 > 0)
+                gathers += plan->units[u].padded + (size_t)S * plan->fp8_rest * es;
+            else if (!held[u])
+                gathers += plan->units[u].padded * es;
             held[u] = shard_plan_keeps(plan, 1, u, mp->uses[i].phase);
         }
         free(held);
         for (int u = 0; u < plan->n_units; u++)
             reduced += plan->units[u].padded * (size_t)m->lay.units[u].grad_writes;
-        plan->shard_wire_per_micro = (gathers * es + reduced * rs) / (size_t)S * (size_t)(S - 1);
+        plan->shard_wire_per_micro = (gathers + reduced * rs) / (size_t)S * (size_t)(S - 1);
     }
     if (R > 1) plan->replica_wire_per_step = 2 * sum_shard * rs / (size_t)R * (size_t)(R - 1);
+}
+
+int shard_plan_rest_pieces(const model_unit *lu, size_t begin, size_t end, plan_piece *out) {
+    if (end > lu->numel) end = lu->numel;
+    int n = 0;
+    size_t pos = begin; /* the matrices lie in offset order */
+    for (int k = 0; k < lu->n_fp8 && pos < end; k++) {
+        const size_t lo = lu->fp8[k].offset, hi = lo + (size_t)lu->fp8[k].rows * lu->fp8[k].cols;
+        if (hi <= pos) continue;
+        if (lo > pos) out[n++] = (plan_piece){pos, (lo < end ? lo : end) - pos};
+        pos = hi;
+    }
+    if (pos < end) out[n++] = (plan_piece){pos, end - pos};
+    return n;
 }
 
 void shard_plan_free(shard_plan *plan) {

@@ -85,6 +85,9 @@ typedef struct shard_plan {
                          * Each slot then has a code buffer of max_padded bytes, and the
                          * engine an amax and a scale_inv float per FP8 matrix */
     int n_fp8;          /* FP8 matrices of all units */
+    size_t fp8_rest;    /* fp8_weights with S > 1: the most elements of any rank's shard of
+                         * a unit with FP8 matrices that lie outside them (its norms), which
+                         * the gather carries in act dtype: each slot stages S of these */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];
     size_t state;       /* master + grad + moments */
@@ -97,6 +100,15 @@ typedef struct shard_plan {
                                    * (all-gathers + reduce-scatters, ring algorithms) */
     size_t replica_wire_per_step; /* replica all-reduce of the gradient shards per step */
 } shard_plan;
+
+/* A run of a unit's flat buffer: elements [offset, offset + count). */
+typedef struct plan_piece {
+    size_t offset, count;
+} plan_piece;
+enum { PLAN_MAX_REST_PIECES = MODEL_MAX_FP8_WEIGHTS + 1 };
+/* The runs of [begin, end) inside unit lu's tensors (padding excluded) and outside its FP8
+ * matrices, in order, into out (at most PLAN_MAX_REST_PIECES); returns their number. */
+int shard_plan_rest_pieces(const model_unit *lu, size_t begin, size_t end, plan_piece *out);
 
 /* Fills *plan for model m (its layout and passes) with params p. Pure: allocates only
  * the plan's own tables (shard_plan_free). */

@@ -7,6 +7,9 @@
 #          and the two recipes differ from each other;
 #  checkpointing: fp8-rowwise with selective and full activation checkpointing gives the
 #          losses of none bit for bit (none keeps the quantized transposes of ln1, ln2, h);
+#  fp8_all_gather: fp8-tensorwise with the gather making the e4m3 codes (the default)
+#          matches the gather of weights quantized in each product bit for bit on 1, 2 and
+#          4 ranks (FULL_SHARD, HYBRID_SHARD), and sends fewer bytes;
 #  resume: under each recipe on 2 ranks (FULL_SHARD), a run stopped after step 6 and
 #          resumed to step 12 matches the straight 12-step run bit for bit (loss and
 #          gradient-norm strings, every checkpoint dataset's checksum);
@@ -66,6 +69,29 @@ for ac in selective full; do
     [ -z "$why" ] && ok "fp8-rowwise, activation checkpointing $ac: losses identical to none" ||
         fail "fp8-rowwise, activation checkpointing $ac: $why"
 done
+
+# ---- fsdp.fp8_all_gather (on by default): under fp8-tensorwise the gather makes the e4m3
+# codes from the fp32 master (2 ranks: all-gathers the codes and the norms apart); the
+# losses and gradient norms are those of gathering the weights and quantizing them in each
+# product, bit for bit, on 1 rank (bf16 parameters: the gather slots), FULL_SHARD on 2 and
+# HYBRID_SHARD on 4 (shard groups of 2); and the shard group sends fewer bytes ----
+for cfg in "1 bf16 FULL_SHARD 0" "2 fp32 FULL_SHARD 0" "4 bf16 HYBRID_SHARD 2"; do
+    set -- $cfg
+    for g in true false; do
+        train "ag_$1_$g" "$1" --set train.matmul=fp8-tensorwise --set fsdp.param_dtype="$2" \
+            --set fsdp.strategy="$3" --set fsdp.shard_group_size="$4" --set fsdp.fp8_all_gather=$g
+    done
+    why=$(curves_problem "ag_$1_false" "ag_$1_true" 12)
+    [ -z "$why" ] && ok "fp8_all_gather, $1 rank(s) $3 $2: identical to quantizing in each product" ||
+        fail "fp8_all_gather, $1 rank(s) $3 $2: $why"
+done
+sent() { sed -n 's/^comm per step (rank 0, sent): shard_group_bytes=\([0-9]*\).*/\1/p' "$work/$1.log"; }
+b_on=$(sent ag_2_true) b_off=$(sent ag_2_false)
+if [ -n "$b_on" ] && [ -n "$b_off" ] && [ "$b_on" -lt "$b_off" ]; then
+    ok "fp8_all_gather on 2 ranks: $b_on shard-group bytes a step, $b_off without it"
+else
+    fail "fp8_all_gather on 2 ranks: shard-group bytes '$b_on', without it '$b_off': expected fewer"
+fi
 
 # ---- resume bit for bit under each recipe, 2 ranks ----
 for mm in fp8-tensorwise fp8-rowwise; do
