@@ -564,7 +564,7 @@ static void bench_convert(size_t n) {
 }
 
 static void run_adamw(void) {
-    gpu->adamw(cur.f0, cur.f1, cur.f2, cur.f3, cur.n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10);
+    gpu->adamw(cur.f0, cur.f1, cur.f2, cur.f3, cur.n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10, NULL);
 }
 static double g_ss;
 static void run_sum_squares(void) { g_ss = gpu->sum_squares(cur.f1, cur.n); }
@@ -580,7 +580,7 @@ static void bench_optimizer(size_t n) {
     cur.f2 = dev_f32_from(m, n), cur.f3 = dev_f32_from(v, n);
     cur.n = n;
     run_adamw();
-    cpu->adamw(p, g, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10);
+    cpu->adamw(p, g, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 10, NULL);
     float *gp = down_f32(cur.f0, n);
     int nwrong = memcmp(gp, p, n * sizeof(float)) != 0;
     if (nwrong) fprintf(stderr, "# WRONG: adamw differs from the cpu's (rel_l2 %.3e)\n", rel_l2(gp, p, n));

@@ -497,7 +497,7 @@ static void cpu_call(const sim_shape *s) {
     case SIM_F32_TO_ACT: o->f32_to_act(buf(0, N * f), buf(1, N * f), (size_t)N); break;
     case SIM_ADAMW:
         o->adamw(buf(0, N * f), buf(1, N * f), buf(2, N * f), buf(3, N * f), (size_t)N, 1e-4f, 0.9f,
-                 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+                 0.95f, 1e-8f, 0.1f, 1.0f, 1, NULL);
         break;
     case SIM_SUM_SQUARES: (void)o->sum_squares(buf(0, N * f), (size_t)N); break;
     case SIM_ACCUMULATE: o->accumulate(buf(0, N * f), buf(1, N * f), (size_t)N); break;

@@ -251,10 +251,12 @@ typedef struct shlm_ops {
 
     /* ---- optimizer and reductions over flat fp32 buffers ---- */
     /* AdamW with decoupled weight decay on n elements; g = grad * grad_scale;
-     * step is 1-based (bias correction). param -= lr·(m̂/(√v̂+eps) + wd·param). */
+     * step is 1-based (bias correction). param -= lr·(m̂/(√v̂+eps) + wd·param). amax: NULL,
+     * or a device float that becomes max(*amax, max |param_i|) over the updated values (NaN
+     * ignored): fp8_param_amax's, made by the step that writes the weights. */
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                  int step);
+                  int step, float *amax);
     /* Σ x[i]², accumulated in double, returned to the host */
     double (*sum_squares)(const float *x, size_t n);
 } shlm_ops;

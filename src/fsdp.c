@@ -355,22 +355,20 @@ static void cast_params(fsdp_engine *e, void *dst, const float *master, size_t n
     }
 }
 
-/* Every FP8 matrix's amax over the whole matrix (this rank's part of it, then the largest
- * over the shard group: one all-reduce for all of them) and its scale_inv. */
-static void fp8_refresh_scales(fsdp_engine *e) {
+/* Unit u's FP8 matrix holding element `offset` of it, or NULL: the amax it adds to. */
+static float *fp8_amax_of(fsdp_engine *e, int u, size_t offset) {
+    const model_unit *lu = &e->md->lay.units[u];
+    for (int k = 0; e->plan->fp8_weights && k < lu->n_fp8; k++)
+        if (offset >= lu->fp8[k].offset &&
+            offset < lu->fp8[k].offset + (size_t)lu->fp8[k].rows * lu->fp8[k].cols)
+            return &e->fp8_amax[e->units[u].fp8_base + k];
+    return NULL;
+}
+
+/* From the amaxes of this rank's parts of every FP8 matrix: the largest over the shard
+ * group (one all-reduce for all of them) and each scale_inv. */
+static void fp8_finish_scales(fsdp_engine *e) {
     const int n = e->plan->n_fp8;
-    e->ops->zero(e->fp8_amax, (size_t)n * sizeof(float));
-    for (int u = 0; u < e->n_units; u++) {
-        const unit_state *s = &e->units[u];
-        const model_unit *lu = &e->md->lay.units[u];
-        for (int k = 0; k < lu->n_fp8; k++) {
-            const model_fp8_weight *w = &lu->fp8[k];
-            shard_overlap ov;
-            if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
-                e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k], s->master + ov.shard_offset,
-                                       ov.count);
-        }
-    }
     if (e->S > 1) { /* a host vector over MPI, once per step: the amaxes are exact maxima */
         float *h = malloc((size_t)n * sizeof(float));
         SHLM_CHECK_ALLOC(h);
@@ -382,6 +380,24 @@ static void fp8_refresh_scales(fsdp_engine *e) {
     for (int i = 0; i < n; i++)
         e->ops->fp8_param_scale(&e->fp8_scale_inv[i], &e->fp8_amax[i], e->fp8_round);
     e->fp8_stale = 0;
+}
+
+/* Every FP8 matrix's amax and scale_inv from the master as it is (after a load or an
+ * initialisation; the optimizer step makes them as it writes the master). */
+static void fp8_refresh_scales(fsdp_engine *e) {
+    e->ops->zero(e->fp8_amax, (size_t)e->plan->n_fp8 * sizeof(float));
+    for (int u = 0; u < e->n_units; u++) {
+        const unit_state *s = &e->units[u];
+        const model_unit *lu = &e->md->lay.units[u];
+        for (int k = 0; k < lu->n_fp8; k++) {
+            const model_fp8_weight *w = &lu->fp8[k];
+            shard_overlap ov;
+            if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
+                e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k], s->master + ov.shard_offset,
+                                       ov.count);
+        }
+    }
+    fp8_finish_scales(e);
 }
 
 /* This rank's shard of unit u into the gathered buffers: its FP8 matrices' elements as
@@ -736,6 +752,8 @@ double fsdp_finish_grads(fsdp_engine *e) {
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step) {
     shlm_range_push(e->ops, "optimizer");
+    /* the FP8 matrices' amaxes come out of the step that writes them */
+    if (e->plan->fp8_weights) e->ops->zero(e->fp8_amax, (size_t)e->plan->n_fp8 * sizeof(float));
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         const model_unit *lu = &e->md->lay.units[u];
@@ -746,12 +764,12 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
             size_t o = ov.shard_offset;
             e->ops->adamw(s->master + o, s->grad + o, s->m + o, s->v + o, ov.count, lr,
                           h->beta1, h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f,
-                          grad_scale, step);
+                          grad_scale, step, fp8_amax_of(e, u, t->offset));
         }
         /* gathered copies are stale now */
         if (s->own || s->slot >= 0) s->gathered = 0;
     }
-    e->fp8_stale = 1;
+    if (e->plan->fp8_weights) fp8_finish_scales(e);
     shlm_range_pop(e->ops);
 }
 

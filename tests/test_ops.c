@@ -1659,9 +1659,18 @@ static void test_adamw(void) {
         down_f32(v, d_v, n);
         double *rp = dup_d(p, n), *rm = dup_d(m, n), *rv = dup_d(v, n), *rg = dup_d(g, n);
         ref_adamw(rp, rg, rm, rv, n, lr, b1, b2, eps, wd, gscale, steps[k]);
-        ops->adamw(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gscale, steps[k]);
+        /* the last step takes the amax of what it writes, into a float that holds one already
+         * below it (the op keeps the larger) */
+        const int last = k + 1 == sizeof steps / sizeof steps[0];
+        float *d_amax = up_f32(&(float){1e-6f}, 1);
+        ops->adamw(d_p, d_g, d_m, d_v, n, lr, b1, b2, eps, wd, gscale, steps[k], last ? d_amax : NULL);
         char name[128];
         down_f32(got, d_p, n);
+        if (last) {
+            float want = 1e-6f;
+            for (size_t i = 0; i < n; i++) want = fmaxf(want, fabsf(got[i]));
+            check_same("adamw amax == max |param| written (step 1000)", got_f32(d_amax, 1), &want, 1);
+        }
         snprintf(name, sizeof name, "adamw param (step %d, grad_scale, wd)", steps[k]);
         check_close(name, got, rp, n, T_ADAMW);
         /* the update itself, so that a wrong step cannot hide behind |param| */
@@ -1694,12 +1703,18 @@ static void adamw_vs_cpu_case(size_t n, int off) {
     for (size_t i = 0; i < na; i++) v[i] *= v[i]; /* second moments are >= 0 */
     float *d_p = up_f32(p, na), *d_g = up_f32(g, na), *d_m = up_f32(m, na), *d_v = up_f32(v, na);
     const int steps[2] = {1, 10};
+    /* the second step also takes the amax of what it writes (unaligned n, grid-wide) */
+    float *d_amax = up_f32(&(float){0.0f}, 1);
     for (int s = 0; s < 2; s++) {
         cpu->adamw(p + off, g + off, m + off, v + off, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f,
-                   steps[s]);
+                   steps[s], NULL);
         ops->adamw(d_p + off, d_g + off, d_m + off, d_v + off, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f,
-                   0.5f, steps[s]);
+                   0.5f, steps[s], s == 1 ? d_amax : NULL);
     }
+    float want_amax = 0.0f;
+    for (size_t i = 0; i < n; i++) want_amax = fmaxf(want_amax, fabsf(p[off + i]));
+    snprintf(name, sizeof name, "adamw amax == max |param| written %s", tag);
+    check_same(name, got_f32(d_amax, 1), &want_amax, 1);
     snprintf(name, sizeof name, "adamw param == cpu's after steps 1, 10 %s", tag);
     check_same(name, got_f32(d_p + off, n), p + off, n);
     snprintf(name, sizeof name, "adamw m == cpu's %s", tag);
@@ -1795,7 +1810,7 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;
     memcpy(p, x, (size_t)N * C * sizeof(float));
-    ops->adamw(p, g, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1);
+    ops->adamw(p, g, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1, NULL);
 }
 
 static void test_determinism(void) {

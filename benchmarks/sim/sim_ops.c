@@ -166,9 +166,9 @@ static void sim_xent(float *losses, void *dlogits, const void *logits, const int
     run(SIM_XENT, N, V, 0, 0, 0, 0);
 }
 static void sim_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1,
-                      float b2, float eps, float wd, float gs, int step) {
+                      float b2, float eps, float wd, float gs, int step, float *amax) {
     (void)p, (void)g, (void)m, (void)v, (void)lr, (void)b1, (void)b2, (void)eps, (void)wd;
-    (void)gs, (void)step;
+    (void)gs, (void)step, (void)amax;
     run(SIM_ADAMW, (long)n, 0, 0, 0, 0, 0);
 }
 static double sim_sum_squares(const float *x, size_t n) {

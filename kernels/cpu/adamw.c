@@ -8,7 +8,7 @@
 
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int step) {
+                    int step, float *amax) {
     if (step < 1) SHLM_FATAL("adamw: step %d, but steps count from 1", step);
     /* bias corrections in double: 1 − β2^t is ~1e-3 at t = 1, where fp32 pow loses digits */
     const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
@@ -24,6 +24,7 @@ void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t 
         /* decay uses the weight before this step's update, as torch.optim.AdamW does */
         param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
     }
+    if (amax) shlm_cpu_fp8_param_amax(amax, param, n);
 }
 
 /* Fixed block boundaries (a function of n only) and a sequential sum of the block

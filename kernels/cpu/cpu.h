@@ -94,7 +94,7 @@ void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
 /* Aborts when step < 1. */
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                    int step);
+                    int step, float *amax);
 /* Deterministic for any thread count: fixed blocks, summed in a fixed order. */
 double shlm_cpu_sum_squares(const float *x, size_t n);
 void shlm_cpu_accumulate(float *y, const float *x, size_t n);

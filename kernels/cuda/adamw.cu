@@ -23,9 +23,12 @@ __device__ __forceinline__ void adamw_one(float &p, float g0, float &m, float &v
     p = __fsub_rn(p, __fmul_rn(lr, upd));
 }
 
+/* amax: NULL, or the bits of a float that takes the largest |param| written (ops.h) */
 __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
                              float lr, float b1, float b2, float eps, float wd, float gs,
-                             float bc1, float bc2, bool vec) {
+                             float bc1, float bc2, bool vec, unsigned *amax) {
+    __shared__ float red[32];
+    float big = 0.0f;
     grid_stride_x4(
         n, vec,
         [&](size_t k) {
@@ -40,10 +43,15 @@ __global__ void adamw_kernel(float *param, const float *grad, float *m, float *v
             reinterpret_cast<float4 *>(param)[k] = p;
             reinterpret_cast<float4 *>(m)[k] = mm;
             reinterpret_cast<float4 *>(v)[k] = vv;
+            big = fmaxf(big, fmaxf(fmaxf(fabsf(p.x), fabsf(p.y)), fmaxf(fabsf(p.z), fabsf(p.w))));
         },
         [&](size_t k) {
             adamw_one(param[k], grad[k], m[k], v[k], lr, b1, b2, eps, wd, gs, bc1, bc2);
+            big = fmaxf(big, fabsf(param[k]));
         });
+    if (!amax) return; /* uniform over the grid: no thread of a block skips the barriers */
+    big = block_max(big, red);
+    if (threadIdx.x == 0) amax_merge(amax, big);
 }
 
 enum { SS_THREADS = 256, SS_MAX_BLOCKS = 1024, SS_MIN_BLOCK = 4096 };
@@ -115,7 +123,7 @@ static unsigned int opt_blocks(size_t n) {
 
 extern "C" void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n,
                                 float lr, float beta1, float beta2, float eps,
-                                float weight_decay, float grad_scale, int step) {
+                                float weight_decay, float grad_scale, int step, float *amax) {
     if (step < 1) SHLM_FATAL("adamw: step %d, but steps count from 1", step);
     if (n == 0) return;
     /* bias corrections in double on the host, as the cpu backend computes them */
@@ -124,7 +132,8 @@ extern "C" void shlm_cuda_adamw(float *param, const float *grad, float *m, float
     bool vec = shlm_aligned(param, 16) && shlm_aligned(grad, 16) && shlm_aligned(m, 16) &&
                shlm_aligned(v, 16);
     adamw_kernel<<<opt_blocks(n), OPT_THREADS, 0, shlm_cuda_stream()>>>(
-        param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, vec);
+        param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2, vec,
+        reinterpret_cast<unsigned *>(amax));
     CUDA_CHECK_LAST();
 }
 

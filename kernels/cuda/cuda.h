@@ -198,7 +198,7 @@ void shlm_cuda_fp8_set_fast_accum(int enable);
  * Aborts when step < 1. */
 void shlm_cuda_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                      float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                     int step);
+                     int step, float *amax);
 /* Deterministic: fixed blocks (a function of n only) summed in a fixed order. */
 double shlm_cuda_sum_squares(const float *x, size_t n);
 /* y[i] += x[i] */

@@ -206,6 +206,13 @@ __device__ __forceinline__ float block_max(float v, float *shared) {
     return warp_max(v);
 }
 
+/* An amax is kept as the bits of a non-negative float while it is being reduced: those
+ * order as unsigned integers, so atomicMax on them is the float maximum (±0 and +inf
+ * included; fmaxf has dropped every NaN before). The buffer starts at 0 (or an amax). */
+__device__ __forceinline__ void amax_merge(unsigned *amax_bits, float m) {
+    atomicMax(amax_bits, __float_as_uint(m));
+}
+
 /* The bound device and its properties: 0, or -1 with one line in why (the device checks
  * answer with it rather than abort). */
 static inline int shlm_cuda_bound_device(int *dev, cudaDeviceProp *p, char *why, size_t whylen) {

@@ -36,12 +36,6 @@ template <int F> __device__ __forceinline__ uint8_t fp8x1(float x, float scale) 
     return (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(x, scale), __NV_SATFINITE, fp8_format<F>::interp);
 }
 
-/* amax is kept as the bits of a non-negative float while it is being reduced: those order
- * as unsigned integers, so atomicMax on them is the float maximum (±0 and +inf included;
- * fmaxf has dropped every NaN before). The buffer starts at 0. */
-__device__ __forceinline__ void amax_merge(unsigned *amax_bits, float m) {
-    atomicMax(amax_bits, __float_as_uint(m));
-}
 
 /* ------------------------------------------------------------------ kernels */
 
