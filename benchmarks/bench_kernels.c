@@ -22,7 +22,9 @@
  * ops the fewest bytes they must move (each input read once, each output written once).
  * FP8 (--only fp8, at --mb 2 the M = 8192 tokens of the usual 7B comparison): the quantize
  * kernels (bytes: bf16 in, codes out, scales) bit for bit against the cpu backend's
- * emulation, and for each linear layer of a block its forward, dgrad and wgrad products
+ * emulation, the FP8 weight ops (fp8_param_amax and fp8_param_cast from an fp32 weight,
+ * fp8_transpose of codes; bytes: each input read and each output written once) bit for bit
+ * against it too, and for each linear layer of a block its forward, dgrad and wgrad products
  * (ops.h's FP8 forms, M x N x K as matmul_fp8 sees them) in bf16 (bf16 ..., timed only: the
  * matmul rows above check the same products), fp8-tw (tensorwise, gradient operand e5m2)
  * and fp8-rw (rowwise, all e4m3), the forwards once more with fast accumulation (+fa;
@@ -639,9 +641,11 @@ static int fp8_is_nan(shlm_fp8_format f, uint8_t c) {
 }
 /* 1 (and a WRONG line) when the cpu backend has no FP8 emulation to check against */
 static int fp8_no_reference(const char *what) {
-    if (cpu->fp8_quantize && cpu->matmul_fp8) return 0;
-    fprintf(stderr, "# WRONG: %s: the cpu backend has no fp8_quantize/matmul_fp8 to check "
-            "against\n", what);
+    if (cpu->fp8_quantize && cpu->matmul_fp8 && cpu->fp8_param_amax && cpu->fp8_param_scale &&
+        cpu->fp8_param_cast && cpu->fp8_transpose)
+        return 0;
+    fprintf(stderr, "# WRONG: %s: the cpu backend has no FP8 emulation (fp8_quantize, "
+            "matmul_fp8, fp8_param_*, fp8_transpose) to check against\n", what);
     return 1;
 }
 
@@ -729,6 +733,77 @@ static void bench_fp8_quantize_both(const char *name, int rows, int cols, shlm_f
     row(name, shape, us, 0, n * 4.0, nwrong);
     fp8_free(&cur_qa, 0), fp8_free(&cur_qt, 0);
     gpu->free(cur.a);
+}
+
+/* FP8 weights from an fp32 weight (rows x cols, filled from the pool at `off` times 0.02,
+ * so most values are not bf16): fp8_param_amax, then fp8_param_cast with round_bf16 = 1
+ * (the values a bf16 gather gives), checked bit for bit against the cpu backend's
+ * fp8_param_amax, _scale and _cast (amax, scale_inv, codes). amax counted at 4 bytes an
+ * element (fp32 read), the cast at 5 (fp32 read, code written). */
+static float *cur_amax;
+static void run_fp8_param_amax(void) { gpu->fp8_param_amax(cur_amax, cur.f0, cur.n); }
+static void run_fp8_param_cast(void) { gpu->fp8_param_cast(cur.a, cur.f0, cur.n, cur_amax, 1); }
+static void bench_fp8_param(int rows, int cols, size_t off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "W %dx%d fp32 e4m3", rows, cols);
+    const size_t n = (size_t)rows * cols;
+    float *h = host_vals(off, n, 0.02f);
+    cur.f0 = dev_f32_from(h, n);
+    cur.n = n;
+    cur.a = gpu->alloc(n);
+    cur_amax = gpu->alloc(sizeof(float));
+    float *sinv = gpu->alloc(sizeof(float));
+    gpu->zero(cur_amax, sizeof(float));
+    run_fp8_param_amax();
+    gpu->fp8_param_scale(sinv, cur_amax, 1);
+    run_fp8_param_cast();
+    float ca = 0.0f, cs, ga, gs;
+    uint8_t *cc = xmalloc(n), *got = xmalloc(n);
+    cpu->fp8_param_amax(&ca, h, n);
+    cpu->fp8_param_scale(&cs, &ca, 1);
+    cpu->fp8_param_cast(cc, h, n, &ca, 1);
+    gpu->to_host(&ga, cur_amax, sizeof ga);
+    gpu->to_host(&gs, sinv, sizeof gs);
+    gpu->to_host(got, cur.a, n);
+    const int amax_bad = memcmp(&ga, &ca, sizeof ga) != 0;
+    if (amax_bad) fprintf(stderr, "# WRONG: fp8_param_amax %g, the cpu's %g\n", (double)ga, (double)ca);
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != cc[i] && !bad++) first = i;
+    if (bad)
+        fprintf(stderr, "# WRONG: fp8_param_cast: %zu codes differ from the cpu's, the first at %zu "
+                "(0x%02x, cpu 0x%02x)\n", bad, first, got[first], cc[first]);
+    const int sbad = memcmp(&gs, &cs, sizeof gs) != 0;
+    if (sbad) fprintf(stderr, "# WRONG: fp8_param_scale %a, the cpu's %a\n", (double)gs, (double)cs);
+    double us = time_us(run_fp8_param_amax); /* the maximum again: *amax stays what it is */
+    row("fp8_param_amax", shape, us, 0, n * 4.0, amax_bad);
+    us = time_us(run_fp8_param_cast);
+    row("fp8_param_cast", shape, us, 0, n * 5.0, bad > 0 || sbad);
+    free(h), free(cc), free(got);
+    gpu->free(cur.f0), gpu->free(cur.a), gpu->free(cur_amax), gpu->free(sinv);
+}
+
+/* dst (cols x rows) = srcᵀ over codes (bytes from the pool's bf16 bits at `off`), checked
+ * against the cpu's fp8_transpose; counted at 2 bytes an element (read and written once) */
+static void run_fp8_transpose(void) { gpu->fp8_transpose(cur.b, cur.a, cur.N, cur.C); }
+static void bench_fp8_transpose(int rows, int cols, size_t off) {
+    char shape[64];
+    snprintf(shape, sizeof shape, "codes %dx%d", rows, cols);
+    const size_t n = (size_t)rows * cols;
+    uint8_t *h = xmalloc(n), *want = xmalloc(n), *got = xmalloc(n);
+    for (size_t i = 0; i < n; i++) h[i] = (uint8_t)g_pool_bf[(off + i) & (POOL - 1)];
+    cur.a = gpu->alloc(n), cur.b = gpu->alloc(n);
+    cur.N = rows, cur.C = cols;
+    gpu->to_device(cur.a, h, n);
+    run_fp8_transpose();
+    cpu->fp8_transpose(want, h, rows, cols);
+    gpu->to_host(got, cur.b, n);
+    const int nwrong = memcmp(got, want, n) != 0;
+    if (nwrong) fprintf(stderr, "# WRONG: fp8_transpose %s differs from the cpu's\n", shape);
+    double us = time_us(run_fp8_transpose);
+    row("fp8_transpose", shape, us, 0, n * 2.0, nwrong);
+    free(h), free(want), free(got);
+    gpu->free(cur.a), gpu->free(cur.b);
 }
 
 /* out(M,N) = q(a)·q(b)ᵀ (a filled at off_a, b at off_b, both quantized on the GPU without
@@ -853,7 +928,8 @@ static void bench_linear_fp8(const char *layer, int N, int C, int OC, int residu
 }
 
 static void bench_fp8(int N) {
-    if (!gpu->fp8_check || !gpu->fp8_quantize || !gpu->fp8_quantize_both || !gpu->matmul_fp8) {
+    if (!gpu->fp8_check || !gpu->fp8_quantize || !gpu->fp8_quantize_both || !gpu->matmul_fp8 ||
+        !gpu->fp8_param_amax || !gpu->fp8_param_scale || !gpu->fp8_param_cast || !gpu->fp8_transpose) {
         printf("# fp8: this build's cuda backend has no FP8 members\n");
         g_wrong_total++;
         return;
@@ -875,6 +951,15 @@ static void bench_fp8(int N) {
     bench_fp8_quantize_both("fp8_quantize_both x", N, D, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE, 77);
     bench_fp8_quantize_both("fp8_quantize_both dy", N, 2 * FF, SHLM_FP8_E5M2, SHLM_FP8_TENSORWISE, 999);
     bench_fp8_quantize_both("fp8_quantize_both dy", N, 2 * FF, SHLM_FP8_E4M3, SHLM_FP8_ROWWISE, 999);
+    /* FP8 weights from the fp32 parameters (down's W), and the transposes of the codes
+     * (down's W, 4096 x 11008, and qkv's, 12288 x 4096) */
+    if (!fp8_no_reference("fp8_param_cast")) {
+        bench_fp8_param(D, FF, 4242);
+        bench_fp8_transpose(D, FF, 31);
+        bench_fp8_transpose(3 * D, D, 32);
+    } else {
+        g_wrong_total++;
+    }
     /* the square ceiling, then every linear of a block */
     bench_fp8_gemm("fp8-tw 8192^3", 8192, 8192, 8192, SHLM_FP8_E4M3, SHLM_FP8_E4M3,
                    SHLM_FP8_TENSORWISE, 0, 0, NULL);

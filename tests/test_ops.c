@@ -2262,6 +2262,230 @@ static void fp8_gemm_case(int N, int C, int OC, int rowwise, const ref_fp8 *G) {
     release_all();
 }
 
+/* ---- FP8 weights from fp32 parameters (fp8_param_amax, _scale, _cast) and fp8_transpose ---- */
+
+/* n fp32 values of mixed sign over 2^-8..2^8 (most not bf16-representable), a NaN at n/3
+ * and, last (in a scalar tail at most offsets), the largest magnitude, negative */
+static float *param_values(size_t n) {
+    float *h = hf(n);
+    float m = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        h[i] = (float)(rnd_normal() * ldexp(1.0, rnd_int(17) - 8));
+        m = fmaxf(m, fabsf(h[i]));
+    }
+    if (n >= 2) h[n - 1] = -1.375f * m;
+    if (n >= 3) h[n / 3] = NAN;
+    return h;
+}
+/* h (n fp32) on the backend, `off` elements into a buffer whose other elements are ±1e30:
+ * an op that reads outside [p, p + n) sees a larger |x| */
+static float *up_param(const float *h, size_t n, int off) {
+    const size_t len = n + (size_t)off + 5;
+    float *g = hf(len);
+    for (size_t i = 0; i < len; i++) g[i] = i & 1 ? -1e30f : 1e30f;
+    memcpy(g + off, h, n * sizeof(float));
+    return (float *)up_f32(g, len) + off;
+}
+/* max |h[i]| over [lo, hi), NaN ignored */
+static float host_amax(const float *h, size_t lo, size_t hi) {
+    float m = 0.0f;
+    for (size_t i = lo; i < hi; i++)
+        if (!isnan(h[i])) m = fmaxf(m, fabsf(h[i]));
+    return m;
+}
+static float down_scalar(const float *d) {
+    float v;
+    down_f32(&v, d, 1);
+    return v;
+}
+/* a byte buffer of `pad` + n + 16 bytes filled with 0xA5, returned `pad` bytes in; guard_ok
+ * says whether the bytes around [p, p + n) still hold it */
+static uint8_t *up_guarded(size_t n, int pad) {
+    const size_t len = n + (size_t)pad + 16;
+    uint8_t *g = xcalloc(len, 1);
+    memset(g, 0xA5, len);
+    uint8_t *d = dalloc(len);
+    ops->to_device(d, g, len);
+    return d + pad;
+}
+static int guard_ok(const uint8_t *d, size_t n, int pad, uint8_t *inner) {
+    const size_t len = n + (size_t)pad + 16;
+    uint8_t *g = xcalloc(len, 1);
+    ops->sync();
+    ops->to_host(g, d - pad, len);
+    memcpy(inner, g + pad, n);
+    int ok = 1;
+    for (size_t i = 0; i < len; i++)
+        if (i < (size_t)pad || i >= (size_t)pad + n) ok &= g[i] == 0xA5;
+    return ok;
+}
+
+/* fp8_param_amax over p + off (n values): the host maximum, into *amax = 0, into a
+ * smaller and a larger start (the max accumulates, the start is not overwritten), and over
+ * two calls on the halves */
+static void fp8_param_amax_case(size_t n, int off) {
+    const float *h = param_values(n);
+    float *d = up_param(h, n, off);
+    const float want = host_amax(h, 0, n);
+    const float starts[3] = {0.0f, 0.5f * want, 2.0f * want};
+    char name[160];
+    for (int s = 0; s < 3; s++) {
+        float *amax = up_f32(&starts[s], 1);
+        ops->fp8_param_amax(amax, d, n);
+        const float got = down_scalar(amax), w = fmaxf(starts[s], want);
+        snprintf(name, sizeof name, "fp8_param_amax n=%zu at +%d, *amax from %g: %g (want %g)", n,
+                 off, (double)starts[s], (double)got, (double)w);
+        check_true(name, memcmp(&got, &w, sizeof w) == 0);
+    }
+    const size_t half = n / 2;
+    const float zero = 0.0f;
+    float *amax = up_f32(&zero, 1);
+    ops->fp8_param_amax(amax, d, half);
+    const float got_lo = down_scalar(amax);
+    ops->fp8_param_amax(amax, d + half, n - half);
+    const float got = down_scalar(amax), w_lo = host_amax(h, 0, half);
+    snprintf(name, sizeof name, "fp8_param_amax n=%zu at +%d over two halves: %g then %g (want "
+             "%g, %g)", n, off, (double)got_lo, (double)got, (double)w_lo, (double)want);
+    check_true(name, memcmp(&got_lo, &w_lo, sizeof w_lo) == 0 && memcmp(&got, &want, sizeof want) == 0);
+    release_all();
+}
+
+/* amax, scale and cast of h (n fp32) at p + p_off into codes + c_off: codes and scale_inv
+ * against the reference's tensorwise e4m3 quantization of x = bf16(h) (round) or h, and
+ * where the act dtype holds x exactly (round, or fp32 act), bit for bit against the
+ * backend's own fp8_quantize of x as a 1 x n act matrix; no byte around the codes
+ * written */
+static void fp8_param_cast_check(const char *what, const float *h, size_t n, int p_off, int c_off,
+                                 int round) {
+    float *d = up_param(h, n, p_off);
+    const float zero = 0.0f;
+    float *amax = up_f32(&zero, 1), *sinv = nan_f32_dev(1);
+    uint8_t *codes = up_guarded(n, c_off);
+    ops->fp8_param_amax(amax, d, n);
+    ops->fp8_param_scale(sinv, amax, round);
+    ops->fp8_param_cast(codes, d, n, amax, round);
+    uint8_t *got = xcalloc(n, 1), *want = xcalloc(n, 1);
+    const int guards = guard_ok(codes, n, c_off, got);
+    const float gs = down_scalar(sinv);
+    float *x = dup_f(h, n), ws;
+    if (round)
+        for (size_t i = 0; i < n; i++) x[i] = bf16_round(x[i]);
+    ref_fp8_quantize(&ref_e4m3, 0, x, 1, (int)n, 0, want, &ws);
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if (!fp8_code_ok(&ref_e4m3, got[i], want[i]) && !bad++) first = i;
+    if (bad)
+        printf("     %zu codes differ; first at %zu (x %a): 0x%02X, want 0x%02X\n", bad, first,
+               (double)x[first], got[first], want[first]);
+    char name[200];
+    snprintf(name, sizeof name, "fp8_param_cast %s n=%zu p+%d codes+%d round_bf16=%d: codes, "
+             "scale_inv (%a, want %a) as the reference's, guards intact", what, n, p_off, c_off,
+             round, (double)gs, (double)ws);
+    check_true(name, bad == 0 && memcmp(&gs, &ws, sizeof ws) == 0 && guards);
+    if (round || ops->act_dtype == SHLM_F32) {
+        shlm_fp8_matrix q = fp8_dev(1, (int)n, &ref_e4m3, 0);
+        ops->fp8_quantize(&q, up_act(x, n), 0);
+        uint8_t *qc = xcalloc(n, 1);
+        float qs;
+        ops->sync();
+        ops->to_host(qc, q.codes, n);
+        ops->to_host(&qs, q.scale_inv, sizeof qs);
+        snprintf(name, sizeof name, "fp8_param_cast %s n=%zu p+%d codes+%d round_bf16=%d: bit for "
+                 "bit fp8_quantize e4m3 tensorwise", what, n, p_off, c_off, round);
+        check_true(name, memcmp(qc, got, n) == 0 && memcmp(&qs, &gs, sizeof qs) == 0);
+    }
+}
+static void fp8_param_cast_case(size_t n, int p_off, int c_off) {
+    const float *h = param_values(n);
+    for (int round = 0; round < 2; round++) fp8_param_cast_check("random", h, n, p_off, c_off, round);
+    release_all();
+}
+/* zeros only (amax clamped to 1e-12), fp32 subnormals, and a value whose bf16 rounding is
+ * inf (round_bf16: amax inf, scale 0, that value's code NaN and the rest zero) */
+static void fp8_param_edge_case(void) {
+    const float zeros[5] = {0.0f, -0.0f, 0.0f, -0.0f, 0.0f};
+    const float small[7] = {1e-40f, -3e-39f, 2e-45f, 0.0f, -1e-41f, 7e-40f, -2e-39f};
+    const float big[6] = {3.4e38f, -1.0f, 2.0f, NAN, -3e38f, 1e-3f};
+    for (int round = 0; round < 2; round++) {
+        fp8_param_cast_check("zeros", zeros, 5, 1, 0, round);
+        fp8_param_cast_check("subnormals", small, 7, 0, 3, round);
+        fp8_param_cast_check("near FLT_MAX", big, 6, 2, 2, round);
+    }
+    release_all();
+}
+/* Device backends on a large operand: codes, scale_inv and amax bit for bit the cpu's */
+static void fp8_param_vs_cpu_case(size_t n, int off) {
+    const float *h = param_values(n);
+    float *d = up_param(h, n, off);
+    for (int round = 0; round < 2; round++) {
+        const float zero = 0.0f;
+        float *amax = up_f32(&zero, 1), *sinv = nan_f32_dev(1);
+        uint8_t *codes = (uint8_t *)dalloc(n + (size_t)off) + off;
+        ops->fp8_param_amax(amax, d, n);
+        ops->fp8_param_scale(sinv, amax, round);
+        ops->fp8_param_cast(codes, d, n, amax, round);
+        float camax = 0.0f, csinv;
+        uint8_t *cc = xcalloc(n, 1), *got = xcalloc(n, 1);
+        cpu->fp8_param_amax(&camax, h, n);
+        cpu->fp8_param_scale(&csinv, &camax, round);
+        cpu->fp8_param_cast(cc, h, n, &camax, round);
+        const float ga = down_scalar(amax), gs = down_scalar(sinv);
+        ops->to_host(got, codes, n);
+        char name[160];
+        snprintf(name, sizeof name, "fp8_param_* n=%zu at +%d round_bf16=%d: amax, scale_inv and "
+                 "codes bit for bit the cpu's", n, off, round);
+        check_true(name, memcmp(&ga, &camax, 4) == 0 && memcmp(&gs, &csinv, 4) == 0 &&
+                             memcmp(got, cc, n) == 0);
+    }
+    release_all();
+}
+
+/* fp8_transpose of random bytes, src at +src_off and dst at +dst_off in their buffers,
+ * against the host transpose; no byte around dst written */
+static void fp8_transpose_case(int rows, int cols, int src_off, int dst_off) {
+    const size_t n = (size_t)rows * cols;
+    uint8_t *h = xcalloc(n, 1), *got = xcalloc(n, 1);
+    for (size_t i = 0; i < n; i++) h[i] = (uint8_t)rnd_u64();
+    uint8_t *src = (uint8_t *)dalloc(n + (size_t)src_off) + src_off;
+    ops->to_device(src, h, n);
+    uint8_t *dst = up_guarded(n, dst_off);
+    ops->fp8_transpose(dst, src, rows, cols);
+    const int guards = guard_ok(dst, n, dst_off, got);
+    size_t bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) bad += got[(size_t)c * rows + r] != h[(size_t)r * cols + c];
+    char name[160];
+    snprintf(name, sizeof name, "fp8_transpose %dx%d src+%d dst+%d: the host transpose (%zu bytes "
+             "differ), guards intact", rows, cols, src_off, dst_off, bad);
+    check_true(name, bad == 0 && guards);
+    release_all();
+}
+
+static void test_fp8_params(void) {
+    if (!ops->fp8_param_amax || !ops->fp8_param_scale || !ops->fp8_param_cast || !ops->fp8_transpose) {
+        check_true("fp8: the backend has fp8_param_amax, fp8_param_scale, fp8_param_cast and "
+                   "fp8_transpose", 0);
+        return;
+    }
+    static const struct { size_t n; int p_off, c_off; } cast[] = {
+        {1, 0, 0},    {2, 1, 1},    {1000, 0, 0}, {1001, 3, 3},
+        {1001, 1, 2}, {4099, 2, 2}, {4099, 2, 0}, {1961, 0, 1}};
+    for (size_t k = 0; k < sizeof cast / sizeof cast[0]; k++) {
+        fp8_param_amax_case(cast[k].n, cast[k].p_off);
+        fp8_param_cast_case(cast[k].n, cast[k].p_off, cast[k].c_off);
+    }
+    fp8_param_amax_case(100003, 3);
+    fp8_param_edge_case();
+    if (!is_cpu && !small_only) fp8_param_vs_cpu_case((size_t)512 * 4096 + 3, 1);
+    static const int tr[][4] = {{1, 1, 0, 0},       {37, 53, 0, 0},   {64, 64, 0, 0},
+                                {300, 264, 0, 0},   {129, 4097, 0, 0}, {256, 384, 0, 0},
+                                {256, 384, 1, 3},   {300, 264, 3, 5},  {4097, 129, 0, 0},
+                                {16, 16, 0, 0},     {1, 1000, 0, 0},   {1000, 1, 0, 0}};
+    for (size_t k = 0; k < sizeof tr / sizeof tr[0]; k++)
+        fp8_transpose_case(tr[k][0], tr[k][1], tr[k][2], tr[k][3]);
+    if (!is_cpu && !small_only) fp8_transpose_case(4096, 11008, 0, 0);
+}
+
 static void test_fp8(void) {
     if (!ops->fp8_check || !ops->fp8_quantize || !ops->matmul_fp8) {
         printf("# backend %s has no FP8 members: fp8 group skipped\n", ops->name);
@@ -2294,6 +2518,7 @@ static void test_fp8(void) {
     fp8_gemm_case(64, 128, 96, 0, &ref_e4m3);
     fp8_gemm_case(37, 53, 29, 1, &ref_e5m2);
     if (!is_cpu && !small_only) fp8_gemm_case(256, 1024, 768, 0, &ref_e5m2);
+    test_fp8_params();
 }
 
 /* ====================================================================================

@@ -177,6 +177,16 @@ int shlm_cuda_fp8_check(char *why, size_t whylen);
 void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
 void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
                                  const void *src);
+/* p, amax, scale_inv and codes in device memory, at any element offset; amax as the bits
+ * of a non-negative float (atomicMax), so the caller zeroes it (+0.0f) before the first
+ * fp8_param_amax. Kernels on the stream, no host synchronisation. */
+void shlm_cuda_fp8_param_amax(float *amax, const float *p, size_t n);
+void shlm_cuda_fp8_param_scale(float *scale_inv, const float *amax, int round_bf16);
+void shlm_cuda_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,
+                              int round_bf16);
+/* 128 x 128-byte tiles through shared memory, 16-byte loads and stores where rows and cols
+ * are multiples of 16 and the pointers 16-byte aligned; any shape and alignment works */
+void shlm_cuda_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols);
 /* cuBLASLt's FP8 TN product (scale pointers: SCALAR_32F tensorwise, OUTER_VEC_32F
  * rowwise; fp32 accumulation) where its layout rules allow (K and N multiples of 16, every
  * pointer 16-byte aligned) and it offers an algorithm; the declared fallback kernel

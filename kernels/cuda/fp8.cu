@@ -1,6 +1,7 @@
 /* cuda backend FP8 matmul (kernels/ops.h, "FP8"): whether the bound device runs it, the
  * dynamic quantization of bf16 matrices to e4m3/e5m2 codes with tensorwise or rowwise
- * scales (optionally transposed), and the scaled TN product through cuBLASLt. */
+ * scales (optionally transposed), FP8 weights cast from fp32 parameters, the transpose of
+ * codes, and the scaled TN product through cuBLASLt. */
 #include "kernels/cuda/cuda_common.cuh"
 
 #include <cuda_fp8.h>
@@ -296,6 +297,162 @@ template <int F> __global__ void finalize_kernel(float *scale_inv, int n, float 
     if (copy) copy[i] = v;
 }
 
+/* ---- FP8 weights from fp32 parameters (ops.h fp8_param_*), E4M3 tensorwise ----
+ * x = bf16(p) (round) or p; the scale from a = bf16(*amax) or *amax by the rule above.
+ * bf16(x) is __float2bfloat16_rn, the rounding of the cpu backend's convert.c and of this
+ * backend's f32_to_act (round to nearest even, NaN stays NaN). */
+__device__ __forceinline__ float bf16_rne(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+__device__ __forceinline__ float param_scale_of(const float *amax, bool round) {
+    const float a = *amax;
+    return fp8_scale_of<SHLM_FP8_E4M3>(round ? bf16_rne(a) : a);
+}
+__device__ __forceinline__ uint32_t param_codes4(float4 f, float scale, bool round) {
+    if (round) f = make_float4(bf16_rne(f.x), bf16_rne(f.y), bf16_rne(f.z), bf16_rne(f.w));
+    return fp8x2<SHLM_FP8_E4M3>(f.x, f.y, scale) | fp8x2<SHLM_FP8_E4M3>(f.z, f.w, scale) << 16;
+}
+
+/* The split of a flat pass over n elements into a scalar head [0, head), 4-element groups
+ * [head, head + 4·groups) read as float4 (and, for the cast, written as 4-byte words) and a
+ * scalar tail; groups = 0 puts everything in the tail. The launchers choose head so that
+ * every group is aligned. */
+struct param_split {
+    size_t head, groups;
+};
+/* calls one(k) for every element k of the head and the tail, grid-stride */
+template <class One>
+__device__ __forceinline__ void param_scalar_ends(size_t n, param_split s, One one) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t k = i; k < s.head; k += stride) one(k);
+    for (size_t k = s.head + 4 * s.groups + i; k < n; k += stride) one(k);
+}
+
+/* *amax_bits = max(*amax_bits, max |p[i]|) over n fp32 (grid-stride; two float4 loads in
+ * flight per thread over the aligned groups) */
+__global__ void __launch_bounds__(Q_THREADS) param_amax_kernel(unsigned *amax_bits, const float *p,
+                                                               size_t n, param_split s) {
+    __shared__ float red[32];
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const float4 *pv = reinterpret_cast<const float4 *>(p + s.head);
+    float m = 0.0f;
+    for (size_t v = i; v < s.groups; v += 2 * stride) {
+        const float4 a = pv[v];
+        const bool two = v + stride < s.groups;
+        const float4 b = two ? pv[v + stride] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(a.x), fabsf(a.y)), fmaxf(fabsf(a.z), fabsf(a.w))));
+        m = fmaxf(m, fmaxf(fmaxf(fabsf(b.x), fabsf(b.y)), fmaxf(fabsf(b.z), fabsf(b.w))));
+    }
+    param_scalar_ends(n, s, [&](size_t k) { m = fmaxf(m, fabsf(p[k])); });
+    m = block_max(m, red);
+    if (threadIdx.x == 0) amax_merge(amax_bits, m);
+}
+
+/* one thread: *scale_inv = 1 / scale(a), finalize_kernel's arithmetic */
+__global__ void param_scale_kernel(float *scale_inv, const float *amax, bool round) {
+    *scale_inv = __frcp_rn(param_scale_of(amax, round));
+}
+
+/* codes[i] = e4m3(x_i · scale) over n; vec: the groups of s are aligned for both p (16
+ * bytes) and codes (4 bytes), else s has no groups and every element is scalar. Two
+ * float4 loads in flight per thread, a 4-byte store each. */
+__global__ void __launch_bounds__(Q_THREADS) param_cast_kernel(uint8_t *codes, const float *p,
+                                                               size_t n, const float *amax,
+                                                               bool round, param_split s) {
+    const float scale = param_scale_of(amax, round);
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    const float4 *pv = reinterpret_cast<const float4 *>(p + s.head);
+    uint32_t *cv = reinterpret_cast<uint32_t *>(codes + s.head);
+    for (size_t v = i; v < s.groups; v += 2 * stride) {
+        const float4 a = pv[v];
+        const bool two = v + stride < s.groups;
+        const float4 b = two ? pv[v + stride] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        cv[v] = param_codes4(a, scale, round);
+        if (two) cv[v + stride] = param_codes4(b, scale, round);
+    }
+    param_scalar_ends(n, s, [&](size_t k) {
+        const float x = p[k];
+        codes[k] = fp8x1<SHLM_FP8_E4M3>(round ? bf16_rne(x) : x, scale);
+    });
+}
+
+/* dst (cols x rows) = srcᵀ over bytes. A block takes tiles of TR_TILE x TR_TILE bytes of
+ * src (one column of tiles, grid-stride over the rows of tiles): thread (rg, cg) loads
+ * rows 4rg..4rg+3 x columns 16cg..16cg+15 of the tile (four 16-byte loads; a warp reads 4
+ * rows x 128 contiguous bytes a load), transposes each 4 x 4 block of bytes in registers
+ * (byte permutes) into 4 words, word j holding column 16cg + 4k + j over the 4 rows, and
+ * stores them in the shared tile laid out as the output: row c of the tile is output row
+ * c0 + c, word w of it output bytes 4w..4w+3. The words of row c sit XOR-swizzled by
+ * ((c >> 4) & 7) << 2, which keeps each aligned group of 4 words together (a 16-byte
+ * chunk of the output row moves as a whole) and spreads both the stores (32 lanes: rg
+ * mod 4 and cg vary) and the 16-byte reads (8 lanes: one row, its 8 chunks) over all 32
+ * banks. The tile then leaves as 16-byte stores of output rows, 128 contiguous bytes a
+ * row. vec_in: cols a multiple of 16 and src 16-byte aligned; vec_out: rows a multiple
+ * of 16 and dst 16-byte aligned; partial tiles and the rest go byte by byte. */
+enum { TR_TILE = 128, TR_THREADS = 256 };
+__device__ __forceinline__ uint32_t tr_swizzle(int c) { return (uint32_t)((c >> 4) & 7) << 2; }
+__global__ void __launch_bounds__(TR_THREADS) transpose_kernel(uint8_t *dst, const uint8_t *src,
+                                                              int rows, int cols, bool vec_in,
+                                                              bool vec_out) {
+    constexpr int W = TR_TILE / 4; /* words of one output row of the tile */
+    __shared__ __align__(16) uint32_t tile[TR_TILE][W];
+    const int cg = threadIdx.x & 7, rg = threadIdx.x >> 3; /* 16-byte column group, 4-row group */
+    const int c0 = blockIdx.x * TR_TILE, col = c0 + 16 * cg;
+    const int nty = (rows + TR_TILE - 1) / TR_TILE;
+    for (int t = blockIdx.y; t < nty; t += gridDim.y) {
+        const int r0 = t * TR_TILE, row = r0 + 4 * rg;
+        const bool full = vec_in && row + 4 <= rows && col + 16 <= cols;
+        uint32_t w[4][4]; /* w[i][k]: bytes 4k..4k+3 of the thread's row i */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint8_t *p = src + (size_t)(row + i) * cols + col;
+            if (full) {
+                const uint4 v = *reinterpret_cast<const uint4 *>(p);
+                w[i][0] = v.x, w[i][1] = v.y, w[i][2] = v.z, w[i][3] = v.w;
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    uint32_t word = 0;
+                    for (int b = 0; b < 4; b++)
+                        if (row + i < rows && col + 4 * k + b < cols) word |= (uint32_t)p[4 * k + b] << (8 * b);
+                    w[i][k] = word;
+                }
+            }
+        }
+        __syncthreads(); /* the previous tile's readers are done */
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            /* rows a, b, c, d = w[0..3][k]: ab_lo = a0 b0 a1 b1, ab_hi = a2 b2 a3 b3 (low byte
+             * first), likewise cd; then word j = a_j b_j c_j d_j */
+            const uint32_t ab_lo = __byte_perm(w[0][k], w[1][k], 0x5140);
+            const uint32_t ab_hi = __byte_perm(w[0][k], w[1][k], 0x7362);
+            const uint32_t cd_lo = __byte_perm(w[2][k], w[3][k], 0x5140);
+            const uint32_t cd_hi = __byte_perm(w[2][k], w[3][k], 0x7362);
+            const uint32_t out[4] = {__byte_perm(ab_lo, cd_lo, 0x5410), __byte_perm(ab_lo, cd_lo, 0x7632),
+                                     __byte_perm(ab_hi, cd_hi, 0x5410), __byte_perm(ab_hi, cd_hi, 0x7632)};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int c = 16 * cg + 4 * k + j;
+                tile[c][(uint32_t)rg ^ tr_swizzle(c)] = out[j];
+            }
+        }
+        __syncthreads();
+        for (int q = threadIdx.x; q < TR_TILE * (W / 4); q += TR_THREADS) {
+            const int c = q / (W / 4), ch = q % (W / 4), dc = c0 + c, db = r0 + 16 * ch;
+            if (dc >= cols || db >= rows) continue;
+            const uint4 v = *reinterpret_cast<const uint4 *>(&tile[c][(uint32_t)(4 * ch) ^ tr_swizzle(c)]);
+            uint8_t *d = dst + (size_t)dc * rows + db;
+            if (vec_out && db + 16 <= rows) {
+                *reinterpret_cast<uint4 *>(d) = v;
+            } else {
+                const uint32_t ws[4] = {v.x, v.y, v.z, v.w};
+                for (int b = 0; b < 16 && db + b < rows; b++) d[b] = (uint8_t)(ws[b >> 2] >> (8 * (b & 3)));
+            }
+        }
+    }
+}
+
 /* The declared fallback of matmul_fp8, for what cuBLASLt's FP8 path does not take (K or N
  * not a multiple of 16, operands not 16-byte aligned, a scaling the library refuses):
  * out(M,N) = (Σ_k dec(a[m,k])·dec(b[n,k])) · sa · sb + c, the sum in fp32. 64×64 output
@@ -477,6 +634,58 @@ extern "C" void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm
     if (q->rows == 0 || q->cols == 0) return;
     if (q->format == SHLM_FP8_E5M2) quantize_both<SHLM_FP8_E5M2>(q, q_t, (const bf16 *)src);
     else quantize_both<SHLM_FP8_E4M3>(q, q_t, (const bf16 *)src);
+}
+
+/* ---- FP8 weights from fp32 parameters ---- */
+
+/* head: the elements of p before its first 16-byte boundary (a float pointer is 4-byte
+ * aligned, so its misalignment is a whole number of floats) */
+static param_split split_at_float4(const float *p, size_t n) {
+    const size_t mis = (uintptr_t)p & 15, head = mis ? (16 - mis) / sizeof(float) : 0;
+    if (head >= n) return param_split{n, 0};
+    return param_split{head, (n - head) / 4};
+}
+/* blocks for a pass of s over n elements: two groups a thread, or one element a thread
+ * when every element is scalar */
+static unsigned param_blocks(param_split s, size_t n) {
+    const size_t work = s.groups ? (s.groups + 1) / 2 : n;
+    return shlm_cuda_blocks(work, Q_THREADS, (size_t)shlm_cuda_sm_count() * 8);
+}
+
+extern "C" void shlm_cuda_fp8_param_amax(float *amax, const float *p, size_t n) {
+    if (n == 0) return;
+    const param_split s = split_at_float4(p, n);
+    param_amax_kernel<<<param_blocks(s, n), Q_THREADS, 0, shlm_cuda_stream()>>>(
+        reinterpret_cast<unsigned *>(amax), p, n, s);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_fp8_param_scale(float *scale_inv, const float *amax, int round_bf16) {
+    param_scale_kernel<<<1, 1, 0, shlm_cuda_stream()>>>(scale_inv, amax, round_bf16 != 0);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,
+                                         int round_bf16) {
+    if (n == 0) return;
+    /* the float4 groups start where p reaches a 16-byte boundary; their 4-byte stores are
+     * aligned when codes reaches a 4-byte boundary at the same element, else (codes and p
+     * misaligned differently) every element goes alone */
+    param_split s = split_at_float4(p, n);
+    if (s.groups && ((uintptr_t)(codes + s.head) & 3) != 0) s = param_split{0, 0};
+    param_cast_kernel<<<param_blocks(s, n), Q_THREADS, 0, shlm_cuda_stream()>>>(codes, p, n, amax,
+                                                                                 round_bf16 != 0, s);
+    CUDA_CHECK_LAST();
+}
+
+extern "C" void shlm_cuda_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols) {
+    if (rows < 0 || cols < 0) SHLM_FATAL("fp8_transpose: a %d x %d matrix", rows, cols);
+    if (rows == 0 || cols == 0) return;
+    dim3 grid((unsigned)((cols + TR_TILE - 1) / TR_TILE), (unsigned)min((rows + TR_TILE - 1) / TR_TILE, 65535));
+    const bool vec_in = cols % 16 == 0 && shlm_aligned(src, 16);
+    const bool vec_out = rows % 16 == 0 && shlm_aligned(dst, 16);
+    transpose_kernel<<<grid, TR_THREADS, 0, shlm_cuda_stream()>>>(dst, src, rows, cols, vec_in, vec_out);
+    CUDA_CHECK_LAST();
 }
 
 /* ---- the scaled product ---- */

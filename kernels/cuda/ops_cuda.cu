@@ -63,6 +63,10 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .fp8_check = shlm_cuda_fp8_check,
     .fp8_quantize = shlm_cuda_fp8_quantize,
     .fp8_quantize_both = shlm_cuda_fp8_quantize_both,
+    .fp8_param_amax = shlm_cuda_fp8_param_amax,
+    .fp8_param_scale = shlm_cuda_fp8_param_scale,
+    .fp8_param_cast = shlm_cuda_fp8_param_cast,
+    .fp8_transpose = shlm_cuda_fp8_transpose,
     .matmul_fp8 = shlm_cuda_matmul_fp8,
 
     .adamw = shlm_cuda_adamw,
