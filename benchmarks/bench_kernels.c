@@ -616,7 +616,8 @@ static void bench_optimizer(size_t n) {
 static shlm_fp8_matrix cur_qa, cur_qb; /* matmul_fp8's operands */
 static int cur_transpose;
 static void run_fp8_quantize(void) { gpu->fp8_quantize(&cur_qa, cur.a, cur_transpose); }
-static void run_matmul_fp8(void) { gpu->matmul_fp8(cur.c, cur.acc & 2, &cur_qa, &cur_qb, cur.acc & 1 ? cur.e : NULL); }
+static int cur_fp8_flags; /* matmul_fp8's */
+static void run_matmul_fp8(void) { gpu->matmul_fp8(cur.c, cur_fp8_flags, &cur_qa, &cur_qb, cur.acc & 1 ? cur.e : NULL); }
 
 static const char *fp8_name(shlm_fp8_format f) { return f == SHLM_FP8_E5M2 ? "e5m2" : "e4m3"; }
 
@@ -837,7 +838,7 @@ static double bench_fp8_gemm(const char *name, int M, int N, int K, shlm_fp8_for
         }
     }
     cur.acc = flags;
-    shlm_cuda_fp8_set_fast_accum(fast_accum);
+    cur_fp8_flags = (flags & 2 ? SHLM_FP8_OUT_F32 : 0) | (fast_accum ? SHLM_FP8_FAST_ACCUM : 0);
     run_matmul_fp8();
     const unsigned ran = shlm_cuda_fp8_matmul_ran();
     int nwrong = fp8_no_reference(name);
@@ -851,7 +852,7 @@ static double bench_fp8_gemm(const char *name, int M, int N, int K, shlm_fp8_for
         gpu->to_host(hb.scale_inv, cur_qb.scale_inv, fp8_nscales(&hb) * sizeof(float));
         float *ref = flags & 1 ? host_vals(off_c, (size_t)rows * N, 1.0f)
                                : xmalloc((size_t)rows * N * sizeof(float));
-        cpu->matmul_fp8(ref, 1, &ha, &hb, flags & 1 ? ref : NULL);
+        cpu->matmul_fp8(ref, SHLM_FP8_OUT_F32, &ha, &hb, flags & 1 ? ref : NULL);
         float *got = flags & 2 ? down_f32(cur.c, (size_t)rows * N) : down_act(cur.c, (size_t)rows * N);
         err = rel_l2(got, ref, (size_t)rows * N);
         nwrong = wrong(err, flags & 2 ? 1e-3 : 1e-2, name);
@@ -859,7 +860,6 @@ static double bench_fp8_gemm(const char *name, int M, int N, int K, shlm_fp8_for
         fp8_free(&ha, 1), fp8_free(&hb, 1);
     }
     double us = time_us(run_matmul_fp8);
-    shlm_cuda_fp8_set_fast_accum(0);
     char op[48];
     snprintf(op, sizeof op, "%s%s", name, ran == SHLM_FP8_RAN_FALLBACK ? " (fallback)" : "");
     row(op, shape, us, 2.0 * M * N * K, 0, nwrong);

@@ -47,6 +47,9 @@ typedef enum shlm_fp8_format { SHLM_FP8_E4M3 = 0, SHLM_FP8_E5M2 = 1 } shlm_fp8_f
  * channel of a weight: the outer-vector scaling of cuBLASLt). */
 typedef enum shlm_fp8_scaling { SHLM_FP8_TENSORWISE = 0, SHLM_FP8_ROWWISE = 1 } shlm_fp8_scaling;
 
+/* matmul_fp8's flags */
+enum { SHLM_FP8_OUT_F32 = 1, SHLM_FP8_FAST_ACCUM = 2 };
+
 /* A quantized matrix of `rows` x `cols`, row-major: element (r, c) stands for
  * decode(codes[r·cols + c]) · scale_inv[rowwise ? r : 0]. codes and scale_inv are in the
  * backend's memory (rows·cols bytes; 1 or rows floats); the caller owns them. */
@@ -244,9 +247,12 @@ typedef struct shlm_ops {
      * K = a->cols = b->cols, both operands K-contiguous (cuBLASLt's FP8 "TN" form), the
      * products of decoded values summed in fp32, then multiplied by a's scale (of the row,
      * rowwise) and b's scale (of the column's row of b). a and b have the same scaling; at
-     * most one of them is E5M2. out is act dtype (out_f32 = 0) or fp32 (1); c is NULL or
-     * a matrix like out (same dtype and shape) and may alias out (out += ...). */
-    void (*matmul_fp8)(void *out, int out_f32, const shlm_fp8_matrix *a,
+     * most one of them is E5M2. flags: SHLM_FP8_OUT_F32: out is fp32, else act dtype;
+     * SHLM_FP8_FAST_ACCUM (with an act-dtype out): the backend may sum at its tensor cores'
+     * reduced precision instead of fp32 (cuBLASLt's FAST_ACCUM; the cpu emulation sums in
+     * fp32 regardless). c is NULL or a matrix like out (same dtype and shape) and may alias
+     * out (out += ...). */
+    void (*matmul_fp8)(void *out, int flags, const shlm_fp8_matrix *a,
                        const shlm_fp8_matrix *b, const void *c);
 
     /* ---- optimizer and reductions over flat fp32 buffers ---- */

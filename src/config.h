@@ -54,6 +54,7 @@ typedef struct job_config {
                                     * infinite does (its update is never applied) */
     int max_skipped;         /* skip: at most this many such steps in a row, then abort */
     model_matmul matmul;     /* the blocks' linear layers: bf16 or an FP8 recipe */
+    int fp8_fast_accum;      /* FP8 forward products may use fast accumulation */
 
     /* [fsdp] */
     fsdp_strategy strategy;

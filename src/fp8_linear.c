@@ -54,7 +54,7 @@ void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_
                                      : operand(f, SIDE_A, N, C, SHLM_FP8_E4M3, inp, 0);
     if (keep_t) f->ops->fp8_quantize_both(&a, keep_t, inp);
     const shlm_fp8_matrix b = w.w8 ? *w.w8 : operand(f, SIDE_B, OC, C, SHLM_FP8_E4M3, w.w, 0);
-    f->ops->matmul_fp8(out, 0, &a, &b, residual);
+    f->ops->matmul_fp8(out, f->fast_accum ? SHLM_FP8_FAST_ACCUM : 0, &a, &b, residual);
 }
 
 /* q(wᵀ) (C x OC) in b's buffer: the made codes transposed under their scale, or quantized */
@@ -80,6 +80,7 @@ void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void 
     }
     if (dweight) {
         const shlm_fp8_matrix b = inp_t ? *inp_t : operand(f, SIDE_B, C, N, SHLM_FP8_E4M3, inp, 1);
-        f->ops->matmul_fp8(dweight, 1, &dy_t, &b, flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
+        f->ops->matmul_fp8(dweight, SHLM_FP8_OUT_F32, &dy_t, &b,
+                           flags & SHLM_MM_SET_DWEIGHT ? NULL : dweight);
     }
 }

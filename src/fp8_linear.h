@@ -21,6 +21,8 @@ typedef struct fp8_linear {
     float *a_scales, *b_scales; /* their scale_inv */
     uint8_t *t_codes;           /* q(dyᵀ), made beside q(dy) from one pass over dy */
     float *t_scales;
+    int fast_accum;             /* the forward products may sum at the tensor cores' reduced
+                                 * precision (train.fp8_fast_accum); dgrad and wgrad never */
 } fp8_linear;
 
 /* What the operand buffers must hold for linears of at most `max_width` inputs or

@@ -455,6 +455,8 @@ static double prof_now(void) {
 
 void llama_set_profile(llama_model *m, int on) { m->profile = on; }
 
+void llama_set_fp8_fast_accum(llama_model *m, int on) { m->fp8.fast_accum = on != 0; }
+
 void llama_take_profile(llama_model *m, double *seconds) {
     for (int k = 0; k < LLAMA_PROF_N; k++) {
         seconds[k] = m->prof_s[k];

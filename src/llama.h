@@ -141,6 +141,9 @@ enum {
 };
 extern const char *const llama_prof_names[LLAMA_PROF_N];
 void llama_set_profile(llama_model *m, int on);
+/* on 1: an FP8 recipe's forward products may use fast accumulation (matmul_fp8's
+ * SHLM_FP8_FAST_ACCUM); 0, the default: fp32 sums */
+void llama_set_fp8_fast_accum(llama_model *m, int on);
 /* Seconds spent per category since the last call (then zeroed). */
 void llama_take_profile(llama_model *m, double *seconds);
 

@@ -338,6 +338,7 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     const size_t before_model = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
     r->model = llama_create_recipe(&c->model, r->ops, c->micro_batch, c->seq_len, pl->p.ac,
                                    c->matmul, fsdp_param_source(r->engine));
+    llama_set_fp8_fast_accum(r->model, c->fp8_fast_accum);
     measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
                                      ? r->ops->allocated_bytes() - before_model
                                      : llama_activation_bytes(r->model);

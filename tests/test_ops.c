@@ -2251,12 +2251,12 @@ static void fp8_gemm_case(int N, int C, int OC, int rowwise, const ref_fp8 *G) {
     ops->fp8_quantize(&qxt, d_x, 1);
     want = ref_fp8_gemm(&qdyt, G, &qxt, E, NULL);
     float *d_dw = nan_f32_dev(nw);
-    ops->matmul_fp8(d_dw, 1, &qdyt, &qxt, NULL);
+    ops->matmul_fp8(d_dw, SHLM_FP8_OUT_F32, &qdyt, &qxt, NULL);
     snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (=) %s", tag);
     check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
     want = ref_fp8_gemm(&qdyt, G, &qxt, E, dw0);
     d_dw = up_f32(dw0, nw);
-    ops->matmul_fp8(d_dw, 1, &qdyt, &qxt, d_dw);
+    ops->matmul_fp8(d_dw, SHLM_FP8_OUT_F32, &qdyt, &qxt, d_dw);
     snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (+=) %s", tag);
     check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
     release_all();

@@ -87,7 +87,7 @@ void shlm_cpu_fp8_param_scale(float *scale_inv, const float *amax, int round_bf1
 void shlm_cpu_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,
                              int round_bf16);
 void shlm_cpu_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols);
-void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+void shlm_cpu_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
                          const shlm_fp8_matrix *b, const void *c);
 
 /* ---- optimizer and reductions (adamw.c) ---- */

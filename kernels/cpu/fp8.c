@@ -159,9 +159,9 @@ static float *decoded(const shlm_fp8_matrix *q) {
     return out;
 }
 
-void shlm_cpu_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+void shlm_cpu_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
                          const shlm_fp8_matrix *b, const void *c) {
-    (void)out_f32; /* act is fp32 here: both outputs are fp32 */
+    (void)flags; /* act is fp32 here: both outputs are fp32; the sums are fp32 always */
     const int M = a->rows, N = b->rows, K = a->cols;
     if (b->cols != K || a->scaling != b->scaling)
         SHLM_FATAL("matmul_fp8: a is %dx%d, b %dx%d (K must agree), scalings %d and %d", M,

@@ -190,18 +190,14 @@ void shlm_cuda_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int col
 /* cuBLASLt's FP8 TN product (scale pointers: SCALAR_32F tensorwise, OUTER_VEC_32F
  * rowwise; fp32 accumulation) where its layout rules allow (K and N multiples of 16, every
  * pointer 16-byte aligned) and it offers an algorithm; the declared fallback kernel
- * (decoded codes, fp32 sums; slow) otherwise. out bf16 or fp32 (out_f32), c like out. */
-void shlm_cuda_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+ * (decoded codes, fp32 sums; slow) otherwise. out bf16 or fp32 (flags), c like out;
+ * SHLM_FP8_FAST_ACCUM asks cuBLASLt for CUBLASLT_MATMUL_DESC_FAST_ACCUM (no periodic
+ * promotion of the tensor cores' partial sums to fp32) on bf16 outputs. */
+void shlm_cuda_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
                           const shlm_fp8_matrix *b, const void *c);
 /* What the last matmul_fp8 ran (for tests and benchmarks). */
 enum { SHLM_FP8_RAN_CUBLASLT = 1, SHLM_FP8_RAN_FALLBACK = 2 };
 unsigned shlm_cuda_fp8_matmul_ran(void);
-/* enable 1: later FP8 products with a bf16 output ask cuBLASLt for fast accumulation
- * (CUBLASLT_MATMUL_DESC_FAST_ACCUM: no periodic promotion of the tensor cores' partial
- * sums to fp32); 0, the default: fp32 accumulation as ops.h says. For benchmarks that
- * measure what it costs in accuracy and gains in time; products with an fp32 output never
- * use it. */
-void shlm_cuda_fp8_set_fast_accum(int enable);
 
 /* ---- optimizer and reductions (adamw.cu) ---- */
 /* Bit-identical to the cpu backend's (same operation order, no fused multiply-adds).

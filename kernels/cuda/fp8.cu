@@ -690,10 +690,8 @@ extern "C" void shlm_cuda_fp8_transpose(uint8_t *dst, const uint8_t *src, int ro
 
 /* ---- the scaled product ---- */
 
-static int g_fast_accum;
 static unsigned g_ran;
 
-extern "C" void shlm_cuda_fp8_set_fast_accum(int enable) { g_fast_accum = enable != 0; }
 extern "C" unsigned shlm_cuda_fp8_matmul_ran(void) { return g_ran; }
 
 static cudaDataType_t lt_type(shlm_fp8_format f) {
@@ -712,9 +710,9 @@ static void fallback(void *out, int out_f32, const shlm_fp8_matrix *a, const shl
         b->scale_inv, a->scaling == SHLM_FP8_ROWWISE);
 }
 
-extern "C" void shlm_cuda_matmul_fp8(void *out, int out_f32, const shlm_fp8_matrix *a,
+extern "C" void shlm_cuda_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
                                      const shlm_fp8_matrix *b, const void *c) {
-    const int M = a->rows, N = b->rows, K = a->cols;
+    const int M = a->rows, N = b->rows, K = a->cols, out_f32 = flags & SHLM_FP8_OUT_F32;
     if (b->cols != K || M < 0 || N < 0 || K < 0)
         SHLM_FATAL("matmul_fp8: a is %d x %d and b %d x %d (both need K = cols)", a->rows,
                    a->cols, b->rows, b->cols);
@@ -748,9 +746,9 @@ extern "C" void shlm_cuda_matmul_fp8(void *out, int out_f32, const shlm_fp8_matr
         g.ctype = out_f32 ? CUDA_R_32F : CUDA_R_16BF;
         g.scale_mode = rowwise ? CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F
                                : CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
-        /* fp32 accumulation throughout unless a benchmark asks for fast accumulation
-         * (shlm_cuda_fp8_set_fast_accum), and never for fp32 outputs (weight gradients) */
-        g.fast_accum = g_fast_accum && !out_f32;
+        /* fp32 accumulation unless the caller allows fast accumulation, and never for fp32
+         * outputs (weight gradients) */
+        g.fast_accum = (flags & SHLM_FP8_FAST_ACCUM) && !out_f32;
         g.A = b->codes, g.B = a->codes, g.C = c ? c : out, g.D = out;
         g.a_scale = b->scale_inv, g.b_scale = a->scale_inv;
         g.beta = c ? 1.0f : 0.0f;

@@ -4,7 +4,11 @@
 # cuda (bf16 activations, cuBLASLt FP8) and on cpu (fp32 activations, FP8 emulated from
 # the same scaling rule). Tolerance: 3e-2 relative per step, model_steps.sh's bf16-vs-fp32
 # bound: bf16 storage dominates, FP8's own difference from bf16 on this model being ~1e-3.
-# The cuda FP8 run must also stay within 3e-2 of the cuda bf16 run.
+# The cuda FP8 run must also stay within 3e-2 of the cuda bf16 run. fp8-tensorwise runs
+# twice more on cuda: with fsdp.fp8_all_gather = false (the weights gathered in bf16 and
+# quantized in each product), which must give the default's losses bit for bit (the gather
+# makes the same codes), and with train.fp8_fast_accum = true, held to the same 3e-2 of the
+# cpu emulation (whose sums are fp32).
 # Exit 77: no GPU, or the GPU or build cannot run FP8 (the run's one error line names
 # train.matmul and says why).
 # Usage: SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/fp8_steps.sh
@@ -53,6 +57,21 @@ for mm in fp8-tensorwise fp8-rowwise; do
     compare "cuda_$mm" "cpu_$mm" 3e-2
     compare "cuda_$mm" cuda_bf16 3e-2
 done
+if run cuda_tw_bf16_gather cuda --set train.matmul=fp8-tensorwise --set fsdp.fp8_all_gather=false; then
+    if cmp -s "$T/cuda_tw_bf16_gather.loss" "$T/cuda_fp8-tensorwise.loss"; then
+        echo "cuda_tw_bf16_gather    == cuda_fp8-tensorwise bit for bit PASS"
+    else
+        echo "cuda_tw_bf16_gather    differs from cuda_fp8-tensorwise FAIL"
+        fails=$((fails + 1))
+    fi
+else
+    fails=$((fails + 1))
+fi
+if run cuda_tw_fast_accum cuda --set train.matmul=fp8-tensorwise --set train.fp8_fast_accum=true; then
+    compare cuda_tw_fast_accum cpu_fp8-tensorwise 3e-2
+else
+    fails=$((fails + 1))
+fi
 echo "fp8_steps: $fails failed"
 rm -rf "$T"
 [ $fails -eq 0 ]
