@@ -97,7 +97,8 @@ struct fsdp_engine {
     size_t requested;               /* bytes asked for so far, registered ones included */
     uint16_t *replica_bf16;         /* staging for bf16 replica all-reduce (max shard) */
     /* plan->fp8_weights: every FP8 matrix's amax over its whole tensor (all shards) and
-     * scale_inv, from the master as it is now unless fp8_stale (the master changed) */
+     * scale_inv (PLAN_FP8_SCALE_STRIDE floats apart), from the master as it is now unless
+     * fp8_stale (the master changed) */
     float *fp8_amax, *fp8_scale_inv;
     int fp8_from_comm[2];
     int fp8_stale;
@@ -265,10 +266,11 @@ fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops
             g->rest = gather_buffer_alloc(e, staging, &g->rest_from_comm);
             if (g->rest_from_comm) registered += staging;
         }
-        const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
-        e->fp8_amax = gather_buffer_alloc(e, scales, &e->fp8_from_comm[0]);
+        const size_t amaxes = (size_t)plan->n_fp8 * sizeof(float);
+        const size_t scales = amaxes * PLAN_FP8_SCALE_STRIDE;
+        e->fp8_amax = gather_buffer_alloc(e, amaxes, &e->fp8_from_comm[0]);
         e->fp8_scale_inv = gather_buffer_alloc(e, scales, &e->fp8_from_comm[1]);
-        registered += (e->fp8_from_comm[0] + e->fp8_from_comm[1]) * scales;
+        registered += e->fp8_from_comm[0] * amaxes + e->fp8_from_comm[1] * scales;
         for (int u = 0, base = 0; u < e->n_units; u++) {
             e->units[u].fp8_base = base;
             base += md->lay.units[u].n_fp8;
@@ -378,7 +380,8 @@ static void fp8_finish_scales(fsdp_engine *e) {
         free(h);
     }
     for (int i = 0; i < n; i++)
-        e->ops->fp8_param_scale(&e->fp8_scale_inv[i], &e->fp8_amax[i], e->fp8_round);
+        e->ops->fp8_param_scale(&e->fp8_scale_inv[i * PLAN_FP8_SCALE_STRIDE], &e->fp8_amax[i],
+                                e->fp8_round);
     e->fp8_stale = 0;
 }
 
@@ -499,7 +502,8 @@ static void issue_gather(fsdp_engine *e, int u) {
     const model_unit *lu = &e->md->lay.units[u];
     for (int j = 0; g->codes && j < lu->n_fp8; j++) {
         const model_fp8_weight *w = &lu->fp8[j];
-        s->fp8[j] = (shlm_fp8_matrix){g->codes + w->offset, &e->fp8_scale_inv[s->fp8_base + j],
+        float *scale_inv = &e->fp8_scale_inv[(s->fp8_base + j) * PLAN_FP8_SCALE_STRIDE];
+        s->fp8[j] = (shlm_fp8_matrix){g->codes + w->offset, scale_inv,
                                       w->rows, w->cols, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE};
     }
     g->req = start_gather(e, u, g->buf, g);

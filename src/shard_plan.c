@@ -99,11 +99,12 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
     b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded * es;
     gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded * es, align);
     if (plan->fp8_weights) { /* each slot's codes and staging; every matrix's amax, scale_inv */
-        const size_t scales = (size_t)plan->n_fp8 * sizeof(float);
+        const size_t amaxes = (size_t)plan->n_fp8 * sizeof(float);
+        const size_t scales = amaxes * PLAN_FP8_SCALE_STRIDE;
         const size_t staging = (size_t)S * plan->fp8_rest * es;
-        b[PLAN_GATHERED] += (size_t)plan->gather_slots * (plan->max_padded + staging) + 2 * scales;
+        b[PLAN_GATHERED] += (size_t)plan->gather_slots * (plan->max_padded + staging) + amaxes + scales;
         gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded, align) +
-                          2 * round_up(scales, align);
+                          round_up(amaxes, align) + round_up(scales, align);
         if (staging) gathered_arena += (size_t)plan->gather_slots * round_up(staging, align);
     }
     if (p->registered_gathers && S > 1) plan->registered = b[PLAN_GATHERED];

@@ -14,6 +14,9 @@
 #include "src/topology.h"
 
 enum { PLAN_SLOTS = 2 }; /* gathered-unit and gradient slots of FULL_SHARD / HYBRID_SHARD */
+/* fp8_weights: each FP8 matrix's scale_inv sits on 16 bytes of its own (floats apart):
+ * cuBLASLt's FP8 products take scale pointers 16-byte aligned */
+enum { PLAN_FP8_SCALE_STRIDE = 4 };
 
 /* Where a rank's bytes go. The engine's categories are allocated by fsdp_create, the
  * activations by the model, the op scratch by the backend (ops->scratch_reserve). */

@@ -729,11 +729,13 @@ extern "C" void shlm_cuda_matmul_fp8(void *out, int flags, const shlm_fp8_matrix
         return;
     }
     const int rowwise = a->scaling == SHLM_FP8_ROWWISE;
-    /* cuBLASLt's FP8 layout rules (TN only; 16-byte aligned operands; K and the leading
-     * dimension of D multiples of 16) */
+    /* cuBLASLt's FP8 layout rules (TN only; 16-byte aligned operands and scale pointers:
+     * it refuses a tensorwise scale that is not; K and the leading dimension of D multiples
+     * of 16) */
     const int lt_shape = K % 16 == 0 && N % 16 == 0 && shlm_aligned(a->codes, 16) &&
                          shlm_aligned(b->codes, 16) && shlm_aligned(out, 16) &&
-                         (!c || shlm_aligned(c, 16));
+                         (!c || shlm_aligned(c, 16)) && shlm_aligned(a->scale_inv, 16) &&
+                         shlm_aligned(b->scale_inv, 16);
     if (lt_shape) {
         /* row-major out(M,N) = a·bᵀ is column-major outᵀ(N,M) = op_T(b as (K,N)) · (a as
          * (K,M)): cuBLASLt's A is b (its scales along m = N), its B is a (along n = M) */
