@@ -16,6 +16,12 @@ fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_wei
     return s;
 }
 
+int fp8_linear_ops_ok(const shlm_ops *ops) {
+    return ops->fp8_check && ops->fp8_quantize && ops->fp8_quantize_both && ops->matmul_fp8 &&
+           ops->fp8_param_amax && ops->fp8_param_scale && ops->fp8_param_cast &&
+           ops->fp8_transpose;
+}
+
 int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad) {
     switch (matmul) {
     case MODEL_MATMUL_FP8_TENSORWISE:

@@ -35,6 +35,10 @@ typedef struct fp8_linear_sizes {
 fp8_linear_sizes fp8_linear_sizes_for(size_t N, size_t max_width, size_t max_weight,
                                       size_t max_in);
 
+/* 1 when ops has every FP8 member an FP8 recipe uses (the products, both quantizations, and
+ * the weights the gather makes, fsdp.fp8_all_gather), else 0. */
+int fp8_linear_ops_ok(const shlm_ops *ops);
+
 /* The recipe's scaling and gradient format; 0, or -1 for bf16 (no FP8). */
 int fp8_linear_recipe(model_matmul matmul, shlm_fp8_scaling *scaling, shlm_fp8_format *grad);
 

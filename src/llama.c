@@ -357,8 +357,7 @@ llama_model *llama_create_ac(const llama_config *cfg, const shlm_ops *ops, int B
 
 llama_model *llama_create_recipe(const llama_config *cfg, const shlm_ops *ops, int B, int T,
                                  llama_ac ac, model_matmul matmul, llama_param_source src) {
-    if (matmul != MODEL_MATMUL_BF16 && (!ops->fp8_quantize || !ops->fp8_quantize_both ||
-                                       !ops->matmul_fp8))
+    if (matmul != MODEL_MATMUL_BF16 && !fp8_linear_ops_ok(ops))
         SHLM_FATAL("the %s backend has no FP8 matmul", ops->name);
     llama_model *m = calloc(1, sizeof *m);
     SHLM_CHECK_ALLOC(m);

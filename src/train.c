@@ -14,6 +14,7 @@
 #include "kernels/comm_watchdog.h"
 #include "src/checkpoint.h"
 #include "src/commands.h"
+#include "src/fp8_linear.h"
 #include "src/metrics.h"
 #include "src/optim.h"
 #include "src/sample.h"
@@ -165,8 +166,7 @@ static int check_matmul_recipe(const run *r, char *err, size_t errlen) {
     if (c->matmul == MODEL_MATMUL_BF16) return 0;
     const char *recipe = job_choice_name("train.matmul", c->matmul);
     char why[512] = "";
-    if (!r->ops->fp8_check || !r->ops->fp8_quantize || !r->ops->fp8_quantize_both ||
-        !r->ops->matmul_fp8)
+    if (!fp8_linear_ops_ok(r->ops))
         snprintf(why, sizeof why, "the %s backend of this build has no FP8 matmul", r->ops->name);
     else if (r->ops->fp8_check(why, sizeof why) != 0 && !why[0])
         snprintf(why, sizeof why, "the %s backend cannot run FP8 matmuls here", r->ops->name);
