@@ -8,13 +8,16 @@
 # twice more on cuda: with fsdp.fp8_all_gather = false (the weights gathered in bf16 and
 # quantized in each product), which must give the default's losses bit for bit (the gather
 # makes the same codes), and with train.fp8_fast_accum = true, held to the same 3e-2 of the
-# cpu emulation (whose sums are fp32).
+# cpu emulation (whose sums are fp32). With 2 GPUs, fp8-tensorwise on 2 ranks (FULL_SHARD:
+# the codes all-gathered over NCCL) against the cpu emulation on 2 ranks (3e-2), and equal
+# bit for bit to the same 2-GPU run with the bf16 all-gather.
 # Exit 77: no GPU, or the GPU or build cannot run FP8 (the run's one error line names
 # train.matmul and says why).
 # Usage: SHLM=./shardlm SHLM_SRCDIR=. sh tests/gpu/fp8_steps.sh
 set -u
 SHLM=${SHLM:-./shardlm}
 SRC=${SHLM_SRCDIR:-.}
+MPIRUN=${MPIRUN:-mpirun}
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 [ "$ngpu" -ge 1 ] || { echo "fp8_steps: no GPU visible: skipped"; exit 77; }
 T=$(mktemp -d)
@@ -25,11 +28,13 @@ common="--set data.train=$T/train.bin --set data.val= --set model.dim=256 --set 
   --set train.warmup_steps=5 --set train.lr=1e-3 --set train.sample_tokens=0
   --set train.eval_every=0 --set log.every=1 --set fsdp.param_dtype=bf16"
 losses() { sed -n 's/.*"step": \([0-9]*\), "loss": \([^,]*\),.*/\1 \2/p' "$1/metrics.jsonl"; }
-run() { # name backend extra...
+run() { # name backend extra... (NP: ranks, default 1)
     name=$1 backend=$2; shift 2
-    echo "+ $SHLM train $SRC/jobs/tiny.ini $common --set runtime.backend=$backend $* --set log.run_dir=$T/$name"
+    launch=""
+    [ "${NP:-1}" -gt 1 ] && launch="$MPIRUN -np $NP"
+    echo "+ $launch $SHLM train $SRC/jobs/tiny.ini $common --set runtime.backend=$backend $* --set log.run_dir=$T/$name"
     # shellcheck disable=SC2086
-    "$SHLM" train "$SRC/jobs/tiny.ini" $common --set runtime.backend="$backend" "$@" \
+    $launch "$SHLM" train "$SRC/jobs/tiny.ini" $common --set runtime.backend="$backend" "$@" \
         --set log.run_dir="$T/$name" >"$T/$name.log" 2>"$T/$name.err" </dev/null
     rc=$?
     if [ $rc -ne 0 ]; then
@@ -57,20 +62,34 @@ for mm in fp8-tensorwise fp8-rowwise; do
     compare "cuda_$mm" "cpu_$mm" 3e-2
     compare "cuda_$mm" cuda_bf16 3e-2
 done
-if run cuda_tw_bf16_gather cuda --set train.matmul=fp8-tensorwise --set fsdp.fp8_all_gather=false; then
-    if cmp -s "$T/cuda_tw_bf16_gather.loss" "$T/cuda_fp8-tensorwise.loss"; then
-        echo "cuda_tw_bf16_gather    == cuda_fp8-tensorwise bit for bit PASS"
-    else
-        echo "cuda_tw_bf16_gather    differs from cuda_fp8-tensorwise FAIL"
-        fails=$((fails + 1))
-    fi
-else
-    fails=$((fails + 1))
-fi
 if run cuda_tw_fast_accum cuda --set train.matmul=fp8-tensorwise --set train.fp8_fast_accum=true; then
     compare cuda_tw_fast_accum cpu_fp8-tensorwise 3e-2
 else
     fails=$((fails + 1))
+fi
+same() { # a b: the loss files equal bit for bit
+    if cmp -s "$T/$1.loss" "$T/$2.loss"; then
+        printf '%-22s == %-16s bit for bit PASS\n' "$1" "$2"
+    else
+        printf '%-22s differs from %-16s FAIL\n' "$1" "$2"
+        fails=$((fails + 1))
+    fi
+}
+if run cuda_tw_bf16_gather cuda --set train.matmul=fp8-tensorwise --set fsdp.fp8_all_gather=false; then
+    same cuda_tw_bf16_gather cuda_fp8-tensorwise
+else
+    fails=$((fails + 1))
+fi
+if [ "$ngpu" -ge 2 ]; then
+    NP=2 run cpu2_tw cpu --set train.matmul=fp8-tensorwise --set train.global_batch=8 || exit 1
+    if NP=2 run cuda2_tw cuda --set train.matmul=fp8-tensorwise --set train.global_batch=8 &&
+        NP=2 run cuda2_tw_bf16_gather cuda --set train.matmul=fp8-tensorwise --set train.global_batch=8 \
+            --set fsdp.fp8_all_gather=false; then
+        compare cuda2_tw cpu2_tw 3e-2
+        same cuda2_tw_bf16_gather cuda2_tw
+    else
+        fails=$((fails + 1))
+    fi
 fi
 echo "fp8_steps: $fails failed"
 rm -rf "$T"
