@@ -385,20 +385,24 @@ static void fp8_finish_scales(fsdp_engine *e) {
     e->fp8_stale = 0;
 }
 
+/* Where this rank's shard of unit u meets the unit's FP8 matrix k (0: nowhere). */
+static size_t fp8_part(const fsdp_engine *e, int u, int k, shard_overlap *ov) {
+    const unit_state *s = &e->units[u];
+    const model_fp8_weight *w = &e->md->lay.units[u].fp8[k];
+    return shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, ov);
+}
+
 /* Every FP8 matrix's amax and scale_inv from the master as it is (after a load or an
  * initialisation; the optimizer step makes them as it writes the master). */
 static void fp8_refresh_scales(fsdp_engine *e) {
     e->ops->zero(e->fp8_amax, (size_t)e->plan->n_fp8 * sizeof(float));
     for (int u = 0; u < e->n_units; u++) {
         const unit_state *s = &e->units[u];
-        const model_unit *lu = &e->md->lay.units[u];
-        for (int k = 0; k < lu->n_fp8; k++) {
-            const model_fp8_weight *w = &lu->fp8[k];
-            shard_overlap ov;
-            if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
+        shard_overlap ov;
+        for (int k = 0; k < e->md->lay.units[u].n_fp8; k++)
+            if (fp8_part(e, u, k, &ov))
                 e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k], s->master + ov.shard_offset,
                                        ov.count);
-        }
     }
     fp8_finish_scales(e);
 }
@@ -408,13 +412,11 @@ static void fp8_refresh_scales(fsdp_engine *e) {
 static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
     const unit_state *s = &e->units[u];
     const model_unit *lu = &e->md->lay.units[u];
-    for (int k = 0; k < lu->n_fp8; k++) {
-        const model_fp8_weight *w = &lu->fp8[k];
-        shard_overlap ov;
-        if (shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, &ov))
+    shard_overlap ov;
+    for (int k = 0; k < lu->n_fp8; k++)
+        if (fp8_part(e, u, k, &ov))
             e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + ov.shard_offset, ov.count,
                                    &e->fp8_amax[s->fp8_base + k], e->fp8_round);
-    }
     plan_piece pc[PLAN_MAX_REST_PIECES];
     const int n = shard_plan_rest_pieces(lu, s->begin, s->end, pc);
     for (int i = 0; i < n; i++)
