@@ -2229,6 +2229,19 @@ static void fp8_gemm_case(int N, int C, int OC, int rowwise, const ref_fp8 *G) {
     ops->matmul_fp8(d_y, 0, &qx, &qw, d_y);
     snprintf(name, sizeof name, "matmul_fp8 fwd (+=, residual aliases out) %s", tag);
     check_close(name, got_act(d_y, ny), want, ny, t_act);
+    if (!rowwise) { /* scales 4 bytes past a 16-byte boundary (cuBLASLt refuses those) */
+        float s[2];
+        ops->sync();
+        ops->to_host(&s[0], qx.scale_inv, sizeof(float));
+        ops->to_host(&s[1], qw.scale_inv, sizeof(float));
+        float *d_s = up_f32((const float[]){0.0f, s[0], 0.0f, 0.0f, 0.0f, s[1]}, 6);
+        shlm_fp8_matrix ux = qx, uw = qw;
+        ux.scale_inv = d_s + 1, uw.scale_inv = d_s + 5;
+        d_y = nan_act(ny);
+        ops->matmul_fp8(d_y, 0, &ux, &uw, d_res);
+        snprintf(name, sizeof name, "matmul_fp8 fwd, scale pointers not 16-byte aligned %s", tag);
+        check_close(name, got_act(d_y, ny), want, ny, t_act);
+    }
 
     /* dgrad: dx = q(dy, G)·q(Wᵀ)ᵀ */
     shlm_fp8_matrix qdy = fp8_dev(N, OC, G, rowwise), qwt = fp8_dev(C, OC, E, rowwise);
