@@ -439,7 +439,7 @@ static void move_rest(fsdp_engine *e, int u, int r, void *buf, void *staging, in
     }
 }
 
-/* After slot k's all-gathers: the other ranks' rest into the slot's buffer. */
+/* After slot g's all-gathers: the other ranks' rest unpacked into its buffer. */
 static void finish_fp8_gather(fsdp_engine *e, gather_slot *g) {
     if (!g->rest_req) return;
     wait_req(e, &g->rest_req);
