@@ -2193,6 +2193,27 @@ static double *ref_fp8_gemm(const shlm_fp8_matrix *a, const ref_fp8 *fa, const s
     return out;
 }
 
+/* out = q(a)·q(b)ᵀ written (=) into a NaN-filled out, then added (+=, c aliasing out) to
+ * out = init, each against the reference on the backend's codes; flags: matmul_fp8's
+ * (SHLM_FP8_OUT_F32: out fp32, else act) */
+static void fp8_gemm_set_add(const char *form, const shlm_fp8_matrix *a, const ref_fp8 *fa,
+                             const shlm_fp8_matrix *b, const ref_fp8 *fb, int flags,
+                             const float *init, const char *tag, tol_id t) {
+    const size_t n = (size_t)a->rows * b->rows;
+    const int f32 = flags & SHLM_FP8_OUT_F32;
+    char name[200];
+    double *want = ref_fp8_gemm(a, fa, b, fb, NULL);
+    void *d = f32 ? (void *)nan_f32_dev(n) : nan_act(n);
+    ops->matmul_fp8(d, flags, a, b, NULL);
+    snprintf(name, sizeof name, "matmul_fp8 %s (=) %s", form, tag);
+    check_close(name, f32 ? got_f32(d, n) : got_act(d, n), want, n, t);
+    want = ref_fp8_gemm(a, fa, b, fb, init);
+    d = f32 ? up_f32(init, n) : up_act(init, n);
+    ops->matmul_fp8(d, flags, a, b, d);
+    snprintf(name, sizeof name, "matmul_fp8 %s (+=) %s", form, tag);
+    check_close(name, f32 ? got_f32(d, n) : got_act(d, n), want, n, t);
+}
+
 /* Every GEMM of a block's linear y = x·Wᵀ (x N x C, W OC x C) in a recipe: G the
  * gradients' format. Forward: = and with a separate residual and with the residual
  * aliasing out; dgrad (act out) = and +=; wgrad (fp32 out) = and +=. The operands are
@@ -2247,31 +2268,13 @@ static void fp8_gemm_case(int N, int C, int OC, int rowwise, const ref_fp8 *G) {
     shlm_fp8_matrix qdy = fp8_dev(N, OC, G, rowwise), qwt = fp8_dev(C, OC, E, rowwise);
     ops->fp8_quantize(&qdy, d_dy, 0);
     ops->fp8_quantize(&qwt, d_w, 1);
-    want = ref_fp8_gemm(&qdy, G, &qwt, E, NULL);
-    void *d_dx = nan_act(nx);
-    ops->matmul_fp8(d_dx, 0, &qdy, &qwt, NULL);
-    snprintf(name, sizeof name, "matmul_fp8 dgrad (=) %s", tag);
-    check_close(name, got_act(d_dx, nx), want, nx, t_act);
-    want = ref_fp8_gemm(&qdy, G, &qwt, E, dx0);
-    d_dx = up_act(dx0, nx);
-    ops->matmul_fp8(d_dx, 0, &qdy, &qwt, d_dx);
-    snprintf(name, sizeof name, "matmul_fp8 dgrad (+=) %s", tag);
-    check_close(name, got_act(d_dx, nx), want, nx, t_act);
+    fp8_gemm_set_add("dgrad", &qdy, G, &qwt, E, 0, dx0, tag, t_act);
 
     /* wgrad: dW = q(dyᵀ, G)·q(xᵀ)ᵀ, fp32 out */
     shlm_fp8_matrix qdyt = fp8_dev(OC, N, G, rowwise), qxt = fp8_dev(C, N, E, rowwise);
     ops->fp8_quantize(&qdyt, d_dy, 1);
     ops->fp8_quantize(&qxt, d_x, 1);
-    want = ref_fp8_gemm(&qdyt, G, &qxt, E, NULL);
-    float *d_dw = nan_f32_dev(nw);
-    ops->matmul_fp8(d_dw, SHLM_FP8_OUT_F32, &qdyt, &qxt, NULL);
-    snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (=) %s", tag);
-    check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
-    want = ref_fp8_gemm(&qdyt, G, &qxt, E, dw0);
-    d_dw = up_f32(dw0, nw);
-    ops->matmul_fp8(d_dw, SHLM_FP8_OUT_F32, &qdyt, &qxt, d_dw);
-    snprintf(name, sizeof name, "matmul_fp8 wgrad fp32 (+=) %s", tag);
-    check_close(name, got_f32(d_dw, nw), want, nw, t_f32);
+    fp8_gemm_set_add("wgrad fp32", &qdyt, G, &qxt, E, SHLM_FP8_OUT_F32, dw0, tag, t_f32);
     release_all();
 }
 
