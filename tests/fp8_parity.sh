@@ -6,7 +6,12 @@
 #     where this build has train.matmul, else a FAILED row naming the key and exit 1.
 #  2. --report on run dirs whose validation loss is bf16's x 1.02: +2.000%, "NO" and exit 1
 #     at the default 1%; "yes" and exit 0 with --tolerance 3.
-#  3. An unknown recipe, a repeated one, a missing data dir: one error line, exit 2.
+#  3. --seeds 5,6 --jobs 2: each seed's runs under seed-S with train.seed = S (bf16's
+#     losses differ between the seeds); --report --seeds on run dirs 2% above bf16 at one
+#     seed and 1% below at the other: the mean paired difference +0.500% decides ("yes" and
+#     exit 0 at 1%, "NO" and exit 1 at 0.4%), the per-seed rows still say +2.000 and -1.000.
+#  4. An unknown recipe, a repeated one, a repeated or non-numeric seed, a missing data dir:
+#     one error line, exit 2.
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/fp8_parity.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
@@ -77,7 +82,52 @@ report() { # TOLERANCE WANT_RC WITHIN
 report 1 1 NO
 report 3 0 yes
 
-# ---- 3. bad usage: one line, exit 2
+# ---- 3. seeds: two real ones at once, then the paired mean over made-up run dirs
+echo "+ SHLM=$SHLM bash $parity --cpu --steps 4 --eval-every 2 --data $work/data --out $work/seeds --seeds 5,6 --jobs 2 ... bf16"
+# shellcheck disable=SC2086 # $small is words
+SHLM=$SHLM bash "$parity" --cpu --steps 4 --eval-every 2 --data "$work/data" --out "$work/seeds" \
+    --seeds 5,6 --jobs 2 $small bf16 > "$work/seeds.txt" 2>&1 || { cat "$work/seeds.txt"; fail "--seeds 5,6: exit $?"; }
+python3 - "$work/seeds" <<'EOF' || fail "--seeds: the runs or their rows are wrong"
+import json, sys
+out = sys.argv[1]
+rows = [json.loads(l) for l in open(f"{out}/parity.jsonl")]
+per = {r["seed"]: r for r in rows if not r.get("summary")}
+assert sorted(per) == [5, 6] and all(r["status"] == "ok" for r in per.values()), rows
+for s in (5, 6):
+    m = [json.loads(l) for l in open(f"{out}/seed-{s}/bf16/metrics.jsonl")]
+    assert per[s]["val_loss"] == [x["val_loss"] for x in m if "val_loss" in x][-1], (s, per[s])
+    # the job the run printed: the seed is the one its directory names
+    assert any(l.split() == ["train.seed", "=", str(s)] for l in open(f"{out}/seed-{s}/bf16.log")), s
+assert per[5]["val_loss"] != per[6]["val_loss"], per
+summ = [r for r in rows if r.get("summary")]
+assert len(summ) == 1 and summ[0]["seeds"] == 2, summ
+print(f"fp8_parity: seeds 5 and 6: bf16 val_loss {per[5]['val_loss']:.4f} and {per[6]['val_loss']:.4f}")
+EOF
+for s in 1 2; do
+    mkdir -p "$work/prep/seed-$s/fp8-rowwise"
+    cp -r "$work/seeds/seed-$((s + 4))/bf16" "$work/prep/seed-$s/bf16"
+    python3 - "$work/prep/seed-$s/bf16/metrics.jsonl" "$work/prep/seed-$s/fp8-rowwise/metrics.jsonl" "$s" <<'EOF'
+import json, sys
+with open(sys.argv[2], "w") as f:
+    for m in map(json.loads, open(sys.argv[1])):
+        if "val_loss" in m:
+            m["val_loss"] *= 1.02 if sys.argv[3] == "1" else 0.99
+        f.write(json.dumps(m) + "\n")
+EOF
+done
+seeds_report() { # TOLERANCE WANT_RC WITHIN
+    echo "+ bash $parity --report --out $work/prep --seeds 1,2 --steps 4 --tolerance $1 bf16 fp8-rowwise"
+    SHLM=$SHLM bash "$parity" --report --out "$work/prep" --seeds 1,2 --steps 4 --tolerance "$1" bf16 fp8-rowwise > "$work/prep.txt" 2>&1
+    rr=$?
+    per=$(grep '^   fp8-rowwise ' "$work/prep.txt" | awk '{ print $4 }' | tr '\n' ' ')
+    line=$(grep '^   fp8-rowwise ' "$work/prep.txt" | tail -n 1)
+    [ $rr = "$2" ] && [ "$per" = "+2.000 -1.000 +0.500 " ] && [ "$(echo "$line" | awk '{ print $4, $5, $6, $7 }')" = "+0.500 -1.000 +2.000 $3" ] ||
+        fail "--report --seeds 1,2 --tolerance $1: exit $rr (want $2), per-seed '$per', summary '$line' (want +0.500 ... $3)"
+}
+seeds_report 1 0 yes
+seeds_report 0.4 1 NO
+
+# ---- 4. bad usage: one line, exit 2
 bad() { # WHAT ARGS...
     what=$1
     shift
@@ -88,6 +138,8 @@ bad() { # WHAT ARGS...
 }
 bad "unknown recipe 'fp16'" fp16
 bad "recipe bf16 given twice" bf16 bf16
+bad "seed 3 given twice" --seeds 3,4,3
+bad "not a whole number: 'x'" --seeds 3,x
 SHLM=$SHLM bash "$parity" --data "$work/nowhere" --out "$work/o3" bf16 > /dev/null 2> "$work/bad.err"
 br=$?
 [ $br = 2 ] && [ "$(wc -l < "$work/bad.err")" = 1 ] && grep -q "^parity: error: no $work/nowhere/train.bin" "$work/bad.err" ||
