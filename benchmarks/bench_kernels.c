@@ -391,7 +391,7 @@ static void bench_attention(int B, int T, int doc_len) {
 }
 
 /* ---- memory-bound ops, checked whole on the cpu */
-static void run_rms_fwd(void) { gpu->rmsnorm_fwd(cur.b, cur.f0, cur.a, cur.c, cur.N, cur.C, 1e-5f); }
+static void run_rms_fwd(void) { gpu->rmsnorm_fwd(cur.b, cur.f0, cur.a, cur.c, cur.N, cur.C, 1e-5f, NULL); }
 static void run_rms_bwd(void) {
     gpu->rmsnorm_bwd(cur.d, cur.f1, cur.e, cur.a, cur.c, cur.f0, cur.N, cur.C);
 }
@@ -408,7 +408,7 @@ static void bench_rmsnorm(int N, int C) {
     run_rms_fwd();
     float *x = host_vals(77, n, 1.0f), *w = host_vals(888, C, 1.0f);
     float *ref = xmalloc(n * sizeof(float)), *rstd = xmalloc((size_t)N * sizeof(float));
-    cpu->rmsnorm_fwd(ref, rstd, x, w, N, C, 1e-5f);
+    cpu->rmsnorm_fwd(ref, rstd, x, w, N, C, 1e-5f, NULL);
     float *got = down_act(cur.b, n);
     int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "rmsnorm_fwd");
     double us = time_us(run_rms_fwd);
@@ -455,8 +455,8 @@ static void bench_rope(int N, int T, int inverse) {
     gpu->free(cur.a);
 }
 
-static void run_swiglu_fwd(void) { gpu->swiglu_fwd(cur.b, cur.a, cur.N, cur.C); }
-static void run_swiglu_bwd(void) { gpu->swiglu_bwd(cur.d, cur.c, cur.a, cur.N, cur.C); }
+static void run_swiglu_fwd(void) { gpu->swiglu_fwd(cur.b, cur.a, cur.N, cur.C, NULL); }
+static void run_swiglu_bwd(void) { gpu->swiglu_bwd(cur.d, cur.c, cur.a, cur.N, cur.C, NULL); }
 
 static void bench_swiglu(int N, int F) {
     char shape[64];
@@ -471,8 +471,8 @@ static void bench_swiglu(int N, int F) {
     run_swiglu_bwd();
     float *gu = host_vals(3434, ngu, 1.0f), *dy = host_vals(5656, nf, 1.0f);
     float *ref = xmalloc(nf * sizeof(float)), *rdgu = xmalloc(ngu * sizeof(float));
-    cpu->swiglu_fwd(ref, gu, N, F);
-    cpu->swiglu_bwd(rdgu, dy, gu, N, F);
+    cpu->swiglu_fwd(ref, gu, N, F, NULL);
+    cpu->swiglu_bwd(rdgu, dy, gu, N, F, NULL);
     float *got = down_act(cur.b, nf), *gdgu = down_act(cur.d, ngu);
     int w1 = wrong(rel_l2(got, ref, nf), 1e-2, "swiglu_fwd");
     int w2 = wrong(rel_l2(gdgu, rdgu, ngu), 1e-2, "swiglu_bwd");
@@ -696,7 +696,7 @@ static void bench_fp8_quantize(const char *name, int rows, int cols, shlm_fp8_fo
  * GPU's two fp8_quantize calls (which bench_fp8_quantize checks against the cpu's); counted
  * at 4 bytes an element: src read once, both codes written */
 static shlm_fp8_matrix cur_qt;
-static void run_fp8_quantize_both(void) { gpu->fp8_quantize_both(&cur_qa, &cur_qt, cur.a); }
+static void run_fp8_quantize_both(void) { gpu->fp8_quantize_both(&cur_qa, &cur_qt, cur.a, NULL); }
 static void bench_fp8_quantize_both(const char *name, int rows, int cols, shlm_fp8_format f,
                                     shlm_fp8_scaling s, size_t off) {
     char shape[64];

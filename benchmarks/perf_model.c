@@ -455,7 +455,7 @@ static void cpu_call(const sim_shape *s) {
         o->embedding_bwd(buf(0, d[1] * f), buf(2, N * d[1] * f), buf(1, N * sizeof(int32_t)), N, (int)d[1]);
         break;
     case SIM_RMSNORM_FWD:
-        o->rmsnorm_fwd(buf(0, N * d[1] * f), buf(1, N * f), buf(2, N * d[1] * f), buf(3, d[1] * f), N, (int)d[1], 1e-5f);
+        o->rmsnorm_fwd(buf(0, N * d[1] * f), buf(1, N * f), buf(2, N * d[1] * f), buf(3, d[1] * f), N, (int)d[1], 1e-5f, NULL);
         break;
     case SIM_RMSNORM_BWD:
         o->rmsnorm_bwd(buf(0, N * d[1] * f), buf(1, d[1] * f), buf(2, N * d[1] * f), buf(3, N * d[1] * f),
@@ -485,9 +485,9 @@ static void cpu_call(const sim_shape *s) {
                              NULL, (int)B, (int)T, (int)nh, (int)nkv, (int)hd, d[5] ? 10000.0f : 0.0f);
         break;
     }
-    case SIM_SWIGLU_FWD: o->swiglu_fwd(buf(0, N * d[1] * f), buf(1, 2 * N * d[1] * f), N, (int)d[1]); break;
+    case SIM_SWIGLU_FWD: o->swiglu_fwd(buf(0, N * d[1] * f), buf(1, 2 * N * d[1] * f), N, (int)d[1], NULL); break;
     case SIM_SWIGLU_BWD:
-        o->swiglu_bwd(buf(0, 2 * N * d[1] * f), buf(2, N * d[1] * f), buf(1, 2 * N * d[1] * f), N, (int)d[1]);
+        o->swiglu_bwd(buf(0, 2 * N * d[1] * f), buf(2, N * d[1] * f), buf(1, 2 * N * d[1] * f), N, (int)d[1], NULL);
         break;
     case SIM_XENT: {
         void *logits = buf(0, N * d[1] * f);

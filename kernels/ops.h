@@ -145,9 +145,13 @@ typedef struct shlm_ops {
     /* dwte(V,C) += scatter-add of dout(N,C) rows by token */
     void (*embedding_bwd)(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
 
-    /* out(N,C) = inp / rms(inp) * weight(C); rstd(N) = 1/sqrt(mean(inp²)+eps) */
+    /* out(N,C) = inp / rms(inp) * weight(C); rstd(N) = 1/sqrt(mean(inp²)+eps).
+     * amax (here and in swiglu_fwd / swiglu_bwd): NULL, or a float (backend memory) that
+     * becomes max(*amax, max |out_i|) over the values written (in act dtype, NaN ignored;
+     * the caller zeroes it): the tensorwise FP8 amax of out, made by the pass that writes
+     * it, which fp8_quantize_both takes as src_amax instead of reading out again. */
     void (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const void *weight,
-                        int N, int C, float eps);
+                        int N, int C, float eps, float *amax);
     /* dinp(N,C) += ; dweight(C) += */
     void (*rmsnorm_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
                         const void *weight, const float *rstd, int N, int C);
@@ -197,10 +201,10 @@ typedef struct shlm_ops {
                           const float *lse, const int32_t *doc_start, int B, int T, int nh,
                           int nkv, int hd, float rope_theta);
 
-    /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up */
-    void (*swiglu_fwd)(void *out, const void *gu, int N, int F);
-    /* dgu (N, 2F) = */
-    void (*swiglu_bwd)(void *dgu, const void *dout, const void *gu, int N, int F);
+    /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up; amax as rmsnorm_fwd's */
+    void (*swiglu_fwd)(void *out, const void *gu, int N, int F, float *amax);
+    /* dgu (N, 2F) = ; amax as rmsnorm_fwd's, over the whole of dgu */
+    void (*swiglu_bwd)(void *dgu, const void *dout, const void *gu, int N, int F, float *amax);
 
     /* Softmax cross-entropy over logits (N,V) with targets (N):
      * losses[i] = -log softmax(logits_i)[targets[i]], 0 for ignored rows;
@@ -225,9 +229,12 @@ typedef struct shlm_ops {
     /* q = quantize(src) and q_t = quantize(srcᵀ) for src an act matrix of q->rows x
      * q->cols (q_t: q->cols x q->rows, q's format and scaling): bit for bit the two
      * fp8_quantize calls, in one pass over src where the scaling lets both layouts share
-     * it (tensorwise: one amax, then both layouts written from one read of src). */
+     * it (tensorwise: one amax, then both layouts written from one read of src).
+     * src_amax: NULL, or (tensorwise only) a float (backend memory) holding max |src| as
+     * the op that wrote src made it (rmsnorm_fwd's amax): used as the amax, so src is read
+     * once; the same codes and scales as NULL gives when it is src's. */
     void (*fp8_quantize_both)(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
-                              const void *src);
+                              const void *src, const float *src_amax);
     /* FP8 weights made from fp32 parameters (E4M3, tensorwise), by the rule above with
      * x = bf16(p) when round_bf16 (the parameters as a bf16 gather would give them) and
      * x = p otherwise; amax, scale and scale_inv are single device floats.

@@ -55,10 +55,11 @@ static shlm_fp8_matrix operand(const fp8_linear *f, enum side side, int rows, in
 }
 
 void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_weight w, int N,
-                    int C, int OC, const void *residual, const shlm_fp8_matrix *keep_t) {
+                    int C, int OC, const void *residual, const shlm_fp8_matrix *keep_t,
+                    const float *inp_amax) {
     const shlm_fp8_matrix a = keep_t ? matrix(f, SIDE_A, N, C, SHLM_FP8_E4M3)
                                      : operand(f, SIDE_A, N, C, SHLM_FP8_E4M3, inp, 0);
-    if (keep_t) f->ops->fp8_quantize_both(&a, keep_t, inp);
+    if (keep_t) f->ops->fp8_quantize_both(&a, keep_t, inp, inp_amax);
     const shlm_fp8_matrix b = w.w8 ? *w.w8 : operand(f, SIDE_B, OC, C, SHLM_FP8_E4M3, w.w, 0);
     f->ops->matmul_fp8(out, f->fast_accum ? SHLM_FP8_FAST_ACCUM : 0, &a, &b, residual);
 }
@@ -74,10 +75,10 @@ static shlm_fp8_matrix weight_t(const fp8_linear *f, fp8_linear_weight w, int C,
 
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
                     const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w, int N,
-                    int C, int OC, int flags) {
+                    int C, int OC, int flags, const float *dout_amax) {
     const shlm_fp8_matrix dy = matrix(f, SIDE_A, N, OC, f->grad_format);
     const shlm_fp8_matrix dy_t = matrix(f, SIDE_T, OC, N, f->grad_format);
-    if (dinp && dweight) f->ops->fp8_quantize_both(&dy, &dy_t, dout);
+    if (dinp && dweight) f->ops->fp8_quantize_both(&dy, &dy_t, dout, dout_amax);
     else if (dinp) f->ops->fp8_quantize(&dy, dout, 0);
     else if (dweight) f->ops->fp8_quantize(&dy_t, dout, 1);
     if (dinp) {

@@ -287,6 +287,7 @@ static buf_count layout_acts(llama_model *m, const llama_config *c, size_t esz, 
         ONE(fp8.b_scales, BUF_F32, fz.b_scales);
         ONE(fp8.t_codes, BUF_U8, fz.t_codes);
         ONE(fp8.t_scales, BUF_F32, fz.t_scales);
+        if (mm == MODEL_MATMUL_FP8_TENSORWISE) ONE(fp8.src_amax, BUF_F32, 1);
     }
 #undef ONE
     return bytes;
@@ -411,7 +412,8 @@ void llama_destroy(llama_model *m) {
 #undef FIELD
     void *p[] = {m->lnf, m->rstdf, m->logits, m->losses, m->dx, m->dln, m->dwide1, m->dwide2,
                  m->tokens_dev, m->targets_dev, m->doc_dev, m->fp8.a_codes, m->fp8.a_scales,
-                 m->fp8.b_codes, m->fp8.b_scales, m->fp8.t_codes, m->fp8.t_scales};
+                 m->fp8.b_codes, m->fp8.b_scales, m->fp8.t_codes, m->fp8.t_scales,
+                 m->fp8.src_amax};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++) o->free(p[i]);
     free(m->x);
     free(m->acts);
@@ -472,26 +474,39 @@ static void progress(const llama_model *m) {
     if (m->src.progress) m->src.progress(m->src.ctx);
 }
 
+/* Where the op producing a linear's operand is to leave the operand's amax (ops.h
+ * rmsnorm_fwd's amax), zeroed: the recipe's one float when it is tensorwise and the linear
+ * quantizes the operand in both layouts (quantize_both: the forward keeping q(inpᵀ), the
+ * backward's two products), else NULL (the quantize then makes its own). */
+static float *operand_amax(const llama_model *m, int both_layouts) {
+    float *a = m->fp8.src_amax;
+    if (!a || !both_layouts) return NULL;
+    m->ops->zero(a, sizeof(float));
+    return a;
+}
+
 /* A block's linear layer in the model's recipe: matmul_fwd / matmul_bwd's contract.
  * keep_t: the block's matrix for q(inpᵀ) (an FP8 recipe keeping activations: filled for
- * the backward), or a matrix without codes. */
+ * the backward), or a matrix without codes. inp_amax: operand_amax's, or NULL. */
 static void linear_fwd(const llama_model *m, void *out, const void *inp, fp8_linear_weight w,
-                       int N, int C, int OC, const void *residual, shlm_fp8_matrix *keep_t) {
+                       int N, int C, int OC, const void *residual, shlm_fp8_matrix *keep_t,
+                       const float *inp_amax) {
     if (m->matmul == MODEL_MATMUL_BF16) {
         m->ops->matmul_fwd(out, inp, w.w, N, C, OC, residual);
         return;
     }
     if (keep_t->codes) keep_t->cols = N;
-    fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual, keep_t->codes ? keep_t : NULL);
+    fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual, keep_t->codes ? keep_t : NULL,
+                   keep_t->codes ? inp_amax : NULL);
 }
 /* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
- * without codes: quantize inp */
+ * without codes: quantize inp. dout_amax: operand_amax's, or NULL. */
 static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *dout,
                        const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w,
-                       int N, int C, int OC, int flags) {
+                       int N, int C, int OC, int flags, const float *dout_amax) {
     if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w.w, N, C, OC, flags);
     else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, inp_t->codes ? inp_t : NULL, w, N, C, OC,
-                        flags);
+                        flags, dinp && dw ? dout_amax : NULL);
 }
 /* Block unit u's product weight starting at tensor k (one of fp8_first) of the acquired p,
  * with its FP8 codes when the source makes them. */
@@ -522,23 +537,28 @@ static void block_forward(llama_model *m, int l, const void *p, int B, int T, in
     block_acts *a = &m->acts[l];
     const void *x = m->x[l];
     void *xout = m->x[l + 1];
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
+    /* the norms and SwiGLU make the amax of the FP8 operand they write (operand_amax) */
+    float *amax = operand_amax(m, a->ln1_t.codes != NULL);
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps, amax));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t, amax));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, weight(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, weight(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose, NULL));
     progress(m);
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
+    amax = operand_amax(m, a->ln2_t.codes != NULL);
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps, amax));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, weight(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t));
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, weight(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t, amax));
     progress(m);
-    PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F));
-    if (!write_out) return; /* recomputation for the backward: x[l+1] is not needed */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, weight(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t));
+    /* recomputation for the backward (!write_out): x[l+1] is not needed, nor h's amax */
+    amax = operand_amax(m, write_out && a->h_t.codes != NULL);
+    PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F, amax));
+    if (!write_out) return;
+    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, weight(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t, amax));
     progress(m);
 }
 
@@ -551,10 +571,10 @@ static void recompute(llama_model *m, int l, const void *p, int B, int T) {
     if (m->ac == LLAMA_AC_FULL) {
         block_forward(m, l, p, B, T, 0);
     } else if (m->ac == LLAMA_AC_SELECTIVE) {
-        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps));
+        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps, NULL));
         PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
-        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps));
-        PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim));
+        PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps, NULL));
+        PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, c->ffn_dim, NULL));
     }
 }
 
@@ -576,18 +596,20 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
     }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, weight(m, p, u, BK_DOWN), N, F, d, mm));
+    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, weight(m, p, u, BK_DOWN), N, F, d, mm, NULL));
     progress(m);
-    PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F));
+    /* SwiGLU's backward makes the amax of dgu, the gate|up products' FP8 operand */
+    float *amax = operand_amax(m, 1);
+    PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F, amax));
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, weight(m, p, u, BK_GATE), N, d,
-                  2 * F, mm));
+                  2 * F, mm, amax));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, weight(m, p, u, BK_O), N, m->att_dim,
-                  d, mm));
+                  d, mm, NULL));
     progress(m);
     /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
      * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
@@ -596,7 +618,7 @@ static void block_backward(llama_model *m, int l, const void *p, float *g, int g
                      c->head_dim, c->rope_theta));
     progress(m);
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, weight(m, p, u, BK_Q), N, d,
-                  m->qkv_dim, mm));
+                  m->qkv_dim, mm, NULL));
     progress(m);
     PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
                    a->rstd1, N, d));
@@ -687,7 +709,7 @@ double llama_forward_backward(llama_model *m, const int32_t *tokens, const int32
     int g_set;
     PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
     if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, kn), (size_t)d * sizeof(float)));
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, kn), N, d, c->norm_eps));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, kn), N, d, c->norm_eps, NULL));
     /* each chunk writes its own rows of dln; the first chunk sets a fresh lm_head gradient */
     for (int r0 = 0; r0 < N; r0 += m->chunk_rows) {
         const int mm = SHLM_MM_SET_DINP | (g_set && r0 == 0 ? SHLM_MM_SET_DWEIGHT : 0);
@@ -747,7 +769,7 @@ double llama_forward_docs(llama_model *m, const int32_t *tokens, const int32_t *
     const int hu = m->head, ko = m->head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, LLAMA_HEAD));
-    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, m->head_norm), N, d, c->norm_eps));
+    PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, m->head_norm), N, d, c->norm_eps, NULL));
     int valid = 0;
     double loss_sum = 0;
     if (targets || logits_out) {

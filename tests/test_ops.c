@@ -992,6 +992,48 @@ static double rms_loss(void *p) {
     return dot_d(c->out, c->dout, (size_t)c->N * c->C);
 }
 
+/* The producer's amax (ops.h rmsnorm_fwd's amax): run(amax) writes out (n act values)
+ * again; from 0 the amax is max |out| of what it wrote, bit for bit; from a start above that
+ * it stays the start (a maximum with what is there). */
+static void producer_amax_check(const char *what, void (*run)(void *ctx, float *amax), void *ctx,
+                                const void *d_out, size_t n) {
+    char name[200];
+    float zero = 0.0f;
+    float *d_amax = up_f32(&zero, 1);
+    run(ctx, d_amax);
+    const float *out = got_act(d_out, n);
+    float want = 0.0f;
+    for (size_t i = 0; i < n; i++) want = fmaxf(want, fabsf(out[i])); /* NaN ignored */
+    float got;
+    down_f32(&got, d_amax, 1);
+    snprintf(name, sizeof name, "%s amax == max |out| of the values written, bit for bit", what);
+    check_true(name, memcmp(&got, &want, sizeof got) == 0);
+    const float start = 2.0f * want + 1.0f;
+    ops->to_device(d_amax, &start, sizeof start);
+    run(ctx, d_amax);
+    down_f32(&got, d_amax, 1);
+    snprintf(name, sizeof name, "%s amax from a larger start stays the start", what);
+    check_true(name, got == start);
+}
+
+typedef struct producer_ctx {
+    void *out, *rstd;
+    const void *inp, *w, *dout;
+    int N, C;
+} producer_ctx;
+static void run_rmsnorm_amax(void *ctx, float *amax) {
+    const producer_ctx *p = ctx;
+    ops->rmsnorm_fwd(p->out, p->rstd, p->inp, p->w, p->N, p->C, 1e-5f, amax);
+}
+static void run_swiglu_fwd_amax(void *ctx, float *amax) {
+    const producer_ctx *p = ctx;
+    ops->swiglu_fwd(p->out, p->inp, p->N, p->C, amax);
+}
+static void run_swiglu_bwd_amax(void *ctx, float *amax) {
+    const producer_ctx *p = ctx;
+    ops->swiglu_bwd(p->out, p->dout, p->inp, p->N, p->C, amax);
+}
+
 static void rmsnorm_case(int N, int C, int with_fd) {
     char tag[64], name[160];
     snprintf(tag, sizeof tag, "(N=%d C=%d)", N, C);
@@ -1012,12 +1054,17 @@ static void rmsnorm_case(int N, int C, int with_fd) {
     void *d_out = nan_act(n), *d_dx = up_act(dx0, n);
     float *d_rstd = nan_f32_dev(N), *d_dw = up_f32(dw0, C);
 
-    ops->rmsnorm_fwd(d_out, d_rstd, d_x, d_w, N, C, eps);
+    ops->rmsnorm_fwd(d_out, d_rstd, d_x, d_w, N, C, eps, NULL);
     ref_rmsnorm_fwd(ref, rstd, c.x, c.w, N, C, eps);
     snprintf(name, sizeof name, "rmsnorm_fwd out (=) %s", tag);
     check_close(name, got_act(d_out, n), ref, n, T_RMS_ACT);
     snprintf(name, sizeof name, "rmsnorm_fwd rstd %s", tag);
     check_close(name, got_f32(d_rstd, N), rstd, N, T_RMS_F32);
+    {
+        producer_ctx pc = {d_out, d_rstd, d_x, d_w, NULL, N, C};
+        snprintf(name, sizeof name, "rmsnorm_fwd %s", tag);
+        producer_amax_check(name, run_rmsnorm_amax, &pc, d_out, n);
+    }
 
     ops->rmsnorm_bwd(d_dx, d_dw, d_dout, d_x, d_w, d_rstd, N, C);
     ref_rmsnorm_bwd(rdx, rdw, c.dout, c.x, c.w, N, C, eps);
@@ -1523,19 +1570,36 @@ static void swiglu_case(int N, int F, int with_fd) {
     void *d_gu = up_act(gu, ng), *d_dout = up_act(dout, no);
     void *d_out = nan_act(no), *d_dgu = nan_act(ng);
 
-    ops->swiglu_fwd(d_out, d_gu, N, F);
+    ops->swiglu_fwd(d_out, d_gu, N, F, NULL);
     ref_swiglu_fwd(ref, c.gu, N, F);
     snprintf(name, sizeof name, "swiglu_fwd out (=) %s", tag);
     check_close(name, got_act(d_out, no), ref, no, T_SWIGLU);
 
-    ops->swiglu_bwd(d_dgu, d_dout, d_gu, N, F);
+    ops->swiglu_bwd(d_dgu, d_dout, d_gu, N, F, NULL);
     ref_swiglu_bwd(dref, c.dout, c.gu, N, F);
     snprintf(name, sizeof name, "swiglu_bwd dgu (=) %s", tag);
     check_close(name, got_act(d_dgu, ng), dref, ng, T_SWIGLU);
     if (with_fd) check_fd("swiglu dgu", swi_loss, &c, c.gu, ng, dref);
+    {
+        producer_ctx pc = {d_out, NULL, d_gu, NULL, d_dout, N, F};
+        snprintf(name, sizeof name, "swiglu_fwd %s", tag);
+        producer_amax_check(name, run_swiglu_fwd_amax, &pc, d_out, no);
+        pc.out = d_dgu;
+        snprintf(name, sizeof name, "swiglu_bwd %s", tag);
+        producer_amax_check(name, run_swiglu_bwd_amax, &pc, d_dgu, ng);
+        /* a NaN among the values: ignored, the amax is that of the others */
+        if (ng >= 8) {
+            float *gn = dup_f(gu, ng);
+            gn[5] = NAN;
+            pc.inp = up_act(gn, ng);
+            pc.out = d_out;
+            snprintf(name, sizeof name, "swiglu_fwd with a NaN gate %s", tag);
+            producer_amax_check(name, run_swiglu_fwd_amax, &pc, d_out, no);
+        }
+    }
 
     /* in place, dgu aliasing gu (cpu.h documents it; the model relies on it) */
-    ops->swiglu_bwd(d_gu, d_dout, d_gu, N, F);
+    ops->swiglu_bwd(d_gu, d_dout, d_gu, N, F, NULL);
     snprintf(name, sizeof name, "swiglu_bwd dgu aliasing gu %s", tag);
     check_close(name, got_act(d_gu, ng), dref, ng, T_SWIGLU);
     release_all();
@@ -1800,13 +1864,13 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
         out[k] = hf(len[k]);
     }
     ops->embedding_bwd(out[0], dy, tok, N, C);
-    ops->rmsnorm_fwd(out[1], out[1] + (size_t)N * C, x, w, N, C, 1e-5f);
+    ops->rmsnorm_fwd(out[1], out[1] + (size_t)N * C, x, w, N, C, 1e-5f, NULL);
     ops->rmsnorm_bwd(out[2], out[2] + (size_t)N * C, dy, x, w, out[1] + (size_t)N * C, N, C);
     memcpy(out[3], qkv, nq * sizeof(float));
     ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, 10000.0f, 0);
     ops->attention_fwd(out[4], out[4] + no, qkv, NULL, B, T, nh, nkv, hdim);
     ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, NULL, B, T, nh, nkv, hdim, 0.0f);
-    ops->swiglu_bwd(out[6], dy, gu, N, F); /* dout (N,F) fits inside dy (N,C) */
+    ops->swiglu_bwd(out[6], dy, gu, N, F, NULL); /* dout (N,F) fits inside dy (N,C) */
     ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;
     memcpy(p, x, (size_t)N * C * sizeof(float));
@@ -2083,6 +2147,55 @@ static void fp8_scale_case(const ref_fp8 *f) {
     release_all();
 }
 
+/* codes and scale_inv of a device matrix equal to want's (host codes, one scale) */
+static int fp8_same_as(const shlm_fp8_matrix *d, const uint8_t *want, float want_scale) {
+    const size_t n = (size_t)d->rows * d->cols;
+    uint8_t *got = xcalloc(n, 1);
+    float s;
+    ops->sync();
+    ops->to_host(got, d->codes, n);
+    ops->to_host(&s, d->scale_inv, sizeof s);
+    return memcmp(got, want, n) == 0 && memcmp(&s, &want_scale, sizeof s) == 0;
+}
+
+/* fp8_quantize_both with src_amax (tensorwise): given max |src| itself, the codes and scales
+ * of q and qt (the amax computed) bit for bit; given twice it, the reference's codes at the
+ * scale of that amax (so the given amax is what it uses, and src is not read for one). */
+static void fp8_given_amax_check(const ref_fp8 *f, const shlm_fp8_matrix *q,
+                                 const shlm_fp8_matrix *qt, const float *src) {
+    const int R = q->rows, C = q->cols;
+    const size_t n = (size_t)R * C;
+    float amax = 0.0f;
+    for (size_t i = 0; i < n; i++) amax = fmaxf(amax, fabsf(src[i]));
+    uint8_t *wq = xcalloc(n, 1), *wt = xcalloc(n, 1);
+    float ws;
+    ops->sync();
+    ops->to_host(wq, q->codes, n);
+    ops->to_host(wt, qt->codes, n);
+    ops->to_host(&ws, q->scale_inv, sizeof ws);
+    char name[200];
+    for (int twice = 0; twice < 2; twice++) {
+        const float given = twice ? 2.0f * amax : amax;
+        shlm_fp8_matrix b = fp8_dev(R, C, f, 0), bt = fp8_dev(C, R, f, 0);
+        ops->fp8_quantize_both(&b, &bt, up_act(src, n), up_f32(&given, 1));
+        float scale = (float)ref_fp8_max(f) / fmaxf(given, 1e-12f), sinv = 1.0f / scale;
+        if (twice) {
+            for (int r = 0; r < R; r++)
+                for (int c = 0; c < C; c++) {
+                    const uint8_t code = (uint8_t)ref_fp8_cast(f, (double)(src[(size_t)r * C + c] * scale));
+                    wq[(size_t)r * C + c] = code;
+                    wt[(size_t)c * R + r] = code;
+                }
+        } else {
+            sinv = ws;
+        }
+        snprintf(name, sizeof name, "fp8_quantize_both %s tensorwise (%dx%d) given %s: %s", f->name,
+                 R, C, twice ? "2 max|src| as src_amax" : "max|src| as src_amax",
+                 twice ? "the reference's codes and scale at that amax" : "the same codes and scales");
+        check_true(name, fp8_same_as(&b, wq, sinv) && fp8_same_as(&bt, wt, sinv));
+    }
+}
+
 /* fp8_quantize_both(src) writes what the two fp8_quantize calls wrote into q and qt (both
  * checked against the reference already), bit for bit: codes and scales. */
 static void fp8_both_check(const ref_fp8 *f, const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt,
@@ -2091,7 +2204,7 @@ static void fp8_both_check(const ref_fp8 *f, const shlm_fp8_matrix *q, const shl
     const size_t n = (size_t)q->rows * q->cols;
     shlm_fp8_matrix b = fp8_dev(q->rows, q->cols, f, rowwise);
     shlm_fp8_matrix bt = fp8_dev(q->cols, q->rows, f, rowwise);
-    ops->fp8_quantize_both(&b, &bt, up_act(src, n));
+    ops->fp8_quantize_both(&b, &bt, up_act(src, n), NULL);
     const shlm_fp8_matrix *want[] = {q, qt}, *got[] = {&b, &bt};
     int same = 1;
     for (int k = 0; k < 2; k++) {
@@ -2109,6 +2222,7 @@ static void fp8_both_check(const ref_fp8 *f, const shlm_fp8_matrix *q, const shl
     snprintf(name, sizeof name, "fp8_quantize_both %s %s (%dx%d) == fp8_quantize plain and "
              "transposed, bit for bit", f->name, rowwise ? "rowwise" : "tensorwise", q->rows, q->cols);
     check_true(name, same);
+    if (!rowwise) fp8_given_amax_check(f, q, qt, src);
 }
 
 /* Random matrices of rows x cols: plain and transposed, both scalings; tensorwise, q(srcᵀ)

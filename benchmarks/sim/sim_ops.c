@@ -124,8 +124,8 @@ static void sim_embedding_bwd(float *dwte, const void *dout, const int32_t *tok,
     (void)dwte, (void)dout, (void)tok, run(SIM_EMBEDDING_BWD, N, C, 0, 0, 0, 0);
 }
 static void sim_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *w, int N, int C,
-                            float eps) {
-    (void)out, (void)rstd, (void)inp, (void)w, (void)eps, run(SIM_RMSNORM_FWD, N, C, 0, 0, 0, 0);
+                            float eps, float *amax) {
+    (void)out, (void)rstd, (void)inp, (void)w, (void)eps, (void)amax, run(SIM_RMSNORM_FWD, N, C, 0, 0, 0, 0);
 }
 static void sim_rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp, const void *w,
                             const float *rstd, int N, int C) {
@@ -154,11 +154,12 @@ static void sim_attention_bwd(void *dqkv, const void *dout, const void *qkv, con
     (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)doc;
     run(SIM_ATTENTION_BWD, B, T, nh, nkv, hd, theta > 0);
 }
-static void sim_swiglu_fwd(void *out, const void *gu, int N, int F) {
-    (void)out, (void)gu, run(SIM_SWIGLU_FWD, N, F, 0, 0, 0, 0);
+static void sim_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax) {
+    (void)out, (void)gu, (void)amax, run(SIM_SWIGLU_FWD, N, F, 0, 0, 0, 0);
 }
-static void sim_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F) {
-    (void)dgu, (void)dout, (void)gu, run(SIM_SWIGLU_BWD, N, F, 0, 0, 0, 0);
+static void sim_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F,
+                           float *amax) {
+    (void)dgu, (void)dout, (void)gu, (void)amax, run(SIM_SWIGLU_BWD, N, F, 0, 0, 0, 0);
 }
 static void sim_xent(float *losses, void *dlogits, const void *logits, const int32_t *tg, int N,
                      int V, float dscale) {

@@ -40,7 +40,7 @@ void shlm_cpu_embedding_fwd(void *out, const int32_t *tokens, const void *wte, i
 void shlm_cpu_embedding_bwd(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
 
 void shlm_cpu_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N,
-                          int C, float eps);
+                          int C, float eps, float *amax);
 /* dinp may alias dout (every read of dout happens before the row's write). */
 void shlm_cpu_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                           const void *weight, const float *rstd, int N, int C);
@@ -67,9 +67,10 @@ void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const
                             const float *lse, const int32_t *doc_start, int B, int T, int nh,
                             int nkv, int hd, float rope_theta);
 
-void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F);
+void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax);
 /* dgu may alias gu (each gate/up pair is read before it is written). */
-void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
+void shlm_cpu_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F,
+                         float *amax);
 
 /* Aborts on a target >= V. */
 void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
@@ -81,7 +82,7 @@ void shlm_cpu_xent_fwd_bwd(float *losses, void *dlogits, const void *logits,
 int shlm_cpu_fp8_check(char *why, size_t whylen);
 void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
 void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
-                                const void *src);
+                                const void *src, const float *src_amax);
 void shlm_cpu_fp8_param_amax(float *amax, const float *p, size_t n);
 void shlm_cpu_fp8_param_scale(float *scale_inv, const float *amax, int round_bf16);
 void shlm_cpu_fp8_param_cast(uint8_t *codes, const float *p, size_t n, const float *amax,

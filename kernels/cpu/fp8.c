@@ -68,19 +68,24 @@ int shlm_cpu_fp8_check(char *why, size_t whylen) {
 }
 
 /* The rule of ops.h over `rows` groups of elements (tensorwise: one group of them all):
- * group r is src[r·rs + k·ks], k < n. */
+ * group r is src[r·rs + k·ks], k < n. given_amax: NULL, or (tensorwise) the amax to use. */
 static void quantize_groups(uint8_t *codes, float *scale_inv, const float *src, int rows, int n,
-                            size_t rs, size_t ks, int tensorwise, shlm_fp8_format f) {
+                            size_t rs, size_t ks, int tensorwise, shlm_fp8_format f,
+                            const float *given_amax) {
     const float fmax = spec_of(f).fmax;
     float *scale = malloc((size_t)rows * sizeof(float));
     SHLM_CHECK_ALLOC(scale);
+    if (given_amax) {
+        for (int r = 0; r < rows; r++) scale[r] = *given_amax;
+    } else {
 #pragma omp parallel for schedule(static)
-    for (int r = 0; r < rows; r++) {
-        float amax = 0.0f;
-        for (int k = 0; k < n; k++) amax = fmaxf(amax, fabsf(src[r * rs + k * ks])); /* NaN ignored */
-        scale[r] = amax;
+        for (int r = 0; r < rows; r++) {
+            float amax = 0.0f;
+            for (int k = 0; k < n; k++) amax = fmaxf(amax, fabsf(src[r * rs + k * ks])); /* NaN ignored */
+            scale[r] = amax;
+        }
     }
-    if (tensorwise) {
+    if (tensorwise && !given_amax) {
         float amax = 0.0f;
         for (int r = 0; r < rows; r++) amax = fmaxf(amax, scale[r]);
         for (int r = 0; r < rows; r++) scale[r] = amax;
@@ -101,17 +106,28 @@ void shlm_cpu_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transp
     const int tensorwise = q->scaling == SHLM_FP8_TENSORWISE;
     /* q's row r: src's row r (transpose 0), or src's column r (src is cols x rows) */
     const size_t rs = transpose ? 1 : (size_t)q->cols, ks = transpose ? (size_t)q->rows : 1;
-    quantize_groups(q->codes, q->scale_inv, src, q->rows, q->cols, rs, ks, tensorwise, q->format);
+    quantize_groups(q->codes, q->scale_inv, src, q->rows, q->cols, rs, ks, tensorwise, q->format,
+                    NULL);
 }
 
 void shlm_cpu_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
-                                const void *src) {
+                                const void *src, const float *src_amax) {
     if (q_t->rows != q->cols || q_t->cols != q->rows || q_t->format != q->format ||
         q_t->scaling != q->scaling)
         SHLM_FATAL("fp8_quantize_both: q is %dx%d, q_t %dx%d (must be its transpose, same "
                    "format and scaling)", q->rows, q->cols, q_t->rows, q_t->cols);
-    shlm_cpu_fp8_quantize(q, src, 0);
-    shlm_cpu_fp8_quantize(q_t, src, 1);
+    if (src_amax && q->scaling != SHLM_FP8_TENSORWISE)
+        SHLM_FATAL("fp8_quantize_both: a given amax with rowwise scaling (one amax per row)");
+    if (!src_amax) {
+        shlm_cpu_fp8_quantize(q, src, 0);
+        shlm_cpu_fp8_quantize(q_t, src, 1);
+        return;
+    }
+    if (q->rows <= 0 || q->cols <= 0) return;
+    quantize_groups(q->codes, q->scale_inv, src, q->rows, q->cols, (size_t)q->cols, 1, 1,
+                    q->format, src_amax);
+    quantize_groups(q_t->codes, q_t->scale_inv, src, q_t->rows, q_t->cols, 1, (size_t)q_t->rows,
+                    1, q->format, src_amax);
 }
 
 /* bf16(x) as the gather gives it (convert.c's rounding) */

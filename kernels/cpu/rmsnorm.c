@@ -8,10 +8,11 @@
 enum { RMS_COL_BLOCK = 64 };
 
 void shlm_cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void *weight_, int N,
-                          int C, float eps) {
+                          int C, float eps, float *amax) {
     float *out = out_;
     const float *inp = inp_, *weight = weight_;
-#pragma omp parallel for schedule(static)
+    float m = amax ? *amax : 0.0f;
+#pragma omp parallel for schedule(static) reduction(max : m)
     for (int i = 0; i < N; i++) {
         const float *x = inp + (size_t)i * C;
         float *y = out + (size_t)i * C;
@@ -19,9 +20,13 @@ void shlm_cpu_rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const void 
         double ss = 0.0;
         for (int c = 0; c < C; c++) ss += (double)x[c] * x[c];
         float r = (float)(1.0 / sqrt(ss / C + (double)eps));
-        for (int c = 0; c < C; c++) y[c] = x[c] * r * weight[c];
+        for (int c = 0; c < C; c++) {
+            y[c] = x[c] * r * weight[c];
+            m = fmaxf(m, fabsf(y[c])); /* NaN ignored */
+        }
         rstd[i] = r;
     }
+    if (amax) *amax = m;
 }
 
 void shlm_cpu_rmsnorm_bwd(void *dinp_, float *dweight, const void *dout_, const void *inp_,

@@ -81,7 +81,7 @@ void shlm_cuda_embedding_fwd(void *out, const int32_t *tokens, const void *wte, 
 void shlm_cuda_embedding_bwd(float *dwte, const void *dout, const int32_t *tokens, int N, int C);
 
 void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight, int N,
-                           int C, float eps);
+                           int C, float eps, float *amax);
 /* dinp may alias dout; dweight is summed in a fixed order (deterministic) */
 void shlm_cuda_rmsnorm_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                            const void *weight, const float *rstd, int N, int C);
@@ -160,9 +160,10 @@ int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, 
                                     const int32_t *doc_start, int b0, int nb, int T, int nh,
                                     int nkv, int hd, const void *rope);
 
-void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F);
+void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax);
 /* dgu may alias gu */
-void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F);
+void shlm_cuda_swiglu_bwd(void *dgu, const void *dout, const void *gu, int N, int F,
+                          float *amax);
 
 /* A target >= V cannot abort from the device: its row's loss is NaN (so the step's
  * loss shows it) and its gradient row is zero. */
@@ -176,7 +177,7 @@ int shlm_cuda_fp8_check(char *why, size_t whylen);
  * queued on the stream; q->scale_inv holds the amax between them */
 void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src, int transpose);
 void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
-                                 const void *src);
+                                 const void *src, const float *src_amax);
 /* p, amax, scale_inv and codes in device memory, at any element offset; amax as the bits
  * of a non-negative float (atomicMax), so the caller zeroes it (+0.0f) before the first
  * fp8_param_amax. Kernels on the stream, no host synchronisation. */

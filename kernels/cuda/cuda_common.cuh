@@ -213,6 +213,16 @@ __device__ __forceinline__ void amax_merge(unsigned *amax_bits, float m) {
     atomicMax(amax_bits, __float_as_uint(m));
 }
 
+/* A producer's amax of what it stored (ops.h rmsnorm_fwd's amax): m is the thread's max |v|
+ * over the fp32 values before their bf16 rounding. Rounding to nearest even is monotonic
+ * and symmetric, so the max of the stored values is m rounded once. Every thread of the
+ * block calls it (a block reduction); amax_bits NULL does nothing. */
+__device__ __forceinline__ void block_amax_merge(unsigned *amax_bits, float m, float *shared) {
+    if (!amax_bits) return; /* the same for the whole block */
+    m = block_max(m, shared);
+    if (threadIdx.x == 0) amax_merge(amax_bits, __bfloat162float(__float2bfloat16_rn(m)));
+}
+
 /* The bound device and its properties: 0, or -1 with one line in why (the device checks
  * answer with it rather than abort). */
 static inline int shlm_cuda_bound_device(int *dev, cudaDeviceProp *p, char *why, size_t whylen) {

@@ -287,12 +287,13 @@ __global__ void __launch_bounds__(Q_THREADS)
     }
 }
 
-/* scale_inv[i] = 1 / scale(amax), in place over the amax bits the passes above left, and
- * into copy[i] too when copy is not NULL */
-template <int F> __global__ void finalize_kernel(float *scale_inv, int n, float *copy) {
+/* scale_inv[i] = 1 / scale(amax[i]), and copy[i] too when copy is not NULL; amax may be
+ * scale_inv itself (in place over the amax bits the passes above left there) */
+template <int F>
+__global__ void finalize_kernel(const float *amax, float *scale_inv, int n, float *copy) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const float v = __frcp_rn(fp8_scale_of<F>(scale_inv[i])); /* the amax, as a float */
+    const float v = __frcp_rn(fp8_scale_of<F>(amax[i]));
     scale_inv[i] = v;
     if (copy) copy[i] = v;
 }
@@ -580,17 +581,19 @@ template <int F> static void quantize(const shlm_fp8_matrix *q, const bf16 *src,
         }
         CUDA_CHECK_LAST();
     }
-    finalize_kernel<F><<<(nscales + Q_THREADS - 1) / Q_THREADS, Q_THREADS, 0, s>>>(q->scale_inv, nscales,
-                                                                                 nullptr);
+    finalize_kernel<F><<<(nscales + Q_THREADS - 1) / Q_THREADS, Q_THREADS, 0, s>>>(
+        q->scale_inv, q->scale_inv, nscales, nullptr);
     CUDA_CHECK_LAST();
 }
 
-/* Tensorwise: one amax pass, then one transpose-cast that writes q's layout as well from
- * the registers it loaded (the two calls' 5 bytes of traffic an element become 4: half of
- * the two amax and cast reads). Rowwise: q's rows and q_t's rows (src's columns) have
- * amaxes of their own, so it is the two calls. */
+/* Tensorwise: one amax pass (none when the producer gave src_amax), then one
+ * transpose-cast that writes q's layout as well from the registers it loaded (the two
+ * calls' 5 bytes of traffic an element become 4: half of the two amax and cast reads; 3
+ * with src_amax). Rowwise: q's rows and q_t's rows (src's columns) have amaxes of their
+ * own, so it is the two calls. */
 template <int F>
-static void quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt, const bf16 *src) {
+static void quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt, const bf16 *src,
+                          const float *src_amax) {
     if (q->scaling == SHLM_FP8_ROWWISE) {
         quantize<F>(q, src, 0);
         quantize<F>(qt, src, 1);
@@ -599,13 +602,16 @@ static void quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt, c
     cudaStream_t s = shlm_cuda_stream();
     const int R = q->rows, C = q->cols;
     const size_t n = (size_t)R * C;
-    unsigned *amax = reinterpret_cast<unsigned *>(qt->scale_inv);
-    CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
+    unsigned *own = reinterpret_cast<unsigned *>(qt->scale_inv);
+    const unsigned *amax = src_amax ? reinterpret_cast<const unsigned *>(src_amax) : own;
+    if (!src_amax) CUDA_CHECK(cudaMemsetAsync(own, 0, sizeof(float), s));
     if (n > 0) {
-        const unsigned cap = (unsigned)shlm_cuda_sm_count() * 8;
-        amax_kernel<<<shlm_cuda_blocks(n / 8, Q_THREADS, cap), Q_THREADS, 0, s>>>(amax, src, n,
-                                                                                  shlm_aligned(src, 16));
-        CUDA_CHECK_LAST();
+        if (!src_amax) {
+            const unsigned cap = (unsigned)shlm_cuda_sm_count() * 8;
+            amax_kernel<<<shlm_cuda_blocks(n / 8, Q_THREADS, cap), Q_THREADS, 0, s>>>(
+                own, src, n, shlm_aligned(src, 16));
+            CUDA_CHECK_LAST();
+        }
         dim3 grid((unsigned)((C + TT_COLS - 1) / TT_COLS), (unsigned)min((R + TT_ROWS - 1) / TT_ROWS, 65535));
         const bool vec_in = C % 8 == 0 && shlm_aligned(src, 16);
         const bool vec_out = R % 16 == 0 && shlm_aligned(qt->codes, 16);
@@ -613,7 +619,8 @@ static void quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *qt, c
             qt->codes, src, R, C, amax, vec_in, vec_out, q->codes, shlm_aligned(q->codes, 8));
         CUDA_CHECK_LAST();
     }
-    finalize_kernel<F><<<1, 32, 0, s>>>(qt->scale_inv, 1, q->scale_inv);
+    finalize_kernel<F><<<1, 32, 0, s>>>(reinterpret_cast<const float *>(amax), qt->scale_inv, 1,
+                                        q->scale_inv);
     CUDA_CHECK_LAST();
 }
 
@@ -626,14 +633,16 @@ extern "C" void shlm_cuda_fp8_quantize(const shlm_fp8_matrix *q, const void *src
 }
 
 extern "C" void shlm_cuda_fp8_quantize_both(const shlm_fp8_matrix *q, const shlm_fp8_matrix *q_t,
-                                            const void *src) {
+                                            const void *src, const float *src_amax) {
     if (q->rows < 0 || q->cols < 0 || q_t->rows != q->cols || q_t->cols != q->rows ||
         q_t->format != q->format || q_t->scaling != q->scaling)
         SHLM_FATAL("fp8_quantize_both: q is %d x %d, q_t %d x %d (must be its transpose, same "
                    "format and scaling)", q->rows, q->cols, q_t->rows, q_t->cols);
+    if (src_amax && q->scaling != SHLM_FP8_TENSORWISE)
+        SHLM_FATAL("fp8_quantize_both: a given amax with rowwise scaling (one amax per row)");
     if (q->rows == 0 || q->cols == 0) return;
-    if (q->format == SHLM_FP8_E5M2) quantize_both<SHLM_FP8_E5M2>(q, q_t, (const bf16 *)src);
-    else quantize_both<SHLM_FP8_E4M3>(q, q_t, (const bf16 *)src);
+    if (q->format == SHLM_FP8_E5M2) quantize_both<SHLM_FP8_E5M2>(q, q_t, (const bf16 *)src, src_amax);
+    else quantize_both<SHLM_FP8_E4M3>(q, q_t, (const bf16 *)src, src_amax);
 }
 
 /* ---- FP8 weights from fp32 parameters ---- */

@@ -10,7 +10,7 @@ enum { RMS_THREADS = 256 };
  * second read hits L1/L2, so device memory sees it once. */
 __global__ void __launch_bounds__(RMS_THREADS)
     rmsnorm_fwd_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
-                       float eps, bool vec) {
+                       float eps, bool vec, unsigned *amax_bits) {
     __shared__ float red[32];
     const size_t row = blockIdx.x;
     const bf16 *x = inp + row * C;
@@ -31,20 +31,28 @@ __global__ void __launch_bounds__(RMS_THREADS)
     }
     ss = block_sum(ss, red);
     const float r = rsqrtf(ss / (float)C + eps);
+    float m = 0.0f;
     if (vec) {
         for (int c = threadIdx.x * 8; c < C; c += blockDim.x * 8) {
             float f[8], w[8];
             load_bf16x8(f, x + c);
             load_bf16x8(w, weight + c);
 #pragma unroll
-            for (int k = 0; k < 8; k++) f[k] = f[k] * r * w[k];
+            for (int k = 0; k < 8; k++) {
+                f[k] = f[k] * r * w[k];
+                m = fmaxf(m, fabsf(f[k]));
+            }
             store_bf16x8(y + c, f);
         }
     } else {
-        for (int c = threadIdx.x; c < C; c += blockDim.x)
-            y[c] = __float2bfloat16_rn(__bfloat162float(x[c]) * r * __bfloat162float(weight[c]));
+        for (int c = threadIdx.x; c < C; c += blockDim.x) {
+            const float v = __bfloat162float(x[c]) * r * __bfloat162float(weight[c]);
+            m = fmaxf(m, fabsf(v));
+            y[c] = __float2bfloat16_rn(v);
+        }
     }
     if (threadIdx.x == 0) rstd[row] = r;
+    block_amax_merge(amax_bits, m, red);
 }
 
 /* The same with the row held in registers: C = 8·VPT·blockDim.x, each thread owns VPT
@@ -53,7 +61,7 @@ __global__ void __launch_bounds__(RMS_THREADS)
 template <int VPT>
 __global__ void __launch_bounds__(512)
     rmsnorm_fwd_reg_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
-                           float eps) {
+                           float eps, unsigned *amax_bits) {
     __shared__ float red[32];
     const size_t row = blockIdx.x;
     const bf16 *x = inp + row * C;
@@ -68,16 +76,21 @@ __global__ void __launch_bounds__(512)
     }
     ss = block_sum(ss, red);
     const float r = rsqrtf(ss / (float)C + eps);
+    float m = 0.0f;
 #pragma unroll
     for (int v = 0; v < VPT; v++) {
         const int c = (threadIdx.x + v * blockDim.x) * 8;
         float w[8];
         load_bf16x8(w, weight + c);
 #pragma unroll
-        for (int k = 0; k < 8; k++) f[v][k] = f[v][k] * r * w[k];
+        for (int k = 0; k < 8; k++) {
+            f[v][k] = f[v][k] * r * w[k];
+            m = fmaxf(m, fabsf(f[v][k]));
+        }
         store_bf16x8(y + c, f[v]);
     }
     if (threadIdx.x == 0) rstd[row] = r;
+    block_amax_merge(amax_bits, m, red);
 }
 
 /* Stage 1 of the backward with the row in registers (layout as rmsnorm_fwd_reg_kernel):
@@ -279,25 +292,26 @@ static int reg_vpt(int C) {
 }
 
 extern "C" void shlm_cuda_rmsnorm_fwd(void *out, float *rstd, const void *inp, const void *weight,
-                                      int N, int C, float eps) {
+                                      int N, int C, float eps, float *amax) {
     if (N <= 0 || C <= 0) return;
+    unsigned *amax_bits = reinterpret_cast<unsigned *>(amax);
     bool vec = C % 8 == 0 && shlm_aligned(out, 16) && shlm_aligned(inp, 16) &&
                shlm_aligned(weight, 16);
     const int vpt = vec ? reg_vpt(C) : 0;
     if (vpt == 1) {
         rmsnorm_fwd_reg_kernel<1><<<N, reg_threads(C, 1), 0, shlm_cuda_stream()>>>(
-            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps);
+            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, amax_bits);
         CUDA_CHECK_LAST();
         return;
     }
     if (vpt == 2) {
         rmsnorm_fwd_reg_kernel<2><<<N, reg_threads(C, 2), 0, shlm_cuda_stream()>>>(
-            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps);
+            (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, amax_bits);
         CUDA_CHECK_LAST();
         return;
     }
     rmsnorm_fwd_kernel<<<N, RMS_THREADS, 0, shlm_cuda_stream()>>>(
-        (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec);
+        (bf16 *)out, rstd, (const bf16 *)inp, (const bf16 *)weight, C, eps, vec, amax_bits);
     CUDA_CHECK_LAST();
 }
 
