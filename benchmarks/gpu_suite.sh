@@ -31,6 +31,13 @@
 #                  and torchao float8 tensorwise and rowwise (anchor --float8), and a table
 #                  of each against shardlm bf16 (~9 on one GPU). torchao comes from
 #                  $TORCHAO_WHEEL when python lacks it (eager with --cpu)
+#   fp8-variants   the fp8 phase's shape, shardlm only: bf16, fp8-tensorwise, and
+#                  fp8-tensorwise with train.fp8_fast_accum flipped and with
+#                  fsdp.fp8_all_gather = false (the weights gathered in bf16 and quantized
+#                  in each product), each against bf16 (~4 on one GPU)
+#   fp8-accum      the fp8 phase's shape with 16 micro-batches accumulated a step (the
+#                  optimizer amortized as in multi-GPU runs of a large global batch):
+#                  shardlm bf16 and fp8-tensorwise (~3 on one GPU)
 #   all            every phase above, in that order
 # Options:
 #   --gpus N          use GPUs 0..N-1 (default: every visible GPU)
@@ -75,11 +82,11 @@ while [ $# -gt 0 ]; do
     *) phases="$phases $1"; shift ;;
     esac
 done
-[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 all; see --help)"
+[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum all; see --help)"
 for n in ${gpus:-1} "$repeat" ${scal_gb:-1} "$run_timeout"; do
     case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
 done
-all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8"
+all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum"
 expanded=""
 for p in $phases; do
     case " $all_phases all " in *" $p "*) ;; *) die "unknown phase '$p' (one of: $all_phases all)" ;; esac
@@ -206,25 +213,34 @@ common_sets() { # the job keys every shardlm run of the suite sets
         --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 --set log.every=1
     [ "$cpu" = 1 ] && printf '%s\n' --set runtime.backend=cpu --set runtime.threads=1
 }
-shardlm_run() { # PHASE PAIR STRATEGY AC [MATMUL]: MATMUL sets train.matmul (unset: the default, bf16)
-    local phase=$1 pair=$2 st=$3 ac=$4 matmul=${5:-} name=$1-$2-shardlm${5:+-$5} data
+# the steps of a shardlm run and the micro-batches it accumulates a step (phases may set
+# them with local: bash's scoping hands them to shardlm_run)
+suite_steps=6 suite_accum=1
+shardlm_run() { # PHASE PAIR STRATEGY AC [MATMUL [VARIANT KEY=VALUE...]]
+    # MATMUL sets train.matmul (unset or empty: the default, bf16); VARIANT names what the
+    # KEY=VALUE job keys change (the run's name and its row's recipe: MATMUL+VARIANT)
+    local phase=$1 pair=$2 st=$3 ac=$4 matmul=${5:-} variant=${6:-} data kv
+    shift $(($# < 6 ? $# : 6))
+    local name=$phase-$pair-shardlm${matmul:+-$matmul}${variant:+-$variant}
     data=$(tokens "$vocab") || { failed=1; return; }
     local -a sets
     mapfile -t sets < <(common_sets)
     [ -n "$matmul" ] && sets+=(--set train.matmul="$matmul")
+    for kv in "$@"; do sets+=(--set "$kv"); done
     rm -rf "${runs:?}/$name"
     run "$runs/$name.log" env SHLM_TEST_TIMEOUT="$run_timeout" sh "$src/tests/mpi_test.sh" "$G" \
-        "$SHLM" train "$job" --set data.train="$data" --set train.steps=6 \
-        --set train.warmup_steps=1 --set train.micro_batch="$mb" --set train.global_batch=$((mb * G)) \
+        "$SHLM" train "$job" --set data.train="$data" --set train.steps=$suite_steps \
+        --set train.warmup_steps=1 --set train.micro_batch="$mb" \
+        --set train.global_batch=$((mb * G * suite_accum)) \
         --set fsdp.strategy="$st" --set fsdp.activation_checkpointing="$ac" "${sets[@]}" \
         --set log.run_dir="$runs/$name"
     local rc=$?
     [ "$dry" = 1 ] && return
     [ $rc = 0 ] || echo "  shardlm exited $rc; log $runs/$name.log"
-    # steps 3..6: the first two build cuBLASLt plans and NCCL's channels
+    # steps 3..: the first two build cuBLASLt plans and NCCL's channels
     table shardlm "$runs/$name/metrics.jsonl" --warmup 2 --out "$results" --phase "$phase" \
         --pair "$pair" --system shardlm --model "$model" --seq "$seq" --gpus "$G" --strategy "$st" \
-        --ac "$ac" --mb "$mb" --matmul "${matmul:-bf16}" --log "$runs/$name.log"
+        --ac "$ac" --mb "$mb" --matmul "${matmul:-bf16}${variant:++$variant}" --log "$runs/$name.log"
 }
 anchor_run() { # PHASE PAIR STRATEGY AC eager|compile [FLOAT8]: FLOAT8 the anchor's --float8 recipe
     local phase=$1 pair=$2 st=$3 ac=$4 mode=$5 f8=${6:-} name=$1-$2-torch-$5${6:+-float8-$6}
@@ -311,6 +327,28 @@ phase_fp8() {
         for m in "" tensorwise rowwise; do anchor_run fp8 "$model" FULL_SHARD none "$mode" "$m"; done
     fi
     smi_stop fp8
+}
+phase_fp8_variants() {
+    shape 7b $([ "$G" -ge 2 ] && echo 2 || echo 1)
+    # fast accumulation: the setting the job does not default to
+    local fa=true
+    "$SHLM" keys 2> /dev/null | grep -q '^  train\.fp8_fast_accum  *true ' && fa=false
+    smi_start fp8-variants
+    shardlm_run fp8-variants "$model" FULL_SHARD none
+    shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise
+    shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise "fast_accum_$fa" \
+        train.fp8_fast_accum=$fa
+    shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise bf16_gather \
+        fsdp.fp8_all_gather=false
+    smi_stop fp8-variants
+}
+phase_fp8_accum() {
+    shape 7b $([ "$G" -ge 2 ] && echo 2 || echo 1)
+    local suite_accum=16 suite_steps=4
+    smi_start fp8-accum
+    shardlm_run fp8-accum "$model-ga16" FULL_SHARD none
+    shardlm_run fp8-accum "$model-ga16" FULL_SHARD none fp8-tensorwise
+    smi_stop fp8-accum
 }
 phase_kernels() {
     [ "$cpu" = 1 ] && { say "kernels: bench_kernels needs a GPU (--cpu): left out"; return; }

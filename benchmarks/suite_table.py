@@ -26,6 +26,7 @@ import sys
 GIB = 2.0 ** 30
 PEAK_BF16 = 989.0  # TFLOP/s: dense bf16 of an H100/H200 SXM, the MFU denominator of every row
 FP8_PHASE = "fp8"
+FP8_PHASE_NOTES = {"fp8-accum": ", 16 micro-batches accumulated a step"}
 
 
 def append(path, row):
@@ -257,9 +258,10 @@ def cmd_print(a):
     of = lambda kind: [r for r in rows if r["kind"] == kind]
     train, scal, kern, comm, tests = of("train"), of("scaling"), of("kernel"), of("comm"), of("test")
     bad = sum(r["status"] != "ok" for r in train + kern + comm) + sum(bool(r.get("wrong")) for r in comm)
-    # the fp8 phase's rows have a table of their own, against shardlm bf16
-    fp8 = [r for r in train if r["phase"] == FP8_PHASE]
-    train = [r for r in train if r["phase"] != FP8_PHASE]
+    # the fp8 phases' rows have a table of their own per phase, against its shardlm bf16
+    is_fp8 = lambda r: r["phase"] == FP8_PHASE or r["phase"].startswith(FP8_PHASE + "-")
+    fp8 = [r for r in train if is_fp8(r)]
+    train = [r for r in train if not is_fp8(r)]
     bad += sum(r["status"] == "FAIL" for r in tests)
     mine = {(r["phase"], r["pair"]): r for r in train if r["system"] == "shardlm" and r["status"] == "ok"}
 
@@ -281,8 +283,9 @@ def cmd_print(a):
                ("MFU%", 6, ".1f", key("mfu", 100)), ("step_ms", 9, ".1f", key("step_ms")),
                ("mem_GiB", 8, ".1f", key("mem_gib")), ("ratio", 7, ".3f", ratio), ("notes", 0, "s", note)],
               train)
-    if fp8:
-        ref = next((r for r in fp8 if r["system"] == "shardlm" and r.get("matmul", "bf16") == "bf16"
+    for phase in dict.fromkeys(r["phase"] for r in fp8):
+        rows_ = [r for r in fp8 if r["phase"] == phase]
+        ref = next((r for r in rows_ if r["system"] == "shardlm" and r.get("matmul", "bf16") == "bf16"
                     and r["status"] == "ok"), None)
 
         def vs_bf16(key_name):
@@ -291,18 +294,18 @@ def cmd_print(a):
                     return None
                 return r[key_name] / ref[key_name]
             return get
-        table("## fp8 (phase fp8): tokens/s per GPU; TFLOP/s of the model's FLOPs (6 N + 12 L d T); "
+        table(f"## fp8 (phase {phase}{FP8_PHASE_NOTES.get(phase, '')}): tokens/s per GPU; TFLOP/s of the model's FLOPs (6 N + 12 L d T); "
               "MFU% at the bf16 peak 989 TFLOP/s for every row; x_bf16: this row's tokens/s over "
               "shardlm bf16's; mem: device memory in use at its peak (GiB) and over shardlm bf16's",
               [("model", 12, "s", key("model")), ("seq", 5, "d", key("seq")), ("gpus", 4, "d", key("gpus")),
                ("mb", 3, "d", key("mb")), ("system", 13, "s", key("system")),
-               ("matmul", 17, "s", lambda r: r.get("matmul", "bf16")),
+               ("matmul", 30, "s", lambda r: r.get("matmul", "bf16")),
                ("tok/s/GPU", 10, ",.0f", key("tokens_per_s_per_gpu")), ("TFLOP/s", 8, ".1f", key("tflops_per_gpu")),
                ("MFU%", 6, ".1f", lambda r: 100 * r["tflops_per_gpu"] / PEAK_BF16
                    if isinstance(r.get("tflops_per_gpu"), (int, float)) else None),
                ("step_ms", 9, ".1f", key("step_ms")), ("x_bf16", 6, ".3f", vs_bf16("tokens_per_s_per_gpu")),
                ("mem_GiB", 8, ".1f", key("mem_gib")), ("mem_x", 5, ".2f", vs_bf16("mem_gib")),
-               ("notes", 0, "s", note)], fp8)
+               ("notes", 0, "s", note)], rows_)
     if scal:
         table("## scaling (strong: one global batch at every size, T_1 / (N T_N); weak: one micro-batch "
               "per GPU, T_1 / T_N; T = mean step time)",

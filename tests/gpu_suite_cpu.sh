@@ -10,7 +10,9 @@
 # torch.compile bf16 and --float8 runs at the record's shape) and its --cpu run: its own
 # table, x_bf16 = each row's tokens/s over shardlm bf16's as recorded, the anchor's float8
 # runs (eager, torchao's wheel from tests/setup_pyenv.sh installed by the suite) ok, and
-# shardlm's fp8 rows ok where this build has train.matmul, else failed naming the key.
+# shardlm's fp8 rows ok where this build has train.matmul, else failed naming the key; the
+# fp8-variants and fp8-accum phases' dry-run commands and --cpu runs: a table per phase,
+# each row's x_bf16 against that phase's own bf16 run.
 # The --cpu part needs torch and transformers (tests/pyenv.sh): without
 # them it is left out with a note. By hand, from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=SRC sh SRC/tests/gpu_suite_cpu.sh
@@ -49,6 +51,12 @@ for g in 1 2 8; do
     done
     has $g "torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --name fp8-llama2-7b-torch-compile "
     hasnt $g "float8-all-gather"
+    # fp8-variants: fast accumulation flipped and the bf16 gather; fp8-accum: 16 micro-batches
+    v=".*train.global_batch=$((mb * g)) .*--set train.matmul=fp8-tensorwise"
+    has $g "mpi_test.sh $g .*llama2-7b.ini$v --set train.fp8_fast_accum=true --set log.run_dir=.*/fp8-variants-llama2-7b-shardlm-fp8-tensorwise-fast_accum_true\$"
+    has $g "mpi_test.sh $g .*llama2-7b.ini$v --set fsdp.fp8_all_gather=false --set log.run_dir=.*/fp8-variants-llama2-7b-shardlm-fp8-tensorwise-bf16_gather\$"
+    has $g "mpi_test.sh $g .*llama2-7b.ini .*train.steps=4 .*train.global_batch=$((mb * g * 16)) .*log.run_dir=.*/fp8-accum-llama2-7b-ga16-shardlm\$"
+    has $g "mpi_test.sh $g .*llama2-7b.ini .*train.steps=4 .*train.global_batch=$((mb * g * 16)) .*--set train.matmul=fp8-tensorwise --set log.run_dir=.*/fp8-accum-llama2-7b-ga16-shardlm-fp8-tensorwise\$"
     has $g "bench_kernels"
     has $g "ceilings.py"
 done
@@ -150,6 +158,31 @@ assert not have_whl or all(r["status"] == "ok" for r in float8), float8
 print(f"--cpu fp8: {len(got)} rows, the table's x_bf16 as recorded; float8 anchors: "
       + ", ".join(r["status"] for r in float8))
 EOF
+    # fp8-variants and fp8-accum: a table per phase, each row against its own phase's bf16
+    if [ $has_matmul = True ]; then
+        echo "+ OUT=$work/cpuv bash $suite --cpu fp8-variants fp8-accum"
+        OUT=$work/cpuv PYTHON=$SHLM_PY MPIRUN=${MPIRUN:-mpirun} bash "$suite" --cpu fp8-variants fp8-accum \
+            > "$work/cpuv.txt" 2>&1 || { tail -n 30 "$work/cpuv.txt"; fail "--cpu fp8-variants fp8-accum: exit status $?"; }
+        "$SHLM_PY" - "$work/cpuv/results.jsonl" "$work/cpuv.txt" <<'EOF' || fail "--cpu fp8-variants fp8-accum: results and tables disagree"
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "train"]
+out = open(sys.argv[2]).read().splitlines()
+want = {"fp8-variants": ["bf16", "fp8-tensorwise", "fp8-tensorwise+fast_accum_true",
+                         "fp8-tensorwise+bf16_gather"],
+        "fp8-accum": ["bf16", "fp8-tensorwise"]}
+for phase, recipes in want.items():
+    got = {r["matmul"]: r for r in rows if r["phase"] == phase}
+    assert sorted(got) == sorted(recipes) and all(r["status"] == "ok" for r in got.values()), (phase, got)
+    title = [i for i, l in enumerate(out) if l.startswith(f"## fp8 (phase {phase}")]
+    assert len(title) == 1, f"{len(title)} tables for {phase}"
+    lines = out[title[0] + 2:title[0] + 2 + len(recipes)]
+    for m, r in got.items():
+        line = [l for l in lines if f" {m} " in l]
+        x = r["tokens_per_s_per_gpu"] / got["bf16"]["tokens_per_s_per_gpu"]
+        assert len(line) == 1 and f" {x:.3f} " in line[0], (phase, m, line, x)
+print(f"--cpu fp8-variants fp8-accum: {len(rows)} rows, x_bf16 against each phase's own bf16")
+EOF
+    fi
 fi
 
 [ $fails -eq 0 ] || { echo "gpu_suite_cpu: $fails failure(s); work directory $work kept"; exit 1; }
