@@ -6,7 +6,7 @@
 #     where this build has train.matmul, else a FAILED row naming the key and exit 1.
 #  2. --report on run dirs whose validation loss is bf16's x 1.02: +2.000%, "NO" and exit 1
 #     at the default 1%; "yes" and exit 0 with --tolerance 3.
-#  3. --seeds 5,6 --jobs 2: each seed's runs under seed-S with train.seed = S (bf16's
+#  3. --seeds 5,6: each seed's runs under seed-S with train.seed = S (bf16's
 #     losses differ between the seeds); --report --seeds on run dirs 2% above bf16 at one
 #     seed and 1% below at the other: the mean paired difference +0.500% decides ("yes" and
 #     exit 0 at 1%, "NO" and exit 1 at 0.4%), the per-seed rows still say +2.000 and -1.000.
@@ -83,10 +83,10 @@ report 1 1 NO
 report 3 0 yes
 
 # ---- 3. seeds: two real ones at once, then the paired mean over made-up run dirs
-echo "+ SHLM=$SHLM bash $parity --cpu --steps 4 --eval-every 2 --data $work/data --out $work/seeds --seeds 5,6 --jobs 2 ... bf16"
+echo "+ SHLM=$SHLM bash $parity --cpu --steps 4 --eval-every 2 --data $work/data --out $work/seeds --seeds 5,6 ... bf16"
 # shellcheck disable=SC2086 # $small is words
 SHLM=$SHLM bash "$parity" --cpu --steps 4 --eval-every 2 --data "$work/data" --out "$work/seeds" \
-    --seeds 5,6 --jobs 2 $small bf16 > "$work/seeds.txt" 2>&1 || { cat "$work/seeds.txt"; fail "--seeds 5,6: exit $?"; }
+    --seeds 5,6 $small bf16 > "$work/seeds.txt" 2>&1 || { cat "$work/seeds.txt"; fail "--seeds 5,6: exit $?"; }
 python3 - "$work/seeds" <<'EOF' || fail "--seeds: the runs or their rows are wrong"
 import json, sys
 out = sys.argv[1]

@@ -30,8 +30,6 @@
 #   --seeds LIST      comma-separated train.seed values (e.g. 1337,2,3): every recipe at
 #                     every seed, DIR/seed-S/RECIPE/ each run dir (default: the job's seed,
 #                     one run per recipe, DIR/RECIPE/)
-#   --jobs N          seeds run at once (default 1); above 1 they share the device, so the
-#                     step times no longer measure a recipe alone
 #   --cpu             runtime.backend = cpu (a smoke test: shrink the shape and the steps
 #                     with --set, e.g. --set model.n_layers=2 --set train.seq_len=64)
 #   --set KEY=VALUE   passed to every run after the script's own keys (repeatable)
@@ -50,7 +48,7 @@ SHLM_CACHE=${SHLM_CACHE:-${HOME:-/root}/.cache/shardlm}
 PY=${PYTHON:-python3}
 
 steps=2000 eval_every=100 data=$SHLM_CACHE/fp8data out=/tmp/shlm-fp8-parity ranks=1 tol=1
-cpu=0 dry=0 report=0 recipes=() seeds="" jobs=1
+cpu=0 dry=0 report=0 recipes=() seeds=""
 extra=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -61,7 +59,6 @@ while [ $# -gt 0 ]; do
     --ranks) ranks=${2:?--ranks needs N}; shift 2 ;;
     --tolerance) tol=${2:?--tolerance needs PCT}; shift 2 ;;
     --seeds) seeds=${2:?--seeds needs LIST}; shift 2 ;;
-    --jobs) jobs=${2:?--jobs needs N}; shift 2 ;;
     --cpu) cpu=1; shift ;;
     --set) extra+=(--set "${2:?--set needs KEY=VALUE}"); shift 2 ;;
     --dry-run) dry=1; shift ;;
@@ -74,7 +71,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ ${#recipes[@]} -gt 0 ] || recipes=(bf16 fp8-tensorwise fp8-rowwise)
-for n in "$steps" "$eval_every" "$ranks" "$jobs"; do
+for n in "$steps" "$eval_every" "$ranks"; do
     case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
 done
 case $tol in '' | *[!0-9.]* | *.*.*) die "--tolerance: not a percentage: '$tol'" ;; esac
@@ -139,17 +136,7 @@ if [ "$report" = 0 ]; then
     if [ ${#seed_list[@]} = 0 ]; then
         run_recipes "$out" ""
     else
-        running=0
-        for n in "${seed_list[@]}"; do
-            if [ "$jobs" = 1 ]; then
-                run_recipes "$out/seed-$n" "$n"
-            else
-                [ $running -lt "$jobs" ] || { wait -n; running=$((running - 1)); }
-                run_recipes "$out/seed-$n" "$n" &
-                running=$((running + 1))
-            fi
-        done
-        wait
+        for n in "${seed_list[@]}"; do run_recipes "$out/seed-$n" "$n"; done
     fi
 fi
 [ "$dry" = 1 ] && exit 0
