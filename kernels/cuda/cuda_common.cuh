@@ -208,9 +208,13 @@ __device__ __forceinline__ float block_max(float v, float *shared) {
 
 /* An amax is kept as the bits of a non-negative float while it is being reduced: those
  * order as unsigned integers, so atomicMax on them is the float maximum (±0 and +inf
- * included; fmaxf has dropped every NaN before). The buffer starts at 0 (or an amax). */
+ * included; fmaxf has dropped every NaN before). The buffer starts at 0 (or an amax).
+ * The value only grows, so a block whose m is not above what it reads there has nothing
+ * to add and skips the atomic: thousands of blocks merging into one word otherwise queue
+ * on it at the end of each wave. */
 __device__ __forceinline__ void amax_merge(unsigned *amax_bits, float m) {
-    atomicMax(amax_bits, __float_as_uint(m));
+    const unsigned v = __float_as_uint(m);
+    if (v > *reinterpret_cast<volatile unsigned *>(amax_bits)) atomicMax(amax_bits, v);
 }
 
 /* A producer's amax of what it stored (ops.h rmsnorm_fwd's amax): m is the thread's max |v|
