@@ -22,8 +22,9 @@
 #                     run dir (metrics.jsonl: the curves), DIR/RECIPE.log its output,
 #                     DIR/parity.jsonl a row per recipe, DIR/val_loss.csv the validation
 #                     curves side by side, DIR/plots/ shardlm plot's PNGs (needs gnuplot);
-#                     with --seeds those of seed S under DIR/seed-S/ and DIR/parity.jsonl
-#                     a row per recipe and seed
+#                     with --seeds those of seed S under DIR/seed-S/, DIR/parity.jsonl a row
+#                     per recipe and seed, DIR/val_loss.csv every seed's curves (columns
+#                     RECIPE@SEED) and DIR/val_loss.png them plotted (gnuplot)
 #   --ranks N         ranks of every run (default 1), through tests/mpi_test.sh
 #   --tolerance PCT   the largest |relative difference| to bf16 that passes (default 1);
 #                     with --seeds, the largest |mean paired difference|
@@ -256,6 +257,14 @@ else:
               + ("" if row["seeds"] == len(seeds) else f"  FAILED: {len(seeds) - row['seeds']} seed(s)"))
         summary.append(row)
     rows += summary
+    # every seed's validation curves side by side: step, then RECIPE@SEED
+    cols = [(x["recipe"], x["seed"], dict(x["val_curve"])) for x in rows
+            if not x.get("summary") and x["status"] == "ok"]
+    all_steps = sorted({s for _, _, c in cols for s in c})
+    with open(os.path.join(out, "val_loss.csv"), "w") as f:
+        f.write(",".join(["step"] + [f"{r}@{sd}" for r, sd, _ in cols]) + "\n")
+        for s in all_steps:
+            f.write(",".join([str(s)] + [f"{c[s]:.6f}" if s in c else "" for _, _, c in cols]) + "\n")
 with open(os.path.join(out, "parity.jsonl"), "w") as f:
     for x in rows:
         f.write(json.dumps(x) + "\n")
@@ -279,5 +288,25 @@ if [ ${#seed_list[@]} = 0 ]; then
     plot_dir "$out"
 else
     for n in "${seed_list[@]}"; do plot_dir "$out/seed-$n"; done
+    # every seed's validation curves in one figure: a colour per recipe, a dash per seed
+    if command -v gnuplot > /dev/null && [ -s "$out/val_loss.csv" ]; then
+        ncol=$(head -n 1 "$out/val_loss.csv" | awk -F, '{ print NF }')
+        {
+            echo "set terminal pngcairo noenhanced size 1000,600; set output '$out/val_loss.png'"
+            echo "set datafile separator ','; set key outside right; set grid"
+            echo "set xrange [$((steps / 5)):*]  # the first fifth: every curve falls steeply alike"
+            echo "set title 'validation loss, $steps steps, seeds $seeds'; set xlabel 'step'; set ylabel 'validation loss'"
+            printf 'plot'
+            head -n 1 "$out/val_loss.csv" | tr ',' '\n' | awk -v n="$ncol" -v rs="${recipes[*]}" -v ss="$seeds" '
+                BEGIN { nr = split(rs, R, " "); ns = split(ss, S, ",") }
+                NR > 1 { split($0, p, "@"); for (i = 1; i <= nr; i++) if (R[i] == p[1]) c = i
+                         for (i = 1; i <= ns; i++) if (S[i] == p[2]) d = i
+                         printf "%s '\''%s'\'' using 1:%d with lines lw 2 lc %d dt %d title '\''%s, seed %s'\''",
+                             (NR > 2 ? "," : ""), f, NR, c, d, p[1], p[2] }' f="$out/val_loss.csv"
+            echo
+        } > "$out/val_loss.gp"
+        gnuplot "$out/val_loss.gp" > "$out/plot.log" 2>&1 && echo "# plot: $out/val_loss.png (every seed's validation loss)" ||
+            echo "# plot: gnuplot failed: $(tail -n 1 "$out/plot.log")"
+    fi
 fi
 exit $failed
