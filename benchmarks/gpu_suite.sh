@@ -32,9 +32,10 @@
 #                  of each against shardlm bf16 (~9 on one GPU). torchao comes from
 #                  $TORCHAO_WHEEL when python lacks it (eager with --cpu)
 #   fp8-variants   the fp8 phase's shape, shardlm only: bf16, fp8-tensorwise, and
-#                  fp8-tensorwise with train.fp8_fast_accum flipped and with
-#                  fsdp.fp8_all_gather = false (the weights gathered in bf16 and quantized
-#                  in each product), each against bf16 (~4 on one GPU)
+#                  fp8-tensorwise with train.fp8_fast_accum = false (the forward products
+#                  summed in fp32) and with fsdp.fp8_all_gather = false (the weights
+#                  gathered in bf16 and quantized in each product), each against bf16 (~4
+#                  on one GPU)
 #   fp8-accum      the fp8 phase's shape with 16 micro-batches accumulated a step (the
 #                  optimizer amortized as in multi-GPU runs of a large global batch):
 #                  shardlm bf16 and fp8-tensorwise (~3 on one GPU)
@@ -330,14 +331,11 @@ phase_fp8() {
 }
 phase_fp8_variants() {
     shape 7b $([ "$G" -ge 2 ] && echo 2 || echo 1)
-    # fast accumulation: the setting the job does not default to
-    local fa=true
-    "$SHLM" keys 2> /dev/null | grep -q '^  train\.fp8_fast_accum  *true ' && fa=false
     smi_start fp8-variants
     shardlm_run fp8-variants "$model" FULL_SHARD none
     shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise
-    shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise "fast_accum_$fa" \
-        train.fp8_fast_accum=$fa
+    shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise fp32_accum \
+        train.fp8_fast_accum=false
     shardlm_run fp8-variants "$model" FULL_SHARD none fp8-tensorwise bf16_gather \
         fsdp.fp8_all_gather=false
     smi_stop fp8-variants

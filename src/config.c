@@ -167,9 +167,10 @@ static const key_def keys[] = {
      "the transformer blocks' linear layers: bf16 (the backend's act dtype), or FP8 e4m3 "
      "forward with dynamic scales per tensor (gradients e5m2) or per row (gradients e4m3); "
      "the embedding and lm head stay bf16"},
-    {"train", "fp8_fast_accum", KT_BOOL, F(fp8_fast_accum), "false", NOLIM, NULL, 0,
+    {"train", "fp8_fast_accum", KT_BOOL, F(fp8_fast_accum), "true", NOLIM, NULL, 0,
      "FP8 recipes: the forward products may sum at the tensor cores' reduced precision "
-     "(cuBLASLt fast accumulation, as torchao's forward); dgrad and wgrad sum in fp32"},
+     "(cuBLASLt fast accumulation, as torchao's forward); dgrad and wgrad sum in fp32 either "
+     "way"},
 
     /* [fsdp] */
     {"fsdp", "strategy", KT_ENUM, F(strategy), "FULL_SHARD", NOLIM,

@@ -138,6 +138,7 @@ bad() { # WHAT ARGS...
 }
 bad "unknown recipe 'fp16'" fp16
 bad "recipe bf16 given twice" bf16 bf16
+bad "unknown recipe 'fp8-columnwise+fast_accum'" fp8-columnwise+fast_accum
 bad "seed 3 given twice" --seeds 3,4,3
 bad "not a whole number: 'x'" --seeds 3,x
 SHLM=$SHLM bash "$parity" --data "$work/nowhere" --out "$work/o3" bf16 > /dev/null 2> "$work/bad.err"

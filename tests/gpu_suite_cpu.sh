@@ -51,9 +51,9 @@ for g in 1 2 8; do
     done
     has $g "torch_fsdp2.py --model llama2-7b --seq 4096 --micro-batch $mb --strategy FULL_SHARD --ac none .*--compile --name fp8-llama2-7b-torch-compile "
     hasnt $g "float8-all-gather"
-    # fp8-variants: fast accumulation flipped and the bf16 gather; fp8-accum: 16 micro-batches
+    # fp8-variants: fp32 accumulation and the bf16 gather; fp8-accum: 16 micro-batches
     v=".*train.global_batch=$((mb * g)) .*--set train.matmul=fp8-tensorwise"
-    has $g "mpi_test.sh $g .*llama2-7b.ini$v --set train.fp8_fast_accum=true --set log.run_dir=.*/fp8-variants-llama2-7b-shardlm-fp8-tensorwise-fast_accum_true\$"
+    has $g "mpi_test.sh $g .*llama2-7b.ini$v --set train.fp8_fast_accum=false --set log.run_dir=.*/fp8-variants-llama2-7b-shardlm-fp8-tensorwise-fp32_accum\$"
     has $g "mpi_test.sh $g .*llama2-7b.ini$v --set fsdp.fp8_all_gather=false --set log.run_dir=.*/fp8-variants-llama2-7b-shardlm-fp8-tensorwise-bf16_gather\$"
     has $g "mpi_test.sh $g .*llama2-7b.ini .*train.steps=4 .*train.global_batch=$((mb * g * 16)) .*log.run_dir=.*/fp8-accum-llama2-7b-ga16-shardlm\$"
     has $g "mpi_test.sh $g .*llama2-7b.ini .*train.steps=4 .*train.global_batch=$((mb * g * 16)) .*--set train.matmul=fp8-tensorwise --set log.run_dir=.*/fp8-accum-llama2-7b-ga16-shardlm-fp8-tensorwise\$"
@@ -167,7 +167,7 @@ EOF
 import json, sys
 rows = [r for r in map(json.loads, open(sys.argv[1])) if r["kind"] == "train"]
 out = open(sys.argv[2]).read().splitlines()
-want = {"fp8-variants": ["bf16", "fp8-tensorwise", "fp8-tensorwise+fast_accum_true",
+want = {"fp8-variants": ["bf16", "fp8-tensorwise", "fp8-tensorwise+fp32_accum",
                          "fp8-tensorwise+bf16_gather"],
         "fp8-accum": ["bf16", "fp8-tensorwise"]}
 for phase, recipes in want.items():

@@ -11,7 +11,8 @@
 #   bash benchmarks/fp8/parity.sh [options] [RECIPE...]
 #
 # RECIPE: bf16, fp8-tensorwise, fp8-rowwise (default: all three, bf16 first), an FP8 one
-# optionally with "+fast_accum" (train.fp8_fast_accum = true), e.g. fp8-tensorwise+fast_accum.
+# optionally with "+fast_accum" or "+fp32_accum" (train.fp8_fast_accum = true or false;
+# without either the job's default), e.g. fp8-tensorwise+fp32_accum.
 # bf16 runs with the key unset (its default), so it runs on a build that lacks the key.
 # Options:
 #   --steps N         optimizer steps of every run (default 2000), the first 5% warm-up
@@ -66,9 +67,10 @@ while [ $# -gt 0 ]; do
     --report) report=1; shift ;;
     -h | --help) sed -n '2,/^# Exit/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
-    bf16 | fp8-tensorwise | fp8-rowwise | fp8-tensorwise+fast_accum | fp8-rowwise+fast_accum)
+    bf16 | fp8-tensorwise | fp8-rowwise) recipes+=("$1"); shift ;;
+    fp8-tensorwise+fast_accum | fp8-tensorwise+fp32_accum | fp8-rowwise+fast_accum | fp8-rowwise+fp32_accum)
         recipes+=("$1"); shift ;;
-    *) die "unknown recipe '$1' (bf16, fp8-tensorwise, fp8-rowwise, FP8 ones with +fast_accum)" ;;
+    *) die "unknown recipe '$1' (bf16, fp8-tensorwise, fp8-rowwise, FP8 ones with +fast_accum or +fp32_accum)" ;;
     esac
 done
 [ ${#recipes[@]} -gt 0 ] || recipes=(bf16 fp8-tensorwise fp8-rowwise)
@@ -117,8 +119,9 @@ run_recipes() { # DIR SEED
             --set train.steps="$steps" --set train.warmup_steps=$((steps / 20))
             --set train.eval_every="$eval_every"
             --set log.run_dir="$dir/$r" --set checkpoint.dir=)
-        case $r in bf16) ;; *) sets+=(--set train.matmul="${r%+fast_accum}") ;; esac
+        case $r in bf16) ;; *) sets+=(--set train.matmul="${r%+*}") ;; esac
         case $r in *+fast_accum) sets+=(--set train.fp8_fast_accum=true) ;; esac
+        case $r in *+fp32_accum) sets+=(--set train.fp8_fast_accum=false) ;; esac
         [ "$cpu" = 1 ] && sets+=(--set runtime.backend=cpu)
         sets+=("${seed_set[@]}")
         echo "+ sh $src/tests/mpi_test.sh $ranks $SHLM train $here/smollm2-135m.ini ${sets[*]} ${extra[*]}"
