@@ -295,7 +295,7 @@ else
     if command -v gnuplot > /dev/null && [ -s "$out/val_loss.csv" ]; then
         ncol=$(head -n 1 "$out/val_loss.csv" | awk -F, '{ print NF }')
         {
-            echo "set terminal pngcairo noenhanced size 1000,600; set output '$out/val_loss.png'"
+            echo "set terminal pngcairo noenhanced size 1200,650; set output '$out/val_loss.png'"
             echo "set datafile separator ','; set key outside right; set grid"
             echo "set xrange [$((steps / 5)):*]  # the first fifth: every curve falls steeply alike"
             echo "set title 'validation loss, $steps steps, seeds $seeds'; set xlabel 'step'; set ylabel 'validation loss'"
