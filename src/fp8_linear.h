@@ -56,8 +56,9 @@ typedef struct fp8_linear_weight {
 /* out(N,OC) = q(inp(N,C), E4M3) · q(w(OC,C), E4M3)ᵀ + residual: residual as matmul_fwd's
  * (NULL, separate, or aliasing out). keep_t: NULL, or a C x N matrix (codes and scales
  * the caller owns, E4M3, the recipe's scaling) that receives q(inpᵀ) for the backward, made
- * in the same pass over inp as q(inp). inp_amax: NULL, or (with keep_t, tensorwise) max
- * |inp| as inp's producer made it (f->src_amax): ops.h fp8_quantize_both's src_amax. */
+ * in the same pass over inp as q(inp). inp_amax: NULL, or (tensorwise) max |inp| as inp's
+ * producer made it (f->src_amax): ops.h fp8_quantize_both's src_amax where keep_t is given,
+ * ignored without it. */
 void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_weight w, int N,
                     int C, int OC, const void *residual, const shlm_fp8_matrix *keep_t,
                     const float *inp_amax);
@@ -65,8 +66,8 @@ void fp8_linear_fwd(const fp8_linear *f, void *out, const void *inp, fp8_linear_
  * dinp(N,C) = q(dout, G) · q(wᵀ, E4M3)ᵀ; dweight(OC,C) = q(doutᵀ, G) · q(inpᵀ, E4M3)ᵀ in
  * fp32. inp_t: q(inpᵀ) as the forward kept it (C x N, E4M3, the recipe's scaling: the same
  * codes quantizing inp here would give), or NULL to quantize inp. With both products, q(dout)
- * and q(doutᵀ) come from one pass over dout; dout_amax: NULL, or then (tensorwise) max
- * |dout| as dout's producer made it, as fp8_linear_fwd's inp_amax. */
+ * and q(doutᵀ) come from one pass over dout; dout_amax: NULL, or (tensorwise) max |dout| as
+ * dout's producer made it, used for that pass and ignored with one product. */
 void fp8_linear_bwd(const fp8_linear *f, void *dinp, float *dweight, const void *dout,
                     const void *inp, const shlm_fp8_matrix *inp_t, fp8_linear_weight w, int N,
                     int C, int OC, int flags, const float *dout_amax);

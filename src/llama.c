@@ -476,8 +476,8 @@ static void progress(const llama_model *m) {
 
 /* Where the op producing a linear's operand is to leave the operand's amax (ops.h
  * rmsnorm_fwd's amax), zeroed: the recipe's one float when it is tensorwise and the linear
- * quantizes the operand in both layouts (quantize_both: the forward keeping q(inpᵀ), the
- * backward's two products), else NULL (the quantize then makes its own). */
+ * will quantize the operand in both layouts (the forward keeping q(inpᵀ), the backward's
+ * two products: where fp8_linear uses it), else NULL (nothing to compute). */
 static float *operand_amax(const llama_model *m, int both_layouts) {
     float *a = m->fp8.src_amax;
     if (!a || !both_layouts) return NULL;
@@ -497,7 +497,7 @@ static void linear_fwd(const llama_model *m, void *out, const void *inp, fp8_lin
     }
     if (keep_t->codes) keep_t->cols = N;
     fp8_linear_fwd(&m->fp8, out, inp, w, N, C, OC, residual, keep_t->codes ? keep_t : NULL,
-                   keep_t->codes ? inp_amax : NULL);
+                   inp_amax);
 }
 /* inp_t: the block's kept q(inpᵀ) (an FP8 recipe keeping activations), or a matrix
  * without codes: quantize inp. dout_amax: operand_amax's, or NULL. */
@@ -506,7 +506,7 @@ static void linear_bwd(const llama_model *m, void *dinp, float *dw, const void *
                        int N, int C, int OC, int flags, const float *dout_amax) {
     if (m->matmul == MODEL_MATMUL_BF16) m->ops->matmul_bwd(dinp, dw, dout, inp, w.w, N, C, OC, flags);
     else fp8_linear_bwd(&m->fp8, dinp, dw, dout, inp, inp_t->codes ? inp_t : NULL, w, N, C, OC,
-                        flags, dinp && dw ? dout_amax : NULL);
+                        flags, dout_amax);
 }
 /* Block unit u's product weight starting at tensor k (one of fp8_first) of the acquired p,
  * with its FP8 codes when the source makes them. */
@@ -520,7 +520,6 @@ static fp8_linear_weight weight(const llama_model *m, const void *p, int u, int 
 
 /* att is attention's backward input too, so kept itself: its transpose is made when needed */
 static shlm_fp8_matrix no_transpose = {0};
-
 
 /* Names a profiler range after a unit: "fwd block 3". */
 static void range_unit(const llama_model *m, const char *what, int l) {
