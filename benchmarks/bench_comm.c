@@ -12,7 +12,7 @@
 #include "kernels/check.h"
 #include "kernels/comm.h"
 #include "kernels/ops.h"
-#include "src/topology.h"
+#include "src/engine/topology.h"
 
 enum { MAX_ITEMS = 8 };
 

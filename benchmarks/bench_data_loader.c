@@ -11,8 +11,8 @@
 #include <time.h>
 
 #include "io/tokens.h"
-#include "src/data_loader.h"
-#include "src/rng.h"
+#include "src/data/data_loader.h"
+#include "src/base/rng.h"
 
 enum { VOCAB = 32000 };
 

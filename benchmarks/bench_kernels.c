@@ -5,7 +5,7 @@
  * (--only: just the ops whose name contains OP, e.g. attention, after the ceilings)
  *
  * Shapes: N = 4096·mb tokens (mb sequences of T = 4096), d = 4096, F = 11008, nh = nkv = 32,
- * hd = 128, V = 32000, the lm_head/loss chunk of src/llama.c (2^26 / V = 2097 rows), and
+ * hd = 128, V = 32000, the lm_head/loss chunk of src/model/llama/llama.c (2^26 / V = 2097 rows), and
  * AdamW over one transformer block's parameters (202M). Ceilings, measured first: an
  * 8192³ bf16 cuBLASLt matmul (through the backend's own matmul_fwd) and a 1 GiB
  * device-to-device copy (bytes read + written).
@@ -1032,7 +1032,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     const int N = SEQ * mb;
-    const int chunk = (1 << 26) / VOCAB; /* src/llama.c's logits chunk */
+    const int chunk = (1 << 26) / VOCAB; /* src/model/llama/llama.c's logits chunk */
     struct cudaDeviceProp prop;
     int dev = 0;
     cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");

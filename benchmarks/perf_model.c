@@ -1,6 +1,6 @@
 /* The performance model: predicts one training step (time, exposed communication,
- * throughput, memory) of rank 0 of any world by running the real engine (src/fsdp.c) and
- * model (src/llama.c) over the simulated backends of benchmarks/sim/ (sim.h: a virtual
+ * throughput, memory) of rank 0 of any world by running the real engine (src/engine/fsdp.c) and
+ * model (src/model/llama/llama.c) over the simulated backends of benchmarks/sim/ (sim.h: a virtual
  * clock, op costs from a measured op table, collective costs from a link model or
  * bench_comm curves). The step is train.c's: zero_grad, the micro-batches (the last
  * announced), finish_grads, the loss-sum all-reduce, the optimizer step; the second of two
@@ -22,12 +22,12 @@
 
 #include "benchmarks/sim/sim.h"
 #include "kernels/cpu/cpu.h"
-#include "src/config.h"
-#include "src/fit.h"
-#include "src/fsdp.h"
-#include "src/llama.h"
-#include "src/metrics.h"
-#include "src/topology.h"
+#include "src/job/config.h"
+#include "src/job/fit.h"
+#include "src/engine/fsdp.h"
+#include "src/model/llama/llama.h"
+#include "src/watch/metrics.h"
+#include "src/engine/topology.h"
 
 /* ------------------------------------------------------------------ inputs */
 

@@ -13,7 +13,7 @@ library only.
   suite_table.py scaling scaling.csv --out R.jsonl --phase P
   suite_table.py tests CHECK_GPU.txt --out R.jsonl
   suite_table.py print R.jsonl
-Training figures: tokens/s per GPU, TFLOP/s per GPU and MFU as src/metrics.c defines them
+Training figures: tokens/s per GPU, TFLOP/s per GPU and MFU as src/watch/metrics.c defines them
 (6 N + 12 L d T FLOPs per token, 989 TFLOP/s peak); shardlm's are the means over the steps
 after the warm-up of its metrics.jsonl, the anchor's its own (benchmarks/anchor/torch_fsdp2.py).
 """

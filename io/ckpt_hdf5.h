@@ -13,13 +13,13 @@
  * every dataset. This layer knows nothing of models or shards: it creates datasets,
  * moves flat element ranges of them between files and host buffers, and reads and
  * writes attributes. The glue that decides which rank moves which range is
- * src/checkpoint.c.
+ * src/ckpt/checkpoint.c.
  *
  * Every function that touches the file is collective over the file's communicator
  * unless marked "local": all ranks call it in the same order with the same names (a
  * rank with nothing to move passes count 0). Each returns 0, or -1 with one line in
  * err naming the call, the object and HDF5's innermost message. Nothing here prints,
- * exits or aborts: callers agree on failure across ranks (src/checkpoint.c).
+ * exits or aborts: callers agree on failure across ranks (src/ckpt/checkpoint.c).
  *
  * Checksum ("sum64-pos", world-size independent, computed in parallel): with w_i the
  * 32-bit little-endian word of element i of the row-major flattened dataset (n

@@ -1,5 +1,5 @@
 /* Job-file reading: the whole file as text, then an INI parse (inih) that calls back once
- * per entry with its line number. What the keys mean is src/config.c's business. */
+ * per entry with its line number. What the keys mean is src/job/config.c's business. */
 #ifndef SHLM_CONFIG_FILE_H
 #define SHLM_CONFIG_FILE_H
 

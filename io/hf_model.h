@@ -33,7 +33,7 @@ typedef struct hf_config {
 typedef enum hf_source {
     HF_SOURCE_HF_DIR = 1,     /* a directory with config.json and its safetensors weights */
     HF_SOURCE_CHECKPOINT = 2, /* a shardlm checkpoint: an HDF5 file, or a directory with a
-                               * `latest` (src/checkpoint.h resolves it) */
+                               * `latest` (src/ckpt/checkpoint.h resolves it) */
 } hf_source;
 /* The kind of path, or -1 with one line naming what it is instead and what is expected:
  * nothing there, a directory with neither config.json nor `latest`, a config.json with no

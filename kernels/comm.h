@@ -106,7 +106,7 @@ typedef struct shlm_comm_options {
  * - Not thread-safe: one thread issues, tests and waits (MPI_THREAD_FUNNELED suffices).
  * - MPI errors abort the job through MPI_CHECK with the call, rank and host.
  * - A collective unfinished runtime.comm_timeout_s after its issue ends the job, naming the
- *   ranks that did not arrive (kernels/comm_watchdog.h): wait() and progress() check it,
+ *   ranks that did not arrive (kernels/comm/comm_watchdog.h): wait() and progress() check it,
  *   and the blocking members too (the MPI backend issues them non-blocking and waits).
  */
 typedef struct shlm_comm {
@@ -184,7 +184,7 @@ typedef struct shlm_comm {
 extern const shlm_comm shlm_comm_mpi;
 
 /* Comm backends compiled into this build, NULL-terminated, and the one named `name`
- * ("mpi", "nccl") or NULL; defined next to the compute-backend list (kernels/backends.c). */
+ * ("mpi", "nccl") or NULL; defined next to the compute-backend list (kernels/backends/backends.c). */
 extern const shlm_comm *const shlm_comm_backends[];
 const shlm_comm *shlm_comm_find(const char *name);
 

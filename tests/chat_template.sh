@@ -1,5 +1,5 @@
 #!/bin/sh
-# Chat templates (src/chat_template.c) against transformers' apply_chat_template: SmolLM2's
+# Chat templates (src/data/chat_template.c) against transformers' apply_chat_template: SmolLM2's
 # ChatML template (from get-model.sh's directory) and Llama-2 chat's template
 # (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json, below) render every conversation
 # of a set (system or not, several turns, whitespace to strip, generation prompt or not,

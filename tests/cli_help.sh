@@ -3,7 +3,7 @@
 # for every command and subcommand, on one process and, for the MPI commands, under the
 # launcher too; `shardlm keys` lists every job key with its default and meaning; and the
 # key table of README.md is exactly `shardlm keys --markdown` (one source for both: the key
-# table of src/config.c).
+# table of src/job/config.c).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/cli_help.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# FP8 training on the cpu backend's emulation (train.matmul, src/fp8_linear.h), on the
+# FP8 training on the cpu backend's emulation (train.matmul, src/model/fp8_linear.h), on the
 # checkpoint tests' 95k-parameter model (tests/jobs/ckpt.ini):
 #  parity: 12 steps in each FP8 recipe stay within 1% (relative, every step's loss) of the
 #          bf16 run's, and differ from it by more than 1e-5 somewhere (the FP8 path runs:

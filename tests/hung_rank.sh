@@ -1,5 +1,5 @@
 #!/bin/sh
-# A rank that hangs instead of dying (kernels/comm_watchdog.h): with runtime.comm_timeout_s=T
+# A rank that hangs instead of dying (kernels/comm/comm_watchdog.h): with runtime.comm_timeout_s=T
 # the other ranks must end the job within T + the roll call's grace (at most 5 s) + a few
 # seconds, with exactly one line "shardlm: error: ..." naming the operation and the rank
 # that did not arrive, a non-zero exit, and no process of the job left behind (the

@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-#include "src/llama.h"
+#include "src/model/llama/llama.h"
 
 typedef struct resident {
     llama_layout lay;

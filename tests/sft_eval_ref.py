@@ -7,7 +7,7 @@
                                          WINDOWS windows of seq_len T of the token file, with
                                          labels -100 where the loss-mask bit is 0: what
                                          `shardlm eval` must print for that file
-A window is tokens [wT, wT + T] (T + 1 of them, io/tokens.h and src/data_loader.h); the
+A window is tokens [wT, wT + T] (T + 1 of them, io/tokens.h and src/data/data_loader.h); the
 model reads its first T + 1 tokens and labels j = 1..T are token j or -100, so the loss
 covers exactly the targets shardlm trains (the last input only predicts what nobody scores).
 """

@@ -1,4 +1,4 @@
-/* The backend registry's pairing and runtime.backend's decision (kernels/backends.h):
+/* The backend registry's pairing and runtime.backend's decision (kernels/backends/backends.h):
  * shlm_backend_decide for every case a machine can present (no cuda in the build, no GPU,
  * a GPU this build's kernels do not run on, one they run on), then shlm_backend_pick on
  * this machine: cpu pairs with mpi, auto agrees with what decide says here.
@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kernels/backends.h"
+#include "kernels/backends/backends.h"
 #include "tests/check.h"
 
 static const char *A100 = "device 0, NVIDIA A100-SXM4-80GB (compute capability 8.0), cannot "

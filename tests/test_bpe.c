@@ -1,13 +1,13 @@
-/* Unit tests of the byte-level BPE core (src/bpe.c) on hand-made vocabularies, the
- * byte-level alphabet, the word memo (src/token_cache.c) and the incremental decoder
- * (src/tokenizer.c) on the byte tokenizer: nothing here needs Python or cached files. */
+/* Unit tests of the byte-level BPE core (src/tokenizer/bpe.c) on hand-made vocabularies, the
+ * byte-level alphabet, the word memo (src/tokenizer/token_cache.c) and the incremental decoder
+ * (src/tokenizer/tokenizer.c) on the byte tokenizer: nothing here needs Python or cached files. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/bpe.h"
-#include "src/token_cache.h"
-#include "src/tokenizer.h"
+#include "src/tokenizer/bpe.h"
+#include "src/tokenizer/token_cache.h"
+#include "src/tokenizer/tokenizer.h"
 
 #include "tests/check.h"
 

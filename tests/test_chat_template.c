@@ -1,4 +1,4 @@
-/* src/chat_template.c: fixed renderings of ChatML and Llama-2 chat and the refusals (no
+/* src/data/chat_template.c: fixed renderings of ChatML and Llama-2 chat and the refusals (no
  * arguments), and the renderer for tests/chat_template.sh, which compares it with
  * transformers' apply_chat_template:
  *   test_chat_template render TEMPLATE.txt BOS EOS CONVERSATIONS.json
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/chat_template.h"
+#include "src/data/chat_template.h"
 
 static int fails = 0;
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/llama.h"
-#include "src/rng.h"
+#include "src/model/llama/llama.h"
+#include "src/base/rng.h"
 #include "tests/resident_source.h"
 
 

@@ -11,10 +11,10 @@
 #include "io/safetensors.h"
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
-#include "src/checkpoint.h"
-#include "src/fsdp.h"
-#include "src/llama.h"
-#include "src/topology.h"
+#include "src/ckpt/checkpoint.h"
+#include "src/engine/fsdp.h"
+#include "src/model/llama/llama.h"
+#include "src/engine/topology.h"
 
 /* Per tensor: max|a-b| / max|b| (tests/golden/README.md) */
 #define GOLDEN_TOL 1e-4

@@ -1,4 +1,4 @@
-/* MPI test of the MPI comm backend (kernels/comm_mpi.c), 4 ranks: every collective,
+/* MPI test of the MPI comm backend (kernels/comm/comm_mpi.c), 4 ranks: every collective,
  * blocking and not, fp32 and bf16, in place and not, delays, progress and counters. */
 #include <mpi.h>
 
@@ -11,7 +11,7 @@
 
 #include "kernels/check.h"
 #include "kernels/comm.h"
-#include "src/topology.h"
+#include "src/engine/topology.h"
 
 static const shlm_comm *C = &shlm_comm_mpi;
 static int world_rank, world_size, failures = 0, checks = 0;

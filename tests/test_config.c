@@ -1,4 +1,4 @@
-/* Tests of job files (src/config.c over io/config_file.c): a valid job, every class of
+/* Tests of job files (src/job/config.c over io/config_file.c): a valid job, every class of
  * error with its file:line and key, --set overrides, and data paths relative to the job. */
 #include <math.h>
 #include <stdarg.h>
@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "io/config_file.h"
-#include "src/config.h"
+#include "src/job/config.h"
 
 #include "shlm_config.h"
 #include "tests/check.h"

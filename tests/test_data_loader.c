@@ -1,4 +1,4 @@
-/* Tests of the data loader (src/data_loader.c) with 1, 2 and 4 ranks simulated in one
+/* Tests of the data loader (src/data/data_loader.c) with 1, 2 and 4 ranks simulated in one
  * process: every world size sees the same samples per step, windows, permutations, epochs. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "src/data_loader.h"
-#include "src/rng.h"
+#include "src/data/data_loader.h"
+#include "src/base/rng.h"
 
 #include "tests/check.h"
 

@@ -8,7 +8,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/ops.h"
-#include "src/llama.h"
+#include "src/model/llama/llama.h"
 
 /* Per tensor: max|a-b| / max|b| must stay under this (see tests/golden/README.md). */
 #define GOLDEN_TOL 1e-4

@@ -1,4 +1,4 @@
-/* Packed documents through the whole model (src/llama.c with doc_start, the cpu backend):
+/* Packed documents through the whole model (src/model/llama/llama.c with doc_start, the cpu backend):
  * a window of several documents with document masks gives the losses and gradients of the
  * documents run one by one from position 0 (RoPE is relative, so only rounding differs),
  * an all-zero doc_start gives the causal results bit for bit, and a batch without a
@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/llama.h"
-#include "src/rng.h"
+#include "src/model/llama/llama.h"
+#include "src/base/rng.h"
 #include "tests/check.h"
 #include "tests/resident_source.h"
 

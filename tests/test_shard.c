@@ -1,9 +1,9 @@
-/* Unit test of the shard arithmetic (src/shard.c), one process: padding, owned ranges,
+/* Unit test of the shard arithmetic (src/base/shard.c), one process: padding, owned ranges,
  * and tensor/shard overlaps including N not divisible by S, S = 1 and empty overlaps. */
 #include <stdio.h>
 #include <string.h>
 
-#include "src/shard.h"
+#include "src/base/shard.h"
 
 static int failures = 0;
 

@@ -1,4 +1,4 @@
-/* Tests of token data files (io/tokens.c) and `shardlm data prepare` (src/cmd_data.c):
+/* Tests of token data files (io/tokens.c) and `shardlm data prepare` (src/cli/cmd_data.c):
  * round trips, every validation error naming the file, and garbage that must not crash. */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -9,9 +9,9 @@
 #include <unistd.h>
 
 #include "io/tokens.h"
-#include "src/commands.h"
-#include "src/data_loader.h"
-#include "src/rng.h"
+#include "src/cli/commands.h"
+#include "src/data/data_loader.h"
+#include "src/base/rng.h"
 
 #include "tests/check.h"
 

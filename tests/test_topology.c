@@ -1,4 +1,4 @@
-/* MPI test of the rank topology (src/topology.c), 4 ranks: every strategy's group sizes
+/* MPI test of the rank topology (src/engine/topology.c), 4 ranks: every strategy's group sizes
  * and memberships for ranks_per_node 2 and 4 and shard_group_size 2, and the errors. */
 #include <mpi.h>
 
@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels/check.h"
-#include "src/topology.h"
+#include "src/engine/topology.h"
 
 static int world_rank, world_size, failures = 0;
 

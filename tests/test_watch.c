@@ -19,10 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "src/device_table.h"
-#include "src/prometheus.h"
-#include "src/run_summary.h"
-#include "src/step_reduce.h"
+#include "src/watch/device_table.h"
+#include "src/watch/prometheus.h"
+#include "src/watch/run_summary.h"
+#include "src/watch/step_reduce.h"
 #include "tests/check.h"
 
 static void test_device_table(void) {

@@ -1,4 +1,4 @@
-/* The comm watchdog's drop-in reduction and roll call (kernels/comm_watchdog.h), run on
+/* The comm watchdog's drop-in reduction and roll call (kernels/comm/comm_watchdog.h), run on
  * several ranks by tests/hung_rank.sh, which checks what the modes below print:
  *   test_watchdog ok       shlm_timed_allreduce gives MPI_Allreduce's results (in place
  *                          and not, int MIN and double SUM); exit 0
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "kernels/check.h"
-#include "kernels/comm_watchdog.h"
+#include "kernels/comm/comm_watchdog.h"
 
 static int rank, size;
 

@@ -3,7 +3,7 @@
 # encodes and decodes as worked out by hand; bad files (missing, corrupt or truncated
 # tokenizer.json, a corrupt tokenizer.model, an unsupported model, pre-tokenizer or
 # normalizer, a bad tokenizer_config.json) and bad input give one clear line; special tokens
-# follow the precedence of src/tokenizer_specials.c; `data prepare` writes bos, eos, the
+# follow the precedence of src/tokenizer/tokenizer_specials.c; `data prepare` writes bos, eos, the
 # tokenizer's vocabulary and the width it needs.
 # Reproduce: make check TESTS=tests/tokenizer_errors.sh
 . "$SHLM_SRCDIR/tests/lib.sh"

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Stop signals on 2 MPI ranks (src/signals.h; what Slurm's --signal and scancel send):
+# Stop signals on 2 MPI ranks (src/base/signals.h; what Slurm's --signal and scancel send):
 #
 #  usr1:   SIGUSR1 to the launcher (mpirun forwards it to every rank) in the middle of a
 #          run: exit 0, rank 0 prints "shardlm: caught SIGUSR1 at step N: saved

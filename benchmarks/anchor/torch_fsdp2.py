@@ -3,7 +3,7 @@ shardlm is a ratio against (benchmarks/RESULTS.md). One configuration per proces
 
 The model is transformers' LlamaForCausalLM with attn_implementation="sdpa" (what users of
 torchtune and llama-recipes train), built from the same shape as shardlm's preset of the
-same name (src/presets.c: vocabulary 32000, untied embeddings, RMSNorm eps 1e-5, RoPE theta
+same name (src/model/llama/presets.c: vocabulary 32000, untied embeddings, RMSNorm eps 1e-5, RoPE theta
 10000, init std 0.02), fp32 master weights, `fully_shard` on every decoder layer and on
 the root with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32);
 FULL_SHARD = reshard_after_forward=True, SHARD_GRAD_OP = False. Optional full activation
@@ -27,7 +27,7 @@ before its backward (FSDP2 reduce-scatters each one's gradients, as torchtitan's
 accumulation does), then one clip and one optimizer step, as shardlm's train.global_batch =
 K x micro_batch x ranks.
 
-Metric (shardlm's, src/metrics.c): a step is timed from a device synchronisation to the
+Metric (shardlm's, src/watch/metrics.c): a step is timed from a device synchronisation to the
 loss on the host; the slowest rank's time of each step counts; the mean over the steps
 after --warmup. tokens/s/GPU = grad_accum x micro_batch x seq / step. FLOPs/token = 6 N + 12 L d T
 (N = all parameters, L layers, d model width, T sequence length); TFLOP/s/GPU = FLOPs/token
@@ -57,7 +57,7 @@ import socket
 import sys
 import time
 
-# shardlm's presets (src/presets.c): dim, layers, heads, kv heads, ffn, vocab, and the
+# shardlm's presets (src/model/llama/presets.c): dim, layers, heads, kv heads, ffn, vocab, and the
 # sequence length of its job file (jobs/NAME.ini)
 MODELS = {
     "tiny": dict(dim=128, n_layers=4, n_heads=4, n_kv_heads=2, ffn_dim=352, vocab=256, seq=128),

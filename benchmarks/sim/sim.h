@@ -1,6 +1,6 @@
 /* The simulated backends of the performance model (benchmarks/perf_model.c): a compute
  * table (shlm_ops) and a comm table (shlm_comm) that move no data and advance a virtual
- * clock instead, so the real engine (src/fsdp.c) and model (src/llama.c) run rank 0 of a
+ * clock instead, so the real engine (src/engine/fsdp.c) and model (src/model/llama/llama.c) run rank 0 of a
  * world of any size in one process. Ranks are symmetric under every strategy, so rank 0's
  * timeline is the step's.
  *

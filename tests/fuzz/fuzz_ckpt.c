@@ -1,5 +1,5 @@
-/* Fuzzes shardlm checkpoints (src/checkpoint.c checkpoint_open and checkpoint_load,
- * src/cmd_ckpt.c `ckpt info` and `ckpt verify`), in one process that is an MPI singleton.
+/* Fuzzes shardlm checkpoints (src/ckpt/checkpoint.c checkpoint_open and checkpoint_load,
+ * src/cli/cmd_ckpt.c `ckpt info` and `ckpt verify`), in one process that is an MPI singleton.
  * Input, by its first byte:
  *   even: the rest is an HDF5 file's bytes (what HDF5 itself makes of damage);
  *   odd:  the rest is edits of a valid checkpoint that LLVMFuzzerInitialize saves from a
@@ -25,9 +25,9 @@
 #include "io/ckpt_hdf5.h"
 #include "kernels/comm.h"
 #include "kernels/cpu/cpu.h"
-#include "src/checkpoint.h"
-#include "src/config.h"
-#include "src/commands.h"
+#include "src/ckpt/checkpoint.h"
+#include "src/job/config.h"
+#include "src/cli/commands.h"
 #include "tests/fuzz/fuzz.h"
 
 enum { MAX_EDITS = 16, EDIT_BYTES = 10, MAX_NAMES = 256 };

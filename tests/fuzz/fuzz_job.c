@@ -1,7 +1,7 @@
-/* Fuzzes the job file and its --set overrides (src/config.c job_config_load over
+/* Fuzzes the job file and its --set overrides (src/job/config.c job_config_load over
  * io/config_file.c). Input: the job file's text, then optionally a NUL byte and up to 16
  * --set arguments ("section.key=value"), each ended by a NUL or a line break (a --set
- * holding a line break gets a message of several lines from src/config.c: reported, and
+ * holding a line break gets a message of several lines from src/job/config.c: reported, and
  * kept out of these inputs until it is fixed). A job that loads is printed, hashed and
  * freed; one that does not must fail with one line naming the file, the file:line or
  * the --set. */
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/config.h"
+#include "src/job/config.h"
 #include "tests/fuzz/fuzz.h"
 
 enum { MAX_SETS = 16 };

@@ -1,5 +1,5 @@
-/* Fuzzes `data prepare`'s input formats (src/data_prepare.c prepare_file, the JSONL
- * records, src/chat_template.c chat_render, src/doc_pieces.c) on the byte tokenizer, with
+/* Fuzzes `data prepare`'s input formats (src/data/data_prepare.c prepare_file, the JSONL
+ * records, src/data/chat_template.c chat_render, src/data/doc_pieces.c) on the byte tokenizer, with
  * ChatML and Llama-2 templates whose special tokens are ids 256.. of a pretend vocabulary.
  * Input: the file's bytes, read as each format in turn (and chat with both templates,
  * prompt-response with and without one, with and without a document limit). A file that
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/data_prepare.h"
+#include "src/data/data_prepare.h"
 #include "tests/fuzz/fuzz.h"
 
 static void check_prepared(const prepared *p, uint64_t max) {

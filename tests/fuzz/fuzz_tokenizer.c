@@ -1,7 +1,7 @@
-/* Fuzzes the tokenizer readers (src/tokenizer.c tokenizer_open on a model directory: the
- * Hugging Face tokenizer.json of src/tokenizer_hf.c and src/bpe.c with its PCRE2
- * pre-tokenizer, the SentencePiece tokenizer.model of src/tokenizer_sp.cc and src/sp_bpe.c,
- * and the special tokens and chat template of src/tokenizer_specials.c). Input: the first
+/* Fuzzes the tokenizer readers (src/tokenizer/tokenizer.c tokenizer_open on a model directory: the
+ * Hugging Face tokenizer.json of src/tokenizer/tokenizer_hf.c and src/tokenizer/bpe.c with its PCRE2
+ * pre-tokenizer, the SentencePiece tokenizer.model of src/tokenizer/tokenizer_sp.cc and src/tokenizer/sp_bpe.c,
+ * and the special tokens and chat template of src/tokenizer/tokenizer_specials.c). Input: the first
  * byte B picks one file of a small valid model directory and the rest of the input is that
  * file; the other files are the templates LLVMFuzzerInitialize makes:
  *   B % 7:  0 tokenizer.json  1 tokenizer_config.json  2 special_tokens_map.json
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "src/tokenizer.h"
+#include "src/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz.h"
 
 enum { F_HF, F_TOKENIZER_CONFIG, F_SPECIAL_MAP, F_GENERATION, F_CONFIG, F_SP, F_TEMPLATE, F_N };
@@ -104,7 +104,7 @@ static void put_piece(proto *model, const char *piece, float score, int type) {
 }
 
 /* <unk> <s> </s>, the 256 byte pieces, and ▁ a b ab ▁a ▁ab ▁b é: BPE, byte fallback, the
- * identity normaliser with the dummy prefix (the Llama-2 layout, which src/sp_bpe.c
+ * identity normaliser with the dummy prefix (the Llama-2 layout, which src/tokenizer/sp_bpe.c
  * encodes) */
 static proto sp_model(void) {
     enum { NORMAL = 1, UNKNOWN = 2, CONTROL = 3, BYTE = 6 };

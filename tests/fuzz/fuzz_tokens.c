@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "io/tokens.h"
-#include "src/data_loader.h"
+#include "src/data/data_loader.h"
 #include "tests/fuzz/fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

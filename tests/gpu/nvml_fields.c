@@ -1,4 +1,4 @@
-/* Prints what shardlm's NVML telemetry (src/telemetry_nvml.c) reads from each GPU named
+/* Prints what shardlm's NVML telemetry (src/watch/telemetry_nvml.c) reads from each GPU named
  * on the command line by PCI bus id, one CSV line per GPU after a second of sampling
  * every 100 ms: index, utilization.gpu, utilization.memory, clocks.sm, power.draw,
  * temperature.gpu, memory.used (MiB), the clock event reasons (hex), corrected and
@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "src/telemetry.h"
+#include "src/watch/telemetry.h"
 
 static void field(double v, const char *fmt) {
     if (isnan(v)) printf(",N/A");

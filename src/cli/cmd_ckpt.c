@@ -1,0 +1,628 @@
+/* `shardlm ckpt info|verify|export`: what a checkpoint holds, whether every checksum
+ * matches, and its weights as a Hugging Face directory (safetensors, config.json,
+ * generation_config.json and the tokenizer files the checkpoint kept). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <cjson/cJSON.h>
+#include <mpi.h>
+
+#include "io/ckpt_hdf5.h"
+#include "io/hf_model.h"
+#include "io/safe_file.h"
+#include "io/safetensors.h"
+#include "kernels/check.h"
+#include "src/ckpt/checkpoint.h"
+#include "src/cli/commands.h"
+#include "src/ckpt/hf_files.h"
+#include "src/model/llama/llama.h"
+#include "src/tokenizer/tokenizer.h"
+
+/* Elements moved per read: bounds memory for 70B-sized tensors. */
+enum { CHUNK_ELEMS = 1 << 24 };
+
+static void ckpt_usage(FILE *out) {
+    fprintf(out,
+            "usage: shardlm ckpt info CKPT [--job]     step, tokens, strategy, world size, tensors\n"
+            "       shardlm ckpt verify CKPT           recompute every dataset's checksum\n"
+            "       shardlm ckpt export CKPT DIR [--dtype f32|bf16|f16] [--shard-size BYTES]\n"
+            "                                          a Hugging Face directory: safetensors,\n"
+            "                                          config.json, generation_config.json and\n"
+            "                                          the tokenizer files the checkpoint kept\n"
+            "  CKPT is a step_<N>.h5 file or a checkpoint directory (its `latest` is used).\n"
+            "  Run alone or under mpirun (verify and export then read in parallel).\n");
+}
+
+static int rank_of(void) {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+
+/* One error line from rank 0 (every rank has the same message). */
+static int fail(int status, const char *msg) {
+    if (rank_of() == 0) fprintf(stderr, "shardlm: error: ckpt: %s\n", msg);
+    return status;
+}
+
+/* The datasets of a checkpoint of this shape, in layout order: paths and shapes. */
+typedef struct ds_list {
+    llama_layout lay;
+    int n_tensors;
+    const llama_tensor **t; /* (n_tensors) */
+} ds_list;
+
+static void ds_list_init(ds_list *d, const llama_config *shape) {
+    llama_layout_init(&d->lay, shape);
+    d->n_tensors = 0;
+    for (int u = 0; u < d->lay.n_units; u++) d->n_tensors += d->lay.units[u].n_tensors;
+    d->t = malloc((size_t)d->n_tensors * sizeof *d->t);
+    SHLM_CHECK_ALLOC(d->t);
+    int k = 0;
+    for (int u = 0; u < d->lay.n_units; u++)
+        for (int i = 0; i < d->lay.units[u].n_tensors; i++) d->t[k++] = &d->lay.units[u].tensors[i];
+}
+
+static void ds_list_free(ds_list *d) {
+    free(d->t);
+    llama_layout_free(&d->lay);
+}
+
+/* Opens dataset i of state group k (checkpoint_groups[k]/name, written into dpath) and
+ * reads its stored checksum; -1 with the message in err. */
+static int open_listed(ckpt_h5_file *f, const ds_list *dl, int k, int i, char *dpath,
+                       size_t dpathlen, ckpt_h5_dataset *d, uint64_t *checksum, char *err,
+                       size_t errlen) {
+    snprintf(dpath, dpathlen, "%s/%s", checkpoint_groups[k], dl->t[i]->name);
+    if (ckpt_h5_open_dataset(f, dpath, d, err, errlen) != 0) return -1;
+    return ckpt_h5_attr_read_u64(f, dpath, "checksum", checksum, err, errlen) == 0 ? 0 : -1;
+}
+
+/* Opens CKPT (a file or a directory's `latest`). */
+static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathlen,
+                     llama_config *shape, ckpt_state *st, char *err, size_t errlen) {
+    if (checkpoint_resolve("", arg, path, pathlen, err, errlen) != 0) return -1;
+    int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
+    /* every rank reads the same file: a failure is everyone's */
+    int all_ok = ok;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+    if (!all_ok) {
+        char ignored[64];
+        ckpt_h5_close(f, ignored, sizeof ignored);
+        if (ok) snprintf(err, errlen, "%s: cannot be opened on every rank", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads dataset d's elements [lo, hi) in chunks through buf (CHUNK_ELEMS floats),
+ * collectively: every rank makes the same number of calls (n_calls), each rank's range
+ * may be empty. Calls fn on every chunk read. */
+typedef int (*chunk_fn)(void *ctx, const float *x, uint64_t first, uint64_t count, char *err,
+                        size_t errlen);
+
+static int read_chunks(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t lo, uint64_t hi,
+                       uint64_t n_calls, float *buf, chunk_fn fn, void *ctx, char *err,
+                       size_t errlen) {
+    int ok = 1;
+    for (uint64_t c = 0; c < n_calls; c++) {
+        uint64_t a = lo + c * CHUNK_ELEMS;
+        uint64_t cnt = a < hi ? (hi - a < CHUNK_ELEMS ? hi - a : CHUNK_ELEMS) : 0;
+        if (cnt == 0) a = 0;
+        /* keep joining the collective reads after a local failure, so no rank hangs */
+        if (ckpt_h5_read_range(f, d, a, ok ? cnt : 0, buf, err, errlen) != 0) ok = 0;
+        else if (ok && cnt && fn && fn(ctx, buf, a, cnt, err, errlen) != 0) ok = 0;
+    }
+    return ok ? 0 : -1;
+}
+
+/* Sums a chunk; a NaN or an infinity fails it (a load would refuse the dataset). */
+static int sum_chunk(void *ctx, const float *x, uint64_t first, uint64_t count, char *err,
+                     size_t errlen) {
+    const uint64_t bad = ckpt_h5_sum_add(ctx, x, first, count);
+    if (bad)
+        snprintf(err, errlen, "%llu non-finite values (NaN or infinite) in elements [%llu, %llu)",
+                 (unsigned long long)bad, (unsigned long long)first,
+                 (unsigned long long)(first + count));
+    return bad ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- info */
+
+static void print_bytes(char *out, size_t len, double b) {
+    if (b >= 1e9) snprintf(out, len, "%.2f GB", b / 1e9);
+    else if (b >= 1e6) snprintf(out, len, "%.2f MB", b / 1e6);
+    else snprintf(out, len, "%.1f kB", b / 1e3);
+}
+
+static int ckpt_info(int argc, char **argv) {
+    const char *arg = NULL;
+    int show_job = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--job") == 0) show_job = 1;
+        else if (argv[i][0] == '-' || arg) return ckpt_usage(stderr), 2;
+        else arg = argv[i];
+    }
+    if (!arg) return ckpt_usage(stderr), 2;
+    char err[1536] = "", path[2048];
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    llama_config m;
+    ckpt_state st;
+    if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
+    ds_list dl;
+    ds_list_init(&dl, &m);
+    char *created = NULL, *version = NULL, *job = NULL, *job_path = NULL;
+    int ok = ckpt_h5_attr_read_str(&f, "/", "created_utc", &created, err, sizeof err) == 0 &&
+             ckpt_h5_attr_read_str(&f, "/", "shardlm_version", &version, err, sizeof err) == 0 &&
+             ckpt_h5_attr_read_str(&f, "/", "job_text", &job, err, sizeof err) == 0 &&
+             ckpt_h5_attr_read_str(&f, "/", "job_path", &job_path, err, sizeof err) == 0;
+    const int me = rank_of();
+    if (ok && me == 0) {
+        printf("checkpoint %s\n", path);
+        printf("  %-20s %lld (%lld updates applied, %lld steps skipped as not finite)\n",
+               "step", (long long)st.step, (long long)st.adamw_step,
+               (long long)(st.step - st.adamw_step));
+        printf("  %-20s %lld\n", "tokens_seen", (long long)st.tokens_seen);
+        printf("  %-20s %llu (next global sample)\n", "data_position",
+               (unsigned long long)st.data_position);
+        printf("  %-20s %.6e\n", "lr_last", st.lr_last);
+        if (st.lr_decay_from >= 0)
+            printf("  %-20s cosine from %.6e at step %lld to train.min_lr at step %d "
+                   "(extended on a resume)\n", "schedule", st.lr_decay_lr,
+                   (long long)st.lr_decay_from + 1, st.steps);
+        printf("  %-20s %d (%s)\n", "format_version", st.format_version,
+               st.format_version >= 2 ? "state checksum ok" : "no state checksum");
+        printf("  %-20s %llu (shuffle %s)\n", "seed", (unsigned long long)st.seed,
+               st.shuffle ? "on" : "off");
+        printf("  %-20s %d x %d tokens\n", "global_batch", st.global_batch, st.seq_len);
+        printf("  %-20s %s\n", "strategy", st.strategy);
+        printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
+               st.shard_size, st.replica_size);
+        printf("  %-20s dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size "
+               "%d, max_seq_len %d%s; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
+               m.n_kv_heads, m.ffn_dim, m.vocab_size, m.max_seq_len,
+               m.tie_word_embeddings ? ", tied embeddings" : "", (long long)llama_param_count(&m));
+        printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
+    }
+    uint64_t total = 0;
+    int n = 0;
+    for (int k = 0; ok && k < FSDP_STATE_N; k++) {
+        for (int i = 0; ok && i < dl.n_tensors; i++) {
+            char dpath[256], shape[48], sz[32];
+            ckpt_h5_dataset d;
+            uint64_t sum = 0;
+            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &sum, err, sizeof err) == 0;
+            if (!ok) break;
+            if (d.ndim == 2)
+                snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)d.shape[0], (long long)d.shape[1]);
+            else
+                snprintf(shape, sizeof shape, "[%lld]", (long long)d.shape[0]);
+            print_bytes(sz, sizeof sz, d.numel * 4.0);
+            if (me == 0) {
+                if (n == 0) printf("  %-58s %-14s %10s  %s\n", "dataset (fp32)", "shape", "size", "checksum");
+                printf("  %-58s %-14s %10s  0x%016llx\n", dpath, shape, sz, (unsigned long long)sum);
+            }
+            total += d.numel * 4;
+            n++;
+            ckpt_h5_close_dataset(&d);
+        }
+    }
+    /* the Hugging Face files kept for export, each read and checked */
+    hf_files hf = {0};
+    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    for (int i = 0; ok && me == 0 && i < hf.n; i++) {
+        char dpath[256], sz[32];
+        snprintf(dpath, sizeof dpath, "/hf/%s", hf.f[i].name);
+        print_bytes(sz, sizeof sz, (double)hf.f[i].size);
+        printf("  %-58s %-14s %10s  0x%016llx\n", dpath, "(bytes)", sz,
+               (unsigned long long)ckpt_h5_bytes_checksum(hf.f[i].data, hf.f[i].size));
+        total += hf.f[i].size;
+        n++;
+    }
+    hf_files_free(&hf);
+    if (ok && me == 0) {
+        char sz[32];
+        print_bytes(sz, sizeof sz, (double)total);
+        printf("  %d datasets, %s\n", n, sz);
+        if (show_job) printf("--- job text ---\n%s\n---\n", job);
+    }
+    free(created);
+    free(version);
+    free(job);
+    free(job_path);
+    ds_list_free(&dl);
+    char ignored[64];
+    ckpt_h5_close(&f, ignored, sizeof ignored);
+    return ok ? 0 : fail(1, err);
+}
+
+/* ---------------------------------------------------------------- verify */
+
+static int ckpt_verify(int argc, char **argv) {
+    if (argc != 1 || argv[0][0] == '-') return ckpt_usage(stderr), 2;
+    char err[1536] = "", path[2048];
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    llama_config m;
+    if (open_ckpt(argv[0], &f, path, sizeof path, &m, NULL, err, sizeof err) != 0)
+        return fail(1, err);
+    const double t0 = MPI_Wtime();
+    int world, me = rank_of();
+    MPI_Comm_size(MPI_COMM_WORLD, &world);
+    ds_list dl;
+    ds_list_init(&dl, &m);
+    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    SHLM_CHECK_ALLOC(buf);
+    int ok = 1, bad = 0, n = 0;
+    uint64_t total = 0;
+    for (int k = 0; ok && k < FSDP_STATE_N; k++) {
+        for (int i = 0; ok && i < dl.n_tensors; i++) {
+            char dpath[256];
+            ckpt_h5_dataset d;
+            uint64_t stored = 0;
+            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &stored, err, sizeof err) == 0;
+            if (!ok) break;
+            /* rank r sums elements [r·n/W, (r+1)·n/W) */
+            uint64_t lo = d.numel * (uint64_t)me / (uint64_t)world;
+            uint64_t hi = d.numel * (uint64_t)(me + 1) / (uint64_t)world;
+            uint64_t most = (d.numel + (uint64_t)world - 1) / (uint64_t)world;
+            uint64_t calls = (most + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+            ckpt_h5_sum s = {0, 0};
+            int rok = read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err, sizeof err) == 0;
+            /* the lowest failing rank's message is the one printed */
+            int first_bad = rok ? world : me;
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+            rok = first_bad == world;
+            if (!rok) MPI_CHECK(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, first_bad, MPI_COMM_WORLD));
+            uint64_t sums[2] = {s.s1, s.s2};
+            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
+            s.s1 = sums[0], s.s2 = sums[1];
+            uint64_t got = ckpt_h5_sum_final(&s, d.numel);
+            if (!rok) {
+                bad++;
+                if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s: %s\n", dpath, err);
+            } else if (got != stored) {
+                bad++;
+                if (me == 0)
+                    fprintf(stderr, "shardlm: error: ckpt verify: %s: dataset %s is corrupt: "
+                            "checksum 0x%016llx, stored 0x%016llx\n", path, dpath,
+                            (unsigned long long)got, (unsigned long long)stored);
+            }
+            total += d.numel * 4;
+            n++;
+            ckpt_h5_close_dataset(&d);
+        }
+    }
+    free(buf);
+    ds_list_free(&dl);
+    /* the kept Hugging Face files: read whole and checked on every rank */
+    hf_files hf = {0};
+    if (ok && checkpoint_read_hf(&f, &hf, err, sizeof err) != 0) {
+        bad++;
+        if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s\n", err);
+    }
+    for (int i = 0; i < hf.n; i++) total += hf.f[i].size, n++;
+    hf_files_free(&hf);
+    char ignored[64];
+    ckpt_h5_close(&f, ignored, sizeof ignored);
+    if (!ok) return fail(1, err);
+    double dt = MPI_Wtime() - t0;
+    if (me == 0) {
+        if (bad)
+            fprintf(stderr, "shardlm: error: ckpt verify: %s: %d of %d datasets corrupt\n", path,
+                    bad, n);
+        else
+            printf("verify: %s: %d datasets, %.3f GB, every checksum matches (%.3f s, %.2f GB/s, "
+                   "%d ranks)\n", path, n, total / 1e9, dt, total / 1e9 / dt, world);
+    }
+    return bad ? 1 : 0;
+}
+
+/* ---------------------------------------------------------------- export */
+
+typedef struct export_sink {
+    safetensors_writer *w; /* rank 0 only */
+    safetensors_dtype dtype;
+    void *conv;            /* conversion buffer for bf16/f16 */
+    ckpt_h5_sum sum;
+} export_sink;
+
+static int export_chunk(void *ctx, const float *x, uint64_t first, uint64_t count, char *err,
+                        size_t errlen) {
+    export_sink *s = ctx;
+    ckpt_h5_sum_add(&s->sum, x, first, count);
+    if (s->dtype == SAFETENSORS_F32)
+        return safetensors_writer_append(s->w, x, count * 4, err, errlen);
+    uint16_t *h = s->conv;
+    for (uint64_t i = 0; i < count; i++)
+        h[i] = s->dtype == SAFETENSORS_BF16 ? safetensors_f32_to_bf16(x[i])
+                                            : safetensors_f32_to_f16(x[i]);
+    return safetensors_writer_append(s->w, h, count * 2, err, errlen);
+}
+
+/* The token ids of an export's config.json and generation_config.json, as a JSON object:
+ * bos_token_id, eos_token_id and pad_token_id of the source's config.json where it has
+ * them, the others as the exported tokenizer files give them (transformers' reading:
+ * src/tokenizer/tokenizer.h); none without either. NULL with err on failure. */
+static cJSON *export_ids(const hf_files *hf, const char *out, char *err, size_t errlen) {
+    cJSON *ids = cJSON_CreateObject(), *src = NULL;
+    const hf_file *cfg = hf_files_get(hf, "config.json");
+    if (cfg) src = cJSON_Parse(cfg->data);
+    static const char *const keys[] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(src, keys[k]);
+        if (v) cJSON_AddItemToObject(ids, keys[k], cJSON_Duplicate(v, 1));
+    }
+    cJSON_Delete(src);
+    const int tokenizer_kept = hf_files_get(hf, "tokenizer.json") || hf_files_get(hf, "tokenizer.model");
+    if (cJSON_GetArraySize(ids) == 3 || !tokenizer_kept) return ids;
+    tokenizer *tok;
+    if (tokenizer_open(&tok, out, err, errlen) != 0) {
+        cJSON_Delete(ids);
+        return NULL;
+    }
+    int n_eos = 0;
+    const int32_t *eos = tokenizer_eos_ids(tok, &n_eos);
+    const int32_t one[3] = {tokenizer_bos(tok), n_eos ? eos[0] : -1, tokenizer_pad(tok)};
+    for (int k = 0; k < 3; k++) {
+        if (cJSON_GetObjectItemCaseSensitive(ids, keys[k]) || one[k] < 0) continue;
+        if (k == 1 && n_eos > 1) {
+            cJSON *list = cJSON_AddArrayToObject(ids, keys[k]);
+            for (int i = 0; i < n_eos; i++) cJSON_AddItemToArray(list, cJSON_CreateNumber(eos[i]));
+        } else {
+            cJSON_AddNumberToObject(ids, keys[k], one[k]);
+        }
+    }
+    tokenizer_free(tok);
+    return ids;
+}
+
+/* Writes what an export holds beside the weights, on rank 0: the kept files verbatim (the
+ * tokenizer's, generation_config.json), config.json for the checkpoint's shape over the
+ * source's (its ids and other members kept; else the exported tokenizer's ids), and a
+ * generation_config.json of those ids where the source had none. */
+static int export_hf_files(const char *out, const hf_files *hf, const hf_config *hc,
+                           const char *torch_dtype, char *written, size_t writtenlen,
+                           char *err, size_t errlen) {
+    char path[2200];
+    snprintf(written, writtenlen, "config.json");
+    for (int i = 0; i < hf->n; i++) {
+        if (strcmp(hf->f[i].name, "config.json") == 0) continue;
+        snprintf(path, sizeof path, "%s/%s", out, hf->f[i].name);
+        if (safe_file_write_all(path, hf->f[i].data, hf->f[i].size, err, errlen) != 0) return -1;
+        snprintf(written + strlen(written), writtenlen - strlen(written), ", %s", hf->f[i].name);
+    }
+    cJSON *ids = export_ids(hf, out, err, errlen);
+    if (!ids) return -1;
+    const hf_file *src = hf_files_get(hf, "config.json");
+    char *base = src ? NULL : cJSON_PrintUnformatted(ids);
+    int rc = hf_config_write(out, hc, torch_dtype, src ? src->data : base, err, errlen);
+    free(base);
+    if (rc == 0 && !hf_files_get(hf, "generation_config.json")) {
+        char *text = cJSON_Print(ids);
+        snprintf(path, sizeof path, "%s/generation_config.json", out);
+        rc = text ? safe_file_write_all(path, text, strlen(text), err, errlen) : -1;
+        if (rc == 0)
+            snprintf(written + strlen(written), writtenlen - strlen(written),
+                     ", generation_config.json (of the ids)");
+        if (!text) snprintf(err, errlen, "generation_config.json: out of memory");
+        free(text);
+    }
+    cJSON_Delete(ids);
+    return rc;
+}
+
+static int ckpt_export(int argc, char **argv) {
+    const char *arg = NULL, *out = NULL, *dt = "f32";
+    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dt = argv[++i];
+        else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
+            /* strtoull would take "-5" as 2^64 - 5: digits only */
+            const char *v = argv[++i];
+            char *end, msg[160];
+            errno = 0;
+            shard_size = strtoull(v, &end, 10);
+            if (!*v || v[strspn(v, "0123456789")] || errno == ERANGE || shard_size == 0) {
+                snprintf(msg, sizeof msg, "--shard-size '%.60s': expected a positive number of "
+                         "bytes", v);
+                return fail(2, msg);
+            }
+        } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
+        else if (!arg) arg = argv[i];
+        else if (!out) out = argv[i];
+        else return ckpt_usage(stderr), 2;
+    }
+    if (!arg || !out) return ckpt_usage(stderr), 2;
+    safetensors_dtype dtype;
+    const char *torch_dtype;
+    if (strcmp(dt, "f32") == 0) dtype = SAFETENSORS_F32, torch_dtype = "float32";
+    else if (strcmp(dt, "bf16") == 0) dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
+    else if (strcmp(dt, "f16") == 0) dtype = SAFETENSORS_F16, torch_dtype = "float16";
+    else return fail(2, "--dtype must be f32, bf16 or f16");
+    const size_t esz = safetensors_dtype_size(dtype);
+
+    char err[1536] = "", path[2048];
+    ckpt_h5_file f = {.file = -1, .dxpl = -1};
+    llama_config m;
+    ckpt_state st;
+    if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
+    const double t0 = MPI_Wtime();
+    const int me = rank_of();
+    int ok = me != 0 || safe_file_mkdir_p(out, err, sizeof err) == 0;
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!ok) {
+        char ignored[64];
+        ckpt_h5_close(&f, ignored, sizeof ignored);
+        return fail(1, me == 0 ? err : "cannot create the output directory");
+    }
+
+    ds_list dl;
+    ds_list_init(&dl, &m);
+    const int nt = dl.n_tensors;
+    /* shards: tensors in layout order, a new file when the next tensor would pass the
+     * size (a tensor larger than the size gets a file of its own) */
+    int *file_of = calloc((size_t)nt, sizeof(int));
+    SHLM_CHECK_ALLOC(file_of);
+    int n_files = 1;
+    unsigned long long in_file = 0, total = 0;
+    for (int i = 0; i < nt; i++) {
+        unsigned long long b = dl.t[i]->numel * esz;
+        if (in_file > 0 && in_file + b > shard_size) n_files++, in_file = 0;
+        file_of[i] = n_files - 1;
+        in_file += b;
+        total += b;
+    }
+    char **fname = calloc((size_t)n_files, sizeof(char *));
+    SHLM_CHECK_ALLOC(fname);
+    for (int j = 0; j < n_files; j++) {
+        fname[j] = malloc(64);
+        SHLM_CHECK_ALLOC(fname[j]);
+        if (n_files == 1) snprintf(fname[j], 64, "model.safetensors");
+        else snprintf(fname[j], 64, "model-%05d-of-%05d.safetensors", j + 1, n_files);
+    }
+    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    void *conv = esz == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
+    SHLM_CHECK_ALLOC(buf);
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)st.step);
+    const char *meta_k[] = {"format", "shardlm_checkpoint", "shardlm_step"};
+    const char *meta_v[] = {"pt", path, step};
+
+    safetensors_writer w;
+    memset(&w, 0, sizeof w);
+    int open_file = -1;
+    for (int i = 0; i < nt; i++) {
+        const llama_tensor *t = dl.t[i];
+        if (me == 0 && ok && file_of[i] != open_file) {
+            /* begin the next shard with its tensor list */
+            int first = i, n = 0;
+            while (first + n < nt && file_of[first + n] == file_of[i]) n++;
+            const char **names = malloc((size_t)n * sizeof *names);
+            safetensors_dtype *dts = malloc((size_t)n * sizeof *dts);
+            int *nds = malloc((size_t)n * sizeof *nds);
+            const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
+            SHLM_CHECK_ALLOC(names);
+            SHLM_CHECK_ALLOC(dts);
+            SHLM_CHECK_ALLOC(nds);
+            SHLM_CHECK_ALLOC(shapes);
+            for (int j = 0; j < n; j++) {
+                names[j] = dl.t[first + j]->name;
+                dts[j] = dtype;
+                nds[j] = dl.t[first + j]->ndim;
+                shapes[j] = dl.t[first + j]->shape;
+            }
+            char fp[2200];
+            snprintf(fp, sizeof fp, "%s/%s", out, fname[file_of[i]]);
+            ok = safetensors_writer_begin(&w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
+                                          err, sizeof err) == 0;
+            open_file = file_of[i];
+            free(names);
+            free(dts);
+            free(nds);
+            free(shapes);
+        }
+        char dpath[256];
+        snprintf(dpath, sizeof dpath, "/model/%s", t->name);
+        ckpt_h5_dataset d;
+        uint64_t stored = 0;
+        int rok = ckpt_h5_open_dataset(&f, dpath, &d, err, sizeof err) == 0 &&
+                  ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored, err, sizeof err) == 0;
+        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+        if (!rok) {
+            ok = 0;
+            break;
+        }
+        /* rank 0 reads the whole tensor, chunk by chunk; the others join each call */
+        export_sink sink = {&w, dtype, conv, {0, 0}};
+        uint64_t calls = (d.numel + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+        int cok = read_chunks(&f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
+                              me == 0 ? export_chunk : NULL, &sink, err, sizeof err) == 0;
+        /* a tensor read whole (not cut short by a failed write) must match its checksum:
+         * only then is a mismatch the source's fault */
+        if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
+            snprintf(err, sizeof err, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
+                     path, dpath);
+            cok = 0;
+        }
+        ckpt_h5_close_dataset(&d);
+        if (!cok) ok = 0;
+        MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (!ok) break;
+        if (me == 0 && (i + 1 == nt || file_of[i + 1] != open_file))
+            ok = safetensors_writer_finish(&w, err, sizeof err) == 0;
+        MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (!ok) break;
+    }
+    if (me == 0 && !ok) safetensors_writer_abort(&w);
+    if (me == 0 && ok && n_files > 1) {
+        const char **names = malloc((size_t)nt * sizeof *names);
+        const char **files = malloc((size_t)nt * sizeof *files);
+        SHLM_CHECK_ALLOC(names);
+        SHLM_CHECK_ALLOC(files);
+        for (int i = 0; i < nt; i++) names[i] = dl.t[i]->name, files[i] = fname[file_of[i]];
+        ok = hf_index_write(out, nt, names, files, total, err, sizeof err) == 0;
+        free(names);
+        free(files);
+    }
+    /* the files the checkpoint kept (collective: every rank reads and checks them) */
+    hf_files hf = {0};
+    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    char written[512] = "";
+    if (me == 0 && ok) {
+        hf_config hc = {.hidden_size = m.dim,
+                        .num_hidden_layers = m.n_layers,
+                        .num_attention_heads = m.n_heads,
+                        .num_key_value_heads = m.n_kv_heads,
+                        .head_dim = m.head_dim,
+                        .intermediate_size = m.ffn_dim,
+                        .vocab_size = m.vocab_size,
+                        .max_position_embeddings = m.max_seq_len,
+                        .rms_norm_eps = m.norm_eps,
+                        .rope_theta = m.rope_theta,
+                        .tie_word_embeddings = m.tie_word_embeddings};
+        ok = export_hf_files(out, &hf, &hc, torch_dtype, written, sizeof written, err,
+                             sizeof err) == 0;
+    }
+    hf_files_free(&hf);
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (me == 0 && ok) {
+        double dtime = MPI_Wtime() - t0;
+        printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), %s; %.3f GB in "
+               "%.3f s = %.2f GB/s\n", path, (long long)st.step, out, nt, n_files,
+               n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written, total / 1e9,
+               dtime, total / 1e9 / dtime);
+    }
+    for (int j = 0; j < n_files; j++) free(fname[j]);
+    free(fname);
+    free(file_of);
+    free(buf);
+    free(conv);
+    ds_list_free(&dl);
+    char ignored[64];
+    ckpt_h5_close(&f, ignored, sizeof ignored);
+    if (!ok) return fail(1, me == 0 ? err : "export failed");
+    return 0;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        if (rank_of() == 0) ckpt_usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (int i = 2; i < argc; i++) /* a subcommand's --help: the usage, which covers all three */
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            if (rank_of() == 0) ckpt_usage(stdout);
+            return 0;
+        }
+    if (strcmp(argv[1], "info") == 0) return ckpt_info(argc - 2, argv + 2);
+    if (strcmp(argv[1], "verify") == 0) return ckpt_verify(argc - 2, argv + 2);
+    if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 2, argv + 2);
+    if (rank_of() == 0) {
+        fprintf(stderr, "shardlm: error: ckpt: unknown subcommand '%s'\n", argv[1]);
+        ckpt_usage(stderr);
+    }
+    return 2;
+}

@@ -1,0 +1,28 @@
+/* The family-independent part of model.h: a model's layout and passes made once, the
+ * checkpointing mode's name. */
+#include "src/engine/model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void model_layout_free(model_layout *lay) {
+    free(lay->units);
+    lay->units = NULL;
+    lay->n_units = 0;
+}
+
+void model_open(model *m, const model_family *family, const void *cfg) {
+    memset(m, 0, sizeof *m);
+    m->family = family;
+    m->cfg = cfg;
+    family->layout(cfg, &m->lay);
+    family->pass(cfg, &m->lay, 1, &m->train_pass);
+    family->pass(cfg, &m->lay, 0, &m->eval_pass);
+}
+
+void model_close(model *m) {
+    model_layout_free(&m->lay);
+    free(m->train_pass.uses);
+    free(m->eval_pass.uses);
+    memset(m, 0, sizeof *m);
+}

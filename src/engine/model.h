@@ -1,0 +1,154 @@
+/* What the FSDP engine and the shard plan know of a model: its units (one flat buffer
+ * each, the unit of sharding, gathering and reduction) and their tensors under Hugging
+ * Face names with decay flags, the order a pass asks for units in, the initial values,
+ * the activation bytes and op scratch of a micro-batch, and the source the model pulls
+ * gathered units from and pushes gradients to. A model family (src/model/llama/llama.c) implements
+ * model_family; the engine includes no family's header. */
+#ifndef SHLM_MODEL_H
+#define SHLM_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels/ops.h"
+
+/* ---- parameter layout ---- */
+enum { MODEL_MAX_UNIT_TENSORS = 9 };
+
+typedef struct model_tensor {
+    char name[96];     /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
+    int ndim;          /* 1 or 2 */
+    int64_t shape[2];  /* HF shape */
+    size_t offset;     /* element offset inside its unit's flat buffer */
+    size_t numel;
+    int weight_decay;  /* 1: AdamW decays it (matrices); 0: it does not (norm weights) */
+} model_tensor;
+
+/* A matrix the model multiplies in FP8 (train.matmul = fp8-*): elements [offset, offset +
+ * rows·cols) of its unit's flat buffer, row-major rows x cols (the product's out x in), one
+ * or more consecutive tensors (q, k and v make one), quantized with one scale (tensorwise). */
+enum { MODEL_MAX_FP8_WEIGHTS = 4 };
+typedef struct model_fp8_weight {
+    size_t offset;
+    int rows, cols;
+} model_fp8_weight;
+
+typedef struct model_unit {
+    int n_tensors;
+    model_tensor tensors[MODEL_MAX_UNIT_TENSORS];
+    int n_fp8;       /* its FP8 matrices (0: none) */
+    model_fp8_weight fp8[MODEL_MAX_FP8_WEIGHTS];
+    size_t numel;    /* unpadded element count of the unit's flat buffer */
+    int grad_writes; /* grad() .. grad_ready() pairs a backward makes on this unit per
+                      * micro-batch (2 for a unit two parts of the model use, e.g. a tied
+                      * embedding; else 1) */
+} model_unit;
+
+typedef struct model_layout {
+    int n_units;
+    model_unit *units;
+    size_t total_numel;
+} model_layout;
+
+void model_layout_free(model_layout *lay);
+
+/* ---- passes ----
+ * Which pass is asking for a unit: FWD the trunk's forward, BWD a unit's backward, HEAD
+ * the output (final norm, logits, loss and, in training, their backward). */
+typedef enum model_phase { MODEL_FWD = 0, MODEL_BWD = 1, MODEL_HEAD = 2 } model_phase;
+
+/* One acquire of a pass: unit `unit` in phase `phase`. */
+typedef struct model_use {
+    int unit;
+    model_phase phase;
+} model_use;
+
+/* Every acquire of one micro-batch's pass, in the order the model makes them. The engine
+ * prefetches the next entry, and SHARD_GRAD_OP keeps a unit gathered from a forward use
+ * to the next use of the same unit in the pass. */
+typedef struct model_pass {
+    int n;
+    model_use *uses;
+} model_pass;
+
+/* ---- activation checkpointing: what a block keeps from its forward for its backward.
+ * NONE keeps everything; SELECTIVE keeps the block input and the matmul outputs and
+ * recomputes the rest; FULL keeps only the block input. ---- */
+typedef enum model_ac { MODEL_AC_NONE = 0, MODEL_AC_FULL = 1, MODEL_AC_SELECTIVE = 2 } model_ac;
+
+/* ---- the matmul recipe of the transformer blocks' linear layers (train.matmul): the
+ * backend's act dtype (BF16: bf16 on cuda, fp32 on cpu), or FP8 with tensorwise or rowwise
+ * dynamic scaling (src/model/fp8_linear.h). The embedding and the output projection are never
+ * FP8. ---- */
+typedef enum model_matmul {
+    MODEL_MATMUL_BF16 = 0,
+    MODEL_MATMUL_FP8_TENSORWISE = 1,
+    MODEL_MATMUL_FP8_ROWWISE = 2
+} model_matmul;
+
+/* ---- where the model gets parameters from ----
+ * The model asks for "unit u's parameters, gathered" and hands back "unit u's
+ * gradients": the FSDP engine decides what to gather, keep, free, prefetch and reduce. */
+typedef struct model_param_source {
+    void *ctx;
+    /* Unit u's full parameters (act dtype, unit layout), valid until release(). */
+    const void *(*acquire)(void *ctx, int u, model_phase phase);
+    /* The model is done reading unit u's parameters in this phase. */
+    void (*release)(void *ctx, int u, model_phase phase);
+    /* Unit u's full fp32 gradient buffer, valid from the first call in a backward until
+     * grad_ready(). *overwrite = 0: the backward pass adds into it (+=); 1: it holds
+     * nothing to keep, and the backward writes every element of the unit once (=),
+     * which spares the source a zeroing pass and the products a read. A unit with
+     * grad_writes = 2 goes through grad() .. grad_ready() twice per micro-batch: the
+     * source sums both parts. */
+    float *(*grad)(void *ctx, int u, int *overwrite);
+    /* The backward pass has finished writing unit u's gradient (one of its grad_writes
+     * parts) for this micro-batch. */
+    void (*grad_ready)(void *ctx, int u);
+    /* Optional (may be NULL): called between the ops of a unit so collectives in flight
+     * advance while the model computes (MPI progresses inside MPI calls). */
+    void (*progress)(void *ctx);
+    /* Optional (NULL, or returning NULL: the model quantizes the acquired weights itself):
+     * unit u's FP8 matrix k (the layout's fp8[k]) as E4M3 codes with one tensorwise scale,
+     * bit for bit what fp8_quantize of the acquired act-dtype matrix gives, valid from
+     * acquire() to release() of u. Where it returns a matrix, the act-dtype buffer
+     * acquire() returned does not hold that matrix's elements. */
+    const shlm_fp8_matrix *(*fp8_weight)(void *ctx, int u, int k);
+} model_param_source;
+
+/* ---- a model family: functions of its shape `cfg` (the family's config struct) ---- */
+typedef struct model_family {
+    const char *name;
+    /* The units and their tensors (model_layout_free frees it). */
+    void (*layout)(const void *cfg, model_layout *out);
+    /* The acquires of a pass over one micro-batch, with or without its backward
+     * (out->uses malloc'd; model_close frees them). */
+    void (*pass)(const void *cfg, const model_layout *lay, int with_backward, model_pass *out);
+    /* Writes the initial values of elements [begin, end) of unit u's flat buffer into out
+     * (host fp32, end-begin elements; padding past the unit's tensors is 0). A pure
+     * function of (seed, unit, element): every world size gets the same model. */
+    void (*init_slice)(const model_layout *lay, const void *cfg, uint64_t seed, int u,
+                       size_t begin, size_t end, float *out);
+    /* Bytes the family's model allocates through ops->alloc for micro-batches of B x T
+     * with checkpointing ac and matmul recipe mm (FP8's operand buffers included), each
+     * buffer rounded up to `align` bytes (1: as requested). */
+    size_t (*activation_bytes)(const void *cfg, shlm_dtype act, int B, int T, model_ac ac,
+                               model_matmul mm, size_t align);
+    /* What the backend's ops allocate for themselves running this model at B x T
+     * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
+    size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);
+} model_family;
+
+/* A family over one shape, with its layout and passes made once. */
+typedef struct model {
+    const model_family *family;
+    const void *cfg;        /* not owned: lives as long as the model */
+    model_layout lay;
+    model_pass train_pass;  /* forward and backward of one micro-batch */
+    model_pass eval_pass;   /* forward only */
+} model;
+
+void model_open(model *m, const model_family *family, const void *cfg);
+void model_close(model *m);
+
+#endif

@@ -1,0 +1,71 @@
+/* The training run: set-up shared by `train` and `eval` (config, backend, data,
+ * engine, model), the step loop, validation and the closing sample. */
+#ifndef SHLM_TRAIN_H
+#define SHLM_TRAIN_H
+
+#include <mpi.h>
+
+#include "io/tokens.h"
+#include "kernels/ops.h"
+#include "src/job/config.h"
+#include "src/data/data_loader.h"
+#include "src/job/fit.h"
+#include "src/engine/fsdp.h"
+#include "src/ckpt/hf_files.h"
+#include "src/model/llama/llama.h"
+#include "src/tokenizer/tokenizer.h"
+#include "src/engine/topology.h"
+
+typedef struct run {
+    job_config cfg;
+    int rank, world;          /* MPI_COMM_WORLD */
+    int local_rank, local_size;
+    const shlm_ops *ops;
+    const shlm_comm *comm;
+    topology topo;
+    token_file train_tf, val_tf;
+    int have_val;
+    job_plan plan;            /* what the engine, the model and the ops allocate */
+    int have_plan;
+    fsdp_engine *engine;
+    llama_model *model;
+    size_t allocated_at_setup;/* ops->allocated_bytes() after set-up (backends that count) */
+    size_t device_base;       /* device memory in use before the arena (mem_info) */
+    tokenizer *tok;           /* data.tokenizer (every rank opens it) */
+    hf_files hf;              /* training: the model's and tokenizer's Hugging Face files,
+                               * kept in every checkpoint for export */
+    int grad_accum;           /* micro-batches per rank per step */
+} run;
+
+/* All ranks agree on failure: returns 0 when every rank passed ok == 1; otherwise the
+ * lowest failing rank's message is printed once as "shardlm: error: ..." and -1 (true) is
+ * returned on every rank, so `if (any_rank_failed(ok, err)) return -1;`. Collective. */
+int any_rank_failed(int ok, const char *msg);
+
+/* Loads the job and builds everything; returns 0 or -1 (message already printed).
+ * need_train_data = 0: a forward-only command (eval, generate: JOB_FORWARD, an engine
+ * without gradients or moments, no activations kept for a backward). */
+int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train_data);
+void run_teardown(run *r);
+
+/* 0 when the job's tokenizer spells only ids the model has (its vocabulary is at most
+ * model.vocab_size), else -1 with one line naming the tokenizer's file and the model's
+ * source. Local. run_setup checks it where the job names a tokenizer (data.tokenizer, or
+ * model.init_from's), or a training run will sample text; generate checks it for a text
+ * prompt. */
+int run_check_tokenizer(const run *r, char *err, size_t errlen);
+
+/* The weights of a forward-only command: ckpt (generate/eval --ckpt: a checkpoint file
+ * or directory, or a Hugging Face directory) when not NULL, else checkpoint.resume's
+ * (auto: checkpoint.dir's latest), else model.init_from's, else the seed's
+ * initialisation, which rank 0 says. what receives the source, for messages. Collective;
+ * returns 0, or -1 (message printed). */
+int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen);
+
+/* Mean loss over the validation set (or its first eval_batches micro-batches) into
+ * *loss, and the number of targets scored (masked ones are not) into *scored (may be
+ * NULL). Collective; returns 0, or -1 on every rank (message printed once) when a rank's
+ * token file changed under the run. */
+int run_validate(run *r, double *loss, double *scored);
+
+#endif
