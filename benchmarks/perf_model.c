@@ -143,8 +143,8 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
                   .dp_size = ranks, .node = MPI_COMM_SELF, .n_nodes = ranks / G, .node_size = G,
                   .host_size = G, .shard = shard, .shard_size = S, .n_shard_groups = R,
                   .replica = replica, .replica_size = R};
-    model mdl;
-    model_open(&mdl, &llama_family, &j->mc);
+    model_desc mdl;
+    model_desc_open(&mdl, &llama_family, &j->mc);
     shard_plan plan;
     shard_plan_build(&plan, &mdl, &(plan_params){.strategy = j->strategy, .S = S, .R = R,
                                                  .act = m->act, .param_dtype = j->param,
@@ -187,7 +187,7 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
     llama_destroy(md);
     fsdp_destroy(e);
     shard_plan_free(&plan);
-    model_close(&mdl);
+    model_desc_close(&mdl);
     MPI_Comm_free(&shard);
     MPI_Comm_free(&replica);
     return 0;

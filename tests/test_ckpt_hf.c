@@ -114,8 +114,8 @@ static void cmd_import(const char *hf, const char *ckdir) {
     topology topo;
     topology_options topt = {.strategy = FSDP_FULL_SHARD};
     CHECK(topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) == 0, "%s", err);
-    model md;
-    model_open(&md, &llama_family, &cfg);
+    model_desc md;
+    model_desc_open(&md, &llama_family, &cfg);
     shard_plan plan;
     shard_plan_build(&plan, &md, &(plan_params){.strategy = topo.strategy, .S = topo.shard_size,
                                                 .R = topo.replica_size, .B = B, .T = T});
@@ -156,7 +156,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     llama_destroy(m);
     fsdp_destroy(e);
     shard_plan_free(&plan);
-    model_close(&md);
+    model_desc_close(&md);
     topology_free(&topo);
 }
 

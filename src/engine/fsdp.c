@@ -72,7 +72,7 @@ typedef struct unit_state {
 } unit_state;
 
 struct fsdp_engine {
-    const model *md;
+    const model_desc *md;
     const shard_plan *plan;         /* what to allocate, and the schedule */
     const plan_params *pp;          /* its dtypes and forward_only */
     const shlm_ops *ops;
@@ -180,7 +180,7 @@ static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
     *req = NULL;
 }
 
-fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops *ops,
+fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shlm_ops *ops,
                          const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
                          uint64_t seed) {
     if (plan->p.S != topo->shard_size || plan->p.R != topo->replica_size ||
@@ -299,7 +299,7 @@ void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
     SHLM_CHECK_ALLOC(host);
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
-        e->md->family->init_slice(&e->md->lay, e->md->cfg, seed, u, s->begin, s->end, host);
+        e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, s->begin, s->end, host);
         e->ops->to_device(s->master, host, s->n * sizeof(float));
     }
     free(host);

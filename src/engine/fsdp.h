@@ -40,7 +40,7 @@ typedef struct fsdp_engine fsdp_engine;
  * plan->p.forward_only (evaluation and sampling) no gradient, moment or gradient buffer
  * exists: grad() must not be called, nor the moments read or written. md and plan must
  * outlive the engine. */
-fsdp_engine *fsdp_create(const model *md, const shard_plan *plan, const shlm_ops *ops,
+fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shlm_ops *ops,
                          const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
                          uint64_t seed);
 /* Sets this rank's master shards to the initial values of `seed` (the family's

@@ -11,16 +11,16 @@ void model_layout_free(model_layout *lay) {
     lay->n_units = 0;
 }
 
-void model_open(model *m, const model_family *family, const void *cfg) {
+void model_desc_open(model_desc *m, const model_spec *spec, const void *cfg) {
     memset(m, 0, sizeof *m);
-    m->family = family;
+    m->spec = spec;
     m->cfg = cfg;
-    family->layout(cfg, &m->lay);
-    family->pass(cfg, &m->lay, 1, &m->train_pass);
-    family->pass(cfg, &m->lay, 0, &m->eval_pass);
+    spec->layout(cfg, &m->lay);
+    spec->pass(cfg, &m->lay, 1, &m->train_pass);
+    spec->pass(cfg, &m->lay, 0, &m->eval_pass);
 }
 
-void model_close(model *m) {
+void model_desc_close(model_desc *m) {
     model_layout_free(&m->lay);
     free(m->train_pass.uses);
     free(m->eval_pass.uses);

@@ -3,7 +3,7 @@
  * Face names with decay flags, the order a pass asks for units in, the initial values,
  * the activation bytes and op scratch of a micro-batch, and the source the model pulls
  * gathered units from and pushes gradients to. A model family (src/model/llama/llama.c) implements
- * model_family; the engine includes no family's header. */
+ * model_spec; the engine includes no family's header. */
 #ifndef SHLM_MODEL_H
 #define SHLM_MODEL_H
 
@@ -117,12 +117,12 @@ typedef struct model_param_source {
 } model_param_source;
 
 /* ---- a model family: functions of its shape `cfg` (the family's config struct) ---- */
-typedef struct model_family {
+typedef struct model_spec {
     const char *name;
     /* The units and their tensors (model_layout_free frees it). */
     void (*layout)(const void *cfg, model_layout *out);
     /* The acquires of a pass over one micro-batch, with or without its backward
-     * (out->uses malloc'd; model_close frees them). */
+     * (out->uses malloc'd; model_desc_close frees them). */
     void (*pass)(const void *cfg, const model_layout *lay, int with_backward, model_pass *out);
     /* Writes the initial values of elements [begin, end) of unit u's flat buffer into out
      * (host fp32, end-begin elements; padding past the unit's tensors is 0). A pure
@@ -137,18 +137,18 @@ typedef struct model_family {
     /* What the backend's ops allocate for themselves running this model at B x T
      * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
     size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);
-} model_family;
+} model_spec;
 
 /* A family over one shape, with its layout and passes made once. */
-typedef struct model {
-    const model_family *family;
-    const void *cfg;        /* not owned: lives as long as the model */
+typedef struct model_desc {
+    const model_spec *spec;
+    const void *cfg;        /* not owned: lives as long as the model_desc */
     model_layout lay;
     model_pass train_pass;  /* forward and backward of one micro-batch */
     model_pass eval_pass;   /* forward only */
-} model;
+} model_desc;
 
-void model_open(model *m, const model_family *family, const void *cfg);
-void model_close(model *m);
+void model_desc_open(model_desc *m, const model_spec *spec, const void *cfg);
+void model_desc_close(model_desc *m);
 
 #endif

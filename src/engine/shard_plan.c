@@ -36,7 +36,7 @@ static void make_pass(plan_pass *out, const model_pass *mp, int n_units, fsdp_st
     }
 }
 
-void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
+void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *p) {
     memset(plan, 0, sizeof *plan);
     plan->p = *p;
     const int S = p->S, R = p->R, grads = !p->forward_only;
@@ -119,7 +119,7 @@ void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p) {
         b[PLAN_GRAD_BUFFERS] += plan->max_shard * 2;
         arena += round_up(plan->max_shard * 2, align);
     }
-    const model_family *f = m->family;
+    const model_spec *f = m->spec;
     b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, 1);
     arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, align);
     b[PLAN_OP_SCRATCH] = f->op_scratch_bytes(m->cfg, p->ops, p->B, p->T);

@@ -115,7 +115,7 @@ int shard_plan_rest_pieces(const model_unit *lu, size_t begin, size_t end, plan_
 
 /* Fills *plan for model m (its layout and passes) with params p. Pure: allocates only
  * the plan's own tables (shard_plan_free). */
-void shard_plan_build(shard_plan *plan, const model *m, const plan_params *p);
+void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *p);
 void shard_plan_free(shard_plan *plan);
 
 /* The plan's schedule: the unit after (u, phase) in the pass, and whether releasing

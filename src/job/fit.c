@@ -11,7 +11,7 @@ job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R
 
 void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
                     const shlm_ops *ops, int forward_only, int registered_gathers) {
-    model_open(&jp->md, &llama_family, &c->model);
+    model_desc_open(&jp->md, &llama_family, &c->model);
     plan_params p = {.strategy = pt->strategy,
                      .S = pt->S,
                      .R = pt->R,
@@ -33,7 +33,7 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
 
 void job_plan_free(job_plan *jp) {
     shard_plan_free(&jp->plan);
-    model_close(&jp->md);
+    model_desc_close(&jp->md);
 }
 
 int fit_check_allocated(const shard_plan *plan, const size_t measured[PLAN_N_CATEGORIES],

@@ -12,7 +12,7 @@
 #include "src/engine/shard_plan.h"
 
 typedef struct job_plan {
-    model md;        /* the job's model (over c->model: the job must outlive it) */
+    model_desc md;        /* the job's model (over c->model: the job must outlive it) */
     shard_plan plan;
 } job_plan;
 

@@ -70,9 +70,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     topology_options topt = {.strategy = FSDP_FULL_SHARD};
     if (topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) != 0) die("topology", err);
     /* the model and its plan live as long as the engine: the whole fuzzing run */
-    static model md;
+    static model_desc md;
     static shard_plan plan;
-    model_open(&md, &llama_family, &shape);
+    model_desc_open(&md, &llama_family, &shape);
     shard_plan_build(&plan, &md, &(plan_params){.strategy = topo.strategy, .S = topo.shard_size,
                                                 .R = topo.replica_size, .B = 1, .T = 8});
     fsdp_options opt = {.prefetch = 1};

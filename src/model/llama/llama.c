@@ -337,7 +337,7 @@ static size_t family_op_scratch_bytes(const void *cfg, const shlm_ops *ops, int 
     return ops->scratch_bytes(B, T, c->dim, c->n_heads, c->n_kv_heads, c->head_dim);
 }
 
-const model_family llama_family = {
+const model_spec llama_family = {
     .name = "llama",
     .layout = family_layout,
     .pass = family_pass,

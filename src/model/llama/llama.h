@@ -50,7 +50,7 @@ typedef model_unit llama_unit;
 typedef model_layout llama_layout;
 
 /* The Llama family of model.h (its functions take a const llama_config *). */
-extern const model_family llama_family;
+extern const model_spec llama_family;
 
 void llama_layout_init(llama_layout *lay, const llama_config *cfg);
 static inline void llama_layout_free(llama_layout *lay) { model_layout_free(lay); }
