@@ -1,6 +1,6 @@
 /* The performance model: predicts one training step (time, exposed communication,
  * throughput, memory) of rank 0 of any world by running the real engine (src/engine/fsdp.c) and
- * model (src/model/llama/llama.c) over the simulated backends of benchmarks/sim/ (sim.h: a virtual
+ * model (src/model/decoder.c, through src/model/family.h) over the simulated backends of benchmarks/sim/ (sim.h: a virtual
  * clock, op costs from a measured op table, collective costs from a link model or
  * bench_comm curves). The step is train.c's: zero_grad, the micro-batches (the last
  * announced), finish_grads, the loss-sum all-reduce, the optimizer step; the second of two
@@ -25,7 +25,7 @@
 #include "src/job/config.h"
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
-#include "src/model/llama/llama.h"
+#include "src/families/families.h"
 #include "src/watch/metrics.h"
 #include "src/engine/topology.h"
 
@@ -47,10 +47,10 @@ typedef struct machine {
 
 typedef struct job {
     char name[64];
-    llama_config mc;
+    model_shape mc;
     int seq, micro, global;
     fsdp_strategy strategy;
-    llama_ac ac;
+    model_ac ac;
     shlm_dtype param, reduce;
     int prefetch, shard_group_size, ranks_per_node;
     int cpu; /* the job's runtime.backend is cpu */
@@ -64,15 +64,15 @@ typedef struct prediction {
     int fits;
 } prediction;
 
-static const char *ac_name(llama_ac a) {
+static const char *ac_name(model_ac a) {
     return job_choice_name("fsdp.activation_checkpointing", (int)a);
 }
 
 /* --ac's word, as the job key fsdp.activation_checkpointing spells it; -1 for another */
-static int ac_from_name(const char *name, llama_ac *a) {
-    for (int v = LLAMA_AC_NONE; v <= LLAMA_AC_SELECTIVE; v++)
+static int ac_from_name(const char *name, model_ac *a) {
+    for (int v = MODEL_AC_NONE; v <= MODEL_AC_SELECTIVE; v++)
         if (strcmp(job_choice_name("fsdp.activation_checkpointing", v), name) == 0) {
-            *a = (llama_ac)v;
+            *a = (model_ac)v;
             return 0;
         }
     return -1;
@@ -90,7 +90,7 @@ static void groups_of(const job *j, int ranks, int G, int *S, int *R) {
 
 /* Runs train.c's step on the engine; the MPI reductions src/ issues itself (the norm's
  * over the shard group, the loss sums over the world) are charged as blocking. */
-static void run_step(fsdp_engine *e, llama_model *md, const job *j, int accum, int step,
+static void run_step(fsdp_engine *e, model *md, const job *j, int accum, int step,
                      const int32_t *tok, int S, sim_group_shape shard_g, sim_group_shape world) {
     const adamw_hparams hp = {0.9f, 0.95f, 1e-8f, 0.1f};
     fsdp_zero_grad(e);
@@ -99,7 +99,8 @@ static void run_step(fsdp_engine *e, llama_model *md, const job *j, int accum, i
         int valid = 0;
         if (m == accum - 1) fsdp_last_micro_batch(e);
         /* causal attention (no doc_mask): its cost is the table's causal rows' */
-        llama_forward_backward(md, tok, tok, NULL, j->micro, j->seq, 1.0f, &valid);
+        const model_batch b = {tok, tok, NULL, j->micro, j->seq};
+        model_forward_backward(md, &b, 1.0f, &valid);
     }
     fsdp_finish_grads(e);
     if (S > 1) sim_comm_blocking(SHLM_COMM_ALL_REDUCE, 8, shard_g);
@@ -144,7 +145,7 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
                   .host_size = G, .shard = shard, .shard_size = S, .n_shard_groups = R,
                   .replica = replica, .replica_size = R};
     model_desc mdl;
-    model_desc_open(&mdl, &llama_family, &j->mc);
+    model_shape_desc_open(&mdl, &j->mc);
     shard_plan plan;
     shard_plan_build(&plan, &mdl, &(plan_params){.strategy = j->strategy, .S = S, .R = R,
                                                  .act = m->act, .param_dtype = j->param,
@@ -153,8 +154,8 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
                                                  .ops = &shlm_ops_sim});
     fsdp_options fo = {.prefetch = j->prefetch, .defer_init = 1};
     fsdp_engine *e = fsdp_create(&mdl, &plan, &shlm_ops_sim, &shlm_comm_sim, &t, &fo, 0);
-    llama_model *md = llama_create_ac(&j->mc, &shlm_ops_sim, j->micro, j->seq, j->ac,
-                                      fsdp_param_source(e));
+    const model_opts mo = {.ac = j->ac, .matmul = MODEL_MATMUL_BF16};
+    model *md = model_create(&j->mc, &shlm_ops_sim, j->micro, j->seq, &mo, fsdp_param_source(e));
     int32_t *tok = calloc((size_t)j->micro * j->seq, sizeof *tok);
     if (!tok) {
         fprintf(stderr, "perf_model: error: out of memory\n");
@@ -182,9 +183,9 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
     const double tok_step = (double)p->accum * j->micro * j->seq;
     p->tokens_per_s_per_gpu = p->step_ms > 0 ? tok_step / (1e-3 * p->step_ms) : 0;
     if (m->peak_tflops > 0)
-        p->mfu = model_flops_per_token(&j->mc, j->seq) * p->tokens_per_s_per_gpu / (m->peak_tflops * 1e12);
+        p->mfu = model_shape_flops_per_token(&j->mc, j->seq) * p->tokens_per_s_per_gpu / (m->peak_tflops * 1e12);
     free(tok);
-    llama_destroy(md);
+    model_destroy(md);
     fsdp_destroy(e);
     shard_plan_free(&plan);
     model_desc_close(&mdl);
@@ -197,13 +198,17 @@ static int predict(const job *j, const machine *m, int ranks, int accum_override
 
 static int preset_job(job *j, const char *preset, int seq, int micro, int global) {
     memset(j, 0, sizeof *j);
-    if (llama_preset(preset, &j->mc) != 0) return -1;
+    const model_preset *pr;
+    const model_family *f = family_of_preset(preset, &pr);
+    if (!f) return -1;
+    j->mc.family = f;
+    memcpy(model_shape_data(&j->mc), pr->shape, f->shape_size);
     snprintf(j->name, sizeof j->name, "%s", preset);
-    j->seq = seq > 0 ? seq : j->mc.max_seq_len;
+    j->seq = seq > 0 ? seq : model_shape_max_seq_len(&j->mc);
     j->micro = micro > 0 ? micro : 1;
     j->global = global;
     j->strategy = FSDP_FULL_SHARD;
-    j->ac = LLAMA_AC_NONE;
+    j->ac = MODEL_AC_NONE;
     j->param = SHLM_BF16;
     j->reduce = SHLM_F32;
     j->prefetch = 1;
@@ -233,10 +238,16 @@ static int file_job(job *j, const char *path, int n_sets, char **sets, char *err
 }
 
 static void print_job(const job *j, const machine *m) {
-    printf("# model %s: %lld parameters, %d layers, d=%d, ffn %d, %d/%d heads, vocab %d; seq %d, "
-           "micro-batch %d, global batch %d sequences\n", j->name,
-           (long long)llama_param_count(&j->mc), j->mc.n_layers, j->mc.dim, j->mc.ffn_dim,
-           j->mc.n_heads, j->mc.n_kv_heads, j->mc.vocab_size, j->seq, j->micro, j->global);
+    const model_family *f = j->mc.family;
+    char shape[600] = "", v[64];
+    for (int k = 0; k < f->n_keys; k++) {
+        if (!(f->keys[k].flags & KF_LAYOUT)) continue;
+        key_format(&f->keys[k], model_shape_cdata(&j->mc), v, sizeof v);
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %s %s", f->keys[k].key, v);
+    }
+    printf("# model %s (%s): %lld parameters%s; seq %d, micro-batch %d, global batch %d "
+           "sequences\n", j->name, f->name, (long long)model_shape_param_count(&j->mc), shape,
+           j->seq, j->micro, j->global);
     printf("# strategy %s, activation checkpointing %s, params %s, reduce %s, prefetch %s, "
            "act dtype %s\n", strategy_name(j->strategy), ac_name(j->ac), shlm_dtype_name(j->param),
            shlm_dtype_name(j->reduce), j->prefetch ? "on" : "off", shlm_dtype_name(m->act));
@@ -607,7 +618,7 @@ static int scenario(const char *gpu, machine *m) {
     for (int i = 0; i < 3; i++) {
         job j;
         preset_job(&j, models[i].preset, 4096, models[i].micro, 1024);
-        j.ac = LLAMA_AC_FULL;
+        j.ac = MODEL_AC_FULL;
         double base = 0;
         for (int k = 0; k < 5; k++) {
             prediction p;
@@ -737,7 +748,7 @@ static int run_main(int argc, char **argv) {
         if (file_job(&j, job_path, n_sets, sets, err, sizeof err) != 0) return fail(err);
         if (!backend && j.cpu) m.act = SHLM_F32;
     } else if (!model || preset_job(&j, model, seq, micro, global) != 0) {
-        fprintf(stderr, "perf_model: error: give --job JOB.ini or --model one of: %s\n", llama_preset_names());
+        fprintf(stderr, "perf_model: error: give --job JOB.ini or --model one of: %s\n", family_preset_names());
         return 2;
     }
     if (seq > 0) j.seq = seq;

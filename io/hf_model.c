@@ -53,8 +53,7 @@ static char *read_text(const char *path, char *err, size_t errlen) {
     return buf;
 }
 
-/* A number member as int; absent -> def (or an error when def < 0 means required). */
-static int get_int(const cJSON *o, const char *key, int def, int *out, const char *path,
+int hf_json_int(const cJSON *o, const char *key, int def, int *out, const char *path,
                    char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) {
@@ -74,7 +73,7 @@ static int get_int(const cJSON *o, const char *key, int def, int *out, const cha
     return 0;
 }
 
-static int get_double(const cJSON *o, const char *key, double def, double *out,
+int hf_json_double(const cJSON *o, const char *key, double def, double *out,
                       const char *path, char *err, size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) {
@@ -90,9 +89,7 @@ static int get_double(const cJSON *o, const char *key, double def, double *out,
     return 0;
 }
 
-/* A boolean member: absent or null -> 0; true/false; anything else ("true" as a string,
- * 1) is an error rather than silently false. */
-static int get_bool(const cJSON *o, const char *key, int *out, const char *path, char *err,
+int hf_json_bool(const cJSON *o, const char *key, int *out, const char *path, char *err,
                     size_t errlen) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     *out = 0;
@@ -160,9 +157,10 @@ int hf_source_kind(const char *path, char *err, size_t errlen) {
     return -1;
 }
 
-int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
-    char path[1100];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+int hf_config_load(const char *dir, cJSON **out, char *path, size_t pathlen, char *err,
+                   size_t errlen) {
+    *out = NULL;
+    snprintf(path, pathlen, "%s/config.json", dir);
     char *text = read_text(path, err, errlen);
     if (!text) return -1;
     cJSON *j = cJSON_Parse(text);
@@ -172,74 +170,13 @@ int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen) {
         cJSON_Delete(j);
         return -1;
     }
-    memset(c, 0, sizeof *c);
-    int rc = -1;
-    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(j, "model_type");
-    if (cJSON_IsString(mt) && strcmp(mt->valuestring, "llama") != 0) {
-        set_err(err, errlen, "%s: model_type \"%s\" is not \"llama\"", path, mt->valuestring);
-        goto done;
-    }
-    if (get_int(j, "hidden_size", -1, &c->hidden_size, path, err, errlen) ||
-        get_int(j, "num_hidden_layers", -1, &c->num_hidden_layers, path, err, errlen) ||
-        get_int(j, "num_attention_heads", -1, &c->num_attention_heads, path, err, errlen) ||
-        get_int(j, "intermediate_size", -1, &c->intermediate_size, path, err, errlen) ||
-        get_int(j, "vocab_size", -1, &c->vocab_size, path, err, errlen) ||
-        get_int(j, "num_key_value_heads", c->num_attention_heads, &c->num_key_value_heads, path,
-                err, errlen) ||
-        get_int(j, "max_position_embeddings", 2048, &c->max_position_embeddings, path, err,
-                errlen) ||
-        get_double(j, "rms_norm_eps", 1e-6, &c->rms_norm_eps, path, err, errlen))
-        goto done;
-    if (c->num_attention_heads < 1 || c->hidden_size % c->num_attention_heads != 0) {
-        set_err(err, errlen, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
-                path, c->hidden_size, c->num_attention_heads);
-        goto done;
-    }
-    if (get_int(j, "head_dim", c->hidden_size / c->num_attention_heads, &c->head_dim, path, err,
-                errlen))
-        goto done;
-    /* newer transformers keep rope_theta inside rope_parameters */
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-    if (get_double(j, "rope_theta", 10000.0, &c->rope_theta, path, err, errlen)) goto done;
-    if (cJSON_IsObject(rp)) {
-        if (get_double(rp, "rope_theta", c->rope_theta, &c->rope_theta, path, err, errlen))
-            goto done;
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") != 0) {
-            set_err(err, errlen, "%s: rope_parameters.rope_type \"%s\" is not supported (only "
-                    "plain RoPE)", path, rt->valuestring);
-            goto done;
-        }
-    }
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs)) {
-        set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE)", path);
-        goto done;
-    }
-    int attention_bias, mlp_bias;
-    if (get_bool(j, "attention_bias", &attention_bias, path, err, errlen) ||
-        get_bool(j, "mlp_bias", &mlp_bias, path, err, errlen) ||
-        get_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, path, err, errlen))
-        goto done;
-    if (attention_bias || mlp_bias) {
-        set_err(err, errlen, "%s: attention_bias / mlp_bias are not supported", path);
-        goto done;
-    }
-    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
-    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
-        set_err(err, errlen, "%s: hidden_act \"%s\" is not supported (only silu)", path,
-                act->valuestring);
-        goto done;
-    }
-    rc = 0;
-done:
-    cJSON_Delete(j);
-    return rc;
+    *out = j;
+    return 0;
 }
 
 /* The shortest decimal that reads back as the float v is (shardlm keeps rms_norm_eps and
  * rope_theta as floats): 1e-05 rather than 9.99999974737875e-06. */
-static double float_decimal(double v) {
+double hf_float_decimal(double v) {
     const float f = (float)v;
     char buf[32];
     for (int p = 1; p <= 9; p++) {
@@ -249,8 +186,7 @@ static double float_decimal(double v) {
     return v;
 }
 
-/* Sets member key of object j to item (replacing one there). */
-static void put(cJSON *j, const char *key, cJSON *item) {
+void hf_json_put(cJSON *j, const char *key, cJSON *item) {
     if (cJSON_GetObjectItemCaseSensitive(j, key)) cJSON_ReplaceItemInObjectCaseSensitive(j, key, item);
     else cJSON_AddItemToObject(j, key, item);
 }
@@ -278,43 +214,11 @@ static int write_json(cJSON *j, const char *dir, const char *name, int newline, 
     return rc;
 }
 
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
-                    const char *base, char *err, size_t errlen) {
-    cJSON *j = base ? cJSON_Parse(base) : cJSON_CreateObject();
-    if (!cJSON_IsObject(j)) {
-        cJSON_Delete(j);
-        set_err(err, errlen, "%s/config.json: the source's config.json to build on is not a "
-                "JSON object", dir);
-        return -1;
-    }
-    cJSON *arch = cJSON_CreateArray();
-    cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    put(j, "architectures", arch);
-    put(j, "model_type", cJSON_CreateString("llama"));
-    put(j, "hidden_size", cJSON_CreateNumber(c->hidden_size));
-    put(j, "intermediate_size", cJSON_CreateNumber(c->intermediate_size));
-    put(j, "num_hidden_layers", cJSON_CreateNumber(c->num_hidden_layers));
-    put(j, "num_attention_heads", cJSON_CreateNumber(c->num_attention_heads));
-    put(j, "num_key_value_heads", cJSON_CreateNumber(c->num_key_value_heads));
-    put(j, "head_dim", cJSON_CreateNumber(c->head_dim));
-    put(j, "vocab_size", cJSON_CreateNumber(c->vocab_size));
-    put(j, "max_position_embeddings", cJSON_CreateNumber(c->max_position_embeddings));
-    put(j, "rms_norm_eps", cJSON_CreateNumber(float_decimal(c->rms_norm_eps)));
-    cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-    const double theta = float_decimal(c->rope_theta);
-    if (cJSON_IsObject(rp)) put(rp, "rope_theta", cJSON_CreateNumber(theta));
-    else put(j, "rope_theta", cJSON_CreateNumber(theta));
-    put(j, "rope_scaling", cJSON_CreateNull());
-    put(j, "hidden_act", cJSON_CreateString("silu"));
-    put(j, "attention_bias", cJSON_CreateBool(0));
-    put(j, "mlp_bias", cJSON_CreateBool(0));
-    put(j, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings));
-    if (!cJSON_GetObjectItemCaseSensitive(j, "initializer_range"))
-        cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    put(j, "pretraining_tp", cJSON_CreateNumber(1));
-    if (!cJSON_GetObjectItemCaseSensitive(j, "use_cache")) cJSON_AddBoolToObject(j, "use_cache", 1);
-    put(j, "torch_dtype", cJSON_CreateString(torch_dtype));
-    if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) put(j, "dtype", cJSON_CreateString(torch_dtype));
+int hf_config_save(const char *dir, cJSON *j, const char *torch_dtype, char *err,
+                   size_t errlen) {
+    hf_json_put(j, "torch_dtype", cJSON_CreateString(torch_dtype));
+    if (cJSON_GetObjectItemCaseSensitive(j, "dtype"))
+        hf_json_put(j, "dtype", cJSON_CreateString(torch_dtype));
     return write_json(j, dir, "config.json", 1, err, errlen);
 }
 

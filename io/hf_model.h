@@ -1,33 +1,15 @@
-/* Hugging Face model directories: config.json of a Llama (read and write) and the
- * weights in model.safetensors or in shards listed by model.safetensors.index.json. */
+/* Hugging Face model directories: config.json as a JSON object (read, typed members with
+ * one-line errors, written back) and the weights in model.safetensors or in shards listed
+ * by model.safetensors.index.json. What config.json's members mean belongs to a model
+ * family (src/model/family.h): this layer knows files, not architectures. Every function
+ * returns 0, or -1 with one line naming the file in err; nothing here prints or exits. */
 #ifndef SHLM_HF_MODEL_H
 #define SHLM_HF_MODEL_H
 
-/*
- * Only what a LlamaForCausalLM needs is read; anything that would change the
- * arithmetic and that shardlm does not implement (rope_scaling, attention or MLP
- * biases, an activation other than SiLU) is refused with a message rather than
- * silently ignored. Every function returns 0, or -1 with one line naming the file in
- * err; nothing here prints or exits.
- */
-
+#include <cjson/cJSON.h>
 #include <stddef.h>
 
 #include "io/safetensors.h"
-
-typedef struct hf_config {
-    int hidden_size;             /* d */
-    int num_hidden_layers;       /* L */
-    int num_attention_heads;
-    int num_key_value_heads;     /* default: num_attention_heads */
-    int head_dim;                /* default: hidden_size / num_attention_heads */
-    int intermediate_size;       /* F */
-    int vocab_size;
-    int max_position_embeddings; /* default 2048 */
-    double rms_norm_eps;         /* default 1e-6 (transformers' LlamaConfig) */
-    double rope_theta;           /* top level or rope_parameters.rope_theta; default 10000 */
-    int tie_word_embeddings;     /* lm_head shares model.embed_tokens.weight */
-} hf_config;
 
 /* What a model source path is (model.init_from, generate/eval --ckpt). Local. */
 typedef enum hf_source {
@@ -41,16 +23,30 @@ typedef enum hf_source {
  * (llama.cpp's format), any other file. */
 int hf_source_kind(const char *path, char *err, size_t errlen);
 
-/* Reads DIR/config.json. */
-int hf_config_read(const char *dir, hf_config *c, char *err, size_t errlen);
-/* Writes DIR/config.json for LlamaForCausalLM (torch_dtype e.g. "float32"), through a
- * temporary file renamed into place. base (may be NULL): the text of a JSON object whose
- * members are kept (a source model's config.json: its token ids and whatever else
- * transformers reads), with the architecture, the dtype and the fields shardlm refuses
- * otherwise written over them (rope_theta inside rope_parameters when base keeps it there;
- * "dtype" as well as torch_dtype when base has it, as newer transformers write). */
-int hf_config_write(const char *dir, const hf_config *c, const char *torch_dtype,
-                    const char *base, char *err, size_t errlen);
+/* Reads DIR/config.json into *out (a JSON object; cJSON_Delete it), its path into path. */
+int hf_config_load(const char *dir, cJSON **out, char *path, size_t pathlen, char *err,
+                   size_t errlen);
+/* Writes j (deleted here whatever happens) as DIR/config.json through a temporary file
+ * renamed into place, with torch_dtype (e.g. "float32"; "dtype" too where j has it, as
+ * newer transformers write). */
+int hf_config_save(const char *dir, cJSON *j, const char *torch_dtype, char *err,
+                   size_t errlen);
+/* Typed members of a config.json object o read from path. An integer member: absent or
+ * null -> def, or an error when def < 0 (required); must be a non-negative integer. */
+int hf_json_int(const cJSON *o, const char *key, int def, int *out, const char *path,
+                char *err, size_t errlen);
+/* A positive finite number; absent or null -> def. */
+int hf_json_double(const cJSON *o, const char *key, double def, double *out, const char *path,
+                   char *err, size_t errlen);
+/* true/false; absent or null -> 0; anything else ("true" as a string, 1) is an error rather
+ * than silently false. */
+int hf_json_bool(const cJSON *o, const char *key, int *out, const char *path, char *err,
+                 size_t errlen);
+/* Sets member key of object j to item (replacing one there). */
+void hf_json_put(cJSON *j, const char *key, cJSON *item);
+/* The shortest decimal that reads back as the float v is (shardlm keeps rms_norm_eps and
+ * rope_theta as floats): 1e-05 rather than 9.99999974737875e-06. */
+double hf_float_decimal(double v);
 
 /* The weights of a directory: one safetensors file or the shards of an index. */
 typedef struct hf_weights {

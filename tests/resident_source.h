@@ -6,18 +6,18 @@
 
 #include <stdlib.h>
 
-#include "src/model/llama/llama.h"
+#include "src/model/decoder.h"
 
 typedef struct resident {
-    llama_layout lay;
+    model_layout lay;
     float **params, **grads;
 } resident;
 
-static const void *resident_acquire(void *ctx, int u, llama_phase ph) {
+static const void *resident_acquire(void *ctx, int u, model_phase ph) {
     (void)ph;
     return ((resident *)ctx)->params[u];
 }
-static void resident_release(void *ctx, int u, llama_phase ph) { (void)ctx, (void)u, (void)ph; }
+static void resident_release(void *ctx, int u, model_phase ph) { (void)ctx, (void)u, (void)ph; }
 static float *resident_grad(void *ctx, int u, int *overwrite) {
     *overwrite = 0;
     return ((resident *)ctx)->grads[u];
@@ -25,8 +25,8 @@ static float *resident_grad(void *ctx, int u, int *overwrite) {
 static void resident_grad_ready(void *ctx, int u) { (void)ctx, (void)u; }
 
 /* The source over r (its layout and arrays filled by the test). */
-static inline llama_param_source resident_source(resident *r) {
-    return (llama_param_source){.ctx = r, .acquire = resident_acquire, .release = resident_release,
+static inline model_param_source resident_source(resident *r) {
+    return (model_param_source){.ctx = r, .acquire = resident_acquire, .release = resident_release,
                                 .grad = resident_grad, .grad_ready = resident_grad_ready};
 }
 

@@ -6,33 +6,33 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/model/llama/llama.h"
+#include "src/model/decoder.h"
 #include "src/base/rng.h"
 #include "tests/resident_source.h"
 
 
 int main(void) {
     printf("# reproduce: tests/test_checkpointing\n");
-    llama_config c = {.dim = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8,
+    decoder_config c = {.dim = 32, .n_layers = 3, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8,
                       .ffn_dim = 40, .vocab_size = 29, .max_seq_len = 16, .norm_eps = 1e-5f,
                       .rope_theta = 10000.0f, .init_std = 0.2f};
     const int B = 3, T = 9, N = B * T;
     resident r;
-    llama_layout_init(&r.lay, &c);
+    decoder_layout(&c, &r.lay);
     r.params = calloc(r.lay.n_units, sizeof(float *));
     r.grads = calloc(r.lay.n_units, sizeof(float *));
     for (int u = 0; u < r.lay.n_units; u++) {
         r.params[u] = malloc(r.lay.units[u].numel * sizeof(float));
         r.grads[u] = malloc(r.lay.units[u].numel * sizeof(float));
-        llama_init_slice(&r.lay, &c, 11, u, 0, r.lay.units[u].numel, r.params[u]);
+        decoder_spec.init_slice(&r.lay, &c, 11, u, 0, r.lay.units[u].numel, r.params[u]);
     }
     int32_t x[27], y[27];
     for (int i = 0; i < N; i++) {
         x[i] = (int32_t)(rng_hash64(i + 5) % c.vocab_size);
         y[i] = (int32_t)(rng_hash64(i + 500) % c.vocab_size);
     }
-    llama_param_source src = resident_source(&r);
-    const llama_ac modes[3] = {LLAMA_AC_NONE, LLAMA_AC_SELECTIVE, LLAMA_AC_FULL};
+    model_param_source src = resident_source(&r);
+    const model_ac modes[3] = {MODEL_AC_NONE, MODEL_AC_SELECTIVE, MODEL_AC_FULL};
     const char *names[3] = {"none", "selective", "full"};
     float loss[3];
     size_t bytes[3];
@@ -41,13 +41,13 @@ int main(void) {
     for (int k = 0; k < 3; k++) {
         for (int u = 0; u < r.lay.n_units; u++)
             memset(r.grads[u], 0, r.lay.units[u].numel * sizeof(float));
-        llama_model *m = llama_create_ac(&c, &shlm_ops_cpu, B, T, modes[k], src);
-        bytes[k] = llama_activation_bytes(m);
-        size_t planned = llama_activation_bytes_for(&c, SHLM_F32, B, T, modes[k]);
+        decoder *m = decoder_create(&c, &shlm_ops_cpu, B, T, &(model_opts){.ac = modes[k]}, src);
+        bytes[k] = decoder_activation_bytes(m);
+        size_t planned = decoder_spec.activation_bytes(&c, SHLM_F32, B, T, modes[k], MODEL_MATMUL_BF16, 1);
         /* two steps through the same model: the second reuses recomputed scratch */
-        llama_forward_backward(m, x, y, NULL, B, T, 1.0f, NULL);
-        loss[k] = (float)llama_forward_backward(m, x, y, NULL, B, T, 1.0f, NULL);
-        llama_destroy(m);
+        decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f, NULL);
+        loss[k] = (float)decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f, NULL);
+        decoder_destroy(m);
         double worst = 0;
         for (int u = 0; u < r.lay.n_units; u++) {
             size_t n = r.lay.units[u].numel;

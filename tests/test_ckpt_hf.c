@@ -13,7 +13,8 @@
 #include "kernels/ops.h"
 #include "src/ckpt/checkpoint.h"
 #include "src/engine/fsdp.h"
-#include "src/model/llama/llama.h"
+#include "src/families/families.h"
+#include "tests/decoder_test.h"
 #include "src/engine/topology.h"
 
 /* Per tensor: max|a-b| / max|b| (tests/golden/README.md) */
@@ -33,7 +34,8 @@ static int failures = 0, rank = 0;
     } while (0)
 
 static safetensors_file fx;
-static llama_config cfg;
+static decoder_config cfg;
+static model_shape shape; /* cfg as a Llama shape (the job's and the checkpoint's view) */
 static int B, T;
 
 static int meta_int(const char *key) {
@@ -61,6 +63,8 @@ static void open_fixture(void) {
     cfg.norm_eps = (float)atof(safetensors_metadata(&fx, "norm_eps"));
     cfg.rope_theta = (float)atof(safetensors_metadata(&fx, "rope_theta"));
     cfg.init_std = 0.02f;
+    family_shape_defaults(family_named("llama"), &shape);
+    memcpy(model_shape_data(&shape), &cfg, sizeof cfg);
     B = meta_int("batch");
     T = meta_int("seq_len");
 }
@@ -115,15 +119,15 @@ static void cmd_import(const char *hf, const char *ckdir) {
     topology_options topt = {.strategy = FSDP_FULL_SHARD};
     CHECK(topology_create(&topo, MPI_COMM_WORLD, &topt, err, sizeof err) == 0, "%s", err);
     model_desc md;
-    model_desc_open(&md, &llama_family, &cfg);
+    model_shape_desc_open(&md, &shape);
     shard_plan plan;
     shard_plan_build(&plan, &md, &(plan_params){.strategy = topo.strategy, .S = topo.shard_size,
                                                 .R = topo.replica_size, .B = B, .T = T});
     fsdp_options opt = {.prefetch = 1};
     fsdp_engine *e = fsdp_create(&md, &plan, &shlm_ops_cpu, &shlm_comm_mpi, &topo, &opt, 7);
-    int rc = checkpoint_import_hf(e, &topo, &cfg, hf, err, sizeof err);
+    int rc = checkpoint_import_hf(e, &topo, &shape, hf, err, sizeof err);
     CHECK(rc == 0, "import: %s", err);
-    llama_model *m = llama_create(&cfg, &shlm_ops_cpu, B, T, fsdp_param_source(e));
+    decoder *m = decoder_create(&cfg, &shlm_ops_cpu, B, T, &(model_opts){0}, fsdp_param_source(e));
     int32_t *ids = read_all(&fx, "golden.input_ids", NULL);
     int32_t *tg = read_all(&fx, "golden.targets", NULL);
     float *want = read_all(&fx, "golden.logits", NULL);
@@ -132,7 +136,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     float *logits = malloc(nl * sizeof(float));
     int valid = 0;
     fsdp_begin_pass(e, 0);
-    float loss = llama_forward(m, ids, tg, B, T, &valid, logits, NULL);
+    float loss = decoder_forward_mean(m, &(model_batch){ids, tg, NULL, B, T}, &valid, logits, NULL);
     double rl = rel_diff(logits, want, nl);
     double rloss = fabs(loss - want_loss[0]) / fabs(want_loss[0]);
     CHECK(rl < GOLDEN_TOL, "logits of the imported model: rel %.3e", rl);
@@ -143,7 +147,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     /* save it: a checkpoint whose weights are exactly the fixture's */
     job_config jc;
     memset(&jc, 0, sizeof jc);
-    jc.model = cfg;
+    jc.model = shape;
     jc.text = "[test] test_ckpt_hf import";
     snprintf(jc.path, sizeof jc.path, "test_ckpt_hf");
     ckpt_state st = {.seed = 7, .global_batch = B, .seq_len = T, .steps = 1, .lr_decay_from = -1};
@@ -153,7 +157,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     free(want);
     free(want_loss);
     free(logits);
-    llama_destroy(m);
+    decoder_destroy(m);
     fsdp_destroy(e);
     shard_plan_free(&plan);
     model_desc_close(&md);
@@ -189,14 +193,15 @@ static void cmd_compare(const char *dir) {
         free(y);
         n++;
     }
-    hf_config hc;
-    CHECK(hf_config_read(dir, &hc, err, sizeof err) == 0, "%s", err);
-    CHECK(hc.hidden_size == cfg.dim && hc.num_hidden_layers == cfg.n_layers &&
-              hc.num_attention_heads == cfg.n_heads && hc.num_key_value_heads == cfg.n_kv_heads &&
-              hc.intermediate_size == cfg.ffn_dim && hc.vocab_size == cfg.vocab_size &&
-              hc.head_dim == cfg.head_dim && hc.max_position_embeddings == cfg.max_seq_len &&
-              fabs(hc.rms_norm_eps - cfg.norm_eps) < 1e-12 && hc.rope_theta == cfg.rope_theta &&
-              !hc.tie_word_embeddings, "config.json does not describe the model");
+    model_shape hc;
+    CHECK(family_shape_from_hf(dir, &hc, err, sizeof err) == 0, "%s", err);
+    const decoder_config *h = model_shape_cdata(&hc);
+    CHECK(hc.family == shape.family && h->dim == cfg.dim && h->n_layers == cfg.n_layers &&
+              h->n_heads == cfg.n_heads && h->n_kv_heads == cfg.n_kv_heads &&
+              h->ffn_dim == cfg.ffn_dim && h->vocab_size == cfg.vocab_size &&
+              h->head_dim == cfg.head_dim && h->max_seq_len == cfg.max_seq_len &&
+              h->norm_eps == cfg.norm_eps && h->rope_theta == cfg.rope_theta &&
+              !h->tie_word_embeddings, "config.json does not describe the model");
     printf("compare %s: %d tensors in %d file(s) bit-identical to the fixture, config.json ok\n",
            dir, n, w.n_files);
     CHECK(n == 3 + 9 * cfg.n_layers, "%d tensors compared", n);

@@ -10,9 +10,13 @@
 
 #include "io/config_file.h"
 #include "src/job/config.h"
+#include "src/model/decoder.h"
 
 #include "shlm_config.h"
 #include "tests/check.h"
+
+/* the resolved shape as the decoder families keep it */
+#define SHAPE(c) ((const decoder_config *)model_shape_cdata(&(c).model))
 
 static char dir[256];     /* temp directory; job files go in dir/jobs/ */
 static char job[512];     /* dir/jobs/job.ini, rewritten by each case */
@@ -96,12 +100,12 @@ static void test_valid(void) {
     int rc = load(text, 0, NULL, &c, err, sizeof err);
     check(rc == 0, "valid job loads (%s)", err);
     if (rc != 0) return;
-    check(strcmp(c.preset, "tiny") == 0 && c.model.dim == 128 && c.model.n_layers == 4 &&
-              c.model.n_heads == 4 && c.model.n_kv_heads == 2 && c.model.head_dim == 32 &&
-              c.model.vocab_size == 256,
-          "preset tiny: dim %d layers %d heads %d/%d head_dim %d vocab %d", c.model.dim,
-          c.model.n_layers, c.model.n_heads, c.model.n_kv_heads, c.model.head_dim,
-          c.model.vocab_size);
+    check(strcmp(c.preset, "tiny") == 0 && SHAPE(c)->dim == 128 && SHAPE(c)->n_layers == 4 &&
+              SHAPE(c)->n_heads == 4 && SHAPE(c)->n_kv_heads == 2 && SHAPE(c)->head_dim == 32 &&
+              SHAPE(c)->vocab_size == 256,
+          "preset tiny: dim %d layers %d heads %d/%d head_dim %d vocab %d", SHAPE(c)->dim,
+          SHAPE(c)->n_layers, SHAPE(c)->n_heads, SHAPE(c)->n_kv_heads, SHAPE(c)->head_dim,
+          SHAPE(c)->vocab_size);
     check(c.seq_len == 64 && c.steps == 10 && c.lr == 1e-3f && c.log_every == 5,
           "explicit values: seq_len %d steps %d lr %g log.every %d", c.seq_len, c.steps, c.lr,
           c.log_every);
@@ -122,7 +126,7 @@ static void test_valid(void) {
           c.comm_timeout_s, c.cuda_attention, c.nccl_cta_policy, c.nccl_copy_engine_allgather,
           c.ckpt_direct_io, c.ckpt_collective_io, c.ckpt_alignment);
     check(c.strategy == FSDP_FULL_SHARD && c.param_dtype == SHLM_F32 &&
-              c.reduce_dtype == SHLM_F32 && c.activation_checkpointing == LLAMA_AC_NONE &&
+              c.reduce_dtype == SHLM_F32 && c.activation_checkpointing == MODEL_AC_NONE &&
               c.on_nonfinite == NONFINITE_ABORT,
           "defaults parsed into enums: strategy %d param_dtype %d reduce_dtype %d ac %d "
           "on_nonfinite %d", c.strategy, c.param_dtype, c.reduce_dtype,
@@ -153,10 +157,10 @@ static void test_valid(void) {
     rc = load("[model]\ndim = 256\nn_kv_heads = 4\npreset = tiny\n[train]\nseq_len = 8\n"
               "steps = 1\n[data]\ntrain = /abs/t.bin\n",
               0, NULL, &c, err, sizeof err);
-    check(rc == 0 && c.model.dim == 256 && c.model.head_dim == 64 && c.model.n_kv_heads == 4 &&
-              c.model.n_layers == 4 && strcmp(c.data_train, "/abs/t.bin") == 0,
+    check(rc == 0 && SHAPE(c)->dim == 256 && SHAPE(c)->head_dim == 64 && SHAPE(c)->n_kv_heads == 4 &&
+              SHAPE(c)->n_layers == 4 && strcmp(c.data_train, "/abs/t.bin") == 0,
           "explicit keys override the preset: dim %d head_dim %d kv %d; absolute path kept %s",
-          c.model.dim, c.model.head_dim, c.model.n_kv_heads, c.data_train);
+          SHAPE(c)->dim, SHAPE(c)->head_dim, SHAPE(c)->n_kv_heads, c.data_train);
     if (rc == 0) job_config_free(&c);
 
     /* no preset: every shape key, the rest derived */
@@ -165,9 +169,9 @@ static void test_valid(void) {
               "min_lr = 0\nsample_prompt = \"ROMEO:\\n\"\n[data]\ntrain = t.bin\nshuffle = off\n"
               "[runtime]\nbackend = cpu\n",
               0, NULL, &c, err, sizeof err);
-    check(rc == 0 && c.model.n_kv_heads == 4 && c.model.max_seq_len == 32 &&
-              c.model.head_dim == 16 && c.model.norm_eps == 1e-5f && c.model.rope_theta == 10000 &&
-              c.model.init_std == 0.02f && c.global_batch == 8 && c.min_lr == 0 &&
+    check(rc == 0 && SHAPE(c)->n_kv_heads == 4 && SHAPE(c)->max_seq_len == 32 &&
+              SHAPE(c)->head_dim == 16 && SHAPE(c)->norm_eps == 1e-5f && SHAPE(c)->rope_theta == 10000 &&
+              SHAPE(c)->init_std == 0.02f && c.global_batch == 8 && c.min_lr == 0 &&
               c.shuffle == 0 && strcmp(c.sample_prompt, "ROMEO:\n") == 0 &&
               c.backend == SHLM_BACKEND_CPU,
           "no preset: n_kv_heads = n_heads, max_seq_len = seq_len, quoted prompt decoded (%s)",
@@ -184,7 +188,7 @@ static void test_valid(void) {
                                "alignment = 4096\n"),
               0, NULL, &c, err, sizeof err);
     check(rc == 0 && c.strategy == FSDP_HYBRID_SHARD && c.param_dtype == SHLM_BF16 &&
-              c.reduce_dtype == SHLM_BF16 && c.activation_checkpointing == LLAMA_AC_SELECTIVE &&
+              c.reduce_dtype == SHLM_BF16 && c.activation_checkpointing == MODEL_AC_SELECTIVE &&
               c.on_nonfinite == NONFINITE_SKIP && c.backend == SHLM_BACKEND_CUDA &&
               c.comm_timeout_s == 2.5f && c.cuda_attention == SHLM_ATTENTION_MMA_SYNC &&
               c.nccl_cta_policy == SHLM_NCCL_CTA_EFFICIENCY && c.nccl_copy_engine_allgather == 0 &&

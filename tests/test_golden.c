@@ -8,7 +8,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/ops.h"
-#include "src/model/llama/llama.h"
+#include "tests/decoder_test.h"
 
 /* Per tensor: max|a-b| / max|b| must stay under this (see tests/golden/README.md). */
 #define GOLDEN_TOL 1e-4
@@ -28,7 +28,7 @@ typedef struct golden_source {
     int overwrite;      /* what grad() tells the model */
 } golden_source;
 
-static const void *src_acquire(void *ctx, int u, llama_phase phase) {
+static const void *src_acquire(void *ctx, int u, model_phase phase) {
     golden_source *s = ctx;
     (void)phase;
     if (u < 0 || u >= s->n_units) {
@@ -44,7 +44,7 @@ static const void *src_acquire(void *ctx, int u, llama_phase phase) {
     return s->params[u];
 }
 
-static void src_release(void *ctx, int u, llama_phase phase) {
+static void src_release(void *ctx, int u, model_phase phase) {
     golden_source *s = ctx;
     (void)phase;
     if (u < 0 || u >= s->n_units || !s->held[u]) {
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     /* ---- config from the fixture's metadata ---- */
-    llama_config cfg;
+    decoder_config cfg;
     memset(&cfg, 0, sizeof cfg);
     int B = 0, T = 0;
     if (meta_int(&f, "dim", &cfg.dim) || meta_int(&f, "n_layers", &cfg.n_layers) ||
@@ -208,7 +208,7 @@ int main(int argc, char **argv) {
     cfg.head_dim = cfg.n_heads > 0 ? cfg.dim / cfg.n_heads : 0;
     if (meta_int(&f, "max_seq_len", &cfg.max_seq_len) != 0) cfg.max_seq_len = T;
     cfg.init_std = 0.02f; /* unused: the parameters come from the fixture */
-    if (llama_config_validate(&cfg, err, sizeof err) != 0) {
+    if (decoder_validate(&cfg, err, sizeof err, (int[2]){0}) != 0) {
         fprintf(stderr, "test_golden: %s: bad model shape: %s\n", path, err);
         safetensors_close(&f);
         return 1;
@@ -222,8 +222,8 @@ int main(int argc, char **argv) {
     printf("# criterion: max|a-b| / max|b| < %g per tensor\n", GOLDEN_TOL);
 
     /* ---- parameters by HF name into each unit's flat buffer ---- */
-    llama_layout lay;
-    llama_layout_init(&lay, &cfg);
+    model_layout lay;
+    decoder_layout(&cfg, &lay);
     golden_source gs = {0};
     gs.n_units = lay.n_units;
     gs.numel = calloc((size_t)lay.n_units, sizeof(size_t));
@@ -233,12 +233,12 @@ int main(int argc, char **argv) {
     gs.grad_ready = calloc((size_t)lay.n_units, sizeof(int));
     int n_params = 0, load_errors = 0;
     for (int u = 0; u < lay.n_units; u++) {
-        const llama_unit *unit = &lay.units[u];
+        const model_unit *unit = &lay.units[u];
         gs.numel[u] = unit->numel;
         gs.params[u] = calloc(unit->numel + 1, sizeof(float));
         gs.grads[u] = calloc(unit->numel + 1, sizeof(float));
         for (int k = 0; k < unit->n_tensors; k++) {
-            const llama_tensor *lt = &unit->tensors[k];
+            const model_tensor *lt = &unit->tensors[k];
             const safetensors_tensor *t = safetensors_find(&f, lt->name);
             n_params++;
             if (!t) {
@@ -288,17 +288,17 @@ int main(int argc, char **argv) {
     printf("# %d parameter tensors, %zu tokens, %d non-ignored targets\n", n_params, N,
            want_valid);
 
-    llama_param_source src = {.ctx = &gs,
+    model_param_source src = {.ctx = &gs,
                               .acquire = src_acquire,
                               .release = src_release,
                               .grad = src_grad,
                               .grad_ready = src_grad_ready};
-    llama_model *m = llama_create(&cfg, &shlm_ops_cpu, B, T, src);
+    decoder *m = decoder_create(&cfg, &shlm_ops_cpu, B, T, &(model_opts){0}, src);
 
     /* ---- forward: logits and loss ---- */
     float *logits = calloc(N * V, sizeof(float));
     int n_valid = -1;
-    float loss_fwd = llama_forward(m, tokens, targets, B, T, &n_valid, logits, NULL);
+    float loss_fwd = decoder_forward_mean(m, &(model_batch){tokens, targets, NULL, B, T}, &n_valid, logits, NULL);
     compare("forward: logits", logits, gold_logits, N * V, 1.0);
     compare("forward: loss", &loss_fwd, gold_loss, 1, 1.0);
     if (n_valid != want_valid) {
@@ -319,8 +319,7 @@ int main(int argc, char **argv) {
     gs.overwrite = 1;
     n_valid = -1;
     /* the golden gradients are those of the mean loss: 1 / n per target */
-    float loss_fb = (float)(llama_forward_backward(m, tokens, targets, NULL, B, T,
-                                                   1.0f / (float)want_valid, &n_valid) /
+    float loss_fb = (float)(decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T}, 1.0f / (float)want_valid, &n_valid) /
                             want_valid);
     compare("forward_backward: loss", &loss_fb, gold_loss, 1, 1.0);
     if (n_valid != want_valid) {
@@ -335,14 +334,14 @@ int main(int argc, char **argv) {
         memcpy(grads1[u], gs.grads[u], gs.numel[u] * sizeof(float));
     }
     gs.overwrite = 0;
-    llama_forward_backward(m, tokens, targets, NULL, B, T, 0.5f / (float)want_valid, NULL);
+    decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T}, 0.5f / (float)want_valid, NULL);
     check_protocol(&gs, "forward_backward (2nd pass): param source protocol");
 
     double worst = 0, worst15 = 0;
     const char *worst_name = "", *worst15_name = "";
     for (int u = 0; u < lay.n_units; u++) {
         for (int k = 0; k < lay.units[u].n_tensors; k++) {
-            const llama_tensor *lt = &lay.units[u].tensors[k];
+            const model_tensor *lt = &lay.units[u].tensors[k];
             char gname[160], label[200];
             snprintf(gname, sizeof gname, "golden.grad.%s", lt->name);
             float *gold = read_whole(&f, gname, SAFETENSORS_F32, lt->numel);
@@ -371,7 +370,7 @@ int main(int argc, char **argv) {
            ok15 ? "ok" : "FAIL");
     if (!ok15) n_fail++;
 
-    llama_destroy(m);
+    decoder_destroy(m);
     for (int u = 0; u < lay.n_units; u++) {
         free(gs.params[u]);
         free(gs.grads[u]);
@@ -388,7 +387,7 @@ int main(int argc, char **argv) {
     free(targets);
     free(gold_logits);
     free(gold_loss);
-    llama_layout_free(&lay);
+    model_layout_free(&lay);
     safetensors_close(&f);
     printf("%s: %d failure(s)\n", n_fail ? "FAIL" : "PASS", n_fail);
     return n_fail ? 1 : 0;

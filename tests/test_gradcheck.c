@@ -8,35 +8,35 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/model/llama/llama.h"
+#include "tests/decoder_test.h"
 #include "src/base/rng.h"
 #include "tests/resident_source.h"
 
 
-static float loss_of(llama_model *m, const int32_t *x, const int32_t *y, int B, int T) {
-    return llama_forward(m, x, y, B, T, NULL, NULL, NULL);
+static float loss_of(decoder *m, const int32_t *x, const int32_t *y, int B, int T) {
+    return decoder_forward_mean(m, &(model_batch){x, y, NULL, B, T}, NULL, NULL, NULL);
 }
 
 /* Checks the model of shape c; returns the number of failed checks. */
-static int gradcheck(const llama_config *cfg) {
-    const llama_config c = *cfg;
+static int gradcheck(const decoder_config *cfg) {
+    const decoder_config c = *cfg;
     printf("# %s embeddings\n", c.tie_word_embeddings ? "tied" : "untied");
     const int B = 2, T = 7, N = B * T;
     resident r;
-    llama_layout_init(&r.lay, &c);
+    decoder_layout(&c, &r.lay);
     r.params = calloc(r.lay.n_units, sizeof(float *));
     r.grads = calloc(r.lay.n_units, sizeof(float *));
     for (int u = 0; u < r.lay.n_units; u++) {
         size_t n = r.lay.units[u].numel;
         r.params[u] = malloc(n * sizeof(float));
         r.grads[u] = calloc(n, sizeof(float));
-        llama_init_slice(&r.lay, &c, 7, u, 0, n, r.params[u]);
+        decoder_spec.init_slice(&r.lay, &c, 7, u, 0, n, r.params[u]);
         /* norm weights away from 1 so their gradients are exercised in general position */
         for (size_t i = 0; i < n; i++)
             if (r.params[u][i] == 1.0f) r.params[u][i] = 1.0f + 0.3f * (float)rng_normal_at(99, i + 1000 * u);
     }
-    llama_param_source src = resident_source(&r);
-    llama_model *m = llama_create(&c, &shlm_ops_cpu, B, T, src);
+    model_param_source src = resident_source(&r);
+    decoder *m = decoder_create(&c, &shlm_ops_cpu, B, T, &(model_opts){0}, src);
     int32_t x[14], y[14];
     for (int i = 0; i < N; i++) {
         x[i] = (int32_t)(rng_hash64(i) % c.vocab_size);
@@ -45,7 +45,7 @@ static int gradcheck(const llama_config *cfg) {
     int valid = 0;
     for (int i = 0; i < N; i++) valid += y[i] >= 0;
     /* the mean loss's gradient: each target's loss gradient is 1 / (targets) */
-    float loss = (float)(llama_forward_backward(m, x, y, NULL, B, T, 1.0f / (float)valid, NULL) /
+    float loss = (float)(decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f / (float)valid, NULL) /
                          valid);
     float loss2 = loss_of(m, x, y, B, T);
     int fails = 0;
@@ -59,9 +59,9 @@ static int gradcheck(const llama_config *cfg) {
     const float eps = 1e-2f;
     double worst = 0;
     for (int u = 0; u < r.lay.n_units; u++) {
-        const llama_unit *lu = &r.lay.units[u];
+        const model_unit *lu = &r.lay.units[u];
         for (int k = 0; k < lu->n_tensors; k++) {
-            const llama_tensor *t = &lu->tensors[k];
+            const model_tensor *t = &lu->tensors[k];
             double tensor_worst = 0, gmax = 0;
             for (size_t i = 0; i < t->numel; i++)
                 gmax = fmax(gmax, fabs(r.grads[u][t->offset + i]));
@@ -112,12 +112,12 @@ static int gradcheck(const llama_config *cfg) {
     fails += !ok;
     printf("%s directional derivative: finite difference %.6f, analytic %.6f, rel err %.2e\n",
            ok ? "ok  " : "FAIL", fd, dot, rel);
-    llama_destroy(m);
+    decoder_destroy(m);
     for (int u = 0; u < r.lay.n_units; u++) free(r.params[u]), free(r.grads[u]), free(dir[u]);
     free(r.params);
     free(r.grads);
     free(dir);
-    llama_layout_free(&r.lay);
+    model_layout_free(&r.lay);
     printf("%s (%s): %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS",
            c.tie_word_embeddings ? "tied" : "untied", fails, worst);
     return fails;
@@ -125,7 +125,7 @@ static int gradcheck(const llama_config *cfg) {
 
 int main(void) {
     printf("# reproduce: tests/test_gradcheck\n");
-    llama_config c = {.dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 6,
+    decoder_config c = {.dim = 24, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 6,
                       .ffn_dim = 19, .vocab_size = 23, .max_seq_len = 16, .norm_eps = 1e-5f,
                       .rope_theta = 10000.0f, .init_std = 0.3f};
     int fails = gradcheck(&c);

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/ops.h"
-#include "src/model/llama/llama.h"
+#include "src/model/decoder.h"
 #include "src/base/rng.h"
 #include "tests/check.h"
 #include "tests/resident_source.h"
@@ -44,20 +44,20 @@ static double grad_diff(const resident *r, float **a, float **b) {
 
 int main(void) {
     printf("# reproduce: tests/test_packing\n");
-    llama_config c = {.dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8,
+    decoder_config c = {.dim = 32, .n_layers = 2, .n_heads = 4, .n_kv_heads = 2, .head_dim = 8,
                       .ffn_dim = 40, .vocab_size = 61, .max_seq_len = T, .norm_eps = 1e-5f,
                       .rope_theta = 10000.0f, .init_std = 0.2f};
     resident r;
-    llama_layout_init(&r.lay, &c);
+    decoder_layout(&c, &r.lay);
     r.params = calloc((size_t)r.lay.n_units, sizeof(float *));
     r.grads = calloc((size_t)r.lay.n_units, sizeof(float *));
     for (int u = 0; u < r.lay.n_units; u++) {
         size_t n = r.lay.units[u].numel;
         r.params[u] = malloc(n * sizeof(float));
         r.grads[u] = calloc(n, sizeof(float));
-        llama_init_slice(&r.lay, &c, 11, u, 0, n, r.params[u]);
+        decoder_spec.init_slice(&r.lay, &c, 11, u, 0, n, r.params[u]);
     }
-    llama_model *m = llama_create(&c, &shlm_ops_cpu, B, T, resident_source(&r));
+    decoder *m = decoder_create(&c, &shlm_ops_cpu, B, T, &(model_opts){0}, resident_source(&r));
 
     /* row 0: documents at 0, 7, 15; row 1: a document begun before the window, then
      * documents at 5, 12, 20. Targets as the loader makes them with doc_mask: -1 where the
@@ -81,10 +81,10 @@ int main(void) {
     /* packed: one pass over both rows with their document starts */
     zero_grads(&r);
     int v_packed = 0;
-    const double sum_fb = llama_forward_backward(m, x, y, ds, B, T, 1.0f, &v_packed);
+    const double sum_fb = decoder_forward_backward(m, &(model_batch){x, y, ds, B, T}, 1.0f, &v_packed);
     float **g_packed = copy_grads(&r);
     int v_fwd = 0;
-    const double sum_fwd = llama_forward_docs(m, x, y, ds, B, T, &v_fwd, NULL, NULL);
+    const double sum_fwd = decoder_forward(m, &(model_batch){x, y, ds, B, T}, &v_fwd, NULL, NULL);
 
     /* one by one: each document alone from position 0 */
     zero_grads(&r);
@@ -94,8 +94,7 @@ int main(void) {
         for (int k = 0; k < 4 && starts[b][k] >= 0; k++) {
             const int a = starts[b][k], e = k + 1 < 4 && starts[b][k + 1] >= 0 ? starts[b][k + 1] : T;
             int v = 0;
-            sum_sep += llama_forward_backward(m, x + b * T + a, y + b * T + a, NULL, 1, e - a,
-                                              1.0f, &v);
+            sum_sep += decoder_forward_backward(m, &(model_batch){x + b * T + a, y + b * T + a, NULL, 1, e - a}, 1.0f, &v);
             v_sep += v;
         }
     const double dl = fabs(sum_fb - sum_sep) / fabs(sum_sep), dg = grad_diff(&r, g_packed, r.grads);
@@ -105,13 +104,13 @@ int main(void) {
     check(dg < 1e-4, "packed with doc_start = documents alone: gradients (max rel %.2e)", dg);
 
     /* without the masks the documents see each other: the loss must differ */
-    const double sum_causal = llama_forward_docs(m, x, y, NULL, B, T, NULL, NULL, NULL);
+    const double sum_causal = decoder_forward(m, &(model_batch){x, y, NULL, B, T}, NULL, NULL, NULL);
     check(fabs(sum_causal - sum_sep) > 1e-3 * fabs(sum_sep),
           "the causal pass over the same window differs (%.9g vs %.9g): the masks matter",
           sum_causal, sum_sep);
     /* doc_start all zero is the causal mask, bit for bit */
     int32_t zeros[B * T] = {0};
-    const double sum_zero = llama_forward_docs(m, x, y, zeros, B, T, NULL, NULL, NULL);
+    const double sum_zero = decoder_forward(m, &(model_batch){x, y, zeros, B, T}, NULL, NULL, NULL);
     check(sum_zero == sum_causal, "doc_start all zero = NULL bit for bit (%.17g, %.17g)",
           sum_zero, sum_causal);
 
@@ -120,14 +119,14 @@ int main(void) {
     for (int i = 0; i < B * T; i++) none[i] = -1;
     zero_grads(&r);
     int v0 = -1;
-    const double sum0 = llama_forward_backward(m, x, none, ds, B, T, 1.0f, &v0);
+    const double sum0 = decoder_forward_backward(m, &(model_batch){x, none, ds, B, T}, 1.0f, &v0);
     int all_zero = 1;
     for (int u = 0; u < r.lay.n_units; u++)
         for (size_t i = 0; i < r.lay.units[u].numel; i++) all_zero &= r.grads[u][i] == 0.0f;
     check(v0 == 0 && sum0 == 0.0 && all_zero,
           "no trained target: 0 targets (%d), loss sum %g, every gradient exactly 0", v0, sum0);
 
-    llama_destroy(m);
+    decoder_destroy(m);
     for (int u = 0; u < r.lay.n_units; u++) {
         free(r.params[u]);
         free(r.grads[u]);
@@ -136,7 +135,7 @@ int main(void) {
     free(r.params);
     free(r.grads);
     free(g_packed);
-    llama_layout_free(&r.lay);
+    model_layout_free(&r.lay);
     printf("# %d checks, %d failed\n", n_checks, n_failed);
     return n_failed ? 1 : 0;
 }

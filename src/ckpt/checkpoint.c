@@ -26,12 +26,14 @@
 #include "kernels/check.h"
 #include "shlm_config.h"
 #include "src/base/shard.h"
+#include "src/families/families.h"
 
 /* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; 3:
  * model.tie_word_embeddings (older files are untied) and the /hf group of Hugging Face
- * files; versions 1 and 2 are read too (version 1's state range-checked, without a
- * checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 3, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
+ * files; 4: model.family and every [model] key of that family (older files are Llama
+ * shapes: the keys of version 3, the others at their defaults); versions 1 to 3 are read
+ * too (version 1's state range-checked, without a checksum to compare) */
+enum { CKPT_FORMAT_VERSION = 4, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
@@ -115,10 +117,10 @@ static void my_piece(fsdp_engine *e, const topology *t, int u, size_t *begin, si
 /* Every tensor of the layout in (unit, tensor) order, as a flat list. */
 typedef struct tensor_ref {
     int unit;
-    const llama_tensor *t;
+    const model_tensor *t;
 } tensor_ref;
 
-static tensor_ref *list_tensors(const llama_layout *lay, int *n) {
+static tensor_ref *list_tensors(const model_layout *lay, int *n) {
     int total = 0;
     for (int u = 0; u < lay->n_units; u++) total += lay->units[u].n_tensors;
     tensor_ref *r = malloc((size_t)total * sizeof *r);
@@ -145,7 +147,7 @@ static size_t max_shard_numel(fsdp_engine *e) {
 /* What the root attributes of the state, the sharding and the shape hold. */
 typedef struct ckpt_record {
     ckpt_state st;
-    llama_config m;
+    model_shape m;
 } ckpt_record;
 
 typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR } field_type;
@@ -165,7 +167,6 @@ typedef struct state_attr {
 } state_attr;
 
 #define ST(f) offsetof(ckpt_record, st.f)
-#define MD(f) offsetof(ckpt_record, m.f)
 #define KEY(name) name, 0, 0
 #define IMAXD ((double)INT_MAX)
 #define NODES ((double)(1 << 24))
@@ -190,20 +191,6 @@ static const state_attr state_attrs[] = {
     {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},
     {"shard_group_size", FT_INT, ST(shard_size), NULL, 1, NODES, 1, 0},
     {"replica_group_size", FT_INT, ST(replica_size), NULL, 1, NODES, 1, 0},
-    /* the model's shape */
-    {"model.dim", FT_INT, MD(dim), KEY("model.dim"), 1, 0},
-    {"model.n_layers", FT_INT, MD(n_layers), KEY("model.n_layers"), 1, 0},
-    {"model.n_heads", FT_INT, MD(n_heads), KEY("model.n_heads"), 1, 0},
-    {"model.n_kv_heads", FT_INT, MD(n_kv_heads), KEY("model.n_kv_heads"), 1, 0},
-    {"model.head_dim", FT_INT, MD(head_dim), NULL, 1, 1 << 20, 1, 0},
-    {"model.ffn_dim", FT_INT, MD(ffn_dim), KEY("model.ffn_dim"), 1, 0},
-    {"model.vocab_size", FT_INT, MD(vocab_size), KEY("model.vocab_size"), 1, 0},
-    {"model.max_seq_len", FT_INT, MD(max_seq_len), KEY("model.max_seq_len"), 1, 0},
-    {"model.norm_eps", FT_FLOAT, MD(norm_eps), KEY("model.norm_eps"), 1, 0},
-    {"model.rope_theta", FT_FLOAT, MD(rope_theta), KEY("model.rope_theta"), 1, 0},
-    {"model.init_std", FT_FLOAT, MD(init_std), KEY("model.init_std"), 1, 0},
-    {"model.tie_word_embeddings", FT_INT, MD(tie_word_embeddings), KEY("model.tie_word_embeddings"),
-     3, 0},
 };
 #undef KEY
 #define N_STATE_ATTRS ((int)(sizeof state_attrs / sizeof state_attrs[0]))
@@ -298,9 +285,131 @@ static int check_record(const char *path, const ckpt_record *r, const char *suff
         io_set_err(err, errlen, "%s: %s %s", path, why, suffix);
         return -1;
     }
-    if (llama_config_validate(&r->m, why, sizeof why) != 0) {
+    if (model_shape_validate(&r->m, why, sizeof why) != 0) {
         io_set_err(err, errlen, "%s: bad model shape in the attributes: %s %s", path, why, suffix);
         return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the shape */
+
+/* The [model] keys of family f that a file of format `version` holds: every one from
+ * version 4 on; before, the Llama shape of that version (tie_word_embeddings from 3). */
+static int shape_key_stored(const model_family *f, int i, int version) {
+    static const char *const before_4[] = {"dim", "n_layers", "n_heads", "n_kv_heads",
+                                           "head_dim", "ffn_dim", "vocab_size", "max_seq_len",
+                                           "norm_eps", "rope_theta", "init_std"};
+    const char *k = f->keys[i].key;
+    if (version >= 4) return 1;
+    if (version >= 3 && strcmp(k, "tie_word_embeddings") == 0) return 1;
+    for (size_t j = 0; j < sizeof before_4 / sizeof before_4[0]; j++)
+        if (strcmp(k, before_4[j]) == 0) return 1;
+    return 0;
+}
+
+/* The key's value as the state checksum writes it: field_text's forms (an enum as its
+ * word). */
+static void value_text(const key_def *k, const model_shape *m, char *out, size_t outlen) {
+    const char *p = (const char *)model_shape_cdata(m) + k->offset;
+    if (k->type == KT_FLOAT) {
+        double d = *(const float *)p;
+        uint64_t bits;
+        memcpy(&bits, &d, 8);
+        snprintf(out, outlen, "%016llx", (unsigned long long)bits);
+    } else if (k->type == KT_INT || k->type == KT_BOOL) {
+        snprintf(out, outlen, "%d", *(const int *)p);
+    } else {
+        key_format(k, model_shape_cdata(m), out, outlen);
+    }
+}
+
+/* Appends "model.family=NAME\n" (version 4 on) and "model.KEY=VALUE\n" per stored key. */
+static size_t shape_checksum_text(const model_shape *m, int version, char *text, size_t cap) {
+    const model_family *f = m->family;
+    size_t len = 0;
+    char val[80];
+    if (version >= 4) len += (size_t)snprintf(text + len, cap - len, "model.family=%s\n", f->name);
+    for (int i = 0; i < f->n_keys; i++) {
+        if (!shape_key_stored(f, i, version)) continue;
+        value_text(&f->keys[i], m, val, sizeof val);
+        len += (size_t)snprintf(text + len, cap - len, "model.%s=%s\n", f->keys[i].key, val);
+    }
+    return len;
+}
+
+static int write_shape(ckpt_h5_file *f, const model_shape *m, char *err, size_t errlen) {
+    const model_family *fam = m->family;
+    if (ckpt_h5_attr_write_str(f, "/", "model.family", fam->name, err, errlen) != 0) return -1;
+    char name[96], text[80];
+    for (int i = 0; i < fam->n_keys; i++) {
+        const key_def *k = &fam->keys[i];
+        const char *p = (const char *)model_shape_cdata(m) + k->offset;
+        snprintf(name, sizeof name, "model.%s", k->key);
+        int rc;
+        if (k->type == KT_INT || k->type == KT_BOOL)
+            rc = ckpt_h5_attr_write_i64(f, "/", name, *(const int *)p, err, errlen);
+        else if (k->type == KT_FLOAT)
+            rc = ckpt_h5_attr_write_f64(f, "/", name, *(const float *)p, err, errlen);
+        else {
+            key_format(k, model_shape_cdata(m), text, sizeof text);
+            rc = ckpt_h5_attr_write_str(f, "/", name, text, err, errlen);
+        }
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+/* Reads the shape of a file of format `version` into *m: its family (Llama before version
+ * 4), every key it holds, range-checked by the family's own table, the others at their
+ * defaults. */
+static int read_shape(ckpt_h5_file *f, int version, model_shape *m, char *err, size_t errlen) {
+    const model_family *fam = family_named("llama");
+    if (version >= 4) {
+        char *name = NULL;
+        if (ckpt_h5_attr_read_str(f, "/", "model.family", &name, err, errlen) != 0) return -1;
+        fam = family_named(name);
+        if (!fam) {
+            io_set_err(err, errlen, "%s: attribute model.family = %.40s: not a model family this "
+                       "build has (%s) " CORRUPT, f->path, name, family_names());
+            free(name);
+            return -1;
+        }
+        free(name);
+    }
+    family_shape_defaults(fam, m);
+    char name[96], why[256], shown[64];
+    for (int i = 0; i < fam->n_keys; i++) {
+        if (!shape_key_stored(fam, i, version)) continue;
+        const key_def *k = &fam->keys[i];
+        char *p = (char *)model_shape_data(m) + k->offset;
+        snprintf(name, sizeof name, "model.%s", k->key);
+        double v = 0;
+        if (k->type == KT_INT || k->type == KT_BOOL) {
+            int64_t i64;
+            if (ckpt_h5_attr_read_i64(f, "/", name, &i64, err, errlen) != 0) return -1;
+            v = (double)i64;
+            snprintf(shown, sizeof shown, "%lld", (long long)i64);
+        } else if (k->type == KT_FLOAT) {
+            if (ckpt_h5_attr_read_f64(f, "/", name, &v, err, errlen) != 0) return -1;
+            snprintf(shown, sizeof shown, "%g", v);
+        } else {
+            char *str = NULL;
+            if (ckpt_h5_attr_read_str(f, "/", name, &str, err, errlen) != 0) return -1;
+            int rc = key_parse(k, str, model_shape_data(m), why, sizeof why);
+            if (rc != 0)
+                io_set_err(err, errlen, "%s: attribute %s = %.40s: %s " CORRUPT, f->path, name,
+                           str, why);
+            free(str);
+            if (rc != 0) return -1;
+            continue;
+        }
+        if (key_check_number(k, v, why, sizeof why) != 0) {
+            io_set_err(err, errlen, "%s: attribute %s = %s: %s " CORRUPT, f->path, name, shown, why);
+            return -1;
+        }
+        if (k->type == KT_FLOAT) *(float *)p = (float)v;
+        else *(int *)p = (int)v;
     }
     return 0;
 }
@@ -320,7 +429,7 @@ static int write_record(ckpt_h5_file *f, const ckpt_record *r, char *err, size_t
         }
         if (rc != 0) return -1;
     }
-    return 0;
+    return write_shape(f, &r->m, err, errlen);
 }
 
 /* Reads every state attribute of a file of format `version` into *r, unchecked. */
@@ -379,7 +488,7 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
         }
         if (rc != 0) return -1;
     }
-    return 0;
+    return read_shape(f, version, &r->m, err, errlen);
 }
 
 /* A dataset of the checkpoint as the state checksum sees it. */
@@ -403,7 +512,7 @@ static int cmp_ds_path(const void *a, const void *b) {
 static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
     /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
-    const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320;
+    const size_t cap = (size_t)(N_STATE_ATTRS + r->m.family->n_keys + n + 2) * 320;
     size_t len = 0;
     char *text = calloc(cap, 1);
     SHLM_CHECK_ALLOC(text);
@@ -413,6 +522,7 @@ static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, 
         field_text(r, &state_attrs[i], val, sizeof val);
         len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
     }
+    len += shape_checksum_text(&r->m, version, text + len, cap - len);
     for (int i = 0; i < n; i++) {
         char dims[48];
         if (ds[i].ndim == 2)
@@ -430,29 +540,29 @@ static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, 
     return ckpt_h5_sum_final(&s, words);
 }
 
-int checkpoint_check_shape(const char *path, const llama_config *s, const llama_config *m,
+int checkpoint_check_shape(const char *path, const model_shape *s, const model_shape *m,
                            char *err, size_t errlen) {
-    struct {
-        const char *key;
-        int stored, job;
-    } f[] = {{"dim", s->dim, m->dim},
-             {"n_layers", s->n_layers, m->n_layers},
-             {"n_heads", s->n_heads, m->n_heads},
-             {"n_kv_heads", s->n_kv_heads, m->n_kv_heads},
-             {"ffn_dim", s->ffn_dim, m->ffn_dim},
-             {"vocab_size", s->vocab_size, m->vocab_size},
-             {"tie_word_embeddings", s->tie_word_embeddings, m->tie_word_embeddings}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (f[i].stored == f[i].job) continue;
-        io_set_err(err, errlen,
-                "%s holds a different model: [model] %s = %d there, %d in this job (checkpoint: "
-                "dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size %d, "
-                "tie_word_embeddings %d); refusing to load it", path, f[i].key, f[i].stored,
-                f[i].job, s->dim, s->n_layers, s->n_heads, s->n_kv_heads, s->ffn_dim,
-                s->vocab_size, s->tie_word_embeddings);
+    const int i = model_shape_diff(s, m, KF_LAYOUT);
+    if (i == -1) return 0;
+    if (i == -2) {
+        io_set_err(err, errlen, "%s holds a %s model, this job's is a %s model; refusing to load "
+                   "it", path, s->family->name, m->family->name);
         return -1;
     }
-    return 0;
+    const model_family *f = s->family;
+    char stored[64], job[64], list[600] = "";
+    for (int k = 0; k < f->n_keys; k++) {
+        if (!(f->keys[k].flags & KF_LAYOUT)) continue;
+        key_format(&f->keys[k], model_shape_cdata(s), stored, sizeof stored);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s %s", list[0] ? ", " : "",
+                 f->keys[k].key, stored);
+    }
+    key_format(&f->keys[i], model_shape_cdata(s), stored, sizeof stored);
+    key_format(&f->keys[i], model_shape_cdata(m), job, sizeof job);
+    io_set_err(err, errlen, "%s holds a different model: [model] %s = %s there, %s in this job "
+               "(checkpoint: %s %s); refusing to load it", path, f->keys[i].key, stored, job,
+               f->name, list);
+    return -1;
 }
 
 /* ---------------------------------------------------------------- save */
@@ -490,10 +600,14 @@ static int write_state_attrs(ckpt_h5_file *f, const ckpt_record *rec, const job_
     STR("created_utc", when);
     STR("checksum_algorithm", CKPT_CHECKSUM_DOC);
     STR("state_checksum_text", CKPT_STATE_CHECKSUM_DOC);
-    char names[1024] = "";
+    char names[2048] = "";
     for (int i = 0; i < N_STATE_ATTRS; i++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? " " : "",
                  state_attrs[i].name);
+    snprintf(names + strlen(names), sizeof names - strlen(names), " model.family");
+    for (int i = 0; i < rec->m.family->n_keys; i++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), " model.%s",
+                 rec->m.family->keys[i].key);
     STR("state_attributes", names);
     if (write_record(f, rec, err, errlen) != 0) return -1;
     U64("state_checksum", 0);
@@ -509,7 +623,7 @@ static int write_state_attrs(ckpt_h5_file *f, const ckpt_record *rec, const job_
     F64("train.grad_clip", cfg->grad_clip);
     STR("job_path", cfg->path);
     STR("job_text", cfg->text ? cfg->text : "");
-    I64("model.param_count", llama_param_count(&rec->m));
+    I64("model.param_count", model_shape_param_count(&rec->m));
 #undef I64
 #undef U64
 #undef F64
@@ -744,7 +858,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     MPI_Comm comm = topo->world;
     const int rank = topo->world_rank;
     const double t0 = MPI_Wtime();
-    const llama_layout *lay = fsdp_layout(e);
+    const model_layout *lay = fsdp_layout(e);
     char name[64], final[1100], tmp[1200] = "";
     snprintf(name, sizeof name, "step_%lld.h5", (long long)st->step);
     snprintf(final, sizeof final, "%s/%s", dir, name);
@@ -796,7 +910,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     created = 1;
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
     for (int i = 0; ok && i < nd; i++) {
-        const llama_tensor *t = tl[i % nt].t;
+        const model_tensor *t = tl[i % nt].t;
         char path[256];
         snprintf(path, sizeof path, "%s/%s", kind_group[i / nt], t->name);
         ok = ckpt_h5_create_dataset(&f, path, t->ndim, t->shape, &ds[i], err, errlen) == 0 &&
@@ -835,7 +949,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             for (int i = 0; i < nt; i++) {
                 if (tl[i].unit != u) continue;
                 const int di = k * nt + i;
-                const llama_tensor *t = tl[i].t;
+                const model_tensor *t = tl[i].t;
                 shard_overlap ov;
                 shard_intersect(pb, pe, t->offset, t->numel, &ov);
                 const float *src = buf + (ov.count ? ov.flat_offset - sb : 0);
@@ -1013,10 +1127,11 @@ static int read_hf_group(ckpt_h5_file *f, hf_files *out, ds_entry *entries, int 
 /* The datasets of a checkpoint of shape m as the state checksum covers them: path,
  * shape and stored checksum of each, opened through plain links only; the /hf files too
  * (format 3). */
-static int read_datasets(ckpt_h5_file *f, const llama_config *m, ds_entry **out, int *n,
+static int read_datasets(ckpt_h5_file *f, const model_shape *m, ds_entry **out, int *n,
                          char *err, size_t errlen) {
-    llama_layout lay;
-    llama_layout_init(&lay, m);
+    model_desc md;
+    model_shape_desc_open(&md, m);
+    const model_layout lay = md.lay;
     int nt;
     tensor_ref *tl = list_tensors(&lay, &nt);
     ds_entry *e = calloc((size_t)N_KINDS * nt + HF_FILES_MAX, sizeof *e);
@@ -1033,7 +1148,7 @@ static int read_datasets(ckpt_h5_file *f, const llama_config *m, ds_entry **out,
         ckpt_h5_close_dataset(&d);
     }
     free(tl);
-    llama_layout_free(&lay);
+    model_desc_close(&md);
     int total = N_KINDS * nt;
     if (rc == 0) rc = read_hf_group(f, NULL, e, &total, err, errlen);
     if (rc != 0) {
@@ -1061,7 +1176,7 @@ int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char
     return ok ? 0 : -1;
 }
 
-int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_config *shape,
+int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, model_shape *shape,
                     ckpt_state *st, char *err, size_t errlen) {
     if (ckpt_h5_open(f, path, comm, NULL, err, errlen) != 0) return -1;
     char *fmt = NULL;
@@ -1114,13 +1229,13 @@ int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char 
     return agree(comm, ok, err, errlen);
 }
 
-int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
                     const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
                     size_t errlen) {
     MPI_Comm comm = topo->world;
     const int rank = topo->world_rank;
     const double t0 = MPI_Wtime();
-    const llama_layout *lay = fsdp_layout(e);
+    const model_layout *lay = fsdp_layout(e);
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int nt;
     tensor_ref *tl = list_tensors(lay, &nt);
@@ -1131,7 +1246,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
     SHLM_CHECK_ALLOC(stored);
     SHLM_CHECK_ALLOC(buf);
     ckpt_state st;
-    llama_config shape;
+    model_shape shape;
     uint64_t bytes = 0;
     int rc = -1;
 
@@ -1149,7 +1264,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
             for (int i = 0; i < nt; i++) {
                 if (tl[i].unit != u) continue;
                 const int di = k * nt + i;
-                const llama_tensor *t = tl[i].t;
+                const model_tensor *t = tl[i].t;
                 char dpath[256];
                 snprintf(dpath, sizeof dpath, "%s/%s", kind_group[k], t->name);
                 ckpt_h5_dataset d = {.id = -1};
@@ -1318,9 +1433,7 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
 
 /* ---------------------------------------------------------------- Hugging Face */
 
-static int close_enough(double a, double b) { return fabs(a - b) <= 1e-6 * fabs(b); }
-
-static int layout_has(const llama_layout *lay, const char *name) {
+static int layout_has(const model_layout *lay, const char *name) {
     for (int u = 0; u < lay->n_units; u++)
         for (int k = 0; k < lay->units[u].n_tensors; k++)
             if (strcmp(lay->units[u].tensors[k].name, name) == 0) return 1;
@@ -1328,29 +1441,22 @@ static int layout_has(const llama_layout *lay, const char *name) {
 }
 
 /* Every tensor of the safetensors must be one the model reads: a parameter of the
- * layout, or one known to be redundant, which is skipped with a warning (printed when
- * `say`): lm_head.weight when tie_word_embeddings (the head is the embedding), a
- * layer's self_attn.rotary_emb.inv_freq (recomputed from rope_theta). Anything else is
- * refused: a name this model does not have means another model. Local. */
-static int check_hf_names(const hf_weights *w, const llama_layout *lay, const hf_config *hc,
+ * layout, or one the family knows to be redundant (its hf_unused: a tied model's
+ * lm_head.weight, RoPE's saved frequencies), which is skipped with a warning (printed when
+ * `say`). Anything else is refused: a name this model does not have means another model.
+ * Local. */
+static int check_hf_names(const hf_weights *w, const model_layout *lay, const model_shape *m,
                           int say, char *err, size_t errlen) {
     for (int f = 0; f < w->n_files; f++) {
         const safetensors_file *sf = &w->files[f];
         for (int i = 0; i < sf->n_tensors; i++) {
             const char *name = sf->tensors[i].name;
-            const char *why = NULL; /* why a tensor the model does not read is harmless */
-            int l = -1, n = 0;
-            if (hc->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0)
-                why = "the head is the embedding (tie_word_embeddings)";
-            else if (sscanf(name, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &l, &n) == 1 &&
-                     n > 0 && name[n] == '\0' && l >= 0 && l < hc->num_hidden_layers)
-                why = "RoPE's frequencies are recomputed from rope_theta";
-            else if (layout_has(lay, name))
-                continue;
+            if (layout_has(lay, name)) continue;
+            const char *why = m->family->hf_unused(model_shape_cdata(m), name);
             if (!why) {
-                io_set_err(err, errlen, "%s: tensor %s is not a parameter of this Llama (%d layers, "
-                        "tie_word_embeddings %s): refusing a file of another model", sf->path,
-                        name, hc->num_hidden_layers, hc->tie_word_embeddings ? "true" : "false");
+                io_set_err(err, errlen, "%s: tensor %s is not a parameter of this %s model (%d "
+                           "units of parameters): refusing a file of another model", sf->path,
+                           name, m->family->name, lay->n_units);
                 return -1;
             }
             if (say)
@@ -1361,39 +1467,30 @@ static int check_hf_names(const hf_weights *w, const llama_layout *lay, const hf
     return 0;
 }
 
-int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *dir, char *err, size_t errlen) {
     MPI_Comm comm = topo->world;
     const double t0 = MPI_Wtime();
-    hf_config hc;
-    int ok = hf_config_read(dir, &hc, err, errlen) == 0;
+    model_shape hc;
+    int ok = family_shape_from_hf(dir, &hc, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) return -1;
-    struct {
-        const char *hf, *ours;
-        int theirs, mine;
-    } f[] = {{"hidden_size", "dim", hc.hidden_size, mc->dim},
-             {"num_hidden_layers", "n_layers", hc.num_hidden_layers, mc->n_layers},
-             {"num_attention_heads", "n_heads", hc.num_attention_heads, mc->n_heads},
-             {"num_key_value_heads", "n_kv_heads", hc.num_key_value_heads, mc->n_kv_heads},
-             {"head_dim", "dim / n_heads", hc.head_dim, mc->head_dim},
-             {"intermediate_size", "ffn_dim", hc.intermediate_size, mc->ffn_dim},
-             {"vocab_size", "vocab_size", hc.vocab_size, mc->vocab_size},
-             {"tie_word_embeddings", "tie_word_embeddings", hc.tie_word_embeddings,
-              mc->tie_word_embeddings}};
-    for (size_t i = 0; ok && i < sizeof f / sizeof f[0]; i++) {
-        if (f[i].theirs == f[i].mine) continue;
-        io_set_err(err, errlen, "%s/config.json: %s = %d but the job's [model] %s = %d: the job "
-                "must describe the same model", dir, f[i].hf, f[i].theirs, f[i].ours, f[i].mine);
+    /* config.json must say what the job's shape says of every key it holds */
+    if (hc.family != mc->family) {
+        io_set_err(err, errlen, "%s/config.json is a %s model but the job's is a %s model", dir,
+                   hc.family->name, mc->family->name);
         ok = 0;
     }
-    if (ok && !close_enough(hc.rms_norm_eps, mc->norm_eps)) {
-        io_set_err(err, errlen, "%s/config.json: rms_norm_eps = %g but [model] norm_eps = %g (set "
-                "norm_eps = %g)", dir, hc.rms_norm_eps, mc->norm_eps, hc.rms_norm_eps);
-        ok = 0;
-    }
-    if (ok && !close_enough(hc.rope_theta, mc->rope_theta)) {
-        io_set_err(err, errlen, "%s/config.json: rope_theta = %g but [model] rope_theta = %g (set "
-                "rope_theta = %g)", dir, hc.rope_theta, mc->rope_theta, hc.rope_theta);
+    const model_family *fam = mc->family;
+    for (int i = 0; ok && i < fam->n_keys; i++) {
+        if (!fam->hf_names[i] ||
+            key_equal(&fam->keys[i], model_shape_cdata(&hc), model_shape_cdata(mc)))
+            continue;
+        char theirs[64], mine[64];
+        key_format(&fam->keys[i], model_shape_cdata(&hc), theirs, sizeof theirs);
+        key_format(&fam->keys[i], model_shape_cdata(mc), mine, sizeof mine);
+        io_set_err(err, errlen, "%s/config.json: %s = %s but the job's [model] %s = %s: the job "
+                   "must describe the same model (set %s = %s)", dir, fam->hf_names[i], theirs,
+                   fam->keys[i].key, mine, fam->keys[i].key, theirs);
         ok = 0;
     }
     if (agree(comm, ok, err, errlen)) return -1;
@@ -1401,7 +1498,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
     hf_weights w;
     ok = hf_weights_open(&w, dir, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) return -1;
-    const llama_layout *lay = fsdp_layout(e);
+    const model_layout *lay = fsdp_layout(e);
     ok = check_hf_names(&w, lay, &hc, topo->world_rank == 0, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) {
         hf_weights_close(&w);
@@ -1414,9 +1511,9 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
         size_t sb, se;
         fsdp_shard_range(e, u, &sb, &se);
         memset(buf, 0, (se - sb) * sizeof(float));
-        const llama_unit *lu = &lay->units[u];
+        const model_unit *lu = &lay->units[u];
         for (int i = 0; ok && i < lu->n_tensors; i++) {
-            const llama_tensor *t = &lu->tensors[i];
+            const model_tensor *t = &lu->tensors[i];
             shard_overlap ov;
             if (!shard_intersect(sb, se, t->offset, t->numel, &ov)) continue;
             const char *name = t->name; /* tied: the layout has no lm_head.weight */
@@ -1462,7 +1559,7 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
     return 0;
 }
 
-int checkpoint_init_from(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_init_from(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *src, char *err, size_t errlen) {
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/config.json", src);

@@ -101,7 +101,7 @@ void checkpoint_dir_close(int *lock_fd);
 
 /* Loads path into the engine (collective), checking the model shape and every
  * checksum of what it reads; fills *st (may be NULL). Rank 0 prints one line. */
-int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
                     const char *path, ckpt_load_what what, ckpt_state *st, char *err,
                     size_t errlen);
 
@@ -116,12 +116,12 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
 /* Loads the weights of a Hugging Face model directory (config.json, model.safetensors
  * or model.safetensors.index.json + shards) into the engine, each rank reading only the
  * ranges its shard needs; refuses a config.json whose shape differs from mc. */
-int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *dir, char *err, size_t errlen);
 
 /* model.init_from: a Hugging Face directory, or a shardlm checkpoint file/directory
  * (weights only). */
-int checkpoint_init_from(fsdp_engine *e, const topology *topo, const llama_config *mc,
+int checkpoint_init_from(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *src, char *err, size_t errlen);
 
 /* ---- for `shardlm ckpt` and tests ---- */
@@ -139,7 +139,7 @@ extern const char *const checkpoint_groups[FSDP_STATE_N];
  * dataset's path, shape and checksum matching; a dataset reached through a soft,
  * external or second hard link is refused. */
 int checkpoint_open(struct ckpt_h5_file *f, const char *path, MPI_Comm comm,
-                    llama_config *shape, ckpt_state *st, char *err, size_t errlen);
+                    model_shape *shape, ckpt_state *st, char *err, size_t errlen);
 
 /* The Hugging Face files kept in an open checkpoint (its /hf group; none in files of
  * format 2 and older) added to out where out lacks them, every checksum checked.
@@ -155,7 +155,7 @@ int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char 
 
 /* 0 when the stored shape equals mc's, else -1 with a message naming the first [model]
  * key that differs (a different model is refused, never loaded). Local. */
-int checkpoint_check_shape(const char *path, const llama_config *stored,
-                           const llama_config *mc, char *err, size_t errlen);
+int checkpoint_check_shape(const char *path, const model_shape *stored,
+                           const model_shape *mc, char *err, size_t errlen);
 
 #endif

@@ -18,7 +18,7 @@
 #include "src/ckpt/checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/ckpt/hf_files.h"
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
 
 /* Elements moved per read: bounds memory for 70B-sized tensors. */
@@ -50,13 +50,15 @@ static int fail(int status, const char *msg) {
 
 /* The datasets of a checkpoint of this shape, in layout order: paths and shapes. */
 typedef struct ds_list {
-    llama_layout lay;
+    model_desc md;
+    model_layout lay;
     int n_tensors;
-    const llama_tensor **t; /* (n_tensors) */
+    const model_tensor **t; /* (n_tensors) */
 } ds_list;
 
-static void ds_list_init(ds_list *d, const llama_config *shape) {
-    llama_layout_init(&d->lay, shape);
+static void ds_list_init(ds_list *d, const model_shape *shape) {
+    model_shape_desc_open(&d->md, shape);
+    d->lay = d->md.lay;
     d->n_tensors = 0;
     for (int u = 0; u < d->lay.n_units; u++) d->n_tensors += d->lay.units[u].n_tensors;
     d->t = malloc((size_t)d->n_tensors * sizeof *d->t);
@@ -68,7 +70,7 @@ static void ds_list_init(ds_list *d, const llama_config *shape) {
 
 static void ds_list_free(ds_list *d) {
     free(d->t);
-    llama_layout_free(&d->lay);
+    model_desc_close(&d->md);
 }
 
 /* Opens dataset i of state group k (checkpoint_groups[k]/name, written into dpath) and
@@ -83,7 +85,7 @@ static int open_listed(ckpt_h5_file *f, const ds_list *dl, int k, int i, char *d
 
 /* Opens CKPT (a file or a directory's `latest`). */
 static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathlen,
-                     llama_config *shape, ckpt_state *st, char *err, size_t errlen) {
+                     model_shape *shape, ckpt_state *st, char *err, size_t errlen) {
     if (checkpoint_resolve("", arg, path, pathlen, err, errlen) != 0) return -1;
     int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
     /* every rank reads the same file: a failure is everyone's */
@@ -149,7 +151,7 @@ static int ckpt_info(int argc, char **argv) {
     if (!arg) return ckpt_usage(stderr), 2;
     char err[1536] = "", path[2048];
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
-    llama_config m;
+    model_shape m;
     ckpt_state st;
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
     ds_list dl;
@@ -181,10 +183,23 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
-        printf("  %-20s dim %d, n_layers %d, n_heads %d, n_kv_heads %d, ffn_dim %d, vocab_size "
-               "%d, max_seq_len %d%s; %lld parameters\n", "model", m.dim, m.n_layers, m.n_heads,
-               m.n_kv_heads, m.ffn_dim, m.vocab_size, m.max_seq_len,
-               m.tie_word_embeddings ? ", tied embeddings" : "", (long long)llama_param_count(&m));
+        char shape[600] = "", v[64];
+        const model_family *fam = m.family;
+        for (int k = 0; k < fam->n_keys; k++) {
+            const key_def *key = &fam->keys[k];
+            if (!(key->flags & (KF_LAYOUT | KF_SHAPE)) && strcmp(key->key, "max_seq_len") != 0)
+                continue;
+            if (key->type == KT_BOOL) {
+                if (key_number(key, model_shape_cdata(&m)) != 0)
+                    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %s", key->key);
+                continue;
+            }
+            key_format(key, model_shape_cdata(&m), v, sizeof v);
+            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%s %s",
+                     shape[0] ? ", " : "", key->key, v);
+        }
+        printf("  %-20s %s: %s; %lld parameters\n", "model", fam->name, shape,
+               (long long)model_shape_param_count(&m));
         printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
     }
     uint64_t total = 0;
@@ -245,7 +260,7 @@ static int ckpt_verify(int argc, char **argv) {
     if (argc != 1 || argv[0][0] == '-') return ckpt_usage(stderr), 2;
     char err[1536] = "", path[2048];
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
-    llama_config m;
+    model_shape m;
     if (open_ckpt(argv[0], &f, path, sizeof path, &m, NULL, err, sizeof err) != 0)
         return fail(1, err);
     const double t0 = MPI_Wtime();
@@ -383,7 +398,7 @@ static cJSON *export_ids(const hf_files *hf, const char *out, char *err, size_t 
  * tokenizer's, generation_config.json), config.json for the checkpoint's shape over the
  * source's (its ids and other members kept; else the exported tokenizer's ids), and a
  * generation_config.json of those ids where the source had none. */
-static int export_hf_files(const char *out, const hf_files *hf, const hf_config *hc,
+static int export_hf_files(const char *out, const hf_files *hf, const model_shape *m,
                            const char *torch_dtype, char *written, size_t writtenlen,
                            char *err, size_t errlen) {
     char path[2200];
@@ -396,10 +411,21 @@ static int export_hf_files(const char *out, const hf_files *hf, const hf_config 
     }
     cJSON *ids = export_ids(hf, out, err, errlen);
     if (!ids) return -1;
+    /* the source's config.json, else the ids, with the shape written over them */
     const hf_file *src = hf_files_get(hf, "config.json");
-    char *base = src ? NULL : cJSON_PrintUnformatted(ids);
-    int rc = hf_config_write(out, hc, torch_dtype, src ? src->data : base, err, errlen);
-    free(base);
+    cJSON *j = src ? cJSON_Parse(src->data) : cJSON_Duplicate(ids, 1);
+    int rc = 0;
+    if (!cJSON_IsObject(j)) {
+        snprintf(err, errlen, "%s/config.json: the source's config.json to build on is not a JSON "
+                 "object", out);
+        cJSON_Delete(j);
+        rc = -1;
+    }
+    if (rc == 0 && m->family->hf_write(model_shape_cdata(m), j, err, errlen) != 0) {
+        cJSON_Delete(j);
+        rc = -1;
+    }
+    if (rc == 0) rc = hf_config_save(out, j, torch_dtype, err, errlen);
     if (rc == 0 && !hf_files_get(hf, "generation_config.json")) {
         char *text = cJSON_Print(ids);
         snprintf(path, sizeof path, "%s/generation_config.json", out);
@@ -446,7 +472,7 @@ static int ckpt_export(int argc, char **argv) {
 
     char err[1536] = "", path[2048];
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
-    llama_config m;
+    model_shape m;
     ckpt_state st;
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
     const double t0 = MPI_Wtime();
@@ -495,7 +521,7 @@ static int ckpt_export(int argc, char **argv) {
     memset(&w, 0, sizeof w);
     int open_file = -1;
     for (int i = 0; i < nt; i++) {
-        const llama_tensor *t = dl.t[i];
+        const model_tensor *t = dl.t[i];
         if (me == 0 && ok && file_of[i] != open_file) {
             /* begin the next shard with its tensor list */
             int first = i, n = 0;
@@ -572,18 +598,7 @@ static int ckpt_export(int argc, char **argv) {
     if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
     char written[512] = "";
     if (me == 0 && ok) {
-        hf_config hc = {.hidden_size = m.dim,
-                        .num_hidden_layers = m.n_layers,
-                        .num_attention_heads = m.n_heads,
-                        .num_key_value_heads = m.n_kv_heads,
-                        .head_dim = m.head_dim,
-                        .intermediate_size = m.ffn_dim,
-                        .vocab_size = m.vocab_size,
-                        .max_position_embeddings = m.max_seq_len,
-                        .rms_norm_eps = m.norm_eps,
-                        .rope_theta = m.rope_theta,
-                        .tie_word_embeddings = m.tie_word_embeddings};
-        ok = export_hf_files(out, &hf, &hc, torch_dtype, written, sizeof written, err,
+        ok = export_hf_files(out, &hf, &m, torch_dtype, written, sizeof written, err,
                              sizeof err) == 0;
     }
     hf_files_free(&hf);

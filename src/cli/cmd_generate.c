@@ -119,7 +119,7 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
  * assistant's turn opened. */
 static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n, char *err,
                          size_t errlen) {
-    const int V = r->cfg.model.vocab_size;
+    const int V = model_shape_vocab_size(&r->cfg.model);
     *ids = NULL;
     *n = 0;
     if (a->prompt_ids) {
@@ -211,7 +211,7 @@ int cmd_generate(int argc, char **argv) {
     }
     free(a.sets);
     const job_config *c = &r.cfg;
-    const int V = c->model.vocab_size;
+    const int V = model_shape_vocab_size(&c->model);
     int rc = 1;
     int32_t *prompt = NULL, *out = NULL;
     float *logits = NULL;
@@ -229,7 +229,8 @@ int cmd_generate(int argc, char **argv) {
         logits = malloc((size_t)n_prompt * V * sizeof(float));
         SHLM_CHECK_ALLOC(logits);
         fsdp_begin_pass(r.engine, 0);
-        llama_forward(r.model, prompt, NULL, 1, n_prompt, NULL, logits, NULL);
+        const model_batch b = {prompt, NULL, NULL, 1, n_prompt};
+        model_forward(r.model, &b, NULL, logits, NULL);
         ok = r.rank != 0 || dump_logits(a.dump, prompt, n_prompt, logits, V, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) goto done;
         if (r.rank == 0) printf("generate: wrote the logits of %d prompt tokens to %s\n", n_prompt, a.dump);

@@ -14,7 +14,7 @@
 #include "src/watch/device_table.h"
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 #include "src/engine/topology.h"
 
 static void row(const char *key, size_t bytes, const char *what) {
@@ -245,7 +245,7 @@ int cmd_plan(int argc, char **argv) {
     job_plan jp;
     job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0);
     const shard_plan *pl = &jp.plan;
-    long long P = llama_param_count(&cfg.model);
+    long long P = model_shape_param_count(&cfg.model);
 
     printf("# shardlm plan: %s on %d ranks, %s, shard group %d x replica group %d%s\n", cfg.path,
            ranks, strategy_name(topt.strategy), S, R,

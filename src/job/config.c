@@ -15,41 +15,9 @@
 #include "io/config_file.h"
 #include "io/errmsg.h"
 #include "io/hf_model.h"
+#include "src/families/families.h"
 #include "src/watch/prometheus.h"
 #include "src/tokenizer/tokenizer.h"
-
-typedef enum key_type {
-    KT_INT,    /* int */
-    KT_FLOAT,  /* float */
-    KT_U64,    /* uint64_t, decimal or 0x-hex */
-    KT_BOOL,   /* int 0/1: true/false, yes/no, on/off, 1/0 */
-    KT_STRING, /* char[size]; may be "quoted" with \" \\ \n \t escapes */
-    KT_ENUM,   /* an enum (int-sized): the index of the value in `choices` ("a|b|c"), whose
-                * order is the enum's (checked below the table) */
-} key_type;
-
-enum key_flags {
-    KF_REQUIRED = 1 << 0, /* no default: the job must set it */
-    KF_MODEL = 1 << 1,    /* a model shape field: its default comes from the preset */
-    KF_SHAPE = 1 << 2,    /* required when no preset is given */
-    KF_DERIVED = 1 << 3,  /* default computed from other keys (see resolve_derived) */
-    KF_PATH = 1 << 4,     /* a file: relative to the job file's directory when set there */
-    KF_PRESET = 1 << 5,   /* must name a preset of llama_preset() */
-    KF_MIN_OPEN = 1 << 6, /* value must be > min (not >=) */
-    KF_MAX_OPEN = 1 << 7, /* value must be < max (not <=) */
-    KF_TRAINING = 1 << 8, /* KF_REQUIRED only when the job trains (JOB_TRAIN) */
-};
-
-typedef struct key_def {
-    const char *section, *key;
-    key_type type;
-    size_t offset, size;  /* of the field in job_config */
-    const char *def;      /* default, as text, parsed like a value; NULL: see flags */
-    double min, max;      /* inclusive bounds of numbers unless KF_*_OPEN */
-    const char *choices;  /* KT_ENUM only: the words, in the enum's order */
-    unsigned flags;
-    const char *doc;      /* one line: what the key means (shardlm keys, README's table) */
-} key_def;
 
 #define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
 #define NOLIM 0, 0
@@ -59,38 +27,13 @@ typedef struct key_def {
 static const key_def keys[] = {
     /* [model]: a preset is applied first, then these override it */
     {"model", "preset", KT_STRING, F(preset), "", NOLIM, NULL, KF_PRESET,
-     "a shape preset (tiny, tinyllama-1b, llama2-7b, llama2-13b, llama2-70b); the other "
-     "[model] keys override it"},
-    {"model", "dim", KT_INT, F(model.dim), NULL, 1, 1 << 20, NULL, KF_MODEL | KF_SHAPE,
-     "model width d"},
-    {"model", "n_layers", KT_INT, F(model.n_layers), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE,
-     "transformer blocks L"},
-    {"model", "n_heads", KT_INT, F(model.n_heads), NULL, 1, 1 << 16, NULL, KF_MODEL | KF_SHAPE,
-     "query heads; head_dim = dim / n_heads"},
-    /* without a preset: n_kv_heads = n_heads (no GQA) */
-    {"model", "n_kv_heads", KT_INT, F(model.n_kv_heads), NULL, 1, 1 << 16, NULL,
-     KF_MODEL | KF_DERIVED,
-     "key/value heads (grouped-query attention), dividing n_heads; without a preset: n_heads"},
-    {"model", "ffn_dim", KT_INT, F(model.ffn_dim), NULL, 1, 1 << 24, NULL, KF_MODEL | KF_SHAPE,
-     "SwiGLU hidden width"},
-    {"model", "vocab_size", KT_INT, F(model.vocab_size), NULL, 2, 1 << 30, NULL,
-     KF_MODEL | KF_SHAPE,
-     "vocabulary V: rows of the embedding (and of lm_head)"},
-    /* without a preset: max_seq_len = train.seq_len */
-    {"model", "max_seq_len", KT_INT, F(model.max_seq_len), NULL, 1, 1 << 24, NULL,
-     KF_MODEL | KF_DERIVED,
-     "the longest sequence the model takes; without a preset: train.seq_len"},
-    {"model", "norm_eps", KT_FLOAT, F(model.norm_eps), "1e-5", 0, 1, NULL, KF_MODEL | KF_MIN_OPEN,
-     "RMSNorm epsilon"},
-    {"model", "rope_theta", KT_FLOAT, F(model.rope_theta), "10000", 0, 1e12, NULL,
-     KF_MODEL | KF_MIN_OPEN,
-     "RoPE base"},
-    {"model", "init_std", KT_FLOAT, F(model.init_std), "0.02", 0, 10, NULL, KF_MODEL | KF_MIN_OPEN,
-     "standard deviation of the normal initialisation of every matrix"},
-    {"model", "tie_word_embeddings", KT_BOOL, F(model.tie_word_embeddings), "false", NOLIM, NULL,
-     KF_MODEL,
-     "the output projection is the embedding (one tensor, as Hugging Face's "
-     "tie_word_embeddings)"},
+     "a shape preset (any family's: `shardlm keys` lists them); the other [model] keys "
+     "override it"},
+    /* which family's [model] keys the job's others are: given, else the preset's, else
+     * model.init_from's config.json's, else llama */
+    {"model", "family", KT_STRING, F(family), "", NOLIM, NULL, KF_DERIVED,
+     "the model family (the [model] keys below are its); default: the preset's, else "
+     "model.init_from's config.json's, else llama"},
     /* a Hugging Face directory (config.json + safetensors) or a shardlm checkpoint whose
      * weights start the run; a resumed checkpoint wins over it */
     {"model", "init_from", KT_STRING, F(init_from), "", NOLIM, NULL, KF_PATH,
@@ -321,14 +264,14 @@ _Static_assert(MODEL_MATMUL_BF16 == 0 && MODEL_MATMUL_FP8_TENSORWISE == 1 &&
 _Static_assert(FSDP_FULL_SHARD == 0 && FSDP_SHARD_GRAD_OP == 1 && FSDP_NO_SHARD == 2 &&
                    FSDP_HYBRID_SHARD == 3, "fsdp.strategy");
 _Static_assert(SHLM_F32 == 0 && SHLM_BF16 == 1, "fsdp.param_dtype, fsdp.reduce_dtype");
-_Static_assert(LLAMA_AC_NONE == 0 && LLAMA_AC_FULL == 1 && LLAMA_AC_SELECTIVE == 2,
+_Static_assert(MODEL_AC_NONE == 0 && MODEL_AC_FULL == 1 && MODEL_AC_SELECTIVE == 2,
                "fsdp.activation_checkpointing");
 _Static_assert(SHLM_BACKEND_AUTO == 0 && SHLM_BACKEND_CPU == 1 && SHLM_BACKEND_CUDA == 2,
                "runtime.backend");
 _Static_assert(SHLM_ATTENTION_SM90 == 0 && SHLM_ATTENTION_MMA_SYNC == 1, "cuda.attention");
 _Static_assert(SHLM_NCCL_CTA_DEFAULT == 0 && SHLM_NCCL_CTA_EFFICIENCY == 1, "nccl.cta_policy");
 _Static_assert(sizeof(fsdp_strategy) == sizeof(int) && sizeof(shlm_dtype) == sizeof(int) &&
-                   sizeof(llama_ac) == sizeof(int) && sizeof(nonfinite_policy) == sizeof(int) &&
+                   sizeof(model_ac) == sizeof(int) && sizeof(nonfinite_policy) == sizeof(int) &&
                    sizeof(model_matmul) == sizeof(int) &&
                    sizeof(shlm_backend_choice) == sizeof(int) &&
                    sizeof(shlm_attention_kernels) == sizeof(int) &&
@@ -346,10 +289,21 @@ typedef struct key_state {
     char *value;  /* the raw text, parsed again when the config is resolved */
 } key_state;
 
+/* A [model] entry that is not a job key: one of the family's, known once the family is
+ * (model.family, the preset or init_from, resolved after every entry is read). */
+typedef struct model_entry {
+    char *key, *value;
+    int line;           /* > 0: line of the job file; 0: a --set override */
+    char at[1100];      /* where it was given, for messages */
+} model_entry;
+
 typedef struct loader {
     job_config *cfg;
     key_state st[N_KEYS];
     const char *set_arg; /* the --set argument being applied, NULL while in the file */
+    model_entry *model;  /* [model] entries of the family, in the order given */
+    int n_model;
+    key_state *fst;      /* the family's keys (cfg->model.family->keys), once resolved */
 } loader;
 
 /* A value as shown in a message: at most 60 characters, control characters as '?',
@@ -420,194 +374,6 @@ static void suggest_key(const char *section, const char *key, char *out, size_t 
     }
 }
 
-/* ---- values ---- */
-
-/* Strips surrounding double quotes and decodes \" \\ \n \t inside them. */
-static int unquote(const char *v, char *out, size_t outlen, char *why, size_t whylen) {
-    size_t len = strlen(v);
-    if (len < 2 || v[0] != '"' || v[len - 1] != '"') {
-        if (len >= outlen) {
-            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
-            return -1;
-        }
-        memcpy(out, v, len + 1);
-        return 0;
-    }
-    size_t n = 0;
-    for (size_t i = 1; i < len - 1; i++) {
-        char c = v[i];
-        if (c == '\\') {
-            char e = i + 1 < len - 1 ? v[++i] : '\0';
-            c = e == 'n' ? '\n' : e == 't' ? '\t' : e == '"' ? '"' : e == '\\' ? '\\' : 0;
-            if (!c) {
-                io_set_err(why, whylen, "bad escape '\\%c' (use \\\" \\\\ \\n \\t)", e ? e : ' ');
-                return -1;
-            }
-        }
-        if (n + 1 >= outlen) {
-            io_set_err(why, whylen, "longer than %zu characters", outlen - 1);
-            return -1;
-        }
-        out[n++] = c;
-    }
-    out[n] = '\0';
-    return 0;
-}
-
-static void range_text(const key_def *k, char *out, size_t outlen) {
-    int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
-    /* %.15g: integer bounds in full (1048576, not 1.04858e+06) */
-    if (inf)
-        snprintf(out, outlen, "must be %s %.15g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
-    else
-        snprintf(out, outlen, "must be in %c%.15g, %.15g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
-                 k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
-}
-
-static int in_range(const key_def *k, double v) {
-    if (k->flags & KF_MIN_OPEN ? !(v > k->min) : !(v >= k->min)) return 0;
-    if (k->flags & KF_MAX_OPEN ? !(v < k->max) : !(v <= k->max)) return 0;
-    return 1;
-}
-
-/* Parses `v` as key k's type into cfg's field. On error writes the reason ("not an
- * integer", "must be in [0, 1)", ...) into why and returns -1, leaving cfg alone. */
-static int parse_value(const key_def *k, const char *v, job_config *cfg, char *why,
-                       size_t whylen) {
-    char *field = (char *)cfg + k->offset;
-    char *end;
-    char range[96];
-    errno = 0;
-    switch (k->type) {
-    case KT_INT: {
-        long long x = strtoll(v, &end, 10);
-        if (end == v || *end || isspace((unsigned char)*v)) {
-            io_set_err(why, whylen, "not an integer");
-            return -1;
-        }
-        if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
-            range_text(k, range, sizeof range);
-            io_set_err(why, whylen, "out of range, %s", range);
-            return -1;
-        }
-        *(int *)field = (int)x;
-        return 0;
-    }
-    case KT_FLOAT: {
-        double x = strtod(v, &end);
-        if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
-            strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
-            io_set_err(why, whylen, "not a number");
-            return -1;
-        }
-        /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
-        float f = (float)x;
-        if (fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
-            range_text(k, range, sizeof range);
-            io_set_err(why, whylen, "out of range, %s", range);
-            return -1;
-        }
-        *(float *)field = f;
-        return 0;
-    }
-    case KT_U64: {
-        int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-        unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
-        if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
-            io_set_err(why, whylen, "not an unsigned integer");
-            return -1;
-        }
-        if (errno == ERANGE) {
-            io_set_err(why, whylen, "out of range, must be < 2^64");
-            return -1;
-        }
-        *(uint64_t *)field = (uint64_t)x;
-        return 0;
-    }
-    case KT_BOOL: {
-        static const char *const yes[] = {"true", "yes", "on", "1"};
-        static const char *const no[] = {"false", "no", "off", "0"};
-        for (int i = 0; i < 4; i++) {
-            if (strcasecmp(v, yes[i]) == 0) return *(int *)field = 1, 0;
-            if (strcasecmp(v, no[i]) == 0) return *(int *)field = 0, 0;
-        }
-        io_set_err(why, whylen, "not a boolean (true or false)");
-        return -1;
-    }
-    case KT_STRING: {
-        char buf[1024];
-        if (unquote(v, buf, k->size < sizeof buf ? k->size : sizeof buf, why, whylen) != 0)
-            return -1;
-        if (k->flags & KF_PRESET && buf[0]) {
-            llama_config probe;
-            if (llama_preset(buf, &probe) != 0) {
-                io_set_err(why, whylen, "unknown preset (known: %s)", llama_preset_names());
-                return -1;
-            }
-        }
-        memcpy(field, buf, strlen(buf) + 1);
-        return 0;
-    }
-    case KT_ENUM: {
-        size_t n = strlen(v);
-        int index = 0;
-        for (const char *c = k->choices; *c; index++) {
-            size_t len = strcspn(c, "|");
-            if (len == n && strncmp(c, v, n) == 0) {
-                *(int *)field = index;
-                return 0;
-            }
-            c += len + (c[len] == '|');
-        }
-        io_set_err(why, whylen, "not one of %s", k->choices);
-        return -1;
-    }
-    }
-    io_set_err(why, whylen, "internal error: bad key type");
-    return -1;
-}
-
-/* The index-th word of a choices list, into out ("?" past its end). */
-static const char *choice_word(const char *choices, int index, char *out, size_t outlen) {
-    const char *c = choices;
-    for (int i = 0; *c && i < index; i++) c += strcspn(c, "|") + (c[strcspn(c, "|")] == '|');
-    size_t len = strcspn(c, "|");
-    if (index < 0 || !*c) len = 0;
-    snprintf(out, outlen, "%.*s", (int)len, len ? c : "?");
-    return out;
-}
-
-static void format_value(const key_def *k, const job_config *cfg, char *out, size_t outlen) {
-    const char *field = (const char *)cfg + k->offset;
-    switch (k->type) {
-    case KT_INT: snprintf(out, outlen, "%d", *(const int *)field); break;
-    case KT_FLOAT: snprintf(out, outlen, "%g", *(const float *)field); break;
-    case KT_U64: snprintf(out, outlen, "%llu", (unsigned long long)*(const uint64_t *)field); break;
-    case KT_BOOL: snprintf(out, outlen, "%s", *(const int *)field ? "true" : "false"); break;
-    case KT_ENUM: choice_word(k->choices, *(const int *)field, out, outlen); break;
-    case KT_STRING: {
-        /* quote only what would not read back as itself */
-        const char *s = field;
-        int plain = s[0] && !isspace((unsigned char)s[0]) && !isspace((unsigned char)s[strlen(s) - 1]) &&
-                    s[0] != '"' && !strpbrk(s, "\n\t;");
-        if (plain) {
-            snprintf(out, outlen, "%s", s);
-        } else {
-            size_t n = 0;
-            if (n + 1 < outlen) out[n++] = '"';
-            for (; *s && n + 3 < outlen; s++) {
-                char esc = *s == '\n' ? 'n' : *s == '\t' ? 't' : *s == '"' ? '"' : *s == '\\' ? '\\' : 0;
-                if (esc) out[n++] = '\\', out[n++] = esc;
-                else out[n++] = *s;
-            }
-            if (n + 1 < outlen) out[n++] = '"';
-            out[n] = '\0';
-        }
-        break;
-    }
-    }
-}
-
 /* ---- origins, for messages: "FILE:LINE", "--set section.key" or just "FILE" ---- */
 
 static void origin(const loader *ld, int i, char *out, size_t outlen) {
@@ -671,6 +437,22 @@ static int on_entry(void *user, const char *section, const char *key, const char
     if (!key) return 0; /* a section header */
 
     int i = find_key(section, key);
+    if (i < 0 && strcmp(section, "model") == 0) { /* the family's: checked once it is known */
+        model_entry *g = realloc(ld->model, (size_t)(ld->n_model + 1) * sizeof *g);
+        char *k = strdup(key), *v = strdup(value);
+        if (!g || !k || !v) {
+            free(k);
+            free(v);
+            if (g) ld->model = g;
+            io_set_err(err, errlen, "%s: out of memory", at);
+            return -1;
+        }
+        ld->model = g;
+        g[ld->n_model] = (model_entry){.key = k, .value = v, .line = ld->set_arg ? 0 : line};
+        snprintf(g[ld->n_model].at, sizeof g[ld->n_model].at, "%s", at);
+        ld->n_model++;
+        return 0;
+    }
     if (i < 0) {
         suggest_key(section, key, hint, sizeof hint);
         io_set_err(err, errlen, "%s: unknown key '%s' in [%s]%s", at, show(key, shown), section,
@@ -690,9 +472,15 @@ static int on_entry(void *user, const char *section, const char *key, const char
 
     job_config scratch;
     char why[512];
-    if (parse_value(&keys[i], value, &scratch, why, sizeof why) != 0) {
+    if (key_parse(&keys[i], value, &scratch, why, sizeof why) != 0) {
         io_set_err(err, errlen, "%s: [%s] %s = '%s': %s", at, section, key, show(value, shown),
                 why);
+        return -1;
+    }
+    const char *text = (const char *)&scratch + keys[i].offset;
+    if (keys[i].flags & KF_PRESET && text[0] && !family_of_preset(text, NULL)) {
+        io_set_err(err, errlen, "%s: [%s] %s = '%s': unknown preset (known: %s)", at, section,
+                   key, show(value, shown), family_preset_names());
         return -1;
     }
     char *copy = strdup(value);
@@ -766,7 +554,7 @@ static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
     const int i = idx("model", "init_from");
     job_config scratch;
     char why[512], at[1100];
-    parse_value(&keys[i], ld->st[i].value, &scratch, why, sizeof why); /* checked when read */
+    key_parse(&keys[i], ld->st[i].value, &scratch, why, sizeof why); /* checked when read */
     const char *field = (const char *)&scratch + keys[i].offset;
     int n = ld->st[i].line > 0 ? join_job_dir(ld->cfg->path, field, out, outlen)
                                : snprintf(out, outlen, "%s", field);
@@ -779,80 +567,251 @@ static int init_from_path(const loader *ld, char *out, size_t outlen, char *err,
     return 0;
 }
 
-/* The architecture in DIR/config.json as a shardlm shape (init_std, which a config.json
- * does not hold, the key's default). */
-static int model_from_hf(const char *dir, llama_config *m, char *err, size_t errlen) {
-    hf_config h;
-    if (hf_config_read(dir, &h, err, errlen) != 0) return -1;
-    if (h.head_dim != h.hidden_size / h.num_attention_heads) {
-        io_set_err(err, errlen, "%s/config.json: head_dim = %d, but shardlm's is hidden_size / "
-                "num_attention_heads = %d", dir, h.head_dim, h.hidden_size / h.num_attention_heads);
+/* ---- the model: its family, then the family's keys ---- */
+
+/* The origin of family key i (ld->fst), for messages. */
+static void forigin(const loader *ld, int i, char *out, size_t outlen) {
+    const key_state *s = &ld->fst[i];
+    const key_def *k = &ld->cfg->model.family->keys[i];
+    if (s->set && s->line > 0) snprintf(out, outlen, "%s:%d", ld->cfg->path, s->line);
+    else if (s->set) snprintf(out, outlen, "--set model.%s", k->key);
+    else if (ld->cfg->preset[0]) snprintf(out, outlen, "preset %s", ld->cfg->preset);
+    else snprintf(out, outlen, "%s", ld->cfg->path);
+}
+
+/* Which family the job's model is: model.family, else its preset's, else init_from's
+ * config.json's (hf: that family, or NULL), else the first (llama); given ones must
+ * agree. */
+static int pick_family(loader *ld, const model_family *hf, const char *init_path, char *err,
+                       size_t errlen) {
+    job_config *c = ld->cfg;
+    char at[1100];
+    const model_family *named = NULL, *of_preset = NULL;
+    const int i_family = idx("model", "family");
+    if (c->family[0] && !(named = family_named(c->family))) {
+        origin(ld, i_family, at, sizeof at);
+        io_set_err(err, errlen, "%s: [model] family = %s: unknown (known: %s)", at, c->family,
+                   family_names());
         return -1;
     }
-    *m = (llama_config){.dim = h.hidden_size, .n_layers = h.num_hidden_layers,
-                        .n_heads = h.num_attention_heads, .n_kv_heads = h.num_key_value_heads,
-                        .head_dim = h.head_dim, .ffn_dim = h.intermediate_size,
-                        .vocab_size = h.vocab_size, .max_seq_len = h.max_position_embeddings,
-                        .norm_eps = (float)h.rms_norm_eps, .rope_theta = (float)h.rope_theta,
-                        .tie_word_embeddings = h.tie_word_embeddings};
-    char why[512];
-    job_config scratch;
-    const int i_std = idx("model", "init_std");
-    parse_value(&keys[i_std], keys[i_std].def, &scratch, why, sizeof why);
-    m->init_std = scratch.model.init_std;
-    if (llama_config_validate(m, why, sizeof why) != 0) {
-        io_set_err(err, errlen, "%s/config.json: %s", dir, why);
+    if (c->preset[0]) of_preset = family_of_preset(c->preset, NULL);
+    if (named && of_preset && named != of_preset) {
+        origin(ld, i_family, at, sizeof at);
+        io_set_err(err, errlen, "%s: [model] family = %s, but preset %s is a %s model", at,
+                   named->name, c->preset, of_preset->name);
         return -1;
+    }
+    const model_family *f = named ? named : of_preset ? of_preset : hf ? hf : model_families[0];
+    if (hf && hf != f) {
+        origin(ld, named ? i_family : idx("model", "preset"), at, sizeof at);
+        io_set_err(err, errlen, "%s: [model] %s is a %s model, but %s/config.json "
+                   "(model.init_from) is a %s model", at, named ? "family" : "preset",
+                   f->name, init_path, hf->name);
+        return -1;
+    }
+    c->model.family = f;
+    snprintf(c->family, sizeof c->family, "%s", f->name);
+    return 0;
+}
+
+/* The index of the family's key called name, or -1. */
+static int family_key(const model_family *f, const char *name) {
+    for (int i = 0; i < f->n_keys; i++)
+        if (strcmp(f->keys[i].key, name) == 0) return i;
+    return -1;
+}
+
+/* The [model] entries that are the family's keys, checked and recorded in ld->fst as job
+ * keys are in ld->st (unknown ones named with the family's keys to choose from). */
+static int take_model_entries(loader *ld, char *err, size_t errlen) {
+    const model_family *f = ld->cfg->model.family;
+    char shown[72], why[512];
+    for (int e = 0; e < ld->n_model; e++) {
+        const model_entry *m = &ld->model[e];
+        const int i = family_key(f, m->key);
+        if (i < 0) {
+            int best = -1, best_d = 3;
+            for (int k = 0; k < f->n_keys; k++) {
+                int d = edit_distance(m->key, f->keys[k].key);
+                if (d < best_d) best_d = d, best = k;
+            }
+            char hint[96] = "";
+            if (best >= 0) snprintf(hint, sizeof hint, " (did you mean '%s'?)", f->keys[best].key);
+            else suggest_key("model", m->key, hint, sizeof hint);
+            io_set_err(err, errlen, "%s: unknown key '%s' in [model] (model.family = %s)%s",
+                       m->at, show(m->key, shown), f->name, hint);
+            return -1;
+        }
+        key_state *s = &ld->fst[i];
+        if (s->set && (s->line > 0) == (m->line > 0)) {
+            if (s->line > 0)
+                io_set_err(err, errlen, "%s: duplicate key '%s' in [model] (first set on line %d)",
+                           m->at, m->key, s->line);
+            else
+                io_set_err(err, errlen, "%s: given twice", m->at);
+            return -1;
+        }
+        model_shape scratch = ld->cfg->model;
+        if (key_parse(&f->keys[i], m->value, model_shape_data(&scratch), why, sizeof why) != 0) {
+            io_set_err(err, errlen, "%s: [model] %s = '%s': %s", m->at, m->key,
+                       show(m->value, shown), why);
+            return -1;
+        }
+        free(s->value);
+        s->value = strdup(m->value);
+        if (!s->value) {
+            io_set_err(err, errlen, "%s: out of memory", m->at);
+            return -1;
+        }
+        s->set = 1;
+        s->line = m->line;
     }
     return 0;
 }
 
-/* The [model] keys whose value a config.json gives, and its names for them. */
-static const struct {
-    const char *key, *hf;
-} hf_names[] = {{"dim", "hidden_size"},
-                {"n_layers", "num_hidden_layers"},
-                {"n_heads", "num_attention_heads"},
-                {"n_kv_heads", "num_key_value_heads"},
-                {"ffn_dim", "intermediate_size"},
-                {"vocab_size", "vocab_size"},
-                {"max_seq_len", "max_position_embeddings"},
-                {"norm_eps", "rms_norm_eps"},
-                {"rope_theta", "rope_theta"},
-                {"tie_word_embeddings", "tie_word_embeddings"}};
-
-/* Every [model] key the job gives (set, or through its preset) must hold the value of
- * init_from's config.json: all those that differ, in one message naming both values, where
- * the job's comes from, and the file. */
-static int check_against_hf(const loader *ld, int have_preset, const llama_config *hf,
+/* Every [model] key the job gives (set, or through its preset) that init_from's config.json
+ * holds must hold config.json's value: all those that differ, in one message naming both
+ * values, where the job's comes from, and the file. */
+static int check_against_hf(const loader *ld, int have_preset, const model_shape *hf,
                             const char *dir, char *err, size_t errlen) {
     const job_config *c = ld->cfg;
-    job_config theirs;
-    theirs.model = *hf;
-    char list[1400] = "", mine[64], their[64], at[200];
+    const model_family *f = c->model.family;
+    char list[1400] = "", mine[64], their[64], at[1100];
     int n = 0;
-    for (size_t k = 0; k < sizeof hf_names / sizeof hf_names[0]; k++) {
-        const int i = idx("model", hf_names[k].key);
-        if (!ld->st[i].set && !have_preset) continue;
-        const char *a = (const char *)c + keys[i].offset;
-        const char *b = (const char *)&theirs + keys[i].offset;
-        const int same = keys[i].type == KT_FLOAT
-                             ? fabsf(*(const float *)a - *(const float *)b) <=
-                                   1e-6f * fabsf(*(const float *)b)
-                             : *(const int *)a == *(const int *)b;
-        if (same) continue;
-        format_value(&keys[i], c, mine, sizeof mine);
-        format_value(&keys[i], &theirs, their, sizeof their);
-        if (ld->st[i].set) origin(ld, i, at, sizeof at);
-        else snprintf(at, sizeof at, "preset %s", c->preset);
+    for (int i = 0; i < f->n_keys; i++) {
+        if (!f->hf_names[i] || (!ld->fst[i].set && !have_preset)) continue;
+        if (key_equal(&f->keys[i], model_shape_cdata(&c->model), model_shape_cdata(hf))) continue;
+        key_format(&f->keys[i], model_shape_cdata(&c->model), mine, sizeof mine);
+        key_format(&f->keys[i], model_shape_cdata(hf), their, sizeof their);
+        forigin(ld, i, at, sizeof at);
         size_t len = strlen(list);
         snprintf(list + len, sizeof list - len, "%s%s = %s (%s) but %s = %s", n++ ? "; " : "",
-                 keys[i].key, mine, at, hf_names[k].hf, their);
+                 f->keys[i].key, mine, at, f->hf_names[i], their);
     }
     if (!n) return 0;
     io_set_err(err, errlen, "%s: [model] disagrees with %s/config.json (model.init_from): %s; "
             "leave [model] out to take the architecture from config.json", c->path, dir, list);
     return -1;
+}
+
+/* The model's shape: the preset's, else the family's defaults with every KF_SHAPE key
+ * given; the job's keys over it; config.json's (hf) where the job starts from a Hugging
+ * Face directory (keys config.json does not hold stay the job's); derived fields; the
+ * family's rules, each message at the key the job set. */
+static int resolve_shape(loader *ld, const model_shape *hf, const char *init_path, char *err,
+                         size_t errlen) {
+    job_config *c = ld->cfg;
+    const model_family *f = c->model.family;
+    const int have_preset = c->preset[0] != 0;
+    char why[512], at[1100];
+    if (have_preset) {
+        const model_preset *pr;
+        family_of_preset(c->preset, &pr);
+        memcpy(model_shape_data(&c->model), pr->shape, f->shape_size);
+    } else {
+        family_shape_defaults(f, &c->model);
+        if (!c->hf_model) {
+            char missing[256] = "", all[256] = "";
+            for (int i = 0; i < f->n_keys; i++) {
+                if (!(f->keys[i].flags & KF_SHAPE)) continue;
+                size_t n = strlen(all);
+                snprintf(all + n, sizeof all - n, "%s%s", n ? ", " : "", f->keys[i].key);
+                if (ld->fst[i].set) continue;
+                n = strlen(missing);
+                snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", f->keys[i].key);
+            }
+            if (missing[0]) {
+                io_set_err(err, errlen,
+                           "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging "
+                           "Face directory; missing: %s", c->path, family_preset_names(), all,
+                           missing);
+                return -1;
+            }
+        }
+    }
+    for (int i = 0; i < f->n_keys; i++)
+        if (ld->fst[i].set)
+            key_parse(&f->keys[i], ld->fst[i].value, model_shape_data(&c->model), why, sizeof why);
+    unsigned char given[256] = {0};
+    for (int i = 0; i < f->n_keys && i < 256; i++) given[i] = have_preset || ld->fst[i].set;
+    if (c->hf_model) {
+        if (check_against_hf(ld, have_preset, hf, init_path, err, errlen) != 0) return -1;
+        model_shape mine = c->model;
+        c->model = *hf;
+        for (int i = 0; i < f->n_keys; i++) {
+            if (f->hf_names[i]) {
+                given[i] = 1;
+                continue;
+            }
+            const key_def *k = &f->keys[i];
+            memcpy((char *)model_shape_data(&c->model) + k->offset,
+                   (const char *)model_shape_cdata(&mine) + k->offset, k->size);
+        }
+    }
+    /* without a preset or a config.json, the context is train.seq_len unless given */
+    const int i_msl = family_key(f, "max_seq_len");
+    if (!have_preset && !c->hf_model && i_msl >= 0 && !ld->fst[i_msl].set) {
+        if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
+            io_set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
+                    c->path);
+            return -1;
+        }
+        f->set_max_seq_len(model_shape_data(&c->model), c->seq_len);
+        given[i_msl] = 1;
+    }
+    f->derive(model_shape_data(&c->model), given);
+    int blame[2];
+    char msg[512];
+    if (f->validate(model_shape_cdata(&c->model), msg, sizeof msg, blame) != 0) {
+        if (blame[0] < 0) {
+            io_set_err(err, errlen, "%s: bad model shape: %s", c->path, msg);
+            return -1;
+        }
+        int b = blame[0];
+        if (!ld->fst[b].set && blame[1] >= 0 && ld->fst[blame[1]].set) b = blame[1];
+        forigin(ld, b, at, sizeof at);
+        io_set_err(err, errlen, "%s: %s", at, msg);
+        return -1;
+    }
+    if (!c->seq_len_given) c->seq_len = model_shape_max_seq_len(&c->model);
+    if (c->seq_len > model_shape_max_seq_len(&c->model)) {
+        if (ld->st[idx("train", "seq_len")].set || i_msl < 0) origin(ld, idx("train", "seq_len"), at, sizeof at);
+        else forigin(ld, i_msl, at, sizeof at);
+        io_set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
+                at, c->seq_len, model_shape_max_seq_len(&c->model));
+        return -1;
+    }
+    return 0;
+}
+
+static int resolve_model(loader *ld, char *err, size_t errlen) {
+    job_config *c = ld->cfg;
+    const key_state *st = ld->st;
+    char at[1100], why[1536];
+    /* model.init_from: a Hugging Face directory gives the architecture */
+    const int i_init = idx("model", "init_from");
+    char init_path[1024] = "";
+    model_shape hf = {0};
+    if (st[i_init].set && init_from_path(ld, init_path, sizeof init_path, err, errlen) != 0)
+        return -1;
+    if (init_path[0]) {
+        int kind = hf_source_kind(init_path, why, sizeof why);
+        if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
+                         family_shape_from_hf(init_path, &hf, why, sizeof why) != 0)) {
+            origin(ld, i_init, at, sizeof at);
+            io_set_err(err, errlen, "%s: [model] init_from: %s", at, why);
+            return -1;
+        }
+        c->hf_model = kind == HF_SOURCE_HF_DIR;
+    }
+    if (pick_family(ld, c->hf_model ? hf.family : NULL, init_path, err, errlen) != 0) return -1;
+    ld->fst = calloc((size_t)c->model.family->n_keys, sizeof *ld->fst);
+    if (!ld->fst) {
+        io_set_err(err, errlen, "%s: out of memory", c->path);
+        return -1;
+    }
+    if (take_model_entries(ld, err, errlen) != 0) return -1;
+    return resolve_shape(ld, &hf, init_path, err, errlen);
 }
 
 static int resolve(loader *ld, char *err, size_t errlen) {
@@ -864,70 +823,20 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     char why[512];
     for (int i = 0; i < N_KEYS; i++) {
         if (keys[i].def && !(keys[i].flags & KF_MODEL) &&
-            parse_value(&keys[i], keys[i].def, c, why, sizeof why) != 0) {
+            key_parse(&keys[i], keys[i].def, c, why, sizeof why) != 0) {
             io_set_err(err, errlen, "internal error: default of %s.%s: %s", keys[i].section,
                     keys[i].key, why);
             return -1;
         }
     }
 
-    /* the model: from model.init_from's config.json when it is a Hugging Face directory,
-     * else a preset, else every shape key must be given */
-    const int i_init = idx("model", "init_from");
-    char init_path[1024] = "";
-    llama_config hf;
-    if (st[i_init].set && init_from_path(ld, init_path, sizeof init_path, err, errlen) != 0)
-        return -1;
-    if (init_path[0]) {
-        char why2[1536];
-        int kind = hf_source_kind(init_path, why2, sizeof why2);
-        if (kind < 0 || (kind == HF_SOURCE_HF_DIR &&
-                         model_from_hf(init_path, &hf, why2, sizeof why2) != 0)) {
-            origin(ld, i_init, at, sizeof at);
-            io_set_err(err, errlen, "%s: [model] init_from: %s", at, why2);
-            return -1;
-        }
-        c->hf_model = kind == HF_SOURCE_HF_DIR;
-    }
-    int i_preset = idx("model", "preset");
-    int have_preset = st[i_preset].set && st[i_preset].value[0];
-    if (have_preset) {
-        parse_value(&keys[i_preset], st[i_preset].value, c, why, sizeof why);
-        llama_preset(c->preset, &c->model);
-    } else if (!c->hf_model) {
-        char missing[256] = "", all[256] = "";
-        for (int i = 0; i < N_KEYS; i++) {
-            if (!(keys[i].flags & KF_SHAPE)) continue;
-            size_t n = strlen(all);
-            snprintf(all + n, sizeof all - n, "%s%s", n ? ", " : "", keys[i].key);
-            if (st[i].set) continue;
-            n = strlen(missing);
-            snprintf(missing + n, sizeof missing - n, "%s%s", n ? ", " : "", keys[i].key);
-        }
-        if (missing[0]) {
-            io_set_err(err, errlen,
-                    "%s: [model] needs a preset (%s), all of %s, or init_from a Hugging Face "
-                    "directory; missing: %s", c->path, llama_preset_names(), all, missing);
-            return -1;
-        }
-    }
-    if (!have_preset)
-        for (int i = 0; i < N_KEYS; i++)
-            if (keys[i].flags & KF_MODEL && keys[i].def)
-                parse_value(&keys[i], keys[i].def, c, why, sizeof why);
-
     /* what the job says, over the defaults (already validated when read) */
     for (int i = 0; i < N_KEYS; i++)
-        if (st[i].set) parse_value(&keys[i], st[i].value, c, why, sizeof why);
+        if (st[i].set) key_parse(&keys[i], st[i].value, c, why, sizeof why);
     c->seq_len_given = st[idx("train", "seq_len")].set;
 
-    /* a Hugging Face model's architecture is its config.json's: what the job says of it
-     * must agree (init_std, which no config.json holds, stays the job's) */
-    if (c->hf_model) {
-        if (check_against_hf(ld, have_preset, &hf, init_path, err, errlen) != 0) return -1;
-        hf.init_std = c->model.init_std;
-        c->model = hf;
-    }
+    /* the model: its family, then its shape (resolve_model) */
+    if (resolve_model(ld, err, errlen) != 0) return -1;
 
     /* required keys (an empty string, quoted or not, counts as missing); a forward-only
      * use needs none of the training ones */
@@ -943,20 +852,8 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
 
     /* derived defaults */
-    const int i_kv = idx("model", "n_kv_heads"), i_msl = idx("model", "max_seq_len");
     const int i_gb = idx("train", "global_batch"), i_min_lr = idx("train", "min_lr");
     const int i_run_dir = idx("log", "run_dir");
-    const int own_shape = !have_preset && !c->hf_model; /* the shape is the job's keys */
-    if (own_shape && !st[i_kv].set) c->model.n_kv_heads = c->model.n_heads;
-    if (own_shape && !st[i_msl].set) {
-        if (!c->seq_len_given) { /* a forward-only job: one of the two says the context */
-            io_set_err(err, errlen, "%s: [train] seq_len or [model] max_seq_len is required",
-                    c->path);
-            return -1;
-        }
-        c->model.max_seq_len = c->seq_len;
-    }
-    if (!c->seq_len_given) c->seq_len = c->model.max_seq_len;
     if (!st[i_min_lr].set) c->min_lr = c->lr / 10;
     if (!st[i_run_dir].set) {
         const char *base = strrchr(c->path, '/');
@@ -967,30 +864,9 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
 
     /* cross-key checks */
-    const int i_dim = idx("model", "dim"), i_nh = idx("model", "n_heads");
-    const int i_seq = idx("train", "seq_len"), i_mb = idx("train", "micro_batch");
+    const int i_mb = idx("train", "micro_batch");
     const int i_lr = idx("train", "lr"), i_warm = idx("train", "warmup_steps");
     const int i_steps = idx("train", "steps");
-    const llama_config *m = &c->model;
-    if (m->dim % m->n_heads != 0) {
-        origin2(ld, i_dim, i_nh, at, sizeof at);
-        io_set_err(err, errlen, "%s: [model] dim = %d is not divisible by n_heads = %d", at,
-                m->dim, m->n_heads);
-        return -1;
-    }
-    if (m->n_heads % m->n_kv_heads != 0) {
-        origin2(ld, i_kv, i_nh, at, sizeof at);
-        io_set_err(err, errlen, "%s: [model] n_kv_heads = %d does not divide n_heads = %d", at,
-                m->n_kv_heads, m->n_heads);
-        return -1;
-    }
-    c->model.head_dim = m->dim / m->n_heads;
-    if (c->seq_len > m->max_seq_len) {
-        origin2(ld, i_seq, i_msl, at, sizeof at);
-        io_set_err(err, errlen, "%s: [train] seq_len = %d is larger than [model] max_seq_len = %d",
-                at, c->seq_len, m->max_seq_len);
-        return -1;
-    }
     if (c->global_batch > 0 && c->global_batch % c->micro_batch != 0) {
         origin2(ld, i_gb, i_mb, at, sizeof at);
         io_set_err(err, errlen,
@@ -1039,12 +915,6 @@ static int resolve(loader *ld, char *err, size_t errlen) {
                 "least 10", at, c->telemetry_interval_ms);
         return -1;
     }
-    char why2[512];
-    if (llama_config_validate(&c->model, why2, sizeof why2) != 0) {
-        io_set_err(err, errlen, "%s: bad model shape: %s", c->path, why2);
-        return -1;
-    }
-
     /* paths written in the job file are relative to its directory, so a job runs the
      * same from any working directory; a --set path is the shell's, relative to the
      * working directory */
@@ -1112,6 +982,13 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
         rc = apply_override(&ld, overrides[i], err, errlen);
     if (rc == 0) rc = resolve(&ld, err, errlen);
     for (int i = 0; i < N_KEYS; i++) free(ld.st[i].value);
+    for (int i = 0; ld.fst && i < cfg->model.family->n_keys; i++) free(ld.fst[i].value);
+    free(ld.fst);
+    for (int e = 0; e < ld.n_model; e++) {
+        free(ld.model[e].key);
+        free(ld.model[e].value);
+    }
+    free(ld.model);
     if (rc != 0) {
         job_config_free(cfg);
         return -1;
@@ -1128,15 +1005,22 @@ void job_config_print(const job_config *cfg, int world_size) {
     char name[64], value[1100];
     printf("# job %s (hash %016llx), world size %d\n", cfg->path,
            (unsigned long long)job_config_hash(cfg), world_size);
+    const model_family *f = cfg->model.family;
     for (int i = 0; i < N_KEYS; i++) {
         snprintf(name, sizeof name, "%s.%s", keys[i].section, keys[i].key);
-        format_value(&keys[i], cfg, value, sizeof value);
+        key_format(&keys[i], cfg, value, sizeof value);
         printf("  %-26s = %s\n", name, value);
-        if (strcmp(keys[i].key, "n_heads") == 0 && strcmp(keys[i].section, "model") == 0)
-            printf("  %-26s = %d (dim / n_heads)\n", "model.head_dim", cfg->model.head_dim);
+        /* the family's keys after the job's [model] ones */
+        if (i + 1 < N_KEYS && strcmp(keys[i].section, "model") == 0 &&
+            strcmp(keys[i + 1].section, "model") != 0)
+            for (int k = 0; k < f->n_keys; k++) {
+                snprintf(name, sizeof name, "model.%s", f->keys[k].key);
+                key_format(&f->keys[k], model_shape_cdata(&cfg->model), value, sizeof value);
+                printf("  %-26s = %s\n", name, value);
+            }
     }
     int per_step = cfg->micro_batch * (world_size > 0 ? world_size : 1);
-    printf("  %-26s = %lld\n", "params", (long long)llama_param_count(&cfg->model));
+    printf("  %-26s = %lld\n", "params", (long long)model_shape_param_count(&cfg->model));
     printf("  %-26s = %lld\n", "tokens_per_step", (long long)cfg->global_batch * cfg->seq_len);
     if (cfg->global_batch % per_step == 0)
         printf("  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
@@ -1151,15 +1035,56 @@ static void default_text(const key_def *k, char *out, size_t outlen) {
     else snprintf(out, outlen, "derived");
 }
 
+/* One line of `shardlm keys`: name, default, meaning (families: which have it, where the
+ * key is not every family's alike). */
+static void print_key(FILE *out, int markdown, const key_def *k, const char *families) {
+    char name[64], def[64], doc[600];
+    snprintf(name, sizeof name, "%s.%s", k->section, k->key);
+    default_text(k, def, sizeof def);
+    if (families[0]) snprintf(doc, sizeof doc, "(%s) %s", families, k->doc);
+    else snprintf(doc, sizeof doc, "%s", k->doc);
+    if (markdown) fprintf(out, "| `%s` | `%s` | %s |\n", name, def, doc);
+    else fprintf(out, "  %-34s %-19s %s\n", name, def, doc);
+}
+
+/* Whether two key rows print the same (name, default and meaning). */
+static int same_row(const key_def *a, const key_def *b) {
+    return strcmp(a->key, b->key) == 0 && strcmp(a->doc, b->doc) == 0 &&
+           (a->def == b->def || (a->def && b->def && strcmp(a->def, b->def) == 0)) &&
+           (a->flags & (KF_SHAPE | KF_REQUIRED)) == (b->flags & (KF_SHAPE | KF_REQUIRED));
+}
+
 void job_keys_print(FILE *out, int markdown) {
-    char name[64], def[64];
     if (markdown) fprintf(out, "| key | default | meaning |\n|---|---|---|\n");
+    int n_families = 0;
+    while (model_families[n_families]) n_families++;
     for (int i = 0; i < N_KEYS; i++) {
-        const key_def *k = &keys[i];
-        snprintf(name, sizeof name, "%s.%s", k->section, k->key);
-        default_text(k, def, sizeof def);
-        if (markdown) fprintf(out, "| `%s` | `%s` | %s |\n", name, def, k->doc);
-        else fprintf(out, "  %-34s %-19s %s\n", name, def, k->doc);
+        print_key(out, markdown, &keys[i], "");
+        if (!(i + 1 < N_KEYS && strcmp(keys[i].section, "model") == 0 &&
+              strcmp(keys[i + 1].section, "model") != 0))
+            continue;
+        /* the families' [model] keys: each row once, with the families it belongs to when
+         * not all of them */
+        for (int a = 0; a < n_families; a++) {
+            const model_family *fa = model_families[a];
+            for (int k = 0; k < fa->n_keys; k++) {
+                int printed = 0;
+                for (int b = 0; b < a && !printed; b++)
+                    for (int j = 0; j < model_families[b]->n_keys; j++)
+                        if (same_row(&model_families[b]->keys[j], &fa->keys[k])) printed = 1;
+                if (printed) continue;
+                char families[256] = "";
+                int count = 0;
+                for (int b = a; b < n_families; b++)
+                    for (int j = 0; j < model_families[b]->n_keys; j++)
+                        if (same_row(&model_families[b]->keys[j], &fa->keys[k])) {
+                            snprintf(families + strlen(families), sizeof families - strlen(families),
+                                     "%s%s", count++ ? ", " : "", model_families[b]->name);
+                            break;
+                        }
+                print_key(out, markdown, &fa->keys[k], count == n_families ? "" : families);
+            }
+        }
     }
 }
 
@@ -1178,7 +1103,7 @@ const char *job_choice_name(const char *name, int v) {
     static char words[N_KEYS][MOST_CHOICES][24];
     int i = find_named(name);
     if (i < 0 || keys[i].type != KT_ENUM || v < 0 || v >= MOST_CHOICES) return "?";
-    return choice_word(keys[i].choices, v, words[i][v], sizeof words[i][v]);
+    return key_choice_word(keys[i].choices, v, words[i][v], sizeof words[i][v]);
 }
 
 int job_key_check(const char *name, double v, char *why, size_t whylen) {
@@ -1187,43 +1112,11 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
         io_set_err(why, whylen, "internal error: no job key %s", name);
         return -1;
     }
-    const key_def *k = &keys[i];
-    char range[96];
-    switch (k->type) {
-    case KT_INT:
-        if (v != floor(v)) break;
-        if (!(v >= INT_MIN && v <= INT_MAX) || !in_range(k, v)) {
-            range_text(k, range, sizeof range);
-            io_set_err(why, whylen, "out of range, %s", range);
-            return -1;
-        }
-        return 0;
-    case KT_FLOAT:
-        if (!isfinite(v)) {
-            io_set_err(why, whylen, "not a number");
-            return -1;
-        }
-        if (fabs(v) > FLT_MAX || !in_range(k, v)) {
-            range_text(k, range, sizeof range);
-            io_set_err(why, whylen, "out of range, %s", range);
-            return -1;
-        }
-        return 0;
-    case KT_BOOL:
-        if (v == 0 || v == 1) return 0;
-        io_set_err(why, whylen, "not a boolean (0 or 1)");
-        return -1;
-    case KT_U64:
-        if (v >= 0 && v == floor(v)) return 0;
-        io_set_err(why, whylen, "not an unsigned integer");
-        return -1;
-    case KT_STRING:
-    case KT_ENUM:
-        io_set_err(why, whylen, "internal error: %s is not a number", name);
-        return -1;
-    }
-    io_set_err(why, whylen, "not an integer");
-    return -1;
+    return key_check_number(&keys[i], v, why, whylen);
+}
+
+model_opts job_model_opts(const job_config *c, model_ac ac) {
+    return (model_opts){.ac = ac, .matmul = c->matmul, .fp8_fast_accum = c->fp8_fast_accum};
 }
 
 uint64_t job_config_hash(const job_config *cfg) {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 
 #include "kernels/backends/backends.h"
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 #include "src/engine/topology.h"
 
 /* What a job is loaded for: training needs the whole [train] schedule and data.train;
@@ -24,7 +24,8 @@ typedef enum nonfinite_policy { NONFINITE_ABORT = 0, NONFINITE_SKIP = 1 } nonfin
 typedef struct job_config {
     /* [model] */
     char preset[64];         /* shape preset; other [model] keys override it */
-    llama_config model;
+    char family[32];         /* the model family's name (model.family, resolved) */
+    model_shape model;       /* the family's shape: model.family's [model] keys */
     char init_from[1024];    /* initial weights: a Hugging Face directory (which also gives
                               * the architecture: its config.json) or a shardlm checkpoint
                               * (weights only); empty = init from seed */
@@ -62,7 +63,7 @@ typedef struct job_config {
     shlm_dtype reduce_dtype; /* dtype of gradient reductions */
     int prefetch;            /* gather the next unit while the current one computes */
     int fp8_all_gather;      /* fp8-tensorwise: the gather makes the weights' e4m3 codes */
-    llama_ac activation_checkpointing;
+    model_ac activation_checkpointing;
     int shard_group_size;    /* 0 = the strategy's own group */
     int trace;               /* write the per-rank schedule trace to run_dir */
 
@@ -144,6 +145,10 @@ const char *job_choice_name(const char *name, int v);
 /* Every job key with its default and meaning, one a line, from the key table: as text,
  * or (markdown) as the table README.md holds. */
 void job_keys_print(FILE *out, int markdown);
+
+/* The model options of the job (train.matmul, train.fp8_fast_accum) with checkpointing ac
+ * (the plan's: a forward-only command recomputes every block). */
+model_opts job_model_opts(const job_config *c, model_ac ac);
 
 /* 64-bit FNV-1a hash of the job's text, to check all ranks run the same job. */
 uint64_t job_config_hash(const job_config *cfg);

@@ -3,7 +3,7 @@
 
 #include <stdio.h>
 
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 
 job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R) {
     return (job_point){strategy, S, R, c->micro_batch, c->activation_checkpointing};
@@ -11,7 +11,7 @@ job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R
 
 void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
                     const shlm_ops *ops, int forward_only, int registered_gathers) {
-    model_desc_open(&jp->md, &llama_family, &c->model);
+    model_shape_desc_open(&jp->md, &c->model);
     plan_params p = {.strategy = pt->strategy,
                      .S = pt->S,
                      .R = pt->R,

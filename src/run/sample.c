@@ -56,9 +56,9 @@ static int is_stop(const sample_options *o, int32_t id) {
     return 0;
 }
 
-int sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_prompt,
+int sample_generate(model *m, int max_ctx, const int32_t *prompt, int n_prompt,
                     int n_new, const sample_options *o, int32_t *out) {
-    const int V = llama_get_layout(m)->units[LLAMA_UNIT_EMBED].tensors[0].shape[0];
+    const int V = model_shape_vocab_size(model_shape_of(m));
     float *logits = malloc((size_t)V * sizeof(float));
     SHLM_CHECK_ALLOC(logits);
     rng_state r;
@@ -67,7 +67,8 @@ int sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_pr
     int len = n_prompt, k = 0;
     while (k < n_new) {
         int ctx = len < max_ctx ? len : max_ctx;
-        llama_forward(m, out + len - ctx, NULL, 1, ctx, NULL, NULL, logits);
+        const model_batch b = {out + len - ctx, NULL, NULL, 1, ctx};
+        model_forward(m, &b, NULL, NULL, logits);
         const int32_t id = sample_token(logits, V, o->temperature, o->top_p, &r);
         out[len++] = id;
         k++;
@@ -110,7 +111,7 @@ static void on_token(void *ctx, int32_t id) {
     fflush(p->out);
 }
 
-int sample_print(llama_model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
+int sample_print(model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
                  int n_prompt, int n_new, const sample_options *o, FILE *out, int32_t *all) {
     printer p = {.tok = tok, .ids = ids, .out = out};
     tokenizer_stream_init(&p.stream, TOKENIZER_SKIP_SPECIAL);

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 #include "src/base/rng.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -32,7 +32,7 @@ typedef struct sample_options {
  * context; out receives prompt + continuation. Returns the number of new tokens (fewer
  * than n_new after a stop id). Every rank must call it (the forward gathers parameters
  * collectively); with the same seed every rank draws the same tokens. */
-int sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_prompt,
+int sample_generate(model *m, int max_ctx, const int32_t *prompt, int n_prompt,
                     int n_new, const sample_options *o, int32_t *out);
 
 /* sample_generate with the text printed to `out` as it comes (when out is not NULL: rank
@@ -41,7 +41,7 @@ int sample_generate(llama_model *m, int max_ctx, const int32_t *prompt, int n_pr
  * tokenizer cannot decode is printed as [id]). ids: tok cannot spell the model's ids (the
  * byte tokenizer under a vocabulary of another size): print ids, space-separated,
  * instead. o->on_token is overridden. Returns the number of new tokens. */
-int sample_print(llama_model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
+int sample_print(model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
                  int n_prompt, int n_new, const sample_options *o, FILE *out, int32_t *all);
 
 #endif

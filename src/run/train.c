@@ -14,7 +14,6 @@
 #include "kernels/comm/comm_watchdog.h"
 #include "src/ckpt/checkpoint.h"
 #include "src/cli/commands.h"
-#include "src/model/fp8_linear.h"
 #include "src/watch/metrics.h"
 #include "src/engine/optim.h"
 #include "src/run/sample.h"
@@ -76,9 +75,9 @@ static int open_job_tokens(token_file *tf, const char *path, const char *key,
         return -1;
     }
     if (token_file_open(tf, path, err, errlen) != 0) return -1;
-    if ((int)tf->vocab_size > c->model.vocab_size) {
+    if ((int)tf->vocab_size > model_shape_vocab_size(&c->model)) {
         snprintf(err, errlen, "%s: token vocab %u is larger than model.vocab_size %d", path,
-                 tf->vocab_size, c->model.vocab_size);
+                 tf->vocab_size, model_shape_vocab_size(&c->model));
         return -1;
     }
     return 0;
@@ -159,20 +158,15 @@ static void plan_check_end(const run *r, size_t device_peak) {
     }
 }
 
-/* An FP8 train.matmul needs a backend that runs FP8 matmuls on the bound device (ops.h's
- * fp8_check); 0, or -1 with one line naming the key, the recipe and the reason. */
+/* An FP8 train.matmul needs a backend that runs FP8 matmuls on the bound device
+ * (model_check_opts); 0, or -1 with one line naming the key, the recipe and the reason. */
 static int check_matmul_recipe(const run *r, char *err, size_t errlen) {
     const job_config *c = &r->cfg;
-    if (c->matmul == MODEL_MATMUL_BF16) return 0;
-    const char *recipe = job_choice_name("train.matmul", c->matmul);
-    char why[512] = "";
-    if (!fp8_linear_ops_ok(r->ops))
-        snprintf(why, sizeof why, "the %s backend of this build has no FP8 matmul", r->ops->name);
-    else if (r->ops->fp8_check(why, sizeof why) != 0 && !why[0])
-        snprintf(why, sizeof why, "the %s backend cannot run FP8 matmuls here", r->ops->name);
-    if (!why[0]) return 0;
+    const model_opts mo = job_model_opts(c, c->activation_checkpointing);
+    char why[512];
+    if (model_check_opts(&mo, r->ops, why, sizeof why) == 0) return 0;
     snprintf(err, errlen, "%s: train.matmul = %s: %s (train.matmul = bf16 runs anywhere)",
-             c->path, recipe, why);
+             c->path, job_choice_name("train.matmul", c->matmul), why);
     return -1;
 }
 
@@ -336,12 +330,12 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     r->engine = fsdp_create(&r->plan.md, pl, r->ops, r->comm, &r->topo, &opt, c->seed);
     fsdp_measured_bytes(r->engine, measured);
     const size_t before_model = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
-    r->model = llama_create_recipe(&c->model, r->ops, c->micro_batch, c->seq_len, pl->p.ac,
-                                   c->matmul, fsdp_param_source(r->engine));
-    llama_set_fp8_fast_accum(r->model, c->fp8_fast_accum);
+    const model_opts mo = job_model_opts(c, pl->p.ac);
+    r->model = model_create(&c->model, r->ops, c->micro_batch, c->seq_len, &mo,
+                            fsdp_param_source(r->engine));
     measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
                                      ? r->ops->allocated_bytes() - before_model
-                                     : llama_activation_bytes(r->model);
+                                     : model_activation_bytes(r->model);
     startup_mark(STARTUP_ALLOC);
     r->allocated_at_setup = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
     plan_check_setup(r, measured);
@@ -351,20 +345,21 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
 int run_check_tokenizer(const run *r, char *err, size_t errlen) {
     const job_config *c = &r->cfg;
     const uint32_t n = tokenizer_vocab_size(r->tok);
-    if (n <= (uint32_t)c->model.vocab_size) return 0;
+    const int V = model_shape_vocab_size(&c->model);
+    if (n <= (uint32_t)V) return 0;
     char model[1100];
     if (c->hf_model) snprintf(model, sizeof model, "%s/config.json", c->init_from);
     else snprintf(model, sizeof model, "%s", c->path);
     snprintf(err, errlen, "the tokenizer %s has %u ids but the model's vocab_size is %d (%s): "
              "its ids past %d have no embedding; data.tokenizer must be the model's",
-             tokenizer_path(r->tok), n, c->model.vocab_size, model, c->model.vocab_size - 1);
+             tokenizer_path(r->tok), n, V, model, V - 1);
     return -1;
 }
 
 void run_teardown(run *r) {
     hf_files_free(&r->hf);
     tokenizer_free(r->tok);
-    llama_destroy(r->model);
+    model_destroy(r->model);
     fsdp_destroy(r->engine);
     if (r->have_plan) job_plan_free(&r->plan);
     topology_free(&r->topo);
@@ -405,8 +400,8 @@ int run_validate(run *r, double *loss, double *scored) {
             if (b * per_batch + (uint64_t)j * r->world + (uint64_t)r->rank >= windows)
                 for (int t = 0; t < c->seq_len; t++) tg[(size_t)j * c->seq_len + t] = -1;
         int valid = 0;
-        sums[0] += llama_forward_docs(r->model, in, tg, ds, c->micro_batch, c->seq_len, &valid,
-                                      NULL, NULL);
+        const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len};
+        sums[0] += model_forward(r->model, &mb, &valid, NULL, NULL);
         sums[1] += valid;
     }
     sums[2] = data_failed;
@@ -444,7 +439,7 @@ static void print_sample(run *r) {
     if (r->rank == 0)
         printf("--- sample: up to %d tokens, temperature %.2f, top_p %.2f ---\n",
                c->sample_tokens, c->sample_temperature, c->sample_top_p);
-    const int show_ids = strcmp(tokenizer_kind(r->tok), "bytes") == 0 && c->model.vocab_size != 256;
+    const int show_ids = strcmp(tokenizer_kind(r->tok), "bytes") == 0 && model_shape_vocab_size(&c->model) != 256;
     sample_print(r->model, r->tok, show_ids, c->seq_len, p.ids, (int)p.n, c->sample_tokens, &so,
                  r->rank == 0 ? stdout : NULL, ids);
     if (r->rank == 0) {
@@ -457,13 +452,14 @@ static void print_sample(run *r) {
 
 /* Rank 0's time per step by op category (runtime.profile), each op timed between two
  * synchronisations, so the sum is a serialised step, longer than a normal one. */
-static void print_profile(const double *prof_s, double opt_s, double step_s, int steps) {
+static void print_profile(const model_family *f, const double *prof_s, double opt_s,
+                          double step_s, int steps) {
     double sum = opt_s;
-    for (int k = 0; k < LLAMA_PROF_N; k++) sum += prof_s[k];
+    for (int k = 0; k < f->n_prof; k++) sum += prof_s[k];
     printf("# profile (rank 0, mean of %d step(s) after the first; ops timed between syncs)\n", steps);
     printf("# %-36s %10s %7s\n", "category", "ms/step", "share");
-    for (int k = 0; k < LLAMA_PROF_N; k++)
-        printf("  %-36s %10.2f %6.1f%%\n", llama_prof_names[k], 1e3 * prof_s[k] / steps,
+    for (int k = 0; k < f->n_prof; k++)
+        printf("  %-36s %10.2f %6.1f%%\n", f->prof_names[k], 1e3 * prof_s[k] / steps,
                100 * prof_s[k] / sum);
     printf("  %-36s %10.2f %6.1f%%\n", "grad finish + optimizer", 1e3 * opt_s / steps,
            100 * opt_s / sum);
@@ -557,7 +553,7 @@ static int load_initial_weights(run *r, ckpt_state *st);
 static int load_initial(run *r, ckpt_state *st) {
     int rc = load_initial_weights(r, st);
     startup_mark(STARTUP_WEIGHTS);
-    startup_set_drawn(llama_init_count());
+    startup_set_drawn(r->cfg.model.family->init_count());
     return rc;
 }
 static int load_initial_weights(run *r, ckpt_state *st) {
@@ -664,11 +660,11 @@ static int nonfinite_hook_hits(const nonfinite_hook *h, nonfinite_target t, int 
 /* NF_WEIGHTS: every element of this rank's shard of the embedding becomes NaN. */
 static void poison_embedding_shard(fsdp_engine *e) {
     size_t b, en;
-    fsdp_shard_range(e, LLAMA_UNIT_EMBED, &b, &en);
+    fsdp_shard_range(e, 0, &b, &en);
     float *x = malloc((en - b + 1) * sizeof(float));
     SHLM_CHECK_ALLOC(x);
     for (size_t i = 0; i < en - b; i++) x[i] = NAN;
-    fsdp_set_state(e, LLAMA_UNIT_EMBED, FSDP_STATE_MASTER, x);
+    fsdp_set_state(e, 0, FSDP_STATE_MASTER, x);
     free(x);
 }
 
@@ -698,13 +694,13 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     const int skip_nonfinite = c->on_nonfinite == NONFINITE_SKIP;
     int64_t adamw_step = st0->adamw_step, in_a_row = st0->skipped_in_a_row;
     const adamw_hparams hp = {c->beta1, c->beta2, c->eps, c->weight_decay};
-    const double flops_tok = model_flops_per_token(&c->model, c->seq_len);
+    const double flops_tok = model_shape_flops_per_token(&c->model, c->seq_len);
     const long long tokens_per_step = (long long)c->global_batch * c->seq_len;
     size_t device_peak = 0; /* all allocations are made at set-up: sampled after each step */
     if (r->rank == 0) {
         printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
                "per step; run dir %s\n",
-               (long long)llama_param_count(&c->model), flops_tok, r->grad_accum,
+               (long long)model_shape_param_count(&c->model), flops_tok, r->grad_accum,
                c->micro_batch, c->seq_len, c->run_dir);
         metrics_print_header(stdout);
     }
@@ -713,9 +709,11 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
                c->stop_after > 0 ? "stop_after" : "steps", end);
     uint64_t wire[2] = {0, 0}; /* bytes sent in the shard, replica group by training steps */
     /* runtime.profile: per-op seconds summed over the steps after the first */
-    double prof_s[LLAMA_PROF_N] = {0}, prof_opt_s = 0, prof_opt_t0 = 0, prof_step_s = 0;
+    enum { PROF_MAX = 32 };
+    double prof_s[PROF_MAX] = {0}, prof_opt_s = 0, prof_opt_t0 = 0, prof_step_s = 0;
+    const int n_prof = model_family_of(r->model)->n_prof;
     int prof_steps = 0;
-    llama_set_profile(r->model, c->profile);
+    model_set_profile(r->model, c->profile);
     int rc = 0, stopped_at = 0; /* the step after which a stop signal ended the loop */
     for (int s = first; s < end; s++) {
         shlm_watchdog_test_stop(r->rank, s + 1);
@@ -753,8 +751,8 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
                 data_failed = 1;
             int valid = 0;
             if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
-            sums[0] += llama_forward_backward(r->model, in, tg, ds, c->micro_batch, c->seq_len,
-                                              scale, &valid);
+            const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len};
+            sums[0] += model_forward_backward(r->model, &mb, scale, &valid);
             sums[1] += valid;
         }
         if (nonfinite_hook_hits(&hook, NF_LOSS, s + 1)) sums[0] = NAN;
@@ -784,10 +782,10 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         const int nonfinite_stop = nonfinite && (!skip_nonfinite || in_a_row > c->max_skipped);
         if (c->profile) {
             r->ops->sync();
-            double step_prof[LLAMA_PROF_N];
-            llama_take_profile(r->model, step_prof);
+            double step_prof[PROF_MAX];
+            model_take_profile(r->model, step_prof);
             if (s > first) { /* the first step warms caches and cuBLASLt plans */
-                for (int k = 0; k < LLAMA_PROF_N; k++) prof_s[k] += step_prof[k];
+                for (int k = 0; k < n_prof; k++) prof_s[k] += step_prof[k];
                 prof_opt_s += MPI_Wtime() - prof_opt_t0;
                 prof_steps++;
             }
@@ -896,7 +894,7 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
     const int done = stopped_at > 0 ? stopped_at : end;
     const uint64_t ran = done > first ? (uint64_t)(done - first) : 1;
     if (c->profile && r->rank == 0 && prof_steps > 0)
-        print_profile(prof_s, prof_opt_s, prof_step_s, prof_steps);
+        print_profile(model_family_of(r->model), prof_s, prof_opt_s, prof_step_s, prof_steps);
     if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(wire[0] / ran), (unsigned long long)(wire[1] / ran));
@@ -969,7 +967,7 @@ static int load_forward_weights(run *r, const char *ckpt, char *what, size_t wha
 int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
     int rc = load_forward_weights(r, ckpt, what, whatlen);
     startup_mark(STARTUP_WEIGHTS);
-    startup_set_drawn(llama_init_count());
+    startup_set_drawn(r->cfg.model.family->init_count());
     return rc;
 }
 static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen) {

@@ -12,7 +12,7 @@
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
 #include "src/ckpt/hf_files.h"
-#include "src/model/llama/llama.h"
+#include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
 #include "src/engine/topology.h"
 
@@ -28,7 +28,7 @@ typedef struct run {
     job_plan plan;            /* what the engine, the model and the ops allocate */
     int have_plan;
     fsdp_engine *engine;
-    llama_model *model;
+    model *model;             /* the job's family's model (src/model/family.h) */
     size_t allocated_at_setup;/* ops->allocated_bytes() after set-up (backends that count) */
     size_t device_base;       /* device memory in use before the arena (mem_info) */
     tokenizer *tok;           /* data.tokenizer (every rank opens it) */

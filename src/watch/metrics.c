@@ -145,10 +145,6 @@ void metrics_write_json(metrics_log *log, const step_metrics *s) {
     fflush(f);
 }
 
-double model_flops_per_token(const llama_config *c, int T) {
-    return 6.0 * (double)llama_param_count(c) + 12.0 * c->n_layers * (double)c->dim * T;
-}
-
 size_t peak_rss_bytes(void) {
     FILE *f = fopen("/proc/self/status", "r");
     if (!f) return 0;

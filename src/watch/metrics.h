@@ -6,7 +6,6 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "src/model/llama/llama.h"
 
 typedef struct step_record step_record;
 
@@ -59,9 +58,6 @@ void metrics_write_json(metrics_log *log, const step_metrics *s);
 void metrics_human_count(double v, char *out, size_t outlen);
 /* "0:00:07", "12:34:56", "3d 04:05:06": a duration for the step line; "-" for NaN. */
 void metrics_human_duration(double s, char *out, size_t outlen);
-
-/* Model FLOPs per token, 6·P + 12·L·d·T (recomputation not counted). */
-double model_flops_per_token(const llama_config *c, int T);
 
 /* Peak resident set size of this process (VmHWM), in bytes; 0 if unknown. */
 size_t peak_rss_bytes(void);

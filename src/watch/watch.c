@@ -186,7 +186,7 @@ int watch_open(watch **out, const run *r) {
     *out = w;
     w->r = r;
     w->tokens_per_step = (long long)c->global_batch * c->seq_len;
-    w->flops_per_token = model_flops_per_token(&c->model, c->seq_len);
+    w->flops_per_token = model_shape_flops_per_token(&c->model, c->seq_len);
     w->last_val_loss = NAN;
     step_reduce_init();
     char err[1536] = "";

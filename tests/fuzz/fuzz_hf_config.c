@@ -1,38 +1,34 @@
-/* Fuzzes a Hugging Face config.json (io/hf_model.c hf_config_read). Input: the file's
- * text. A config that reads is written back (hf_config_write) and must read back the
- * same; one that does not must fail with one line that starts with its path. */
+/* Fuzzes a Hugging Face config.json through the registry and the family that claims it
+ * (src/families/families.h family_shape_from_hf). Input: the file's text. A config that
+ * reads is written back (the family's hf_write, io/hf_model.h hf_config_save) and must read
+ * back the same shape; one that does not must fail with one line that starts with its
+ * path. */
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "io/hf_model.h"
+#include "src/families/families.h"
 #include "tests/fuzz/fuzz.h"
-
-static int same(const hf_config *a, const hf_config *b) {
-    return a->hidden_size == b->hidden_size && a->num_hidden_layers == b->num_hidden_layers &&
-           a->num_attention_heads == b->num_attention_heads &&
-           a->num_key_value_heads == b->num_key_value_heads && a->head_dim == b->head_dim &&
-           a->intermediate_size == b->intermediate_size && a->vocab_size == b->vocab_size &&
-           a->max_position_embeddings == b->max_position_embeddings &&
-           a->rms_norm_eps == b->rms_norm_eps && a->rope_theta == b->rope_theta &&
-           a->tie_word_embeddings == b->tie_word_embeddings;
-}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_write("config.json", data, size);
-    hf_config c, back;
+    model_shape c, back;
     char err[1536] = "";
-    int rc = hf_config_read(fuzz_dir(), &c, err, sizeof err);
-    fuzz_check_error(rc, err, path, "hf_config_read");
+    int rc = family_shape_from_hf(fuzz_dir(), &c, err, sizeof err);
+    fuzz_check_error(rc, err, path, "family_shape_from_hf");
     if (rc != 0) return 0;
     char out[600];
     snprintf(out, sizeof out, "%s/out", fuzz_dir());
     mkdir(out, 0700);
-    rc = hf_config_write(out, &c, "float32", NULL, err, sizeof err);
-    fuzz_check_error(rc, err, NULL, "hf_config_write");
-    rc = rc == 0 ? hf_config_read(out, &back, err, sizeof err) : rc;
-    fuzz_check_error(rc, err, NULL, "hf_config_read of what hf_config_write wrote");
-    if (rc == 0 && !same(&c, &back))
-        fuzz_fail("hf_config_write", "a config read, written and read again changed");
+    cJSON *j = cJSON_CreateObject();
+    rc = c.family->hf_write(model_shape_cdata(&c), j, err, sizeof err);
+    if (rc != 0) cJSON_Delete(j);
+    else rc = hf_config_save(out, j, "float32", err, sizeof err);
+    fuzz_check_error(rc, err, NULL, "hf_write + hf_config_save");
+    rc = rc == 0 ? family_shape_from_hf(out, &back, err, sizeof err) : rc;
+    fuzz_check_error(rc, err, NULL, "family_shape_from_hf of what hf_write wrote");
+    if (rc == 0 && model_shape_diff(&c, &back, 0) != -1)
+        fuzz_fail("hf_write", "a config read, written and read again changed");
     return 0;
 }

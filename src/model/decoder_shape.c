@@ -1,0 +1,186 @@
+/* The shape side of the decoder (decoder.h): derived fields and every rule of a shape,
+ * config.json's common members, parameter and FLOP counts, and the glue that makes a
+ * decoder family's compute members. */
+#include "src/model/decoder.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "io/errmsg.h"
+#include "io/hf_model.h"
+
+const char *const decoder_hf_names[DK_N] = {
+    [DK_DIM] = "hidden_size",
+    [DK_N_LAYERS] = "num_hidden_layers",
+    [DK_N_HEADS] = "num_attention_heads",
+    [DK_N_KV_HEADS] = "num_key_value_heads",
+    [DK_HEAD_DIM] = "head_dim",
+    [DK_FFN_DIM] = "intermediate_size",
+    [DK_VOCAB_SIZE] = "vocab_size",
+    [DK_MAX_SEQ_LEN] = "max_position_embeddings",
+    [DK_NORM_EPS] = "rms_norm_eps",
+    [DK_ROPE_THETA] = "rope_theta",
+    [DK_INIT_STD] = NULL, /* no config.json holds it */
+    [DK_TIE_WORD_EMBEDDINGS] = "tie_word_embeddings",
+};
+
+void decoder_derive(decoder_config *c, const unsigned char *set) {
+    if (!set[DK_N_KV_HEADS]) c->n_kv_heads = c->n_heads;
+    if (!set[DK_HEAD_DIM] && c->n_heads > 0) c->head_dim = c->dim / c->n_heads;
+}
+
+int decoder_validate(const decoder_config *c, char *err, size_t errlen, int blame[2]) {
+    blame[0] = blame[1] = -1;
+#define BAD(a, b, ...)                            \
+    do {                                          \
+        blame[0] = (a);                           \
+        blame[1] = (b);                           \
+        snprintf(err, errlen, __VA_ARGS__);       \
+        return -1;                                \
+    } while (0)
+    /* what the keys' bounds already say of a job's values; a shape read from a checkpoint
+     * or a config.json comes here too */
+    if (c->dim <= 0) BAD(-1, -1, "model.dim must be > 0 (got %d)", c->dim);
+    if (c->n_layers <= 0) BAD(-1, -1, "model.n_layers must be > 0 (got %d)", c->n_layers);
+    if (c->n_heads <= 0) BAD(-1, -1, "model.n_heads must be > 0 (got %d)", c->n_heads);
+    if (c->n_kv_heads <= 0) BAD(-1, -1, "model.n_kv_heads must be > 0 (got %d)", c->n_kv_heads);
+    if (c->ffn_dim <= 0) BAD(-1, -1, "model.ffn_dim must be > 0 (got %d)", c->ffn_dim);
+    if (c->vocab_size <= 1) BAD(-1, -1, "model.vocab_size must be > 1 (got %d)", c->vocab_size);
+    if (c->max_seq_len <= 0) BAD(-1, -1, "model.max_seq_len must be > 0 (got %d)", c->max_seq_len);
+    if (!(c->norm_eps > 0)) BAD(-1, -1, "model.norm_eps must be > 0 (got %g)", c->norm_eps);
+    if (!(c->rope_theta > 0)) BAD(-1, -1, "model.rope_theta must be > 0 (got %g)", c->rope_theta);
+    if (!(c->init_std > 0)) BAD(-1, -1, "model.init_std must be > 0 (got %g)", c->init_std);
+    if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
+        BAD(-1, -1, "model.tie_word_embeddings must be 0 or 1 (got %d)", c->tie_word_embeddings);
+    /* the rules between keys */
+    if (c->dim % c->n_heads != 0)
+        BAD(DK_DIM, DK_N_HEADS, "[model] dim = %d is not divisible by n_heads = %d", c->dim,
+            c->n_heads);
+    if (c->n_heads % c->n_kv_heads != 0)
+        BAD(DK_N_KV_HEADS, DK_N_HEADS, "[model] n_kv_heads = %d does not divide n_heads = %d",
+            c->n_kv_heads, c->n_heads);
+    if (c->head_dim != c->dim / c->n_heads)
+        BAD(DK_HEAD_DIM, DK_DIM, "[model] head_dim = %d is not dim / n_heads = %d (the only "
+            "head width shardlm implements)", c->head_dim, c->dim / c->n_heads);
+    if (c->head_dim % 2 != 0) BAD(-1, -1, "head_dim (%d) must be even for RoPE", c->head_dim);
+    return 0;
+#undef BAD
+}
+
+int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *err,
+                    size_t errlen) {
+    if (hf_json_int(j, "hidden_size", -1, &c->dim, path, err, errlen) ||
+        hf_json_int(j, "num_hidden_layers", -1, &c->n_layers, path, err, errlen) ||
+        hf_json_int(j, "num_attention_heads", -1, &c->n_heads, path, err, errlen) ||
+        hf_json_int(j, "intermediate_size", -1, &c->ffn_dim, path, err, errlen) ||
+        hf_json_int(j, "vocab_size", -1, &c->vocab_size, path, err, errlen) ||
+        hf_json_int(j, "num_key_value_heads", c->n_heads, &c->n_kv_heads, path, err, errlen) ||
+        hf_json_int(j, "max_position_embeddings", 2048, &c->max_seq_len, path, err, errlen))
+        return -1;
+    double eps, theta;
+    if (hf_json_double(j, "rms_norm_eps", 1e-6, &eps, path, err, errlen)) return -1;
+    if (c->n_heads < 1 || c->dim % c->n_heads != 0) {
+        io_set_err(err, errlen, "%s: hidden_size %d is not a multiple of num_attention_heads %d",
+                   path, c->dim, c->n_heads);
+        return -1;
+    }
+    if (hf_json_int(j, "head_dim", c->dim / c->n_heads, &c->head_dim, path, err, errlen))
+        return -1;
+    if (c->head_dim != c->dim / c->n_heads) {
+        io_set_err(err, errlen, "%s: head_dim = %d, but shardlm's is hidden_size / "
+                   "num_attention_heads = %d", path, c->head_dim, c->dim / c->n_heads);
+        return -1;
+    }
+    /* newer transformers keep rope_theta inside rope_parameters */
+    if (hf_json_double(j, "rope_theta", 10000.0, &theta, path, err, errlen)) return -1;
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    if (cJSON_IsObject(rp) && hf_json_double(rp, "rope_theta", theta, &theta, path, err, errlen))
+        return -1;
+    if (hf_json_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, path, err, errlen))
+        return -1;
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
+    if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0) {
+        io_set_err(err, errlen, "%s: hidden_act \"%s\" is not supported (only silu)", path,
+                   act->valuestring);
+        return -1;
+    }
+    c->norm_eps = (float)eps;
+    c->rope_theta = (float)theta;
+    return 0;
+}
+
+void decoder_hf_write(const decoder_config *c, cJSON *j) {
+    hf_json_put(j, "hidden_size", cJSON_CreateNumber(c->dim));
+    hf_json_put(j, "intermediate_size", cJSON_CreateNumber(c->ffn_dim));
+    hf_json_put(j, "num_hidden_layers", cJSON_CreateNumber(c->n_layers));
+    hf_json_put(j, "num_attention_heads", cJSON_CreateNumber(c->n_heads));
+    hf_json_put(j, "num_key_value_heads", cJSON_CreateNumber(c->n_kv_heads));
+    hf_json_put(j, "head_dim", cJSON_CreateNumber(c->head_dim));
+    hf_json_put(j, "vocab_size", cJSON_CreateNumber(c->vocab_size));
+    hf_json_put(j, "max_position_embeddings", cJSON_CreateNumber(c->max_seq_len));
+    hf_json_put(j, "rms_norm_eps", cJSON_CreateNumber(hf_float_decimal(c->norm_eps)));
+    cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
+    const double theta = hf_float_decimal(c->rope_theta);
+    if (cJSON_IsObject(rp)) hf_json_put(rp, "rope_theta", cJSON_CreateNumber(theta));
+    else hf_json_put(j, "rope_theta", cJSON_CreateNumber(theta));
+    hf_json_put(j, "hidden_act", cJSON_CreateString("silu"));
+    hf_json_put(j, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings));
+    if (!cJSON_GetObjectItemCaseSensitive(j, "initializer_range"))
+        cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    if (!cJSON_GetObjectItemCaseSensitive(j, "use_cache")) cJSON_AddBoolToObject(j, "use_cache", 1);
+}
+
+const char *decoder_hf_unused(const void *shape, const char *tensor) {
+    const decoder_config *c = shape;
+    int l = -1, n = 0;
+    if (c->tie_word_embeddings && strcmp(tensor, "lm_head.weight") == 0)
+        return "the head is the embedding (tie_word_embeddings)";
+    if (sscanf(tensor, "model.layers.%d.self_attn.rotary_emb.inv_freq%n", &l, &n) == 1 && n > 0 &&
+        tensor[n] == '\0' && l >= 0 && l < c->n_layers)
+        return "RoPE's frequencies are recomputed from rope_theta";
+    return NULL;
+}
+
+int64_t decoder_param_count(const decoder_config *c) {
+    int64_t d = c->dim, hd = c->head_dim, F = c->ffn_dim, V = c->vocab_size;
+    int64_t block = 2 * d + (c->n_heads + 2 * (int64_t)c->n_kv_heads) * hd * d +
+                    d * c->n_heads * hd + 3 * F * d;
+    return V * d + c->n_layers * block + d + (c->tie_word_embeddings ? 0 : V * d);
+}
+
+double decoder_flops_per_token(const decoder_config *c, int T) {
+    return 6.0 * (double)decoder_param_count(c) + 12.0 * c->n_layers * (double)c->dim * T;
+}
+
+/* ---- a decoder family's members (DECODER_FAMILY_MEMBERS) ---- */
+
+void *decoder_family_create(const void *shape, const shlm_ops *ops, int B, int T,
+                            const model_opts *o, model_param_source src) {
+    return decoder_create(shape, ops, B, T, o, src);
+}
+void decoder_family_destroy(void *impl) { decoder_destroy(impl); }
+double decoder_family_fwd_bwd(void *impl, const model_batch *b, float grad_scale, int *n_valid) {
+    return decoder_forward_backward(impl, b, grad_scale, n_valid);
+}
+double decoder_family_forward(void *impl, const model_batch *b, int *n_valid, float *logits_out,
+                              float *last_logits_out) {
+    return decoder_forward(impl, b, n_valid, logits_out, last_logits_out);
+}
+size_t decoder_family_act_bytes(const void *impl) { return decoder_activation_bytes(impl); }
+void decoder_family_set_profile(void *impl, int on) { decoder_set_profile(impl, on); }
+void decoder_family_take_profile(void *impl, double *seconds) {
+    decoder_take_profile(impl, seconds);
+}
+int64_t decoder_family_param_count(const void *shape) { return decoder_param_count(shape); }
+double decoder_family_flops(const void *shape, int T) {
+    return decoder_flops_per_token(shape, T);
+}
+int decoder_family_vocab_size(const void *shape) {
+    return ((const decoder_config *)shape)->vocab_size;
+}
+int decoder_family_max_seq_len(const void *shape) {
+    return ((const decoder_config *)shape)->max_seq_len;
+}
+void decoder_family_set_max_seq_len(void *shape, int T) {
+    ((decoder_config *)shape)->max_seq_len = T;
+}
