@@ -732,8 +732,10 @@ static int resolve_shape(loader *ld, const model_shape *hf, const char *init_pat
     for (int i = 0; i < f->n_keys; i++)
         if (ld->fst[i].set)
             key_parse(&f->keys[i], ld->fst[i].value, model_shape_data(&c->model), why, sizeof why);
+    /* what the job or its preset states (a preset's derived values follow the job's keys) */
     unsigned char given[256] = {0};
-    for (int i = 0; i < f->n_keys && i < 256; i++) given[i] = have_preset || ld->fst[i].set;
+    for (int i = 0; i < f->n_keys && i < 256; i++)
+        given[i] = ld->fst[i].set || (have_preset && !(f->keys[i].flags & KF_DERIVED));
     if (c->hf_model) {
         if (check_against_hf(ld, have_preset, hf, init_path, err, errlen) != 0) return -1;
         model_shape mine = c->model;

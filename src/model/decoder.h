@@ -52,7 +52,7 @@ enum decoder_key {
     {"model", "n_heads", KT_INT, DECODER_F(n_heads), NULL, 1, 1 << 16, NULL,                    \
      KF_MODEL | KF_SHAPE | KF_LAYOUT, "query heads"},                                                       \
     {"model", "n_kv_heads", KT_INT, DECODER_F(n_kv_heads), NULL, 1, 1 << 16, NULL,              \
-     KF_MODEL | KF_DERIVED | KF_LAYOUT,                                                          \
+     KF_MODEL | KF_LAYOUT,                                                                       \
      "key/value heads (grouped-query attention), dividing n_heads; without a preset: n_heads"}, \
     {"model", "head_dim", KT_INT, DECODER_F(head_dim), NULL, 1, 1 << 20, NULL,                  \
      KF_MODEL | KF_DERIVED | KF_LAYOUT, "width of one head: dim / n_heads"},                                \
