@@ -16,7 +16,7 @@
 #include "io/errmsg.h"
 #include "io/hf_model.h"
 #include "src/families/families.h"
-#include "src/watch/prometheus.h"
+#include "src/base/listen_addr.h"
 #include "src/tokenizer/tokenizer.h"
 
 #define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
@@ -905,7 +905,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
     /* the exporter's address, read as prom_start will (one copy of the rule) */
     char host[256], port[16], why3[256];
-    if (c->prometheus[0] && prom_parse_listen(c->prometheus, host, sizeof host, port,
+    if (c->prometheus[0] && listen_addr_parse(c->prometheus, host, sizeof host, port,
                                               sizeof port, why3, sizeof why3) != 0) {
         origin(ld, idx("log", "prometheus"), at, sizeof at);
         io_set_err(err, errlen, "%s: [log] prometheus = %s: %s", at, c->prometheus, why3);

@@ -21,21 +21,6 @@
 #include "src/base/startup.h"
 #include "src/watch/watch.h"
 
-int any_rank_failed(int ok, const char *msg) {
-    int rank = 0, world = 1;
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world));
-    int first_bad = ok ? world : rank;
-    MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (first_bad == world) return 0;
-    if (rank == first_bad) {
-        if (world > 1) fprintf(stderr, "shardlm: error: %s (rank %d)\n", msg, rank);
-        else fprintf(stderr, "shardlm: error: %s\n", msg);
-        fflush(stderr);
-    }
-    return -1;
-}
-
 /* Rank 0 prints every rank's topology line, in rank order. */
 static void print_topology(const run *r, const char *device) {
     enum { LINE = 256 };
@@ -165,7 +150,7 @@ static int check_matmul_recipe(const run *r, char *err, size_t errlen) {
     const model_opts mo = job_model_opts(c, c->activation_checkpointing);
     char why[512];
     if (model_check_opts(&mo, r->ops, why, sizeof why) == 0) return 0;
-    snprintf(err, errlen, "%s: train.matmul = %s: %s (train.matmul = bf16 runs anywhere)",
+    snprintf(err, errlen, "%s: train.matmul = %s: %.400s (train.matmul = bf16 runs anywhere)",
              c->path, job_choice_name("train.matmul", c->matmul), why);
     return -1;
 }
@@ -1031,7 +1016,8 @@ static int job_command(int argc, char **argv, int training) {
     /* the step line, metrics.jsonl, Prometheus, telemetry, the summary: a bad log.* key is
      * refused before any weight is read */
     watch *w = NULL;
-    if (training && watch_open(&w, &r) != 0) {
+    const watch_run wr = {.cfg = &r.cfg, .ops = r.ops, .rank = r.rank, .world = r.world};
+    if (training && watch_open(&w, &wr) != 0) {
         rc = 1;
     } else if (training &&
                checkpoint_dir_open(r.engine, &r.topo, &r.cfg, &r.hf, &lock_fd, err, sizeof err) != 0) {

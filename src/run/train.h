@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include "io/tokens.h"
+#include "src/base/agree.h"
 #include "kernels/ops.h"
 #include "src/job/config.h"
 #include "src/data/data_loader.h"
@@ -36,11 +37,6 @@ typedef struct run {
                                * kept in every checkpoint for export */
     int grad_accum;           /* micro-batches per rank per step */
 } run;
-
-/* All ranks agree on failure: returns 0 when every rank passed ok == 1; otherwise the
- * lowest failing rank's message is printed once as "shardlm: error: ..." and -1 (true) is
- * returned on every rank, so `if (any_rank_failed(ok, err)) return -1;`. Collective. */
-int any_rank_failed(int ok, const char *msg);
 
 /* Loads the job and builds everything; returns 0 or -1 (message already printed).
  * need_train_data = 0: a forward-only command (eval, generate: JOB_FORWARD, an engine

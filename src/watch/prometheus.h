@@ -55,11 +55,6 @@ size_t prom_render(char *buf, size_t cap, const prom_labels *labels, const prom_
 
 typedef struct prom_exporter prom_exporter;
 
-/* Parses log.prometheus: "PORT" (loopback), "ADDR:PORT" or "[ADDR6]:PORT". Returns 0,
- * or -1 with why. */
-int prom_parse_listen(const char *spec, char *host, size_t hostlen, char *port, size_t portlen,
-                      char *why, size_t whylen);
-
 /* Starts the exporter: listens on `listen` (empty: no server) and writes
  * DIR/shardlm_<job>_<host>.prom (empty: no textfile), the first time before returning.
  * tel may be NULL. Returns NULL with one line in err (the key, the address or directory,

@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "kernels/check.h"
+#include "src/base/agree.h"
 #include "src/watch/device_table.h"
 #include "src/watch/prometheus.h"
 #include "src/watch/run_summary.h"
@@ -18,7 +19,7 @@
 enum { HOST_LEN = 64, BUS_LEN = 32, MAX_NODE_GPUS = 64 };
 
 struct watch {
-    const run *r;
+    watch_run r;                 /* what the run told watch_open */
     int first, end;              /* steps first+1..end */
     long long tokens_per_step;
     double flops_per_token;
@@ -90,8 +91,8 @@ static void count_earlier_runs(const char *run_dir, long *rows, int *runs, int *
 }
 
 /* The device's dense peak for MFU (0: n/a), saying where it came from in what. */
-static double resolve_peak(const run *r, char *what, size_t whatlen, int *warn) {
-    const job_config *c = &r->cfg;
+static double resolve_peak(const watch_run *r, char *what, size_t whatlen, int *warn) {
+    const job_config *c = r->cfg;
     *warn = 0;
     shlm_device_info d = {0};
     int have = r->ops->device_info && r->ops->device_info(&d) == 0;
@@ -138,10 +139,10 @@ static void job_stem(const char *path, char *out, size_t outlen) {
 
 /* Node-local rank 0 starts the sampler over the GPUs of its node's ranks. */
 static void start_telemetry(watch *w, MPI_Comm node, int node_rank, int node_size) {
-    const run *r = w->r;
+    const watch_run *r = &w->r;
     char bus[BUS_LEN] = "";
     shlm_device_info d;
-    int have = r->cfg.telemetry_interval_ms > 0 && r->ops->device_info &&
+    int have = r->cfg->telemetry_interval_ms > 0 && r->ops->device_info &&
                r->ops->device_info(&d) == 0;
     if (have) snprintf(bus, sizeof bus, "%s", d.pci_bus_id);
     int any = have;
@@ -162,10 +163,10 @@ static void start_telemetry(watch *w, MPI_Comm node, int node_rank, int node_siz
             if (!seen && n < MAX_NODE_GPUS) ids[n] = b, owners[n++] = ranks[i];
         }
         char why[512] = "";
-        w->tel = telemetry_start(ids, owners, n, r->cfg.telemetry_interval_ms, why, sizeof why);
+        w->tel = telemetry_start(ids, owners, n, r->cfg->telemetry_interval_ms, why, sizeof why);
         if (w->tel)
             printf("telemetry: %s: NVML, %d GPU(s) every %d ms\n", shlm_host(), n,
-                   r->cfg.telemetry_interval_ms);
+                   r->cfg->telemetry_interval_ms);
         else
             printf("telemetry: %s: off: %s\n", shlm_host(), why);
         fflush(stdout);
@@ -179,12 +180,12 @@ void watch_set_range(watch *w, int first, int end) {
     w->end = end;
 }
 
-int watch_open(watch **out, const run *r) {
-    const job_config *c = &r->cfg;
+int watch_open(watch **out, const watch_run *r) {
+    const job_config *c = r->cfg;
     watch *w = calloc(1, sizeof *w);
     SHLM_CHECK_ALLOC(w);
     *out = w;
-    w->r = r;
+    w->r = *r;
     w->tokens_per_step = (long long)c->global_batch * c->seq_len;
     w->flops_per_token = model_shape_flops_per_token(&c->model, c->seq_len);
     w->last_val_loss = NAN;
@@ -268,7 +269,7 @@ int watch_open(watch **out, const run *r) {
 void watch_step_end(watch *w, double stop_signal, double data_failed, double step_s,
                     const double comm_ms[2], size_t mem_peak_bytes, step_record *out) {
     int n = telemetry_window(w->tel, w->gpus, MAX_NODE_GPUS);
-    step_record_fill(out, w->r->rank, stop_signal, data_failed, 1000 * step_s, comm_ms,
+    step_record_fill(out, w->r.rank, stop_signal, data_failed, 1000 * step_s, comm_ms,
                      (double)mem_peak_bytes, w->gpus, n);
     MPI_CHECK(step_reduce(out, MPI_COMM_WORLD));
     if (!w->started) startup_mark(STARTUP_FIRST_STEP);
@@ -276,11 +277,11 @@ void watch_step_end(watch *w, double stop_signal, double data_failed, double ste
 
 static const char *host_of(const watch *w, double rank) {
     int k = (int)rank;
-    return k >= 0 && k < w->r->world ? w->hosts[k] : "?";
+    return k >= 0 && k < w->r.world ? w->hosts[k] : "?";
 }
 
 void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) {
-    const run *r = w->r;
+    const watch_run *r = &w->r;
     const double now = MPI_Wtime();
     if (!w->started) {
         /* the first step began its own step time ago */
@@ -289,7 +290,7 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
         if (r->rank == 0) startup_print(stdout, "the end of the first step");
     }
     const int done = sm->step - w->first; /* steps this run has trained */
-    sm->steps = r->cfg.steps;
+    sm->steps = r->cfg->steps;
     sm->step_ms = rec->slow_ms;
     sm->comm_exposed_ms = rec->comm_ms[2];
     sm->comm_ms[0] = rec->comm_ms[0];
@@ -344,19 +345,19 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
 }
 
 void watch_summary(watch *w, int print) {
-    const run *r = w->r;
+    const watch_run *r = &w->r;
     if (r->rank != 0 || !print) return;
     double wall = w->started ? MPI_Wtime() - w->t_start : 0;
     run_summary_print(stdout, &w->summary, w->run_id, wall, w->host_ptrs);
     char err[1400];
-    if (run_summary_write(r->cfg.run_dir, &w->summary, w->run_id, w->job_hash, wall,
+    if (run_summary_write(r->cfg->run_dir, &w->summary, w->run_id, w->job_hash, wall,
                           w->host_ptrs, err, sizeof err) != 0)
         fprintf(stderr, "shardlm: warning: %s\n", err);
 }
 
 void watch_close(watch *w) {
     if (!w) return;
-    const run *r = w->r;
+    const watch_run *r = &w->r;
     if (r->rank == 0) {
         metrics_close(&w->log);
         run_summary_free(&w->summary);

@@ -10,15 +10,23 @@
 
 #include "src/watch/metrics.h"
 #include "src/watch/step_reduce.h"
-#include "src/run/train.h"
+#include "kernels/ops.h"
+#include "src/job/config.h"
 
 typedef struct watch watch;
+
+/* What watching needs of a run (kept by value; cfg and ops outlive the watch). */
+typedef struct watch_run {
+    const job_config *cfg;
+    const shlm_ops *ops;
+    int rank, world;             /* MPI_COMM_WORLD */
+} watch_run;
 
 /* Collective, before the weights are read: opens metrics.jsonl, the exporter and the
  * telemetry, and prints what it opened (rank 0). A bad log.prometheus or
  * log.prometheus_textfile, or a port in use, is one error line and -1 on every rank (*w
  * is then still to be closed); telemetry or an unknown device only warns. */
-int watch_open(watch **w, const run *r);
+int watch_open(watch **w, const watch_run *r);
 /* The run trains steps first+1..end (known once the checkpoint is read). */
 void watch_set_range(watch *w, int first, int end);
 
