@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/tokenizer/tokenizer.h"
+#include "src/tokenizer/token_buf.h"
 
 typedef struct bpe bpe;
 

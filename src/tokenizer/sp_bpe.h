@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/tokenizer/tokenizer.h"
+#include "src/tokenizer/token_buf.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,7 @@
 /* The tokenizer interface (tokenizer.h): opening by name, file or directory, the byte
  * tokenizer, bos/eos around an encode, the id checks of decode, and incremental decoding.
- * The implementations live in tokenizer_sp.cc and tokenizer_hf.c. */
+ * The implementations live in tokenizer_sp.cc and tokenizer_hf.c, the special tokens
+ * in tokenizer_specials.c. */
 #include "src/tokenizer/tokenizer.h"
 
 #include <errno.h>
@@ -10,80 +11,10 @@
 #include <sys/stat.h>
 
 #include "io/errmsg.h"
+#include "src/tokenizer/tokenizer_hf.h"
 #include "src/tokenizer/tokenizer_impl.h"
-
-void tokenizer_set_err(char *err, size_t errlen, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    io_set_errv(err, errlen, fmt, ap); /* a token string may hold a line break */
-    va_end(ap);
-}
-
-char *tokenizer_read_file(const char *path, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    struct stat st;
-    if (!f || fstat(fileno(f), &st) != 0) {
-        tokenizer_set_err(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        if (f) fclose(f);
-        return NULL;
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    size_t got = buf ? fread(buf, 1, n, f) : 0;
-    int bad = !buf || got != n || ferror(f);
-    fclose(f);
-    if (bad) {
-        tokenizer_set_err(err, errlen, "%s: %s", path,
-                          buf ? "cannot read the whole file" : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    buf[n] = '\0';
-    *len = n;
-    return buf;
-}
-
-int token_ids_push(token_ids *t, int32_t id) {
-    if (t->n < t->cap) {
-        t->ids[t->n++] = id;
-        return 0;
-    }
-    return token_ids_append(t, &id, 1);
-}
-
-int token_ids_append(token_ids *t, const int32_t *ids, size_t n) {
-    if (t->n + n > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->n + n) cap *= 2;
-        int32_t *g = realloc(t->ids, cap * sizeof *g);
-        if (!g) return -1;
-        t->ids = g;
-        t->cap = cap;
-    }
-    if (n) memcpy(t->ids + t->n, ids, n * sizeof *ids);
-    t->n += n;
-    return 0;
-}
-
-int byte_buf_reserve(byte_buf *b, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *g = realloc(b->data, cap);
-        if (!g) return -1;
-        b->data = g;
-        b->cap = cap;
-    }
-    return 0;
-}
-
-int byte_buf_append(byte_buf *b, const void *data, size_t n) {
-    if (byte_buf_reserve(b, n) != 0) return -1;
-    if (n) memcpy(b->data + b->n, data, n);
-    b->n += n;
-    b->data[b->n] = '\0'; /* always a C string too */
-    return 0;
-}
+#include "src/tokenizer/tokenizer_sp.h"
+#include "src/tokenizer/tokenizer_specials.h"
 
 /* ---- the byte tokenizer: id = byte value ---- */
 

@@ -23,7 +23,7 @@
 
 #include "src/tokenizer/bpe.h"
 #include "src/tokenizer/id_map.h"
-#include "src/tokenizer/tokenizer_impl.h"
+#include "src/tokenizer/tokenizer_hf.h"
 #include "src/base/utf8.h"
 
 /* GPT-2's pattern, which ByteLevel(use_regex = true) splits with */

@@ -1,15 +1,19 @@
-/* What a tokenizer implementation provides to src/tokenizer/tokenizer.c: a table of functions and
- * what its file says about special tokens. Included by the implementations only. */
+/* What a tokenizer implementation provides to the interface (src/tokenizer/tokenizer.c): a
+ * table of functions and what its file says about special tokens; the tokenizer object
+ * they fill; the helpers they share (tokenizer_impl.c). Below the interface: it does not
+ * include tokenizer.h. */
 #ifndef SHLM_TOKENIZER_IMPL_H
 #define SHLM_TOKENIZER_IMPL_H
 
 #include <stdarg.h>
 
-#include "src/tokenizer/tokenizer.h"
+#include "src/tokenizer/token_buf.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct tokenizer tokenizer; /* tokenizer.h's, the same typedef */
 
 typedef struct tokenizer_ops {
     const char *kind; /* tokenizer_kind() */
@@ -49,14 +53,6 @@ struct tokenizer {
     char *chat_template;
     char chat_template_path[1100]; /* the file it came from ("" when none) */
 };
-
-/* Implementations: each fills t->ops, t->impl, t->vocab_size and t->file from `path`. */
-int tokenizer_sp_open(tokenizer *t, const char *path, char *err, size_t errlen);
-int tokenizer_hf_open(tokenizer *t, const char *path, char *err, size_t errlen);
-
-/* Fills bos, eos_ids, pad, add_bos, add_eos and chat_template from t->file and the model
- * directory t->dir (src/tokenizer/tokenizer_specials.c). */
-int tokenizer_specials_resolve(tokenizer *t, char *err, size_t errlen);
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*len bytes before the NUL);
  * NULL with "PATH: problem" in err. */

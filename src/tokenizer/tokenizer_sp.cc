@@ -27,7 +27,7 @@
 
 #include "src/tokenizer/sp_bpe.h"
 #include "src/tokenizer/token_cache.h"
-#include "src/tokenizer/tokenizer_impl.h"
+#include "src/tokenizer/tokenizer_sp.h"
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "src/tokenizer/tokenizer_impl.h"
+#include "src/tokenizer/tokenizer_specials.h"
 
 enum { CFG_SPECIAL_MAP, CFG_TOKENIZER, CFG_GENERATION, CFG_MODEL, CFG_N };
 static const char *const cfg_names[CFG_N] = {"special_tokens_map.json", "tokenizer_config.json",
@@ -68,7 +68,7 @@ static int token_entry(specials_ctx *c, int which, const char *key, int32_t *id,
                           c->path[which], key);
         return -1;
     }
-    int32_t found = tokenizer_token_id(c->t, v->valuestring);
+    int32_t found = c->t->ops->token_id(c->t->impl, v->valuestring);
     if (found < 0) {
         tokenizer_set_err(err, errlen, "%s: %s \"%.80s\" is not a token of %s", c->path[which],
                           key, v->valuestring, c->t->path);
@@ -156,7 +156,7 @@ static int check_added_tokens(specials_ctx *c, char *err, size_t errlen) {
                               c->path[CFG_TOKENIZER]);
             return -1;
         }
-        if (tokenizer_token_id(c->t, content->valuestring) != id) {
+        if (c->t->ops->token_id(c->t->impl, content->valuestring) != id) {
             tokenizer_set_err(err, errlen,
                               "%s: added token %ld \"%.80s\" is not token %ld of %s (added "
                               "tokens are read from tokenizer.json only)",
