@@ -1,7 +1,6 @@
 #!/bin/sh
 # Checkpoint save bandwidth against a plain sequential write of the same bytes on the same
-# file system, in the same run (issue: "save bandwidth ... at least 70% of the same disk's
-# sequential write bandwidth measured in the same run").
+# file system, in the same run (the goal: a save at least 70% as fast as that write).
 #
 # The model is a 219.7M-parameter Llama shape (d 1024, 12 layers, 16 heads, F 2816, vocab
 # 32000), so a checkpoint (fp32 weights + two AdamW moments, 12 bytes per parameter) is
