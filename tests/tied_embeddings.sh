@@ -72,7 +72,7 @@ else
 fi
 
 # ---- 2. the checkpoint says tied ----
-grep -q "tied embeddings" "$work/A.info" || fail "ckpt info does not say tied embeddings"
+grep -q "tie_word_embeddings" "$work/A.info" || fail "ckpt info does not say tie_word_embeddings"
 grep -q "lm_head" "$work/A.info" && fail "the tied checkpoint holds an lm_head.weight"
 find_h5py
 if [ -n "$h5py" ]; then
@@ -105,7 +105,7 @@ fi
 echo "+ $SHLM train $job --set data.train=$work/train.bin --set checkpoint.resume=$work/A/ck ..."
 "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/untied" \
     --set "checkpoint.resume=$work/B/ck/step_20.h5" >"$work/untied.log" 2>"$work/untied.err" </dev/null
-refused_before_step1 untied $? "tie_word_embeddings = 1 there, 0 in this job"
+refused_before_step1 untied $? "tie_word_embeddings = true there, false in this job"
 
 # ---- 5. export ----
 echo "+ $SHLM ckpt export $work/A/ck $work/exp"

@@ -189,11 +189,6 @@ static int ckpt_info(int argc, char **argv) {
             const key_def *key = &fam->keys[k];
             if (!(key->flags & (KF_LAYOUT | KF_SHAPE)) && strcmp(key->key, "max_seq_len") != 0)
                 continue;
-            if (key->type == KT_BOOL) {
-                if (key_number(key, model_shape_cdata(&m)) != 0)
-                    snprintf(shape + strlen(shape), sizeof shape - strlen(shape), ", %s", key->key);
-                continue;
-            }
             key_format(key, model_shape_cdata(&m), v, sizeof v);
             snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%s %s",
                      shape[0] ? ", " : "", key->key, v);
