@@ -179,7 +179,7 @@ if [ -n "$py" ]; then
     refused_import hf_bool "hf_bool/config.json" '"tie_word_embeddings" must be true or false'
     variant hf_extra
     $edit st-add "$work/hf_extra/model.safetensors" model.layers.0.mlp.bias 44
-    refused_import hf_extra "tensor model.layers.0.mlp.bias is not a parameter of this Llama"
+    refused_import hf_extra "tensor model.layers.0.mlp.bias is not a parameter of this llama model"
     variant hf_short
     $edit st-reshape "$work/hf_short/model.safetensors" model.norm.weight 16
     refused_import hf_short "tensor model.norm.weight has shape [16], the model needs [32]"

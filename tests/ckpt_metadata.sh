@@ -139,8 +139,8 @@ else
     echo "ckpt_metadata: ok: a format-2 checkpoint resumes (its state checksum without" \
         "model.tie_word_embeddings)"
 fi
-case_file v4 attr format_version 4
-resume_case v4 "checkpoint format version 4, this shardlm reads 1 to 3"
+case_file v5 attr format_version 5
+resume_case v5 "checkpoint format version 5, this shardlm reads 1 to 4"
 
 echo "ckpt_metadata: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "ckpt_metadata: work directory kept: $work"

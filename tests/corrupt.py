@@ -106,14 +106,15 @@ def main(argv):
         elif cmd == "v1":
             for name in ("state_checksum", "state_checksum_text", "state_attributes",
                          "skipped_in_a_row", "lr_decay_from", "lr_decay_lr",
-                         "model.tie_word_embeddings"):
+                         "model.tie_word_embeddings", "model.family"):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
         elif cmd == "v2":
-            del f.attrs["model.tie_word_embeddings"]
+            gone = ("model.tie_word_embeddings", "model.family")
+            for name in gone:
+                del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()
-            f.attrs["state_attributes"] = np.bytes_(
-                " ".join(n for n in names if n != "model.tie_word_embeddings"))
+            f.attrs["state_attributes"] = np.bytes_(" ".join(n for n in names if n not in gone))
             f.attrs.modify("format_version", np.int64(2))
             restamp(f)
         elif cmd == "restamp":

@@ -1454,9 +1454,8 @@ static int check_hf_names(const hf_weights *w, const model_layout *lay, const mo
             if (layout_has(lay, name)) continue;
             const char *why = m->family->hf_unused(model_shape_cdata(m), name);
             if (!why) {
-                io_set_err(err, errlen, "%s: tensor %s is not a parameter of this %s model (%d "
-                           "units of parameters): refusing a file of another model", sf->path,
-                           name, m->family->name, lay->n_units);
+                io_set_err(err, errlen, "%s: tensor %s is not a parameter of this %s model: "
+                           "refusing a file of another model", sf->path, name, m->family->name);
                 return -1;
             }
             if (say)
