@@ -1,0 +1,192 @@
+/* Unit tests of what writes TensorBoard's files: CRC32C against RFC 3720's vectors, the
+ * record framing and every event the encoder makes against bytes that tensorboard
+ * 2.21's own classes wrote (event_pb2, summary_v2.text_pb, RecordWriter: the Python
+ * lines beside each vector), the event file (its name, a second file of the same second
+ * named after it, refusals).
+ *   tests/test_tensorboard */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "io/tfevents.h"
+#include "tests/check.h"
+
+/* hex digits into out (returns the byte count) */
+static size_t unhex(const char *hex, uint8_t *out) {
+    size_t n = 0;
+    for (; hex[0] && hex[1]; hex += 2) {
+        unsigned v;
+        sscanf(hex, "%2x", &v);
+        out[n++] = (uint8_t)v;
+    }
+    return n;
+}
+
+/* b holds exactly the bytes of hex */
+static int same_bytes(const tfevents_buf *b, const char *hex) {
+    uint8_t want[4096];
+    size_t n = unhex(hex, want);
+    if (b->failed || b->n != n || memcmp(b->p, want, n) != 0) {
+        printf("     got  ");
+        for (size_t i = 0; i < b->n; i++) printf("%02x", b->p[i]);
+        printf("\n     want %s\n", hex);
+        return 0;
+    }
+    return 1;
+}
+
+static void test_crc32c(void) {
+    uint8_t zeros[32] = {0}, ones[32], up[32], down[32];
+    for (int i = 0; i < 32; i++) ones[i] = 0xff, up[i] = (uint8_t)i, down[i] = (uint8_t)(31 - i);
+    check(tfevents_crc32c("123456789", 9) == 0xe3069283u, "crc32c(\"123456789\") = 0xe3069283");
+    check(tfevents_crc32c(zeros, 32) == 0x8a9136aau, "crc32c: 32 zero bytes (RFC 3720 B.4)");
+    check(tfevents_crc32c(ones, 32) == 0x62a8ab43u, "crc32c: 32 bytes 0xff");
+    check(tfevents_crc32c(up, 32) == 0x46dd794eu, "crc32c: bytes 0..31");
+    check(tfevents_crc32c(down, 32) == 0x113fdb5cu, "crc32c: bytes 31..0");
+    check(tfevents_crc32c("", 0) == 0, "crc32c: no bytes");
+    /* pywrap_tensorflow.masked_crc32c(b"123456789") */
+    check(tfevents_masked_crc32c("123456789", 9) == 0xc78ab0e5u,
+          "masked crc32c(\"123456789\") = 0xc78ab0e5 (tensorboard's)");
+}
+
+/* Event(wall_time=1765432100.25, file_version="brain.Event:2") */
+static const char file_version_event[] =
+    "09000010c9964eda411a0d627261696e2e4576656e743a32";
+/* RecordWriter(buf).write(that event's bytes) */
+static const char file_version_record[] =
+    "1800000000000000a37f4b22" "09000010c9964eda411a0d627261696e2e4576656e743a32" "39dc7de6";
+
+static void test_encoder(void) {
+    tfevents_buf b = {0};
+    tfevents_encode_file_version(&b, 1765432100.25);
+    check(same_bytes(&b, file_version_event), "file_version event: tensorboard's bytes");
+
+    tfevents_buf rec = {0};
+    tfevents_frame(&rec, b.p, b.n);
+    check(same_bytes(&rec, file_version_record), "its record: RecordWriter's bytes");
+
+    /* Event(wall_time=1765432101.5, step=42, summary=Summary(value=[
+     *   Value(tag="train/loss", simple_value=2.5), Value(tag="perf/mfu", simple_value=0.0)])) */
+    b.n = 0;
+    tfevents_scalar v[2] = {{"train/loss", 2.5}, {"perf/mfu", 0.0}};
+    tfevents_encode_scalars(&b, 1765432101.5, 42, v, 2);
+    check(same_bytes(&b, "09000060c9964eda41102a2a240a110a0a747261696e2f6c6f737315000020400a0f0a08"
+                         "706572662f6d66751500000000"),
+          "scalars event (a zero value is kept, as a oneof member is): tensorboard's bytes");
+    /* ... simple_value=-0.1 (float32 0xbdcccccd) */
+    b.n = 0;
+    v[1].value = -0.1;
+    tfevents_encode_scalars(&b, 1765432101.5, 42, v, 2);
+    check(same_bytes(&b, "09000060c9964eda41102a2a240a110a0a747261696e2f6c6f737315000020400a0f0a08"
+                         "706572662f6d667515cdccccbd"),
+          "scalars event, a negative value rounded to float32: tensorboard's bytes");
+
+    /* Event(wall_time=1765432100.75, step=0, summary=summary_v2.text_pb("job",
+     * 'a = 1\nb = "x"')): step 0 is left out */
+    b.n = 0;
+    tfevents_encode_text(&b, 1765432100.75, 0, "job", "a = 1\nb = \"x\"");
+    check(same_bytes(&b, "09000030c9964eda412a260a240a036a6f62421308071200420d61203d20310a62203d20"
+                         "2278224a080a060a0474657874"),
+          "text event at step 0 (plugin \"text\", a scalar DT_STRING): tensorboard's bytes");
+
+    /* ... step=5, text_pb("job", "x" * 200): lengths of two varint bytes */
+    b.n = 0;
+    char xs[201];
+    memset(xs, 'x', 200);
+    xs[200] = 0;
+    tfevents_encode_text(&b, 1765432100.75, 5, "job", xs);
+    char want[1024] = "09000030c9964eda4110052ae4010ae1010a036a6f6242cf010807120042c801";
+    for (int i = 0; i < 200; i++) strcat(want, "78");
+    strcat(want, "4a080a060a0474657874");
+    check(same_bytes(&b, want), "text event of 200 bytes (nested lengths over 127): "
+                                "tensorboard's bytes");
+
+    /* Event(wall_time=1765432100.875, step=300, session_log=SessionLog(status=START)) */
+    b.n = 0;
+    tfevents_encode_session_start(&b, 1765432100.875, 300);
+    check(same_bytes(&b, "09000038c9964eda4110ac023a020801"),
+          "session_log START at step 300: tensorboard's bytes");
+    tfevents_buf_free(&b);
+    tfevents_buf_free(&rec);
+}
+
+/* the whole file into a malloc'd buffer */
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    uint8_t *p = malloc(1 << 16);
+    *n = fread(p, 1, 1 << 16, f);
+    fclose(f);
+    return p;
+}
+
+static void test_file(void) {
+    char dir[] = "/tmp/shlm-tfevents.XXXXXX", err[2048], sub[256], host[] = "nodeA";
+    if (!mkdtemp(dir)) {
+        check(0, "mkdtemp");
+        return;
+    }
+    snprintf(sub, sizeof sub, "%s/a/tb", dir);
+    tfevents_file f, g;
+    int rc = tfevents_create(&f, sub, host, 1765432100.25, err, sizeof err);
+    check(rc == 0, "create in a directory not there yet (made): %s", rc == 0 ? "ok" : err);
+    char want[600];
+    snprintf(want, sizeof want, "%s/events.out.tfevents.1765432100.nodeA.%ld", sub, (long)getpid());
+    check(strcmp(f.path, want) == 0, "file name %s (want %s)", f.path, want);
+    /* the same second again: named one second later, so it sorts after */
+    check(tfevents_create(&g, sub, host, 1765432100.9, err, sizeof err) == 0,
+          "a second file in the same second");
+    snprintf(want, sizeof want, "%s/events.out.tfevents.1765432101.nodeA.%ld", sub, (long)getpid());
+    check(strcmp(g.path, want) == 0, "second file named %s (want %s)", g.path, want);
+    tfevents_close(&g);
+
+    tfevents_scalar v[2] = {{"train/loss", 2.5}, {"perf/mfu", 0.0}};
+    check(tfevents_write_scalars(&f, 1765432101.5, 42, v, 2, err, sizeof err) == 0,
+          "write a scalars event");
+    size_t n = 0;
+    uint8_t *got = slurp(f.path, &n);
+    uint8_t rec1[256], ev2[256];
+    size_t n1 = unhex(file_version_record, rec1);
+    size_t n2 = unhex("09000060c9964eda41102a2a240a110a0a747261696e2f6c6f737315000020400a0f0a08"
+                      "706572662f6d66751500000000", ev2);
+    tfevents_buf rec2 = {0};
+    tfevents_frame(&rec2, ev2, n2);
+    check(got && n == n1 + rec2.n && memcmp(got, rec1, n1) == 0 &&
+              memcmp(got + n1, rec2.p, rec2.n) == 0,
+          "the file holds both records, flushed (%zu bytes, want %zu)", n, n1 + rec2.n);
+    free(got);
+    tfevents_buf_free(&rec2);
+    tfevents_close(&f);
+    check(tfevents_write_scalars(&f, 1, 1, v, 1, err, sizeof err) != 0 && strstr(err, "closed"),
+          "a write after close is refused: %s", err);
+
+    /* a directory path that is a file, a path too long */
+    char file[300];
+    snprintf(file, sizeof file, "%s/plain", dir);
+    FILE *p = fopen(file, "w");
+    if (p) fclose(p);
+    check(tfevents_create(&f, file, host, 1, err, sizeof err) != 0 &&
+              strstr(err, "not a directory") && strstr(err, file),
+          "a file where the directory goes is refused: %s", err);
+    char longdir[1100];
+    memset(longdir, 'd', sizeof longdir - 1);
+    longdir[0] = '/';
+    longdir[sizeof longdir - 1] = 0;
+    check(tfevents_create(&f, longdir, host, 1, err, sizeof err) != 0 &&
+              strstr(err, "too long"),
+          "a directory path too long is refused");
+
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) printf("     (could not remove %s)\n", dir);
+}
+
+int main(void) {
+    test_crc32c();
+    test_encoder();
+    test_file();
+    printf("%d checks, %d failed\n", n_checks, n_failed);
+    return n_failed ? 1 : 0;
+}
