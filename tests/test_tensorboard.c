@@ -2,8 +2,11 @@
  * record framing and every event the encoder makes against bytes that tensorboard
  * 2.21's own classes wrote (event_pb2, summary_v2.text_pb, RecordWriter: the Python
  * lines beside each vector), the event file (its name, a second file of the same second
- * named after it, refusals).
+ * named after it, refusals), and the metrics row: each TensorBoard scalar is the number
+ * its metrics.jsonl field holds, telemetry included, and a null is no scalar.
  *   tests/test_tensorboard */
+#include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +14,8 @@
 #include <unistd.h>
 
 #include "io/tfevents.h"
+#include "src/metrics.h"
+#include "src/step_reduce.h"
 #include "tests/check.h"
 
 /* hex digits into out (returns the byte count) */
@@ -183,10 +188,146 @@ static void test_file(void) {
     if (system(cmd) != 0) printf("     (could not remove %s)\n", dir);
 }
 
+/* The metrics.jsonl field (a JSON path, "gpu.power_w.mean.1") each tag comes from. */
+static const struct {
+    const char *tag, *path;
+} tag_fields[] = {
+    {"train/loss", "loss"},
+    {"train/lr", "lr"},
+    {"train/grad_norm", "grad_norm"},
+    {"train/tokens_seen", "tokens_seen"},
+    {"val/loss", "val_loss"},
+    {"perf/tokens_per_s", "tokens_per_s"},
+    {"perf/tokens_per_s_per_gpu", "tokens_per_s_per_gpu"},
+    {"perf/tflops_per_gpu", "tflops_per_gpu"},
+    {"perf/mfu", "mfu"},
+    {"perf/step_ms", "step_ms"},
+    {"perf/comm_exposed_ms", "comm_exposed_ms"},
+    {"perf/comm_shard_ms", "comm_shard_ms"},
+    {"perf/comm_replica_ms", "comm_replica_ms"},
+    {"mem/peak_bytes", "mem_peak_bytes"},
+    {"progress/elapsed_s", "elapsed_s"},
+    {"progress/eta_s", "eta_s"},
+    {"progress/tokens_to_go", "tokens_to_go"},
+    {"straggler/slowest_rank", "slowest_rank"},
+    {"straggler/slowest_step_ms", "slowest_step_ms"},
+    {"straggler/slowest_comm_ms", "slowest_comm_ms"},
+    {"straggler/slowest_compute_ms", "slowest_compute_ms"},
+    {"straggler/fastest_rank", "fastest_rank"},
+    {"straggler/fastest_step_ms", "fastest_step_ms"},
+    {"straggler/fastest_comm_ms", "fastest_comm_ms"},
+    {"straggler/fastest_compute_ms", "fastest_compute_ms"},
+    {"gpu/util_pct/mean_lo", "gpu.util_pct.mean.0"},
+    {"gpu/util_pct/mean_hi", "gpu.util_pct.mean.1"},
+    {"gpu/mem_copy_util_pct/mean_lo", "gpu.mem_copy_util_pct.mean.0"},
+    {"gpu/mem_copy_util_pct/mean_hi", "gpu.mem_copy_util_pct.mean.1"},
+    {"gpu/sm_clock_mhz/mean_lo", "gpu.sm_clock_mhz.mean.0"},
+    {"gpu/sm_clock_mhz/mean_hi", "gpu.sm_clock_mhz.mean.1"},
+    {"gpu/power_w/mean_lo", "gpu.power_w.mean.0"},
+    {"gpu/power_w/mean_hi", "gpu.power_w.mean.1"},
+    {"gpu/temp_c/mean_lo", "gpu.temp_c.mean.0"},
+    {"gpu/temp_c/mean_hi", "gpu.temp_c.mean.1"},
+    {"gpu/mem_used_mib/mean_lo", "gpu.mem_used_mib.mean.0"},
+    {"gpu/mem_used_mib/mean_hi", "gpu.mem_used_mib.mean.1"},
+};
+enum { N_TAG_FIELDS = sizeof tag_fields / sizeof tag_fields[0] };
+
+/* the item at a dotted path (numbers index arrays), or NULL */
+static const cJSON *at_path(const cJSON *j, const char *path) {
+    char buf[128], *save = NULL;
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *part = strtok_r(buf, ".", &save); part && j; part = strtok_r(NULL, ".", &save))
+        j = cJSON_IsArray(j) ? cJSON_GetArrayItem(j, atoi(part))
+                             : cJSON_GetObjectItemCaseSensitive(j, part);
+    return j;
+}
+
+/* Every tag of the row is in tag_fields with the value of its JSON field; every field of
+ * tag_fields that holds a number has its tag; a null has none. */
+static void check_row(const char *what, const metrics_row *row) {
+    cJSON *j = cJSON_ParseWithLength(row->json, row->len);
+    check(j != NULL && row->len > 0 && row->json[row->len - 1] == '\n', "%s: the row is JSON", what);
+    if (!j) return;
+    int bad = 0, numbers = 0;
+    for (int i = 0; i < row->n_scalars; i++) {
+        int k = 0;
+        while (k < N_TAG_FIELDS && strcmp(tag_fields[k].tag, row->scalars[i].tag) != 0) k++;
+        const cJSON *f = k < N_TAG_FIELDS ? at_path(j, tag_fields[k].path) : NULL;
+        if (!cJSON_IsNumber(f) || f->valuedouble != row->scalars[i].value) {
+            printf("     %s: scalar %s = %.17g, its field %s\n", what, row->scalars[i].tag,
+                   row->scalars[i].value, k < N_TAG_FIELDS ? tag_fields[k].path : "(none)");
+            bad++;
+        }
+        for (int m = 0; m < i; m++) bad += strcmp(row->scalars[m].tag, row->scalars[i].tag) == 0;
+    }
+    for (int k = 0; k < N_TAG_FIELDS; k++) numbers += cJSON_IsNumber(at_path(j, tag_fields[k].path));
+    check(bad == 0 && numbers == row->n_scalars,
+          "%s: %d scalars, each its field's value (%d fields hold a number)", what,
+          row->n_scalars, numbers);
+    cJSON_Delete(j);
+}
+
+static int has_tag(const metrics_row *row, const char *tag) {
+    for (int i = 0; i < row->n_scalars; i++)
+        if (strcmp(row->scalars[i].tag, tag) == 0) return 1;
+    return 0;
+}
+
+static void test_row(void) {
+    step_record g;
+    memset(&g, 0, sizeof g);
+    g.gpus = 2;
+    for (int k = 0; k < TEL_N; k++) {
+        g.mean_lo[k] = 10.123456789 * (k + 1);
+        g.mean_hi[k] = k == TEL_SM_CLOCK ? NAN : 20.5 * (k + 1);
+        g.max_lo[k] = 30 + k;
+        g.max_hi[k] = 40.25 + k;
+    }
+    g.throttle_reasons = 4;
+    g.ecc_corrected = NAN;
+    step_metrics s = {.step = 12, .steps = 100, .loss = 2.345678912345, .val_loss = 2.25,
+                      .lr = 3e-4 / 7, .grad_norm = 0.87654321, .tokens_per_s = 12345.678,
+                      .tokens_per_s_per_gpu = 6172.839, .tflops_per_gpu = 0.0123456789,
+                      .mfu = 0.43215, .step_ms = 123.4567, .comm_exposed_ms = 1.2345,
+                      .comm_ms = {0.5, 0.25}, .mem_peak_bytes = 123456789012ull,
+                      .tokens_seen = 1234567, .tokens_to_go = 99999, .elapsed_s = 12.3456,
+                      .eta_s = 100.25, .slowest_rank = 1, .fastest_rank = 0,
+                      .slowest_host = "a", .fastest_host = "b", .slowest_step_ms = 130.1,
+                      .slowest_comm_ms = 10.2, .fastest_step_ms = 120.3,
+                      .fastest_comm_ms = 5.1, .unix_time = 1765432100.123,
+                      .run_id = "20261201T000000Z-12345678", .job_hash = "0123456789abcdef",
+                      .gpu = &g};
+    static metrics_row row;
+    metrics_row_build(&s, &row);
+    check_row("a validated step with telemetry", &row);
+    check(row.n_scalars == N_TAG_FIELDS - 1 && has_tag(&row, "gpu/power_w/mean_hi") &&
+              !has_tag(&row, "gpu/sm_clock_mhz/mean_hi"),
+          "... every tag but the GPU mean that is null (%d scalars)", row.n_scalars);
+    /* the value is the text: tokens_per_s is written with one decimal */
+    for (int i = 0; i < row.n_scalars; i++)
+        if (strcmp(row.scalars[i].tag, "perf/tokens_per_s") == 0)
+            check(row.scalars[i].value == 12345.7, "perf/tokens_per_s is 12345.7, as the row "
+                  "prints it (not 12345.678)");
+
+    s.val_loss = NAN;
+    s.mfu = NAN;
+    s.loss = NAN;
+    s.eta_s = NAN;
+    s.skipped = 1;
+    s.gpu = NULL;
+    metrics_row_build(&s, &row);
+    check_row("a skipped step, MFU n/a, no telemetry", &row);
+    check(!has_tag(&row, "val/loss") && !has_tag(&row, "perf/mfu") &&
+              !has_tag(&row, "train/loss") && !has_tag(&row, "progress/eta_s") &&
+              !has_tag(&row, "gpu/power_w/mean_lo") && has_tag(&row, "train/lr"),
+          "... no scalar for a null or a missing field");
+}
+
 int main(void) {
     test_crc32c();
     test_encoder();
     test_file();
+    test_row();
     printf("%d checks, %d failed\n", n_checks, n_failed);
     return n_failed ? 1 : 0;
 }
