@@ -106,6 +106,29 @@ refused_before_step1() {
     fi
 }
 
+# refused_on_ranks NAME RC PATTERN...: as refused_before_step1, for a run through the MPI
+# launcher: RC is not 0 and stderr holds, beside the launcher's own report, one
+# "shardlm: error:" line, naming every PATTERN (fixed strings)
+refused_on_ranks() {
+    ror_name=$1 ror_rc=$2
+    shift 2
+    ror_err=$(grep '^shardlm: error: ' "$work/$ror_name.err")
+    ror_why=""
+    [ "$ror_rc" -ne 0 ] || ror_why="exit 0"
+    [ "$(grep -c '^shardlm: error: ' "$work/$ror_name.err")" -eq 1 ] ||
+        ror_why="$ror_why; $(grep -c '^shardlm: error: ' "$work/$ror_name.err") error lines"
+    for ror_p in "$@"; do
+        printf '%s\n' "$ror_err" | grep -q -F -e "$ror_p" || ror_why="$ror_why; no '$ror_p'"
+    done
+    [ -s "$work/$ror_name/metrics.jsonl" ] && ror_why="$ror_why; trained a step"
+    if [ -n "$ror_why" ]; then
+        sed 's/^/    stderr: /' "$work/$ror_name.err" | head -n 5
+        fail "$ror_name: $ror_why"
+    else
+        echo "$test_name: ok: $ror_name: $ror_err"
+    fi
+}
+
 # find_h5py: sets $h5py to a python3 that has h5py and numpy (Debian: python3-h5py), or
 # to "" when there is none
 find_h5py() {

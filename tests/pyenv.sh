@@ -11,6 +11,9 @@ SHLM_PYENV=${SHLM_PYENV:-$SHLM_CACHE/venv}
 #   $SHLM_SMOLLM2 SmolLM2-135M-Instruct as a Hugging Face directory, which
 #                 examples/smollm2/get-model.sh makes (default $SHLM_CACHE/models/...)
 SHLM_SMOLLM2=${SHLM_SMOLLM2:-$SHLM_CACHE/models/SmolLM2-135M-Instruct}
+#   $SHLM_TENSORBOARD  PyPI tensorboard (its reader and text plugin) and what they import
+#                 beyond numpy, installed apart from the environment (put it on PYTHONPATH)
+SHLM_TENSORBOARD=${SHLM_TENSORBOARD:-$SHLM_CACHE/tensorboard}
 
 # shlm_python MODULE...: sets SHLM_PY to a python3 in which every MODULE imports (the
 # environment's, else python3 on PATH); returns 1 with a reason on stdout when none does.

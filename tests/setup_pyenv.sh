@@ -18,6 +18,13 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
     pyyaml==6.0.4
 # torch from PyPI is the CUDA build; it runs on the CPU as well
 [ $light -eq 1 ] || $pip torch==2.15.0 transformers==5.24.0 accelerate==1.15.0
+# tensorboard's event-file reader and text plugin for tests/tensorboard.sh, in a directory
+# of their own ($SHLM_TENSORBOARD; --no-deps: numpy is the environment's), so that the
+# protobuf they need stays out of the environment the other references import from
+"$SHLM_PYENV/bin/python3" -c "import sys; sys.path.insert(0, '$SHLM_TENSORBOARD')
+import tensorboard.plugins.text.text_plugin" 2>/dev/null ||
+    $pip --no-deps --upgrade --target "$SHLM_TENSORBOARD" tensorboard==2.21.0 protobuf==7.36.2 \
+        absl-py==2.5.1 markdown==3.11.3 werkzeug==3.1.9 markupsafe==3.0.4
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and

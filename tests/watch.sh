@@ -39,25 +39,11 @@ run() {
     rc=$?
     [ $rc -eq 77 ] && { echo "watch.sh: SKIP: no MPI launcher"; exit 77; }
 }
-# refused NAME PATTERN...: the run NAME exited non-zero with one "shardlm: error:" line
-# (beside the launcher's own report) naming every PATTERN, and trained no step
+# refused NAME PATTERN...: the run NAME was refused before step 1 (refused_on_ranks)
 refused() {
     rf=$1
     shift
-    lines=$(grep -c '^shardlm: error: ' "$work/$rf.err")
-    why=""
-    [ $rc -ne 0 ] || why="exit 0"
-    [ "$lines" -eq 1 ] || why="$why; $lines error lines"
-    for p in "$@"; do
-        grep '^shardlm: error: ' "$work/$rf.err" | grep -q -F -e "$p" || why="$why; no '$p'"
-    done
-    [ -s "$work/$rf/metrics.jsonl" ] && why="$why; trained a step"
-    if [ -n "$why" ]; then
-        sed 's/^/    stderr: /' "$work/$rf.err" | head -n 5
-        fail "$rf: $why"
-    else
-        echo "watch.sh: ok: $rf: $(grep '^shardlm: error: ' "$work/$rf.err")"
-    fi
+    refused_on_ranks "$rf" $rc "$@"
 }
 # field FILE STEP KEY: KEY's value (as written) in FILE's row of STEP
 field() {

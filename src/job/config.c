@@ -177,6 +177,11 @@ static const key_def keys[] = {
     {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH,
      "write the same metrics to DIR/shardlm_<job>_<host>.prom for node_exporter's textfile "
      "collector; empty: none"},
+    /* TensorBoard event files from rank 0 (io/tfevents.h): the metrics.jsonl rows as
+     * scalars and the resolved job as text; auto: <run_dir>/tb; empty: none */
+    {"log", "tensorboard", KT_STRING, F(tensorboard), "", NOLIM, NULL, KF_PATH,
+     "write TensorBoard event files to DIR from rank 0: metrics.jsonl's numbers as scalars, "
+     "the resolved job as text; auto: <run_dir>/tb; empty: none"},
     /* GPU telemetry through NVML, sampled on a thread every N ms; 0: off */
     {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
      "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
@@ -923,10 +928,12 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     for (int i = 0; i < N_KEYS; i++) {
         if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
         char *field = (char *)c + keys[i].offset;
-        /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes */
+        /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes;
+         * log.tensorboard a path or auto */
         if (i == idx("checkpoint", "resume") && (!strcmp(field, "auto") || !strcmp(field, "none")))
             continue;
         if (i == idx("data", "tokenizer") && !strcmp(field, "bytes")) continue;
+        if (i == idx("log", "tensorboard") && !strcmp(field, "auto")) continue;
         char joined[2100];
         int n = join_job_dir(c->path, field, joined, sizeof joined);
         if (n < 0 || (size_t)n >= keys[i].size) {
@@ -1003,30 +1010,34 @@ void job_config_free(job_config *cfg) {
     cfg->text = NULL;
 }
 
-void job_config_print(const job_config *cfg, int world_size) {
+void job_config_fprint(FILE *out, const job_config *cfg, int world_size) {
     char name[64], value[1100];
-    printf("# job %s (hash %016llx), world size %d\n", cfg->path,
-           (unsigned long long)job_config_hash(cfg), world_size);
+    fprintf(out, "# job %s (hash %016llx), world size %d\n", cfg->path,
+            (unsigned long long)job_config_hash(cfg), world_size);
     const model_family *f = cfg->model.family;
     for (int i = 0; i < N_KEYS; i++) {
         snprintf(name, sizeof name, "%s.%s", keys[i].section, keys[i].key);
         key_format(&keys[i], cfg, value, sizeof value);
-        printf("  %-26s = %s\n", name, value);
+        fprintf(out, "  %-26s = %s\n", name, value);
         /* the family's keys after the job's [model] ones */
         if (i + 1 < N_KEYS && strcmp(keys[i].section, "model") == 0 &&
             strcmp(keys[i + 1].section, "model") != 0)
             for (int k = 0; k < f->n_keys; k++) {
                 snprintf(name, sizeof name, "model.%s", f->keys[k].key);
                 key_format(&f->keys[k], model_shape_cdata(&cfg->model), value, sizeof value);
-                printf("  %-26s = %s\n", name, value);
+                fprintf(out, "  %-26s = %s\n", name, value);
             }
     }
     int per_step = cfg->micro_batch * (world_size > 0 ? world_size : 1);
-    printf("  %-26s = %lld\n", "params", (long long)model_shape_param_count(&cfg->model));
-    printf("  %-26s = %lld\n", "tokens_per_step", (long long)cfg->global_batch * cfg->seq_len);
+    fprintf(out, "  %-26s = %lld\n", "params", (long long)model_shape_param_count(&cfg->model));
+    fprintf(out, "  %-26s = %lld\n", "tokens_per_step", (long long)cfg->global_batch * cfg->seq_len);
     if (cfg->global_batch % per_step == 0)
-        printf("  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
-    fflush(stdout);
+        fprintf(out, "  %-26s = %d\n", "micro_steps_per_step", cfg->global_batch / per_step);
+    fflush(out);
+}
+
+void job_config_print(const job_config *cfg, int world_size) {
+    job_config_fprint(stdout, cfg, world_size);
 }
 
 /* A key's default as shown by job_keys_print. */

@@ -83,6 +83,8 @@ typedef struct job_config {
     char prometheus[256];    /* PORT | ADDR:PORT served by each node's local rank 0; "" = off */
     char prometheus_textfile[1024]; /* node_exporter textfile directory; "" = none */
     int telemetry_interval_ms; /* NVML sampling period; 0 = no telemetry */
+    char tensorboard[1024];  /* TensorBoard event file directory, "auto" (<run_dir>/tb);
+                              * "" = none */
 
     /* [checkpoint] */
     char ckpt_dir[1024];     /* step_<N>.h5 and `latest` go here; empty = no checkpoints */
@@ -130,8 +132,10 @@ int job_config_load_for(job_config *cfg, const char *path, int n_overrides,
                         char *const *overrides, job_use use, char *err, size_t errlen);
 void job_config_free(job_config *cfg);
 
-/* Prints the resolved configuration as a table (rank 0 calls it once). */
+/* Prints the resolved configuration as a table (rank 0 calls it once); to out, the same
+ * table (TensorBoard's copy of the job). */
 void job_config_print(const job_config *cfg, int world_size);
+void job_config_fprint(FILE *out, const job_config *cfg, int world_size);
 
 /* Checks a value read from elsewhere (a checkpoint's attribute) against the bounds of the
  * job key `name` ("section.key"): the table's rule, so both sources obey one copy of it.

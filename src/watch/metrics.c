@@ -1,7 +1,10 @@
-/* Step metrics output: fixed-width log line, JSON lines, FLOP count, peak memory. */
+/* Step metrics output: fixed-width log line, the row of JSON lines and TensorBoard
+ * scalars, FLOP count, peak memory. */
 #include "src/watch/metrics.h"
 
 #include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -21,9 +24,42 @@ int metrics_open(metrics_log *log, const char *run_dir, char *err, size_t errlen
     return log->jsonl ? 0 : -1;
 }
 
+int metrics_open_tensorboard(metrics_log *log, const char *setting, const char *run_dir,
+                             const char *host, double wall_time, char *dir, size_t dirlen,
+                             char *err, size_t errlen) {
+    const int is_auto = strcmp(setting, "auto") == 0;
+    char why[1400];
+    if (is_auto) snprintf(dir, dirlen, "%s/tb", run_dir);
+    else snprintf(dir, dirlen, "%s", setting);
+    if (tfevents_create(&log->tb, dir, host, wall_time, why, sizeof why) != 0) {
+        snprintf(err, errlen, "log.tensorboard = %s%s%s%s: %s", setting, is_auto ? " (" : "",
+                 is_auto ? dir : "", is_auto ? ")" : "", why);
+        return -1;
+    }
+    return 0;
+}
+
+/* A failed event write: one warning, and no more events. */
+static void tensorboard_failed(metrics_log *log, const char *why) {
+    fprintf(stderr, "shardlm: warning: log.tensorboard: %s; no more TensorBoard events are "
+            "written (metrics.jsonl goes on)\n", why);
+    fflush(stderr);
+    tfevents_close(&log->tb);
+}
+
+void metrics_begin_tensorboard(metrics_log *log, int first, double wall_time,
+                               const char *job_text) {
+    char why[1400];
+    if (log->tb.fp &&
+        (tfevents_write_text(&log->tb, wall_time, first, "job", job_text, why, sizeof why) != 0 ||
+         tfevents_write_session_start(&log->tb, wall_time, first + 1, why, sizeof why) != 0))
+        tensorboard_failed(log, why);
+}
+
 void metrics_close(metrics_log *log) {
     if (log->jsonl) fclose(log->jsonl);
     log->jsonl = NULL;
+    tfevents_close(&log->tb);
 }
 
 void metrics_human_count(double v, char *out, size_t outlen) {
@@ -71,78 +107,140 @@ void metrics_print_step(FILE *out, const step_metrics *s) {
     fflush(out);
 }
 
+/* ---- the row ---- */
+
+static void row_text(metrics_row *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void row_text(metrics_row *r, const char *fmt, ...) {
+    const size_t room = sizeof r->json - r->len;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(r->json + r->len, room, fmt, ap);
+    va_end(ap);
+    if (n > 0) r->len += (size_t)n < room ? (size_t)n : room - 1;
+}
+
 /* A number as JSON with printf format fmt, or null for NaN and infinities (which JSON
- * cannot hold). */
-static const char *json_num(const char *fmt, double v, char buf[40]) {
-    if (isfinite(v)) snprintf(buf, 40, fmt, v);
-    else snprintf(buf, 40, "null");
-    return buf;
-}
-
-/* A string as JSON (hosts and ids hold no quotes, but escape anyway). */
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; s && *s; s++) {
-        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
-        else if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
-        else fputc(*s, f);
+ * cannot hold); with a tag, a finite number is also a scalar: its text read back. */
+static void row_value(metrics_row *r, const char *tag, const char *fmt, double v) {
+    char text[64];
+    if (!isfinite(v)) {
+        row_text(r, "null");
+        return;
     }
-    fputc('"', f);
+    snprintf(text, sizeof text, fmt, v);
+    row_text(r, "%s", text);
+    if (tag && r->n_scalars < METRICS_ROW_SCALARS)
+        r->scalars[r->n_scalars++] = (tfevents_scalar){tag, strtod(text, NULL)};
 }
 
-static void json_telemetry(FILE *f, const step_record *g) {
-    char a[40], b[40], c[40], d[40];
-    fprintf(f, ", \"gpu\": {\"gpus\": %.0f", g->gpus);
-    for (int k = 0; k < TEL_N; k++)
-        fprintf(f, ", \"%s\": {\"mean\": [%s, %s], \"max\": [%s, %s]}", tel_field_keys[k],
-                json_num("%.6g", g->mean_lo[k], a), json_num("%.6g", g->mean_hi[k], b),
-                json_num("%.6g", g->max_lo[k], c), json_num("%.6g", g->max_hi[k], d));
-    fprintf(f, ", \"throttle_reasons\": %.0f, \"ecc_corrected\": %s, \"ecc_uncorrected\": %s, "
-            "\"xid_count\": %.0f, \"xid_last\": %.0f}", g->throttle_reasons,
-            json_num("%.0f", g->ecc_corrected, a), json_num("%.0f", g->ecc_uncorrected, b),
-            g->xid_count, g->xid_last);
+/* ', "key": ' and the number (row_value) */
+static void row_num(metrics_row *r, const char *key, const char *tag, const char *fmt, double v) {
+    row_text(r, ", \"%s\": ", key);
+    row_value(r, tag, fmt, v);
 }
 
-void metrics_write_json(metrics_log *log, const step_metrics *s) {
-    if (!log->jsonl) return;
-    FILE *f = log->jsonl;
-    char loss[40], norm[40], mfu[40], eta[40], when[64];
+/* ', "key": ' and an integer (exact as a double: counts and bytes stay below 2^53) */
+static void row_int(metrics_row *r, const char *key, const char *tag, long long v) {
+    row_num(r, key, tag, "%.0f", (double)v);
+}
+
+/* ', "key": ' and a string as JSON (hosts and ids hold no quotes, but escape anyway) */
+static void row_str(metrics_row *r, const char *key, const char *s) {
+    row_text(r, ", \"%s\": \"", key);
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\') row_text(r, "\\%c", *s);
+        else if ((unsigned char)*s < 0x20) row_text(r, "\\u%04x", *s);
+        else row_text(r, "%c", *s);
+    }
+    row_text(r, "\"");
+}
+
+static void row_telemetry(metrics_row *r, const step_record *g) {
+    row_text(r, ", \"gpu\": {\"gpus\": ");
+    row_value(r, NULL, "%.0f", g->gpus);
+    for (int k = 0; k < TEL_N; k++) {
+        char *lo = r->gpu_tags[2 * k], *hi = r->gpu_tags[2 * k + 1];
+        snprintf(lo, sizeof r->gpu_tags[0], "gpu/%s/mean_lo", tel_field_keys[k]);
+        snprintf(hi, sizeof r->gpu_tags[0], "gpu/%s/mean_hi", tel_field_keys[k]);
+        row_text(r, ", \"%s\": {\"mean\": [", tel_field_keys[k]);
+        row_value(r, lo, "%.6g", g->mean_lo[k]);
+        row_text(r, ", ");
+        row_value(r, hi, "%.6g", g->mean_hi[k]);
+        row_text(r, "], \"max\": [");
+        row_value(r, NULL, "%.6g", g->max_lo[k]);
+        row_text(r, ", ");
+        row_value(r, NULL, "%.6g", g->max_hi[k]);
+        row_text(r, "]}");
+    }
+    row_num(r, "throttle_reasons", NULL, "%.0f", g->throttle_reasons);
+    row_num(r, "ecc_corrected", NULL, "%.0f", g->ecc_corrected);
+    row_num(r, "ecc_uncorrected", NULL, "%.0f", g->ecc_uncorrected);
+    row_num(r, "xid_count", NULL, "%.0f", g->xid_count);
+    row_num(r, "xid_last", NULL, "%.0f", g->xid_last);
+    row_text(r, "}");
+}
+
+void metrics_row_build(const step_metrics *s, metrics_row *r) {
+    r->len = 0;
+    r->n_scalars = 0;
+    char when[64];
     time_t secs = (time_t)s->unix_time;
     struct tm tm;
     gmtime_r(&secs, &tm);
     size_t n = strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(when + n, sizeof when - n, ".%03dZ", (int)((s->unix_time - (double)secs) * 1000));
     /* the first fields keep their order and format: scripts read them with sed and awk */
-    fprintf(f,
-            "{\"step\": %d, \"loss\": %s, \"lr\": %.6e, \"grad_norm\": %s, "
-            "\"tokens_per_s\": %.1f, \"tflops_per_gpu\": %.6f, \"mfu\": %s, "
-            "\"step_ms\": %.3f, \"comm_exposed_ms\": %.3f, \"mem_peak_bytes\": %zu, "
-            "\"tokens_seen\": %lld",
-            s->step, json_num("%.9g", s->loss, loss), s->lr, json_num("%.9g", s->grad_norm, norm),
-            s->tokens_per_s, s->tflops_per_gpu, json_num("%.6f", s->mfu, mfu),
-            s->step_ms, s->comm_exposed_ms, s->mem_peak_bytes, s->tokens_seen);
-    if (!isnan(s->val_loss)) fprintf(f, ", \"val_loss\": %.9g", s->val_loss);
-    if (s->skipped) fprintf(f, ", \"skipped\": true");
-    fprintf(f, ", \"steps\": %d, \"time\": \"%s\", \"run_id\": ", s->steps, when);
-    json_str(f, s->run_id);
-    fprintf(f, ", \"job_hash\": ");
-    json_str(f, s->job_hash);
-    fprintf(f, ", \"elapsed_s\": %.3f, \"eta_s\": %s, \"tokens_to_go\": %lld, "
-            "\"tokens_per_s_per_gpu\": %.1f, \"comm_shard_ms\": %.3f, \"comm_replica_ms\": %.3f, "
-            "\"slowest_rank\": %d, \"slowest_host\": ", s->elapsed_s,
-            json_num("%.1f", s->eta_s, eta), s->tokens_to_go, s->tokens_per_s_per_gpu,
-            s->comm_ms[0], s->comm_ms[1], s->slowest_rank);
-    json_str(f, s->slowest_host);
-    fprintf(f, ", \"slowest_step_ms\": %.3f, \"slowest_comm_ms\": %.3f, "
-            "\"slowest_compute_ms\": %.3f, \"fastest_rank\": %d, \"fastest_host\": ",
-            s->slowest_step_ms, s->slowest_comm_ms, s->slowest_step_ms - s->slowest_comm_ms,
-            s->fastest_rank);
-    json_str(f, s->fastest_host);
-    fprintf(f, ", \"fastest_step_ms\": %.3f, \"fastest_comm_ms\": %.3f, \"fastest_compute_ms\": %.3f",
-            s->fastest_step_ms, s->fastest_comm_ms, s->fastest_step_ms - s->fastest_comm_ms);
-    if (s->gpu && s->gpu->gpus > 0) json_telemetry(f, s->gpu);
-    fprintf(f, "}\n");
-    fflush(f);
+    row_text(r, "{\"step\": %d", s->step);
+    row_num(r, "loss", "train/loss", "%.9g", s->loss);
+    row_num(r, "lr", "train/lr", "%.6e", s->lr);
+    row_num(r, "grad_norm", "train/grad_norm", "%.9g", s->grad_norm);
+    row_num(r, "tokens_per_s", "perf/tokens_per_s", "%.1f", s->tokens_per_s);
+    row_num(r, "tflops_per_gpu", "perf/tflops_per_gpu", "%.6f", s->tflops_per_gpu);
+    row_num(r, "mfu", "perf/mfu", "%.6f", s->mfu);
+    row_num(r, "step_ms", "perf/step_ms", "%.3f", s->step_ms);
+    row_num(r, "comm_exposed_ms", "perf/comm_exposed_ms", "%.3f", s->comm_exposed_ms);
+    row_int(r, "mem_peak_bytes", "mem/peak_bytes", (long long)s->mem_peak_bytes);
+    row_int(r, "tokens_seen", "train/tokens_seen", s->tokens_seen);
+    if (!isnan(s->val_loss)) row_num(r, "val_loss", "val/loss", "%.9g", s->val_loss);
+    if (s->skipped) row_text(r, ", \"skipped\": true");
+    row_int(r, "steps", NULL, s->steps);
+    row_text(r, ", \"time\": \"%s\"", when);
+    row_str(r, "run_id", s->run_id);
+    row_str(r, "job_hash", s->job_hash);
+    row_num(r, "elapsed_s", "progress/elapsed_s", "%.3f", s->elapsed_s);
+    row_num(r, "eta_s", "progress/eta_s", "%.1f", s->eta_s);
+    row_int(r, "tokens_to_go", "progress/tokens_to_go", s->tokens_to_go);
+    row_num(r, "tokens_per_s_per_gpu", "perf/tokens_per_s_per_gpu", "%.1f",
+            s->tokens_per_s_per_gpu);
+    row_num(r, "comm_shard_ms", "perf/comm_shard_ms", "%.3f", s->comm_ms[0]);
+    row_num(r, "comm_replica_ms", "perf/comm_replica_ms", "%.3f", s->comm_ms[1]);
+    row_int(r, "slowest_rank", "straggler/slowest_rank", s->slowest_rank);
+    row_str(r, "slowest_host", s->slowest_host);
+    row_num(r, "slowest_step_ms", "straggler/slowest_step_ms", "%.3f", s->slowest_step_ms);
+    row_num(r, "slowest_comm_ms", "straggler/slowest_comm_ms", "%.3f", s->slowest_comm_ms);
+    row_num(r, "slowest_compute_ms", "straggler/slowest_compute_ms", "%.3f",
+            s->slowest_step_ms - s->slowest_comm_ms);
+    row_int(r, "fastest_rank", "straggler/fastest_rank", s->fastest_rank);
+    row_str(r, "fastest_host", s->fastest_host);
+    row_num(r, "fastest_step_ms", "straggler/fastest_step_ms", "%.3f", s->fastest_step_ms);
+    row_num(r, "fastest_comm_ms", "straggler/fastest_comm_ms", "%.3f", s->fastest_comm_ms);
+    row_num(r, "fastest_compute_ms", "straggler/fastest_compute_ms", "%.3f",
+            s->fastest_step_ms - s->fastest_comm_ms);
+    if (s->gpu && s->gpu->gpus > 0) row_telemetry(r, s->gpu);
+    row_text(r, "}\n");
+}
+
+void metrics_write(metrics_log *log, const step_metrics *s) {
+    metrics_row row;
+    metrics_row_build(s, &row);
+    if (log->jsonl) {
+        fwrite(row.json, 1, row.len, log->jsonl);
+        fflush(log->jsonl);
+    }
+    char why[1400];
+    if (log->tb.fp && tfevents_write_scalars(&log->tb, s->unix_time, s->step, row.scalars,
+                                             row.n_scalars, why, sizeof why) != 0)
+        tensorboard_failed(log, why);
 }
 
 size_t peak_rss_bytes(void) {

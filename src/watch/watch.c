@@ -178,6 +178,25 @@ static void start_telemetry(watch *w, MPI_Comm node, int node_rank, int node_siz
 void watch_set_range(watch *w, int first, int end) {
     w->first = first;
     w->end = end;
+    if (w->r.rank != 0 || !w->log.tb.fp) return;
+    /* the job as the start-up table shows it, a Markdown code block for the text plugin */
+    char *table = NULL, *text = NULL;
+    size_t n = 0, m = 0;
+    FILE *f = open_memstream(&table, &n);
+    SHLM_CHECK_ALLOC(f);
+    job_config_fprint(f, w->r.cfg, w->r.world);
+    fclose(f);
+    f = open_memstream(&text, &m);
+    SHLM_CHECK_ALLOC(f);
+    for (const char *line = table; *line;) {
+        size_t k = strcspn(line, "\n");
+        fprintf(f, "    %.*s\n", (int)k, line);
+        line += k + (line[k] == '\n');
+    }
+    fclose(f);
+    metrics_begin_tensorboard(&w->log, first, unix_now(), text);
+    free(table);
+    free(text);
 }
 
 int watch_open(watch **out, const watch_run *r) {
@@ -218,6 +237,14 @@ int watch_open(watch **out, const watch_run *r) {
                    runs + (unnamed > 0), unnamed ? " (some rows without a run_id)" : "");
         else if (ok)
             printf("metrics: %s/metrics.jsonl: run %s\n", c->run_dir, w->run_id);
+        char dir[1100];
+        if (ok && c->tensorboard[0]) {
+            ok = metrics_open_tensorboard(&w->log, c->tensorboard, c->run_dir, shlm_host(),
+                                          unix_now(), dir, sizeof dir, err, sizeof err) == 0;
+            if (ok)
+                printf("tensorboard: %s: run %s (tensorboard --logdir %s)\n", w->log.tb.path,
+                       w->run_id, dir);
+        }
         run_summary_init(&w->summary, r->world);
     }
     if (any_rank_failed(ok, err)) return -1;
@@ -320,7 +347,7 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
                         sm->skipped);
         if (logged) {
             metrics_print_step(stdout, sm);
-            metrics_write_json(&w->log, sm);
+            metrics_write(&w->log, sm);
         }
     }
     if (!isnan(sm->val_loss)) w->last_val_loss = sm->val_loss;

@@ -1,5 +1,6 @@
 /* Watching a training run: everything a person or a monitoring system sees of it, behind
- * four calls the training loop makes. The step line and metrics.jsonl (rank 0), the run's
+ * four calls the training loop makes. The step line, metrics.jsonl and the TensorBoard
+ * event file (rank 0: src/watch/metrics.h), the run's
  * identity (run id, job hash, UTC time on every row), progress (step/total, elapsed,
  * ETA, tokens), MFU against the device table, the step-end reduction with the straggler
  * (src/watch/step_reduce.h), GPU telemetry (src/watch/telemetry.h) and the Prometheus exporter
@@ -22,12 +23,14 @@ typedef struct watch_run {
     int rank, world;             /* MPI_COMM_WORLD */
 } watch_run;
 
-/* Collective, before the weights are read: opens metrics.jsonl, the exporter and the
- * telemetry, and prints what it opened (rank 0). A bad log.prometheus or
+/* Collective, before the weights are read: opens metrics.jsonl, the TensorBoard event
+ * file, the exporter and the telemetry, and prints what it opened (rank 0). A
+ * log.tensorboard directory that cannot be made or written, a bad log.prometheus or
  * log.prometheus_textfile, or a port in use, is one error line and -1 on every rank (*w
  * is then still to be closed); telemetry or an unknown device only warns. */
 int watch_open(watch **w, const watch_run *r);
-/* The run trains steps first+1..end (known once the checkpoint is read). */
+/* The run trains steps first+1..end (known once the checkpoint is read); rank 0 writes
+ * the job's text at step first and the restart marker to the event file. */
 void watch_set_range(watch *w, int first, int end);
 
 /* Collective, every step: the step-end reduction of this rank's stop flags, step time,
