@@ -284,6 +284,9 @@ static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
     gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
 }
 
+/* RoPE's frequencies of the shapes above (theta 10000), made once in main as the model does */
+static shlm_rope g_rope;
+
 /* ---- attention: B sequences of T, nh = nkv = 32, hd = 128; cur.doc NULL (causal) or
  * documents of doc_len tokens (ops.h doc_start) */
 static void run_att_fwd(void) {
@@ -291,12 +294,12 @@ static void run_att_fwd(void) {
 }
 static void run_att_bwd(void) {
     gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
-                       0.0f);
+                       NULL);
 }
 /* with the inverse RoPE of dq, dk fused (what the model runs) */
 static void run_att_bwd_rope(void) {
     gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
-                       10000.0f);
+                       &g_rope);
 }
 
 /* doc_len 0: causal; else documents of doc_len tokens (the last one cut at T), FLOPs
@@ -353,7 +356,7 @@ static void bench_attention(int B, int T, int doc_len) {
         memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T + w0, TC * sizeof(float));
     float *dout = host_vals(6666 + (size_t)w0 * CO, (size_t)TC * CO, 1.0f);
     float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 0.0f);
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, NULL);
     void *gdq_rows = (uint16_t *)cur.d + (size_t)w0 * C3;
     float *gdq = down_act(gdq_rows, (size_t)TC * C3);
     float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
@@ -365,13 +368,13 @@ static void bench_attention(int B, int T, int doc_len) {
     nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, name);
     us = time_us(run_att_bwd);
     row(name, shape, us, 10.0 * HD * pairs, 0, nwrong);
-    /* the same with rope_theta: its time minus the row above is what the fused inverse
+    /* the same with RoPE: its time minus the row above is what the fused inverse
      * RoPE costs, against the "rope (inverse)" row it replaces; dq of positions 0..63
      * against cpu attention_bwd then cpu rope (positions row % 64 = the gpu's) */
     run_att_bwd_rope();
     nwrong = 0;
     if (w0 == 0) {
-        cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 10000.0f);
+        cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, &g_rope);
         free(gdq);
         gdq = down_act(gdq_rows, (size_t)TC * C3);
         for (int i = 0; i < TC; i++) {
@@ -434,7 +437,7 @@ static void bench_rmsnorm(int N, int C) {
 }
 
 static void run_rope(void) {
-    gpu->rope(cur.a, cur.N, cur.T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, cur.acc);
+    gpu->rope(cur.a, cur.N, cur.T, (NH + 2 * NKV) * HD, NH + NKV, &g_rope, NULL, cur.acc);
 }
 
 static void bench_rope(int N, int T, int inverse) {
@@ -445,7 +448,7 @@ static void bench_rope(int N, int T, int inverse) {
     cur.N = N, cur.T = T, cur.acc = inverse;
     run_rope();
     float *ref = host_vals(1212, n, 1.0f);
-    cpu->rope(ref, N, T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, inverse);
+    cpu->rope(ref, N, T, (NH + 2 * NKV) * HD, NH + NKV, &g_rope, NULL, inverse);
     float *got = down_act(cur.a, n);
     int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "rope");
     double us = time_us(run_rope);
@@ -1038,6 +1041,12 @@ int main(int argc, char **argv) {
     cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
     cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     pool_init();
+    const shlm_rope_params rope_params = {.type = SHLM_ROPE_DEFAULT, .theta = 10000.0};
+    char why[256];
+    if (shlm_rope_init(&g_rope, HD, &rope_params, why, sizeof why) != 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], why);
+        return 2;
+    }
     printf("# bench_kernels: cuda backend on %s (%d SMs), Llama-2-7B shapes, mb=%d (N=%d tokens), "
            "median of %d runs\n", prop.name, prop.multiProcessorCount, mb, N, g_iters);
     printf("# %%ceiling: TFLOP/s over the bf16 matmul ceiling, or GB/s over the copy ceiling, "
