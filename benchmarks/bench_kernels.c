@@ -19,7 +19,10 @@
  * products of the standard count; the deterministic backward does seven), and with
  * documents of 512 tokens ("docs" rows: ops.h doc_start) only the pairs the mask keeps;
  * memory-bound
- * ops the fewest bytes they must move (each input read once, each output written once).
+ * ops the fewest bytes they must move (each input read once, each output written once);
+ * attention_decode (a KV-cache step: one new token per row after a full cache of 4096,
+ * Llama-3-8B's 32 query / 8 kv heads) the K and V bytes of the cache, checked on row 0
+ * against the cpu backend's decode.
  * FP8 (--only fp8, at --mb 2 the M = 8192 tokens of the usual 7B comparison): the quantize
  * kernels (bytes: bf16 in, codes out, scales) bit for bit against the cpu backend's
  * emulation, the FP8 weight ops (fp8_param_amax and fp8_param_cast from an fp32 weight,
@@ -284,6 +287,9 @@ static void bench_matmul_bwd(const char *name, int N, int C, int OC) {
     gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.f0);
 }
 
+/* RoPE's frequencies of the shapes above (theta 10000), made once in main as the model does */
+static shlm_rope g_rope;
+
 /* ---- attention: B sequences of T, nh = nkv = 32, hd = 128; cur.doc NULL (causal) or
  * documents of doc_len tokens (ops.h doc_start) */
 static void run_att_fwd(void) {
@@ -291,12 +297,12 @@ static void run_att_fwd(void) {
 }
 static void run_att_bwd(void) {
     gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
-                       0.0f);
+                       NULL);
 }
 /* with the inverse RoPE of dq, dk fused (what the model runs) */
 static void run_att_bwd_rope(void) {
     gpu->attention_bwd(cur.d, cur.c, cur.a, cur.b, cur.f0, cur.doc, cur.B, cur.T, NH, NKV, HD,
-                       10000.0f);
+                       &g_rope);
 }
 
 /* doc_len 0: causal; else documents of doc_len tokens (the last one cut at T), FLOPs
@@ -353,7 +359,7 @@ static void bench_attention(int B, int T, int doc_len) {
         memcpy(lse + (size_t)h * TC, lse_all + (size_t)h * T + w0, TC * sizeof(float));
     float *dout = host_vals(6666 + (size_t)w0 * CO, (size_t)TC * CO, 1.0f);
     float *rdq = xmalloc((size_t)TC * C3 * sizeof(float));
-    cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 0.0f);
+    cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, NULL);
     void *gdq_rows = (uint16_t *)cur.d + (size_t)w0 * C3;
     float *gdq = down_act(gdq_rows, (size_t)TC * C3);
     float *a = xmalloc((size_t)TC * CO * sizeof(float)), *r = xmalloc((size_t)TC * CO * sizeof(float));
@@ -365,13 +371,13 @@ static void bench_attention(int B, int T, int doc_len) {
     nwrong = wrong(rel_l2(a, r, (size_t)TC * CO), 2e-2, name);
     us = time_us(run_att_bwd);
     row(name, shape, us, 10.0 * HD * pairs, 0, nwrong);
-    /* the same with rope_theta: its time minus the row above is what the fused inverse
+    /* the same with RoPE: its time minus the row above is what the fused inverse
      * RoPE costs, against the "rope (inverse)" row it replaces; dq of positions 0..63
      * against cpu attention_bwd then cpu rope (positions row % 64 = the gpu's) */
     run_att_bwd_rope();
     nwrong = 0;
     if (w0 == 0) {
-        cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, 10000.0f);
+        cpu->attention_bwd(rdq, dout, qkv, out, lse, NULL, 1, TC, NH, NKV, HD, &g_rope);
         free(gdq);
         gdq = down_act(gdq_rows, (size_t)TC * C3);
         for (int i = 0; i < TC; i++) {
@@ -434,7 +440,39 @@ static void bench_rmsnorm(int N, int C) {
 }
 
 static void run_rope(void) {
-    gpu->rope(cur.a, cur.N, cur.T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, cur.acc);
+    gpu->rope(cur.a, cur.N, cur.T, (NH + 2 * NKV) * HD, NH + NKV, &g_rope, NULL, cur.acc);
+}
+
+/* ---- KV-cache decode: cur.B rows of one new token each after cur.T - 1 cached ones */
+enum { DEC_NKV = 8 };
+static void run_decode(void) {
+    gpu->attention_decode(cur.b, cur.c, cur.d, cur.a, cur.tok, cur.B, 1, cur.T, NH, DEC_NKV, HD);
+}
+
+static void bench_decode(int B, int cap) {
+    const int C3 = (NH + 2 * DEC_NKV) * HD, CO = NH * HD;
+    const size_t row_cache = (size_t)DEC_NKV * cap * HD, ncache = (size_t)B * row_cache;
+    char shape[64];
+    snprintf(shape, sizeof shape, "B=%d ctx=%d nh=%d nkv=%d", B, cap, NH, DEC_NKV);
+    cur.a = dev_act((size_t)B * C3, 777);   /* the new tokens' qkv */
+    cur.b = gpu->alloc((size_t)B * CO * 2); /* out */
+    cur.c = dev_act(ncache, 8888);          /* k cache */
+    cur.d = dev_act(ncache, 99999);         /* v cache */
+    int32_t *pos = xmalloc((size_t)B * sizeof(int32_t));
+    for (int b = 0; b < B; b++) pos[b] = cap - 1;
+    cur.tok = gpu->alloc((size_t)B * sizeof(int32_t));
+    gpu->to_device(cur.tok, pos, (size_t)B * sizeof(int32_t));
+    cur.B = B, cur.T = cap;
+    run_decode();
+    float *qkv = host_vals(777, (size_t)C3, 1.0f), *kc = host_vals(8888, row_cache, 1.0f);
+    float *vc = host_vals(99999, row_cache, 1.0f), *ref = xmalloc((size_t)CO * sizeof(float));
+    cpu->attention_decode(ref, kc, vc, qkv, pos, 1, 1, cap, NH, DEC_NKV, HD);
+    float *got = down_act(cur.b, (size_t)CO);
+    int nwrong = wrong(rel_l2(got, ref, (size_t)CO), 1e-2, "attention_decode");
+    double us = time_us(run_decode);
+    row("attention_decode", shape, us, 0, 2.0 * ncache * 2, nwrong);
+    free(qkv), free(kc), free(vc), free(ref), free(got), free(pos);
+    gpu->free(cur.a), gpu->free(cur.b), gpu->free(cur.c), gpu->free(cur.d), gpu->free(cur.tok);
 }
 
 static void bench_rope(int N, int T, int inverse) {
@@ -445,7 +483,7 @@ static void bench_rope(int N, int T, int inverse) {
     cur.N = N, cur.T = T, cur.acc = inverse;
     run_rope();
     float *ref = host_vals(1212, n, 1.0f);
-    cpu->rope(ref, N, T, (NH + 2 * NKV) * HD, NH + NKV, HD, 10000.0f, inverse);
+    cpu->rope(ref, N, T, (NH + 2 * NKV) * HD, NH + NKV, &g_rope, NULL, inverse);
     float *got = down_act(cur.a, n);
     int nwrong = wrong(rel_l2(got, ref, n), 1e-2, "rope");
     double us = time_us(run_rope);
@@ -1038,6 +1076,12 @@ int main(int argc, char **argv) {
     cuda_ok(cudaGetDevice(&dev), "cudaGetDevice");
     cuda_ok(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     pool_init();
+    const shlm_rope_params rope_params = {.type = SHLM_ROPE_DEFAULT, .theta = 10000.0};
+    char why[256];
+    if (shlm_rope_init(&g_rope, HD, &rope_params, why, sizeof why) != 0) {
+        fprintf(stderr, "%s: %s\n", argv[0], why);
+        return 2;
+    }
     printf("# bench_kernels: cuda backend on %s (%d SMs), Llama-2-7B shapes, mb=%d (N=%d tokens), "
            "median of %d runs\n", prop.name, prop.multiProcessorCount, mb, N, g_iters);
     printf("# %%ceiling: TFLOP/s over the bf16 matmul ceiling, or GB/s over the copy ceiling, "
@@ -1052,6 +1096,10 @@ int main(int argc, char **argv) {
     if (want("rope")) bench_rope(N, SEQ, 0);
     if (want("attention")) bench_attention(mb, SEQ, 0);
     if (want("attention docs")) bench_attention(mb, SEQ, 512);
+    if (want("attention_decode")) {
+        bench_decode(1, SEQ);
+        bench_decode(16, SEQ);
+    }
     if (want("matmul_fwd o")) bench_matmul("matmul_fwd o", N, D, D, 1);
     if (want("matmul_fwd gate_up")) bench_matmul("matmul_fwd gate_up", N, D, 2 * FF, 0);
     if (want("swiglu")) bench_swiglu(N, FF);

@@ -452,6 +452,18 @@ static void *buf(int k, size_t bytes) {
     return bufs[k];
 }
 
+/* RoPE's default frequencies (theta 10000) for heads of hd, as the model makes them */
+static const shlm_rope *replay_rope(int hd) {
+    static shlm_rope r;
+    const shlm_rope_params p = {.type = SHLM_ROPE_DEFAULT, .theta = 10000.0};
+    char why[256];
+    if (r.head_dim != hd && shlm_rope_init(&r, hd, &p, why, sizeof why) != 0) {
+        fprintf(stderr, "perf_model: error: %s\n", why);
+        exit(1);
+    }
+    return &r;
+}
+
 /* One call of the op of shape s on the cpu backend (vocab V for the token ids). */
 static void cpu_call(const sim_shape *s) {
     const shlm_ops *o = &shlm_ops_cpu;
@@ -483,7 +495,7 @@ static void cpu_call(const sim_shape *s) {
                       (int)d[2], SHLM_MM_SET_DINP | SHLM_MM_SET_DWEIGHT);
         break;
     case SIM_ROPE:
-        o->rope(buf(0, N * d[1] * d[2] * f), N, N, (int)(d[1] * d[2]), (int)d[1], (int)d[2], 10000.0f, 0);
+        o->rope(buf(0, N * d[1] * d[2] * f), N, N, (int)(d[1] * d[2]), (int)d[1], replay_rope((int)d[2]), NULL, 0);
         break;
     case SIM_ATTENTION_FWD: case SIM_ATTENTION_BWD: {
         const long B = d[0], T = d[1], nh = d[2], nkv = d[3], hd = d[4], Nt = B * T;
@@ -493,7 +505,7 @@ static void cpu_call(const sim_shape *s) {
                              (int)nh, (int)nkv, (int)hd);
         else
             o->attention_bwd(buf(3, qkv), buf(4, out), buf(2, qkv), buf(0, out), buf(1, B * nh * T * f),
-                             NULL, (int)B, (int)T, (int)nh, (int)nkv, (int)hd, d[5] ? 10000.0f : 0.0f);
+                             NULL, (int)B, (int)T, (int)nh, (int)nkv, (int)hd, d[5] ? replay_rope((int)hd) : NULL);
         break;
     }
     case SIM_SWIGLU_FWD: o->swiglu_fwd(buf(0, N * d[1] * f), buf(1, 2 * N * d[1] * f), N, (int)d[1], NULL); break;

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/rope_freq.h"
+
 /* Element types a backend may store tensors in. */
 typedef enum shlm_dtype { SHLM_F32 = 0, SHLM_BF16 = 1 } shlm_dtype;
 
@@ -168,12 +170,19 @@ typedef struct shlm_ops {
     void (*matmul_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
                        const void *weight, int N, int C, int OC, int flags);
 
-    /* Rotary embedding, Hugging Face rotate-half layout, in place on the first
-     * n_heads heads (each head_dim wide) of every row of x, rows of `stride`
-     * elements, row i at position i % T. inverse != 0 rotates by -angle, which is
-     * the backward pass (the rotation is orthogonal). */
-    void (*rope)(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
-                 int inverse);
+    /* Rotary embedding, Hugging Face rotate-half layout, in place on the first n_heads
+     * heads (each rope->head_dim wide) of every row of x, rows of `stride` elements:
+     * element i of a head pairs with element i + head_dim/2 and both turn by the angle
+     * p·rope->freq[i], formed in double (it reaches thousands of radians, where an fp32
+     * angle loses ~1e-4 of it). The rows are S sequences of T (N = S·T): row r is at
+     * position p = r % T when pos0 is NULL, else p = pos0[r / T] + r % T, pos0 being S
+     * int32 >= 0 in backend memory (each sequence's first position: the KV-cache decode's
+     * new tokens sit after their row's cached ones; T must then divide N). rope is host
+     * memory (rope_freq.h; the model fills it once), read during the call only.
+     * inverse != 0 rotates by -angle, which is the backward pass (the rotation is
+     * orthogonal). */
+    void (*rope)(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,
+                 const int32_t *pos0, int inverse);
 
     /* Causal grouped-query attention. qkv (N, (nh + 2·nkv)·hd) rows hold
      * [q heads | k heads | v heads] of token (b,t), N = B·T; query head h uses kv head
@@ -188,18 +197,46 @@ typedef struct shlm_ops {
     void (*attention_fwd)(void *out, float *lse, const void *qkv, const int32_t *doc_start,
                           int B, int T, int nh, int nkv, int hd);
     /* dqkv (N, (nh+2·nkv)·hd) = gradient w.r.t. qkv under the forward's mask (doc_start
-     * as there, the same values). rope_theta 0: w.r.t. qkv as given.
-     * rope_theta > 0: qkv's q and k heads are taken to hold RoPE'd values (rope above,
-     * this theta) and dqkv's q and k parts are the gradients w.r.t. the PRE-RoPE q and k,
-     * i.e. the inverse rotation applied to them, as rope(dqkv, N, T, (nh+2·nkv)·hd,
-     * nh + nkv, hd, rope_theta, 1) would do afterwards; the v part is the same either
-     * way. The cpu backend runs exactly that rope call (same results bit for bit); cuda
-     * rotates in the fp32 accumulators of its Hopper kernels before their one rounding to
-     * bf16 (so not bitwise equal to attention then rope, which rounds twice) and runs
-     * the rope kernel after the kernels that cannot. */
+     * as there, the same values). rope NULL: w.r.t. qkv as given. rope non-NULL (its
+     * head_dim = hd): qkv's q and k heads are taken to hold RoPE'd values (rope above,
+     * this description, positions 0..T-1) and dqkv's q and k parts are the gradients
+     * w.r.t. the PRE-RoPE q and k, i.e. the inverse rotation applied to them, as
+     * rope(dqkv, N, T, (nh+2·nkv)·hd, nh + nkv, rope, NULL, 1) would do afterwards; the v
+     * part is the same either way. The cpu backend runs exactly that rope call (same
+     * results bit for bit); cuda rotates in the fp32 accumulators of its Hopper kernels
+     * before their one rounding to bf16 (so not bitwise equal to attention then rope,
+     * which rounds twice) and runs the rope kernel after the kernels that cannot. */
     void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, const int32_t *doc_start, int B, int T, int nh,
-                          int nkv, int hd, float rope_theta);
+                          int nkv, int hd, const shlm_rope *rope);
+
+    /* ---- generation with a KV cache ----
+     * A cache is two act tensors k_cache and v_cache of (B, nkv, cap, hd): element d of kv
+     * head kh of row b's token at position p sits at [((b·nkv + kh)·cap + p)·hd + d], so
+     * each (row, kv head) holds its keys (values) as one contiguous cap x hd matrix.
+     * Rows are right-padded: pos (backend memory, B int32, the caller's) says row b holds
+     * pos[b] tokens, at positions 0..pos[b]-1, its own positions whatever the other rows'
+     * lengths (as if it ran alone); slots from pos[b] on are free, and what a longer
+     * padded prompt left there is never read. qkv (B·Tn, (nh + 2·nkv)·hd) holds the Tn
+     * new tokens of each row, laid out as attention_fwd's, q and k already RoPE'd at
+     * their positions pos[b] + t (rope with pos0 = pos). The ops leave pos as it is: the
+     * caller adds Tn after the step. Requires 0 <= pos[b] and pos[b] + Tn <= cap: the cpu
+     * aborts naming the row; cuda cannot stop from the device, so it leaves that row's
+     * cache alone and writes NaN into its out.
+     * Prefill: attention_fwd over the right-padded prompts (B·Tn rows, plain causal mask:
+     * no real token sees the padding after it), then kv_append with pos all 0, then pos[b]
+     * = prompt length of row b; or attention_decode itself with pos all 0 and Tn the
+     * padded length, which gives the same out (cpu: the same bits as attention_fwd; cuda:
+     * attention_fwd's tensor-core kernel is the faster for long prompts). */
+    /* The k and v heads of token t of row b into slot pos[b] + t of its cache. */
+    void (*kv_append)(void *k_cache, void *v_cache, const void *qkv, const int32_t *pos, int B,
+                      int Tn, int cap, int nh, int nkv, int hd);
+    /* kv_append, then out (B·Tn, nh·hd) = softmax(q·kᵀ/√hd)·v of each new query t of row
+     * b over its cache's slots 0..pos[b] + t (causal within the new tokens; query head h
+     * uses kv head h / (nh/nkv)). No logsumexp: there is no backward. */
+    void (*attention_decode)(void *out, void *k_cache, void *v_cache, const void *qkv,
+                             const int32_t *pos, int B, int Tn, int cap, int nh, int nkv,
+                             int hd);
 
     /* gu (N, 2F) rows hold [gate | up]; out (N,F) = silu(gate) * up; amax as rmsnorm_fwd's */
     void (*swiglu_fwd)(void *out, const void *gu, int N, int F, float *amax);

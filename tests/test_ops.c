@@ -8,7 +8,7 @@
  *              that is built in but finds no device exits 77 (skipped)
  *   --seed     the inputs' random seed
  *   --group    one group only: backends memory convert embedding rmsnorm matmul rope
- *              attention swiglu xent adamw reductions determinism fp8
+ *              attention swiglu decode xent adamw reductions determinism fp8
  *   --small    leave out the Llama-sized cases (quick enough for compute-sanitizer)
  *
  * Three kinds of check; every line names its row of tol_table, where each tolerance is
@@ -78,6 +78,7 @@ typedef enum tol_id {
     T_ATT_LSE,
     T_ATT_BWD,
     T_ATT_ROPE_FUSED,
+    T_DECODE,
     T_SWIGLU,
     T_XENT_LOSS,
     T_XENT_DLOGITS,
@@ -134,9 +135,12 @@ static const struct tol_row {
                    "dq, dk, dv (each part on its own): bf16 rounds P, dS and the forward's "
                    "out (in rowsum(dO.O)) before their products, and dqkv once"},
     [T_ATT_ROPE_FUSED] = {"attention rope", CRIT_MAXREL, 0, 2e-2,
-                          "rope_theta > 0 against the backend's own backward then rope: the "
+                          "attention_bwd with rope against the backend's own backward then rope: the "
                           "same call on cpu (ops.h); a device rotates fp32 accumulators and "
                           "rounds once where the pair rounds twice"},
+    [T_DECODE] = {"attention_decode", CRIT_MAXREL, 1e-5, 1e-2,
+                  "softmax rows of up to cap terms in fp32; bf16: P stays fp32 (no rounding "
+                  "before P.V), out rounds once (2^-9 of an element), ex2.approx (2 ulp)"},
     [T_SWIGLU] = {"swiglu", CRIT_MAXREL, 1e-5, 2e-2,
                   "a few fp32 operations per element (exp included); bf16 rounds the "
                   "output once"},
@@ -222,6 +226,7 @@ static void *xcalloc(size_t n, size_t size) {
 static void *dalloc(size_t bytes) { return remember(live_dev, &n_live_dev, ops->alloc(bytes)); }
 static float *hf(size_t n) { return xcalloc(n, sizeof(float)); }
 static double *hd(size_t n) { return xcalloc(n, sizeof(double)); }
+static double *hd_alloc_freq(int head_dim) { return hd((size_t)(head_dim / 2 + 1)); }
 
 static float bf16_round(float x) { return shlm_bf16_to_f32(shlm_f32_to_bf16(x)); }
 
@@ -472,34 +477,41 @@ static void ref_matmul_bwd(double *dx, double *dw, const double *dout, const dou
         }
 }
 
-/* angle of pair i at position pos: pos / theta^(2i/hd) */
-static double ref_rope_angle(int pos, int i, int hd, double theta) {
-    return pos * exp(-(2.0 * i / hd) * log(theta));
+/* default frequencies written out from the definition: pair i turns by theta^(-2i/hd)
+ * radians per position (the kernels take them from kernels/rope_freq.h's description) */
+static double *ref_rope_freq(int hd, double theta) {
+    double *f = hd_alloc_freq(hd);
+    for (int i = 0; i < hd / 2; i++) f[i] = exp(-(2.0 * i / hd) * log(theta));
+    return f;
+}
+/* position of row r: r % T, after pos0[r / T] when given */
+static int ref_rope_pos(int r, int T, const int32_t *pos0) {
+    return (pos0 ? pos0[r / T] : 0) + r % T;
 }
 /* out = rope(x); elements outside the first n_heads heads are copied */
 static void ref_rope_fwd(double *out, const double *x, int N, int T, int stride, int n_heads,
-                         int hd, double theta) {
+                         int hd, const double *freq, const int32_t *pos0) {
     int half = hd / 2;
     memcpy(out, x, (size_t)N * stride * sizeof(double));
     for (int r = 0; r < N; r++)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < half; i++) {
                 size_t a = (size_t)r * stride + (size_t)h * hd + i, b = a + half;
-                double th = ref_rope_angle(r % T, i, hd, theta);
+                double th = ref_rope_pos(r, T, pos0) * freq[i];
                 out[a] = x[a] * cos(th) - x[b] * sin(th);
                 out[b] = x[b] * cos(th) + x[a] * sin(th);
             }
 }
 /* dx = Jᵀ dout, the transpose of the forward's 2×2 blocks */
 static void ref_rope_bwd(double *dx, const double *dout, int N, int T, int stride, int n_heads,
-                         int hd, double theta) {
+                         int hd, const double *freq, const int32_t *pos0) {
     int half = hd / 2;
     memcpy(dx, dout, (size_t)N * stride * sizeof(double));
     for (int r = 0; r < N; r++)
         for (int h = 0; h < n_heads; h++)
             for (int i = 0; i < half; i++) {
                 size_t a = (size_t)r * stride + (size_t)h * hd + i, b = a + half;
-                double th = ref_rope_angle(r % T, i, hd, theta);
+                double th = ref_rope_pos(r, T, pos0) * freq[i];
                 dx[a] = dout[a] * cos(th) + dout[b] * sin(th);
                 dx[b] = -dout[a] * sin(th) + dout[b] * cos(th);
             }
@@ -678,7 +690,8 @@ static void test_backends(void) {
               ops->to_device && ops->to_host && ops->sync && ops->f32_to_act &&
               ops->round_to_bf16 && ops->embedding_fwd && ops->embedding_bwd && ops->rmsnorm_fwd &&
               ops->rmsnorm_bwd && ops->matmul_fwd && ops->matmul_bwd && ops->rope &&
-              ops->attention_fwd && ops->attention_bwd && ops->swiglu_fwd && ops->swiglu_bwd &&
+              ops->attention_fwd && ops->attention_bwd && ops->kv_append &&
+              ops->attention_decode && ops->swiglu_fwd && ops->swiglu_bwd &&
               ops->xent_fwd_bwd && ops->adamw && ops->sum_squares &&
               ops->f32_to_bf16 && ops->bf16_to_f32 && ops->accumulate;
     check_true("backends: every member of the table is set", all);
@@ -1235,30 +1248,49 @@ static void test_matmul(void) {
 }
 
 /* ---- rope ---- */
+/* RoPE's default description (kernels/rope_freq.h) for heads of hd: what the model makes */
+static shlm_rope rope_default(int hd, double theta) {
+    shlm_rope r;
+    const shlm_rope_params p = {.type = SHLM_ROPE_DEFAULT, .theta = theta};
+    char why[256];
+    if (shlm_rope_init(&r, hd, &p, why, sizeof why) != 0) {
+        fprintf(stderr, "test_ops: %s\n", why);
+        exit(1);
+    }
+    return r;
+}
+
 typedef struct rope_ctx {
     double *x, *dout, *out;
     int N, T, stride, n_heads, hd;
-    double theta;
+    const double *freq;
+    const int32_t *pos0;
 } rope_ctx;
 static double rope_loss(void *p) {
     rope_ctx *c = p;
-    ref_rope_fwd(c->out, c->x, c->N, c->T, c->stride, c->n_heads, c->hd, c->theta);
+    ref_rope_fwd(c->out, c->x, c->N, c->T, c->stride, c->n_heads, c->hd, c->freq, c->pos0);
     return dot_d(c->out, c->dout, (size_t)c->N * c->stride);
 }
 
-static void rope_case(int N, int T, int stride, int n_heads, int hdim, float theta, tol_id tol,
+/* N rows of `stride` under the description rope, whose frequencies the reference takes as
+ * freq (written out independently for the default type); pos0: NULL or N/T host offsets
+ * (uploaded). what names the description. */
+static void rope_case(int N, int T, int stride, int n_heads, const shlm_rope *rope,
+                      const double *freq, const int32_t *pos0, const char *what, tol_id tol,
                       int with_fd) {
+    const int hdim = rope->head_dim;
     const size_t n = (size_t)N * stride;
-    char tag[96], name[192];
-    snprintf(tag, sizeof tag, "(N=%d T=%d stride=%d heads=%d hd=%d theta=%g)", N, T, stride,
-             n_heads, hdim, theta);
+    char tag[160], name[256];
+    snprintf(tag, sizeof tag, "(N=%d T=%d stride=%d heads=%d hd=%d %s%s)", N, T, stride,
+             n_heads, hdim, what, pos0 ? ", pos0" : "");
     float *x = rnd_act(n, 1.0), *dout = rnd_act(n, 1.0), *got = hf(n);
-    rope_ctx c = {dup_d(x, n), dup_d(dout, n), hd(n), N, T, stride, n_heads, hdim, theta};
+    rope_ctx c = {dup_d(x, n), dup_d(dout, n), hd(n), N, T, stride, n_heads, hdim, freq, pos0};
     double *ref = hd(n);
     void *d_x = up_act(x, n);
+    const int32_t *d_pos0 = pos0 ? up_i32(pos0, (size_t)(N / T)) : NULL;
 
-    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 0);
-    ref_rope_fwd(ref, c.x, N, T, stride, n_heads, hdim, theta);
+    ops->rope(d_x, N, T, stride, n_heads, rope, d_pos0, 0);
+    ref_rope_fwd(ref, c.x, N, T, stride, n_heads, hdim, freq, pos0);
     down_act(got, d_x, n);
     snprintf(name, sizeof name, "rope forward %s", tag);
     check_close(name, got, ref, n, tol);
@@ -1273,15 +1305,15 @@ static void rope_case(int N, int T, int stride, int n_heads, int hdim, float the
     }
 
     /* inverse(forward(x)) == x: two roundings on a bf16 backend, within the same tol */
-    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
+    ops->rope(d_x, N, T, stride, n_heads, rope, d_pos0, 1);
     down_act(got, d_x, n);
     snprintf(name, sizeof name, "rope inverse(forward(x)) == x %s", tag);
     check_close(name, got, c.x, n, tol);
 
     /* inverse applied to dout is the backward pass Jᵀ·dout */
     d_x = up_act(dout, n);
-    ops->rope(d_x, N, T, stride, n_heads, hdim, theta, 1);
-    ref_rope_bwd(ref, c.dout, N, T, stride, n_heads, hdim, theta);
+    ops->rope(d_x, N, T, stride, n_heads, rope, d_pos0, 1);
+    ref_rope_bwd(ref, c.dout, N, T, stride, n_heads, hdim, freq, pos0);
     down_act(got, d_x, n);
     snprintf(name, sizeof name, "rope inverse == backward %s", tag);
     check_close(name, got, ref, n, tol);
@@ -1292,7 +1324,46 @@ static void rope_case(int N, int T, int stride, int n_heads, int hdim, float the
 /* a fused qkv buffer of B sequences of T: q and k heads rotate (n_heads = nh + nkv), v
  * heads do not; positions wrap at T */
 static void rope_qkv_case(int B, int T, int nh, int nkv, int hdim, float theta, int with_fd) {
-    rope_case(B * T, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, theta, T_ROPE, with_fd);
+    const shlm_rope r = rope_default(hdim, theta);
+    char what[64];
+    snprintf(what, sizeof what, "theta=%g", theta);
+    rope_case(B * T, T, (nh + 2 * nkv) * hdim, nh + nkv, &r, ref_rope_freq(hdim, theta), NULL,
+              what, T_ROPE, with_fd);
+}
+
+/* Sequences that start at positions pos0 (a decode step's new tokens after their rows'
+ * cached ones): B sequences of T at offsets up to max_pos, the model's qkv layout */
+static void rope_offset_case(int B, int T, int nh, int nkv, int hdim, int max_pos, tol_id tol,
+                             int with_fd) {
+    const shlm_rope r = rope_default(hdim, 10000.0);
+    int32_t *pos0 = xcalloc((size_t)B, sizeof(int32_t));
+    for (int b = 0; b < B; b++) pos0[b] = b == 0 ? 0 : b == 1 ? max_pos : rnd_int(max_pos + 1);
+    rope_case(B * T, T, (nh + 2 * nkv) * hdim, nh + nkv, &r, ref_rope_freq(hdim, 10000.0), pos0,
+              "theta=10000", tol, with_fd);
+}
+
+/* The kernels take the description's frequencies, whatever made them: Llama 3.1's bands
+ * (kernels/rope_freq.h, tested against transformers by tests/rope_freq_ref.sh) at
+ * positions past the band edges' wavelengths, the reference fed the same frequencies */
+static void rope_scaled_case(void) {
+    const shlm_rope_params p = {.type = SHLM_ROPE_LLAMA3, .theta = 500000.0, .factor = 8.0,
+                                .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                                .original_max_position_embeddings = 64};
+    shlm_rope r;
+    char why[256];
+    if (shlm_rope_init(&r, 64, &p, why, sizeof why) != 0) {
+        fprintf(stderr, "test_ops: %s\n", why);
+        exit(1);
+    }
+    /* the reference's copies are host buffers, released by each case */
+    double *freq = hd_alloc_freq(64);
+    memcpy(freq, r.freq, 32 * sizeof(double));
+    rope_case(2 * 300, 300, (4 + 2 * 2) * 64, 4 + 2, &r, freq, NULL, "llama3", T_ROPE, 0);
+    freq = hd_alloc_freq(64);
+    memcpy(freq, r.freq, 32 * sizeof(double));
+    int32_t *pos0 = xcalloc(3, sizeof(int32_t));
+    pos0[0] = 0, pos0[1] = 1000, pos0[2] = 37;
+    rope_case(3 * 5, 5, (4 + 2 * 2) * 64, 4 + 2, &r, freq, pos0, "llama3", T_ROPE_LONG, 1);
 }
 
 static void test_rope(void) {
@@ -1301,7 +1372,17 @@ static void test_rope(void) {
     rope_qkv_case(2, 37, 4, 2, 10, 10000.0f, 0);
     rope_qkv_case(2, 64, 8, 2, 128, 10000.0f, 0);
     rope_qkv_case(2, 256, 4, 4, 64, 500000.0f, 0);
-    rope_case(4096, 4096, 64, 1, 64, 10000.0f, T_ROPE_LONG, 0);
+    {
+        const shlm_rope r = rope_default(64, 10000.0);
+        rope_case(4096, 4096, 64, 1, &r, ref_rope_freq(64, 10000.0), NULL, "theta=10000",
+                  T_ROPE_LONG, 0);
+    }
+    /* offsets: one token per row (a decode step), a few per row, odd widths (the
+     * element-wise kernel), positions past 4000 */
+    rope_offset_case(5, 1, 4, 2, 64, 4000, T_ROPE_LONG, 1);
+    rope_offset_case(3, 7, 6, 2, 10, 300, T_ROPE, 1);
+    rope_offset_case(4, 3, 32, 8, 128, 4095, T_ROPE_LONG, 0);
+    rope_scaled_case();
 }
 
 /* ---- attention ---- */
@@ -1350,13 +1431,14 @@ static void check_qkv(const char *what, const char *tag, const float *got, const
 /* One shape under one mask. doc: NULL, or B·T document starts (host), named by `layout`.
  * by_cpu: the expected values come from the cpu backend on the same inputs (Llama-sized
  * shapes, relative L2; the backward from this backend's own out and lse) instead of the
- * double reference. Checks the forward, the backward with rope_theta 0 and > 0, reruns
+ * double reference. Checks the forward, the backward without and with rope, reruns
  * bit for bit, the fused rope against the backend's own backward then rope, dv unrotated,
  * and (doc NULL) that an all-zero doc_start gives NULL's bits. */
 static void attention_case(attn_shape s, const int32_t *doc, const char *layout, int by_cpu) {
     const int N = s.B * s.T, C3 = (s.nh + 2 * s.nkv) * s.hd;
     const size_t nqkv = (size_t)N * C3, no = (size_t)N * s.nh * s.hd, nl = (size_t)s.B * s.nh * s.T;
-    const float theta = 10000.0f;
+    const shlm_rope rope = rope_default(s.hd, 10000.0);
+    const double *freq = ref_rope_freq(s.hd, 10000.0);
     char tag[128], name[224];
     snprintf(tag, sizeof tag, "(B=%d T=%d nh=%d nkv=%d hd=%d%s%s%s)", s.B, s.T, s.nh, s.nkv, s.hd,
              doc ? ", " : "", doc ? layout : "", by_cpu ? ", vs cpu" : "");
@@ -1376,42 +1458,42 @@ static void attention_case(attn_shape s, const int32_t *doc, const char *layout,
     if (by_cpu) {
         float *co = hf(no), *cl = hf(nl), *cg = hf(nqkv);
         cpu->attention_fwd(co, cl, qkv, doc, s.B, s.T, s.nh, s.nkv, s.hd);
-        cpu->attention_bwd(cg, dout, qkv, out, lse, doc, s.B, s.T, s.nh, s.nkv, s.hd, 0.0f);
+        cpu->attention_bwd(cg, dout, qkv, out, lse, doc, s.B, s.T, s.nh, s.nkv, s.hd, NULL);
         want_out = from_f(co, no), want_lse = from_f(cl, nl), want_dqkv = from_f(cg, nqkv);
     } else {
         want_out = hd(no), want_lse = hd(nl), want_dqkv = hd(nqkv);
         ref_attention_fwd(want_out, want_lse, c.qkv, doc, s);
         ref_attention_bwd(want_dqkv, c.dout, c.qkv, doc, s);
     }
-    /* rope_theta > 0: the gradient w.r.t. the pre-RoPE q and k (ops.h) */
-    ref_rope_bwd(want_rot, want_dqkv, N, s.T, C3, s.nh + s.nkv, s.hd, theta);
+    /* with rope: the gradient w.r.t. the pre-RoPE q and k (ops.h) */
+    ref_rope_bwd(want_rot, want_dqkv, N, s.T, C3, s.nh + s.nkv, s.hd, freq, NULL);
     snprintf(name, sizeof name, "attention_fwd out %s", tag);
     check_close(name, out, want_out, no, t_out);
     snprintf(name, sizeof name, "attention_fwd lse %s", tag);
     check_close(name, lse, want_lse, nl, t_lse);
 
     ops->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
-                       0.0f);
+                       NULL);
     float *dqkv = got_act(d_dqkv, nqkv);
     check_qkv("(=)", tag, dqkv, want_dqkv, s, t_bwd);
     void *d_again = nan_act(nqkv);
     ops->attention_bwd(d_again, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
-                       0.0f);
+                       NULL);
     snprintf(name, sizeof name, "attention_bwd rerun: the same bits %s", tag);
     check_same(name, got_act(d_again, nqkv), dqkv, nqkv);
 
     void *d_rot = nan_act(nqkv);
     ops->attention_bwd(d_rot, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
-                       theta);
+                       &rope);
     float *rot = got_act(d_rot, nqkv);
-    check_qkv("rope_theta>0", tag, rot, want_rot, s, t_bwd);
+    check_qkv("rope", tag, rot, want_rot, s, t_bwd);
     d_again = nan_act(nqkv);
     ops->attention_bwd(d_again, d_dout, d_qkv, d_out, d_lse, d_doc, s.B, s.T, s.nh, s.nkv, s.hd,
-                       theta);
+                       &rope);
     snprintf(name, sizeof name, "attention_bwd rope rerun: the same bits %s", tag);
     check_same(name, got_act(d_again, nqkv), rot, nqkv);
     /* against this backend's own backward then rope(inverse) */
-    ops->rope(d_dqkv, N, s.T, C3, s.nh + s.nkv, s.hd, theta, 1);
+    ops->rope(d_dqkv, N, s.T, C3, s.nh + s.nkv, &rope, NULL, 1);
     snprintf(name, sizeof name, "attention_bwd rope == bwd then rope %s", tag);
     check_close(name, rot, from_f(got_act(d_dqkv, nqkv), nqkv), nqkv, T_ATT_ROPE_FUSED);
     {
@@ -1430,9 +1512,9 @@ static void attention_case(attn_shape s, const int32_t *doc, const char *layout,
         float *z_lse = nan_f32_dev(nl);
         ops->attention_fwd(z_out, z_lse, d_qkv, d_zeros, s.B, s.T, s.nh, s.nkv, s.hd);
         ops->attention_bwd(z_dqkv, d_dout, d_qkv, d_out, d_lse, d_zeros, s.B, s.T, s.nh, s.nkv,
-                           s.hd, 0.0f);
+                           s.hd, NULL);
         ops->attention_bwd(z_rot, d_dout, d_qkv, d_out, d_lse, d_zeros, s.B, s.T, s.nh, s.nkv,
-                           s.hd, theta);
+                           s.hd, &rope);
         snprintf(name, sizeof name, "attention doc_start zeros == NULL: out %s", tag);
         check_same(name, got_act(z_out, no), out, no);
         snprintf(name, sizeof name, "attention doc_start zeros == NULL: lse %s", tag);
@@ -1542,6 +1624,261 @@ static void test_attention(void) {
         attention_doc_case((attn_shape){5, 2048, 16, 16, 64}, fixed5, 512, 1);
         attention_doc_case((attn_shape){3, 1000, 8, 8, 128}, random5, 200, 1);
     }
+}
+
+/* ---- KV-cache decode ---- */
+typedef struct decode_shape {
+    int B, Tn, cap, nh, nkv, hd;
+} decode_shape;
+
+/* element d of kv head kh at slot p of row b in a (B, nkv, cap, hd) cache */
+#define CI(s, b, kh, p, d) ((((size_t)(b) * (s).nkv + (kh)) * (s).cap + (size_t)(p)) * (s).hd + (d))
+
+/* out (B·Tn, nh·hd) of every new query over its row's cache slots 0..pos[b]+t, the cache
+ * (after the append) given */
+static void ref_attention_decode(double *out, const double *kc, const double *vc,
+                                 const double *qkv, const int32_t *pos, decode_shape s) {
+    const int g = s.nh / s.nkv;
+    const size_t C3 = (size_t)(s.nh + 2 * s.nkv) * s.hd;
+    double *sc = calloc_or_die((size_t)s.cap, sizeof(double));
+    const double scale = 1.0 / sqrt((double)s.hd);
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.Tn; t++)
+            for (int h = 0; h < s.nh; h++) {
+                const double *q = qkv + (size_t)(b * s.Tn + t) * C3 + (size_t)h * s.hd;
+                const int kh = h / g, n = pos[b] + t + 1;
+                double m = -INFINITY, z = 0.0;
+                for (int j = 0; j < n; j++) {
+                    double v = 0.0;
+                    for (int d = 0; d < s.hd; d++) v += q[d] * kc[CI(s, b, kh, j, d)];
+                    sc[j] = v * scale;
+                    m = fmax(m, sc[j]);
+                }
+                for (int j = 0; j < n; j++) z += exp(sc[j] - m);
+                double *o = out + (size_t)(b * s.Tn + t) * s.nh * s.hd + (size_t)h * s.hd;
+                for (int d = 0; d < s.hd; d++) {
+                    double acc = 0.0;
+                    for (int j = 0; j < n; j++) acc += exp(sc[j] - m) / z * vc[CI(s, b, kh, j, d)];
+                    o[d] = acc;
+                }
+            }
+    free(sc);
+}
+
+/* equal values, NaN equal to NaN (a bf16 NaN comes back with another payload) */
+static int same_or_both_nan(const float *a, const float *b, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!(a[i] == b[i] || (isnan(a[i]) && isnan(b[i])))) return 0;
+    return 1;
+}
+
+/* One decode step: rows b hold pos[b] random tokens (right padding: the slots after them
+ * hold NaN, which must never be read), Tn new tokens each. Checks kv_append and
+ * attention_decode (both writing the cache: new k, v at their slots, every other slot's
+ * value unchanged) and out against the double reference; a rerun gives the same bits. */
+static void decode_case(decode_shape s, const int32_t *pos) {
+    const size_t C3 = (size_t)(s.nh + 2 * s.nkv) * s.hd, N = (size_t)s.B * s.Tn;
+    const size_t nqkv = N * C3, no = N * s.nh * s.hd, nc = (size_t)s.B * s.nkv * s.cap * s.hd;
+    char tag[160], name[256];
+    int maxpos = 0;
+    for (int b = 0; b < s.B; b++) maxpos = pos[b] > maxpos ? pos[b] : maxpos;
+    snprintf(tag, sizeof tag, "(B=%d Tn=%d cap=%d nh=%d nkv=%d hd=%d pos[0]=%d max %d)", s.B, s.Tn,
+             s.cap, s.nh, s.nkv, s.hd, pos[0], maxpos);
+    float *qkv = rnd_act(nqkv, 1.5), *kc = nan_f(nc), *vc = nan_f(nc);
+    for (int b = 0; b < s.B; b++)
+        for (int kh = 0; kh < s.nkv; kh++)
+            for (int p = 0; p < pos[b]; p++)
+                for (int d = 0; d < s.hd; d++) {
+                    kc[CI(s, b, kh, p, d)] = (float)(1.5 * rnd_normal());
+                    vc[CI(s, b, kh, p, d)] = (float)rnd_normal();
+                }
+    act_round(kc, nc);
+    act_round(vc, nc);
+    /* the cache after the append */
+    float *want_k = dup_f(kc, nc), *want_v = dup_f(vc, nc);
+    for (int b = 0; b < s.B; b++)
+        for (int t = 0; t < s.Tn; t++)
+            for (int kh = 0; kh < s.nkv; kh++)
+                for (int d = 0; d < s.hd; d++) {
+                    const size_t row = (size_t)(b * s.Tn + t) * C3;
+                    want_k[CI(s, b, kh, pos[b] + t, d)] = qkv[row + (size_t)(s.nh + kh) * s.hd + d];
+                    want_v[CI(s, b, kh, pos[b] + t, d)] =
+                        qkv[row + (size_t)(s.nh + s.nkv + kh) * s.hd + d];
+                }
+    double *want = hd(no);
+    ref_attention_decode(want, dup_d(want_k, nc), dup_d(want_v, nc), dup_d(qkv, nqkv), pos, s);
+
+    void *d_qkv = up_act(qkv, nqkv), *d_k = up_act(kc, nc), *d_v = up_act(vc, nc);
+    const int32_t *d_pos = up_i32(pos, (size_t)s.B);
+    ops->kv_append(d_k, d_v, d_qkv, d_pos, s.B, s.Tn, s.cap, s.nh, s.nkv, s.hd);
+    snprintf(name, sizeof name, "kv_append: new k, v at pos[b] + t, the rest as it was %s", tag);
+    check_true(name, same_or_both_nan(got_act(d_k, nc), want_k, nc) &&
+                         same_or_both_nan(got_act(d_v, nc), want_v, nc));
+
+    d_k = up_act(kc, nc), d_v = up_act(vc, nc);
+    void *d_out = nan_act(no);
+    ops->attention_decode(d_out, d_k, d_v, d_qkv, d_pos, s.B, s.Tn, s.cap, s.nh, s.nkv, s.hd);
+    float *out = got_act(d_out, no);
+    snprintf(name, sizeof name, "attention_decode out %s", tag);
+    check_close(name, out, want, no, T_DECODE);
+    snprintf(name, sizeof name, "attention_decode appends as kv_append %s", tag);
+    check_true(name, same_or_both_nan(got_act(d_k, nc), want_k, nc) &&
+                         same_or_both_nan(got_act(d_v, nc), want_v, nc));
+    /* again on the appended cache (the append rewrites the same values) */
+    void *d_again = nan_act(no);
+    ops->attention_decode(d_again, d_k, d_v, d_qkv, d_pos, s.B, s.Tn, s.cap, s.nh, s.nkv, s.hd);
+    snprintf(name, sizeof name, "attention_decode rerun: the same bits %s", tag);
+    check_same(name, got_act(d_again, no), out, no);
+    release_all();
+}
+
+/* decode against attention_fwd on the same q, k, v (B sequences of T): the prompt's first P
+ * tokens prefilled by attention_fwd + kv_append, the rest one token per step by
+ * attention_decode (pos = t, rope-free: the same rows as the forward's), then the whole
+ * sequence as one attention_decode of Tn = T from an empty cache. The cpu backend gives
+ * the forward's bits (ops.h); a device the forward's values within its tolerance. */
+static void decode_vs_fwd_case(attn_shape s, int P) {
+    const int C3 = (s.nh + 2 * s.nkv) * s.hd, CO = s.nh * s.hd, cap = s.T + 3;
+    const size_t nqkv = (size_t)s.B * s.T * C3, no = (size_t)s.B * s.T * CO;
+    const size_t nc = (size_t)s.B * s.nkv * cap * s.hd;
+    char tag[128], name[224];
+    snprintf(tag, sizeof tag, "(B=%d T=%d nh=%d nkv=%d hd=%d, prefill %d)", s.B, s.T, s.nh, s.nkv,
+             s.hd, P);
+    float *qkv = rnd_act(nqkv, 1.5);
+    void *d_qkv = up_act(qkv, nqkv), *d_out = nan_act(no);
+    float *d_lse = nan_f32_dev((size_t)s.B * s.nh * s.T);
+    ops->attention_fwd(d_out, d_lse, d_qkv, NULL, s.B, s.T, s.nh, s.nkv, s.hd);
+    float *fwd = got_act(d_out, no);
+
+    /* step by step: the prefill's rows, then each later token's row */
+    float *steps = nan_f(no);
+    void *d_k = nan_act(nc), *d_v = nan_act(nc);
+    int32_t *pos = xcalloc((size_t)s.B, sizeof(int32_t));
+    int32_t *d_pos = up_i32(pos, (size_t)s.B);
+    {
+        float *pre = hf((size_t)s.B * P * C3);
+        for (int b = 0; b < s.B; b++)
+            memcpy(pre + (size_t)b * P * C3, qkv + (size_t)b * s.T * C3, (size_t)P * C3 * sizeof(float));
+        void *d_pre = up_act(pre, (size_t)s.B * P * C3), *d_pout = nan_act((size_t)s.B * P * CO);
+        float *d_plse = nan_f32_dev((size_t)s.B * s.nh * P);
+        ops->attention_fwd(d_pout, d_plse, d_pre, NULL, s.B, P, s.nh, s.nkv, s.hd);
+        ops->kv_append(d_k, d_v, d_pre, d_pos, s.B, P, cap, s.nh, s.nkv, s.hd);
+        float *pout = got_act(d_pout, (size_t)s.B * P * CO);
+        for (int b = 0; b < s.B; b++)
+            memcpy(steps + (size_t)b * s.T * CO, pout + (size_t)b * P * CO, (size_t)P * CO * sizeof(float));
+    }
+    float *row = hf((size_t)s.B * C3);
+    void *d_row = dalloc(act_bytes((size_t)s.B * C3)), *d_rout = dalloc(act_bytes((size_t)s.B * CO));
+    float *rout = hf((size_t)s.B * CO);
+    for (int t = P; t < s.T; t++) {
+        for (int b = 0; b < s.B; b++) {
+            pos[b] = t;
+            memcpy(row + (size_t)b * C3, qkv + ((size_t)b * s.T + t) * C3, (size_t)C3 * sizeof(float));
+        }
+        ops->to_device(d_pos, pos, (size_t)s.B * sizeof(int32_t));
+        put_act(d_row, row, (size_t)s.B * C3);
+        ops->attention_decode(d_rout, d_k, d_v, d_row, d_pos, s.B, 1, cap, s.nh, s.nkv, s.hd);
+        down_act(rout, d_rout, (size_t)s.B * CO);
+        for (int b = 0; b < s.B; b++)
+            memcpy(steps + ((size_t)b * s.T + t) * CO, rout + (size_t)b * CO, (size_t)CO * sizeof(float));
+    }
+    snprintf(name, sizeof name, "attention_decode token by token == attention_fwd %s", tag);
+    if (is_cpu) check_same(name, steps, fwd, no);
+    else check_close(name, steps, from_f(fwd, no), no, T_ATT_OUT);
+
+    /* the whole sequence in one call */
+    memset(pos, 0, (size_t)s.B * sizeof(int32_t));
+    ops->to_device(d_pos, pos, (size_t)s.B * sizeof(int32_t));
+    void *d_all = nan_act(no);
+    ops->attention_decode(d_all, nan_act(nc), nan_act(nc), d_qkv, d_pos, s.B, s.T, cap, s.nh,
+                          s.nkv, s.hd);
+    snprintf(name, sizeof name, "attention_decode Tn=T from pos 0 == attention_fwd %s", tag);
+    if (is_cpu) check_same(name, got_act(d_all, no), fwd, no);
+    else check_close(name, got_act(d_all, no), from_f(fwd, no), no, T_ATT_OUT);
+    release_all();
+}
+
+/* cpu: a pos that breaks ops.h's bounds aborts with a line naming the row (checked in a
+ * child process) */
+static void decode_bad_pos_case(void) {
+    const decode_shape s = {2, 2, 8, 2, 1, 4};
+    const size_t C3 = (size_t)(s.nh + 2 * s.nkv) * s.hd, nc = (size_t)s.B * s.nkv * s.cap * s.hd;
+    float *qkv = rnd_act((size_t)s.B * s.Tn * C3, 1.0), *out = hf((size_t)s.B * s.Tn * s.nh * s.hd);
+    float *kc = hf(nc), *vc = hf(nc);
+    const int32_t bad[2][2] = {{0, 7}, {-1, 0}}; /* 7 + 2 > 8; negative */
+    for (int k = 0; k < 2; k++) {
+        for (int op = 0; op < 2; op++) {
+            fflush(stdout);
+            pid_t pid = fork();
+            if (pid == 0) {
+                if (!freopen("/dev/null", "w", stderr)) _exit(2);
+                if (op) ops->attention_decode(out, kc, vc, qkv, bad[k], s.B, s.Tn, s.cap, s.nh, s.nkv, s.hd);
+                else ops->kv_append(kc, vc, qkv, bad[k], s.B, s.Tn, s.cap, s.nh, s.nkv, s.hd);
+                _exit(0);
+            }
+            int st = 0;
+            waitpid(pid, &st, 0);
+            char name[160];
+            snprintf(name, sizeof name, "%s cpu: pos {%d, %d} with Tn %d, cap %d aborts",
+                     op ? "attention_decode" : "kv_append", bad[k][0], bad[k][1], s.Tn, s.cap);
+            check_true(name, WIFEXITED(st) && WEXITSTATUS(st) == 1);
+        }
+    }
+    release_all();
+}
+
+/* A row whose pos breaks the bounds on a device backend: NaN out, its cache untouched, the
+ * other rows as usual (ops.h) */
+static void decode_bad_pos_device_case(void) {
+    const decode_shape s = {2, 1, 64, 4, 2, 64};
+    const size_t C3 = (size_t)(s.nh + 2 * s.nkv) * s.hd, no = (size_t)s.B * s.nh * s.hd;
+    const size_t nc = (size_t)s.B * s.nkv * s.cap * s.hd;
+    const int32_t pos[2] = {3, 64};
+    float *kc = rnd_act(nc, 1.0);
+    void *d_k = up_act(kc, nc), *d_v = up_act(kc, nc), *d_out = nan_act(no);
+    void *d_qkv = up_act(rnd_act((size_t)s.B * C3, 1.0), (size_t)s.B * C3);
+    ops->attention_decode(d_out, d_k, d_v, d_qkv, up_i32(pos, 2), s.B, s.Tn, s.cap, s.nh, s.nkv,
+                          s.hd);
+    float *out = got_act(d_out, no), *k = got_act(d_k, nc);
+    int row0_ok = 1, row1_nan = 1;
+    for (size_t i = 0; i < no / 2; i++) row0_ok &= !isnan(out[i]), row1_nan &= isnan(out[no / 2 + i]);
+    check_true("attention_decode device: a row with pos + Tn > cap gets NaN, the others values",
+               row0_ok && row1_nan);
+    check_true("attention_decode device: that row's cache is left alone",
+               memcmp(k + nc / 2, kc + nc / 2, nc / 2 * sizeof(float)) == 0);
+    release_all();
+}
+
+static void test_decode(void) {
+    /* ragged rows (right padding), GQA groups of 1 to 8, Tn 1 (a step) and more (causal
+     * within the new tokens), widths of the element-wise path (hd % 8 != 0) and of the
+     * device's padded tiles (20, 64, 100, 128), splits of the cache length (cap past 64
+     * keys, a long row), rows of a block's query tile (group·Tn up to 8 and past it) */
+    static const struct {
+        decode_shape s;
+        int32_t pos[4];
+    } cases[] = {
+        {{1, 1, 1, 1, 1, 2}, {0}},
+        {{3, 1, 40, 6, 2, 10}, {0, 17, 39}},
+        {{2, 3, 40, 4, 4, 8}, {5, 37}},
+        {{2, 1, 300, 4, 1, 20}, {299, 64}},
+        {{3, 2, 200, 8, 2, 64}, {63, 64, 198}},
+        {{2, 5, 512, 8, 2, 128}, {130, 500}},
+        {{1, 1, 2048, 9, 3, 64}, {2047}},
+        {{2, 1, 1000, 32, 8, 128}, {999, 10}},
+        {{2, 4, 130, 2, 1, 100}, {0, 126}},
+        {{4, 1, 70, 16, 2, 32}, {0, 1, 68, 69}},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) decode_case(cases[k].s, cases[k].pos);
+    if (!small_only) {
+        const int32_t pos[2] = {4095, 3000};
+        decode_case((decode_shape){2, 1, 4096, 32, 8, 128}, pos); /* Llama-3-8B-like */
+    }
+    decode_vs_fwd_case((attn_shape){2, 37, 6, 2, 10}, 5);
+    decode_vs_fwd_case((attn_shape){1, 70, 4, 1, 64}, 1);
+    decode_vs_fwd_case((attn_shape){2, 20, 9, 3, 64}, 20 - 1);
+    if (is_cpu) decode_bad_pos_case();
+    else decode_bad_pos_device_case();
 }
 
 /* ---- swiglu ---- */
@@ -1837,10 +2174,10 @@ static void test_reductions(void) {
 }
 
 /* ---- cpu: same inputs give bit-identical results, whatever the thread count ---- */
-enum { DET_N_OUT = 9 };
+enum { DET_N_OUT = 10 };
 static const char *const det_names[DET_N_OUT] = {
     "embedding_bwd", "rmsnorm_fwd", "rmsnorm_bwd dinp+dweight", "rope", "attention_fwd out+lse",
-    "attention_bwd", "swiglu_bwd",  "xent",                     "adamw"};
+    "attention_bwd", "swiglu_bwd",  "xent",                     "adamw", "attention_decode"};
 
 /* runs the ops on inputs drawn from `seed`; out[k] gets op k's results (det_len[k] floats) */
 static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_OUT]) {
@@ -1858,7 +2195,7 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     float *logits = rnd_f((size_t)N * V, 3.0), *g = rnd_f((size_t)N * C, 1.0);
     size_t len[DET_N_OUT] = {
         (size_t)V * C,     (size_t)N * C + N, (size_t)N * C + C, nq, no + (size_t)B * nh * T, nq,
-        (size_t)N * 2 * F, (size_t)N * V + N, 3 * (size_t)N * C};
+        (size_t)N * 2 * F, (size_t)N * V + N, 3 * (size_t)N * C, (size_t)B * 2 * nh * hdim};
     for (int k = 0; k < DET_N_OUT; k++) {
         det_len[k] = len[k];
         out[k] = hf(len[k]);
@@ -1867,14 +2204,21 @@ static void det_run(uint64_t seed, float *out[DET_N_OUT], size_t det_len[DET_N_O
     ops->rmsnorm_fwd(out[1], out[1] + (size_t)N * C, x, w, N, C, 1e-5f, NULL);
     ops->rmsnorm_bwd(out[2], out[2] + (size_t)N * C, dy, x, w, out[1] + (size_t)N * C, N, C);
     memcpy(out[3], qkv, nq * sizeof(float));
-    ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, hdim, 10000.0f, 0);
+    const shlm_rope rope = rope_default(hdim, 10000.0);
+    ops->rope(out[3], N, T, (nh + 2 * nkv) * hdim, nh + nkv, &rope, NULL, 0);
     ops->attention_fwd(out[4], out[4] + no, qkv, NULL, B, T, nh, nkv, hdim);
-    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, NULL, B, T, nh, nkv, hdim, 0.0f);
+    ops->attention_bwd(out[5], dout, qkv, out[4], out[4] + no, NULL, B, T, nh, nkv, hdim, NULL);
     ops->swiglu_bwd(out[6], dy, gu, N, F, NULL); /* dout (N,F) fits inside dy (N,C) */
     ops->xent_fwd_bwd(out[7] + (size_t)N * V, out[7], logits, tgt, N, V, 0.01f);
     float *p = out[8], *m = p + (size_t)N * C, *v = m + (size_t)N * C;
     memcpy(p, x, (size_t)N * C * sizeof(float));
     ops->adamw(p, g, m, v, (size_t)N * C, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1, NULL);
+    /* two new tokens per row after caches of the first T tokens' k, v */
+    const int cap = T + 2;
+    float *kc = hf((size_t)B * nkv * cap * hdim), *vc = hf((size_t)B * nkv * cap * hdim);
+    const int32_t zeros[4] = {0, 0, 0, 0}, pos[4] = {0, 9, T - 1, T};
+    ops->kv_append(kc, vc, qkv, zeros, B, T, cap, nh, nkv, hdim);
+    ops->attention_decode(out[9], kc, vc, qkv, pos, B, 2, cap, nh, nkv, hdim);
 }
 
 static void test_determinism(void) {
@@ -2660,7 +3004,8 @@ static const struct group {
     {"backends", test_backends},   {"memory", test_memory},       {"convert", test_convert},
     {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm},     {"matmul", test_matmul},
     {"rope", test_rope},           {"attention", test_attention}, {"swiglu", test_swiglu},
-    {"xent", test_xent},           {"adamw", test_adamw_all},     {"reductions", test_reductions},
+    {"decode", test_decode},       {"xent", test_xent},           {"adamw", test_adamw_all},
+    {"reductions", test_reductions},
     {"determinism", test_determinism}, {"fp8", test_fp8},
 };
 enum { N_GROUPS = sizeof groups / sizeof groups[0] };

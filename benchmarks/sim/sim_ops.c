@@ -141,8 +141,10 @@ static void sim_matmul_bwd(void *dinp, float *dw, const void *dout, const void *
     (void)dout, (void)inp, (void)w, (void)flags;
     run(SIM_MATMUL_BWD, N, C, OC, (dinp != NULL) | (dw != NULL) << 1, 0, 0);
 }
-static void sim_rope(void *x, int N, int T, int stride, int nh, int hd, float theta, int inv) {
-    (void)x, (void)T, (void)stride, (void)theta, (void)inv, run(SIM_ROPE, N, nh, hd, 0, 0, 0);
+static void sim_rope(void *x, int N, int T, int stride, int nh, const shlm_rope *rope,
+                     const int32_t *pos0, int inv) {
+    (void)x, (void)T, (void)stride, (void)pos0, (void)inv;
+    run(SIM_ROPE, N, nh, rope->head_dim, 0, 0, 0);
 }
 static void sim_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc, int B,
                               int T, int nh, int nkv, int hd) {
@@ -150,9 +152,9 @@ static void sim_attention_fwd(void *out, float *lse, const void *qkv, const int3
 }
 static void sim_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                               const float *lse, const int32_t *doc, int B, int T, int nh, int nkv,
-                              int hd, float theta) {
+                              int hd, const shlm_rope *rope) {
     (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)doc;
-    run(SIM_ATTENTION_BWD, B, T, nh, nkv, hd, theta > 0);
+    run(SIM_ATTENTION_BWD, B, T, nh, nkv, hd, rope != NULL);
 }
 static void sim_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax) {
     (void)out, (void)gu, (void)amax, run(SIM_SWIGLU_FWD, N, F, 0, 0, 0, 0);

@@ -50,9 +50,10 @@ void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, 
 void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                          const void *weight, int N, int C, int OC, int flags);
 
-/* head_dim must be even (aborts otherwise). */
-void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
-                   int inverse);
+/* rope->head_dim must be even, pos0's values >= 0 and T must divide N with pos0 (aborts
+ * otherwise). */
+void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,
+                   const int32_t *pos0, int inverse);
 
 /* nh must be a multiple of nkv, doc_start (NULL or B·T values) as ops.h says (aborts
  * otherwise, naming the first bad value). Memory O(T) per thread: one score row at a
@@ -61,11 +62,20 @@ void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, int head_dim,
  * write the same dk/dv, and requires that dqkv alias none of its inputs. */
 void shlm_cpu_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc_start,
                             int B, int T, int nh, int nkv, int hd);
-/* rope_theta > 0: then shlm_cpu_rope(dqkv, B·T, T, (nh+2·nkv)·hd, nh + nkv, hd,
- * rope_theta, 1) (ops.h) */
+/* rope non-NULL: then shlm_cpu_rope(dqkv, B·T, T, (nh+2·nkv)·hd, nh + nkv, rope, NULL, 1)
+ * (ops.h) */
 void shlm_cpu_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                             const float *lse, const int32_t *doc_start, int B, int T, int nh,
-                            int nkv, int hd, float rope_theta);
+                            int nkv, int hd, const shlm_rope *rope);
+/* The KV cache (ops.h): a pos[b] outside 0..cap-Tn aborts naming the row. The decode
+ * computes each (row, head, new token) as the forward computes a query row (one thread,
+ * memory O(cap)), so its out has the bits attention_fwd gives that token's row over the
+ * same keys and values. */
+void shlm_cpu_kv_append(void *k_cache, void *v_cache, const void *qkv, const int32_t *pos, int B,
+                        int Tn, int cap, int nh, int nkv, int hd);
+void shlm_cpu_attention_decode(void *out, void *k_cache, void *v_cache, const void *qkv,
+                               const int32_t *pos, int B, int Tn, int cap, int nh, int nkv,
+                               int hd);
 
 void shlm_cpu_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax);
 /* dgu may alias gu (each gate/up pair is read before it is written). */

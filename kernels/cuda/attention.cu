@@ -102,49 +102,6 @@ template <int SS> __device__ __forceinline__ int t_off(int lane) {
     return ((lane & 7) + ((lane >> 3) & 1) * 8) * SS + (lane >> 4) * 8;
 }
 
-/* 16 bytes global -> shared without passing through registers (Ampere+), so the next
- * tile's copy runs while the current one is multiplied. valid = false copies no source
- * byte and zero-fills the destination. Completion: cp_async_wait, then a barrier. */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
-    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
-    const int src_bytes = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
-                 "r"(src_bytes)
-                 : "memory");
-}
-/* waits until at most N of this thread's committed groups are still in flight */
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* Starts copying ROWS rows × HDP columns from global memory (row stride ld elements) into
- * a shared tile (row stride HDP + 8); rows >= nrows and columns >= hd become zeros. With
- * vec (16-byte aligned rows) the copy is asynchronous and belongs to the caller's next
- * cp_async_commit group; otherwise it is done element by element before returning.
- * Either way the tile may be read only after a barrier that follows the wait. NTHR
- * threads (the block) share the work. */
-template <int ROWS, int HDP, int NTHR>
-__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int nrows, int hd,
-                                          bool vec) {
-    constexpr int SS = HDP + 8;
-    if (vec) {
-        constexpr int CH = HDP / 8;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < ROWS * CH; i += NTHR) {
-            const int r = i / CH, c = (i % CH) * 8;
-            const bool ok = r < nrows && c < hd;
-            cp_async16(s + r * SS + c, ok ? g + (size_t)r * ld + c : g, ok);
-        }
-    } else {
-        for (int i = threadIdx.x; i < ROWS * HDP; i += NTHR) {
-            const int r = i / HDP, c = i % HDP;
-            bf16 v = __float2bfloat16_rn(0.0f);
-            if (r < nrows && c < hd) v = g[(size_t)r * ld + c];
-            s[r * SS + c] = v;
-        }
-    }
-}
-
 /* Writes a warp's 32-row accumulator (two m16 tiles of C fragments over HDP columns),
  * row i scaled by mul[i/16][(i/8)%2], as bf16 into rows row0.. of a shared tile. */
 template <int HDP>
@@ -847,7 +804,7 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
 
 /* The backward's passes: per pass, the dK/dV and dQ kernels of attention_bwd_sm90.cu when
  * sm90 is set and they accept the pass, else this file's (the fallback; both write the same
- * scratch layout, so either dQ kernel follows either dK/dV kernel). rope_theta > 0: dq, dk
+ * scratch layout, so either dQ kernel follows either dK/dV kernel). rope non-NULL: dq, dk
  * w.r.t. the pre-RoPE q, k; the wgmma kernels rotate in their epilogues (rope_tab: rope.cu's
  * table of T positions), and a pass whose dK/dV or dQ ran here gets rope.cu's inverse
  * kernel on that part (k or q heads) of its rows, after both of its kernels (neither reads
@@ -855,7 +812,7 @@ void fwd_launch(bf16 *out, float *lse, const bf16 *qkv, const attn_args &a) {
 template <int HDP, bool DOC>
 unsigned bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *dout,
                     const bf16 *qkv, const float *lse, const float *Dv, const attn_args &a,
-                    bool sm90, float rope_theta, const void *rope_tab) {
+                    bool sm90, const shlm_rope *rope, const void *rope_tab) {
     unsigned ran = sm90 ? SHLM_ATTN_RAN_SM90_DKV | SHLM_ATTN_RAN_SM90_DQ : 0u;
     cudaStream_t s = shlm_cuda_stream();
     static bool done_kv = false, done_q = false;
@@ -894,15 +851,15 @@ unsigned bwd_launch(bf16 *dqkv, bf16 *dS, size_t ds_head, int bc, const bf16 *do
                 dqkv, dS, ds_head, qkv, b0, a.T, a.nh, a.nkv, a.hd, a.vec, a.ovec, a.doc);
             CUDA_CHECK_LAST();
         }
-        if (rope_theta > 0.0f && (kv_rc != 0 || dq_rc != 0)) {
+        if (rope && (kv_rc != 0 || dq_rc != 0)) {
             /* this pass's rows b0·T.., the q heads first in each row, then the k heads:
              * both, or the one part whose kernel did not rotate */
             const size_t C3 = (size_t)(a.nh + 2 * a.nkv) * a.hd;
             bf16 *const rows = dqkv + (size_t)b0 * a.T * C3;
             const int first = dq_rc != 0 ? 0 : a.nh;
             const int heads = (dq_rc != 0 ? a.nh : 0) + (kv_rc != 0 ? a.nkv : 0);
-            shlm_cuda_rope(rows + (size_t)first * a.hd, nb * a.T, a.T, (int)C3, heads, a.hd,
-                           rope_theta, 1);
+            shlm_cuda_rope(rows + (size_t)first * a.hd, nb * a.T, a.T, (int)C3, heads, rope,
+                           NULL, 1);
         }
     }
     return ran;
@@ -947,8 +904,8 @@ void fwd_dispatch(bf16 *o, float *lse, const bf16 *x, const attn_args &a) {
 
 template <bool DOC>
 unsigned bwd_dispatch(bf16 *d, bf16 *dS, size_t ds_head, int bc, const bf16 *g, const bf16 *x,
-                      const float *lse, const float *Dv, const attn_args &a, bool sm90, float th,
-                      const void *rt) {
+                      const float *lse, const float *Dv, const attn_args &a, bool sm90,
+                      const shlm_rope *th, const void *rt) {
     if (a.hd <= 16) return bwd_launch<16, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
     if (a.hd <= 32) return bwd_launch<32, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
     if (a.hd <= 64) return bwd_launch<64, DOC>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);
@@ -1009,18 +966,16 @@ extern "C" size_t shlm_cuda_attention_bwd_scratch(int B, int T, int nh, int nkv,
 extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv,
                                         const void *out, const float *lse,
                                         const int32_t *doc_start, int B, int T, int nh, int nkv,
-                                        int hd, float rope_theta) {
+                                        int hd, const shlm_rope *rope) {
     ran_bwd = 0;
     if (B <= 0 || T <= 0) return;
     attn_args a = make_args("attention_bwd", B, T, nh, nkv, hd);
-    if (!(rope_theta >= 0.0f)) SHLM_FATAL("attention_bwd: rope_theta %g < 0", rope_theta);
-    if (rope_theta > 0.0f && hd % 2 != 0)
-        SHLM_FATAL("attention_bwd: rope needs an even head_dim (%d)", hd);
+    if (rope && rope->head_dim != hd)
+        SHLM_FATAL("attention_bwd: rope's head_dim %d is not hd %d", rope->head_dim, hd);
     /* dK/dV and dQ on attention_bwd_sm90.cu's wgmma kernels where they apply */
     const bool sm90 = sm90_enabled();
     /* the table first: building it (once per shape) must not come between the passes */
-    const void *rope_tab =
-        rope_theta > 0.0f && sm90 ? shlm_cuda_rope_table(T, hd, rope_theta) : NULL;
+    const void *rope_tab = rope && sm90 ? shlm_cuda_rope_table(rope, T) : NULL;
     a.vec = hd % 8 == 0 && shlm_aligned(qkv, 16);
     a.vec_do = hd % 8 == 0 && shlm_aligned(dout, 16);
     a.ovec = hd % 8 == 0 && shlm_aligned(dqkv, 16);
@@ -1041,7 +996,7 @@ extern "C" void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void
     CUDA_CHECK_LAST();
     bf16 *d = (bf16 *)dqkv;
     const bf16 *g = (const bf16 *)dout, *x = (const bf16 *)qkv;
-    const float th = rope_theta;
+    const shlm_rope *th = rope;
     const void *rt = rope_tab;
     ran_bwd = doc_start ? bwd_dispatch<true>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt)
                         : bwd_dispatch<false>(d, dS, ds_head, bc, g, x, lse, Dv, a, sm90, th, rt);

@@ -157,7 +157,7 @@ template <int PENDING> __device__ __forceinline__ void tiles_ready() {
  * registers j and j + HD/16 of the same thread, and the thread's frequencies are
  * f = 8j + 2t + e. pos0: the sequence position of the thread's rows with r = 0 (r = 1 is
  * pos0 + 8); rows at or past T (never stored; the table has T positions) are left as
- * they are. tab: rope.cu's table, float2 (cos, sin) of pos·theta^(-2f/HD) at
+ * they are. tab: rope.cu's table, float2 (cos, sin) of pos·freq[f] (ops.h rope) at
  * [pos·HD/2 + f], 16-byte aligned. For a = column f, b = column f + HD/2:
  *   a' = a·cos + b·sin,  b' = b·cos − a·sin.
  * Shared by every wgmma kernel that stores dq or dk (the dK/dV and dQ epilogues); a new

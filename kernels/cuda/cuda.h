@@ -94,17 +94,18 @@ void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N,
 void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                           const void *weight, int N, int C, int OC, int flags);
 
-/* head_dim must be even (aborts otherwise) */
-void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, int head_dim, float theta,
-                    int inverse);
+/* rope->head_dim must be even (aborts otherwise). Keeps one copy of the last description
+ * it was given (rope_freq.h) on the device, with its table; a different one replaces them. */
+void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,
+                    const int32_t *pos0, int inverse);
 /* rope's device table for positions 0..npos-1: float2 (cos, sin) of the angle
- * pos·theta^(-2f/head_dim) at [pos·(head_dim/2) + f], computed in double, 256-byte aligned
- * (typed void for C; a const float2 * in CUDA). Built on the first call for this
- * (head_dim, theta) or for more positions, then kept: valid until a rope call or this one
- * asks for another head_dim or theta or more positions (the rebuild waits for queued
- * kernels that read the old one). For kernels that fuse the rotation (the attention
- * backward's Hopper epilogues). */
-const void *shlm_cuda_rope_table(int npos, int head_dim, float theta);
+ * pos·rope->freq[f] at [pos·(head_dim/2) + f], computed in double, 256-byte aligned (typed
+ * void for C; a const float2 * in CUDA). Built on the first call for this description or
+ * for more positions, then kept: valid until a rope call or this one is given another
+ * description or asks for more positions (the rebuild waits for queued kernels that read
+ * the old one). For kernels that fuse the rotation (the attention backward's Hopper
+ * epilogues). */
+const void *shlm_cuda_rope_table(const shlm_rope *rope, int npos);
 
 /* Flash attention on tensor cores; any head_dim up to 128; nh must be a multiple of nkv
  * (aborts otherwise). Deterministic (no atomics): every output row has one writer summing
@@ -117,12 +118,12 @@ const void *shlm_cuda_rope_table(int npos, int head_dim, float theta);
  * element by element (attention_doc.cuh); NULL runs the plain causal kernels. */
 void shlm_cuda_attention_fwd(void *out, float *lse, const void *qkv, const int32_t *doc_start,
                              int B, int T, int nh, int nkv, int hd);
-/* rope_theta > 0 (ops.h): dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels rotate their
+/* rope non-NULL (ops.h): dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels rotate their
  * fp32 accumulators before the store (one rounding), a pass whose dK/dV or dQ ran on the
  * mma.sync kernels gets shlm_cuda_rope(inverse) on those rows afterwards. */
 void shlm_cuda_attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                              const float *lse, const int32_t *doc_start, int B, int T, int nh,
-                             int nkv, int hd, float rope_theta);
+                             int nkv, int hd, const shlm_rope *rope);
 /* Which implementation later attention calls try first: enable 1 the Hopper kernels (the
  * default), 0 the mma.sync fallback alone. The backend's init sets it from
  * cuda.attention; tests and benchmarks, which run both, set it themselves. */
@@ -144,7 +145,7 @@ int shlm_cuda_sm90_usable(void);
  * contract as attention.cu's attn_bwd_dkv_kernel for batch elements b0..b0+nb-1 of one
  * pass (ds_head, scale, scale_log2, doc_start as there): head_dim 64 or 128, 16-byte-aligned
  * pointers, a compute capability 9.0 device and its sm_90a code; 0 queued, 1 declined
- * (nothing queued). rope: NULL, or shlm_cuda_rope_table(npos >= T, hd, theta): the dk rows
+ * (nothing queued). rope: NULL, or shlm_cuda_rope_table(description, npos >= T): the dk rows
  * are stored inverse-rotated (w.r.t. the pre-RoPE k, key position t of row b·T + t),
  * rotated in fp32 before the one rounding to bf16; dv and the dS tiles are the same
  * either way. */
@@ -159,6 +160,17 @@ int shlm_cuda_attention_bwd_dkv_sm90(void *dqkv, void *dS, size_t ds_head, const
 int shlm_cuda_attention_bwd_dq_sm90(void *dqkv, const void *dS, size_t ds_head, const void *qkv,
                                     const int32_t *doc_start, int b0, int nb, int T, int nh,
                                     int nkv, int hd, const void *rope);
+
+/* The KV cache (ops.h; attention_decode.cu): bf16 cache, hd up to 128. The decode splits
+ * the cache length over blocks by the shape and cap alone (never pos: nothing is read back
+ * to the host) and merges the splits' partial softmaxes in a second kernel, through the
+ * backend's scratch; deterministic. A row whose pos breaks ops.h's bounds is left alone and
+ * its out is NaN. */
+void shlm_cuda_kv_append(void *k_cache, void *v_cache, const void *qkv, const int32_t *pos,
+                         int B, int Tn, int cap, int nh, int nkv, int hd);
+void shlm_cuda_attention_decode(void *out, void *k_cache, void *v_cache, const void *qkv,
+                                const int32_t *pos, int B, int Tn, int cap, int nh, int nkv,
+                                int hd);
 
 void shlm_cuda_swiglu_fwd(void *out, const void *gu, int N, int F, float *amax);
 /* dgu may alias gu */

@@ -1,6 +1,7 @@
 /* Shared by every .cu file of kernels/cuda: the CUDA_CHECK / CUBLAS_CHECK macros, the
  * backend's stream and scratch memory, bf16 vector helpers, block reductions and the PTX
- * primitives the attention kernels share (named barriers, cp.async groups, bf16 pairs, ex2). */
+ * primitives the attention kernels share (named barriers, cp.async copies and groups, tile
+ * loads, bf16 pairs, ex2). */
 #ifndef SHLM_KERNELS_CUDA_COMMON_CUH
 #define SHLM_KERNELS_CUDA_COMMON_CUH
 
@@ -258,6 +259,49 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* 16 bytes global -> shared without passing through registers (Ampere+), so a
+ * tile's copy runs while the previous one is being used. valid = false copies no source
+ * byte and zero-fills the destination. Completion: cp_async_wait, then a barrier. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem);
+    const int src_bytes = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(addr), "l"(gmem),
+                 "r"(src_bytes)
+                 : "memory");
+}
+/* waits until at most N of this thread's committed groups are still in flight */
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Starts copying ROWS rows × HDP columns from global memory (row stride ld elements) into
+ * a shared tile (row stride HDP + 8); rows >= nrows and columns >= hd become zeros. With
+ * vec (16-byte aligned rows) the copy is asynchronous and belongs to the caller's next
+ * cp_async_commit group; otherwise it is done element by element before returning.
+ * Either way the tile may be read only after a barrier that follows the wait. NTHR
+ * threads (the block) share the work. */
+template <int ROWS, int HDP, int NTHR>
+__device__ __forceinline__ void load_tile(bf16 *s, const bf16 *g, size_t ld, int nrows, int hd,
+                                          bool vec) {
+    constexpr int SS = HDP + 8;
+    if (vec) {
+        constexpr int CH = HDP / 8;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < ROWS * CH; i += NTHR) {
+            const int r = i / CH, c = (i % CH) * 8;
+            const bool ok = r < nrows && c < hd;
+            cp_async16(s + r * SS + c, ok ? g + (size_t)r * ld + c : g, ok);
+        }
+    } else {
+        for (int i = threadIdx.x; i < ROWS * HDP; i += NTHR) {
+            const int r = i / HDP, c = i % HDP;
+            bf16 v = __float2bfloat16_rn(0.0f);
+            if (r < nrows && c < hd) v = g[(size_t)r * ld + c];
+            s[r * SS + c] = v;
+        }
+    }
 }
 
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {

@@ -133,6 +133,7 @@ struct decoder {
     double prof_s[DECODER_PROF_N];
     size_t esz;           /* bytes per act element */
     int qkv_dim, att_dim; /* (nh+2nkv)·hd, nh·hd */
+    shlm_rope rope;       /* RoPE's frequencies, made once from the config */
     void **x;             /* L+1 residual streams (N, d): x[0] embedding out, x[l+1] block l out */
     block_acts *acts;     /* L */
     void *lnf;            /* (N, d) final norm output */
@@ -364,6 +365,9 @@ decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, i
     decoder_layout(cfg, &m->lay);
     m->qkv_dim = (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
     m->att_dim = cfg->n_heads * cfg->head_dim;
+    char why[256];
+    const shlm_rope_params rp = {.type = SHLM_ROPE_DEFAULT, .theta = (double)cfg->rope_theta};
+    if (shlm_rope_init(&m->rope, cfg->head_dim, &rp, why, sizeof why) != 0) SHLM_FATAL("%s", why);
     m->chunk_rows = (int)sizes_of(cfg, B, T).chunk_rows;
     m->x = calloc((size_t)cfg->n_layers + 1, sizeof(void *));
     m->acts = calloc((size_t)cfg->n_layers, sizeof(block_acts));
@@ -528,7 +532,7 @@ static void block_forward(decoder *m, int l, const void *p, int B, int T, int wr
     /* q, k, v are contiguous in the unit: one fused GEMM */
     PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t, amax));
     progress(m);
-    PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, c->head_dim, c->rope_theta, 0));
+    PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, &m->rope, NULL, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
@@ -596,11 +600,11 @@ static void block_backward(decoder *m, int l, const void *p, float *g, int g_set
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, weight(m, p, u, BK_O), N, m->att_dim,
                   d, mm, NULL));
     progress(m);
-    /* rope_theta: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
+    /* rope: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
      * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
      * backward's RoPE time is counted under attention bwd (PROF_ROPE is the forward's) */
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
-                     c->head_dim, c->rope_theta));
+                     c->head_dim, &m->rope));
     progress(m);
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, weight(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm, NULL));

@@ -9,7 +9,8 @@
  * scratch and fatal path), from the repository root:
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I. -o attn_bwd_sm90_check \
  *       tests/gpu/attn_bwd_sm90_check.cu tests/gpu/attn_sm90_shim.cu kernels/cuda/attention.cu \
- *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu
+ *       kernels/cuda/attention_sm90.cu kernels/cuda/attention_bwd_sm90.cu kernels/cuda/rope.cu \
+ *       kernels/rope_freq.c
  * Run (on a compute capability 9.0 GPU):
  *   attn_bwd_sm90_check              # every case, then timings
  *   attn_bwd_sm90_check --no-time    # correctness only (what `make check-gpu` runs)
@@ -30,8 +31,8 @@
  *   determinism: a second run of the default is bitwise equal;
  *   causal cases: an all-zero doc_start (the document kernels) gives the bits of doc_start
  *     NULL, on the default and on the fallback.
- * With RoPE (rope_theta = 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma kernels
- * rotate their fp32 accumulators before the one rounding to bf16, the fallback runs
+ * With RoPE (default frequencies of theta 10000: dq, dk w.r.t. the pre-RoPE q, k; the wgmma
+ * kernels rotate their fp32 accumulators before the one rounding to bf16, the fallback runs
  * rope.cu's inverse kernel on its bf16 output, rounding twice), both again:
  *   vs the host rotation (in double) of the fallback's unrotated result: relative L2 <
  *     1e-2 and max |d| / max |ref| < 2e-2 for dq, dk, dv (dv is not rotated);
@@ -139,6 +140,17 @@ static void report_same(const char *what, bool ok) {
 }
 
 static const double ROPE_THETA = 10000.0;
+/* RoPE's default frequencies of theta ROPE_THETA for heads of hd (kernels/rope_freq.h) */
+static const shlm_rope *rope_for(int hd) {
+    static shlm_rope r;
+    const shlm_rope_params p = {SHLM_ROPE_DEFAULT, ROPE_THETA, 0, 0, 0, 0};
+    char why[256];
+    if (r.head_dim != hd && shlm_rope_init(&r, hd, &p, why, sizeof why) != 0) {
+        fprintf(stderr, "attn_bwd_sm90_check: %s\n", why);
+        exit(1);
+    }
+    return &r;
+}
 static const char *const PART[3] = {"dq", "dk", "dv"};
 
 /* ------------------------------------------------------------------ one case */
@@ -154,12 +166,12 @@ struct Inputs {
  * when the default did not run the Hopper kernels in every pass; a CUDA error is sticky
  * and ends the check. */
 static bool run_bwd(__nv_bfloat16 *host, void *dst, const Inputs &in, const int32_t *doc,
-                    const Case &c, int sm90, float theta) {
+                    const Case &c, int sm90, const shlm_rope *rope) {
     const size_t n_qkv = (size_t)c.B * c.T * (c.nh + 2 * c.nkv) * c.hd;
     CK(cudaMemsetAsync(dst, 0xff, n_qkv * 2, stream()));
     shlm_cuda_attention_set_sm90(sm90);
     shlm_cuda_attention_bwd(dst, in.dout, in.qkv, in.out, in.lse, doc, c.B, c.T, c.nh, c.nkv,
-                            c.hd, theta);
+                            c.hd, rope);
     CK(cudaStreamSynchronize(stream()));
     CK(cudaGetLastError());
     CK(cudaMemcpy(host, dst, n_qkv * 2, cudaMemcpyDeviceToHost));
@@ -187,26 +199,26 @@ static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_q
     char what[64];
 
     printf("  fallback (mma.sync)\n");
-    const bool fb = run_bwd(h_fb, d_g, in, in.doc, c, 0, 0.0f);
+    const bool fb = run_bwd(h_fb, d_g, in, in.doc, c, 0, NULL);
     for (size_t i = 0; i < n_qkv; i++) f_fb[i] = bf(h_fb[i]);
     for (int part = 0; fb && f_cpu && part < 3; part++) {
         snprintf(what, sizeof what, "%s vs float64", PART[part]);
         check_part(what, part, h_fb, f_cpu, c, 1.5e-2, 0);
     }
     printf("  default (Hopper wgmma)\n");
-    const bool df = run_bwd(h_df, d_g, in, in.doc, c, 1, 0.0f);
+    const bool df = run_bwd(h_df, d_g, in, in.doc, c, 1, NULL);
     if (df) {
         for (int part = 0; f_cpu && part < 3; part++) {
             snprintf(what, sizeof what, "%s vs float64", PART[part]);
             check_part(what, part, h_df, f_cpu, c, 1.5e-2, 0);
         }
         if (fb) report_same("bitwise equal to the fallback", memcmp(h_df, h_fb, n_qkv * 2) == 0);
-        if (run_bwd(h_2, d_g, in, in.doc, c, 1, 0.0f))
+        if (run_bwd(h_2, d_g, in, in.doc, c, 1, NULL))
             report_same("second run bitwise equal", memcmp(h_df, h_2, n_qkv * 2) == 0);
     }
 
     /* RoPE */
-    const float theta = (float)ROPE_THETA;
+    const shlm_rope *theta = rope_for(c.hd);
     float *f_rot = (float *)malloc(n_qkv * 4), *f_fbr = (float *)malloc(n_qkv * 4);
     memcpy(f_rot, f_fb, n_qkv * 4);
     rope_inv_host(f_rot, c, ROPE_THETA);
@@ -246,9 +258,9 @@ static void check_case(const Case &c, const Inputs &in, const __nv_bfloat16 *h_q
         CK(cudaMalloc(&d_zeros, (size_t)c.B * c.T * sizeof(int32_t)));
         CK(cudaMemset(d_zeros, 0, (size_t)c.B * c.T * sizeof(int32_t)));
         printf("  all-zero doc_start\n");
-        if (fb && run_bwd(h_2, d_g, in, d_zeros, c, 0, 0.0f))
+        if (fb && run_bwd(h_2, d_g, in, d_zeros, c, 0, NULL))
             report_same("fallback: zeros == NULL", memcmp(h_2, h_fb, n_qkv * 2) == 0);
-        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, 0.0f))
+        if (df && run_bwd(h_2, d_g, in, d_zeros, c, 1, NULL))
             report_same("default: zeros == NULL", memcmp(h_2, h_df, n_qkv * 2) == 0);
         if (fbr && run_bwd(h_2, d_g, in, d_zeros, c, 0, theta))
             report_same("fallback with RoPE: zeros == NULL", memcmp(h_2, h_fbr, n_qkv * 2) == 0);
@@ -266,7 +278,7 @@ static void time_case(const Case &c, const Inputs &in, const int32_t *h_doc, voi
         shlm_cuda_attention_set_sm90(sm90);
         auto launch = [&]() {
             shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
-                                    c.nkv, c.hd, 0.0f);
+                                    c.nkv, c.hd, NULL);
         };
         const double us = mean_launch_us(stream(), 3, 10, launch);
         printf("  time backward %-22s %8.1f us  %6.1f TFLOP/s\n",
@@ -276,12 +288,12 @@ static void time_case(const Case &c, const Inputs &in, const int32_t *h_doc, voi
      * separate inverse rope kernel over dqkv */
     shlm_cuda_attention_set_sm90(1);
     for (int fused = 1; fused >= 0; fused--) {
-        const float theta = (float)ROPE_THETA;
+        const shlm_rope *theta = rope_for(c.hd);
         const int C3i = (c.nh + 2 * c.nkv) * c.hd;
         auto launch = [&]() {
             shlm_cuda_attention_bwd(d_g, in.dout, in.qkv, in.out, in.lse, in.doc, c.B, c.T, c.nh,
-                                    c.nkv, c.hd, fused ? theta : 0.0f);
-            if (!fused) shlm_cuda_rope(d_g, c.B * c.T, c.T, C3i, c.nh + c.nkv, c.hd, theta, 1);
+                                    c.nkv, c.hd, fused ? theta : NULL);
+            if (!fused) shlm_cuda_rope(d_g, c.B * c.T, c.T, C3i, c.nh + c.nkv, theta, NULL, 1);
         };
         const double us = mean_launch_us(stream(), 3, 10, launch);
         printf("  time backward + RoPE, default, %-14s %8.1f us\n", fused ? "fused" : "then rope", us);
