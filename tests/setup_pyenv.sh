@@ -18,6 +18,10 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
     pyyaml==6.0.4
 # torch from PyPI is the CUDA build; it runs on the CPU as well
 [ $light -eq 1 ] || $pip torch==2.15.0 transformers==5.24.0 accelerate==1.15.0
+# bitsandbytes 0.50.2 (MIT), the reference of NF4 (tests/nf4_ref.sh), without its dependencies
+# (torch is the environment's) into $SHLM_BITSANDBYTES, outside the environment (tests/pyenv.sh)
+[ $light -eq 1 ] || [ -d "$SHLM_BITSANDBYTES/bitsandbytes-0.50.2.dist-info" ] ||
+    $pip --no-deps --target "$SHLM_BITSANDBYTES" bitsandbytes==0.50.2
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
