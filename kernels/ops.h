@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/nf4.h"
 #include "kernels/rope_freq.h"
 
 /* Element types a backend may store tensors in. */
@@ -298,6 +299,19 @@ typedef struct shlm_ops {
      * out (out += ...). */
     void (*matmul_fp8)(void *out, int flags, const shlm_fp8_matrix *a,
                        const shlm_fp8_matrix *b, const void *c);
+
+    /* ---- NF4 (QLoRA's frozen base weights; the format: kernels/nf4.h) ----
+     * out[i - begin] = act(x̂_i) for the values i in [begin, end) of the NF4 tensor q (its
+     * arrays in backend memory, the struct on the host): x̂_i = fp32(shlm_nf4_code[c_i] ·
+     * absmax_b), b = i / 64, absmax_b q->absmax[b] or, with double quant, the fp32 product
+     * and sum of kernels/nf4.h (never fused) — bitsandbytes' dequantize_4bit values. act:
+     * bf16 rounds x̂_i to nearest even; the cpu's fp32 keeps x̂_i, and round_to_bf16 on out
+     * then gives the bf16 values bit for bit (a cpu run gathering bf16 parameters does
+     * that). begin must be a multiple of 64 (a block's first value: shards of an NF4
+     * tensor start on block boundaries, so a shard's region dequantizes on its own) and
+     * begin <= end <= q->n (aborts otherwise); out (end - begin act elements) is all that
+     * is written. */
+    void (*nf4_dequantize)(void *out, const shlm_nf4 *q, size_t begin, size_t end);
 
     /* ---- optimizer and reductions over flat fp32 buffers ---- */
     /* AdamW with decoupled weight decay on n elements; g = grad * grad_scale;

@@ -11,6 +11,11 @@ SHLM_PYENV=${SHLM_PYENV:-$SHLM_CACHE/venv}
 #   $SHLM_SMOLLM2 SmolLM2-135M-Instruct as a Hugging Face directory, which
 #                 examples/smollm2/get-model.sh makes (default $SHLM_CACHE/models/...)
 SHLM_SMOLLM2=${SHLM_SMOLLM2:-$SHLM_CACHE/models/SmolLM2-135M-Instruct}
+#   $SHLM_BITSANDBYTES  PyPI bitsandbytes, NF4's reference, which tests/setup_pyenv.sh installs
+#                 into a directory of its own (the tests that use it put it on PYTHONPATH):
+#                 the other tests keep the environment they were written against
+#                 (transformers looks for bitsandbytes)
+SHLM_BITSANDBYTES=${SHLM_BITSANDBYTES:-$SHLM_CACHE/bitsandbytes}
 #   $SHLM_TENSORBOARD  PyPI tensorboard (its reader and text plugin) and what they import
 #                 beyond numpy, installed apart from the environment (put it on PYTHONPATH)
 SHLM_TENSORBOARD=${SHLM_TENSORBOARD:-$SHLM_CACHE/tensorboard}

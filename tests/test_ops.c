@@ -8,7 +8,7 @@
  *              that is built in but finds no device exits 77 (skipped)
  *   --seed     the inputs' random seed
  *   --group    one group only: backends memory convert embedding rmsnorm matmul rope
- *              attention swiglu decode xent adamw reductions determinism fp8
+ *              attention swiglu decode xent adamw reductions determinism fp8 nf4
  *   --small    leave out the Llama-sized cases (quick enough for compute-sanitizer)
  *
  * Three kinds of check; every line names its row of tol_table, where each tolerance is
@@ -90,6 +90,7 @@ typedef enum tol_id {
     T_CPU_ATT_BWD,
     T_FP8_ACT,
     T_FP8_F32,
+    T_NF4,
     T_COUNT
 } tol_id;
 static const struct tol_row {
@@ -171,6 +172,10 @@ static const struct tol_row {
     [T_FP8_F32] = {"matmul_fp8 fp32", CRIT_MAXREL, 1e-5, 1e-3,
                    "fp32 out (wgrad): as above; a Hopper FP8 tensor core keeps fewer bits "
                    "than fp32 between its promotions to fp32 (~2^-13 per partial sum)"},
+    [T_NF4] = {"nf4_dequantize", CRIT_MAXREL, 0, 0,
+               "one fp32 product level * absmax (double quant: one fp32 product and one sum "
+               "make the absmax first), then the act dtype's one rounding: the reference does "
+               "the same fp32 operations, so every backend gives its bits exactly"},
 };
 static double tol_of(tol_id id) {
     return ops->act_dtype == SHLM_BF16 ? tol_table[id].bf16 : tol_table[id].fp32;
@@ -693,7 +698,7 @@ static void test_backends(void) {
               ops->attention_fwd && ops->attention_bwd && ops->kv_append &&
               ops->attention_decode && ops->swiglu_fwd && ops->swiglu_bwd &&
               ops->xent_fwd_bwd && ops->adamw && ops->sum_squares &&
-              ops->f32_to_bf16 && ops->bf16_to_f32 && ops->accumulate;
+              ops->f32_to_bf16 && ops->bf16_to_f32 && ops->accumulate && ops->nf4_dequantize;
     check_true("backends: every member of the table is set", all);
     check_true("backends: available() is 1", ops->available() == 1);
     if (is_cpu) check_true("backends: cpu act dtype is fp32", ops->act_dtype == SHLM_F32);
@@ -2995,6 +3000,368 @@ static void test_fp8(void) {
     test_fp8_params();
 }
 
+/* ---- nf4: the NF4 format of kernels/nf4.h (ops.h "NF4") ----
+ * nf4_dequantize against a reference that reads the format as kernels/nf4.h states it (the
+ * nibble order, the block and group of each value, the two-step scale of double quant), on
+ * arbitrary bytes (every level and every dynamic-map code) and on the quantizer's own output,
+ * over whole tensors and regions. And, once (on the cpu run: it is host code), the quantizer
+ * against NF4's definition: each value's level a nearest one to x / absmax, a value on a
+ * midpoint going to the lower level, absmax the block's largest |x|, the padding nibble, the
+ * double-quant statistics; bitsandbytes' own codes are tests/nf4_ref.sh's. */
+
+/* an NF4 tensor's arrays on the host (xcalloc), plain or double quant */
+static shlm_nf4 nf4_host(size_t n, int dq) {
+    shlm_nf4 h = {n, xcalloc(shlm_nf4_code_bytes(n) + 1, 1), NULL, NULL, NULL, NULL};
+    if (dq) {
+        h.absmax_codes = xcalloc(shlm_nf4_blocks(n) + 1, 1);
+        h.absmax2 = hf(shlm_nf4_groups(n) + 1);
+        h.offset = hf(1);
+    } else {
+        h.absmax = hf(shlm_nf4_blocks(n) + 1);
+    }
+    return h;
+}
+
+/* random bytes and scales: every level and every dynamic-map code appears in a large one */
+static shlm_nf4 nf4_random(size_t n, int dq) {
+    shlm_nf4 h = nf4_host(n, dq);
+    for (size_t k = 0; k < shlm_nf4_code_bytes(n); k++) h.codes[k] = (uint8_t)(rnd_u64() >> 56);
+    for (size_t b = 0; b < shlm_nf4_blocks(n); b++) {
+        if (dq) h.absmax_codes[b] = (uint8_t)(rnd_u64() >> 56);
+        else h.absmax[b] = (float)fabs(rnd_normal()) * 0.05f;
+    }
+    if (dq) {
+        for (size_t g = 0; g < shlm_nf4_groups(n); g++) h.absmax2[g] = (float)(0.01 * rnd_unif());
+        h.offset[0] = 0.02f;
+    }
+    return h;
+}
+
+/* h's arrays copied to the backend, the codes `codes_off` bytes into their allocation (odd:
+ * not 16-byte aligned) */
+static shlm_nf4 nf4_up(const shlm_nf4 *h, int codes_off) {
+    const size_t nc = shlm_nf4_code_bytes(h->n), nb = shlm_nf4_blocks(h->n);
+    shlm_nf4 d = {h->n, (uint8_t *)dalloc(nc + (size_t)codes_off + 1) + codes_off, NULL, NULL,
+                  NULL, NULL};
+    ops->to_device(d.codes, h->codes, nc);
+    if (h->absmax) {
+        d.absmax = up_f32(h->absmax, nb);
+    } else {
+        d.absmax_codes = dalloc(nb + 1);
+        ops->to_device(d.absmax_codes, h->absmax_codes, nb);
+        d.absmax2 = up_f32(h->absmax2, shlm_nf4_groups(h->n));
+        d.offset = up_f32(h->offset, 1);
+    }
+    return d;
+}
+
+/* The reference: value i of h as kernels/nf4.h defines it, each product and sum rounded to
+ * fp32 on its own (volatile: no fused multiply-add). */
+static float ref_nf4_value(const shlm_nf4 *h, size_t i) {
+    const int c = i % 2 ? h->codes[i / 2] & 15 : h->codes[i / 2] >> 4;
+    const size_t b = i / 64;
+    float a;
+    if (h->absmax) {
+        a = h->absmax[b];
+    } else {
+        volatile float p = shlm_nf4_dq_code[h->absmax_codes[b]] * h->absmax2[b / 256];
+        a = p + h->offset[0];
+    }
+    volatile float v = shlm_nf4_code[c] * a;
+    return v;
+}
+
+enum { NF4_GUARD = 16 };
+
+/* nf4_dequantize of [begin, end) of d (h on the host) into an act buffer of NaN whose
+ * region starts `out_off` elements past a 16-byte boundary: the reference's values rounded
+ * to the act dtype, bit for bit, and the NF4_GUARD elements either side still NaN */
+static void nf4_region_check(const char *what, const shlm_nf4 *h, const shlm_nf4 *d, size_t begin,
+                             size_t end, int out_off) {
+    const size_t n = end - begin, len = n + 2 * NF4_GUARD + (size_t)out_off;
+    void *buf = nan_act(len);
+    ops->nf4_dequantize(act_at(buf, NF4_GUARD + (size_t)out_off), d, begin, end);
+    float *got = got_act(buf, len), *want = hf(n);
+    for (size_t i = 0; i < n; i++) want[i] = ref_nf4_value(h, begin + i);
+    act_round(want, n);
+    int guards = 1;
+    for (size_t i = 0; i < len; i++)
+        if (i < NF4_GUARD + (size_t)out_off || i >= NF4_GUARD + (size_t)out_off + n) guards &= isnan(got[i]);
+    const float *g = got + NF4_GUARD + out_off;
+    double err = max_rel_err(g, dup_d(want, n), n);
+    if (err == 0.0 && memcmp(g, want, n * sizeof(float)) != 0) err = 1e-300; /* -0 vs +0 */
+    if (!guards) err = NAN;
+    char name[200];
+    snprintf(name, sizeof name, "nf4_dequantize %s n=%zu %s [%zu, %zu) out+%d: the format's values, "
+             "guards intact", what, h->n, h->absmax ? "plain" : "double quant", begin, end, out_off);
+    report(name, err, T_NF4);
+}
+
+static void nf4_dequant_random_case(size_t n, int dq) {
+    shlm_nf4 h = nf4_random(n, dq);
+    shlm_nf4 d = nf4_up(&h, 0), du = nf4_up(&h, 1);
+    nf4_region_check("random bytes", &h, &d, 0, n, 0);
+    nf4_region_check("random bytes", &h, &d, 0, n, 1);
+    nf4_region_check("random bytes, codes at +1 byte", &h, &du, 0, n, 0);
+    /* regions starting on later blocks (and groups), ending anywhere, empty ones */
+    const size_t nb = shlm_nf4_blocks(n);
+    const size_t starts[] = {64, 64 * (nb / 2), 64 * (nb - 1), 64 * 257};
+    for (size_t s = 0; s < sizeof starts / sizeof starts[0]; s++) {
+        const size_t b = starts[s];
+        if (b > n) continue;
+        nf4_region_check("random bytes", &h, &d, b, n, 0);
+        if (n - b > 3) nf4_region_check("random bytes", &h, &d, b, n - 3, 1);
+        nf4_region_check("random bytes, codes at +1 byte", &h, &du, b, b + (n - b) / 2, 0);
+    }
+    nf4_region_check("random bytes, empty", &h, &d, 0, 0, 0);
+    release_all();
+}
+
+/* the cpu's fp32 values through round_to_bf16 are the bf16 values (ops.h: a bf16 gather) */
+static void nf4_bf16_emulation_case(size_t n, int dq) {
+    shlm_nf4 h = nf4_random(n, dq), d = nf4_up(&h, 0);
+    float *out = hf(n), *want = hf(n);
+    ops->nf4_dequantize(out, &d, 0, n);
+    ops->round_to_bf16(out, n);
+    for (size_t i = 0; i < n; i++) want[i] = bf16_round(ref_nf4_value(&h, i));
+    char name[160];
+    snprintf(name, sizeof name, "nf4_dequantize then round_to_bf16 (cpu) n=%zu %s: bf16 of the "
+             "format's values, a bf16 backend's", n, dq ? "double quant" : "plain");
+    check_same(name, out, want, n);
+    release_all();
+}
+
+/* a region that does not start on a block, or reaches past the tensor, aborts (cpu) */
+static void nf4_bad_region_case(void) {
+    shlm_nf4 h = nf4_random(200, 0), d = nf4_up(&h, 0);
+    float *out = hf(200);
+    const size_t bad[3][2] = {{32, 100}, {64, 201}, {128, 64}};
+    for (int k = 0; k < 3; k++) {
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            if (!freopen("/dev/null", "w", stderr)) _exit(2);
+            ops->nf4_dequantize(out, &d, bad[k][0], bad[k][1]);
+            _exit(0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        char name[120];
+        snprintf(name, sizeof name, "nf4_dequantize cpu: region [%zu, %zu) of 200 values aborts",
+                 bad[k][0], bad[k][1]);
+        check_true(name, WIFEXITED(st) && WEXITSTATUS(st) == 1);
+    }
+    release_all();
+}
+
+/* ---- the host quantizer against NF4's definition (cpu run) ---- */
+
+/* the quantizer's fp32 midpoints of neighbouring levels */
+static float nf4_mid(int k) {
+    volatile float s = shlm_nf4_code[k] + shlm_nf4_code[k + 1];
+    return s / 2.0f;
+}
+
+/* x (n fp32, or bf16 bits in xb) quantized plain: every absmax the block's largest |x|
+ * (partial last block: at least 1e-38), every level a nearest one to x / absmax (in double;
+ * where x / absmax lies within 2^-20 of a midpoint the fp32 scaling may tip it either way),
+ * and the odd padding nibble 7 (the level 0) */
+static void nf4_quantize_check(const char *what, const float *x, const uint16_t *xb, size_t n) {
+    shlm_nf4 q = nf4_host(n, 0);
+    size_t bad = 0;
+    const int rc = xb ? shlm_nf4_quantize_bf16(&q, xb, &bad) : shlm_nf4_quantize(&q, x, &bad);
+    size_t wrong_absmax = 0, wrong_code = 0, first = n;
+    for (size_t b = 0; b < shlm_nf4_blocks(n); b++) {
+        const size_t lo = b * 64, hi = lo + 64 < n ? lo + 64 : n;
+        float am = 0.0f;
+        for (size_t i = lo; i < hi; i++) am = fmaxf(am, fabsf(x[i]));
+        if (hi - lo < 64) am = fmaxf(am, 1e-38f);
+        wrong_absmax += memcmp(&am, &q.absmax[b], sizeof am) != 0;
+        for (size_t i = lo; i < hi; i++) {
+            const double s = (double)x[i] / fmax(am, 1e-38);
+            const int c = i % 2 ? q.codes[i / 2] & 15 : q.codes[i / 2] >> 4;
+            const double dc = fabs(s - shlm_nf4_code[c]);
+            int nearest = 1;
+            for (int k = 0; k < 16; k++) {
+                const double dk = fabs(s - shlm_nf4_code[k]);
+                if (dk < dc && dc - dk > 0x1p-19) nearest = 0;
+            }
+            if (!nearest && !wrong_code++) first = i;
+        }
+    }
+    const int pad_ok = n % 2 == 0 || (q.codes[n / 2] & 15) == 7;
+    if (wrong_code)
+        printf("     %zu levels not nearest; first at %zu (x %a, absmax %a, byte 0x%02X)\n",
+               wrong_code, first, (double)x[first], (double)q.absmax[first / 64], q.codes[first / 2]);
+    char name[200];
+    snprintf(name, sizeof name, "nf4 quantize %s n=%zu%s: absmax the block's max |x|, each level "
+             "a nearest one, padding nibble 7", what, n, xb ? " (bf16 input)" : "");
+    check_true(name, rc == 0 && wrong_absmax == 0 && wrong_code == 0 && pad_ok);
+}
+
+/* a block whose absmax is 1 (so x / absmax is x exactly) holding every midpoint and the
+ * floats either side: bucketize(right=False), the lower level on a midpoint */
+static void nf4_tie_case(void) {
+    float x[64] = {1.0f};
+    int want[64] = {15}, n = 1;
+    for (int k = 0; k < 15; k++) {
+        const float m = nf4_mid(k);
+        x[n] = m, want[n++] = k;
+        x[n] = nextafterf(m, 2.0f), want[n++] = k + 1;
+        x[n] = nextafterf(m, -2.0f), want[n++] = k;
+    }
+    while (n < 64) x[n] = 0.0f, want[n++] = 7;
+    shlm_nf4 q = nf4_host(64, 0);
+    size_t bad;
+    int ok = shlm_nf4_quantize(&q, x, &bad) == 0;
+    for (int i = 0; i < 64; i++) ok &= (i % 2 ? q.codes[i / 2] & 15 : q.codes[i / 2] >> 4) == want[i];
+    check_true("nf4 quantize: a value on a midpoint takes the lower level, the next float up "
+               "the upper one", ok);
+    const float order[4] = {-1.0f, 1.0f, 0.0f, 0.5f};
+    shlm_nf4 p = nf4_host(4, 0);
+    ok = shlm_nf4_quantize(&p, order, &bad) == 0;
+    check_true("nf4 quantize: value 0 in the high nibble of byte 0, value 1 in the low one "
+               "({-1, 1} -> 0x0F)", ok && p.codes[0] == 0x0F && p.codes[1] >> 4 == 7);
+    release_all();
+}
+
+/* double quant against plain quantization of the same x: the same codes, offset the mean of
+ * the plain absmaxes (to fp32 summation error), absmax2 each group's max |absmax - offset|,
+ * each absmax back within the dynamic map's resolution (its widest gap, 0.9/64, halved, plus
+ * the 2/65535 of its 65536 bins: 0.0075 · absmax2) */
+static void nf4_dq_check(const char *what, const float *x, size_t n) {
+    shlm_nf4 p = nf4_host(n, 0), q = nf4_host(n, 1);
+    size_t bad;
+    int ok = shlm_nf4_quantize(&p, x, &bad) == 0 && shlm_nf4_quantize(&q, x, &bad) == 0;
+    ok &= memcmp(p.codes, q.codes, shlm_nf4_code_bytes(n)) == 0;
+    const size_t nb = shlm_nf4_blocks(n);
+    double mean = 0.0;
+    for (size_t b = 0; b < nb; b++) mean += p.absmax[b];
+    mean /= (double)nb;
+    const float off = q.offset[0];
+    const int mean_ok = fabs(off - mean) <= 1e-6 * fabs(mean) + 1e-30;
+    size_t a2_bad = 0, far = 0;
+    for (size_t g = 0; g < shlm_nf4_groups(n); g++) {
+        float a2 = 0.0f;
+        for (size_t b = g * 256; b < nb && b < g * 256 + 256; b++) a2 = fmaxf(a2, fabsf(p.absmax[b] - off));
+        a2_bad += memcmp(&a2, &q.absmax2[g], sizeof a2) != 0;
+        for (size_t b = g * 256; b < nb && b < g * 256 + 256; b++) {
+            volatile float pr = shlm_nf4_dq_code[q.absmax_codes[b]] * q.absmax2[g];
+            const float a = pr + off;
+            far += fabsf(a - p.absmax[b]) > 0.0075f * a2;
+        }
+    }
+    char name[200];
+    snprintf(name, sizeof name, "nf4 quantize double quant %s n=%zu: plain's codes, offset %g the "
+             "mean (%g), absmax2 each group's max |absmax - offset|, absmaxes within 0.0075 "
+             "absmax2 (%zu beyond)", what, n, (double)off, mean, far);
+    check_true(name, ok && mean_ok && a2_bad == 0 && far == 0);
+}
+
+static void nf4_quantizer_cases(void) {
+    check_true("nf4 levels: 16 ascending from -1 to 1, 0 at index 7",
+               shlm_nf4_code[0] == -1.0f && shlm_nf4_code[7] == 0.0f && shlm_nf4_code[15] == 1.0f);
+    int asc = 1;
+    for (int k = 0; k < 15; k++) asc &= shlm_nf4_code[k] < shlm_nf4_code[k + 1];
+    for (int k = 0; k < 255; k++) asc &= shlm_nf4_dq_code[k] < shlm_nf4_dq_code[k + 1];
+    check_true("nf4 code books strictly ascending; the dynamic map ends at 1", asc &&
+               shlm_nf4_dq_code[255] == 1.0f);
+    static const size_t sizes[] = {1, 2, 63, 64, 65, 1000, 1001, 64 * 300 + 17, 64 * 256 * 3};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        const size_t n = sizes[s];
+        float *x = rnd_f(n, 0.02), *xr = hf(n);
+        uint16_t *xb = xcalloc(n, sizeof(uint16_t));
+        for (size_t i = 0; i < n; i++) xb[i] = shlm_f32_to_bf16(x[i]), xr[i] = shlm_bf16_to_f32(xb[i]);
+        nf4_quantize_check("normal", x, NULL, n);
+        nf4_quantize_check("normal", xr, xb, n);
+        nf4_dq_check("normal", x, n);
+        release_all();
+    }
+    /* zeros: whole zero blocks (absmax 0, every level 7) and a zero partial last block
+     * (absmax 1e-38); tiny values below 1e-38; an outlier */
+    const size_t n = 64 * 5 + 10;
+    float *x = rnd_f(n, 1.0);
+    for (size_t i = 64; i < 192; i++) x[i] = 0.0f;
+    for (size_t i = 320; i < n; i++) x[i] = 0.0f;
+    nf4_quantize_check("zero blocks", x, NULL, n);
+    nf4_dq_check("zero blocks", x, n);
+    for (size_t i = 0; i < 64; i++) x[i] = (float)(1e-40 * rnd_normal());
+    x[200] = 3e4f;
+    nf4_quantize_check("subnormals and an outlier", x, NULL, n);
+    nf4_dq_check("subnormals and an outlier", x, n);
+    /* every block's absmax 1: offset 1, absmax2 0, codes 0, the absmaxes back to 1 */
+    float *ones = rnd_f(64 * 300, 0.1);
+    for (size_t b = 0; b < 300; b++) ones[b * 64 + b % 64] = b % 2 ? 1.0f : -1.0f;
+    shlm_nf4 q = nf4_host(64 * 300, 1);
+    size_t bad;
+    int ok = shlm_nf4_quantize(&q, ones, &bad) == 0 && q.offset[0] == 1.0f && q.absmax2[0] == 0.0f &&
+             q.absmax2[1] == 0.0f;
+    for (size_t b = 0; b < 300; b++) ok &= q.absmax_codes[b] == 0;
+    check_true("nf4 quantize double quant: equal absmaxes give offset 1, absmax2 0, codes 0", ok);
+    nf4_tie_case();
+    /* NaN and infinity refused, naming the first; nothing at all to do for n = 0 */
+    for (int k = 0; k < 2; k++) {
+        float *y = rnd_f(300, 1.0);
+        y[150] = k ? INFINITY : NAN;
+        y[299] = NAN;
+        shlm_nf4 p = nf4_host(300, k);
+        bad = 0;
+        const int rc = shlm_nf4_quantize(&p, y, &bad);
+        check_true(k ? "nf4 quantize: an infinity is refused, its index returned"
+                     : "nf4 quantize: a NaN is refused, its index returned", rc == -1 && bad == 150);
+    }
+    shlm_nf4 e = nf4_host(0, 1);
+    check_true("nf4 quantize: n = 0 returns 0", shlm_nf4_quantize(&e, x, &bad) == 0);
+    /* the same bytes with 1 and 3 threads */
+    const size_t nt = 64 * 256 * 20 + 33;
+    float *big = rnd_f(nt, 0.02);
+    shlm_nf4 t1 = nf4_host(nt, 1), t3 = nf4_host(nt, 1);
+    shlm_cpu_set_threads(1);
+    ok = shlm_nf4_quantize(&t1, big, &bad) == 0;
+    shlm_cpu_set_threads(3);
+    ok &= shlm_nf4_quantize(&t3, big, &bad) == 0;
+    shlm_cpu_set_threads(1);
+    const size_t nb = shlm_nf4_blocks(nt);
+    ok &= memcmp(t1.codes, t3.codes, shlm_nf4_code_bytes(nt)) == 0 &&
+          memcmp(t1.absmax_codes, t3.absmax_codes, nb) == 0 &&
+          memcmp(t1.absmax2, t3.absmax2, shlm_nf4_groups(nt) * sizeof(float)) == 0 &&
+          memcmp(t1.offset, t3.offset, sizeof(float)) == 0;
+    check_true("nf4 quantize double quant: identical bytes with 1 and 3 threads", ok);
+    release_all();
+}
+
+/* the quantizer's own output, dequantized whole and by regions that meet on block edges */
+static void nf4_quantized_case(size_t n, int dq) {
+    float *x = rnd_f(n, 0.02);
+    shlm_nf4 h = nf4_host(n, dq);
+    size_t bad;
+    check_true("nf4 quantize of normal values returns 0", shlm_nf4_quantize(&h, x, &bad) == 0);
+    shlm_nf4 d = nf4_up(&h, 0);
+    nf4_region_check("quantized", &h, &d, 0, n, 0);
+    const size_t cut = 64 * (shlm_nf4_blocks(n) / 3);
+    nf4_region_check("quantized", &h, &d, 0, cut, 0);
+    nf4_region_check("quantized", &h, &d, cut, n, 0);
+    release_all();
+}
+
+static void test_nf4(void) {
+    if (!ops->nf4_dequantize) {
+        check_true("nf4: the backend has nf4_dequantize", 0);
+        return;
+    }
+    static const size_t sizes[] = {1, 2, 31, 63, 64, 65, 1000, 1001, 64 * 256 * 2 + 64 * 3 + 31};
+    for (int dq = 0; dq < 2; dq++) {
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) nf4_dequant_random_case(sizes[s], dq);
+        nf4_quantized_case(64 * 300 + 17, dq);
+        if (!is_cpu && !small_only) nf4_dequant_random_case((size_t)4096 * 4096 + 64 * 5 + 7, dq);
+        if (is_cpu) nf4_bf16_emulation_case(64 * 256 + 65, dq);
+    }
+    if (is_cpu) {
+        nf4_bad_region_case();
+        nf4_quantizer_cases();
+    }
+}
+
 /* ====================================================================================
  * main */
 static const struct group {
@@ -3006,7 +3373,7 @@ static const struct group {
     {"rope", test_rope},           {"attention", test_attention}, {"swiglu", test_swiglu},
     {"decode", test_decode},       {"xent", test_xent},           {"adamw", test_adamw_all},
     {"reductions", test_reductions},
-    {"determinism", test_determinism}, {"fp8", test_fp8},
+    {"determinism", test_determinism}, {"fp8", test_fp8},         {"nf4", test_nf4},
 };
 enum { N_GROUPS = sizeof groups / sizeof groups[0] };
 

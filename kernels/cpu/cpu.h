@@ -101,6 +101,9 @@ void shlm_cpu_fp8_transpose(uint8_t *dst, const uint8_t *src, int rows, int cols
 void shlm_cpu_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
                          const shlm_fp8_matrix *b, const void *c);
 
+/* ---- NF4 (nf4.c): kernels/nf4.h's values in fp32, blocks shared between threads ---- */
+void shlm_cpu_nf4_dequantize(void *out, const shlm_nf4 *q, size_t begin, size_t end);
+
 /* ---- optimizer and reductions (adamw.c) ---- */
 /* Aborts when step < 1. */
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,

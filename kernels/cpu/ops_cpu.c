@@ -60,6 +60,8 @@ const shlm_ops shlm_ops_cpu = {
     .fp8_transpose = shlm_cpu_fp8_transpose,
     .matmul_fp8 = shlm_cpu_matmul_fp8,
 
+    .nf4_dequantize = shlm_cpu_nf4_dequantize,
+
     .adamw = shlm_cpu_adamw,
     .sum_squares = shlm_cpu_sum_squares,
 };

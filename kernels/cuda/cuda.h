@@ -212,6 +212,11 @@ void shlm_cuda_matmul_fp8(void *out, int flags, const shlm_fp8_matrix *a,
 enum { SHLM_FP8_RAN_CUBLASLT = 1, SHLM_FP8_RAN_FALLBACK = 2 };
 unsigned shlm_cuda_fp8_matmul_ran(void);
 
+/* ---- NF4 (nf4.cu) ---- */
+/* bf16 out; 16-byte code loads and out stores where codes + begin/2 and out are 16-byte
+ * aligned, a code byte at a time otherwise; kernels on the stream */
+void shlm_cuda_nf4_dequantize(void *out, const shlm_nf4 *q, size_t begin, size_t end);
+
 /* ---- optimizer and reductions (adamw.cu) ---- */
 /* Bit-identical to the cpu backend's (same operation order, no fused multiply-adds).
  * Aborts when step < 1. */

@@ -71,6 +71,8 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .fp8_transpose = shlm_cuda_fp8_transpose,
     .matmul_fp8 = shlm_cuda_matmul_fp8,
 
+    .nf4_dequantize = shlm_cuda_nf4_dequantize,
+
     .adamw = shlm_cuda_adamw,
     .sum_squares = shlm_cuda_sum_squares,
 };
