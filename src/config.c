@@ -229,11 +229,11 @@ static const key_def keys[] = {
     {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0,
      "serve /metrics (Prometheus text format) from each node's local rank 0 at PORT "
      "(127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server"},
-    /* the same metrics written to DIR/shardlm_<job>_<host>.prom for node_exporter's
+    /* the same metrics written to DIR/shardlm_<job>_<host>_<run id>.prom for node_exporter's
      * textfile collector (atomic rename, at most once a second; removed at the end) */
     {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH,
-     "write the same metrics to DIR/shardlm_<job>_<host>.prom for node_exporter's textfile "
-     "collector; empty: none"},
+     "write the same metrics to DIR/shardlm_<job>_<host>_<run id>.prom for node_exporter's "
+     "textfile collector; empty: none"},
     /* GPU telemetry through NVML, sampled on a thread every N ms; 0: off */
     {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
      "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
