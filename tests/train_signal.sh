@@ -16,9 +16,9 @@
 #          non-zero exit (nowhere to save).
 #  term2:  two SIGTERM to Open MPI's mpirun, 0.3 s apart: mpirun ends at once on the second
 #          without passing it on; the ranks (at full speed, saving every step) must end
-#          within 0.5 s of it, having written no step and no save more than 0.25 s after
-#          it ended (Open MPI's own end of orphaned ranks comes a second or more later),
-#          each saying its launcher is gone.
+#          within 1 s of it, having written no step and no save more than 0.4 s after it
+#          ended (Open MPI's own end of orphaned ranks comes a second or more later, after
+#          a step and a save), each saying its launcher is gone.
 #  eval:   SIGUSR1 to the launcher during a long validation pass: every rank ends the
 #          pass at one batch, the step is logged without a validation loss, saved, exit
 #          0 within seconds, not after the pass; the resume checks as above.
@@ -190,8 +190,8 @@ cmd double --set "checkpoint.dir=$work/double/ckpt" --set runtime.comm_delay_us=
     >"$work/double.log" 2>&1 </dev/null &
 bg=$!
 wait_step "$work/double" 1 $bg >/dev/null
+lp=$(launcher_pid $bg) # first: reading /proc takes seconds on a loaded machine
 at=$(wait_step "$work/double" 0 $bg) # just after a step ended: the next takes ~2.5 s
-lp=$(launcher_pid $bg)
 if [ -z "$lp" ]; then
     fail "double: no launcher process found under $bg"
     kill $bg 2>/dev/null
@@ -271,10 +271,11 @@ if ${MPIRUN:-mpirun} --version 2>&1 | grep -q 'Open MPI'; then
         done
         echo "term2: mpirun returned at $t_return; ranks ended by $t_gone${alive:+ (still running:$alive)}; newest write $newest (${newest_file##*/}); latest: $(cat "$work/term2/ckpt/latest" 2>/dev/null)"
         [ -z "$alive" ] || fail "term2: ranks$alive still running 5 s after mpirun returned"
-        awk -v a="$t_return" -v b="$t_gone" 'BEGIN { exit !(b - a < 0.5) }' ||
-            fail "term2: the ranks ran on for 0.5 s or more after mpirun returned"
-        # a save whose commit was under way may end within the launcher watch's 50 ms
-        awk -v a="$t_return" -v l="$newest" 'BEGIN { exit !(l < a + 0.25) }' ||
+        awk -v a="$t_return" -v b="$t_gone" 'BEGIN { exit !(b - a < 1) }' ||
+            fail "term2: the ranks ran on for 1 s or more after mpirun returned"
+        # a save whose commit was under way may end within the launcher watch's 50 ms (and
+        # the time a loaded machine takes to run it)
+        awk -v a="$t_return" -v l="$newest" 'BEGIN { exit !(l < a + 0.4) }' ||
             fail "term2: ${newest_file##*/} written $(echo "$newest $t_return" | awk '{ printf "%.2f", $1 - $2 }') s after mpirun returned: a step or a save after the second signal"
         for r in 0 1; do
             grep "launcher that started this rank .* is gone: aborting without saving" \
@@ -291,9 +292,10 @@ fi
 cmd eval --set "checkpoint.dir=$work/eval/ckpt" $slow --set "data.val=$work/train.bin" \
     --set train.eval_every=10 --set train.eval_batches=40 >"$work/eval.log" 2>&1 </dev/null &
 bg=$!
+wait_step "$work/eval" 1 $bg >/dev/null
+lp=$(launcher_pid $bg)
 wait_step "$work/eval" 9 $bg >/dev/null
 sleep 1.5 # step 10 (~0.3 s) is trained, its validation (~8 s) under way
-lp=$(launcher_pid $bg)
 t0=$(date +%s)
 [ -n "$lp" ] && kill -USR1 "$lp"
 echo "eval: kill -USR1 $lp during the validation after step 10"
