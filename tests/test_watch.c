@@ -1,16 +1,23 @@
 /* Unit tests of what watches a run: the device table (MFU peaks by name and compute
  * capability), the step-end reduction's operation, the summary's statistics, the
  * Prometheus renderer (every family, label escaping), its HTTP server (200, 404, 405,
- * 400 on a request too large, a port in use), its textfile (written, rewritten, removed;
- * an unwritable directory refused), the telemetry's refusal to start without NVML (no
+ * 400 on a request too large, a port in use; scrapes answered while a client drips its
+ * request and while 200 idle connections are held, such clients dropped, a stop that
+ * does not wait for them), its textfile (written, rewritten, removed, one per run; an
+ * unwritable directory refused), the telemetry's refusal to start without NVML (no
  * library, or a build without nvml.h: a reason, nothing loaded), and the Grafana
- * dashboard: every metric and label it queries is one the exporter emits.
+ * dashboard: every metric and label it queries is one the exporter emits. Every client
+ * is on 127.0.0.1 and bounded in time.
  *   SHLM_SRCDIR=. tests/test_watch */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,30 +165,81 @@ static void test_render(void) {
               !strstr(rendered, "DCGM_"), "render: unknown values and absent GPUs are left out");
 }
 
-/* Sends req to 127.0.0.1:port, returns the response's status code (0 on failure). */
-static int http(int port, const char *req, size_t len, char *body, size_t bodylen) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+static double mono_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
+}
+
+/* poll(2) on one descriptor until `deadline` (mono_ms); returns revents, 0 at the deadline. */
+static int wait_fd(int fd, short events, double deadline) {
+    for (;;) {
+        double left = deadline - mono_ms();
+        if (left <= 0) return 0;
+        struct pollfd p = {fd, events, 0};
+        int rc = poll(&p, 1, (int)left + 1);
+        if (rc > 0) return p.revents;
+        if (rc == 0) return 0;
+        if (errno != EINTR) return POLLERR;
+    }
+}
+
+/* A non-blocking socket connecting to 127.0.0.1:port, or -1. */
+static int connect_nb(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 once fd's connect has completed before `deadline`. */
+static int connected(int fd, double deadline) {
+    int err = 0;
+    socklen_t len = sizeof err;
+    return (wait_fd(fd, POLLOUT, deadline) & POLLOUT) &&
+           getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+}
+
+/* Sends req to 127.0.0.1:port and reads the response to its end, all within timeout_ms;
+ * returns its status code (0: no connection, no answer, or not within the time). */
+static int http(int port, const char *req, size_t len, char *body, size_t bodylen,
+                int timeout_ms) {
+    const double deadline = mono_ms() + timeout_ms;
+    int fd = connect_nb(port);
+    if (fd < 0) return 0;
+    if (!connected(fd, deadline)) {
         close(fd);
         return 0;
     }
     for (size_t off = 0; off < len;) {
         ssize_t k = send(fd, req + off, len - off, MSG_NOSIGNAL);
-        if (k <= 0) break;
-        off += (size_t)k;
+        if (k > 0) off += (size_t)k;
+        else if (k < 0 && errno == EAGAIN && (wait_fd(fd, POLLOUT, deadline) & POLLOUT)) continue;
+        else break; /* closed early (a request too large): its answer is still read */
     }
     shutdown(fd, SHUT_WR);
     static char resp[1 << 18];
     size_t got = 0;
-    ssize_t k;
-    while (got < sizeof resp - 1 && (k = recv(fd, resp + got, sizeof resp - 1 - got, 0)) > 0)
-        got += (size_t)k;
+    int in_time = 1;
+    while (got < sizeof resp - 1) {
+        ssize_t k = recv(fd, resp + got, sizeof resp - 1 - got, MSG_DONTWAIT);
+        if (k > 0) got += (size_t)k;
+        else if (k == 0) break;
+        else if (errno != EAGAIN) break;
+        else if (!wait_fd(fd, POLLIN, deadline)) {
+            in_time = 0;
+            break;
+        }
+    }
     resp[got] = 0;
     close(fd);
     int code = 0;
-    sscanf(resp, "HTTP/1.1 %d", &code);
+    if (in_time) sscanf(resp, "HTTP/1.1 %d", &code);
     if (body) {
         const char *b = strstr(resp, "\r\n\r\n");
         snprintf(body, bodylen, "%s", b ? b + 4 : "");
@@ -200,20 +258,20 @@ static void test_server(void) {
     prom_publish(p, &t);
     static char body[1 << 18];
     const char *get = "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: */*\r\n\r\n";
-    check(http(port, get, strlen(get), body, sizeof body) == 200 &&
+    check(http(port, get, strlen(get), body, sizeof body, 5000) == 200 &&
               strstr(body, "\nshardlm_step{host=\"node\\\"7\",rank=\"4\",job=\"tiny\"} 12\n"),
           "server: GET /metrics -> 200 with the published step");
     const char *other = "GET /other HTTP/1.1\r\n\r\n";
-    check(http(port, other, strlen(other), NULL, 0) == 404, "server: GET /other -> 404");
+    check(http(port, other, strlen(other), NULL, 0, 5000) == 404, "server: GET /other -> 404");
     const char *post = "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n";
-    check(http(port, post, strlen(post), NULL, 0) == 405, "server: POST /metrics -> 405");
+    check(http(port, post, strlen(post), NULL, 0, 5000) == 405, "server: POST /metrics -> 405");
     static char big[20000];
     memset(big, 'a', sizeof big);
     memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
-    check(http(port, big, sizeof big, NULL, 0) == 400, "server: a request over 8 KiB -> 400");
+    check(http(port, big, sizeof big, NULL, 0, 5000) == 400, "server: a request over 8 KiB -> 400");
     const char *garbage = "hello\r\n\r\n";
-    check(http(port, garbage, strlen(garbage), NULL, 0) == 400, "server: not HTTP -> 400");
-    check(http(port, get, strlen(get), NULL, 0) == 200, "server: still answering");
+    check(http(port, garbage, strlen(garbage), NULL, 0, 5000) == 400, "server: not HTTP -> 400");
+    check(http(port, get, strlen(get), NULL, 0, 5000) == 200, "server: still answering");
     prom_exporter *q = prom_start(prom_address(p), "", &l, NULL, err, sizeof err);
     check(q == NULL && strstr(err, "log.prometheus = 127.0.0.1:") &&
               strstr(err, "Address already in use"), "server: a port in use is refused: %s", err);
@@ -221,7 +279,161 @@ static void test_server(void) {
     q = prom_start("localhost:99999", "", &l, NULL, err, sizeof err);
     check(q == NULL && strstr(err, "log.prometheus = localhost:99999"), "server: bad port: %s", err);
     prom_stop(p);
-    check(http(port, get, strlen(get), NULL, 0) == 0, "server: closed after prom_stop");
+    check(http(port, get, strlen(get), NULL, 0, 5000) == 0, "server: closed after prom_stop");
+}
+
+/* A client that sends its request one byte every gap_ms and never ends it, connecting
+ * again when dropped, for at most run_ms or until told to stop; first_drop_ms: when the
+ * server closed its first connection (from that connect), or -1 if it never did. */
+typedef struct drip {
+    int port;
+    double gap_ms, run_ms;
+    int stop;                    /* __atomic */
+    double first_drop_ms;
+    pthread_t thread;
+} drip;
+
+static int drip_going(drip *d, double start) {
+    return !__atomic_load_n(&d->stop, __ATOMIC_RELAXED) && mono_ms() - start < d->run_ms;
+}
+
+static void *drip_run(void *arg) {
+    drip *d = arg;
+    static const char head[] = "GET /metrics HTTP/1.1\r\nX-Slow: ";
+    d->first_drop_ms = -1;
+    const double start = mono_ms();
+    while (drip_going(d, start)) {
+        const double t0 = mono_ms();
+        int fd = connect_nb(d->port);
+        if (fd < 0) return NULL;
+        if (!connected(fd, t0 + 2000)) { /* the server is gone */
+            close(fd);
+            return NULL;
+        }
+        for (size_t i = 0; drip_going(d, start); i++) {
+            char ch = i < sizeof head - 1 ? head[i] : 'a';
+            int gone = send(fd, &ch, 1, MSG_NOSIGNAL) != 1;
+            if (!gone && wait_fd(fd, POLLIN, mono_ms() + d->gap_ms)) {
+                char b[256];
+                ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+                gone = k == 0 || (k < 0 && errno != EAGAIN);
+            }
+            if (gone) {
+                if (d->first_drop_ms < 0) d->first_drop_ms = mono_ms() - t0;
+                break;
+            }
+        }
+        close(fd);
+    }
+    return NULL;
+}
+
+/* "2.0 s" or "never" */
+static const char *drop_time(const drip *d, char *buf, size_t len) {
+    if (d->first_drop_ms < 0) snprintf(buf, len, "never");
+    else snprintf(buf, len, "%.1f s", d->first_drop_ms / 1000);
+    return buf;
+}
+
+static const char get_metrics[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/* Scrapes and the textfile go on while a client drips its request (and drips again
+ * when dropped); each of its connections is dropped at its request's deadline (2 s). */
+static void test_server_slow_client(void) {
+    char dir[] = "/tmp/shlm_test_watch.XXXXXX";
+    if (!mkdtemp(dir)) {
+        check(0, "mkdtemp");
+        return;
+    }
+    prom_labels l = labels();
+    char err[1400] = "", when[32];
+    prom_exporter *p = prom_start("127.0.0.1:0", dir, &l, NULL, err, sizeof err);
+    check(p != NULL, "slow client: exporter started (%s)", err);
+    if (!p) return;
+    char path[1200];
+    snprintf(path, sizeof path, "%s", prom_textfile(p));
+    prom_train t = train_values();
+    prom_publish(p, &t);
+    drip d = {.port = atoi(strrchr(prom_address(p), ':') + 1), .gap_ms = 500, .run_ms = 15000};
+    pthread_create(&d.thread, NULL, drip_run, &d);
+    usleep(300000); /* the drip is connected and has sent its first bytes */
+    t.step = 13;
+    prom_publish(p, &t);
+    int found = 0;
+    for (int i = 0; i < 25 && !found; i++) { /* rewritten within about a second */
+        usleep(100000);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        static char text[1 << 18];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        text[n] = 0;
+        fclose(f);
+        found = strstr(text, "\nshardlm_step{host=\"node\\\"7\",rank=\"4\",job=\"tiny\"} 13\n") != NULL;
+    }
+    check(found, "slow client: the textfile is rewritten within 2.5 s while a client drips its "
+          "request");
+    int answered = 0;
+    double slowest = 0;
+    for (int i = 0; i < 5; i++) {
+        double t0 = mono_ms();
+        answered += http(d.port, get_metrics, strlen(get_metrics), NULL, 0, 1500) == 200;
+        slowest = fmax(slowest, mono_ms() - t0);
+        usleep(300000);
+    }
+    check(answered == 5, "slow client: %d of 5 scrapes answered within 1.5 s each while a client "
+          "drips its request (slowest %.0f ms)", answered, slowest);
+    __atomic_store_n(&d.stop, 1, __ATOMIC_RELAXED);
+    pthread_join(d.thread, NULL);
+    check(d.first_drop_ms >= 0 && d.first_drop_ms < 3500,
+          "slow client: its connection dropped %s after its connect (the request's deadline: "
+          "2 s)", drop_time(&d, when, sizeof when));
+    prom_stop(p);
+    rmdir(dir);
+}
+
+/* A scrape is answered while 200 idle connections are held open: past 16 connections the
+ * oldest idle ones are dropped. */
+static void test_server_idle_flood(void) {
+    prom_labels l = labels();
+    char err[1400] = "";
+    prom_exporter *p = prom_start("127.0.0.1:0", "", &l, NULL, err, sizeof err);
+    check(p != NULL, "idle flood: exporter started (%s)", err);
+    if (!p) return;
+    const int port = atoi(strrchr(prom_address(p), ':') + 1);
+    enum { N_IDLE = 200 };
+    int fds[N_IDLE], n_connected = 0;
+    for (int i = 0; i < N_IDLE; i++) fds[i] = connect_nb(port);
+    const double deadline = mono_ms() + 5000; /* a listening queue that is not drained
+                                               * makes connects wait for SYN retries */
+    for (int i = 0; i < N_IDLE; i++) n_connected += fds[i] >= 0 && connected(fds[i], deadline);
+    double t0 = mono_ms();
+    int code = http(port, get_metrics, strlen(get_metrics), NULL, 0, 2000);
+    check(code == 200, "idle flood: a scrape answered (status %d) in %.0f ms (at most 2 s) while "
+          "%d idle connections were opened (%d connected)", code, mono_ms() - t0, N_IDLE,
+          n_connected);
+    for (int i = 0; i < N_IDLE; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    prom_stop(p);
+}
+
+/* prom_stop does not wait for a client in the middle of its request. */
+static void test_server_stop_with_client(void) {
+    prom_labels l = labels();
+    char err[1400] = "";
+    prom_exporter *p = prom_start("127.0.0.1:0", "", &l, NULL, err, sizeof err);
+    check(p != NULL, "stop: exporter started (%s)", err);
+    if (!p) return;
+    drip d = {.port = atoi(strrchr(prom_address(p), ':') + 1), .gap_ms = 300, .run_ms = 6000};
+    pthread_create(&d.thread, NULL, drip_run, &d);
+    usleep(500000);
+    double t0 = mono_ms();
+    prom_stop(p);
+    double took = mono_ms() - t0;
+    pthread_join(d.thread, NULL);
+    char when[32];
+    check(took < 1000 && d.first_drop_ms >= 0 && d.first_drop_ms < 1500,
+          "stop: prom_stop returned in %.0f ms (at most 1 s) while a client dripped its request, "
+          "its connection closed %s after its connect", took, drop_time(&d, when, sizeof when));
 }
 
 static void test_textfile(void) {
@@ -235,7 +447,7 @@ static void test_textfile(void) {
     prom_exporter *p = prom_start("", dir, &l, NULL, err, sizeof err);
     check(p != NULL, "textfile: started in %s (%s)", dir, err);
     if (!p) return;
-    snprintf(path, sizeof path, "%s/shardlm_tiny_node_7.prom", dir);
+    snprintf(path, sizeof path, "%s/shardlm_tiny_node_7_20261201T000000Z-00000001.prom", dir);
     check(strcmp(prom_textfile(p), path) == 0, "textfile: named %s", prom_textfile(p));
     struct stat sb;
     check(stat(path, &sb) == 0, "textfile: written before the first step");
@@ -255,6 +467,20 @@ static void test_textfile(void) {
     check(found, "textfile: rewritten with the published step");
     prom_stop(p);
     check(stat(path, &sb) != 0, "textfile: removed at the end of the run");
+    /* two runs of one job on one host: a file each, the first to end removes only its own */
+    prom_labels l2 = l;
+    snprintf(l2.run_id, sizeof l2.run_id, "20261201T000001Z-00000002");
+    p = prom_start("", dir, &l, NULL, err, sizeof err);
+    prom_exporter *q = prom_start("", dir, &l2, NULL, err, sizeof err);
+    char other[1200] = "";
+    if (q) snprintf(other, sizeof other, "%s", prom_textfile(q));
+    check(p && q && strcmp(prom_textfile(p), other) != 0,
+          "textfile: two runs of one job on one host write two files (%s, %s)",
+          p ? prom_textfile(p) : err, other);
+    prom_stop(p);
+    check(q && stat(other, &sb) == 0, "textfile: the other run's file stays when one run ends");
+    prom_stop(q);
+    check(stat(other, &sb) != 0, "textfile: and goes when that run ends");
     char file[1200];
     snprintf(file, sizeof file, "%s/a-file", dir);
     FILE *f = fopen(file, "w");
@@ -380,6 +606,9 @@ int main(void) {
     test_summary();
     test_render();
     test_server();
+    test_server_slow_client();
+    test_server_idle_flood();
+    test_server_stop_with_client();
     test_textfile();
     test_telemetry_absent();
     test_dashboard();

@@ -14,6 +14,17 @@
 #          no further step logged).
 #  nodir:  SIGUSR1 without checkpoint.dir: stops after the step with one error line and a
 #          non-zero exit (nowhere to save).
+#  term2:  two SIGTERM to Open MPI's mpirun, 0.3 s apart: mpirun ends at once on the second
+#          without passing it on; the ranks (at full speed, saving every step) must end
+#          within 1 s of it, having written no step and no save more than 0.4 s after it
+#          ended (Open MPI's own end of orphaned ranks comes a second or more later, after
+#          a step and a save), each saying its launcher is gone.
+#  eval:   SIGUSR1 to the launcher during a long validation pass: every rank ends the
+#          pass at one batch, the step is logged without a validation loss, saved, exit
+#          0 within seconds, not after the pass; the resume checks as above.
+#  int:    SIGINT (Ctrl-C) to a run without a launcher: saved, exit 0, as SIGUSR1 is.
+#  pipe:   a run without a launcher whose stdout is a pipe closed early (`| head -n 1`):
+#          it trains to its end and saves, exit 0, one warning on stderr.
 #
 # The interrupted runs are slowed with runtime.comm_delay_us (every collective takes at
 # least that long; timing only, the numbers are the same, which the comparison checks)
@@ -179,8 +190,8 @@ cmd double --set "checkpoint.dir=$work/double/ckpt" --set runtime.comm_delay_us=
     >"$work/double.log" 2>&1 </dev/null &
 bg=$!
 wait_step "$work/double" 1 $bg >/dev/null
+lp=$(launcher_pid $bg) # first: reading /proc takes seconds on a loaded machine
 at=$(wait_step "$work/double" 0 $bg) # just after a step ended: the next takes ~2.5 s
-lp=$(launcher_pid $bg)
 if [ -z "$lp" ]; then
     fail "double: no launcher process found under $bg"
     kill $bg 2>/dev/null
@@ -205,6 +216,149 @@ ls "$work/double/ckpt/"step_*.h5 >/dev/null 2>&1 && fail "double: a checkpoint w
 [ "$(lines "$work/double")" -eq "$at" ] ||
     fail "double: a step was logged after the signals (step $(lines "$work/double"), signals after $at)"
 echo "double: exit $rc $((t1 - t0)) s after the first signal, nothing saved"
+
+# proc_state PID: the state letter of PID (R, S, D, Z, ...), empty when it is gone
+proc_state() {
+    sed -n 's/^[0-9]* (.*) \([A-Za-z]\) .*/\1/p' "/proc/$1/stat" 2>/dev/null
+}
+
+# mtime FILE: its modification time, seconds since the epoch with the fraction
+mtime() { stat -c %.9Y "$1" 2>/dev/null || echo 0; }
+
+# ---- term2: mpirun's own abort, forced by a second SIGTERM: the ranks end, no more saves ----
+# shellcheck disable=SC2086 # MPIRUN may carry options: split it on purpose
+if ${MPIRUN:-mpirun} --version 2>&1 | grep -q 'Open MPI'; then
+    # each rank's output in a file of its own (as a site's wrapper may do), not through
+    # mpirun's pipe, which ends with mpirun: what the ranks say after it is kept
+    set -- sh "$mpi" 2 sh -c 'exec "$@" >"$0.$OMPI_COMM_WORLD_RANK.log" 2>&1' "$work/term2" \
+        "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/term2" \
+        --set "checkpoint.dir=$work/term2/ckpt" --set checkpoint.every=1 --set checkpoint.keep=3 \
+        --set train.steps=100000
+    echo "+ $*"
+    "$@" >"$work/term2.log" 2>&1 </dev/null &
+    bg=$!
+    wait_step "$work/term2" 3 $bg >/dev/null
+    lp=$(launcher_pid $bg)
+    ranks=$(rank_pids $bg | tr '\n' ' ')
+    if [ -z "$lp" ] || [ "$(echo $ranks | wc -w)" -ne 2 ]; then
+        fail "term2: did not find mpirun and 2 ranks under $bg"
+        kill $bg 2>/dev/null
+        wait $bg
+    else
+        echo "term2: kill -TERM $lp (mpirun) twice, 0.3 s apart, after step $(lines "$work/term2"); ranks $ranks"
+        kill -TERM "$lp"
+        sleep 0.3
+        kill -TERM "$lp"
+        wait $bg
+        t_return=$(date +%s.%N)
+        i=0 alive=$ranks
+        while [ -n "$alive" ] && [ $i -lt 50 ]; do # 5 s at most
+            alive=""
+            for p in $ranks; do
+                st=$(proc_state "$p")
+                [ -n "$st" ] && [ "$st" != Z ] && alive="$alive $p"
+            done
+            [ -n "$alive" ] && sleep 0.1
+            i=$((i + 1))
+        done
+        t_gone=$(date +%s.%N)
+        # the newest write of a step (metrics.jsonl) or a save (a checkpoint, its temporary
+        # file, latest)
+        newest=0 newest_file=""
+        for f in "$work/term2/metrics.jsonl" "$work/term2/ckpt/"step_* "$work/term2/ckpt/latest"; do
+            t=$(mtime "$f")
+            if awk -v a="$t" -v b="$newest" 'BEGIN { exit !(a > b) }'; then newest=$t newest_file=$f; fi
+        done
+        echo "term2: mpirun returned at $t_return; ranks ended by $t_gone${alive:+ (still running:$alive)}; newest write $newest (${newest_file##*/}); latest: $(cat "$work/term2/ckpt/latest" 2>/dev/null)"
+        [ -z "$alive" ] || fail "term2: ranks$alive still running 5 s after mpirun returned"
+        awk -v a="$t_return" -v b="$t_gone" 'BEGIN { exit !(b - a < 1) }' ||
+            fail "term2: the ranks ran on for 1 s or more after mpirun returned"
+        # a save whose commit was under way may end within the launcher watch's 50 ms (and
+        # the time a loaded machine takes to run it)
+        awk -v a="$t_return" -v l="$newest" 'BEGIN { exit !(l < a + 0.4) }' ||
+            fail "term2: ${newest_file##*/} written $(echo "$newest $t_return" | awk '{ printf "%.2f", $1 - $2 }') s after mpirun returned: a step or a save after the second signal"
+        for r in 0 1; do
+            grep "launcher that started this rank .* is gone: aborting without saving" \
+                "$work/term2.$r.log" || fail "term2: rank $r did not say its launcher is gone"
+        done
+        for p in $alive; do kill -KILL "$p" 2>/dev/null; done
+    fi
+else
+    echo "term2: SKIP: the launcher is not Open MPI's mpirun (its abort on a second signal is what this checks)"
+fi
+
+# ---- eval: a stop signal during a long validation pass ends it at a batch ----
+# validation after step 10 of 80 batches of ~0.1 s each (the collectives slowed)
+cmd eval --set "checkpoint.dir=$work/eval/ckpt" $slow --set "data.val=$work/train.bin" \
+    --set train.eval_every=10 --set train.eval_batches=40 >"$work/eval.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/eval" 1 $bg >/dev/null
+lp=$(launcher_pid $bg)
+wait_step "$work/eval" 9 $bg >/dev/null
+sleep 1.5 # step 10 (~0.3 s) is trained, its validation (~8 s) under way
+t0=$(date +%s)
+[ -n "$lp" ] && kill -USR1 "$lp"
+echo "eval: kill -USR1 $lp during the validation after step 10"
+wait $bg
+rc=$?
+took=$(($(date +%s) - t0))
+check_stop eval SIGUSR1 $rc
+grep -q "^shardlm: caught SIGUSR1 at step 10:" "$work/eval.log" ||
+    fail "eval: not stopped at step 10, whose validation the signal interrupted: $(grep '^shardlm: caught' "$work/eval.log")"
+grep "^validation after step 10 stopped by SIGUSR1" "$work/eval.log" ||
+    fail "eval: no 'validation after step 10 stopped by SIGUSR1' line"
+sed -n '/"step": 10,/p' "$work/eval/metrics.jsonl" | head -n 1 | grep -q '"val_loss"' &&
+    fail "eval: step 10 is logged with a validation loss from a pass cut short"
+[ $took -le 4 ] || fail "eval: exit $took s after the signal (want 4 s at most: the pass takes ~8 s)"
+echo "eval: exit $took s after the signal"
+
+# ---- int: Ctrl-C (SIGINT) to a run without a launcher stops and saves ----
+# A terminal's Ctrl-C finds SIGINT at its default action, where a script's background job
+# inherits it ignored: restored with coreutils' env where it can
+dflt=""
+env --default-signal=INT true 2>/dev/null && dflt="env --default-signal=INT"
+set -- "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/int" \
+    --set "checkpoint.dir=$work/int/ckpt" --set train.steps=100000
+echo "+ $dflt $*"
+$dflt "$@" >"$work/int.log" 2>&1 </dev/null &
+bg=$!
+wait_step "$work/int" 5 $bg >/dev/null
+kill -INT $bg
+i=0
+while [ -n "$(proc_state $bg)" ] && [ "$(proc_state $bg)" != Z ] && [ $i -lt 300 ]; do
+    sleep 0.1
+    i=$((i + 1))
+done
+kill -KILL $bg 2>/dev/null # still running 30 s after SIGINT: the failure below says so
+wait $bg
+rc=$?
+msg=$(grep "^shardlm: caught SIGINT at step" "$work/int.log")
+n=$(echo "$msg" | sed -n 's/.* at step \([0-9]*\): saved .*/\1/p')
+if [ $rc -ne 0 ] || [ -z "$n" ]; then
+    tail -n 5 "$work/int.log"
+    fail "int: exit $rc after SIGINT, want 0 and 'caught SIGINT at step N: saved ...'"
+else
+    [ "$(cat "$work/int/ckpt/latest" 2>/dev/null)" = "step_$n.h5" ] ||
+        fail "int: latest does not name step_$n.h5"
+    "$SHLM" ckpt verify "$work/int/ckpt" >"$work/int.verify" 2>&1 ||
+        { cat "$work/int.verify"; fail "int: ckpt verify of the saved checkpoint failed"; }
+    echo "int: $msg"
+fi
+
+# ---- pipe: a closed stdout does not end the run ----
+echo "+ $SHLM train $job ... --set train.steps=20 | head -n 1"
+{
+    "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/pipe" \
+        --set "checkpoint.dir=$work/pipe/ckpt" --set train.steps=20 2>"$work/pipe.err" </dev/null
+    echo $? >"$work/pipe.rc"
+} | head -n 1 >/dev/null
+rc=$(cat "$work/pipe.rc")
+[ "$rc" = 0 ] || { cat "$work/pipe.err"; fail "pipe: exit $rc with stdout closed, want 0"; }
+[ "$(cat "$work/pipe/ckpt/latest" 2>/dev/null)" = step_20.h5 ] ||
+    fail "pipe: the run did not save its last step (latest: $(cat "$work/pipe/ckpt/latest" 2>/dev/null))"
+[ "$(grep -c "standard output cannot be written" "$work/pipe.err")" = 1 ] ||
+    { cat "$work/pipe.err"; fail "pipe: not one warning that stdout cannot be written"; }
+echo "pipe: exit $rc, latest $(cat "$work/pipe/ckpt/latest" 2>/dev/null); $(grep "standard output" "$work/pipe.err")"
 
 # ---- nodir: nowhere to save: stop cleanly, say so, exit non-zero ----
 cmd nodir $slow >"$work/nodir.log" 2>&1 </dev/null &

@@ -172,11 +172,11 @@ static const key_def keys[] = {
     {"log", "prometheus", KT_STRING, F(prometheus), "", NOLIM, NULL, 0,
      "serve /metrics (Prometheus text format) from each node's local rank 0 at PORT "
      "(127.0.0.1), ADDR:PORT or [ADDR6]:PORT; empty: no server"},
-    /* the same metrics written to DIR/shardlm_<job>_<host>.prom for node_exporter's
+    /* the same metrics written to DIR/shardlm_<job>_<host>_<run id>.prom for node_exporter's
      * textfile collector (atomic rename, at most once a second; removed at the end) */
     {"log", "prometheus_textfile", KT_STRING, F(prometheus_textfile), "", NOLIM, NULL, KF_PATH,
-     "write the same metrics to DIR/shardlm_<job>_<host>.prom for node_exporter's textfile "
-     "collector; empty: none"},
+     "write the same metrics to DIR/shardlm_<job>_<host>_<run id>.prom for node_exporter's "
+     "textfile collector; empty: none"},
     /* TensorBoard event files from rank 0 (io/tfevents.h): the metrics.jsonl rows as
      * scalars and the resolved job as text; auto: <run_dir>/tb; empty: none */
     {"log", "tensorboard", KT_STRING, F(tensorboard), "", NOLIM, NULL, KF_PATH,

@@ -377,7 +377,8 @@ int run_validate(run *r, double *loss, double *scored) {
     char data_err[1536] = "";
     int data_failed = 0;
     fsdp_begin_pass(r->engine, 0);
-    for (uint64_t b = 0; b < batches; b++) {
+    int stop_sig = 0; /* a stop signal on any rank: every rank ends the pass at the same batch */
+    for (uint64_t b = 0; b < batches && !stop_sig; b++) {
         if (!data_failed &&
             data_loader_batch(&dl, b * per_batch, 0, in, tg, ds, data_err, sizeof data_err) != 0)
             data_failed = 1;
@@ -388,12 +389,22 @@ int run_validate(run *r, double *loss, double *scored) {
         const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len};
         sums[0] += model_forward(r->model, &mb, &valid, NULL, NULL);
         sums[1] += valid;
+        if (b + 1 < batches) { /* one small reduction beside the pass's own collectives */
+            double sig = shlm_signals_pending();
+            MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &sig, 1, MPI_DOUBLE, MPI_MAX,
+                                           MPI_COMM_WORLD));
+            stop_sig = (int)sig;
+        }
     }
     sums[2] = data_failed;
     MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     batch_rows_free(&br);
     data_loader_free(&dl);
     if (sums[2] > 0) return any_rank_failed(!data_failed, data_err);
+    if (stop_sig) { /* a part of the set is not its loss */
+        *loss = NAN;
+        return stop_sig;
+    }
     *loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
     if (scored) *scored = sums[1];
     return 0;
@@ -805,15 +816,22 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
         if (c->profile && s > first) prof_step_s += step_s;
 
         int last = s == end - 1;
-        /* stopping early on a signal: log this step, skip validation, save, exit */
-        const int stop_sig = last ? 0 : (int)rec.stop_signal;
+        /* stopping early on a signal: log this step, skip validation (or end it at the
+         * batch where the signal is seen), save, exit */
+        int stop_sig = last ? 0 : (int)rec.stop_signal;
         double val = NAN;
         if (r->have_val && !stop_sig && !nonfinite_stop &&
-            (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0)))
-            if (run_validate(r, &val, NULL) != 0) {
+            (last || (c->eval_every > 0 && (s + 1) % c->eval_every == 0))) {
+            const int v = run_validate(r, &val, NULL);
+            if (v < 0) {
                 rc = -1;
                 break;
             }
+            if (v > 0 && r->rank == 0)
+                printf("validation after step %d stopped by %s: no validation loss for it\n",
+                       s + 1, shlm_signal_name(v));
+            if (v > 0) stop_sig = v;
+        }
         const double loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
         step_metrics sm = {.step = s + 1, .loss = loss, .val_loss = val, .lr = lr,
                            .grad_norm = norm, .mem_peak_bytes = mem_peak,

@@ -61,7 +61,9 @@ int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen);
 /* Mean loss over the validation set (or its first eval_batches micro-batches) into
  * *loss, and the number of targets scored (masked ones are not) into *scored (may be
  * NULL). Collective; returns 0, or -1 on every rank (message printed once) when a rank's
- * token file changed under the run. */
+ * token file changed under the run, or the number of a stop signal (src/base/signals.h) seen
+ * by any rank between two batches: every rank ends the pass there and *loss is NaN, never
+ * the mean of a part. */
 int run_validate(run *r, double *loss, double *scored);
 
 #endif

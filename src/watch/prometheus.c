@@ -1,11 +1,17 @@
 /* The Prometheus exporter (prometheus.h): the renderer, the HTTP server and the textfile
- * writer, one thread for both. The server answers one connection at a time, which is how
- * Prometheus scrapes: a request of at most REQ_MAX bytes read within IO_TIMEOUT_S, GET
- * /metrics answered 200 with the body rendered into a buffer allocated once, any other
- * path 404, any other method 405, then the connection closed. Nothing is allocated per
- * request. A hand-written server rather than a library (Debian's libmicrohttpd would be
- * a new build dependency on every machine, with threads and pools of its own, for one
- * path of one method). */
+ * writer, one thread for both. The server is one poll loop over non-blocking sockets on
+ * that thread, serving up to MAX_CLIENTS connections at once: a request of at most
+ * REQ_MAX bytes that must be whole within REQUEST_DEADLINE_MS of its accept, GET /metrics
+ * answered 200 with the body rendered into the connection's buffer, any other path 404,
+ * any other method 405, then the connection closed once the response is taken (within
+ * RESPONSE_DEADLINE_MS) or its deadline passes. A connection past the bound drops the
+ * oldest one still sending its request. Buffers are allocated once, at start. A poll loop
+ * rather than a pool of threads: the exporter already is one thread polling its wake pipe
+ * and the textfile's timer; with nothing blocking, a deadline is a poll timeout and
+ * stopping is one wake-up, where blocked threads would each need interrupting. A
+ * hand-written server rather than a library (Debian's libmicrohttpd would be a new build
+ * dependency on every machine, with threads and pools of its own, for one path of one
+ * method). */
 #include "src/watch/prometheus.h"
 
 #include <arpa/inet.h>
@@ -22,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -31,11 +36,18 @@
 #include "src/base/signals.h"
 
 enum {
-    REQ_MAX = 8192,           /* a request's line and headers */
-    BODY_MAX = 256 * 1024,    /* the rendered metrics: ~30 families + ~10 per GPU */
-    MAX_GPUS = 64,            /* GPUs of one node */
-    IO_TIMEOUT_S = 2,         /* a client that sends or reads slower is dropped */
-    TEXTFILE_PERIOD_MS = 1000 /* the textfile is rewritten at most this often */
+    REQ_MAX = 8192,              /* a request's line and headers */
+    BODY_MAX = 256 * 1024,       /* the rendered metrics: ~30 families + ~10 per GPU */
+    HEAD_MAX = 256,              /* a response's status line and headers */
+    MAX_GPUS = 64,               /* GPUs of one node */
+    MAX_CLIENTS = 16,            /* connections served at once: scrapers, a person's curl */
+    ACCEPTS_PER_TURN = 4,        /* accepted per wake-up, so that connections already
+                                  * accepted are read before a flood can push them out */
+    REQUEST_DEADLINE_MS = 2000,  /* from accept to the request's last byte */
+    RESPONSE_DEADLINE_MS = 10000, /* from then to the response's last byte taken
+                                  * (Prometheus's default scrape timeout) */
+    ACCEPT_PAUSE_MS = 100,       /* out of descriptors: accept again after this */
+    TEXTFILE_PERIOD_MS = 1000    /* the textfile is rewritten at most this often */
 };
 
 /* ---- the families ---- */
@@ -203,6 +215,18 @@ size_t prom_render(char *buf, size_t cap, const prom_labels *l, const prom_train
 
 /* ---- the server and the textfile ---- */
 
+/* One connection: reading its request, then sending its response. */
+typedef struct client {
+    int fd;                      /* -1: a free slot */
+    int answering;               /* 0: reading the request; 1: sending the response */
+    double accepted_ms;          /* CLOCK_MONOTONIC: the oldest is dropped first */
+    double deadline_ms;          /* the phase's end: the connection is closed then */
+    size_t got;                  /* request bytes read */
+    size_t start, len, sent;     /* the response: out[start .. start+len), sent so far */
+    char *req;                   /* REQ_MAX */
+    char *out;                   /* HEAD_MAX + BODY_MAX: headers end where the body starts */
+} client;
+
 struct prom_exporter {
     prom_labels labels;
     telemetry *tel;
@@ -217,7 +241,9 @@ struct prom_exporter {
     prom_train train;            /* under mu */
     unsigned long version;       /* under mu: published steps */
     int stop;                    /* under mu */
-    char *body, *req;            /* BODY_MAX, REQ_MAX: allocated once */
+    char *body;                  /* BODY_MAX: the textfile's rendering */
+    client clients[MAX_CLIENTS]; /* the exporter thread's own */
+    double accept_after_ms;      /* accept() paused until then (descriptors ran out) */
     tel_gpu gpus[MAX_GPUS];
 };
 
@@ -277,83 +303,14 @@ static int listen_on(const char *spec, char *address, size_t addrlen, char *err,
     return fd;
 }
 
-/* Renders the current metrics into p->body; returns the length (0: did not fit). */
-static size_t render_now(prom_exporter *p) {
+/* Renders the current metrics into buf (BODY_MAX); returns the length (0: did not fit). */
+static size_t render_now(prom_exporter *p, char *buf) {
     prom_train t;
     pthread_mutex_lock(&p->mu);
     t = p->train;
     pthread_mutex_unlock(&p->mu);
     int n = telemetry_latest(p->tel, p->gpus, MAX_GPUS);
-    return prom_render(p->body, BODY_MAX, &p->labels, &t, p->gpus, n);
-}
-
-static void send_all(int fd, const char *b, size_t n) {
-    while (n > 0) {
-        ssize_t k = send(fd, b, n, MSG_NOSIGNAL);
-        if (k <= 0) return; /* the client left or timed out: nothing to do */
-        b += k;
-        n -= (size_t)k;
-    }
-}
-
-/* One response; metrics: the exposition format's content type, else plain text. */
-static void respond(int fd, const char *status, const char *extra, int metrics, const char *body,
-                    size_t len) {
-    char head[256];
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
-                     "Connection: close\r\n\r\n", status,
-                     metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain", len, extra);
-    send_all(fd, head, (size_t)n);
-    send_all(fd, body, len);
-}
-#define RESPOND_TEXT(fd, status, extra, msg) respond(fd, status, extra, 0, msg, sizeof msg - 1)
-
-/* Reads one request (bounded in size and time) and answers it. */
-static void serve(prom_exporter *p, int fd) {
-    struct timeval tv = {IO_TIMEOUT_S, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    size_t got = 0;
-    while (got < REQ_MAX - 1) {
-        ssize_t k = recv(fd, p->req + got, REQ_MAX - 1 - got, 0);
-        if (k <= 0) return; /* closed, reset or too slow */
-        got += (size_t)k;
-        p->req[got] = 0;
-        if (strstr(p->req, "\r\n\r\n") || strstr(p->req, "\n\n")) break;
-    }
-    p->req[got] = 0;
-    char method[16] = "", target[256] = "";
-    if (sscanf(p->req, "%15s %255s HTTP/", method, target) != 2 ||
-        (!strstr(p->req, "\r\n\r\n") && !strstr(p->req, "\n\n"))) {
-        RESPOND_TEXT(fd, "400 Bad Request", "", "bad request\n");
-        return;
-    }
-    if (strcmp(method, "GET") != 0) {
-        RESPOND_TEXT(fd, "405 Method Not Allowed", "Allow: GET\r\n", "only GET /metrics\n");
-        return;
-    }
-    size_t plen = strcspn(target, "?");
-    if (plen != 8 || strncmp(target, "/metrics", 8) != 0) {
-        RESPOND_TEXT(fd, "404 Not Found", "", "not found: this server has /metrics only\n");
-        return;
-    }
-    size_t len = render_now(p);
-    if (len == 0) {
-        RESPOND_TEXT(fd, "500 Internal Server Error", "", "metrics larger than the buffer\n");
-        return;
-    }
-    respond(fd, "200 OK", "", 1, p->body, len);
-}
-
-/* Writes the textfile (atomically: safe_file's temporary name, then rename). */
-static int write_textfile(prom_exporter *p, char *err, size_t errlen) {
-    size_t len = render_now(p);
-    if (len == 0) {
-        snprintf(err, errlen, "%s: metrics larger than the exporter's buffer", p->textfile);
-        return -1;
-    }
-    return safe_file_write_all(p->textfile, p->body, len, err, errlen);
+    return prom_render(buf, BODY_MAX, &p->labels, &t, p->gpus, n);
 }
 
 static double now_ms(void) {
@@ -362,15 +319,164 @@ static double now_ms(void) {
     return 1e3 * (double)t.tv_sec + 1e-6 * (double)t.tv_nsec;
 }
 
+static void drop(client *c) {
+    if (c->fd >= 0) close(c->fd);
+    c->fd = -1;
+}
+
+/* Sends what the socket takes now; closes the connection once all is sent or the client
+ * is gone. */
+static void send_more(client *c) {
+    while (c->sent < c->len) {
+        ssize_t k = send(c->fd, c->out + c->start + c->sent, c->len - c->sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* poll says when */
+        if (k <= 0) break; /* the client left: nothing to do */
+        c->sent += (size_t)k;
+    }
+    drop(c);
+}
+
+/* Puts the response in c->out (the body already at out + HEAD_MAX unless msg is given)
+ * and starts sending it; metrics: the exposition format's content type, else plain text. */
+static void respond(client *c, const char *status, const char *extra, int metrics,
+                    const char *msg, size_t len) {
+    if (msg) memcpy(c->out + HEAD_MAX, msg, len);
+    char head[HEAD_MAX];
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+                     "Connection: close\r\n\r\n", status,
+                     metrics ? "text/plain; version=0.0.4; charset=utf-8" : "text/plain", len, extra);
+    c->start = HEAD_MAX - (size_t)n;
+    memcpy(c->out + c->start, head, (size_t)n);
+    c->len = (size_t)n + len;
+    c->sent = 0;
+    c->answering = 1;
+    c->deadline_ms = now_ms() + RESPONSE_DEADLINE_MS;
+    send_more(c);
+}
+#define RESPOND_TEXT(c, status, extra, msg) respond(c, status, extra, 0, msg, sizeof msg - 1)
+
+/* The request is whole (or REQ_MAX long): answers it. */
+static void answer(prom_exporter *p, client *c) {
+    char method[16] = "", target[256] = "";
+    if (sscanf(c->req, "%15s %255s HTTP/", method, target) != 2 ||
+        (!strstr(c->req, "\r\n\r\n") && !strstr(c->req, "\n\n"))) {
+        RESPOND_TEXT(c, "400 Bad Request", "", "bad request\n");
+        return;
+    }
+    if (strcmp(method, "GET") != 0) {
+        RESPOND_TEXT(c, "405 Method Not Allowed", "Allow: GET\r\n", "only GET /metrics\n");
+        return;
+    }
+    size_t plen = strcspn(target, "?");
+    if (plen != 8 || strncmp(target, "/metrics", 8) != 0) {
+        RESPOND_TEXT(c, "404 Not Found", "", "not found: this server has /metrics only\n");
+        return;
+    }
+    size_t len = render_now(p, c->out + HEAD_MAX);
+    if (len == 0) {
+        RESPOND_TEXT(c, "500 Internal Server Error", "", "metrics larger than the buffer\n");
+        return;
+    }
+    respond(c, "200 OK", "", 1, NULL, len);
+}
+
+/* Reads what has arrived of c's request; answers it once whole. */
+static void read_more(prom_exporter *p, client *c) {
+    while (c->got < REQ_MAX - 1) {
+        ssize_t k = recv(c->fd, c->req + c->got, REQ_MAX - 1 - c->got, MSG_DONTWAIT);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (k <= 0) { /* closed or reset before the request was whole */
+            drop(c);
+            return;
+        }
+        const size_t from = c->got > 3 ? c->got - 3 : 0; /* an end split across reads */
+        c->got += (size_t)k;
+        c->req[c->got] = 0;
+        if (strstr(c->req + from, "\r\n\r\n") || strstr(c->req + from, "\n\n")) break;
+    }
+    answer(p, c);
+}
+
+/* Accepts what is waiting, a few at a time; past MAX_CLIENTS a new connection takes the
+ * slot of the oldest one still sending its request (else of the oldest of all). */
+static void accept_some(prom_exporter *p, double now) {
+    for (int n = 0; n < ACCEPTS_PER_TURN; n++) {
+        int fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED) continue;
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                p->accept_after_ms = now + ACCEPT_PAUSE_MS; /* a queued client waits */
+            return;
+        }
+        client *slot = NULL, *oldest_reading = NULL, *oldest = NULL;
+        for (int i = 0; i < MAX_CLIENTS && !slot; i++) {
+            client *c = &p->clients[i];
+            if (c->fd < 0) slot = c;
+            else if (!oldest || c->accepted_ms < oldest->accepted_ms) oldest = c;
+            if (c->fd >= 0 && !c->answering &&
+                (!oldest_reading || c->accepted_ms < oldest_reading->accepted_ms))
+                oldest_reading = c;
+        }
+        if (!slot) {
+            slot = oldest_reading ? oldest_reading : oldest;
+            drop(slot);
+        }
+        slot->fd = fd;
+        slot->answering = 0;
+        slot->accepted_ms = now;
+        slot->deadline_ms = now + REQUEST_DEADLINE_MS;
+        slot->got = 0;
+        slot->req[0] = 0;
+    }
+}
+
+/* Writes the textfile (atomically: safe_file's temporary name, then rename). */
+static int write_textfile(prom_exporter *p, char *err, size_t errlen) {
+    size_t len = render_now(p, p->body);
+    if (len == 0) {
+        snprintf(err, errlen, "%s: metrics larger than the exporter's buffer", p->textfile);
+        return -1;
+    }
+    return safe_file_write_all(p->textfile, p->body, len, err, errlen);
+}
+
+/* The poll timeout: until the nearest deadline of a connection, the textfile's next
+ * look or the end of an accept pause; -1: none. */
+static int next_timeout_ms(const prom_exporter *p, double now, double textfile_due) {
+    double due = p->textfile[0] && !p->textfile_failed ? textfile_due : INFINITY;
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        if (p->clients[i].fd >= 0 && p->clients[i].deadline_ms < due)
+            due = p->clients[i].deadline_ms;
+    if (p->accept_after_ms > now && p->accept_after_ms < due) due = p->accept_after_ms;
+    if (isinf(due)) return -1;
+    return due <= now ? 0 : (int)(due - now) + 1;
+}
+
 static void *exporter_thread(void *arg) {
     prom_exporter *p = arg;
     unsigned long written = 0;
     double last_write = now_ms();
     for (;;) {
-        struct pollfd fds[2] = {{p->wake[0], POLLIN, 0}, {p->listen_fd, POLLIN, 0}};
-        int nfds = p->listen_fd >= 0 ? 2 : 1;
-        int timeout = p->textfile[0] && !p->textfile_failed ? TEXTFILE_PERIOD_MS : -1;
-        int rc = poll(fds, (nfds_t)nfds, timeout);
+        /* fds: the wake pipe, the listening socket (unless paused), then the clients */
+        struct pollfd fds[2 + MAX_CLIENTS];
+        client *of[2 + MAX_CLIENTS];
+        nfds_t n = 0;
+        double now = now_ms();
+        fds[n++] = (struct pollfd){p->wake[0], POLLIN, 0};
+        int listening = p->listen_fd >= 0 && now >= p->accept_after_ms;
+        if (listening) fds[n++] = (struct pollfd){p->listen_fd, POLLIN, 0};
+        const nfds_t first_client = n;
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+            client *c = &p->clients[i];
+            if (c->fd < 0) continue;
+            of[n] = c;
+            fds[n++] = (struct pollfd){c->fd, c->answering ? POLLOUT : POLLIN, 0};
+        }
+        int rc = poll(fds, n, next_timeout_ms(p, now, last_write + TEXTFILE_PERIOD_MS));
         if (rc < 0 && errno != EINTR) break;
         if (rc > 0 && (fds[0].revents & POLLIN)) {
             char drain[64];
@@ -381,13 +487,16 @@ static void *exporter_thread(void *arg) {
         unsigned long version = p->version;
         pthread_mutex_unlock(&p->mu);
         if (stop) break;
-        if (nfds == 2 && (fds[1].revents & POLLIN)) {
-            int c = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-            if (c >= 0) {
-                serve(p, c);
-                close(c);
-            }
+        /* connections already accepted first, then new ones */
+        for (nfds_t k = first_client; rc > 0 && k < n; k++) {
+            if (!fds[k].revents) continue;
+            if (of[k]->answering) send_more(of[k]);
+            else read_more(p, of[k]);
         }
+        now = now_ms();
+        for (int i = 0; i < MAX_CLIENTS; i++)
+            if (p->clients[i].fd >= 0 && now >= p->clients[i].deadline_ms) drop(&p->clients[i]);
+        if (listening && rc > 0 && (fds[1].revents & POLLIN)) accept_some(p, now);
         if (p->textfile[0] && !p->textfile_failed && version != written &&
             now_ms() - last_write >= TEXTFILE_PERIOD_MS) {
             char err[1400];
@@ -400,6 +509,7 @@ static void *exporter_thread(void *arg) {
             last_write = now_ms();
         }
     }
+    for (int i = 0; i < MAX_CLIENTS; i++) drop(&p->clients[i]); /* mid-request or not */
     return NULL;
 }
 
@@ -427,11 +537,19 @@ prom_exporter *prom_start(const char *listen, const char *textfile_dir, const pr
     p->listen_fd = -1;
     p->wake[0] = p->wake[1] = -1;
     p->body = malloc(BODY_MAX);
-    p->req = malloc(REQ_MAX);
+    int ok = p->body != NULL;
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        client *c = &p->clients[i];
+        c->fd = -1;
+        if (listen[0]) { /* touched as used: a response's pages, not BODY_MAX, become memory */
+            c->req = malloc(REQ_MAX);
+            c->out = malloc(HEAD_MAX + BODY_MAX);
+            ok = ok && c->req && c->out;
+        }
+    }
     for (int k = 0; k < STARTUP_N; k++) p->train.startup_s[k] = NAN;
     p->train.loss = p->train.val_loss = p->train.grad_norm = p->train.mfu = NAN;
     pthread_mutex_init(&p->mu, NULL);
-    int ok = p->body && p->req;
     if (!ok) snprintf(err, errlen, "out of memory");
     if (ok && pipe2(p->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         snprintf(err, errlen, "log.prometheus: pipe: %s", strerror(errno));
@@ -440,11 +558,14 @@ prom_exporter *prom_start(const char *listen, const char *textfile_dir, const pr
     if (ok && listen[0])
         ok = (p->listen_fd = listen_on(listen, p->address, sizeof p->address, err, errlen)) >= 0;
     if (ok && textfile_dir[0]) {
-        char why[1200], job[128], host[64];
+        char why[1200], job[128], host[64], run_id[40];
         file_safe(labels->job, job, sizeof job);
         file_safe(labels->host, host, sizeof host);
-        int n = snprintf(p->textfile, sizeof p->textfile, "%s/shardlm_%s_%s.prom", textfile_dir,
-                         job, host);
+        file_safe(labels->run_id, run_id, sizeof run_id);
+        /* the run id keeps two runs of one job on one host (or sharing DIR) apart: unique to
+         * the run on every host, unlike a pid, and the run_id label and metrics.jsonl's */
+        int n = snprintf(p->textfile, sizeof p->textfile, "%s/shardlm_%s_%s_%s.prom",
+                         textfile_dir, job, host, run_id);
         if (n < 0 || (size_t)n >= sizeof p->textfile) {
             snprintf(err, errlen, "log.prometheus_textfile = %.200s: path too long", textfile_dir);
             ok = 0;
@@ -486,7 +607,10 @@ void prom_stop(prom_exporter *p) {
         pthread_mutex_lock(&p->mu);
         p->stop = 1;
         pthread_mutex_unlock(&p->mu);
-        if (write(p->wake[1], "x", 1) < 0) {} /* the thread sees stop at its next wake */
+        /* the thread sees stop at this wake-up (it never blocks on a client: its sockets are
+         * non-blocking), closes its connections mid-request or not, and returns; the
+         * descriptors it polls are closed after the join, never under its poll */
+        if (write(p->wake[1], "x", 1) < 0) {}
         pthread_join(p->thread, NULL);
     }
     if (p->listen_fd >= 0) close(p->listen_fd);
@@ -495,6 +619,9 @@ void prom_stop(prom_exporter *p) {
     if (p->textfile[0]) unlink(p->textfile); /* a finished run's gauges are not current */
     pthread_mutex_destroy(&p->mu);
     free(p->body);
-    free(p->req);
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        free(p->clients[i].req);
+        free(p->clients[i].out);
+    }
     free(p);
 }

@@ -56,7 +56,8 @@ size_t prom_render(char *buf, size_t cap, const prom_labels *labels, const prom_
 typedef struct prom_exporter prom_exporter;
 
 /* Starts the exporter: listens on `listen` (empty: no server) and writes
- * DIR/shardlm_<job>_<host>.prom (empty: no textfile), the first time before returning.
+ * DIR/shardlm_<job>_<host>_<run_id>.prom (empty: no textfile), the first time before
+ * returning.
  * tel may be NULL. Returns NULL with one line in err (the key, the address or directory,
  * the system's reason) when the port is taken, the address is wrong or the directory
  * cannot be written. */
@@ -69,9 +70,10 @@ const char *prom_textfile(const prom_exporter *p);
 /* Copies the step's metrics in (a mutex held for a struct copy; the rendering and all
  * I/O happen on the exporter's thread). */
 void prom_publish(prom_exporter *p, const prom_train *t);
-/* Stops the thread, closes the socket and removes the textfile. NULL is fine. A
- * textfile write that fails during the run (a disk filled up) prints one warning and
- * stops the textfile; training goes on. */
+/* Stops the thread, closes the sockets (connections mid-request included: it never waits
+ * for a client) and removes the textfile. NULL is fine. A textfile write that fails
+ * during the run (a disk filled up) prints one warning and stops the textfile; training
+ * goes on. */
 void prom_stop(prom_exporter *p);
 
 #endif

@@ -1,6 +1,7 @@
 /* Watching a training run (watch.h). */
 #include "src/watch/watch.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,7 @@ struct watch {
     double t_start;              /* wall clock (MPI_Wtime) when this run's first step began */
     double last_val_loss;        /* the exporter's gauge holds the latest validation */
     int started;
+    int stdout_lost;             /* rank 0: standard output failed (said once) */
 };
 
 static double unix_now(void) {
@@ -347,6 +349,14 @@ void watch_step(watch *w, step_metrics *sm, const step_record *rec, int logged) 
                         sm->skipped);
         if (logged) {
             metrics_print_step(stdout, sm);
+            const int out_errno = errno;
+            /* a closed stdout (SIGPIPE is ignored: src/base/signals.h) does not stop the run */
+            if (ferror(stdout) && !w->stdout_lost) {
+                w->stdout_lost = 1;
+                fprintf(stderr, "shardlm: warning: standard output cannot be written (%s, seen "
+                        "at step %d): the run goes on; every step is in %s/metrics.jsonl\n",
+                        strerror(out_errno), sm->step, r->cfg->run_dir);
+            }
             metrics_write(&w->log, sm);
         }
     }
