@@ -24,6 +24,7 @@
 #include "io/hf_model.h"
 #include "io/safe_file.h"
 #include "kernels/check.h"
+#include "kernels/comm_watchdog.h"
 #include "shlm_config.h"
 #include "src/shard.h"
 
@@ -92,6 +93,41 @@ static shape_t shape_text(int ndim, const int64_t *shape) {
                  (long long)shape[i]);
     snprintf(t.s + strlen(t.s), sizeof t.s - strlen(t.s), "]");
     return t;
+}
+
+/* ---------------------------------------------------------------- deadlines */
+
+/* Every collective function here runs as a guarded region of the comm watchdog
+ * (kernels/comm_watchdog.h): a rank that stops answering ends the job within
+ * runtime.comm_timeout_s or two, named, wherever in HDF5 the others wait. While every rank
+ * answers, a region may last the timeout plus its bytes at CKPT_SLOWEST_BYTES_S, at least
+ * CKPT_GUARD_FLOOR_S more: a big checkpoint on a slow disk is not a hang, a file system
+ * that never returns is. */
+#define CKPT_SLOWEST_BYTES_S 10e6
+#define CKPT_GUARD_FLOOR_S 60.0
+#define CKPT_LIMIT_NOTE                                                                    \
+    "a checkpoint save or load may last runtime.comm_timeout_s + its size at 10 MB/s (at " \
+    "least 60 s) while every rank answers"
+
+/* The last component of path, for the watchdog's short texts. */
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
+/* The bytes of the model's tensors, `kinds` state kinds of them. */
+static uint64_t layout_bytes(const llama_layout *lay, int kinds) {
+    uint64_t b = 0;
+    for (int u = 0; u < lay->n_units; u++)
+        for (int i = 0; i < lay->units[u].n_tensors; i++)
+            b += lay->units[u].tensors[i].numel * sizeof(float);
+    return b * (uint64_t)kinds;
+}
+
+static void guard_begin(const char *what, uint64_t bytes) {
+    double more = (double)bytes / CKPT_SLOWEST_BYTES_S;
+    if (more < CKPT_GUARD_FLOOR_S) more = CKPT_GUARD_FLOOR_S;
+    shlm_guard_begin(what, shlm_comm_timeout_s() + more, CKPT_LIMIT_NOTE);
 }
 
 /* The number of elements of x[0, n) that are NaN or infinite. */
@@ -517,14 +553,23 @@ static int write_state_attrs(ckpt_h5_file *f, const ckpt_record *rec, const job_
     return 0;
 }
 
-/* SHLM_TEST_KILL_IN_SAVE=RANK[:STEP]: whether this rank dies in the save of `step`. */
-static int kill_requested(int rank, int64_t step) {
-    const char *v = getenv("SHLM_TEST_KILL_IN_SAVE");
+/* Test hooks SHLM_TEST_KILL_IN_SAVE, SHLM_TEST_STOP_IN_SAVE, SHLM_TEST_SLOW_SAVE,
+ * SHLM_TEST_STOP_IN_LOAD (checkpoint.h) = RANK[:STEP]: whether hook `var` hits this rank in the save or load of
+ * `step` (-1: a load, which takes no STEP). */
+static int test_hook_hits(const char *var, int rank, int64_t step) {
+    const char *v = getenv(var);
     if (!v || !*v) return 0;
     long r = -1;
     long long s = -1;
     int n = sscanf(v, "%ld:%lld", &r, &s);
     return n >= 1 && r == rank && (n == 1 || s == step);
+}
+
+/* SHLM_TEST_STOP_IN_*: this rank stops (SIGSTOP) where it stands, `where` saying so. */
+static void test_stop(const char *var, int rank, const char *where) {
+    fprintf(stderr, "shardlm: %s: rank %d stops itself (SIGSTOP) %s\n", var, rank, where);
+    fflush(stderr);
+    raise(SIGSTOP);
 }
 
 /* Renames tmp into place, fsyncs, and points <dir>/latest at it (rank 0 only); both
@@ -676,8 +721,8 @@ static int refuse_links(const char *dir, char *err, size_t errlen) {
     return rc;
 }
 
-int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                        const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
+static int dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
     const char *dir = cfg->ckpt_dir;
     const int rank = topo->world_rank;
     *lock_fd = -1;
@@ -731,14 +776,22 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
     return -1;
 }
 
+int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                        const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
+    guard_begin("opening checkpoint.dir", 0);
+    const int rc = dir_open(e, topo, cfg, hf, lock_fd, err, errlen);
+    shlm_guard_end();
+    return rc;
+}
+
 void checkpoint_dir_close(int *lock_fd) {
     if (*lock_fd >= 0) close(*lock_fd);
     *lock_fd = -1;
 }
 
-int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
-                    char *err, size_t errlen) {
+static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                const ckpt_state *st, const hf_files *hf, const char *dir, int keep, char *err,
+                size_t errlen) {
     /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
     signal(SIGXFSZ, SIG_IGN);
     MPI_Comm comm = topo->world;
@@ -751,6 +804,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* rank 0 picks an unpredictable temporary name, which all ranks then create
      * exclusively (a planted link at a guessable name would be written through) */
+    shlm_guard_phase("choosing the file name");
     int ok = rank != 0 || (safe_file_mkdir_p(dir, err, errlen) == 0 &&
                            safe_file_refuse_link(final, err, errlen) == 0 &&
                            safe_file_temp_name(final, tmp, sizeof tmp, err, errlen) == 0);
@@ -776,6 +830,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     double prof[4] = {0, 0, 0, 0}; /* this rank's data phase: copy, write, checksum, wait */
 
     /* the state as it will be read back: a file no load would accept is not written */
+    shlm_guard_phase("checking the state and the free space");
     ckpt_record rec = {.st = *st, .m = cfg->model};
     snprintf(rec.st.strategy, sizeof rec.st.strategy, "%s", strategy_name(topo->strategy));
     rec.st.world_size = topo->world_size;
@@ -791,9 +846,13 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* all metadata first, flushed, so that a failing data write leaves a file that
      * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end */
+    shlm_guard_phase("creating the file");
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     created = 1;
+    if (test_hook_hits("SHLM_TEST_STOP_IN_SAVE", rank, st->step))
+        test_stop("SHLM_TEST_STOP_IN_SAVE", rank, "in the save, its file created");
+    shlm_guard_phase("writing the metadata");
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
     for (int i = 0; ok && i < nd; i++) {
         const llama_tensor *t = tl[i % nt].t;
@@ -816,12 +875,13 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     t_data = MPI_Wtime();
+    shlm_guard_phase("writing the data");
 
     /* the data: per state kind and unit, this rank's shard once from the engine, then
      * its piece of every tensor the shard overlaps. Ranks do not wait for each other
      * between datasets (they agree once, after the last): a rank whose write failed keeps
      * joining the calls with nothing to write, as H5Dwrite is collective */
-    const int kill_me = kill_requested(rank, st->step);
+    const int kill_me = test_hook_hits("SHLM_TEST_KILL_IN_SAVE", rank, st->step);
     int done = 0;
     ok = 1;
     for (int k = 0; k < N_KINDS; k++) {
@@ -866,6 +926,16 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             }
         }
     }
+    if (test_hook_hits("SHLM_TEST_SLOW_SAVE", rank, st->step)) {
+        /* a disk this slow: the others wait for this rank through two roll calls */
+        const double secs = 2 * shlm_comm_timeout_s();
+        fprintf(stderr, "shardlm: SHLM_TEST_SLOW_SAVE: rank %d takes %.0f s more to write its "
+                "data\n", rank, secs);
+        fflush(stderr);
+        struct timespec left = {(time_t)secs, (long)((secs - (time_t)secs) * 1e9)};
+        while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+        }
+    }
     for (int i = 0; i < n_hf; i++) { /* a failed rank still joins the calls (collective) */
         char path[256];
         snprintf(path, sizeof path, HF_GROUP "/%s", hf->f[i].name);
@@ -874,6 +944,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     double tw = MPI_Wtime();
     if (agree(comm, ok, err, errlen)) goto fail;
     prof[3] += MPI_Wtime() - tw;
+    shlm_guard_phase("completing the checksums");
     /* complete the checksums: every element was summed by exactly one rank */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     ok = 1;
@@ -903,6 +974,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     free(entries);
     if (agree(comm, ok, err, errlen)) goto fail;
     t_close = MPI_Wtime();
+    shlm_guard_phase("closing the file");
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     ok = ckpt_h5_close(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) {
@@ -912,6 +984,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* commit: only now does the checkpoint exist under its name and in `latest` */
     const double t_commit = MPI_Wtime();
+    shlm_guard_phase("committing it (fsync, rename, latest)");
     ok = rank != 0 || commit(dir, tmp, final, name, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail_closed;
     const double t1 = MPI_Wtime();
@@ -934,6 +1007,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     return 0;
 
 fail:
+    shlm_guard_phase("removing the failed file");
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     if (f.file >= 0) {
         char why[512];
@@ -962,6 +1036,23 @@ fail_closed:
     free(sums);
     free(buf);
     return -1;
+}
+
+int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                    char *err, size_t errlen) {
+    int nt;
+    tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
+    ckpt_h5_options opt;
+    save_options(cfg, &opt);
+    const uint64_t bytes = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
+    free(tl);
+    char what[64];
+    snprintf(what, sizeof what, "checkpoint save of step %lld", (long long)st->step);
+    guard_begin(what, bytes);
+    const int rc = save(e, topo, cfg, st, hf, dir, keep, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
 /* ---------------------------------------------------------------- load */
@@ -1053,11 +1144,16 @@ int checkpoint_read_hf(ckpt_h5_file *f, hf_files *out, char *err, size_t errlen)
 
 int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char *err,
                             size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "checkpoint load of %s", base_name(path));
+    guard_begin(what, 0);
+    shlm_guard_phase("reading its Hugging Face files");
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int ok = checkpoint_open(&f, path, comm, NULL, NULL, err, errlen) == 0;
     if (agree(comm, ok, err, errlen) == 0) ok = checkpoint_read_hf(&f, out, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
+    shlm_guard_end();
     return ok ? 0 : -1;
 }
 
@@ -1107,16 +1203,22 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, llama_conf
 
 int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char *err,
                           size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "checkpoint load of %s", base_name(path));
+    guard_begin(what, 0);
+    shlm_guard_phase("reading its state");
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int ok = checkpoint_open(&f, path, comm, NULL, st, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
-    return agree(comm, ok, err, errlen);
+    const int rc = agree(comm, ok, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
-int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
-                    const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
-                    size_t errlen) {
+static int load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
+                size_t errlen) {
     MPI_Comm comm = topo->world;
     const int rank = topo->world_rank;
     const double t0 = MPI_Wtime();
@@ -1135,10 +1237,14 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
     uint64_t bytes = 0;
     int rc = -1;
 
+    shlm_guard_phase("opening the file and checking its state");
     int ok = checkpoint_open(&f, path, comm, &shape, &st, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
     ok = checkpoint_check_shape(path, &shape, mc, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
+    if (test_hook_hits("SHLM_TEST_STOP_IN_LOAD", rank, -1))
+        test_stop("SHLM_TEST_STOP_IN_LOAD", rank, "in the load, its file open");
+    shlm_guard_phase("reading the data");
 
     for (int k = 0; k < nk; k++) {
         for (int u = 0; u < lay->n_units; u++) {
@@ -1192,6 +1298,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
             fsdp_set_state(e, u, (fsdp_state_kind)k, buf);
         }
     }
+    shlm_guard_phase("comparing the checksums");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     for (int i = 0; i < nd; i++) {
         ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
@@ -1204,6 +1311,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc
         }
     }
     const char *io_mode = f.io_mode;
+    shlm_guard_phase("closing the file");
     ok = ckpt_h5_close(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
     if (rank == 0) {
@@ -1228,6 +1336,17 @@ done:
     free(sums);
     free(stored);
     free(buf);
+    return rc;
+}
+
+int checkpoint_load(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                    const char *path, ckpt_load_what what, ckpt_state *st, char *err,
+                    size_t errlen) {
+    char text[200];
+    snprintf(text, sizeof text, "checkpoint load of %s", base_name(path));
+    guard_begin(text, layout_bytes(fsdp_layout(e), what == CKPT_LOAD_ALL ? N_KINDS : 1));
+    const int rc = load(e, topo, mc, path, what, st, err, errlen);
+    shlm_guard_end();
     return rc;
 }
 
@@ -1285,8 +1404,8 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
     return 0;
 }
 
-int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
-                       char *err, size_t errlen) {
+static int resolve(const char *dir, const char *resume, char *path, size_t pathlen, char *err,
+                   size_t errlen) {
     int rank;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     char found[2048] = "";
@@ -1314,6 +1433,14 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
     }
     snprintf(path, pathlen, "%s", found);
     return 0;
+}
+
+int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
+                       char *err, size_t errlen) {
+    guard_begin("finding the checkpoint to load", 0);
+    const int rc = resolve(dir, resume, path, pathlen, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
 /* ---------------------------------------------------------------- Hugging Face */
@@ -1361,8 +1488,8 @@ static int check_hf_names(const hf_weights *w, const llama_layout *lay, const hf
     return 0;
 }
 
-int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
-                         const char *dir, char *err, size_t errlen) {
+static int import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                     const char *dir, char *err, size_t errlen) {
     MPI_Comm comm = topo->world;
     const double t0 = MPI_Wtime();
     hf_config hc;
@@ -1462,12 +1589,24 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_confi
     return 0;
 }
 
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const llama_config *mc,
+                         const char *dir, char *err, size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "import of the Hugging Face weights in %s", base_name(dir));
+    guard_begin(what, layout_bytes(fsdp_layout(e), 1));
+    const int rc = import_hf(e, topo, mc, dir, err, errlen);
+    shlm_guard_end();
+    return rc;
+}
+
 int checkpoint_init_from(fsdp_engine *e, const topology *topo, const llama_config *mc,
                          const char *src, char *err, size_t errlen) {
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/config.json", src);
     int hf = access(cfg, R_OK) == 0;
+    guard_begin("finding the weights to load", 0);
     MPI_CHECK(MPI_Bcast(&hf, 1, MPI_INT, 0, topo->world));
+    shlm_guard_end();
     if (hf) return checkpoint_import_hf(e, topo, mc, src, err, errlen);
     char path[2048];
     if (checkpoint_resolve("", src, path, sizeof path, err, errlen) != 0) return -1;

@@ -285,10 +285,12 @@ static const key_def keys[] = {
      "is there), cpu or cuda (refused, naming the device, where it cannot run)"},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0,
      "CPU threads per rank; 0: cores / ranks on the node"},
-    /* kernels/comm_watchdog.h: both comm backends and the host reductions of a step */
+    /* kernels/comm_watchdog.h: both comm backends, the host reductions of a step, the
+     * guarded regions of checkpoint saves and loads */
     {"runtime", "comm_timeout_s", KT_FLOAT, F(comm_timeout_s), "600", 0, 1e7, NULL, KF_MIN_OPEN,
      "a collective unfinished this many seconds after its issue ends the job, naming the "
-     "ranks that did not arrive"},
+     "ranks that did not arrive; in a checkpoint save or load, a phase this long sends a "
+     "roll call and a rank that does not answer ends the job"},
     {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0,
      "make blocks of this many ranks act as nodes (HYBRID_SHARD on one machine, tests); 0: "
      "real nodes"},
