@@ -299,13 +299,9 @@ int cmd_plan(int argc, char **argv) {
         else
             snprintf(what, sizeof what, "this machine's GPU");
     } else if (strcmp(backend, "cpu") == 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        /* what train's fit check compares with (src/fit.h) */
         int per_node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
-        if (pages > 0 && page > 0) {
-            cap = (double)pages * (double)page / per_node;
-            snprintf(what, sizeof what, "this machine's memory (%.1f GiB shared by %d rank(s))",
-                     (double)pages * (double)page / 1073741824.0, per_node);
-        }
+        if (fit_host_memory(per_node, &cap, what, sizeof what) != 0) cap = 0;
     }
     if (cap > 0) {
         plan_point now = {ranks, cfg.micro_batch, topt.strategy, pt.ac};

@@ -305,25 +305,21 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     opt.shard_group = r->comm->group_create(r->topo.shard);
     opt.replica_group = r->comm->group_create(r->topo.replica);
     startup_mark(STARTUP_COMM);
-    /* on a device, refuse before allocating anything if the plan does not fit */
+    /* refuse before allocating anything if the plan does not fit: a device's free memory,
+     * or the host's available memory shared by the node's ranks */
     size_t used = 0, total = 0;
-    ok = 1;
+    double avail = -1;
+    char where[256] = "";
     r->device_base = 0;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
         r->device_base = used;
-        if (pl->total > total - used) {
-            snprintf(err, sizeof err,
-                     "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
-                     "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
-                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
-                     "(shardlm plan %.200s --ranks %d says which fits)",
-                     c->path, pl->total / 1073741824.0, r->ops->name, pl->state / 1073741824.0,
-                     pl->buffers / 1073741824.0, pl->bytes[PLAN_ACTIVATIONS] / 1073741824.0,
-                     pl->bytes[PLAN_OP_SCRATCH] / 1073741824.0, (total - used) / 1073741824.0,
-                     total / 1073741824.0, c->path, r->world);
-            ok = 0;
-        }
+        avail = (double)(total - used);
+        snprintf(where, sizeof where, "free on its %s device of %.2f GiB", r->ops->name,
+                 total / 1073741824.0);
+    } else if (!r->ops->mem_info && fit_host_memory(r->local_size, &avail, where, sizeof where) != 0) {
+        avail = -1;
     }
+    ok = avail < 0 || fit_check_memory(pl, avail, where, c->path, r->world, err, sizeof err) == 0;
     if (any_rank_failed(ok, err)) return -1;
     /* one device arena for everything the plan allocates through the ops; the ops' scratch
      * (attention's backward, the matmul library's workspace) is allocated before step 1
