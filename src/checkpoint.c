@@ -30,9 +30,10 @@
 
 /* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; 3:
  * model.tie_word_embeddings (older files are untied) and the /hf group of Hugging Face
- * files; versions 1 and 2 are read too (version 1's state range-checked, without a
- * checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 3, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
+ * files; 4: data.train, data.train_bytes, data.train_fingerprint (the training file);
+ * versions 1 to 3 are read too (version 1's state range-checked, without a checksum to
+ * compare) */
+enum { CKPT_FORMAT_VERSION = 4, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
@@ -184,7 +185,8 @@ typedef struct ckpt_record {
     llama_config m;
 } ckpt_record;
 
-typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR } field_type;
+/* FT_STR: fsdp.strategy, a strategy's name; FT_PATH: a file's name, any text */
+typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR, FT_PATH } field_type;
 
 /* A root attribute every save writes and every open reads back, range-checked, and that
  * the state checksum covers. Its bounds are the job key's named `key` where one exists
@@ -221,6 +223,10 @@ static const state_attr state_attrs[] = {
     {"train.global_batch", FT_INT, ST(global_batch), KEY("train.global_batch"), 1, 0},
     {"train.seq_len", FT_INT, ST(seq_len), KEY("train.seq_len"), 1, 0},
     {"train.steps", FT_INT, ST(steps), KEY("train.steps"), 1, 0},
+    /* the training file, recognised on resume */
+    {"data.train", FT_PATH, ST(data_train), NULL, 0, 0, 4, 0},
+    {"data.train_bytes", FT_U64, ST(data_bytes), NULL, 0, (double)UINT64_MAX, 4, 0},
+    {"data.train_fingerprint", FT_U64, ST(data_fingerprint), NULL, 0, (double)UINT64_MAX, 4, 0},
     /* the sharding it was saved with (informative: any other loads it) */
     {"fsdp.strategy", FT_STR, ST(strategy), NULL, 0, 0, 1, 0},
     {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},
@@ -254,7 +260,8 @@ static double field_value(const ckpt_record *r, const state_attr *a) {
     case FT_U64: return (double)*(const uint64_t *)p;
     case FT_FLOAT: return *(const float *)p;
     case FT_DOUBLE: return *(const double *)p;
-    case FT_STR: break;
+    case FT_STR:
+    case FT_PATH: break;
     }
     return 0;
 }
@@ -275,7 +282,8 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
         memcpy(&bits, &d, 8);
         snprintf(out, outlen, "%016llx", (unsigned long long)bits);
         return;
-    case FT_STR: snprintf(out, outlen, "%s", p); return;
+    case FT_STR:
+    case FT_PATH: snprintf(out, outlen, "%s", p); return;
     }
 }
 
@@ -284,6 +292,7 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
 static int check_value(const char *path, const state_attr *a, double v, const char *shown,
                        const char *suffix, char *err, size_t errlen) {
     char why[256];
+    if (a->type == FT_PATH) return 0;
     if (a->type == FT_STR) {
         fsdp_strategy sg;
         if (strategy_from_name(shown, &sg, why, sizeof why) == 0) return 0;
@@ -412,6 +421,16 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
             }
             free(str);
             break;
+        case FT_PATH:
+            if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
+            if (rc == 0 && str && strlen(str) >= sizeof r->st.data_train) {
+                io_set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
+                        "edited checkpoint)", f->path, a->name, strlen(str));
+                rc = -1;
+            }
+            if (rc == 0) snprintf(p, sizeof r->st.data_train, "%s", str ? str : "");
+            free(str);
+            break;
         }
         if (rc != 0) return -1;
     }
@@ -438,12 +457,13 @@ static int cmp_ds_path(const void *a, const void *b) {
  * state to the file's structure: every dataset's name, shape and contents. Sorts ds. */
 static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
-    /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
-    const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320;
+    /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) but the
+     * data.train file's (the field's size) */
+    const size_t cap = (size_t)(N_STATE_ATTRS + n + 1) * 320 + sizeof r->st.data_train;
     size_t len = 0;
     char *text = calloc(cap, 1);
     SHLM_CHECK_ALLOC(text);
-    char val[40];
+    char val[sizeof r->st.data_train];
     for (int i = 0; i < N_STATE_ATTRS; i++) {
         if (state_attrs[i].since > version) continue;
         field_text(r, &state_attrs[i], val, sizeof val);

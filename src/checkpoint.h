@@ -78,6 +78,10 @@ typedef struct ckpt_state {
                                * 0-based step with lr_decay_lr (src/optim.h: a schedule
                                * extended when a resume changed train.steps) */
     double lr_decay_lr;
+    /* the training token file it was saved from (data.train): the path as the job gave
+     * it, its size and fingerprint (io/tokens.h); "" and 0 in files of format 3 and older */
+    char data_train[1024];
+    uint64_t data_bytes, data_fingerprint;
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;

@@ -178,6 +178,9 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %llu (shuffle %s)\n", "seed", (unsigned long long)st.seed,
                st.shuffle ? "on" : "off");
         printf("  %-20s %d x %d tokens\n", "global_batch", st.global_batch, st.seq_len);
+        if (st.data_bytes)
+            printf("  %-20s %s (%llu bytes, fingerprint %016llx)\n", "data.train", st.data_train,
+                   (unsigned long long)st.data_bytes, (unsigned long long)st.data_fingerprint);
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);

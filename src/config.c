@@ -14,6 +14,7 @@
 
 #include "io/config_file.h"
 #include "io/errmsg.h"
+#include "io/hash.h"
 #include "io/hf_model.h"
 #include "src/prometheus.h"
 #include "src/tokenizer.h"
@@ -267,6 +268,11 @@ static const key_def keys[] = {
      NULL, 0,
      "a resume may change train.seq_len: the position is re-expressed in tokens (unshuffled "
      "data only)"},
+    /* the training file is recognised by its size and a fingerprint of its first and last
+     * MiB (io/tokens.h): another file under the same name is refused too */
+    {"checkpoint", "allow_data_change", KT_BOOL, F(allow_data_change), "false", NOLIM, NULL, 0,
+     "a resume may train on another data.train file than the checkpoint's: the next step "
+     "takes the checkpoint's next sample index in the new file"},
     /* how a save writes (io/ckpt_hdf5.h; benchmarks/RESULTS.md measures them); reads take
      * direct I/O wherever the file system allows it */
     {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
@@ -1229,10 +1235,6 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
 }
 
 uint64_t job_config_hash(const job_config *cfg) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
-    for (const unsigned char *p = (const unsigned char *)(cfg->text ? cfg->text : ""); *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ull; /* FNV prime */
-    }
-    return h;
+    const char *text = cfg->text ? cfg->text : "";
+    return shlm_fnv1a64(SHLM_FNV1A64_BASIS, text, strlen(text));
 }

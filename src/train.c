@@ -481,12 +481,26 @@ static int write_trace(run *r, char *err, size_t errlen) {
 }
 
 /* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
- * means): a train.seq_len, global_batch or steps other than the checkpoint's is refused
- * unless allowed, naming both values and the key; an allowed change adjusts *st (the
- * data position in windows of the new length; the schedule's new cosine). n_tokens: the
- * training file's token count. Local: every rank reaches the same verdict. */
-static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens,
+ * means): another training file (size and fingerprint; not checked for checkpoints older
+ * than the fingerprint), train.seq_len, global_batch or steps than the checkpoint's is
+ * refused unless allowed, naming both files or values and the key; an allowed change
+ * adjusts *st (the data position in windows of the new length; the schedule's new
+ * cosine). tf: the training file. Local: every rank reaches the same verdict. */
+static int resume_rules(const job_config *c, const char *path, const token_file *tf,
                         ckpt_state *st, char *err, size_t errlen) {
+    const uint64_t n_tokens = tf->count;
+    if (st->data_bytes && !c->allow_data_change &&
+        (st->data_bytes != tf->size || st->data_fingerprint != tf->fingerprint)) {
+        snprintf(err, errlen, "%.200s was saved training on %.200s (%llu bytes, fingerprint "
+                 "%016llx); this job's data.train %.200s is another file (%llu bytes, fingerprint "
+                 "%016llx): the checkpoint's data position counts samples of its own; set "
+                 "checkpoint.allow_data_change = true to continue at the same sample index in "
+                 "this file, or resume with data.train = %.200s", path, st->data_train,
+                 (unsigned long long)st->data_bytes, (unsigned long long)st->data_fingerprint,
+                 c->data_train, (unsigned long long)tf->size,
+                 (unsigned long long)tf->fingerprint, st->data_train);
+        return -1;
+    }
     if (st->seq_len != c->seq_len) {
         if (!c->allow_seq_len_change) {
             snprintf(err, errlen, "%s was saved with train.seq_len = %d, this job has %d: its "
@@ -571,15 +585,20 @@ static int load_initial_weights(run *r, ckpt_state *st) {
         ckpt_state peek;
         if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
             return any_rank_failed(0, err);
-        int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
+        int ok = resume_rules(c, path, &r->train_tf, &peek, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) return -1;
         if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
                             sizeof err) != 0 ||
             checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
             return any_rank_failed(0, err);
         const ckpt_state saved = *st;
-        if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
+        if (resume_rules(c, path, &r->train_tf, st, err, sizeof err) != 0)
             return any_rank_failed(0, err); /* the file changed since it was first read */
+        if (r->rank == 0 && st->data_bytes &&
+            (st->data_bytes != r->train_tf.size || st->data_fingerprint != r->train_tf.fingerprint))
+            printf("checkpoint: data.train is another file than the checkpoint's %s "
+                   "(checkpoint.allow_data_change): the next step takes sample %llu of %s\n",
+                   st->data_train, (unsigned long long)st->data_position, c->data_train);
         if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))
             printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
                    "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
@@ -865,6 +884,9 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
             st.global_batch = c->global_batch;
             st.seq_len = c->seq_len;
             st.lr_last = lr;
+            snprintf(st.data_train, sizeof st.data_train, "%s", c->data_train);
+            st.data_bytes = r->train_tf.size;
+            st.data_fingerprint = r->train_tf.fingerprint;
             if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                                 sizeof err) != 0) {
                 any_rank_failed(0, err);
