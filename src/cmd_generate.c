@@ -13,6 +13,7 @@
 #include "src/checkpoint.h"
 #include "src/commands.h"
 #include "src/doc_pieces.h"
+#include "src/numbers.h"
 #include "src/sample.h"
 #include "src/train.h"
 
@@ -40,7 +41,8 @@ typedef struct gen_args {
     int tokens;            /* -1: the job's sample_tokens */
     float temperature;     /* NAN: the job's */
     float top_p;           /* NAN: the job's */
-    long long seed;        /* -1: the job's */
+    uint64_t seed;
+    int seed_given;        /* 0: the job's train.seed */
     int n_sets;
     char **sets;
 } gen_args;
@@ -50,13 +52,12 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
     a->tokens = -1;
     a->temperature = NAN;
     a->top_p = NAN;
-    a->seed = -1;
     a->sets = calloc((size_t)argc + 1, sizeof(char *));
     SHLM_CHECK_ALLOC(a->sets);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         int has = i + 1 < argc;
-        char *end = NULL;
+        double x = 0;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             snprintf(err, errlen, "help");
             return -1;
@@ -76,19 +77,20 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         else if (strcmp(o, "--system") == 0) a->system = argv[++i];
         else if (strcmp(o, "--chat-template") == 0) a->chat_template = argv[++i];
         else if (strcmp(o, "--set") == 0) a->sets[a->n_sets++] = argv[++i];
+        /* the numbers stand for the job's sampling keys: their rules */
         else if (strcmp(o, "--tokens") == 0) {
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > (1 << 24)) goto bad;
-            a->tokens = (int)v;
+            if (job_key_option("train.sample_tokens", o, argv[++i], &x, err, errlen) != 0) return -1;
+            a->tokens = (int)x;
         } else if (strcmp(o, "--temperature") == 0) {
-            a->temperature = strtof(argv[++i], &end);
-            if (*end || !(a->temperature >= 0)) goto bad;
+            if (job_key_option("train.sample_temperature", o, argv[++i], &x, err, errlen) != 0)
+                return -1;
+            a->temperature = (float)x;
         } else if (strcmp(o, "--top-p") == 0) {
-            a->top_p = strtof(argv[++i], &end);
-            if (*end || !(a->top_p > 0 && a->top_p <= 1)) goto bad;
+            if (job_key_option("train.sample_top_p", o, argv[++i], &x, err, errlen) != 0) return -1;
+            a->top_p = (float)x;
         } else if (strcmp(o, "--seed") == 0) {
-            a->seed = strtoll(argv[++i], &end, 10);
-            if (*end || a->seed < 0) goto bad;
+            if (num_option_u64(o, argv[++i], &a->seed, err, errlen) != 0) return -1;
+            a->seed_given = 1;
         } else if (o[0] == '-') {
             snprintf(err, errlen, "unknown option '%s'", o);
             return -1;
@@ -98,10 +100,6 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         } else {
             a->job = o;
         }
-        continue;
-    bad:
-        snprintf(err, errlen, "bad value '%s' for %s", argv[i], o);
-        return -1;
     }
     if (!a->job) snprintf(err, errlen, "no job file given");
     else if (!a->prompt == !a->prompt_ids) snprintf(err, errlen, "give one of --prompt or --prompt-ids");
@@ -126,19 +124,20 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
         const char *s = a->prompt_ids, *p = s;
         *ids = malloc((strlen(s) + 1) * sizeof(int32_t));
         SHLM_CHECK_ALLOC(*ids);
-        while (*p) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || v < 0 || v >= V) {
-                snprintf(err, errlen, "--prompt-ids: '%s' is not a list of ids in [0, %d)", s, V);
+        /* comma-separated ids, each a strict number (src/numbers.h) in [0, V) */
+        for (;;) {
+            const size_t len = strcspn(p, ",");
+            char item[32];
+            long long v = -1;
+            snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
+            if (len >= sizeof item || num_parse_int(item, &v) != NUM_OK || v < 0 || v >= V) {
+                snprintf(err, errlen, "--prompt-ids: '%.*s' (id %d of '%.200s') is not a token "
+                         "id in [0, %d)", (int)(len < 40 ? len : 40), p, *n + 1, s, V);
                 return -1;
             }
             (*ids)[(*n)++] = (int32_t)v;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') {
-                snprintf(err, errlen, "--prompt-ids: expected ',' in '%s'", s);
-                return -1;
-            }
+            if (!p[len]) break;
+            p += len + 1;
         }
     } else {
         if (run_check_tokenizer(r, err, errlen) != 0) return -1;
@@ -195,8 +194,11 @@ int cmd_generate(int argc, char **argv) {
         free(a.sets);
         return 0;
     }
+    if (!ok) { /* one line; the usage is --help's */
+        const size_t len = strlen(err);
+        snprintf(err + len, sizeof err - len, " (usage: shardlm generate --help)");
+    }
     if (any_rank_failed(ok, err)) {
-        if (shlm_rank() <= 0) fputs(usage_text, stderr);
         free(a.sets);
         return 2;
     }
@@ -240,7 +242,7 @@ int cmd_generate(int argc, char **argv) {
     const sample_options so = {.temperature = isnan(a.temperature) ? c->sample_temperature
                                                                     : a.temperature,
                                .top_p = isnan(a.top_p) ? c->sample_top_p : a.top_p,
-                               .seed = a.seed >= 0 ? (uint64_t)a.seed : c->seed,
+                               .seed = a.seed_given ? a.seed : c->seed,
                                .stop_ids = stop, .n_stop = n_stop};
     out = malloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
     SHLM_CHECK_ALLOC(out);

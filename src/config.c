@@ -16,6 +16,7 @@
 #include "io/errmsg.h"
 #include "io/hash.h"
 #include "io/hf_model.h"
+#include "src/numbers.h"
 #include "src/prometheus.h"
 #include "src/tokenizer.h"
 
@@ -462,14 +463,13 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
     return 0;
 }
 
+/* An integer key's bounds are said in full (the int's own limit included: a value past it
+ * is out of range, not "must be >= 1"); a float key's unbounded top is left out. */
 static void range_text(const key_def *k, char *out, size_t outlen) {
-    int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
-    /* %.15g: integer bounds in full (1048576, not 1.04858e+06) */
-    if (inf)
-        snprintf(out, outlen, "must be %s %.15g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
-    else
-        snprintf(out, outlen, "must be in %c%.15g, %.15g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
-                 k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
+    const int open = (k->flags & KF_MIN_OPEN ? NUM_LO_OPEN : 0) |
+                     (k->flags & KF_MAX_OPEN ? NUM_HI_OPEN : 0);
+    num_range_text(k->min, k->type == KT_FLOAT && k->max >= FMAX ? HUGE_VAL : k->max, open, out,
+                   outlen);
 }
 
 static int in_range(const key_def *k, double v) {
@@ -483,17 +483,16 @@ static int in_range(const key_def *k, double v) {
 static int parse_value(const key_def *k, const char *v, job_config *cfg, char *why,
                        size_t whylen) {
     char *field = (char *)cfg + k->offset;
-    char *end;
     char range[96];
-    errno = 0;
+    num_result r;
     switch (k->type) {
     case KT_INT: {
-        long long x = strtoll(v, &end, 10);
-        if (end == v || *end || isspace((unsigned char)*v)) {
+        long long x = 0;
+        if ((r = num_parse_int(v, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not an integer");
             return -1;
         }
-        if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
+        if (r == NUM_RANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
             range_text(k, range, sizeof range);
             io_set_err(why, whylen, "out of range, %s", range);
             return -1;
@@ -502,15 +501,14 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         return 0;
     }
     case KT_FLOAT: {
-        double x = strtod(v, &end);
-        if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
-            strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
+        double x = 0;
+        if ((r = num_parse_double(v, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not a number");
             return -1;
         }
         /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
         float f = (float)x;
-        if (fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
+        if (r == NUM_RANGE || fabs(x) > FLT_MAX || !in_range(k, (double)f)) {
             range_text(k, range, sizeof range);
             io_set_err(why, whylen, "out of range, %s", range);
             return -1;
@@ -519,13 +517,12 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
         return 0;
     }
     case KT_U64: {
-        int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-        unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
-        if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
+        uint64_t x = 0;
+        if ((r = num_parse_u64(v, 1, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not an unsigned integer");
             return -1;
         }
-        if (errno == ERANGE) {
+        if (r == NUM_RANGE) {
             io_set_err(why, whylen, "out of range, must be < 2^64");
             return -1;
         }
@@ -1178,6 +1175,28 @@ static int find_named(const char *name) {
     char section[32];
     snprintf(section, sizeof section, "%.*s", (int)(dot - name), name);
     return find_key(section, dot + 1);
+}
+
+int job_key_option(const char *name, const char *opt, const char *v, double *out, char *err,
+                   size_t errlen) {
+    const int i = find_named(name);
+    if (i < 0 || (keys[i].type != KT_INT && keys[i].type != KT_FLOAT)) {
+        io_set_err(err, errlen, "internal error: %s is not a number key", name);
+        return -1;
+    }
+    const key_def *k = &keys[i];
+    if (k->type == KT_INT) {
+        long long x;
+        const long long lo = (long long)k->min + !!(k->flags & KF_MIN_OPEN);
+        const long long hi = (long long)k->max - !!(k->flags & KF_MAX_OPEN);
+        if (num_option_int(opt, v, lo, hi, &x, err, errlen) != 0) return -1;
+        *out = (double)x;
+        return 0;
+    }
+    const int open = (k->flags & KF_MIN_OPEN ? NUM_LO_OPEN : 0) |
+                     (k->flags & KF_MAX_OPEN ? NUM_HI_OPEN : 0);
+    return num_option_double(opt, v, k->min, k->max >= FMAX ? HUGE_VAL : k->max, open, out, err,
+                             errlen);
 }
 
 const char *job_choice_name(const char *name, int v) {

@@ -139,6 +139,13 @@ void job_config_print(const job_config *cfg, int world_size);
  * integer", "not a number") in why. */
 int job_key_check(const char *name, double v, char *why, size_t whylen);
 
+/* A command-line option `opt` that stands for integer or floating-point key `name`
+ * (generate's --top-p for train.sample_top_p): v parsed strictly (src/numbers.h) as the
+ * key's type within the key's bounds, one copy of its rule. 0, or -1 with one line naming
+ * the option and the value in err ("--top-p: '2' is out of range, must be in (0, 1]"). */
+int job_key_option(const char *name, const char *opt, const char *v, double *out, char *err,
+                   size_t errlen);
+
 /* The word of choice key `name` ("section.key") whose value is v ("?" when there is none). */
 const char *job_choice_name(const char *name, int v);
 

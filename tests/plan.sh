@@ -399,7 +399,7 @@ expect_error "plan --ranks 3 --ranks-per-node 2" small.ini ranks_per_node "world
 run "$SHLM" plan "$T/small.ini" --ranks 3 --set runtime.ranks_per_node=2
 expect_error "plan --ranks 3 --set runtime.ranks_per_node=2" small.ini ranks_per_node
 run "$SHLM" plan "$T/small.ini" --ranks 0
-expect_error "plan --ranks 0" "not a positive integer" 0
+expect_error "plan --ranks 0" "--ranks: '0' is out of range, must be in [1, 16777216]"
 run "$SHLM" plan "$T/small.ini" --ranks 2 --device z900
 expect_error "plan --device z900" "--device z900" "not in the device table" h200
 run "$SHLM" plan "$T/small.ini" --ranks 2 --device-gib -1
