@@ -20,7 +20,7 @@
 static const char usage_text[] =
     "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"
     "         [--chat [--system TEXT] [--chat-template auto|chatml|llama2]] [--tokens N]\n"
-    "         [--temperature T] [--top-p P] [--seed S] [--ids]\n"
+    "         [--temperature T] [--top-p P] [--seed S] [--ids] [--truncate-prompt]\n"
     "         [--dump-logits FILE.safetensors] [--set section.key=value ...]\n"
     "  Weights: CKPT (a step_<N>.h5 file, a checkpoint directory (its `latest`), or a\n"
     "  Hugging Face directory), else checkpoint.resume (auto: checkpoint.dir's latest), else\n"
@@ -30,6 +30,8 @@ static const char usage_text[] =
     "  and the assistant's turn opened. The reply is printed as it is generated and ends at\n"
     "  an eos id or after N tokens (--tokens; default train.sample_tokens, else 200).\n"
     "  --temperature 0 is greedy; defaults come from the job's [train] sample_* keys.\n"
+    "  A prompt longer than the context (train.seq_len) is refused: the model would not\n"
+    "  see its start; --truncate-prompt keeps its last train.seq_len tokens, saying so.\n"
     "  --ids also prints the prompt's and the reply's token ids. --dump-logits writes the\n"
     "  prompt's logits (input_ids I32 [1,T], logits F32 [1,T,V]) before sampling. No\n"
     "  [train] schedule keys are needed; train.seq_len (the context) defaults to\n"
@@ -38,6 +40,7 @@ static const char usage_text[] =
 typedef struct gen_args {
     const char *job, *ckpt, *prompt, *prompt_ids, *dump, *system, *chat_template;
     int chat, show_ids;
+    int truncate_prompt;   /* keep the last train.seq_len tokens of a longer prompt */
     int tokens;            /* -1: the job's sample_tokens */
     float temperature;     /* NAN: the job's */
     float top_p;           /* NAN: the job's */
@@ -62,8 +65,9 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
             snprintf(err, errlen, "help");
             return -1;
         }
-        if (strcmp(o, "--chat") == 0 || strcmp(o, "--ids") == 0) {
-            *(o[2] == 'c' ? &a->chat : &a->show_ids) = 1;
+        if (strcmp(o, "--chat") == 0 || strcmp(o, "--ids") == 0 ||
+            strcmp(o, "--truncate-prompt") == 0) {
+            *(o[2] == 'c' ? &a->chat : o[2] == 'i' ? &a->show_ids : &a->truncate_prompt) = 1;
             continue;
         }
         if (o[0] == '-' && !has) {
@@ -219,10 +223,27 @@ int cmd_generate(int argc, char **argv) {
     float *logits = NULL;
     int n_prompt = 0;
     ok = prompt_tokens(&a, &r, &prompt, &n_prompt, err, sizeof err) == 0;
-    if (ok && a.dump && n_prompt > c->seq_len) {
-        snprintf(err, sizeof err, "--dump-logits: the prompt has %d tokens, more than "
-                 "train.seq_len = %d", n_prompt, c->seq_len);
+    /* The context slides over the reply as it grows, but a prompt longer than it would
+     * lose its start before the first token: the reply would answer another text, so
+     * that is refused unless asked for */
+    if (ok && n_prompt > c->seq_len && !a.truncate_prompt) {
+        char longer[96] = "";
+        if (c->seq_len < c->model.max_seq_len)
+            snprintf(longer, sizeof longer, ", raise train.seq_len (up to model.max_seq_len = %d)",
+                     c->model.max_seq_len);
+        snprintf(err, sizeof err, "the prompt has %d tokens, more than the context "
+                 "(train.seq_len = %d): the model would not see its first %d; shorten it%s or "
+                 "give --truncate-prompt to keep its last %d tokens", n_prompt, c->seq_len,
+                 n_prompt - c->seq_len, longer, c->seq_len);
         ok = 0;
+    } else if (ok && n_prompt > c->seq_len) {
+        if (r.rank == 0)
+            fprintf(stderr, "shardlm: warning: the prompt has %d tokens, more than the context "
+                    "(train.seq_len = %d): its first %d are dropped, its last %d kept "
+                    "(--truncate-prompt)\n", n_prompt, c->seq_len, n_prompt - c->seq_len,
+                    c->seq_len);
+        memmove(prompt, prompt + (n_prompt - c->seq_len), (size_t)c->seq_len * sizeof *prompt);
+        n_prompt = c->seq_len;
     }
     if (any_rank_failed(ok, err)) goto done;
     char what[2100];

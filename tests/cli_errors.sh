@@ -302,6 +302,22 @@ num "generate --prompt-ids 1,,2" "--prompt-ids: '' (id 2 of '1,,2') is not a tok
     generate "$J" --prompt-ids 1,,2
 num "generate --prompt-ids ' 5'" "--prompt-ids: ' 5' (id 1 of ' 5')" -- generate "$J" --prompt-ids " 5"
 }
+# a prompt longer than the context (small.ini: 32 tokens) is refused; --truncate-prompt keeps
+# its last 32 tokens and says so
+long_prompt=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "ab" }')
+run "$SHLM" generate "$J" --prompt "$long_prompt" --tokens 1
+expect "generate: a prompt of 80 tokens, the context 32" "the prompt has 80 tokens, more than the context (train.seq_len = 32)" \
+    "its first 48" "--truncate-prompt"
+run "$SHLM" generate "$J" --prompt "$long_prompt" --tokens 1 --ids --truncate-prompt
+if [ $rc -eq 0 ] && [ "$(grep -c . "$T/err")" -eq 1 ] &&
+    grep -q "^shardlm: warning: the prompt has 80 tokens, more than the context (train.seq_len = 32): its first 48 are dropped, its last 32 kept" "$T/err" &&
+    [ "$(sed -n 's/^prompt ids: //p' "$T/out" | wc -w)" -eq 32 ]; then
+    echo "ok: generate --truncate-prompt: the last 32 of 80 tokens, said in one warning"
+    n_ok=$((n_ok + 1))
+else
+    sed 's/^/    stderr: /' "$T/err"
+    fail "generate --truncate-prompt: exit $rc, want 0, one warning and a prompt of 32 ids"
+fi
 num "data random --vocab ''" "--vocab: '' is not an integer" -- data random --vocab "" --tokens 5 "$T/r.bin"
 num "data random --tokens 1" "--tokens: '1' is out of range, must be in [2, " -- \
     data random --vocab 9 --tokens 1 "$T/r.bin"
