@@ -481,8 +481,8 @@ static int write_trace(run *r, char *err, size_t errlen) {
 }
 
 /* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
- * means): another training file (size and fingerprint; not checked for checkpoints older
- * than the fingerprint), train.seq_len, global_batch or steps than the checkpoint's is
+ * means): a training file other than the checkpoint's (by size and fingerprint; older
+ * checkpoints keep none), or a train.seq_len, global_batch or steps other than its, is
  * refused unless allowed, naming both files or values and the key; an allowed change
  * adjusts *st (the data position in windows of the new length; the schedule's new
  * cosine). tf: the training file. Local: every rank reaches the same verdict. */
@@ -596,7 +596,7 @@ static int load_initial_weights(run *r, ckpt_state *st) {
             return any_rank_failed(0, err); /* the file changed since it was first read */
         if (r->rank == 0 && st->data_bytes &&
             (st->data_bytes != r->train_tf.size || st->data_fingerprint != r->train_tf.fingerprint))
-            printf("checkpoint: data.train is another file than the checkpoint's %s "
+            printf("checkpoint: data.train is not the checkpoint's file %s "
                    "(checkpoint.allow_data_change): the next step takes sample %llu of %s\n",
                    st->data_train, (unsigned long long)st->data_position, c->data_train);
         if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))

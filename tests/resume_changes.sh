@@ -152,7 +152,7 @@ refused_before_step1 data_edited "$rc" "was saved training on $work/train.bin" \
     "this job's data.train $work/edited.bin is another file" "checkpoint.allow_data_change = true"
 data="$work/same.bin"
 train data_same "$work/d1" --set train.steps=20 --set train.stop_after=11
-if ran data_same && ! grep -q "another file" "$work/data_same.log"; then
+if ran data_same && ! grep -q "not the checkpoint's file" "$work/data_same.log"; then
     ok "data_same: a copy of the training file under another name resumes, nothing said"
 else
     fail "data_same: a copy of the training file under another name is not taken as the same"
@@ -163,7 +163,7 @@ train data_ok "$work/d2" --set train.steps=20 --set checkpoint.allow_data_change
     --set train.stop_after=12
 data=""
 if ran data_ok &&
-    grep -q "data.train is another file than the checkpoint's $work/train.bin (checkpoint.allow_data_change): the next step takes sample 80 of $work/other.bin" "$work/data_ok.log" &&
+    grep -q "data.train is not the checkpoint's file $work/train.bin (checkpoint.allow_data_change): the next step takes sample 80 of $work/other.bin" "$work/data_ok.log" &&
     "$SHLM" ckpt info "$work/d2/step_12.h5" | grep -q "data.train  *$work/other.bin ("; then
     ok "data_ok: allowed, the next step takes sample 80 of the new file, whose name step 12 keeps"
 else
