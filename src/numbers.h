@@ -14,8 +14,8 @@ typedef enum num_result {
     NUM_RANGE = -2   /* a number of that kind, past what the type holds */
 } num_result;
 
-/* The whole of s is the number: no space before or after it, nothing after it. */
-/* A decimal integer with an optional sign, within long long. */
+/* In each, the whole of s is the number: no space before or after it, nothing after it;
+ * *out is set on NUM_OK only. A decimal integer with an optional sign, within long long: */
 num_result num_parse_int(const char *s, long long *out);
 /* Decimal digits (no sign), or with hex 0x and hexadecimal digits, within 64 bits. */
 num_result num_parse_u64(const char *s, int hex, uint64_t *out);
