@@ -14,6 +14,7 @@
 
 #include "io/safe_file.h"
 #include "io/errmsg.h"
+#include "io/hash.h"
 
 /* Tokens per fread/fwrite: large enough to stream at disk speed, small enough that the
  * staging buffer is a rounding error next to the tokens themselves. */
@@ -357,6 +358,37 @@ static int read_header_v2(token_file *tf, const unsigned char *hdr, char *err, s
     return 0;
 }
 
+/* tf->fingerprint (tokens.h): the first and the last block of the open file, hashed. */
+static int fingerprint(token_file *tf, char *err, size_t errlen) {
+    const uint64_t block = TOKENS_FINGERPRINT_BLOCK, size = tf->size;
+    const uint64_t first = size < block ? size : block;
+    const uint64_t last_at = size > 2 * block ? size - block : first; /* no byte twice */
+    char *buf = malloc(block);
+    if (!buf) {
+        set_err(err, errlen, "%s: out of memory", tf->path);
+        return -1;
+    }
+    uint64_t h = shlm_fnv1a64(SHLM_FNV1A64_BASIS, &size, sizeof size);
+    const uint64_t at[2] = {0, last_at}, len[2] = {first, size - last_at};
+    for (int k = 0; k < 2; k++) {
+        for (uint64_t done = 0; done < len[k];) {
+            ssize_t r = pread(tf->fd, buf, (size_t)(len[k] - done), (off_t)(at[k] + done));
+            if (r < 0 && errno == EINTR) continue;
+            if (r <= 0) {
+                set_err(err, errlen, "%s: read failed: %s", tf->path, r ? strerror(errno) :
+                        "the file is shorter than at open");
+                free(buf);
+                return -1;
+            }
+            h = shlm_fnv1a64(h, buf, (size_t)r);
+            done += (uint64_t)r;
+        }
+    }
+    free(buf);
+    tf->fingerprint = h;
+    return 0;
+}
+
 int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) {
     memset(tf, 0, sizeof *tf);
     tf->fd = -1;
@@ -503,6 +535,7 @@ int token_file_open(token_file *tf, const char *path, char *err, size_t errlen) 
     free(chunk);
     chunk = NULL;
     if (version == 2 && check_bits(tf, err, errlen) != 0) goto fail;
+    if (fingerprint(tf, err, errlen) != 0) goto fail;
     posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM); /* windows are read in shuffled order */
     return 0;
 

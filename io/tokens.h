@@ -41,6 +41,7 @@ enum {
     TOKENS_HEADER_BYTES = 96, /* version 2 */
     TOKENS_VERSION = 2,
     TOKENS_GROUP = 64,        /* tokens per pair of bit words */
+    TOKENS_FINGERPRINT_BLOCK = 1 << 20,
 };
 #define TOKENS_MAGIC "SHLMTOK"
 
@@ -90,6 +91,11 @@ typedef struct token_file {
     /* what the file was at open, for token_file_check */
     uint64_t dev, ino, size;
     int64_t mtime_ns;
+    /* which file it is, for a checkpoint to recognise on resume: FNV-1a 64 (io/hash.h) of
+     * its first and its last TOKENS_FINGERPRINT_BLOCK bytes (the header among them; the
+     * whole file once when it is shorter than two blocks), with `size`; 0 for tokens held
+     * in memory */
+    uint64_t fingerprint;
     int32_t *tokens;    /* tokens held in memory instead (tests build these by hand) */
     uint8_t *flags;     /* with tokens: their TOKEN_* flags, or NULL (every token trained,
                          * one document) */

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
-#include "kernels/cpu/cpu.h"
 
 /* bitsandbytes' get_4bit_type("nf4") (and its C++ nf4_lut), each literal rounded to fp32 */
 const float shlm_nf4_code[16] = {

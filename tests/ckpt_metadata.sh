@@ -13,8 +13,8 @@
 #  - soft, hard and external links between datasets are refused;
 #  - `ckpt info` with model.n_layers = 1e8 ends at once with the bound (no allocation
 #    from it, no out-of-memory), `ckpt verify` with n_heads = 0 likewise;
-#  - a format-1 file (no state checksum) and a format-2 file (no tie_word_embeddings)
-#    still resume; format 4 is refused.
+#  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings) and a
+#    format-3 file (no data.train attributes) still resume; format 5 is refused.
 # Skipped (77) without a python3 that has h5py and numpy (Debian: python3-h5py).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_metadata.sh
 set -u
@@ -138,6 +138,15 @@ if [ $? -ne 0 ]; then
 else
     echo "ckpt_metadata: ok: a format-2 checkpoint resumes (its state checksum without" \
         "model.tie_word_embeddings)"
+fi
+case_file v3 v3
+train v3 --set "checkpoint.resume=$work/v3.h5" --set train.stop_after=12
+if [ $? -ne 0 ]; then
+    tail -n 3 "$work/v3.err"
+    fail "a format-3 checkpoint (before the training file's attributes) does not resume"
+else
+    echo "ckpt_metadata: ok: a format-3 checkpoint resumes (its state checksum without" \
+        "data.train, data.train_bytes, data.train_fingerprint)"
 fi
 case_file v5 attr format_version 5
 resume_case v5 "checkpoint format version 5, this shardlm reads 1 to 4"

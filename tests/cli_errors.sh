@@ -265,9 +265,71 @@ if [ -e "$T/out.bin" ]; then fail "data prepare left $T/out.bin behind"; fi
 
 # ---- ckpt ----
 run "$SHLM" ckpt export "$T/no-ckpt" "$T/hf" --shard-size -5
-expect "ckpt export --shard-size -5" "--shard-size '-5'" "positive number of bytes"
+expect "ckpt export --shard-size -5" "--shard-size: '-5' is out of range, must be in [1, "
 run "$SHLM" ckpt export "$T/no-ckpt" "$T/hf" --shard-size 0x10
-expect "ckpt export --shard-size 0x10" "--shard-size '0x10'"
+expect "ckpt export --shard-size 0x10" "--shard-size: '0x10' is not an integer"
+
+# ---- numbers in options: parsed strictly everywhere (src/base/numbers.h), one line naming the
+# option and the value: empty, spaced, trailing text, hexadecimal, nan/inf, past the type,
+# out of the range (generate's are its sampling keys' ranges) ----
+# num NAME PATTERN -- ARGS...: shardlm ARGS fails with one line naming PATTERN
+num() {
+    nm=$1 pat=$2
+    shift 3
+    run "$SHLM" "$@"
+    expect "$nm" "$pat"
+}
+G="generate $J --prompt hi"
+# shellcheck disable=SC2086 # G's words
+{
+num "generate --temperature ''" "--temperature: '' is not a number" -- $G --temperature ""
+num "generate --seed ''" "--seed: '' is not an unsigned integer" -- $G --seed ""
+num "generate --tokens ''" "--tokens: '' is not an integer" -- $G --tokens ""
+num "generate --seed 2^64+" "--seed: '18446744073709551616' is out of range, must be < 2^64" -- \
+    $G --seed 18446744073709551616
+num "generate --seed -1" "--seed: '-1' is not an unsigned integer" -- $G --seed -1
+num "generate --temperature inf" "--temperature: 'inf' is not a number" -- $G --temperature inf
+num "generate --temperature nan" "--temperature: 'nan' is not a number" -- $G --temperature nan
+num "generate --temperature 1e999" "--temperature: '1e999' is out of range, must be in [0, 100]" -- \
+    $G --temperature 1e999
+num "generate --temperature 0x1p3" "--temperature: '0x1p3' is not a number" -- $G --temperature 0x1p3
+num "generate --temperature ' 0.5'" "--temperature: ' 0.5' is not a number" -- $G --temperature " 0.5"
+num "generate --top-p 0" "--top-p: '0' is out of range, must be in (0, 1]" -- $G --top-p 0
+num "generate --tokens 5x" "--tokens: '5x' is not an integer" -- $G --tokens 5x
+num "generate --tokens 2^24+1" "--tokens: '16777217' is out of range, must be in [0, 16777216]" -- \
+    $G --tokens 16777217
+num "generate --prompt-ids 1,,2" "--prompt-ids: '' (id 2 of '1,,2') is not a token id" -- \
+    generate "$J" --prompt-ids 1,,2
+num "generate --prompt-ids ' 5'" "--prompt-ids: ' 5' (id 1 of ' 5')" -- generate "$J" --prompt-ids " 5"
+}
+# a prompt longer than the context (small.ini: 32 tokens) is refused; --truncate-prompt keeps
+# its last 32 tokens and says so
+long_prompt=$(awk 'BEGIN { for (i = 0; i < 40; i++) printf "ab" }')
+run "$SHLM" generate "$J" --prompt "$long_prompt" --tokens 1
+expect "generate: a prompt of 80 tokens, the context 32" "the prompt has 80 tokens, more than the context (train.seq_len = 32)" \
+    "its first 48" "--truncate-prompt"
+run "$SHLM" generate "$J" --prompt "$long_prompt" --tokens 1 --ids --truncate-prompt
+if [ $rc -eq 0 ] && [ "$(grep -c . "$T/err")" -eq 1 ] &&
+    grep -q "^shardlm: warning: the prompt has 80 tokens, more than the context (train.seq_len = 32): its first 48 are dropped, its last 32 kept" "$T/err" &&
+    [ "$(sed -n 's/^prompt ids: //p' "$T/out" | wc -w)" -eq 32 ]; then
+    echo "ok: generate --truncate-prompt: the last 32 of 80 tokens, said in one warning"
+    n_ok=$((n_ok + 1))
+else
+    sed 's/^/    stderr: /' "$T/err"
+    fail "generate --truncate-prompt: exit $rc, want 0, one warning and a prompt of 32 ids"
+fi
+num "data random --vocab ''" "--vocab: '' is not an integer" -- data random --vocab "" --tokens 5 "$T/r.bin"
+num "data random --tokens 1" "--tokens: '1' is out of range, must be in [2, " -- \
+    data random --vocab 9 --tokens 1 "$T/r.bin"
+num "data random --seed 1.5" "--seed: '1.5' is not an unsigned integer" -- \
+    data random --vocab 9 --tokens 5 --seed 1.5 "$T/r.bin"
+num "data prepare --max-doc-len 0" "--max-doc-len: '0' is out of range, must be in [1, " -- \
+    data prepare --tokenizer bytes --max-doc-len 0 "$T/in.txt" "$T/out.bin"
+num "plan --ranks ''" "--ranks: '' is not an integer" -- plan "$J" --ranks ""
+num "plan --ranks 2.0" "--ranks: '2.0' is not an integer" -- plan "$J" --ranks 2.0
+num "plan --device-gib inf" "--device-gib: 'inf' is not a number" -- plan "$J" --ranks 1 --device-gib inf
+num "ckpt export --shard-size ''" "--shard-size: '' is not an integer" -- \
+    ckpt export "$T/no-ckpt" "$T/hf" --shard-size ""
 
 # ---- on 2 ranks: the line once, every rank exits non-zero by itself ----
 

@@ -12,6 +12,8 @@ that a range check, not the checksum, is what has to catch an edit.
   corrupt.py v1 FILE                           make it a format-1 file (no state checksum)
   corrupt.py v2 FILE                           make it a format-2 file (untied, no
                                                model.tie_word_embeddings), restamped
+  corrupt.py v3 FILE                           make it a format-3 file (no data.train
+                                               attributes), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -34,6 +36,10 @@ def h5():
     import h5py  # only the checkpoint commands need it
     import numpy as np
     return h5py, np
+
+
+# the state attributes of format 4 (the training file)
+DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint")
 
 
 def restamp(f):
@@ -106,16 +112,16 @@ def main(argv):
         elif cmd == "v1":
             for name in ("state_checksum", "state_checksum_text", "state_attributes",
                          "skipped_in_a_row", "lr_decay_from", "lr_decay_lr",
-                         "model.tie_word_embeddings", "model.family"):
+                         "model.tie_word_embeddings", "model.family") + DATA_ATTRS:
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
-        elif cmd == "v2":
-            gone = ("model.tie_word_embeddings", "model.family")
+        elif cmd in ("v2", "v3"):
+            gone = DATA_ATTRS + ("model.family",) + (("model.tie_word_embeddings",) if cmd == "v2" else ())
             for name in gone:
                 del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()
             f.attrs["state_attributes"] = np.bytes_(" ".join(n for n in names if n not in gone))
-            f.attrs.modify("format_version", np.int64(2))
+            f.attrs.modify("format_version", np.int64(int(cmd[1])))
             restamp(f)
         elif cmd == "restamp":
             restamp(f)

@@ -193,7 +193,7 @@ refused "unknown format" 2 "--format must be text, jsonl-text, prompt-response o
     "$SHLM" data prepare --tokenizer bytes --format csv "$bad" "$out"
 refused "--overlong alone" 2 "--overlong needs --max-doc-len" -- \
     "$SHLM" data prepare --tokenizer bytes --overlong drop "$bad" "$out"
-refused "--max-doc-len 0" 2 "--max-doc-len must be a positive integer, not '0'" -- \
+refused "--max-doc-len 0" 2 "--max-doc-len: '0' is out of range, must be in [1, " -- \
     "$SHLM" data prepare --tokenizer bytes --max-doc-len 0 "$bad" "$out"
 refused "info of a text file" 1 "$bad: bad magic" -- "$SHLM" data info "$bad"
 

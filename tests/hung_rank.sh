@@ -15,6 +15,15 @@
 #             communicators: nobody is missing, every rank answers, the line says so
 #  ok:        shlm_timed_allreduce gives MPI_Allreduce's results
 #  badkey:    runtime.comm_timeout_s=abc is refused at start-up with one line
+#  save2:     2 ranks saving every step; rank 1 stops itself once the file of step 3's
+#             save exists (SHLM_TEST_STOP_IN_SAVE=1:3): rank 0 waits inside HDF5's
+#             collectives (no timed wait of ours); the line names the save, its phase and
+#             rank 1, and `latest` still names step_2.h5, which ckpt verify accepts
+#  load2:     the same directory resumed, rank 1 stopped once the load has opened the
+#             file (SHLM_TEST_STOP_IN_LOAD=1): the line names the load and rank 1
+#  slow2:     rank 1 takes twice the timeout more to write its data in step 2's save
+#             (SHLM_TEST_SLOW_SAVE=1:2), alive all the while: the run must finish, every
+#             checkpoint saved (a slow disk is not a hang)
 #
 # `hung_rank.sh cuda` (tests/gpu/hung_rank.sh, `make check-gpu`, 2 GPUs) runs the NCCL
 # backend's cases instead, with a timeout of 10 s: a stuck NCCL collective leaves the
@@ -62,7 +71,8 @@ procs_with() {
 }
 
 # expect_hang NAME NP STOP-ENV PATTERN... -- CMD...: runs CMD on NP ranks with
-# SHLM_TEST_COMM_TIMEOUT_S=$T (and SHLM_TEST_STOP_AT=STOP-ENV unless it is "-"), and checks
+# SHLM_TEST_COMM_TIMEOUT_S=$T (and SHLM_TEST_STOP_AT=STOP-ENV unless it is "-", or
+# STOP-ENV itself when it is VAR=VALUE), and checks
 # the end: non-zero exit within the bound, one error line holding every PATTERN, no
 # process left (matched by the case's own tag in the command line)
 expect_hang() {
@@ -76,7 +86,11 @@ expect_hang() {
     done
     shift
     envs="SHLM_TEST_COMM_TIMEOUT_S=$T" # test_watchdog's; shardlm takes --set runtime.comm_timeout_s
-    [ "$stop" = "-" ] || envs="$envs SHLM_TEST_STOP_AT=$stop"
+    case $stop in
+    -) ;;
+    *=*) envs="$envs $stop" ;;
+    *) envs="$envs SHLM_TEST_STOP_AT=$stop" ;;
+    esac
     echo "+ env $envs sh $mpi $np $*"
     t0=$(date +%s)
     # shellcheck disable=SC2086 # the env words
@@ -176,6 +190,38 @@ if [ $rc -eq 0 ] || [ -n "$why" ]; then
     fail "badkey: exit $rc; $why"
 else
     echo "badkey: $(cat "$work/badkey.err")"
+fi
+
+# the checkpoint cases: a save and a load, whose collectives HDF5 makes
+ck="$work/ck"
+# shellcheck disable=SC2046 # train's words
+expect_hang save2 2 SHLM_TEST_STOP_IN_SAVE=1:3 "checkpoint save of step 3 (writing the metadata)" \
+    "did not complete within $T s" "rank 1 did not arrive" "runtime.comm_timeout_s" -- \
+    $(train save2) --set "checkpoint.dir=$ck" --set checkpoint.every=1
+latest=$(cat "$ck/latest" 2>/dev/null)
+if [ "$latest" != "step_2.h5" ]; then
+    fail "save2: latest names '$latest', want step_2.h5 (the last save that completed)"
+elif ! "$SHLM" ckpt verify "$ck/step_2.h5" >"$work/verify.out" 2>&1; then
+    fail "save2: ckpt verify refuses $ck/step_2.h5"
+    sed 's/^/    /' "$work/verify.out"
+else
+    echo "save2: latest still names step_2.h5, which ckpt verify accepts"
+fi
+# shellcheck disable=SC2046
+expect_hang load2 2 SHLM_TEST_STOP_IN_LOAD=1 "checkpoint load of step_2.h5 (reading the data)" \
+    "rank 1 did not arrive" -- $(train load2) --set "checkpoint.dir=$ck" --set checkpoint.every=1
+
+echo "+ env SHLM_TEST_SLOW_SAVE=1:2 sh $mpi 2 $(train slow2) --set checkpoint.dir=$work/slow-ck --set checkpoint.every=1 --set train.steps=6"
+# shellcheck disable=SC2046
+SHLM_TEST_SLOW_SAVE=1:2 sh "$mpi" 2 $(train slow2) --set "checkpoint.dir=$work/slow-ck" \
+    --set checkpoint.every=1 --set train.steps=6 >"$work/slow2.out" 2>"$work/slow2.err" </dev/null
+rc=$?
+latest=$(cat "$work/slow-ck/latest" 2>/dev/null)
+if [ $rc -ne 0 ] || [ "$latest" != "step_6.h5" ] || grep -q '^shardlm: error' "$work/slow2.err"; then
+    fail "slow2: exit $rc, latest '$latest' (want 0 and step_6.h5)"
+    sed 's/^/    stderr: /' "$work/slow2.err" | head -n 20
+else
+    echo "slow2: $(grep 'saved step 2 ' "$work/slow2.out" | sed 's/.*: 1/1/')"
 fi
 
 echo "hung_rank: $(($(date +%s) - t_start)) s"

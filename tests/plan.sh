@@ -8,7 +8,8 @@
 # embeddings; (c) activation checkpointing none > selective > full, each equal to plan's
 # row, with identical losses; (c') the FP8 recipes' operand buffers, exactly; (d)
 # llama2-70b on 1024 ranks plans in under 2 s; (e) plan's own errors; (f) the verdict and
-# the changes it offers.
+# the changes it offers; (g) llama2-7b on the cpu backend of a machine it does not fit:
+# plan says so and train refuses before allocating.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
@@ -331,6 +332,43 @@ run "$SHLM" plan "$T/7b.ini" --ranks 1 --backend cuda --device-gib 1000
 grep -q "^verdict: fits a device of 1000 GiB" "$T/out" && ok "--device-gib 1000: fits" ||
     fail "--device-gib 1000: $(grep '^verdict' "$T/out")"
 
+# ---- (g) llama2-7b on the cpu backend where it does not fit: plan says so, and train
+# refuses before allocating (the host's available memory shared by the node's ranks),
+# with one line of the bytes needed and free, in seconds. Under a limit of 8 GiB of
+# address space, so that a run that does allocate fails at once instead of taking the
+# machine's memory ----
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 1 --backend cpu
+need=$(awk '$1 == "total_bytes" { printf "%.2f", $2 / 1073741824 }' "$T/out")
+if grep -q "^verdict: fits this machine's available memory" "$T/out"; then
+    echo "SKIP: (g) llama2-7b ($need GiB) fits this machine's memory: no refusal to check"
+elif ! grep -q "^verdict: does not fit this machine's available memory: .* shared by 1 rank: needs $need GiB" "$T/out"; then
+    fail "(g) plan llama2-7b --backend cpu: no 'does not fit this machine's available memory' verdict for $need GiB: $(grep '^verdict' "$T/out")"
+else
+    ok "(g) plan llama2-7b --backend cpu: $(grep '^verdict' "$T/out")"
+    rss="" # GNU time's maximum resident set size, kB, where it is installed
+    timing=""
+    [ -x /usr/bin/time ] && /usr/bin/time -f %M true >/dev/null 2>&1 && timing="/usr/bin/time -o $T/rss -f %M"
+    t0=$(now_ms)
+    # shellcheck disable=SC2086 # timing's words
+    run sh -c "ulimit -v 8388608; exec $timing \"\$@\"" sh "$SHLM" train \
+        "$SHLM_SRCDIR/jobs/llama2-7b.ini" --set "data.train=$T/train.bin" \
+        --set runtime.backend=cpu --set "log.run_dir=$T/run.7b"
+    ms=$(($(now_ms) - t0))
+    [ -n "$timing" ] && rss=$(tail -n 1 "$T/rss")
+    grep '^shardlm: error' "$T/err" | sed 's/^/    /'
+    if [ $rc -eq 0 ] || [ $rc -ge 124 ] || [ "$(grep -c '^shardlm: error: ' "$T/err")" -ne 1 ] ||
+        ! grep -q "^shardlm: error: .*llama2-7b.ini: the job needs $need GiB per rank (sharded state" "$T/err" ||
+        ! grep -q "GiB are free per rank (this machine's available memory: .* shared by 1 rank)" "$T/err"; then
+        fail "(g) train llama2-7b on the cpu backend: exit $rc, want one line of the $need GiB needed and the memory free"
+    elif [ $ms -gt 10000 ]; then
+        fail "(g) train llama2-7b on the cpu backend: refused after $ms ms, want a few seconds"
+    elif [ -n "$rss" ] && [ "$rss" -gt 1048576 ]; then
+        fail "(g) train llama2-7b on the cpu backend: refused, but its resident set reached $rss kB"
+    else
+        ok "(g) train llama2-7b on the cpu backend: refused after $ms ms${rss:+, at most $rss kB resident}"
+    fi
+fi
+
 # ---- (e) plan's errors: one line, non-zero exit ----
 # expect_error NAME PATTERN...
 expect_error() {
@@ -361,7 +399,7 @@ expect_error "plan --ranks 3 --ranks-per-node 2" small.ini ranks_per_node "world
 run "$SHLM" plan "$T/small.ini" --ranks 3 --set runtime.ranks_per_node=2
 expect_error "plan --ranks 3 --set runtime.ranks_per_node=2" small.ini ranks_per_node
 run "$SHLM" plan "$T/small.ini" --ranks 0
-expect_error "plan --ranks 0" "not a positive integer" 0
+expect_error "plan --ranks 0" "--ranks: '0' is out of range, must be in [1, 16777216]"
 run "$SHLM" plan "$T/small.ini" --ranks 2 --device z900
 expect_error "plan --device z900" "--device z900" "not in the device table" h200
 run "$SHLM" plan "$T/small.ini" --ranks 2 --device-gib -1

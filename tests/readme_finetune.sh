@@ -3,7 +3,8 @@
 # block between its marker and the closing fence, with the cached SmolLM2 directory in
 # place of get-model.sh's download (tests/smollm2_model.sh tests that script), this build's
 # shardlm and the MPI launcher wrapper, short texts for train.txt and val.txt, and the job
-# cut to 2 steps of 1 x 32 tokens and generate to 8 tokens. Then: eval scored the trained
+# cut to 2 steps of 1 x 32 tokens and generate to 8 tokens (its context kept at 64, which
+# the chat prompt fits: generate refuses a prompt longer than its context). Then: eval scored the trained
 # checkpoint, generate answered, and the export holds the weights, config.json and the
 # tokenizer. Skipped (77) without the model directory ($SHLM_SMOLLM2, tests/pyenv.sh) or
 # an MPI launcher.
@@ -29,7 +30,7 @@ printf '%s\n' "$block" | sed \
     -e "s|^mpirun -np \([0-9]*\) ./shardlm|sh '$mpi' \1 '$SHLM'|" -e "s|^./shardlm|'$SHLM'|" \
     -e 's/^seq_len = .*/seq_len = 32/' -e 's/^micro_batch = .*/micro_batch = 1/' \
     -e 's/^steps = .*/steps = 2/' -e 's/^warmup_steps = .*/warmup_steps = 1/' \
-    -e '/ generate /s/$/ --tokens 8/' >"$work/block.sh"
+    -e '/ generate /s/$/ --tokens 8 --set train.seq_len=64/' >"$work/block.sh"
 cat "$work/block.sh"
 head -c 4000 "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" >"$work/train.txt"
 head -c 1500 "$SHLM_SRCDIR/jobs/data/shakespeare-val.txt" >"$work/val.txt"

@@ -11,7 +11,11 @@
 #            sample and the position advances by the new batch (80 + 2 x 16 = 112);
 #  seq_len:  refused by default; allowed but with shuffled data, refused with the reason;
 #            allowed with data.shuffle = false, the position is re-expressed in tokens
-#            (window 80 of 32 tokens starts at token 2560 = window 160 of 16 tokens).
+#            (window 80 of 32 tokens starts at token 2560 = window 160 of 16 tokens);
+#  data.train: another token file, and the same file with one token of its first block
+#            changed, are refused by default naming both files and
+#            checkpoint.allow_data_change; a copy under another name resumes; allowed,
+#            the next step takes sample 80 of the new file, and the next checkpoint names it.
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/resume_changes.sh
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,14 +28,15 @@ test_begin resume_changes shlm-resume-changes
 prepare_corpus "$work/train.bin"
 ok() { echo "resume_changes: ok: $*"; }
 
-# train NAME CKDIR [--set ...]: one rank (an MPI singleton), checkpoints in CKDIR, log
-# $work/NAME.log, stderr $work/NAME.err; sets $rc
+# train NAME CKDIR [--set ...]: one rank (an MPI singleton) training on $data (default
+# $work/train.bin), checkpoints in CKDIR, log $work/NAME.log, stderr $work/NAME.err; sets $rc
+data=""
 train() {
     name=$1 ck=$2
     shift 2
-    echo "+ $SHLM train $job --set data.train=$work/train.bin --set log.run_dir=$work/$name" \
+    echo "+ $SHLM train $job --set data.train=${data:-$work/train.bin} --set log.run_dir=$work/$name" \
         "--set checkpoint.dir=$ck $*"
-    "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+    "$SHLM" train "$job" --set "data.train=${data:-$work/train.bin}" --set "log.run_dir=$work/$name" \
         --set "checkpoint.dir=$ck" "$@" >"$work/$name.log" 2>"$work/$name.err" </dev/null
     rc=$?
 }
@@ -123,6 +128,47 @@ train sl_ok "$work/p1" --set train.steps=20 --set data.shuffle=false --set train
     --set checkpoint.allow_seq_len_change=true --set train.stop_after=12
 ran sl_ok && position_after sl_ok "train.seq_len 32 -> 16 .*: data position 80 -> 160" \
     "$work/p1/step_12.h5" 176 "windows of 16 from token 2560 (window 160) on"
+
+# ---- the training file ----
+"$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-val.txt" \
+    "$work/other.bin" >"$work/other.log" 2>&1 || fail "cannot prepare $work/other.bin"
+cp "$work/train.bin" "$work/same.bin"
+# the same size, one token of the first block changed (token 10, 2 bytes wide after the
+# 96-byte header): another file all the same
+cp "$work/train.bin" "$work/edited.bin"
+old=$(od -An -tu1 -j116 -N1 "$work/edited.bin" | tr -d ' ')
+new=$((old == 65 ? 66 : 65))
+# shellcheck disable=SC2059 # the byte, written in octal
+printf "\\$(printf %o $new)" | dd of="$work/edited.bin" bs=1 seek=116 conv=notrunc 2>/dev/null
+cmp -s "$work/train.bin" "$work/edited.bin" && fail "could not edit $work/edited.bin"
+copy d1
+data="$work/other.bin"
+train data_other "$work/d1" --set train.steps=20
+refused_before_step1 data_other "$rc" "was saved training on $work/train.bin" \
+    "this job's data.train $work/other.bin is another file" "checkpoint.allow_data_change = true"
+data="$work/edited.bin"
+train data_edited "$work/d1" --set train.steps=20
+refused_before_step1 data_edited "$rc" "was saved training on $work/train.bin" \
+    "this job's data.train $work/edited.bin is another file" "checkpoint.allow_data_change = true"
+data="$work/same.bin"
+train data_same "$work/d1" --set train.steps=20 --set train.stop_after=11
+if ran data_same && ! grep -q "not the checkpoint's file" "$work/data_same.log"; then
+    ok "data_same: a copy of the training file under another name resumes, nothing said"
+else
+    fail "data_same: a copy of the training file under another name is not taken as the same"
+fi
+copy d2
+data="$work/other.bin"
+train data_ok "$work/d2" --set train.steps=20 --set checkpoint.allow_data_change=true \
+    --set train.stop_after=12
+data=""
+if ran data_ok &&
+    grep -q "data.train is not the checkpoint's file $work/train.bin (checkpoint.allow_data_change): the next step takes sample 80 of $work/other.bin" "$work/data_ok.log" &&
+    "$SHLM" ckpt info "$work/d2/step_12.h5" | grep -q "data.train  *$work/other.bin ("; then
+    ok "data_ok: allowed, the next step takes sample 80 of the new file, whose name step 12 keeps"
+else
+    fail "data_ok: the allowed change of data.train does not say so or is not kept"
+fi
 
 echo "resume_changes: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "resume_changes: work directory kept: $work"

@@ -235,6 +235,12 @@ static void test_errors(void) {
                  "PATH:8: [train] lr = 'fast': not a number");
     expect_error("nan", variant(8, "lr = nan", NULL), 0, NULL,
                  "PATH:8: [train] lr = 'nan': not a number");
+    expect_error("-inf", variant(8, "lr = -inf", NULL), 0, NULL,
+                 "PATH:8: [train] lr = '-inf': not a number");
+    expect_error("past a double", variant(8, "lr = 1e999", NULL), 0, NULL,
+                 "PATH:8: [train] lr = '1e999': out of range, must be in [0, 10]");
+    expect_error("hexadecimal integer", variant(7, "steps = 0x10", NULL), 0, NULL,
+                 "PATH:7: [train] steps = '0x10': not an integer");
     expect_error("not a boolean", variant(0, NULL, "shuffle = maybe\n"), 0, NULL,
                  "PATH:13: [data] shuffle = 'maybe': not a boolean (true or false)");
     expect_error("not an enum value", variant(0, NULL, "[runtime]\nbackend = gpu\n"), 0, NULL,
@@ -257,9 +263,9 @@ static void test_errors(void) {
     expect_error("negative seed", variant(0, NULL, "[train]\nseed = -1\n"), 0, NULL,
                  "PATH:14: [train] seed = '-1': not an unsigned integer");
     expect_error("out of range (int)", variant(7, "steps = 0", NULL), 0, NULL,
-                 "PATH:7: [train] steps = '0': out of range, must be >= 1");
+                 "PATH:7: [train] steps = '0': out of range, must be in [1, 2147483647]");
     expect_error("out of range (int overflow)", variant(7, "steps = 99999999999", NULL), 0, NULL,
-                 "PATH:7: [train] steps = '99999999999': out of range, must be >= 1");
+                 "PATH:7: [train] steps = '99999999999': out of range, must be in [1, 2147483647]");
     expect_error("out of range (half-open)", variant(0, NULL, "[train]\nbeta2 = 1\n"), 0, NULL,
                  "PATH:14: [train] beta2 = '1': out of range, must be in [0, 1)");
     expect_error("top_p = 0", variant(0, NULL, "[train]\nsample_top_p = 0\n"), 0, NULL,

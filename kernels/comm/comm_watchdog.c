@@ -4,6 +4,7 @@
 #include "kernels/comm/comm_watchdog.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,7 +33,23 @@ static struct {
     /* answers in flight: a send buffer may not change until its send completes */
     roll_msg answer_buf[N_ANSWER_SLOTS];
     MPI_Request answer_req[N_ANSWER_SLOTS];
-} wd = {.alarm_from = -1};
+    /* held by whoever sends or receives on comm or changes the fields above: the main
+     * thread in its timed waits and polls, a guard's thread (below) in a guarded region */
+    pthread_mutex_t mu;
+} wd = {.alarm_from = -1, .mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* A guarded region (shlm_guard_begin .. shlm_guard_end); its fields under wd.mu. */
+static struct {
+    int depth;            /* nested begins */
+    int stop;             /* shlm_guard_end asks the thread to finish */
+    int roll_calls;       /* MPI_THREAD_MULTIPLE and a roll-call communicator */
+    pthread_t thread;
+    pthread_cond_t wake;
+    char what[160];       /* "checkpoint save of step 3" */
+    const char *phase;    /* "writing the metadata" (static storage) */
+    const char *limit_note;
+    double begin_s, phase_s, limit_s;
+} guard = {.wake = PTHREAD_COND_INITIALIZER};
 
 static double now_s(void) {
     struct timespec ts;
@@ -150,7 +167,10 @@ static void add_op(text *t, const shlm_watch *w) {
 static void my_status(roll_msg *m) {
     text t = {m->status, sizeof m->status, 0};
     m->status[0] = '\0';
-    if (wd.waiting) {
+    if (guard.depth > 0) {
+        add(&t, "in %s", guard.what);
+        if (guard.phase) add(&t, ": %s", guard.phase);
+    } else if (wd.waiting) {
         add(&t, "waiting in ");
         add_op(&t, wd.waiting);
     } else if (wd.issued > 0) {
@@ -206,18 +226,22 @@ static void answer_alarms(void) {
 void shlm_watchdog_poll(void) {
     if (!wd.ready) return;
     double t = now_s();
-    if (t < wd.next_poll_s) return;
+    if (t < wd.next_poll_s) return; /* next_poll_s: the main thread's alone */
     wd.next_poll_s = t + 1e-3;
+    pthread_mutex_lock(&wd.mu);
     answer_alarms();
+    pthread_mutex_unlock(&wd.mu);
 }
 
 /* ---- watching ---- */
 
 shlm_watch shlm_watch_issue(const char *op, const char *where, const char *group, MPI_Comm comm) {
-    wd.issued++;
+    pthread_mutex_lock(&wd.mu);
+    const uint64_t seq = ++wd.issued;
     wd.last_op = op;
     wd.last_where = where;
-    return (shlm_watch){.seq = wd.issued, .issued_s = now_s(), .op = op, .where = where,
+    pthread_mutex_unlock(&wd.mu);
+    return (shlm_watch){.seq = seq, .issued_s = now_s(), .op = op, .where = where,
                         .group = group, .comm = comm};
 }
 
@@ -226,8 +250,10 @@ int shlm_watch_expired(const shlm_watch *w) {
 }
 
 int shlm_watch_wait(MPI_Request *req, const shlm_watch *w) {
+    pthread_mutex_lock(&wd.mu);
     const shlm_watch *outer = wd.waiting;
     wd.waiting = w;
+    pthread_mutex_unlock(&wd.mu);
     int rc, flag = 0;
     for (;;) {
         rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
@@ -235,7 +261,9 @@ int shlm_watch_wait(MPI_Request *req, const shlm_watch *w) {
         shlm_watchdog_poll();
         if (shlm_watch_expired(w)) shlm_watch_fail(w, NULL, NULL);
     }
+    pthread_mutex_lock(&wd.mu);
     wd.waiting = outer;
+    pthread_mutex_unlock(&wd.mu);
     return rc;
 }
 
@@ -273,7 +301,115 @@ static void print_and_abort(const char *line, void (*before_abort)(void *), void
     exit(1);
 }
 
+/* What a roll call found. */
+typedef struct roll {
+    roll_msg *status;    /* each rank's answer (its alarm, for a rank raising one) */
+    char *answered;
+    int *list;           /* room for every rank, for add_roll */
+    MPI_Request *alarm_req; /* the alarms' sends */
+    int missing;         /* ranks that did not answer */
+    int lowest_reporter; /* the lowest rank that raised an alarm during it, this one included */
+    double took_s;
+} roll;
+
+/* After a roll call every rank answered: each has received its alarm, so the sends end. */
+static void roll_free(roll *rc) {
+    MPI_Waitall(wd.size, rc->alarm_req, MPI_STATUSES_IGNORE);
+    free(rc->alarm_req);
+    free(rc->status);
+    free(rc->answered);
+    free(rc->list);
+}
+
+/* Sends this rank's status as an alarm to every rank and collects answers for the grace
+ * period, or until every rank has answered unless `full`; an alarm another rank raised
+ * meanwhile counts as its answer. full: the job ends whatever the answers, and the whole
+ * grace lets a lower rank raising the same alarm be the one that prints. 0, or -1 when
+ * memory runs out. Under wd.mu. */
+static int roll_call(roll *rc, int full) {
+    const double grace = grace_s();
+    rc->status = calloc((size_t)wd.size, sizeof *rc->status);
+    rc->answered = calloc((size_t)wd.size, 1);
+    rc->list = malloc((size_t)wd.size * sizeof *rc->list);
+    rc->alarm_req = malloc((size_t)wd.size * sizeof *rc->alarm_req);
+    static roll_msg alarm; /* the send buffer outlives this function's sends */
+    if (!rc->status || !rc->answered || !rc->list || !rc->alarm_req) return -1;
+    my_status(&alarm);
+    for (int r = 0; r < wd.size; r++) {
+        rc->alarm_req[r] = MPI_REQUEST_NULL;
+        if (r != wd.rank)
+            MPI_Isend(&alarm, (int)sizeof alarm, MPI_BYTE, r, TAG_ALARM, wd.comm,
+                      &rc->alarm_req[r]);
+    }
+    rc->status[wd.rank] = alarm;
+    rc->answered[wd.rank] = 1;
+    rc->lowest_reporter = wd.rank;
+    int n_answered = 1, from_alarm;
+    const double t0 = now_s();
+    while ((full || n_answered < wd.size) && now_s() - t0 < grace) {
+        roll_msg m;
+        int from = receive(TAG_ANSWER, &m);
+        if (from < 0) { /* another rank's alarm is its answer too */
+            from = answer_alarm(&m);
+            if (from >= 0 && from < rc->lowest_reporter) rc->lowest_reporter = from;
+        }
+        if (from < 0) {
+            sleep_s(2e-4);
+            continue;
+        }
+        if (!rc->answered[from]) n_answered++;
+        rc->answered[from] = 1;
+        rc->status[from] = m;
+    }
+    /* a rank that raised its alarm at the same time as we did: its alarm was sent before
+     * its answer, and MPI delivers a pair's messages in order, so it is here by now */
+    for (roll_msg m; (from_alarm = answer_alarm(&m)) >= 0;) {
+        if (!rc->answered[from_alarm]) n_answered++;
+        rc->answered[from_alarm] = 1;
+        rc->status[from_alarm] = m;
+        if (from_alarm < rc->lowest_reporter) rc->lowest_reporter = from_alarm;
+    }
+    rc->missing = wd.size - n_answered;
+    rc->took_s = now_s() - t0;
+    return 0;
+}
+
+/* Appends what the roll call found: the ranks that did not answer, or (all_alive: why
+ * every rank answering can still wait) that every rank answers; then the answering
+ * ranks grouped by what they do, in rank order of each group's first. */
+static void add_roll(text *t, const roll *rc, const char *all_alive) {
+    int n = 0;
+    for (int r = 0; r < wd.size; r++)
+        if (!rc->answered[r]) rc->list[n++] = r;
+    if (n > 0) {
+        add(t, ": rank%s ", n > 1 ? "s" : "");
+        add_ranks(t, rc->list, n);
+        add(t, " did not arrive (no answer in %.1f s: stopped, hung or dead)", rc->took_s);
+    } else {
+        add(t, ", yet every rank answers (%s)", all_alive);
+    }
+    char *done = calloc((size_t)wd.size, 1);
+    for (int r = 0; done && r < wd.size; r++) {
+        if (!rc->answered[r] || done[r]) continue;
+        n = 0;
+        for (int q = r; q < wd.size; q++)
+            if (rc->answered[q] && !done[q] &&
+                strcmp(rc->status[q].status, rc->status[r].status) == 0)
+                rc->list[n++] = q, done[q] = 1;
+        if (strcmp(rc->status[r].status, rc->status[wd.rank].status) == 0) { /* where we are */
+            add(t, "; waiting in it: rank%s ", n > 1 ? "s" : "");
+            add_ranks(t, rc->list, n);
+        } else {
+            add(t, "; rank%s ", n > 1 ? "s" : "");
+            add_ranks(t, rc->list, n);
+            add(t, ": %s", rc->status[r].status);
+        }
+    }
+    free(done);
+}
+
 void shlm_watch_fail(const shlm_watch *w, void (*before_abort)(void *), void *ctx) {
+    pthread_mutex_lock(&wd.mu); /* held to the end: the job ends here */
     const double T = shlm_comm_timeout_s(), grace = grace_s();
     int me = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
@@ -290,75 +426,140 @@ void shlm_watch_fail(const shlm_watch *w, void (*before_abort)(void *), void *ct
      * if it does not */
     answer_alarms();
     if (wd.alarm_from >= 0) answer_for(2 * grace + 2);
-
-    roll_msg *status = calloc((size_t)wd.size, sizeof *status);
-    char *answered = calloc((size_t)wd.size, 1);
-    MPI_Request *alarm_req = calloc((size_t)wd.size, sizeof *alarm_req);
-    static roll_msg alarm; /* the send buffer outlives this function's sends */
-    if (!status || !answered || !alarm_req) print_and_abort(line, before_abort, ctx);
-    my_status(&alarm);
-    for (int r = 0; r < wd.size; r++)
-        if (r != wd.rank)
-            MPI_Isend(&alarm, (int)sizeof alarm, MPI_BYTE, r, TAG_ALARM, wd.comm, &alarm_req[r]);
-    status[wd.rank] = alarm;
-    answered[wd.rank] = 1;
-    int n_answered = 1, lowest_reporter = wd.rank, from_alarm;
-    const double t0 = now_s();
-    while (n_answered < wd.size && now_s() - t0 < grace) {
-        roll_msg m;
-        int from = receive(TAG_ANSWER, &m);
-        if (from < 0) { /* another rank's alarm is its answer too */
-            from = answer_alarm(&m);
-            if (from >= 0 && from < lowest_reporter) lowest_reporter = from;
-        }
-        if (from < 0) {
-            sleep_s(2e-4);
-            continue;
-        }
-        if (!answered[from]) n_answered++;
-        answered[from] = 1;
-        status[from] = m;
-    }
-    /* a rank that raised its alarm at the same time as we did: its alarm was sent before
-     * its answer, and MPI delivers a pair's messages in order, so it is here by now */
-    for (roll_msg m; (from_alarm = answer_alarm(&m)) >= 0;) {
-        answered[from_alarm] = 1;
-        status[from_alarm] = m;
-        if (from_alarm < lowest_reporter) lowest_reporter = from_alarm;
-    }
-    if (lowest_reporter < wd.rank) answer_for(grace + 2); /* it prints; we print if not */
-
-    int *list = malloc((size_t)wd.size * sizeof *list), n = 0;
-    if (!list) print_and_abort(line, before_abort, ctx);
-    for (int r = 0; r < wd.size; r++)
-        if (!answered[r]) list[n++] = r;
-    if (n > 0) {
-        add(&t, ": rank%s ", n > 1 ? "s" : "");
-        add_ranks(&t, list, n);
-        add(&t, " did not arrive (no answer in %.1f s: stopped, hung or dead)", now_s() - t0);
-    } else {
-        add(&t, ", yet every rank answers (collectives issued in different orders, or a rank "
-                "looping outside them)");
-    }
-    /* the answering ranks, grouped by what they do, in rank order of each group's first */
-    char *done = calloc((size_t)wd.size, 1);
-    for (int r = 0; done && r < wd.size; r++) {
-        if (!answered[r] || done[r]) continue;
-        n = 0;
-        for (int q = r; q < wd.size; q++)
-            if (answered[q] && !done[q] && strcmp(status[q].status, status[r].status) == 0)
-                list[n++] = q, done[q] = 1;
-        if (strcmp(status[r].status, status[wd.rank].status) == 0) { /* where we are */
-            add(&t, "; waiting in it: rank%s ", n > 1 ? "s" : "");
-            add_ranks(&t, list, n);
-        } else {
-            add(&t, "; rank%s ", n > 1 ? "s" : "");
-            add_ranks(&t, list, n);
-            add(&t, ": %s", status[r].status);
-        }
-    }
+    roll rc;
+    if (roll_call(&rc, 0) != 0) print_and_abort(line, before_abort, ctx);
+    if (rc.lowest_reporter < wd.rank) answer_for(grace + 2); /* it prints; we print if not */
+    add_roll(&t, &rc, "collectives issued in different orders, or a rank looping outside them");
     add(&t, "; runtime.comm_timeout_s sets the limit");
     print_and_abort(line, before_abort, ctx);
+}
+
+/* ---- guarded regions ---- */
+
+/* The guard's end of the job: what its region did not finish, the roll call's findings
+ * (rc; NULL: none could be made), then the process ends. Under wd.mu. */
+static void guard_fail(roll *rc, int past_limit) __attribute__((noreturn));
+static void guard_fail(roll *rc, int past_limit) {
+    char line[LINE];
+    text t = {line, sizeof line, 0};
+    add(&t, "%s", guard.what);
+    if (guard.phase) add(&t, " (%s)", guard.phase);
+    add(&t, " did not complete within %.0f s (rank %d)",
+        past_limit ? guard.limit_s : shlm_comm_timeout_s(), wd.rank);
+    if (!rc) {
+        add(&t, ": the ranks that stopped cannot be named (%s); %s",
+            guard.roll_calls ? "no memory for the roll call"
+            : wd.ready       ? "the MPI library gives no MPI_THREAD_MULTIPLE"
+                             : "no roll call was set up",
+            past_limit ? guard.limit_note : "runtime.comm_timeout_s sets the limit");
+        if (guard.roll_calls) print_and_abort(line, NULL, NULL);
+        /* MPI may not be called from this thread: the rank exits, which ends the job
+         * under mpirun and srun */
+        fprintf(stderr, "shardlm: error: %s\n", line);
+        fflush(stderr);
+        _exit(1);
+    }
+    if (rc->lowest_reporter < wd.rank) answer_for(grace_s() + 2); /* it prints; we if not */
+    add_roll(&t, rc, "a file system that stopped answering, or a save or load slower than "
+                     "its limit");
+    if (past_limit) add(&t, "; %s", guard.limit_note);
+    else add(&t, "; runtime.comm_timeout_s sets the limit");
+    print_and_abort(line, NULL, NULL);
+}
+
+/* The guard's thread: answers roll calls for this rank, runs one when this rank has been
+ * in one phase for the timeout (and again each timeout while every rank answers), and
+ * ends the job when a rank does not answer or the region passes its limit. */
+static void *guard_main(void *unused) {
+    (void)unused;
+    pthread_mutex_lock(&wd.mu);
+    double next_roll_s = 0;
+    while (!guard.stop) {
+        if (guard.roll_calls) answer_alarms();
+        const double t = now_s(), T = shlm_comm_timeout_s();
+        const int past_limit = t - guard.begin_s > guard.limit_s;
+        double due = guard.phase_s + T;
+        if (due < next_roll_s) due = next_roll_s;
+        if (past_limit || t >= due) {
+            roll rc;
+            if (!guard.roll_calls) {
+                if (past_limit) guard_fail(NULL, 1);
+            } else if (roll_call(&rc, past_limit) != 0) {
+                guard_fail(NULL, past_limit);
+            } else if (rc.missing > 0 || past_limit) {
+                guard_fail(&rc, past_limit && rc.missing == 0);
+            } else {
+                roll_free(&rc);
+                wd.alarm_from = -1; /* that round ended: every rank answered */
+            }
+            next_roll_s = now_s() + T;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 5000000; /* alive ranks answer within the grace's first milliseconds */
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&guard.wake, &wd.mu, &ts);
+    }
+    pthread_mutex_unlock(&wd.mu);
+    return NULL;
+}
+
+void shlm_guard_begin(const char *what, double limit_s, const char *limit_note) {
+    pthread_mutex_lock(&wd.mu);
+    if (guard.depth++ > 0) {
+        pthread_mutex_unlock(&wd.mu);
+        return;
+    }
+    snprintf(guard.what, sizeof guard.what, "%s", what);
+    guard.phase = NULL;
+    guard.limit_note = limit_note;
+    guard.begin_s = guard.phase_s = now_s();
+    guard.limit_s = limit_s;
+    guard.stop = 0;
+    int init = 0, level = MPI_THREAD_SINGLE;
+    MPI_Initialized(&init);
+    if (init) MPI_Query_thread(&level);
+    guard.roll_calls = wd.ready && level == MPI_THREAD_MULTIPLE;
+    /* signals stay the main thread's (stop requests, SIGPIPE): the thread blocks them */
+    sigset_t block, old;
+    sigemptyset(&block);
+    const int async[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGPIPE, SIGALRM, SIGCHLD};
+    for (size_t i = 0; i < sizeof async / sizeof async[0]; i++) sigaddset(&block, async[i]);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    if (pthread_create(&guard.thread, NULL, guard_main, NULL) != 0) {
+        fprintf(stderr, "shardlm: warning: no thread for the deadline of %s: it runs "
+                "unguarded\n", what);
+        guard.depth = 0;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void shlm_guard_phase(const char *phase) {
+    pthread_mutex_lock(&wd.mu);
+    if (guard.depth > 0) {
+        guard.phase = phase;
+        guard.phase_s = now_s();
+    }
+    pthread_mutex_unlock(&wd.mu);
+}
+
+void shlm_guard_end(void) {
+    pthread_mutex_lock(&wd.mu);
+    if (guard.depth == 0 || --guard.depth > 0) {
+        pthread_mutex_unlock(&wd.mu);
+        return;
+    }
+    guard.depth = 1; /* the thread still answers as in the region until it has finished */
+    guard.stop = 1;
+    pthread_cond_signal(&guard.wake);
+    pthread_mutex_unlock(&wd.mu);
+    pthread_join(guard.thread, NULL);
+    pthread_mutex_lock(&wd.mu);
+    guard.depth = 0;
+    guard.phase = NULL;
+    wd.alarm_from = -1; /* an alarm heard in the region came from a round that ended */
+    pthread_mutex_unlock(&wd.mu);
 }
 
 void shlm_watchdog_test_stop(int world_rank, long step) {

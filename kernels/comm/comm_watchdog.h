@@ -76,6 +76,37 @@ int shlm_timed_allreduce_at(const char *where, const void *send, void *recv, int
  * its members' world ranks, cut to fit len. For messages; local. */
 void shlm_comm_describe(MPI_Comm comm, char *buf, size_t len);
 
+/*
+ * Guarded regions: code whose collectives cannot be timed from this thread. A checkpoint
+ * save or load calls parallel HDF5, whose collectives (H5Fcreate -> MPI_File_open,
+ * H5Fflush -> MPI_Barrier, collective H5Dwrite, H5Fclose) block inside MPI where no timed
+ * wait polls. Between shlm_guard_begin and shlm_guard_end a thread of the watchdog keeps
+ * this rank's side of the roll call instead:
+ *  - it answers other ranks' roll calls for this rank ("in checkpoint save of step 3:
+ *    writing the metadata"), so a rank busy in a long, live save answers;
+ *  - once this rank has been in one phase (shlm_guard_phase) for runtime.comm_timeout_s,
+ *    it runs a roll call: a rank that does not answer within the grace (stopped, dead,
+ *    its whole process hung) ends the job with the collectives' line, the region and
+ *    phase in place of the operation; when every rank answers the region goes on (a slow
+ *    disk is not a hang) and the next roll call comes one timeout later;
+ *  - past limit_s from the begin the job ends although every rank answers, the line
+ *    saying where each rank is, then limit_note (how the caller set the limit): a rank
+ *    stuck in its file system answers from this thread but never finishes.
+ * So a rank that stops inside a region ends the job within one to two timeouts plus the
+ * grace, and a region whose ranks all live may take up to limit_s.
+ * The thread calls MPI while the main thread is inside MPI: it needs MPI_THREAD_MULTIPLE
+ * (the CLI asks for it). Without it (or before shlm_watchdog_init) there is no roll call:
+ * past limit_s the rank prints the line without the ranks and exits, which ends the job
+ * under mpirun and srun. While a region runs, the main thread answers no roll call; the
+ * thread blocks the asynchronous signals (they stay the main thread's). Regions nest: an
+ * inner begin and end only count. what is copied; limit_note and phase are static text. */
+void shlm_guard_begin(const char *what, double limit_s, const char *limit_note);
+/* Where this rank is in the region (its status in roll calls and in the line); restarts
+ * the phase's clock. Outside a region: nothing. */
+void shlm_guard_phase(const char *phase);
+/* Ends the region: the thread finishes (a roll call under way included) and is joined. */
+void shlm_guard_end(void);
+
 /* Test hook: SHLM_TEST_STOP_AT=RANK:STEP makes world rank RANK raise SIGSTOP at the start
  * of step STEP (1-based, as logged), to test that the others end the job. */
 void shlm_watchdog_test_stop(int world_rank, long step);

@@ -6,17 +6,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kernels/bf16.h"
 #include "kernels/ops.h"
 
 /* Sets the OpenMP and the OpenBLAS thread counts of this process (n >= 1). Each MPI
  * rank calls it once at start-up so that ranks sharing a node do not oversubscribe. */
 void shlm_cpu_set_threads(int n);
-
-/* ---- bf16 helpers (host, usable by any code) ----
- * fp32 -> bf16 rounds to nearest, ties to even; NaN stays a (quiet) NaN of the same
- * sign; finite values beyond the bf16 range round to ±inf, as IEEE rounding does. */
-uint16_t shlm_f32_to_bf16(float x);
-float shlm_bf16_to_f32(uint16_t b);
 
 /* ---- memory (memory.c) ---- */
 int shlm_cpu_available(void);

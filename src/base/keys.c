@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "io/errmsg.h"
+#include "src/base/numbers.h"
 
 #define IMAX ((double)INT_MAX)
 #define FMAX ((double)FLT_MAX)
@@ -50,14 +51,13 @@ static int unquote(const char *v, char *out, size_t outlen, char *why, size_t wh
     return 0;
 }
 
+/* An integer key's bounds are said in full (the int's own limit included: a value past it
+ * is out of range, not "must be >= 1"); a float key's unbounded top is left out. */
 void key_range_text(const key_def *k, char *out, size_t outlen) {
-    int inf = (k->type == KT_INT && k->max >= IMAX) || (k->type == KT_FLOAT && k->max >= FMAX);
-    /* %.15g: integer bounds in full (1048576, not 1.04858e+06) */
-    if (inf)
-        snprintf(out, outlen, "must be %s %.15g", k->flags & KF_MIN_OPEN ? ">" : ">=", k->min);
-    else
-        snprintf(out, outlen, "must be in %c%.15g, %.15g%c", k->flags & KF_MIN_OPEN ? '(' : '[',
-                 k->min, k->max, k->flags & KF_MAX_OPEN ? ')' : ']');
+    const int open = (k->flags & KF_MIN_OPEN ? NUM_LO_OPEN : 0) |
+                     (k->flags & KF_MAX_OPEN ? NUM_HI_OPEN : 0);
+    num_range_text(k->min, k->type == KT_FLOAT && k->max >= FMAX ? HUGE_VAL : k->max, open, out,
+                   outlen);
 }
 
 int key_in_range(const key_def *k, double v) {
@@ -68,17 +68,16 @@ int key_in_range(const key_def *k, double v) {
 
 int key_parse(const key_def *k, const char *v, void *base, char *why, size_t whylen) {
     char *field = (char *)base + k->offset;
-    char *end;
     char range[96];
-    errno = 0;
+    num_result r;
     switch (k->type) {
     case KT_INT: {
-        long long x = strtoll(v, &end, 10);
-        if (end == v || *end || isspace((unsigned char)*v)) {
+        long long x = 0;
+        if ((r = num_parse_int(v, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not an integer");
             return -1;
         }
-        if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !key_in_range(k, (double)x)) {
+        if (r == NUM_RANGE || x < INT_MIN || x > INT_MAX || !key_in_range(k, (double)x)) {
             key_range_text(k, range, sizeof range);
             io_set_err(why, whylen, "out of range, %s", range);
             return -1;
@@ -87,15 +86,14 @@ int key_parse(const key_def *k, const char *v, void *base, char *why, size_t why
         return 0;
     }
     case KT_FLOAT: {
-        double x = strtod(v, &end);
-        if (end == v || *end || isspace((unsigned char)*v) || isnan(x) || isinf(x) ||
-            strpbrk(v, "xX")) { /* no hex floats, nan or inf in a job file */
+        double x = 0;
+        if ((r = num_parse_double(v, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not a number");
             return -1;
         }
         /* the range applies to the float that is stored: 1e-50 would be stored as 0 */
         float f = (float)x;
-        if (fabs(x) > FLT_MAX || !key_in_range(k, (double)f)) {
+        if (r == NUM_RANGE || fabs(x) > FLT_MAX || !key_in_range(k, (double)f)) {
             key_range_text(k, range, sizeof range);
             io_set_err(why, whylen, "out of range, %s", range);
             return -1;
@@ -104,13 +102,12 @@ int key_parse(const key_def *k, const char *v, void *base, char *why, size_t why
         return 0;
     }
     case KT_U64: {
-        int hex = v[0] == '0' && (v[1] == 'x' || v[1] == 'X');
-        unsigned long long x = strtoull(v, &end, hex ? 16 : 10);
-        if (end == v || *end || !isdigit((unsigned char)v[0]) || (hex && end == v + 2)) {
+        uint64_t x = 0;
+        if ((r = num_parse_u64(v, 1, &x)) == NUM_SYNTAX) {
             io_set_err(why, whylen, "not an unsigned integer");
             return -1;
         }
-        if (errno == ERANGE) {
+        if (r == NUM_RANGE) {
             io_set_err(why, whylen, "out of range, must be < 2^64");
             return -1;
         }

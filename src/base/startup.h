@@ -20,7 +20,7 @@ typedef enum startup_phase {
 
 /* Where the initial weights came from, for the breakdown's line. */
 typedef enum startup_weights {
-    STARTUP_WEIGHTS_SEED = 0, /* llama_init_slice from train.seed */
+    STARTUP_WEIGHTS_SEED = 0, /* the family's init_slice from train.seed */
     STARTUP_WEIGHTS_IMPORT,   /* model.init_from */
     STARTUP_WEIGHTS_RESUME,   /* a checkpoint */
 } startup_weights;
@@ -33,7 +33,7 @@ void startup_begin(void);
  * startup_begin. Local, cheap (one clock read). */
 void startup_mark(startup_phase p);
 void startup_set_weights(startup_weights w);
-/* Values drawn from the seed's RNG while the weights were set (llama_init_count): shown
+/* Values drawn from the seed's RNG while the weights were set (the family's init_count): shown
  * in the weights phase; 0 when they were imported or resumed. */
 void startup_set_drawn(unsigned long long n);
 /* Seconds accumulated in phase p; the total since the process started. */

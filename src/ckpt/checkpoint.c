@@ -24,6 +24,7 @@
 #include "io/hf_model.h"
 #include "io/safe_file.h"
 #include "kernels/check.h"
+#include "kernels/comm/comm_watchdog.h"
 #include "shlm_config.h"
 #include "src/base/shard.h"
 #include "src/families/families.h"
@@ -31,7 +32,8 @@
 /* 2: the state checksum, skipped_in_a_row, lr_decay_from, lr_decay_lr; 3:
  * model.tie_word_embeddings (older files are untied) and the /hf group of Hugging Face
  * files; 4: model.family and every [model] key of that family (older files are Llama
- * shapes: the keys of version 3, the others at their defaults); versions 1 to 3 are read
+ * shapes: the keys of version 3, the others at their defaults), and data.train,
+ * data.train_bytes, data.train_fingerprint (the training file); versions 1 to 3 are read
  * too (version 1's state range-checked, without a checksum to compare) */
 enum { CKPT_FORMAT_VERSION = 4, CKPT_FORMAT_OLDEST = 1, N_KINDS = 3 };
 
@@ -96,6 +98,41 @@ static shape_t shape_text(int ndim, const int64_t *shape) {
     return t;
 }
 
+/* ---------------------------------------------------------------- deadlines */
+
+/* Every collective function here runs as a guarded region of the comm watchdog
+ * (kernels/comm/comm_watchdog.h): a rank that stops answering ends the job within
+ * runtime.comm_timeout_s or two, named, wherever in HDF5 the others wait. While every rank
+ * answers, a region may last the timeout plus its bytes at CKPT_SLOWEST_BYTES_S, at least
+ * CKPT_GUARD_FLOOR_S more: a big checkpoint on a slow disk is not a hang, a file system
+ * that never returns is. */
+#define CKPT_SLOWEST_BYTES_S 10e6
+#define CKPT_GUARD_FLOOR_S 60.0
+#define CKPT_LIMIT_NOTE                                                                    \
+    "a checkpoint save or load may last runtime.comm_timeout_s + its size at 10 MB/s (at " \
+    "least 60 s) while every rank answers"
+
+/* The last component of path, for the watchdog's short texts. */
+static const char *base_name(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash && slash[1] ? slash + 1 : path;
+}
+
+/* The bytes of the model's tensors, `kinds` state kinds of them. */
+static uint64_t layout_bytes(const model_layout *lay, int kinds) {
+    uint64_t b = 0;
+    for (int u = 0; u < lay->n_units; u++)
+        for (int i = 0; i < lay->units[u].n_tensors; i++)
+            b += lay->units[u].tensors[i].numel * sizeof(float);
+    return b * (uint64_t)kinds;
+}
+
+static void guard_begin(const char *what, uint64_t bytes) {
+    double more = (double)bytes / CKPT_SLOWEST_BYTES_S;
+    if (more < CKPT_GUARD_FLOOR_S) more = CKPT_GUARD_FLOOR_S;
+    shlm_guard_begin(what, shlm_comm_timeout_s() + more, CKPT_LIMIT_NOTE);
+}
+
 /* The number of elements of x[0, n) that are NaN or infinite. */
 static uint64_t count_nonfinite(const float *x, size_t n) {
     uint64_t bad = 0;
@@ -150,7 +187,8 @@ typedef struct ckpt_record {
     model_shape m;
 } ckpt_record;
 
-typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR } field_type;
+/* FT_STR: fsdp.strategy, a strategy's name; FT_PATH: a file's name, any text */
+typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR, FT_PATH } field_type;
 
 /* A root attribute every save writes and every open reads back, range-checked, and that
  * the state checksum covers. Its bounds are the job key's named `key` where one exists
@@ -186,6 +224,10 @@ static const state_attr state_attrs[] = {
     {"train.global_batch", FT_INT, ST(global_batch), KEY("train.global_batch"), 1, 0},
     {"train.seq_len", FT_INT, ST(seq_len), KEY("train.seq_len"), 1, 0},
     {"train.steps", FT_INT, ST(steps), KEY("train.steps"), 1, 0},
+    /* the training file, recognised on resume */
+    {"data.train", FT_PATH, ST(data_train), NULL, 0, 0, 4, 0},
+    {"data.train_bytes", FT_U64, ST(data_bytes), NULL, 0, (double)UINT64_MAX, 4, 0},
+    {"data.train_fingerprint", FT_U64, ST(data_fingerprint), NULL, 0, (double)UINT64_MAX, 4, 0},
     /* the sharding it was saved with (informative: any other loads it) */
     {"fsdp.strategy", FT_STR, ST(strategy), NULL, 0, 0, 1, 0},
     {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},
@@ -205,7 +247,8 @@ static double field_value(const ckpt_record *r, const state_attr *a) {
     case FT_U64: return (double)*(const uint64_t *)p;
     case FT_FLOAT: return *(const float *)p;
     case FT_DOUBLE: return *(const double *)p;
-    case FT_STR: break;
+    case FT_STR:
+    case FT_PATH: break;
     }
     return 0;
 }
@@ -226,7 +269,8 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
         memcpy(&bits, &d, 8);
         snprintf(out, outlen, "%016llx", (unsigned long long)bits);
         return;
-    case FT_STR: snprintf(out, outlen, "%s", p); return;
+    case FT_STR:
+    case FT_PATH: snprintf(out, outlen, "%s", p); return;
     }
 }
 
@@ -235,6 +279,7 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
 static int check_value(const char *path, const state_attr *a, double v, const char *shown,
                        const char *suffix, char *err, size_t errlen) {
     char why[256];
+    if (a->type == FT_PATH) return 0;
     if (a->type == FT_STR) {
         fsdp_strategy sg;
         if (strategy_from_name(shown, &sg, why, sizeof why) == 0) return 0;
@@ -485,6 +530,16 @@ static int read_record(ckpt_h5_file *f, int version, ckpt_record *r, char *err, 
             }
             free(str);
             break;
+        case FT_PATH:
+            if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
+            if (rc == 0 && str && strlen(str) >= sizeof r->st.data_train) {
+                io_set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
+                        "edited checkpoint)", f->path, a->name, strlen(str));
+                rc = -1;
+            }
+            if (rc == 0) snprintf(p, sizeof r->st.data_train, "%s", str ? str : "");
+            free(str);
+            break;
         }
         if (rc != 0) return -1;
     }
@@ -511,12 +566,14 @@ static int cmp_ds_path(const void *a, const void *b) {
  * state to the file's structure: every dataset's name, shape and contents. Sorts ds. */
 static uint64_t state_checksum(const ckpt_record *r, int version, ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
-    /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) */
-    const size_t cap = (size_t)(N_STATE_ATTRS + r->m.family->n_keys + n + 2) * 320;
+    /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) but the
+     * data.train file's (the field's size) */
+    const size_t cap = (size_t)(N_STATE_ATTRS + r->m.family->n_keys + n + 2) * 320 +
+                       sizeof r->st.data_train;
     size_t len = 0;
     char *text = calloc(cap, 1);
     SHLM_CHECK_ALLOC(text);
-    char val[40];
+    char val[sizeof r->st.data_train];
     for (int i = 0; i < N_STATE_ATTRS; i++) {
         if (state_attrs[i].since > version) continue;
         field_text(r, &state_attrs[i], val, sizeof val);
@@ -631,14 +688,23 @@ static int write_state_attrs(ckpt_h5_file *f, const ckpt_record *rec, const job_
     return 0;
 }
 
-/* SHLM_TEST_KILL_IN_SAVE=RANK[:STEP]: whether this rank dies in the save of `step`. */
-static int kill_requested(int rank, int64_t step) {
-    const char *v = getenv("SHLM_TEST_KILL_IN_SAVE");
+/* Test hooks SHLM_TEST_KILL_IN_SAVE, SHLM_TEST_STOP_IN_SAVE, SHLM_TEST_SLOW_SAVE,
+ * SHLM_TEST_STOP_IN_LOAD (checkpoint.h) = RANK[:STEP]: whether hook `var` hits this rank in the save or load of
+ * `step` (-1: a load, which takes no STEP). */
+static int test_hook_hits(const char *var, int rank, int64_t step) {
+    const char *v = getenv(var);
     if (!v || !*v) return 0;
     long r = -1;
     long long s = -1;
     int n = sscanf(v, "%ld:%lld", &r, &s);
     return n >= 1 && r == rank && (n == 1 || s == step);
+}
+
+/* SHLM_TEST_STOP_IN_*: this rank stops (SIGSTOP) where it stands, `where` saying so. */
+static void test_stop(const char *var, int rank, const char *where) {
+    fprintf(stderr, "shardlm: %s: rank %d stops itself (SIGSTOP) %s\n", var, rank, where);
+    fflush(stderr);
+    raise(SIGSTOP);
 }
 
 /* Renames tmp into place, fsyncs, and points <dir>/latest at it (rank 0 only); both
@@ -790,8 +856,8 @@ static int refuse_links(const char *dir, char *err, size_t errlen) {
     return rc;
 }
 
-int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                        const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
+static int dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
     const char *dir = cfg->ckpt_dir;
     const int rank = topo->world_rank;
     *lock_fd = -1;
@@ -845,14 +911,22 @@ int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *
     return -1;
 }
 
+int checkpoint_dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                        const hf_files *hf, int *lock_fd, char *err, size_t errlen) {
+    guard_begin("opening checkpoint.dir", 0);
+    const int rc = dir_open(e, topo, cfg, hf, lock_fd, err, errlen);
+    shlm_guard_end();
+    return rc;
+}
+
 void checkpoint_dir_close(int *lock_fd) {
     if (*lock_fd >= 0) close(*lock_fd);
     *lock_fd = -1;
 }
 
-int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
-                    char *err, size_t errlen) {
+static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                const ckpt_state *st, const hf_files *hf, const char *dir, int keep, char *err,
+                size_t errlen) {
     /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
     signal(SIGXFSZ, SIG_IGN);
     MPI_Comm comm = topo->world;
@@ -865,6 +939,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* rank 0 picks an unpredictable temporary name, which all ranks then create
      * exclusively (a planted link at a guessable name would be written through) */
+    shlm_guard_phase("choosing the file name");
     int ok = rank != 0 || (safe_file_mkdir_p(dir, err, errlen) == 0 &&
                            safe_file_refuse_link(final, err, errlen) == 0 &&
                            safe_file_temp_name(final, tmp, sizeof tmp, err, errlen) == 0);
@@ -890,6 +965,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     double prof[4] = {0, 0, 0, 0}; /* this rank's data phase: copy, write, checksum, wait */
 
     /* the state as it will be read back: a file no load would accept is not written */
+    shlm_guard_phase("checking the state and the free space");
     ckpt_record rec = {.st = *st, .m = cfg->model};
     snprintf(rec.st.strategy, sizeof rec.st.strategy, "%s", strategy_name(topo->strategy));
     rec.st.world_size = topo->world_size;
@@ -905,9 +981,13 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* all metadata first, flushed, so that a failing data write leaves a file that
      * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end */
+    shlm_guard_phase("creating the file");
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     created = 1;
+    if (test_hook_hits("SHLM_TEST_STOP_IN_SAVE", rank, st->step))
+        test_stop("SHLM_TEST_STOP_IN_SAVE", rank, "in the save, its file created");
+    shlm_guard_phase("writing the metadata");
     for (int k = 0; ok && k < N_KINDS; k++) ok = ckpt_h5_create_group(&f, kind_group[k], err, errlen) == 0;
     for (int i = 0; ok && i < nd; i++) {
         const model_tensor *t = tl[i % nt].t;
@@ -930,12 +1010,13 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail;
     t_data = MPI_Wtime();
+    shlm_guard_phase("writing the data");
 
     /* the data: per state kind and unit, this rank's shard once from the engine, then
      * its piece of every tensor the shard overlaps. Ranks do not wait for each other
      * between datasets (they agree once, after the last): a rank whose write failed keeps
      * joining the calls with nothing to write, as H5Dwrite is collective */
-    const int kill_me = kill_requested(rank, st->step);
+    const int kill_me = test_hook_hits("SHLM_TEST_KILL_IN_SAVE", rank, st->step);
     int done = 0;
     ok = 1;
     for (int k = 0; k < N_KINDS; k++) {
@@ -980,6 +1061,16 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
             }
         }
     }
+    if (test_hook_hits("SHLM_TEST_SLOW_SAVE", rank, st->step)) {
+        /* a disk this slow: the others wait for this rank through two roll calls */
+        const double secs = 2 * shlm_comm_timeout_s();
+        fprintf(stderr, "shardlm: SHLM_TEST_SLOW_SAVE: rank %d takes %.0f s more to write its "
+                "data\n", rank, secs);
+        fflush(stderr);
+        struct timespec left = {(time_t)secs, (long)((secs - (time_t)secs) * 1e9)};
+        while (nanosleep(&left, &left) != 0 && errno == EINTR) {
+        }
+    }
     for (int i = 0; i < n_hf; i++) { /* a failed rank still joins the calls (collective) */
         char path[256];
         snprintf(path, sizeof path, HF_GROUP "/%s", hf->f[i].name);
@@ -988,6 +1079,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     double tw = MPI_Wtime();
     if (agree(comm, ok, err, errlen)) goto fail;
     prof[3] += MPI_Wtime() - tw;
+    shlm_guard_phase("completing the checksums");
     /* complete the checksums: every element was summed by exactly one rank */
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     ok = 1;
@@ -1017,6 +1109,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     free(entries);
     if (agree(comm, ok, err, errlen)) goto fail;
     t_close = MPI_Wtime();
+    shlm_guard_phase("closing the file");
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     ok = ckpt_h5_close(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) {
@@ -1026,6 +1119,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 
     /* commit: only now does the checkpoint exist under its name and in `latest` */
     const double t_commit = MPI_Wtime();
+    shlm_guard_phase("committing it (fsync, rename, latest)");
     ok = rank != 0 || commit(dir, tmp, final, name, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto fail_closed;
     const double t1 = MPI_Wtime();
@@ -1048,6 +1142,7 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     return 0;
 
 fail:
+    shlm_guard_phase("removing the failed file");
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     if (f.file >= 0) {
         char why[512];
@@ -1076,6 +1171,23 @@ fail_closed:
     free(sums);
     free(buf);
     return -1;
+}
+
+int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                    const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                    char *err, size_t errlen) {
+    int nt;
+    tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
+    ckpt_h5_options opt;
+    save_options(cfg, &opt);
+    const uint64_t bytes = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
+    free(tl);
+    char what[64];
+    snprintf(what, sizeof what, "checkpoint save of step %lld", (long long)st->step);
+    guard_begin(what, bytes);
+    const int rc = save(e, topo, cfg, st, hf, dir, keep, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
 /* ---------------------------------------------------------------- load */
@@ -1168,11 +1280,16 @@ int checkpoint_read_hf(ckpt_h5_file *f, hf_files *out, char *err, size_t errlen)
 
 int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char *err,
                             size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "checkpoint load of %s", base_name(path));
+    guard_begin(what, 0);
+    shlm_guard_phase("reading its Hugging Face files");
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int ok = checkpoint_open(&f, path, comm, NULL, NULL, err, errlen) == 0;
     if (agree(comm, ok, err, errlen) == 0) ok = checkpoint_read_hf(&f, out, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
+    shlm_guard_end();
     return ok ? 0 : -1;
 }
 
@@ -1222,16 +1339,22 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, model_shap
 
 int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char *err,
                           size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "checkpoint load of %s", base_name(path));
+    guard_begin(what, 0);
+    shlm_guard_phase("reading its state");
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int ok = checkpoint_open(&f, path, comm, NULL, st, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
-    return agree(comm, ok, err, errlen);
+    const int rc = agree(comm, ok, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
-int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
-                    const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
-                    size_t errlen) {
+static int load(fsdp_engine *e, const topology *topo, const model_shape *mc,
+                const char *path, ckpt_load_what what, ckpt_state *st_out, char *err,
+                size_t errlen) {
     MPI_Comm comm = topo->world;
     const int rank = topo->world_rank;
     const double t0 = MPI_Wtime();
@@ -1250,10 +1373,14 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
     uint64_t bytes = 0;
     int rc = -1;
 
+    shlm_guard_phase("opening the file and checking its state");
     int ok = checkpoint_open(&f, path, comm, &shape, &st, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
     ok = checkpoint_check_shape(path, &shape, mc, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
+    if (test_hook_hits("SHLM_TEST_STOP_IN_LOAD", rank, -1))
+        test_stop("SHLM_TEST_STOP_IN_LOAD", rank, "in the load, its file open");
+    shlm_guard_phase("reading the data");
 
     for (int k = 0; k < nk; k++) {
         for (int u = 0; u < lay->n_units; u++) {
@@ -1307,6 +1434,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
             fsdp_set_state(e, u, (fsdp_state_kind)k, buf);
         }
     }
+    shlm_guard_phase("comparing the checksums");
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2 * nd, MPI_UINT64_T, MPI_SUM, comm));
     for (int i = 0; i < nd; i++) {
         ckpt_h5_sum s = {sums[2 * i], sums[2 * i + 1]};
@@ -1319,6 +1447,7 @@ int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
         }
     }
     const char *io_mode = f.io_mode;
+    shlm_guard_phase("closing the file");
     ok = ckpt_h5_close(&f, err, errlen) == 0;
     if (agree(comm, ok, err, errlen)) goto done;
     if (rank == 0) {
@@ -1343,6 +1472,17 @@ done:
     free(sums);
     free(stored);
     free(buf);
+    return rc;
+}
+
+int checkpoint_load(fsdp_engine *e, const topology *topo, const model_shape *mc,
+                    const char *path, ckpt_load_what what, ckpt_state *st, char *err,
+                    size_t errlen) {
+    char text[200];
+    snprintf(text, sizeof text, "checkpoint load of %s", base_name(path));
+    guard_begin(text, layout_bytes(fsdp_layout(e), what == CKPT_LOAD_ALL ? N_KINDS : 1));
+    const int rc = load(e, topo, mc, path, what, st, err, errlen);
+    shlm_guard_end();
     return rc;
 }
 
@@ -1400,8 +1540,8 @@ static int read_latest(const char *dir, char *path, size_t pathlen, int must, ch
     return 0;
 }
 
-int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
-                       char *err, size_t errlen) {
+static int resolve(const char *dir, const char *resume, char *path, size_t pathlen, char *err,
+                   size_t errlen) {
     int rank;
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     char found[2048] = "";
@@ -1429,6 +1569,14 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
     }
     snprintf(path, pathlen, "%s", found);
     return 0;
+}
+
+int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t pathlen,
+                       char *err, size_t errlen) {
+    guard_begin("finding the checkpoint to load", 0);
+    const int rc = resolve(dir, resume, path, pathlen, err, errlen);
+    shlm_guard_end();
+    return rc;
 }
 
 /* ---------------------------------------------------------------- Hugging Face */
@@ -1466,8 +1614,8 @@ static int check_hf_names(const hf_weights *w, const model_layout *lay, const mo
     return 0;
 }
 
-int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
-                         const char *dir, char *err, size_t errlen) {
+static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
+                     const char *dir, char *err, size_t errlen) {
     MPI_Comm comm = topo->world;
     const double t0 = MPI_Wtime();
     model_shape hc;
@@ -1558,12 +1706,24 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape
     return 0;
 }
 
+int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
+                         const char *dir, char *err, size_t errlen) {
+    char what[200];
+    snprintf(what, sizeof what, "import of the Hugging Face weights in %s", base_name(dir));
+    guard_begin(what, layout_bytes(fsdp_layout(e), 1));
+    const int rc = import_hf(e, topo, mc, dir, err, errlen);
+    shlm_guard_end();
+    return rc;
+}
+
 int checkpoint_init_from(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *src, char *err, size_t errlen) {
     char cfg[1200];
     snprintf(cfg, sizeof cfg, "%s/config.json", src);
     int hf = access(cfg, R_OK) == 0;
+    guard_begin("finding the weights to load", 0);
     MPI_CHECK(MPI_Bcast(&hf, 1, MPI_INT, 0, topo->world));
+    shlm_guard_end();
     if (hf) return checkpoint_import_hf(e, topo, mc, src, err, errlen);
     char path[2048];
     if (checkpoint_resolve("", src, path, sizeof path, err, errlen) != 0) return -1;

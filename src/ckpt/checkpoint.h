@@ -32,9 +32,22 @@
  * and strategy loads a checkpoint of any other; every element is also summed by exactly
  * one rank and the checksums compared, naming the first dataset that differs.
  *
- * Test hook: SHLM_TEST_KILL_IN_SAVE=RANK[:STEP] makes world rank RANK raise SIGKILL
+ * Deadlines: every collective function here is a guarded region of the comm watchdog
+ * (kernels/comm/comm_watchdog.h), each phase of a save or load (creating the file, writing
+ * the metadata, the data, closing, committing...) named in it. A rank that stops answering
+ * (stopped, dead, its process hung) ends the job within runtime.comm_timeout_s or two,
+ * named, wherever in HDF5 the others wait; `latest` still names the previous checkpoint.
+ * While every rank answers, a save or load may take runtime.comm_timeout_s + its size at
+ * 10 MB/s (at least 60 s) before the job ends: a slow disk is not a hang.
+ *
+ * Test hooks: SHLM_TEST_KILL_IN_SAVE=RANK[:STEP] makes world rank RANK raise SIGKILL
  * after writing half of the datasets of the save of step STEP (of any save without
- * :STEP), to test that a crash mid-save leaves the previous checkpoint in charge.
+ * :STEP), to test that a crash mid-save leaves the previous checkpoint in charge;
+ * SHLM_TEST_STOP_IN_SAVE=RANK[:STEP] makes it raise SIGSTOP once the save's file exists,
+ * before its metadata, SHLM_TEST_SLOW_SAVE=RANK[:STEP] makes it sleep twice
+ * runtime.comm_timeout_s after writing its data (a slow disk, which must not end the job),
+ * and SHLM_TEST_STOP_IN_LOAD=RANK raise SIGSTOP once a load has opened its file, before
+ * the data: to test the deadlines.
  *
  * All functions are collective over the world and return the same status on every
  * rank; on failure err holds the same one-line message on every rank.
@@ -65,6 +78,10 @@ typedef struct ckpt_state {
                                * 0-based step with lr_decay_lr (src/engine/optim.h: a schedule
                                * extended when a resume changed train.steps) */
     double lr_decay_lr;
+    /* the training token file it was saved from (data.train): the path as the job gave
+     * it, its size and fingerprint (io/tokens.h); "" and 0 in files of format 3 and older */
+    char data_train[1024];
+    uint64_t data_bytes, data_fingerprint;
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;

@@ -73,7 +73,11 @@ int shardlm_main(int argc, char **argv) {
          * the rank; MPI_Init keeps these handlers (src/base/signals.h) */
         if (commands[i].run == cmd_train) shlm_signals_install();
         startup_begin();
-        MPI_CHECK(MPI_Init(&argc, &argv));
+        /* MPI_THREAD_MULTIPLE: the watchdog's guard thread runs roll calls while the main
+         * thread is inside a checkpoint's HDF5 collectives (kernels/comm/comm_watchdog.h); where
+         * the library gives less, a hang there still ends, without the ranks named */
+        int provided = MPI_THREAD_SINGLE;
+        MPI_CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
         startup_mark(STARTUP_MPI);
         int rc = commands[i].run(argc - 1, argv + 1);
         MPI_CHECK(MPI_Finalize());

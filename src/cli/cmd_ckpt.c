@@ -1,7 +1,7 @@
 /* `shardlm ckpt info|verify|export`: what a checkpoint holds, whether every checksum
  * matches, and its weights as a Hugging Face directory (safetensors, config.json,
  * generation_config.json and the tokenizer files the checkpoint kept). */
-#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +19,7 @@
 #include "src/cli/commands.h"
 #include "src/ckpt/hf_files.h"
 #include "src/model/family.h"
+#include "src/base/numbers.h"
 #include "src/tokenizer/tokenizer.h"
 
 /* Elements moved per read: bounds memory for 70B-sized tensors. */
@@ -180,6 +181,9 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %llu (shuffle %s)\n", "seed", (unsigned long long)st.seed,
                st.shuffle ? "on" : "off");
         printf("  %-20s %d x %d tokens\n", "global_batch", st.global_batch, st.seq_len);
+        if (st.data_bytes)
+            printf("  %-20s %s (%llu bytes, fingerprint %016llx)\n", "data.train", st.data_train,
+                   (unsigned long long)st.data_bytes, (unsigned long long)st.data_fingerprint);
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
@@ -441,16 +445,11 @@ static int ckpt_export(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dt = argv[++i];
         else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
-            /* strtoull would take "-5" as 2^64 - 5: digits only */
-            const char *v = argv[++i];
-            char *end, msg[160];
-            errno = 0;
-            shard_size = strtoull(v, &end, 10);
-            if (!*v || v[strspn(v, "0123456789")] || errno == ERANGE || shard_size == 0) {
-                snprintf(msg, sizeof msg, "--shard-size '%.60s': expected a positive number of "
-                         "bytes", v);
+            long long bytes;
+            char msg[320];
+            if (num_option_int("--shard-size", argv[++i], 1, LLONG_MAX, &bytes, msg, sizeof msg))
                 return fail(2, msg);
-            }
+            shard_size = (unsigned long long)bytes;
         } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
         else if (!arg) arg = argv[i];
         else if (!out) out = argv[i];

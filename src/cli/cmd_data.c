@@ -4,7 +4,9 @@
  * `data random`: uniform random tokens for benchmarks at any vocabulary;
  * `data encode|decode|tokenizer` are in src/cli/cmd_tokenize.c. A plain process: no MPI. */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,7 @@
 #include "src/cli/commands.h"
 #include "src/data/data_prepare.h"
 #include "src/base/rng.h"
+#include "src/base/numbers.h"
 #include "src/tokenizer/tokenizer.h"
 
 static void data_usage(FILE *out) {
@@ -86,35 +89,29 @@ static unsigned char *read_all(const char *path, size_t *len) {
     return buf;
 }
 
-static int parse_u64(const char *s, unsigned long long *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (*s == '-' || *s == 0 || *end != 0 || errno) return -1;
-    *out = v;
-    return 0;
-}
-
 /* shardlm data random --vocab V --tokens N [--seed S] OUT.bin */
 static int data_random(int argc, char **argv) {
-    unsigned long long vocab = 0, count = 0, seed = 1;
+    long long vocab = 0, count = 0;
+    uint64_t seed = 1;
     const char *out = NULL;
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
-        unsigned long long *dst = strcmp(a, "--vocab") == 0    ? &vocab
-                                  : strcmp(a, "--tokens") == 0 ? &count
-                                  : strcmp(a, "--seed") == 0   ? &seed
-                                                               : NULL;
+        const int number = strcmp(a, "--vocab") == 0 || strcmp(a, "--tokens") == 0 ||
+                           strcmp(a, "--seed") == 0;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("usage: shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
                    "  N uniform random token ids in [0, V) (seed S, default 1) as a token file,\n"
                    "  width 2 if V <= 65536: data for benchmarks and tests\n");
             return 0;
         }
-        if (dst) {
-            if (i + 1 >= argc || parse_u64(argv[i + 1], dst) != 0)
-                return cmd_data_fail(2, "%s needs a non-negative integer", a);
-            i++;
+        if (number) {
+            if (i + 1 >= argc) return cmd_data_fail(2, "%s needs a value", a);
+            const char *v = argv[++i];
+            char err[320];
+            const int rc = a[2] == 'v'   ? num_option_int(a, v, 2, INT32_MAX, &vocab, err, sizeof err)
+                           : a[2] == 't' ? num_option_int(a, v, 2, LLONG_MAX, &count, err, sizeof err)
+                                         : num_option_u64(a, v, &seed, err, sizeof err);
+            if (rc != 0) return cmd_data_fail(2, "%s", err);
         } else if (a[0] == '-') {
             return cmd_data_fail(2, "unknown option '%s'", a);
         } else if (!out) {
@@ -123,19 +120,19 @@ static int data_random(int argc, char **argv) {
             return cmd_data_fail(2, "unexpected argument '%s' (takes OUT.bin)", a);
         }
     }
-    if (vocab < 2 || vocab > 0x7fffffffull) return cmd_data_fail(2, "--vocab must be in [2, 2^31)");
-    if (count < 2) return cmd_data_fail(2, "--tokens must be at least 2");
+    if (!vocab || !count) return cmd_data_fail(2, "random needs --vocab V and --tokens N");
     if (!out) return cmd_data_fail(2, "random needs OUT.bin");
-    int32_t *tokens = malloc(count * sizeof *tokens);
-    if (!tokens) return cmd_data_fail(1, "out of memory for %llu tokens", count);
-    for (unsigned long long i = 0; i < count; i++)
-        tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ i) % vocab);
+    int32_t *tokens = malloc((size_t)count * sizeof *tokens);
+    if (!tokens) return cmd_data_fail(1, "out of memory for %lld tokens", count);
+    for (long long i = 0; i < count; i++)
+        tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)i) %
+                              (uint64_t)vocab);
     char err[1536];
-    int rc = token_file_write(out, tokens, NULL, count, vocab <= 65536 ? 2 : 4, (uint32_t)vocab,
-                              NULL, err, sizeof err);
+    int rc = token_file_write(out, tokens, NULL, (uint64_t)count, vocab <= 65536 ? 2 : 4,
+                              (uint32_t)vocab, NULL, err, sizeof err);
     free(tokens);
     if (rc != 0) return cmd_data_fail(1, "%s", err);
-    printf("wrote %llu random tokens (vocab %llu) to %s\n", count, vocab, out);
+    printf("wrote %lld random tokens (vocab %lld) to %s\n", count, vocab, out);
     return 0;
 }
 
@@ -251,11 +248,11 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
         return cmd_data_fail(2, "--overlong must be truncate or drop, not '%s'", a->overlong);
     o->drop_overlong = a->overlong && strcmp(a->overlong, "drop") == 0;
     if (a->max_doc_len) {
-        unsigned long long v;
-        if (parse_u64(a->max_doc_len, &v) != 0 || v == 0)
-            return cmd_data_fail(2, "--max-doc-len must be a positive integer, not '%s'",
-                                 a->max_doc_len);
-        o->max_doc_len = v;
+        long long v;
+        char err[320];
+        if (num_option_int("--max-doc-len", a->max_doc_len, 1, LLONG_MAX, &v, err, sizeof err))
+            return cmd_data_fail(2, "%s", err);
+        o->max_doc_len = (uint64_t)v;
     }
     if (!templated) return 0;
     const char *name = a->chat_template ? a->chat_template : "auto";

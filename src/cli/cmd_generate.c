@@ -13,13 +13,14 @@
 #include "src/ckpt/checkpoint.h"
 #include "src/cli/commands.h"
 #include "src/data/doc_pieces.h"
+#include "src/base/numbers.h"
 #include "src/run/sample.h"
 #include "src/run/train.h"
 
 static const char usage_text[] =
     "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"
     "         [--chat [--system TEXT] [--chat-template auto|chatml|llama2]] [--tokens N]\n"
-    "         [--temperature T] [--top-p P] [--seed S] [--ids]\n"
+    "         [--temperature T] [--top-p P] [--seed S] [--ids] [--truncate-prompt]\n"
     "         [--dump-logits FILE.safetensors] [--set section.key=value ...]\n"
     "  Weights: CKPT (a step_<N>.h5 file, a checkpoint directory (its `latest`), or a\n"
     "  Hugging Face directory), else checkpoint.resume (auto: checkpoint.dir's latest), else\n"
@@ -29,6 +30,8 @@ static const char usage_text[] =
     "  and the assistant's turn opened. The reply is printed as it is generated and ends at\n"
     "  an eos id or after N tokens (--tokens; default train.sample_tokens, else 200).\n"
     "  --temperature 0 is greedy; defaults come from the job's [train] sample_* keys.\n"
+    "  A prompt longer than the context (train.seq_len) is refused: the model would not\n"
+    "  see its start; --truncate-prompt keeps its last train.seq_len tokens, saying so.\n"
     "  --ids also prints the prompt's and the reply's token ids. --dump-logits writes the\n"
     "  prompt's logits (input_ids I32 [1,T], logits F32 [1,T,V]) before sampling. No\n"
     "  [train] schedule keys are needed; train.seq_len (the context) defaults to\n"
@@ -37,10 +40,12 @@ static const char usage_text[] =
 typedef struct gen_args {
     const char *job, *ckpt, *prompt, *prompt_ids, *dump, *system, *chat_template;
     int chat, show_ids;
+    int truncate_prompt;   /* keep the last train.seq_len tokens of a longer prompt */
     int tokens;            /* -1: the job's sample_tokens */
     float temperature;     /* NAN: the job's */
     float top_p;           /* NAN: the job's */
-    long long seed;        /* -1: the job's */
+    uint64_t seed;
+    int seed_given;        /* 0: the job's train.seed */
     int n_sets;
     char **sets;
 } gen_args;
@@ -50,19 +55,19 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
     a->tokens = -1;
     a->temperature = NAN;
     a->top_p = NAN;
-    a->seed = -1;
     a->sets = calloc((size_t)argc + 1, sizeof(char *));
     SHLM_CHECK_ALLOC(a->sets);
     for (int i = 1; i < argc; i++) {
         const char *o = argv[i];
         int has = i + 1 < argc;
-        char *end = NULL;
+        double x = 0;
         if (strcmp(o, "--help") == 0 || strcmp(o, "-h") == 0) {
             snprintf(err, errlen, "help");
             return -1;
         }
-        if (strcmp(o, "--chat") == 0 || strcmp(o, "--ids") == 0) {
-            *(o[2] == 'c' ? &a->chat : &a->show_ids) = 1;
+        if (strcmp(o, "--chat") == 0 || strcmp(o, "--ids") == 0 ||
+            strcmp(o, "--truncate-prompt") == 0) {
+            *(o[2] == 'c' ? &a->chat : o[2] == 'i' ? &a->show_ids : &a->truncate_prompt) = 1;
             continue;
         }
         if (o[0] == '-' && !has) {
@@ -76,19 +81,20 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         else if (strcmp(o, "--system") == 0) a->system = argv[++i];
         else if (strcmp(o, "--chat-template") == 0) a->chat_template = argv[++i];
         else if (strcmp(o, "--set") == 0) a->sets[a->n_sets++] = argv[++i];
+        /* the numbers stand for the job's sampling keys: their rules */
         else if (strcmp(o, "--tokens") == 0) {
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > (1 << 24)) goto bad;
-            a->tokens = (int)v;
+            if (job_key_option("train.sample_tokens", o, argv[++i], &x, err, errlen) != 0) return -1;
+            a->tokens = (int)x;
         } else if (strcmp(o, "--temperature") == 0) {
-            a->temperature = strtof(argv[++i], &end);
-            if (*end || !(a->temperature >= 0)) goto bad;
+            if (job_key_option("train.sample_temperature", o, argv[++i], &x, err, errlen) != 0)
+                return -1;
+            a->temperature = (float)x;
         } else if (strcmp(o, "--top-p") == 0) {
-            a->top_p = strtof(argv[++i], &end);
-            if (*end || !(a->top_p > 0 && a->top_p <= 1)) goto bad;
+            if (job_key_option("train.sample_top_p", o, argv[++i], &x, err, errlen) != 0) return -1;
+            a->top_p = (float)x;
         } else if (strcmp(o, "--seed") == 0) {
-            a->seed = strtoll(argv[++i], &end, 10);
-            if (*end || a->seed < 0) goto bad;
+            if (num_option_u64(o, argv[++i], &a->seed, err, errlen) != 0) return -1;
+            a->seed_given = 1;
         } else if (o[0] == '-') {
             snprintf(err, errlen, "unknown option '%s'", o);
             return -1;
@@ -98,10 +104,6 @@ static int parse(int argc, char **argv, gen_args *a, char *err, size_t errlen) {
         } else {
             a->job = o;
         }
-        continue;
-    bad:
-        snprintf(err, errlen, "bad value '%s' for %s", argv[i], o);
-        return -1;
     }
     if (!a->job) snprintf(err, errlen, "no job file given");
     else if (!a->prompt == !a->prompt_ids) snprintf(err, errlen, "give one of --prompt or --prompt-ids");
@@ -126,19 +128,20 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
         const char *s = a->prompt_ids, *p = s;
         *ids = malloc((strlen(s) + 1) * sizeof(int32_t));
         SHLM_CHECK_ALLOC(*ids);
-        while (*p) {
-            char *end;
-            long v = strtol(p, &end, 10);
-            if (end == p || v < 0 || v >= V) {
-                snprintf(err, errlen, "--prompt-ids: '%s' is not a list of ids in [0, %d)", s, V);
+        /* comma-separated ids, each a strict number (src/base/numbers.h) in [0, V) */
+        for (;;) {
+            const size_t len = strcspn(p, ",");
+            char item[32];
+            long long v = -1;
+            snprintf(item, sizeof item, "%.*s", (int)(len < sizeof item ? len : sizeof item - 1), p);
+            if (len >= sizeof item || num_parse_int(item, &v) != NUM_OK || v < 0 || v >= V) {
+                snprintf(err, errlen, "--prompt-ids: '%.*s' (id %d of '%.200s') is not a token "
+                         "id in [0, %d)", (int)(len < 40 ? len : 40), p, *n + 1, s, V);
                 return -1;
             }
             (*ids)[(*n)++] = (int32_t)v;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') {
-                snprintf(err, errlen, "--prompt-ids: expected ',' in '%s'", s);
-                return -1;
-            }
+            if (!p[len]) break;
+            p += len + 1;
         }
     } else {
         if (run_check_tokenizer(r, err, errlen) != 0) return -1;
@@ -195,8 +198,11 @@ int cmd_generate(int argc, char **argv) {
         free(a.sets);
         return 0;
     }
+    if (!ok) { /* one line; the usage is --help's */
+        const size_t len = strlen(err);
+        snprintf(err + len, sizeof err - len, " (usage: shardlm generate --help)");
+    }
     if (any_rank_failed(ok, err)) {
-        if (shlm_rank() <= 0) fputs(usage_text, stderr);
         free(a.sets);
         return 2;
     }
@@ -217,10 +223,27 @@ int cmd_generate(int argc, char **argv) {
     float *logits = NULL;
     int n_prompt = 0;
     ok = prompt_tokens(&a, &r, &prompt, &n_prompt, err, sizeof err) == 0;
-    if (ok && a.dump && n_prompt > c->seq_len) {
-        snprintf(err, sizeof err, "--dump-logits: the prompt has %d tokens, more than "
-                 "train.seq_len = %d", n_prompt, c->seq_len);
+    /* The context slides over the reply as it grows, but a prompt longer than it would
+     * lose its start before the first token: the reply would answer another text, so
+     * that is refused unless asked for */
+    if (ok && n_prompt > c->seq_len && !a.truncate_prompt) {
+        char longer[96] = "";
+        if (c->seq_len < model_shape_max_seq_len(&c->model))
+            snprintf(longer, sizeof longer, ", raise train.seq_len (up to model.max_seq_len = %d)",
+                     model_shape_max_seq_len(&c->model));
+        snprintf(err, sizeof err, "the prompt has %d tokens, more than the context "
+                 "(train.seq_len = %d): the model would not see its first %d; shorten it%s or "
+                 "give --truncate-prompt to keep its last %d tokens", n_prompt, c->seq_len,
+                 n_prompt - c->seq_len, longer, c->seq_len);
         ok = 0;
+    } else if (ok && n_prompt > c->seq_len) {
+        if (r.rank == 0)
+            fprintf(stderr, "shardlm: warning: the prompt has %d tokens, more than the context "
+                    "(train.seq_len = %d): its first %d are dropped, its last %d kept "
+                    "(--truncate-prompt)\n", n_prompt, c->seq_len, n_prompt - c->seq_len,
+                    c->seq_len);
+        memmove(prompt, prompt + (n_prompt - c->seq_len), (size_t)c->seq_len * sizeof *prompt);
+        n_prompt = c->seq_len;
     }
     if (any_rank_failed(ok, err)) goto done;
     char what[2100];
@@ -241,7 +264,7 @@ int cmd_generate(int argc, char **argv) {
     const sample_options so = {.temperature = isnan(a.temperature) ? c->sample_temperature
                                                                     : a.temperature,
                                .top_p = isnan(a.top_p) ? c->sample_top_p : a.top_p,
-                               .seed = a.seed >= 0 ? (uint64_t)a.seed : c->seed,
+                               .seed = a.seed_given ? a.seed : c->seed,
                                .stop_ids = stop, .n_stop = n_stop};
     out = malloc((size_t)(n_prompt + n_new) * sizeof(int32_t));
     SHLM_CHECK_ALLOC(out);

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kernels/ops.h"
 #include "shlm_config.h"
@@ -15,6 +14,7 @@
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
 #include "src/model/family.h"
+#include "src/base/numbers.h"
 #include "src/engine/topology.h"
 
 static void row(const char *key, size_t bytes, const char *what) {
@@ -136,13 +136,6 @@ static void verdict(const job_config *cfg, const topology_options *topt, shlm_dt
     }
 }
 
-static int parse_positive(const char *s, int *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (*s == 0 || *end != 0 || v < 1 || v > (1 << 24)) return -1;
-    *out = (int)v;
-    return 0;
-}
 
 int cmd_plan(int argc, char **argv) {
     const char *job = NULL, *backend = NULL, *device = NULL;
@@ -168,17 +161,21 @@ int cmd_plan(int argc, char **argv) {
             strcmp(a, "--device") == 0 || strcmp(a, "--device-gib") == 0) {
             if (i + 1 >= argc) return usage_error("missing value after", a);
             const char *v = argv[++i];
-            char *end;
+            char err[320];
+            long long n = 0;
             if (strcmp(a, "--set") == 0) sets[n_sets++] = (char *)v;
             else if (strcmp(a, "--backend") == 0) backend = v;
             else if (strcmp(a, "--device") == 0) device = v;
             else if (strcmp(a, "--device-gib") == 0) {
-                device_gib = strtod(v, &end);
-                if (*end || !(device_gib > 0 && device_gib < 1e6))
-                    return usage_error("--device-gib needs a positive number of GiB, not", v);
+                if (num_option_double(a, v, 0, 1e6, NUM_LO_OPEN | NUM_HI_OPEN, &device_gib, err,
+                                      sizeof err) != 0)
+                    return usage_error(err, NULL);
+            } else {
+                /* ranks: the topology's limit (2^24, as runtime.ranks_per_node) */
+                if (num_option_int(a, v, 1, 1 << 24, &n, err, sizeof err) != 0)
+                    return usage_error(err, NULL);
+                *(strcmp(a, "--ranks") == 0 ? &ranks : &rpn) = (int)n;
             }
-            else if (parse_positive(v, strcmp(a, "--ranks") == 0 ? &ranks : &rpn) != 0)
-                return usage_error("not a positive integer:", v);
         } else if (a[0] == '-') {
             return usage_error("unknown option", a);
         } else if (job) {
@@ -299,13 +296,9 @@ int cmd_plan(int argc, char **argv) {
         else
             snprintf(what, sizeof what, "this machine's GPU");
     } else if (strcmp(backend, "cpu") == 0) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        /* what train's fit check compares with (src/job/fit.h) */
         int per_node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
-        if (pages > 0 && page > 0) {
-            cap = (double)pages * (double)page / per_node;
-            snprintf(what, sizeof what, "this machine's memory (%.1f GiB shared by %d rank(s))",
-                     (double)pages * (double)page / 1073741824.0, per_node);
-        }
+        if (fit_host_memory(per_node, &cap, what, sizeof what) != 0) cap = 0;
     }
     if (cap > 0) {
         plan_point now = {ranks, cfg.micro_batch, topt.strategy, pt.ac};

@@ -21,7 +21,7 @@ const model_family *family_of_preset(const char *name, const model_preset **pres
  * architectures the families read. */
 int family_of_hf(const cJSON *j, const char *path, const model_family **out, char *err,
                  size_t errlen);
-/* "llama qwen2" (the families' names), "tiny tinyllama-1b ..." (every preset), and the
+/* "llama ..." (the families' names), "tiny tinyllama-1b ..." (every preset), and the
  * architectures they read, for messages. */
 const char *family_names(void);
 const char *family_preset_names(void);

@@ -14,9 +14,11 @@
 
 #include "io/config_file.h"
 #include "io/errmsg.h"
+#include "io/hash.h"
 #include "io/hf_model.h"
-#include "src/families/families.h"
 #include "src/base/listen_addr.h"
+#include "src/base/numbers.h"
+#include "src/families/families.h"
 #include "src/tokenizer/tokenizer.h"
 
 #define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
@@ -215,6 +217,11 @@ static const key_def keys[] = {
      NULL, 0,
      "a resume may change train.seq_len: the position is re-expressed in tokens (unshuffled "
      "data only)"},
+    /* the training file is recognised by its size and a fingerprint of its first and last
+     * MiB (io/tokens.h): another file under the same name is refused too */
+    {"checkpoint", "allow_data_change", KT_BOOL, F(allow_data_change), "false", NOLIM, NULL, 0,
+     "a resume may train on another data.train file than the checkpoint's: the next step "
+     "takes the checkpoint's next sample index in the new file"},
     /* how a save writes (io/ckpt_hdf5.h; benchmarks/RESULTS.md measures them); reads take
      * direct I/O wherever the file system allows it */
     {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
@@ -233,10 +240,12 @@ static const key_def keys[] = {
      "is there), cpu or cuda (refused, naming the device, where it cannot run)"},
     {"runtime", "threads", KT_INT, F(threads), "0", 0, 4096, NULL, 0,
      "CPU threads per rank; 0: cores / ranks on the node"},
-    /* kernels/comm/comm_watchdog.h: both comm backends and the host reductions of a step */
+    /* kernels/comm/comm_watchdog.h: both comm backends, the host reductions of a step, the
+     * guarded regions of checkpoint saves and loads */
     {"runtime", "comm_timeout_s", KT_FLOAT, F(comm_timeout_s), "600", 0, 1e7, NULL, KF_MIN_OPEN,
      "a collective unfinished this many seconds after its issue ends the job, naming the "
-     "ranks that did not arrive"},
+     "ranks that did not arrive; in a checkpoint save or load, a phase this long sends a "
+     "roll call and a rank that does not answer ends the job"},
     {"runtime", "ranks_per_node", KT_INT, F(ranks_per_node), "0", 0, 1 << 24, NULL, 0,
      "make blocks of this many ranks act as nodes (HYBRID_SHARD on one machine, tests); 0: "
      "real nodes"},
@@ -1110,6 +1119,28 @@ static int find_named(const char *name) {
     return find_key(section, dot + 1);
 }
 
+int job_key_option(const char *name, const char *opt, const char *v, double *out, char *err,
+                   size_t errlen) {
+    const int i = find_named(name);
+    if (i < 0 || (keys[i].type != KT_INT && keys[i].type != KT_FLOAT)) {
+        io_set_err(err, errlen, "internal error: %s is not a number key", name);
+        return -1;
+    }
+    const key_def *k = &keys[i];
+    if (k->type == KT_INT) {
+        long long x;
+        const long long lo = (long long)k->min + !!(k->flags & KF_MIN_OPEN);
+        const long long hi = (long long)k->max - !!(k->flags & KF_MAX_OPEN);
+        if (num_option_int(opt, v, lo, hi, &x, err, errlen) != 0) return -1;
+        *out = (double)x;
+        return 0;
+    }
+    const int open = (k->flags & KF_MIN_OPEN ? NUM_LO_OPEN : 0) |
+                     (k->flags & KF_MAX_OPEN ? NUM_HI_OPEN : 0);
+    return num_option_double(opt, v, k->min, k->max >= FMAX ? HUGE_VAL : k->max, open, out, err,
+                             errlen);
+}
+
 const char *job_choice_name(const char *name, int v) {
     enum { MOST_CHOICES = 8 };
     /* a slot per key and word, each written with the same text whenever it is written */
@@ -1133,10 +1164,6 @@ model_opts job_model_opts(const job_config *c, model_ac ac) {
 }
 
 uint64_t job_config_hash(const job_config *cfg) {
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 offset basis */
-    for (const unsigned char *p = (const unsigned char *)(cfg->text ? cfg->text : ""); *p; p++) {
-        h ^= *p;
-        h *= 0x100000001b3ull; /* FNV prime */
-    }
-    return h;
+    const char *text = cfg->text ? cfg->text : "";
+    return shlm_fnv1a64(SHLM_FNV1A64_BASIS, text, strlen(text));
 }

@@ -95,6 +95,7 @@ typedef struct job_config {
     int allow_steps_change;  /* a resume may change train.steps (schedule extended) */
     int allow_global_batch_change; /* ... train.global_batch (sample index kept) */
     int allow_seq_len_change;      /* ... train.seq_len (position re-expressed in tokens) */
+    int allow_data_change;         /* ... data.train's file (the sample index kept) */
     int ckpt_direct_io;      /* saves write with O_DIRECT (io/ckpt_hdf5.h) */
     int ckpt_collective_io;  /* saves through MPI-IO use collective buffering */
     int ckpt_alignment;      /* datasets of at least this many bytes start at a multiple of
@@ -142,6 +143,13 @@ void job_config_fprint(FILE *out, const job_config *cfg, int world_size);
  * Returns 0, or -1 with the reason ("out of range, must be in [1, 65536]", "not an
  * integer", "not a number") in why. */
 int job_key_check(const char *name, double v, char *why, size_t whylen);
+
+/* A command-line option `opt` that stands for integer or floating-point key `name`
+ * (generate's --top-p for train.sample_top_p): v parsed strictly (src/base/numbers.h) as the
+ * key's type within the key's bounds, one copy of its rule. 0, or -1 with one line naming
+ * the option and the value in err ("--top-p: '2' is out of range, must be in (0, 1]"). */
+int job_key_option(const char *name, const char *opt, const char *v, double *out, char *err,
+                   size_t errlen);
 
 /* The word of choice key `name` ("section.key") whose value is v ("?" when there is none). */
 const char *job_choice_name(const char *name, int v);

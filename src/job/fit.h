@@ -36,6 +36,25 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
                     const shlm_ops *ops, int forward_only, int registered_gathers);
 void job_plan_free(job_plan *jp);
 
+/* The host memory one of `ranks` ranks of this node may allocate, in *bytes: MemAvailable
+ * of /proc/meminfo, or what the process's memory cgroup leaves where that is less (its
+ * limit, cgroup v2 memory.max or v1 memory.limit_in_bytes, less its usage without the
+ * inactive file cache, which the kernel reclaims first), divided by ranks. *what says
+ * where the figure comes from ("this machine's available memory: 20.31 GiB (MemAvailable)
+ * shared by 2 ranks"). 0, or -1 when /proc/meminfo cannot be read. Local. */
+int fit_host_memory(int ranks, double *bytes, char *what, size_t whatlen);
+/* The same with every path under root ("" for the system's; tests give a directory). */
+int fit_host_memory_at(const char *root, int ranks, double *bytes, char *what,
+                       size_t whatlen);
+
+/* The fit check of a run's set-up, before anything is allocated: the plan's total per
+ * rank against the `avail` bytes the rank may allocate (a device's free memory, or
+ * fit_host_memory's share), `what` saying what they are. 0, or -1 with one line in err
+ * naming the job, the bytes needed by category and those available, and what helps
+ * (`shardlm plan JOB --ranks world` says which change fits). Local. */
+int fit_check_memory(const shard_plan *plan, double avail, const char *what,
+                     const char *job_path, int world, char *err, size_t errlen);
+
 /* The plan check of one rank: measured[c] against plan->bytes[c] for the engine's
  * categories and the activations (the op scratch is the backend's, measured on a device
  * by its memory's drop). Returns the number of categories that differ and prints one

@@ -14,7 +14,7 @@
 
 /* ------------------------------------------------------------------ layout */
 
-/* Tensor indices inside a block unit (see the layout comment in llama.h). */
+/* Tensor indices inside a block unit (see the layout comment in decoder.h). */
 enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
 /* The first tensor of each of a block's product weights, in the order of the layout's fp8
  * matrices: q|k|v, o, gate|up, down */

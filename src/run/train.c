@@ -284,25 +284,21 @@ int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int n
     opt.shard_group = r->comm->group_create(r->topo.shard);
     opt.replica_group = r->comm->group_create(r->topo.replica);
     startup_mark(STARTUP_COMM);
-    /* on a device, refuse before allocating anything if the plan does not fit */
+    /* refuse before allocating anything if the plan does not fit: a device's free memory,
+     * or the host's available memory shared by the node's ranks */
     size_t used = 0, total = 0;
-    ok = 1;
+    double avail = -1;
+    char where[256] = "";
     r->device_base = 0;
     if (r->ops->mem_info && r->ops->mem_info(&used, &total) == 0) {
         r->device_base = used;
-        if (pl->total > total - used) {
-            snprintf(err, sizeof err,
-                     "%s: the job needs %.2f GiB per %s device (sharded state %.2f, buffers %.2f, "
-                     "activations %.2f, op scratch %.2f) but %.2f GiB of %.2f is free: add "
-                     "ranks, lower train.micro_batch or use fsdp.activation_checkpointing "
-                     "(shardlm plan %.200s --ranks %d says which fits)",
-                     c->path, pl->total / 1073741824.0, r->ops->name, pl->state / 1073741824.0,
-                     pl->buffers / 1073741824.0, pl->bytes[PLAN_ACTIVATIONS] / 1073741824.0,
-                     pl->bytes[PLAN_OP_SCRATCH] / 1073741824.0, (total - used) / 1073741824.0,
-                     total / 1073741824.0, c->path, r->world);
-            ok = 0;
-        }
+        avail = (double)(total - used);
+        snprintf(where, sizeof where, "free on its %s device of %.2f GiB", r->ops->name,
+                 total / 1073741824.0);
+    } else if (!r->ops->mem_info && fit_host_memory(r->local_size, &avail, where, sizeof where) != 0) {
+        avail = -1;
     }
+    ok = avail < 0 || fit_check_memory(pl, avail, where, c->path, r->world, err, sizeof err) == 0;
     if (any_rank_failed(ok, err)) return -1;
     /* one device arena for everything the plan allocates through the ops; the ops' scratch
      * (attention's backward, the matmul library's workspace) is allocated before step 1
@@ -477,12 +473,26 @@ static int write_trace(run *r, char *err, size_t errlen) {
 }
 
 /* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
- * means): a train.seq_len, global_batch or steps other than the checkpoint's is refused
- * unless allowed, naming both values and the key; an allowed change adjusts *st (the
- * data position in windows of the new length; the schedule's new cosine). n_tokens: the
- * training file's token count. Local: every rank reaches the same verdict. */
-static int resume_rules(const job_config *c, const char *path, uint64_t n_tokens,
+ * means): a training file other than the checkpoint's (by size and fingerprint; older
+ * checkpoints keep none), or a train.seq_len, global_batch or steps other than its, is
+ * refused unless allowed, naming both files or values and the key; an allowed change
+ * adjusts *st (the data position in windows of the new length; the schedule's new
+ * cosine). tf: the training file. Local: every rank reaches the same verdict. */
+static int resume_rules(const job_config *c, const char *path, const token_file *tf,
                         ckpt_state *st, char *err, size_t errlen) {
+    const uint64_t n_tokens = tf->count;
+    if (st->data_bytes && !c->allow_data_change &&
+        (st->data_bytes != tf->size || st->data_fingerprint != tf->fingerprint)) {
+        snprintf(err, errlen, "%.200s was saved training on %.200s (%llu bytes, fingerprint "
+                 "%016llx); this job's data.train %.200s is another file (%llu bytes, fingerprint "
+                 "%016llx): the checkpoint's data position counts samples of its own; set "
+                 "checkpoint.allow_data_change = true to continue at the same sample index in "
+                 "this file, or resume with data.train = %.200s", path, st->data_train,
+                 (unsigned long long)st->data_bytes, (unsigned long long)st->data_fingerprint,
+                 c->data_train, (unsigned long long)tf->size,
+                 (unsigned long long)tf->fingerprint, st->data_train);
+        return -1;
+    }
     if (st->seq_len != c->seq_len) {
         if (!c->allow_seq_len_change) {
             snprintf(err, errlen, "%s was saved with train.seq_len = %d, this job has %d: its "
@@ -567,15 +577,20 @@ static int load_initial_weights(run *r, ckpt_state *st) {
         ckpt_state peek;
         if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
             return any_rank_failed(0, err);
-        int ok = resume_rules(c, path, r->train_tf.count, &peek, err, sizeof err) == 0;
+        int ok = resume_rules(c, path, &r->train_tf, &peek, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) return -1;
         if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
                             sizeof err) != 0 ||
             checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
             return any_rank_failed(0, err);
         const ckpt_state saved = *st;
-        if (resume_rules(c, path, r->train_tf.count, st, err, sizeof err) != 0)
+        if (resume_rules(c, path, &r->train_tf, st, err, sizeof err) != 0)
             return any_rank_failed(0, err); /* the file changed since it was first read */
+        if (r->rank == 0 && st->data_bytes &&
+            (st->data_bytes != r->train_tf.size || st->data_fingerprint != r->train_tf.fingerprint))
+            printf("checkpoint: data.train is not the checkpoint's file %s "
+                   "(checkpoint.allow_data_change): the next step takes sample %llu of %s\n",
+                   st->data_train, (unsigned long long)st->data_position, c->data_train);
         if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))
             printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
                    "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
@@ -870,6 +885,9 @@ static int train_loop(run *r, const ckpt_state *st0, watch *w) {
             st.global_batch = c->global_batch;
             st.seq_len = c->seq_len;
             st.lr_last = lr;
+            snprintf(st.data_train, sizeof st.data_train, "%s", c->data_train);
+            st.data_bytes = r->train_tf.size;
+            st.data_fingerprint = r->train_tf.fingerprint;
             if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                                 sizeof err) != 0) {
                 any_rank_failed(0, err);
