@@ -15,7 +15,7 @@
 #include "src/data/doc_pieces.h"
 #include "src/base/numbers.h"
 #include "src/run/sample.h"
-#include "src/run/train.h"
+#include "src/run/run.h"
 
 static const char usage_text[] =
     "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"

@@ -141,3 +141,39 @@ int sample_print(model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *
     free(p.text.data);
     return n;
 }
+
+/* The closing sample of a run (train.sample_*): the prompt encoded with the job's
+ * tokenizer (bos as the model's configuration says), the continuation printed as it
+ * comes, ending at an eos. */
+void run_print_sample(run *r) {
+    const job_config *c = &r->cfg;
+    const char *prompt = c->sample_prompt[0] ? c->sample_prompt : "\n";
+    token_ids p = {0};
+    char err[512];
+    int ok = tokenizer_encode_with(r->tok, prompt, strlen(prompt),
+                                   tokenizer_default_flags(r->tok) & TOKENIZER_ADD_BOS, &p, err,
+                                   sizeof err) == 0;
+    if (any_rank_failed(ok && p.n > 0, ok ? "train.sample_prompt encodes to no token" : err)) {
+        free(p.ids);
+        return;
+    }
+    int32_t *ids = malloc((p.n + (size_t)c->sample_tokens) * sizeof(int32_t));
+    SHLM_CHECK_ALLOC(ids);
+    int n_stop = 0;
+    const int32_t *stop = tokenizer_eos_ids(r->tok, &n_stop);
+    const sample_options so = {.temperature = c->sample_temperature, .top_p = c->sample_top_p,
+                               .seed = c->seed, .stop_ids = stop, .n_stop = n_stop};
+    fsdp_begin_pass(r->engine, 0);
+    if (r->rank == 0)
+        printf("--- sample: up to %d tokens, temperature %.2f, top_p %.2f ---\n",
+               c->sample_tokens, c->sample_temperature, c->sample_top_p);
+    const int show_ids = strcmp(tokenizer_kind(r->tok), "bytes") == 0 && model_shape_vocab_size(&c->model) != 256;
+    sample_print(r->model, r->tok, show_ids, c->seq_len, p.ids, (int)p.n, c->sample_tokens, &so,
+                 r->rank == 0 ? stdout : NULL, ids);
+    if (r->rank == 0) {
+        printf("\n---\n");
+        fflush(stdout);
+    }
+    free(ids);
+    free(p.ids);
+}

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "src/model/family.h"
+#include "src/run/run.h"
 #include "src/base/rng.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -43,5 +44,9 @@ int sample_generate(model *m, int max_ctx, const int32_t *prompt, int n_prompt,
  * instead. o->on_token is overridden. Returns the number of new tokens. */
 int sample_print(model *m, tokenizer *tok, int ids, int max_ctx, const int32_t *prompt,
                  int n_prompt, int n_new, const sample_options *o, FILE *out, int32_t *all);
+
+/* The closing sample of a run (train.sample_*): the prompt encoded with the job's
+ * tokenizer, the continuation printed as it comes, ending at an eos. Collective. */
+void run_print_sample(run *r);
 
 #endif

@@ -1,12 +1,14 @@
-/* The training run: set-up shared by `train` and `eval` (config, backend, data,
- * engine, model), the step loop, validation and the closing sample. */
-#ifndef SHLM_TRAIN_H
-#define SHLM_TRAIN_H
+/* A run of a job: the set-up `train`, `eval` and `generate` share (setup.c: config,
+ * ranks, backend, data, plan, engine, model), where its weights come from (start.c), the
+ * training loop (loop.c), validation (validate.c). */
+#ifndef SHLM_RUN_H
+#define SHLM_RUN_H
 
 #include <mpi.h>
 
 #include "io/tokens.h"
 #include "src/base/agree.h"
+#include "src/ckpt/checkpoint.h"
 #include "kernels/ops.h"
 #include "src/job/config.h"
 #include "src/data/data_loader.h"
@@ -15,6 +17,7 @@
 #include "src/ckpt/hf_files.h"
 #include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
+#include "src/watch/watch.h"
 #include "src/engine/topology.h"
 
 typedef struct run {
@@ -65,5 +68,20 @@ int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen);
  * by any rank between two batches: every rank ends the pass there and *loss is NaN, never
  * the mean of a part. */
 int run_validate(run *r, double *loss, double *scored);
+
+/* The state a training run starts from: checkpoint.resume (weights, moments, step, data
+ * position) under the resume rules (what a resumed job may change, checked against the
+ * checkpoint's state before any tensor is read), else model.init_from (weights), else
+ * the seed's initialisation and step 0. Collective; returns 0, or -1 (message printed). */
+int run_load_initial(run *r, ckpt_state *st);
+
+/* Trains steps st->step+1 .. the job's end (train.stop_after, else train.steps), watched
+ * by w: the step line, metrics, checkpoints, validation, stop signals, the closing
+ * summary, trace and sample. Collective; returns 0, or -1 (message printed). */
+int run_train(run *r, const ckpt_state *st, watch *w);
+
+/* The plan check after training: nothing was allocated through the ops after set-up (the
+ * cpu backend's count), and on a device the memory in use grew by the plan's total. */
+void run_plan_check_end(const run *r, size_t device_peak);
 
 #endif

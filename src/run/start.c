@@ -1,0 +1,201 @@
+/* Where a run's weights and state come from (run.h run_load_initial, run_load_weights):
+ * a resumed checkpoint under the resume rules, model.init_from, or the seed. */
+#include "src/run/run.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "src/base/startup.h"
+#include "src/engine/optim.h"
+
+/* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
+ * means): a training file other than the checkpoint's (by size and fingerprint; older
+ * checkpoints keep none), or a train.seq_len, global_batch or steps other than its, is
+ * refused unless allowed, naming both files or values and the key; an allowed change
+ * adjusts *st (the data position in windows of the new length; the schedule's new
+ * cosine). tf: the training file. Local: every rank reaches the same verdict. */
+static int resume_rules(const job_config *c, const char *path, const token_file *tf,
+                        ckpt_state *st, char *err, size_t errlen) {
+    const uint64_t n_tokens = tf->count;
+    if (st->data_bytes && !c->allow_data_change &&
+        (st->data_bytes != tf->size || st->data_fingerprint != tf->fingerprint)) {
+        snprintf(err, errlen, "%.200s was saved training on %.200s (%llu bytes, fingerprint "
+                 "%016llx); this job's data.train %.200s is another file (%llu bytes, fingerprint "
+                 "%016llx): the checkpoint's data position counts samples of its own; set "
+                 "checkpoint.allow_data_change = true to continue at the same sample index in "
+                 "this file, or resume with data.train = %.200s", path, st->data_train,
+                 (unsigned long long)st->data_bytes, (unsigned long long)st->data_fingerprint,
+                 c->data_train, (unsigned long long)tf->size,
+                 (unsigned long long)tf->fingerprint, st->data_train);
+        return -1;
+    }
+    if (st->seq_len != c->seq_len) {
+        if (!c->allow_seq_len_change) {
+            snprintf(err, errlen, "%s was saved with train.seq_len = %d, this job has %d: its "
+                     "data position counts windows of %d tokens; set "
+                     "checkpoint.allow_seq_len_change = true to continue at the same token, or "
+                     "resume with train.seq_len = %d", path, st->seq_len, c->seq_len, st->seq_len,
+                     st->seq_len);
+            return -1;
+        }
+        if (st->shuffle) {
+            snprintf(err, errlen, "%s: checkpoint.allow_seq_len_change cannot apply: its data is "
+                     "shuffled (data.shuffle = true), and windows of %d tokens are permuted "
+                     "otherwise than windows of %d, so its place in the epoch has no "
+                     "equivalent; resume with train.seq_len = %d", path, st->seq_len,
+                     c->seq_len, st->seq_len);
+            return -1;
+        }
+        uint64_t pos;
+        if (data_loader_reposition(st->data_position, n_tokens, st->seq_len, c->seq_len,
+                                   &pos) != 0) {
+            snprintf(err, errlen, "%s: data position %llu in windows of %d tokens has no "
+                     "equivalent in windows of %d of this data", path,
+                     (unsigned long long)st->data_position, st->seq_len, c->seq_len);
+            return -1;
+        }
+        st->data_position = pos;
+        st->seq_len = c->seq_len;
+    }
+    if (st->global_batch != c->global_batch) {
+        if (!c->allow_global_batch_change) {
+            snprintf(err, errlen, "%s was saved with train.global_batch = %d, this job has %d: "
+                     "set checkpoint.allow_global_batch_change = true to take %d sequences per "
+                     "step from the next sample on, or resume with train.global_batch = %d",
+                     path, st->global_batch, c->global_batch, c->global_batch,
+                     st->global_batch);
+            return -1;
+        }
+        st->global_batch = c->global_batch;
+    }
+    if (st->steps != c->steps) {
+        if (!c->allow_steps_change) {
+            snprintf(err, errlen, "%s was saved with train.steps = %d, this job has %d: the "
+                     "learning-rate schedule would be another one (lr %.3e at step %lld); set "
+                     "checkpoint.allow_steps_change = true to continue from lr %.3e and decay to "
+                     "train.min_lr at step %d, or resume with train.steps = %d", path, st->steps,
+                     c->steps, st->lr_last, (long long)st->step, st->lr_last, c->steps,
+                     st->steps);
+            return -1;
+        }
+        lr_schedule ext = lr_schedule_extend(c->lr, c->min_lr, c->warmup_steps, c->steps,
+                                             (int)st->step, (float)st->lr_last);
+        st->lr_decay_from = ext.decay_from;
+        st->lr_decay_lr = ext.decay_lr;
+        st->steps = c->steps;
+    }
+    return 0;
+}
+
+/* The state a training run starts from: checkpoint.resume (weights, moments, step, data
+ * position), else model.init_from (weights), else the seed's init and step 0. A resumed
+ * job is checked against the checkpoint's state before any tensor is read
+ * (resume_rules). Returns 0, or -1 with the message printed. */
+static int load_initial_weights(run *r, ckpt_state *st);
+int run_load_initial(run *r, ckpt_state *st) {
+    int rc = load_initial_weights(r, st);
+    startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(r->cfg.model.family->init_count());
+    return rc;
+}
+static int load_initial_weights(run *r, ckpt_state *st) {
+    const job_config *c = &r->cfg;
+    char err[1536] = "", path[2048];
+    *st = (ckpt_state){.seed = c->seed, .shuffle = c->shuffle, .global_batch = c->global_batch,
+                       .seq_len = c->seq_len, .steps = c->steps, .lr_decay_from = -1};
+    if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
+        return any_rank_failed(0, err);
+    if (path[0]) {
+        startup_set_weights(STARTUP_WEIGHTS_RESUME);
+        if (r->rank == 0 && c->init_from[0])
+            printf("checkpoint: resuming from %s; model.init_from = %s is not used\n", path,
+                   c->init_from);
+        ckpt_state peek;
+        if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
+            return any_rank_failed(0, err);
+        int ok = resume_rules(c, path, &r->train_tf, &peek, err, sizeof err) == 0;
+        if (any_rank_failed(ok, err)) return -1;
+        if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
+                            sizeof err) != 0 ||
+            checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
+            return any_rank_failed(0, err);
+        const ckpt_state saved = *st;
+        if (resume_rules(c, path, &r->train_tf, st, err, sizeof err) != 0)
+            return any_rank_failed(0, err); /* the file changed since it was first read */
+        if (r->rank == 0 && st->data_bytes &&
+            (st->data_bytes != r->train_tf.size || st->data_fingerprint != r->train_tf.fingerprint))
+            printf("checkpoint: data.train is not the checkpoint's file %s "
+                   "(checkpoint.allow_data_change): the next step takes sample %llu of %s\n",
+                   st->data_train, (unsigned long long)st->data_position, c->data_train);
+        if (r->rank == 0 && (st->seed != c->seed || st->shuffle != c->shuffle))
+            printf("checkpoint: the data order continues from the checkpoint's train.seed = %llu, "
+                   "data.shuffle = %d (the job says %llu, %d)\n", (unsigned long long)st->seed,
+                   st->shuffle, (unsigned long long)c->seed, c->shuffle);
+        if (r->rank == 0 && saved.seq_len != st->seq_len)
+            printf("checkpoint: train.seq_len %d -> %d (checkpoint.allow_seq_len_change): data "
+                   "position %llu -> %llu, the first window of %d tokens at or after the first "
+                   "unread token\n", saved.seq_len, st->seq_len,
+                   (unsigned long long)saved.data_position, (unsigned long long)st->data_position,
+                   st->seq_len);
+        if (r->rank == 0 && saved.global_batch != st->global_batch)
+            printf("checkpoint: train.global_batch %d -> %d (checkpoint.allow_global_batch_change)"
+                   ": the next step starts at sample %llu\n", saved.global_batch,
+                   c->global_batch, (unsigned long long)st->data_position);
+        if (r->rank == 0 && saved.steps != st->steps && st->step <= c->warmup_steps)
+            printf("checkpoint: train.steps %d -> %d (checkpoint.allow_steps_change): the "
+                   "warm-up continues, then the cosine decays to %.3e at step %d\n",
+                   saved.steps, st->steps, c->min_lr, st->steps);
+        else if (r->rank == 0 && saved.steps != st->steps)
+            printf("checkpoint: train.steps %d -> %d (checkpoint.allow_steps_change): the "
+                   "learning rate continues from %.3e and decays to %.3e at step %d\n",
+                   saved.steps, st->steps, st->lr_last, c->min_lr, st->steps);
+        return 0;
+    }
+    if (!c->init_from[0]) { /* run_setup deferred this: loads overwrite every shard */
+        startup_set_weights(STARTUP_WEIGHTS_SEED);
+        fsdp_init_weights(r->engine, c->seed);
+        return 0;
+    }
+    startup_set_weights(STARTUP_WEIGHTS_IMPORT);
+    if (checkpoint_init_from(r->engine, &r->topo, &c->model, c->init_from, err, sizeof err) != 0)
+        return any_rank_failed(0, err);
+    /* a checkpoint's weights bring the files it kept, where the job's sources lack them */
+    if (!c->hf_model &&
+        (checkpoint_resolve("", c->init_from, path, sizeof path, err, sizeof err) != 0 ||
+         checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0))
+        return any_rank_failed(0, err);
+    return 0;
+}
+
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen);
+int run_load_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
+    int rc = load_forward_weights(r, ckpt, what, whatlen);
+    startup_mark(STARTUP_WEIGHTS);
+    startup_set_drawn(r->cfg.model.family->init_count());
+    return rc;
+}
+static int load_forward_weights(run *r, const char *ckpt, char *what, size_t whatlen) {
+    const job_config *c = &r->cfg;
+    char err[1536] = "", path[2048] = "";
+    if (!ckpt) {
+        if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
+            return any_rank_failed(0, err);
+        if (path[0]) ckpt = path;
+        else if (c->init_from[0]) ckpt = c->init_from;
+    }
+    if (!ckpt) {
+        snprintf(what, whatlen, "freshly initialised weights (train.seed = %llu)",
+                 (unsigned long long)c->seed);
+        if (r->rank == 0)
+            printf("note: %s: no --ckpt, checkpoint (checkpoint.resume, checkpoint.dir) or "
+                   "model.init_from: the model has %s\n", c->path, what);
+        startup_set_weights(STARTUP_WEIGHTS_SEED); /* run_setup deferred it */
+        fsdp_init_weights(r->engine, c->seed);
+        return 0;
+    }
+    startup_set_weights(ckpt == path ? STARTUP_WEIGHTS_RESUME : STARTUP_WEIGHTS_IMPORT);
+    snprintf(what, whatlen, "%s", ckpt);
+    if (checkpoint_init_from(r->engine, &r->topo, &c->model, ckpt, err, sizeof err) != 0)
+        return any_rank_failed(0, err);
+    return 0;
+}
