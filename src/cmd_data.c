@@ -126,11 +126,12 @@ static int data_random(int argc, char **argv) {
     if (vocab < 2 || vocab > 0x7fffffffull) return cmd_data_fail(2, "--vocab must be in [2, 2^31)");
     if (count < 2) return cmd_data_fail(2, "--tokens must be at least 2");
     if (!out) return cmd_data_fail(2, "random needs OUT.bin");
+    char err[1536];
+    if (safe_file_check_target(out, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
     int32_t *tokens = malloc(count * sizeof *tokens);
     if (!tokens) return cmd_data_fail(1, "out of memory for %llu tokens", count);
     for (unsigned long long i = 0; i < count; i++)
         tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ i) % vocab);
-    char err[1536];
     int rc = token_file_write(out, tokens, NULL, count, vocab <= 65536 ? 2 : 4, (uint32_t)vocab,
                               NULL, err, sizeof err);
     free(tokens);
@@ -355,6 +356,9 @@ static int data_prepare(int argc, char **argv, int render) {
                              "text with its tokens; choose another OUT.bin",
                              a.paths[1], a.paths[0]);
     char err[1536];
+    /* what the output would replace, before the work (token_file_write checks it again) */
+    if (!render && safe_file_check_target(a.paths[1], err, sizeof err) != 0)
+        return cmd_data_fail(1, "%s", err);
     struct tokenizer *tok;
     if (tokenizer_open(&tok, a.tokenizer, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
     prepare_options o;
