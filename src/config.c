@@ -485,7 +485,15 @@ static int parse_value(const key_def *k, const char *v, job_config *cfg, char *w
             io_set_err(why, whylen, "not an integer");
             return -1;
         }
-        if (errno == ERANGE || x < INT_MIN || x > INT_MAX || !in_range(k, (double)x)) {
+        const int overflow = errno == ERANGE || x < INT_MIN || x > INT_MAX;
+        if (overflow && (x > 0 ? k->max >= IMAX : k->min <= -IMAX)) {
+            /* a key bounded on that side only by the int it is stored in: say that bound */
+            io_set_err(why, whylen, "out of range, must be at %s %d (the %s integer a key holds)",
+                       x > 0 ? "most" : "least", x > 0 ? INT_MAX : INT_MIN,
+                       x > 0 ? "largest" : "smallest");
+            return -1;
+        }
+        if (overflow || !in_range(k, (double)x)) {
             range_text(k, range, sizeof range);
             io_set_err(why, whylen, "out of range, %s", range);
             return -1;

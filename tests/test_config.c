@@ -255,7 +255,8 @@ static void test_errors(void) {
     expect_error("out of range (int)", variant(7, "steps = 0", NULL), 0, NULL,
                  "PATH:7: [train] steps = '0': out of range, must be >= 1");
     expect_error("out of range (int overflow)", variant(7, "steps = 99999999999", NULL), 0, NULL,
-                 "PATH:7: [train] steps = '99999999999': out of range, must be >= 1");
+                 "PATH:7: [train] steps = '99999999999': out of range, must be at most "
+                 "2147483647 (the largest integer a key holds)");
     expect_error("out of range (half-open)", variant(0, NULL, "[train]\nbeta2 = 1\n"), 0, NULL,
                  "PATH:14: [train] beta2 = '1': out of range, must be in [0, 1)");
     expect_error("top_p = 0", variant(0, NULL, "[train]\nsample_top_p = 0\n"), 0, NULL,
