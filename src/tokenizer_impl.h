@@ -13,9 +13,11 @@ extern "C" {
 
 typedef struct tokenizer_ops {
     const char *kind; /* tokenizer_kind() */
-    /* appends the ids of text (no bos/eos) */
-    int (*encode)(void *impl, const char *text, size_t len, token_ids *out, char *err,
-                  size_t errlen);
+    /* appends the ids of text (no bos/eos); on a failure that one byte of text caused
+     * (malformed UTF-8, a piece past TOKENIZER_MAX_PIECE, the pattern failing on the piece
+     * starting there) *at is set to its offset, and the message says what, not where */
+    int (*encode)(void *impl, const char *text, size_t len, token_ids *out, size_t *at,
+                  char *err, size_t errlen);
     /* appends the text of ids (each < vocab_size, checked by the caller); special tokens
      * left out when skip_special */
     int (*decode)(void *impl, const int32_t *ids, size_t n, int skip_special, byte_buf *out,
@@ -48,6 +50,7 @@ struct tokenizer {
     int add_bos, add_eos;
     char *chat_template;
     char chat_template_path[1100]; /* the file it came from ("" when none) */
+    size_t error_offset;           /* tokenizer_error_offset() */
 };
 
 /* Implementations: each fills t->ops, t->impl, t->vocab_size and t->file from `path`. */
