@@ -1,4 +1,4 @@
-/* One-line error messages (errmsg.h). */
+/* One-line error messages and positions in texts (errmsg.h). */
 #include "io/errmsg.h"
 
 #include <stdarg.h>
@@ -31,4 +31,12 @@ void io_set_errv(char *err, size_t errlen, const char *fmt, va_list ap) {
     }
     err[n] = '\0';
     free(raw);
+}
+
+void io_text_position(const char *text, size_t off, unsigned long long *line, size_t *byte) {
+    size_t start = 0;
+    *line = 1;
+    for (size_t i = 0; i < off; i++)
+        if (text[i] == '\n') (*line)++, start = i + 1;
+    *byte = off - start + 1;
 }

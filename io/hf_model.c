@@ -11,8 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "io/safe_file.h"
 #include "io/errmsg.h"
+#include "io/json_text.h"
+#include "io/safe_file.h"
 
 /* names and keys read from the file go into messages: one line whatever they hold */
 #define set_err io_set_err
@@ -163,10 +164,11 @@ int hf_config_load(const char *dir, cJSON **out, char *path, size_t pathlen, cha
     snprintf(path, pathlen, "%s/config.json", dir);
     char *text = read_text(path, err, errlen);
     if (!text) return -1;
-    cJSON *j = cJSON_Parse(text);
+    cJSON *j = json_text_parse_file(path, text, strlen(text), 0, err, errlen);
     free(text);
+    if (!j) return -1;
     if (!cJSON_IsObject(j)) {
-        set_err(err, errlen, "%s: not a JSON object", path);
+        set_err(err, errlen, "%s: valid JSON but not an object", path);
         cJSON_Delete(j);
         return -1;
     }

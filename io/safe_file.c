@@ -38,6 +38,36 @@ int safe_file_refuse_link(const char *path, char *err, size_t errlen) {
     return -1;
 }
 
+const char *safe_file_kind(unsigned mode) {
+    return S_ISREG(mode)    ? "a regular file"
+           : S_ISDIR(mode)  ? "a directory"
+           : S_ISLNK(mode)  ? "a symbolic link"
+           : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+           : S_ISSOCK(mode) ? "a socket"
+           : S_ISCHR(mode)  ? "a character device"
+           : S_ISBLK(mode)  ? "a block device"
+                            : "not a regular file";
+}
+
+/* The message for something other than a regular file or a link at a name written. */
+static void kind_message(const char *path, unsigned mode, char *err, size_t errlen) {
+    io_set_err(err, errlen, "%s is %s: shardlm writes only regular files and never replaces "
+            "anything else; remove it or choose another path", path, safe_file_kind(mode));
+}
+
+int safe_file_check_target(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return 0;
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (S_ISREG(sb.st_mode)) return 0;
+    if (S_ISLNK(sb.st_mode)) link_message(path, err, errlen);
+    else kind_message(path, sb.st_mode, err, errlen);
+    return -1;
+}
+
 /* 64 bits from the kernel's random source, as 16 hex digits. */
 static int random_hex(char out[17]) {
     uint64_t v = 0;
@@ -81,7 +111,7 @@ static void dir_of(const char *path, char *dir, size_t len) {
 }
 
 int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen) {
-    if (safe_file_refuse_link(path, err, errlen) != 0) return -1;
+    if (safe_file_check_target(path, err, errlen) != 0) return -1;
     if (rename(tmp, path) != 0) {
         io_set_err(err, errlen, "%s: cannot rename %s onto it: %s", path, tmp, strerror(errno));
         return -1;
@@ -109,7 +139,7 @@ int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen) {
         io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
         return -1;
     }
-    if (safe_file_refuse_link(path, err, errlen) != 0) return -1;
+    if (safe_file_check_target(path, err, errlen) != 0) return -1;
     int fd = -1;
     for (int i = 0; fd < 0 && i < TEMP_TRIES; i++) {
         if (safe_file_temp_name(path, s->tmp, sizeof s->tmp, err, errlen) != 0) return -1;
@@ -132,10 +162,48 @@ int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
+int safe_file_begin_output(safe_file *s, const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !(S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode)))
+        return safe_file_begin(s, path, err, errlen);
+    memset(s, 0, sizeof *s);
+    if ((size_t)snprintf(s->path, sizeof s->path, "%s", path) >= sizeof s->path) {
+        io_set_err(err, errlen, "%.200s...: path too long (%zu characters)", path, strlen(path));
+        return -1;
+    }
+    /* opened as it is: nothing created or truncated (a FIFO waits here for its reader) */
+    int fd = open(path, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        io_set_err(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &sb) != 0 || !(S_ISFIFO(sb.st_mode) || S_ISCHR(sb.st_mode))) {
+        io_set_err(err, errlen, "%s changed while it was opened: refusing to write to it", path);
+        close(fd);
+        return -1;
+    }
+    s->fp = fdopen(fd, "wb");
+    if (!s->fp) {
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    s->direct = 1;
+    return 0;
+}
+
 int safe_file_finish(safe_file *s, char *err, size_t errlen) {
     if (!s->fp) {
         io_set_err(err, errlen, "%s: not open for writing", s->path);
         return -1;
+    }
+    if (s->direct) {
+        int bad = fflush(s->fp) != 0 || ferror(s->fp);
+        int saved = errno;
+        if (fclose(s->fp) != 0 && !bad) bad = 1, saved = errno;
+        s->fp = NULL;
+        if (bad) io_set_err(err, errlen, "%s: writing failed: %s", s->path, strerror(saved));
+        return bad ? -1 : 0;
     }
     int bad = fflush(s->fp) != 0 || ferror(s->fp);
     int saved = errno;
@@ -177,6 +245,8 @@ int safe_file_write_all(const char *path, const void *data, size_t len, char *er
 /* Opens path with flags | O_NOFOLLOW | O_NONBLOCK (a FIFO planted there must not
  * block) and checks it is a regular file with one link; O_NONBLOCK is then cleared. */
 static int open_own_file(const char *path, int flags, char *err, size_t errlen) {
+    /* a device is not even opened (opening one can act: a tape rewinds) */
+    if (safe_file_check_target(path, err, errlen) != 0) return -1;
     int fd = open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd < 0) {
         if (errno == ELOOP) link_message(path, err, errlen);
@@ -187,7 +257,7 @@ static int open_own_file(const char *path, int flags, char *err, size_t errlen) 
     if (fstat(fd, &sb) != 0) {
         io_set_err(err, errlen, "%s: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
-        io_set_err(err, errlen, "%s is not a regular file: refusing to write to it", path);
+        kind_message(path, sb.st_mode, err, errlen);
     } else if (sb.st_nlink != 1) {
         io_set_err(err, errlen, "%s has %lu hard links: refusing to write to a file that "
                 "another name shares", path, (unsigned long)sb.st_nlink);
@@ -198,6 +268,34 @@ static int open_own_file(const char *path, int flags, char *err, size_t errlen) 
     }
     close(fd);
     return -1;
+}
+
+FILE *safe_file_read_own(const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        const int e = errno;
+        io_set_err(err, errlen, "%s: %s", path, strerror(e));
+        errno = e;
+        return NULL;
+    }
+    struct stat sb;
+    FILE *f = NULL;
+    if (fstat(fd, &sb) != 0) {
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode)) {
+        io_set_err(err, errlen, "%s is %s, not a file shardlm wrote", path,
+                   safe_file_kind(sb.st_mode));
+        errno = EINVAL;
+    } else if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0 ||
+               !(f = fdopen(fd, "r"))) {
+        io_set_err(err, errlen, "%s: %s", path, strerror(errno));
+    }
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        errno = e;
+    }
+    return f;
 }
 
 FILE *safe_file_append(const char *path, char *err, size_t errlen) {

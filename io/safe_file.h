@@ -5,16 +5,22 @@
 
 /*
  * The rules, in one place (every file the program writes goes through here, or, for
- * HDF5 checkpoints, through safe_file_temp_name plus HDF5's own exclusive create):
+ * HDF5 checkpoints and plot's PNGs, through a temporary name made here, created
+ * exclusively, written by the library or gnuplot, then safe_file_rename):
  *   - A file is written under a temporary name in its target directory,
  *     "<path>.tmp.<16 random hex digits>", created with O_CREAT|O_EXCL|O_NOFOLLOW:
  *     nothing already there (file, link, dangling link) is opened, truncated or
  *     followed, and the name cannot be guessed in advance. The finished file is
  *     fsynced and renamed onto <path>, and the directory fsynced: a reader sees the
  *     old file or the whole new one.
- *   - rename replaces the name, never what a link there points to; still, a symbolic
- *     link at <path> is refused with a clear message (someone put it there, and a
- *     user who made it expects the write to go through it).
+ *   - Only a regular file at <path> is replaced. A symbolic link there is refused with
+ *     a clear message (rename would replace the name, never what the link points to,
+ *     but someone put it there, and a user who made it expects the write to go through
+ *     it); so is anything else (a FIFO, a device, a socket, a directory), named by what
+ *     it is: a rename would put a regular file in the place of /dev/null or of a pipe
+ *     someone reads. Outputs a user may point at a stream on purpose
+ *     (safe_file_begin_output) write into an existing FIFO or character device as it
+ *     is, without a temporary name.
  *   - Files that grow across runs (metrics.jsonl) are opened O_APPEND|O_NOFOLLOW and
  *     must be regular files with one link (no hard link to something else).
  * Local functions (no MPI). Each returns 0, or -1 with one line in err naming the file
@@ -32,13 +38,20 @@ typedef struct safe_file {
     FILE *fp;                                       /* write here; NULL once closed */
     char path[SAFE_FILE_PATH_MAX];                  /* the name it will have */
     char tmp[SAFE_FILE_PATH_MAX + SAFE_FILE_TEMP_SUFFIX_MAX]; /* the name it has now */
+    int direct; /* fp writes into path itself (safe_file_begin_output); tmp is empty */
 } safe_file;
 
-/* Creates a fresh temporary file for path (refusing a symbolic link at path at once,
- * before anything is written). */
+/* Creates a fresh temporary file for path (refusing at once, before anything is written,
+ * anything at path that is not a regular file: safe_file_check_target). */
 int safe_file_begin(safe_file *s, const char *path, char *err, size_t errlen);
+/* For an output a user may send to a stream (generate --dump-logits): when path names,
+ * through links too, an existing FIFO or character device (a pipe, /dev/stdout on a pipe
+ * or a terminal, /dev/null), opens it for writing as it is: nothing is created, replaced
+ * or truncated, and finish only flushes and closes. Any other path: safe_file_begin. */
+int safe_file_begin_output(safe_file *s, const char *path, char *err, size_t errlen);
 /* Flushes, fsyncs and closes the temporary file, then renames it onto path
- * (safe_file_rename). On failure the temporary file is removed. */
+ * (safe_file_rename). On failure the temporary file is removed. A direct output
+ * (safe_file_begin_output) is flushed and closed. */
 int safe_file_finish(safe_file *s, char *err, size_t errlen);
 /* Closes and removes the temporary file (after a failure; safe after finish). */
 void safe_file_abort(safe_file *s);
@@ -57,15 +70,29 @@ int safe_file_is_temp_of(const char *name, const char *base);
 /* 0 when path does not exist or is not a symbolic link; -1 when it is one (dangling
  * or not), with a message naming it and its target, or when lstat fails otherwise. */
 int safe_file_refuse_link(const char *path, char *err, size_t errlen);
-/* Renames tmp onto path (refusing a symbolic link at path) and fsyncs the directory. */
+/* 0 when path does not exist or is a regular file (what a write may replace); -1 with a
+ * message naming path and what it is (a symbolic link and its target, a FIFO, a
+ * character or block device, a socket, a directory), or when lstat fails otherwise. */
+int safe_file_check_target(const char *path, char *err, size_t errlen);
+/* What a file of st_mode `mode` is, for messages: "a FIFO (named pipe)", "a socket",
+ * "a character device", "a directory", ... */
+const char *safe_file_kind(unsigned mode);
+/* Renames tmp onto path (refusing anything but a regular file at path:
+ * safe_file_check_target) and fsyncs the directory. */
 int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen);
 /* fsync of a file (never through a symbolic link) or, with directory, of a directory, by
  * path: what a rename-based commit needs to be durable. */
 int safe_file_fsync(const char *path, int directory, char *err, size_t errlen);
 
 /* Opens path for appending (created if missing): refuses a symbolic link, anything
- * but a regular file, and a file with more than one hard link. */
+ * but a regular file (named by what it is, never opened), and a file with more than one
+ * hard link. */
 FILE *safe_file_append(const char *path, char *err, size_t errlen);
+
+/* Opens for reading a file shardlm writes and reads back (metrics.jsonl): only a regular
+ * file (a link to one is followed), never waiting on a FIFO planted there. NULL with err
+ * (and errno: ENOENT when there is nothing at path). */
+FILE *safe_file_read_own(const char *path, char *err, size_t errlen);
 
 /* mkdir -p: every missing component is created; an existing component that is not a
  * directory (or a link to one) is an error naming it. */

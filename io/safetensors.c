@@ -565,11 +565,18 @@ static int check_spec(const char *path, const char *name, safetensors_dtype dt, 
     return 0;
 }
 
-int safetensors_writer_begin(safetensors_writer *w, const char *path, int n,
-                             const char *const *names, const safetensors_dtype *dtypes,
-                             const int *ndims, const int64_t *const *shapes, int n_meta,
-                             const char *const *meta_keys, const char *const *meta_values,
-                             char *err, size_t errlen) {
+/* The name the writer's bytes go to now: the temporary file, or path for a direct
+ * output. */
+static const char *writing_to(const safetensors_writer *w) {
+    return w->out.tmp[0] ? w->out.tmp : w->path;
+}
+
+/* safetensors_writer_begin; output: the file may be a stream (safe_file_begin_output). */
+static int begin_writer(safetensors_writer *w, const char *path, int n,
+                        const char *const *names, const safetensors_dtype *dtypes,
+                        const int *ndims, const int64_t *const *shapes, int n_meta,
+                        const char *const *meta_keys, const char *const *meta_values,
+                        int output, char *err, size_t errlen) {
     memset(w, 0, sizeof(*w));
     snprintf(w->path, sizeof(w->path), "%s", path);
     if (n < 0 || n_meta < 0) {
@@ -637,14 +644,15 @@ int safetensors_writer_begin(safetensors_writer *w, const char *path, int n,
     /* Pad with spaces so the data start at a multiple of 8, as the reference writer
      * does: then every tensor of a naturally ordered file is aligned in an mmap. */
     size_t padded = (len + 7) & ~(size_t)7;
-    if (safe_file_begin(&w->out, path, err, errlen) != 0) goto done;
+    if ((output ? safe_file_begin_output : safe_file_begin)(&w->out, path, err, errlen) != 0)
+        goto done;
     unsigned char lenbuf[8];
     for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     FILE *fp = w->out.fp;
     int ok = fwrite(lenbuf, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
     for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
     if (!ok) {
-        set_err(err, errlen, "%s: writing the header to %s: %s", path, w->out.tmp,
+        set_err(err, errlen, "%s: writing the header to %s: %s", path, writing_to(w),
                 strerror(errno));
         safetensors_writer_abort(w);
         goto done;
@@ -660,6 +668,15 @@ done:
     return rc;
 }
 
+int safetensors_writer_begin(safetensors_writer *w, const char *path, int n,
+                             const char *const *names, const safetensors_dtype *dtypes,
+                             const int *ndims, const int64_t *const *shapes, int n_meta,
+                             const char *const *meta_keys, const char *const *meta_values,
+                             char *err, size_t errlen) {
+    return begin_writer(w, path, n, names, dtypes, ndims, shapes, n_meta, meta_keys,
+                        meta_values, 0, err, errlen);
+}
+
 int safetensors_writer_append(safetensors_writer *w, const void *bytes, size_t nbytes,
                               char *err, size_t errlen) {
     if (!w->out.fp) {
@@ -672,7 +689,8 @@ int safetensors_writer_append(safetensors_writer *w, const void *bytes, size_t n
         return -1;
     }
     if (nbytes > 0 && fwrite(bytes, 1, nbytes, w->out.fp) != nbytes) {
-        set_err(err, errlen, "%s: writing %s failed: %s", w->path, w->out.tmp, strerror(errno));
+        set_err(err, errlen, "%s: writing %s failed: %s", w->path, writing_to(w),
+                strerror(errno));
         return -1;
     }
     w->written_bytes += nbytes;
@@ -694,14 +712,15 @@ int safetensors_writer_finish(safetensors_writer *w, char *err, size_t errlen) {
 
 void safetensors_writer_abort(safetensors_writer *w) { safe_file_abort(&w->out); }
 
-int safetensors_write(const char *path, int n, const char *const *names,
-                      const safetensors_dtype *dtypes, const int *ndims,
-                      const int64_t *const *shapes, const void *const *data, int n_meta,
-                      const char *const *meta_keys, const char *const *meta_values,
-                      char *err, size_t errlen) {
+/* safetensors_write and safetensors_write_output (output). */
+static int write_whole(const char *path, int n, const char *const *names,
+                       const safetensors_dtype *dtypes, const int *ndims,
+                       const int64_t *const *shapes, const void *const *data, int n_meta,
+                       const char *const *meta_keys, const char *const *meta_values, int output,
+                       char *err, size_t errlen) {
     safetensors_writer w;
-    if (safetensors_writer_begin(&w, path, n, names, dtypes, ndims, shapes, n_meta, meta_keys,
-                                 meta_values, err, errlen) != 0)
+    if (begin_writer(&w, path, n, names, dtypes, ndims, shapes, n_meta, meta_keys, meta_values,
+                     output, err, errlen) != 0)
         return -1;
     for (int i = 0; i < n; i++) {
         uint64_t bytes = 0;
@@ -722,4 +741,22 @@ int safetensors_write(const char *path, int n, const char *const *names,
         return -1;
     }
     return 0;
+}
+
+int safetensors_write(const char *path, int n, const char *const *names,
+                      const safetensors_dtype *dtypes, const int *ndims,
+                      const int64_t *const *shapes, const void *const *data, int n_meta,
+                      const char *const *meta_keys, const char *const *meta_values,
+                      char *err, size_t errlen) {
+    return write_whole(path, n, names, dtypes, ndims, shapes, data, n_meta, meta_keys,
+                       meta_values, 0, err, errlen);
+}
+
+int safetensors_write_output(const char *path, int n, const char *const *names,
+                             const safetensors_dtype *dtypes, const int *ndims,
+                             const int64_t *const *shapes, const void *const *data, int n_meta,
+                             const char *const *meta_keys, const char *const *meta_values,
+                             char *err, size_t errlen) {
+    return write_whole(path, n, names, dtypes, ndims, shapes, data, n_meta, meta_keys,
+                       meta_values, 1, err, errlen);
 }

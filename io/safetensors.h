@@ -104,12 +104,21 @@ uint16_t safetensors_f32_to_f16(float x);
  * n_meta string pairs of __metadata__ (meta_keys may be NULL when n_meta is 0).
  * The data are laid out in the order given. The file is written under a temporary
  * name and renamed into place, so a failure never leaves a partial file at path (and a
- * symbolic link at path is refused, io/safe_file.h). */
+ * symbolic link, a FIFO, a device or anything else but a regular file at path is
+ * refused, io/safe_file.h). */
 int safetensors_write(const char *path, int n, const char *const *names,
                       const safetensors_dtype *dtypes, const int *ndims,
                       const int64_t *const *shapes, const void *const *data, int n_meta,
                       const char *const *meta_keys, const char *const *meta_values,
                       char *err, size_t errlen);
+/* The same for an output a user may send to a stream: an existing FIFO or character
+ * device at path (a pipe, /dev/stdout, /dev/null) is written as it is, in one pass
+ * (safe_file_begin_output); any other path as safetensors_write. */
+int safetensors_write_output(const char *path, int n, const char *const *names,
+                             const safetensors_dtype *dtypes, const int *ndims,
+                             const int64_t *const *shapes, const void *const *data, int n_meta,
+                             const char *const *meta_keys, const char *const *meta_values,
+                             char *err, size_t errlen);
 
 /* Streaming writer, for tensors too large to hold at once (a 70B export): begin()
  * writes the header, append() writes the next bytes of data (the tensors in the

@@ -6,6 +6,9 @@
 #     is saved;
 #  2. `shardlm ckpt export` of that checkpoint, as one file and as shards with an index,
 #     holds the fixture's tensors bit for bit, with a config.json describing the model;
+#     exported again into one directory as one file, 5 shards, 9, 5 and one file, each
+#     export leaves only its own weights (the earlier layout's file, index or shards
+#     removed, one line each) and a directory where a stale shard is refuses it;
 #  3. `shardlm generate --dump-logits` from the sharded export (2 ranks, model.init_from
 #     path) and from the original directory (1 rank): the logits of the fixture's two
 #     rows match transformers', and their cross-entropy is transformers' loss;
@@ -75,6 +78,54 @@ step exports sh "$mpi" 2 "$SHLM" ckpt export "$ck" "$work/exps" --shard-size 200
 [ -f "$work/exps/model.safetensors.index.json" ] && [ -f "$work/exps/model-00002-of-00005.safetensors" ] ||
     fail "the sharded export has no index or not 5 shards: $(ls "$work/exps")"
 step compares "$t" compare "$work/exps" && grep compare "$work/compares.log"
+
+# ---- 2b. exports into a directory holding another layout's weights ----
+mix="$work/mix"
+# layout NAME WANT REMOVED OPTIONS...: exports $ck into $mix (NAME.log); the weights there
+# must then be exactly WANT (model* names, one line, sorted), the log must say "removed"
+# for each name in REMOVED and nothing else, and they must hold the fixture's tensors
+layout() {
+    ln=$1 want=$2 removed=$3
+    shift 3
+    step "$ln" "$SHLM" ckpt export "$ck" "$mix" "$@" || return
+    f0=$fails
+    got=$(cd "$mix" && ls | grep '^model' | tr '\n' ' ' | sed 's/ $//')
+    [ "$got" = "$want" ] || fail "$ln: weights left in the directory: '$got', expected '$want'"
+    for r in $removed; do
+        grep -q -F "export: removed $mix/$r (" "$work/$ln.log" || fail "$ln: no line says $r was removed"
+    done
+    n=$(grep -c '^export: removed' "$work/$ln.log")
+    [ "$n" -eq "$(echo $removed | wc -w)" ] || fail "$ln: $n removals reported, expected: $removed"
+    step "$ln-compare" "$t" compare "$mix"
+    [ $fails -ne $f0 ] || echo "ckpt_hf: ok: $ln: $(echo $want | wc -w) weights files, $n removed:" \
+        "$(grep '^export: removed' "$work/$ln.log" | head -n 1)"
+}
+# shards N: the names of an export in N shards, then its index
+shards() {
+    i=1
+    while [ "$i" -le "$1" ]; do
+        printf 'model-%05d-of-%05d.safetensors ' "$i" "$1"
+        i=$((i + 1))
+    done
+    printf 'model.safetensors.index.json'
+}
+layout mix-single model.safetensors ""
+layout mix-sharded "$(shards 5)" model.safetensors --shard-size 20000
+layout mix-more "$(shards 10)" "$(shards 5 | sed 's/ model.safetensors.index.json//')" --shard-size 10000
+layout mix-fewer "$(shards 5)" "$(shards 10 | sed 's/ model.safetensors.index.json//')" --shard-size 20000
+layout mix-one model.safetensors "$(shards 5)"
+mkdir "$mix/model-00002-of-00002.safetensors"
+echo "+ $SHLM ckpt export $ck $mix --shard-size 20000 (a directory at a stale shard's name)"
+"$SHLM" ckpt export "$ck" "$mix" --shard-size 20000 >"$work/mix-dir.log" 2>"$work/mix-dir.err"
+rc=$?
+why=$(error_line_problem "$work/mix-dir.err" "$mix/model-00002-of-00002.safetensors" "is a directory")
+if [ $rc -ne 1 ] || [ -n "$why" ]; then
+    fail "mix-dir: exit $rc (want 1) $why: $(cat "$work/mix-dir.err")"
+elif [ "$(cd "$mix" && ls | grep '^model' | tr '\n' ' ')" != "model-00002-of-00002.safetensors model.safetensors " ]; then
+    fail "mix-dir: the refused export changed the weights: $(ls "$mix")"
+else
+    echo "ckpt_hf: ok: mix-dir: $(cat "$work/mix-dir.err")"
+fi
 
 # ---- 3. generate: logits of both rows, from the sharded export and the original ----
 "$SHLM" data random --vocab 67 --tokens 2000 "$work/r.bin" >/dev/null

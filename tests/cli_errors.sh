@@ -253,6 +253,9 @@ expect "missing data file (job file)" "$T/nothere.bin" "does not exist"
 tokfile "$T/tiny.bin" 256 1 2 3 4 5 6 7 8 9 10
 run "$SHLM" train "$J" --set data.train="$T/tiny.bin"
 expect "seq_len longer than the data" tiny.bin "10 tokens" seq_len
+# a validation file shorter than one window: one window, not a training one
+run "$SHLM" train "$J" --set data.train="$T/ok.bin" --set data.val="$T/tiny.bin"
+expect "a validation file shorter than one window" tiny.bin "10 tokens" "fewer than the 33 of one window"
 
 # shellcheck disable=SC2086
 tokfile "$T/v512.bin" 512 $ids

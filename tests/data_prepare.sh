@@ -151,9 +151,25 @@ expect_bad "wrong type" prompt-response bytes '{"prompt": 5, "response": "b"}' '
 expect_bad "empty response" prompt-response bytes '{"prompt": "a", "response": " \t"}' 'empty "response": nothing to train on'
 expect_bad "empty output" prompt-response bytes '{"instruction": "a", "output": ""}' 'empty "output"'
 expect_bad "not JSON" prompt-response bytes '{"prompt": "a", "response": "b"' "not a JSON value"
-expect_bad "text after the object" prompt-response bytes '{"prompt": "a", "response": "b"} x' "text follows it"
+expect_bad "text after the object" prompt-response bytes '{"prompt": "a", "response": "b"} x' \
+    "text follows the JSON value (byte 34 of the line, counting from 1)"
 expect_bad "not an object" prompt-response bytes '["a", "b"]' "a record must be a JSON object, not an array"
-expect_bad "NUL" prompt-response bytes '{"prompt": "a\u0000", "response": "b"}' 'holds \u0000'
+expect_bad "NUL" prompt-response bytes '{"prompt": "a\u0000", "response": "b"}' \
+    'the escape \u0000 (U+0000)' "(byte 14 of the line, counting from 1)"
+# what cJSON would take wrongly or refuse for another reason than it says
+expect_bad "a key twice" jsonl-text bytes '{"text": "a", "text": "b"}' 'the key "text" appears twice in one object'
+expect_bad "a key twice, nested" chat "$chatml" \
+    '{"messages": [{"role": "user", "content": "a", "content": "c"}, {"role": "assistant", "content": "b"}]}' \
+    'the key "content" appears twice in one object'
+expect_bad "a lone surrogate" jsonl-text bytes '{"text": "a\ud800b"}' 'a lone surrogate \ud800' \
+    "(byte 12 of the line, counting from 1)"
+expect_bad "a lone low surrogate" jsonl-text bytes '{"text": "a\udc00\ud800b"}' 'a lone surrogate \udc00'
+expect_bad "nested too deep" jsonl-text bytes \
+    "{\"text\": \"a\", \"x\": $(awk 'BEGIN { for (i = 0; i < 1000; i++) printf "["; for (i = 0; i < 1000; i++) printf "]" }')}" \
+    "nested deeper than 1000 levels" "(byte 1019 of the line, counting from 1)"
+printf '{"text": "a"}\n{"text": "a\000b"}\n' >"$bad"
+refused "a raw NUL byte" 1 "$bad:2: a NUL byte (U+0000)" "(byte 12 of the line, counting from 1)" -- \
+    "$SHLM" data prepare --tokenizer bytes --format jsonl-text "$bad" "$out"
 expect_bad "missing text" jsonl-text bytes '{"txt": "a"}' 'missing "text"'
 expect_bad "empty text" jsonl-text bytes '{"text": ""}' 'empty "text"'
 expect_bad "missing messages" chat "$chatml" '{"msgs": []}' 'missing "messages"'
@@ -167,8 +183,13 @@ expect_bad "llama2: roles not alternating" chat "$llama2" '{"messages": [{"role"
 expect_bad "llama2: a late system message" chat "$llama2" '{"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "y"}]}' "message 2: a system message comes first or not at all"
 # invalid UTF-8, the byte named
 printf '{"prompt": "a", "response": "b"}\n{"prompt": "\377", "response": "b"}\n' >"$bad"
-refused "invalid UTF-8" 1 "$bad:2: invalid UTF-8 at byte 13 of the line" -- \
+refused "invalid UTF-8" 1 "$bad:2: invalid UTF-8 (byte 13 of the line, counting from 1)" -- \
     "$SHLM" data prepare --tokenizer bytes --format prompt-response "$bad" "$out"
+# the same convention in a text file, one document, for a tokenizer that takes Unicode only
+printf 'one line\nthen \377 another\n' >"$bad"
+refused "invalid UTF-8 in a text file" 1 "$bad:2: " "invalid UTF-8" \
+    "(byte 6 of the line, counting from 1)" -- \
+    "$SHLM" data prepare --tokenizer "$chatml" --format text "$bad" "$out"
 : >"$bad"
 refused "empty file" 1 "$bad: empty file" -- \
     "$SHLM" data prepare --tokenizer "$chatml" --format chat "$bad" "$out"

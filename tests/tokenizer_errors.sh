@@ -70,11 +70,24 @@ expect_out "bytes" "104 105" "hi" "$SHLM" data encode --tokenizer bytes
 expect_out "bytes decode" "hi" "104 105" "$SHLM" data decode --tokenizer bytes
 
 # bad input to the commands
-expect_error "decode: not an id" "x3" "not a token id" -- sh -c "echo '3 x3' | '$SHLM' data decode --tokenizer '$T'"
+expect_error "decode: not an id" "stdin:2: 'x3' is not a token id (byte 3 of the line, counting from 1)" -- \
+    sh -c "printf '3\n3 x3' | '$SHLM' data decode --tokenizer '$T'"
 expect_error "decode: id out of range" "99" "outside the vocabulary" -- sh -c "echo '3 99' | '$SHLM' data decode --tokenizer '$T'"
 expect_error "encode: no --tokenizer" "needs --tokenizer" -- "$SHLM" data encode
 expect_error "encode: unknown flag" "--frob" -- "$SHLM" data encode --tokenizer bytes --frob
-expect_error "encode: invalid UTF-8" "not valid UTF-8" "byte 2" -- sh -c "printf 'ab\377' | '$SHLM' data encode --tokenizer '$T'"
+expect_error "encode: invalid UTF-8" "stdin:1: " "invalid UTF-8" "(byte 3 of the line, counting from 1)" -- \
+    sh -c "printf 'ab\377' | '$SHLM' data encode --tokenizer '$T'"
+expect_error "encode: invalid UTF-8 on line 2" "stdin:2: " "invalid UTF-8" "(byte 4 of the line, counting from 1)" -- \
+    sh -c "printf 'ab\nab \377' | '$SHLM' data encode --tokenizer '$T'"
+expect_error "encode --lines: invalid UTF-8 on line 3" "stdin:3: " "(byte 2 of the line, counting from 1)" -- \
+    sh -c "printf 'ab\n\na\377' | '$SHLM' data encode --tokenizer '$T' --lines"
+# a pre-token longer than TOKENIZER_MAX_PIECE (4 MiB) is refused, one at the limit taken
+head -c 4194304 /dev/zero | tr '\0' a >"$work/long"
+expect_out "a pre-token of 4 MiB" "4194304" "" sh -c "'$SHLM' data encode --tokenizer '$T' <'$work/long' | wc -w"
+printf 'a' >>"$work/long"
+expect_error "a pre-token past 4 MiB" "stdin:1: " "a pre-token (a piece encoded whole) of 4194305 bytes" \
+    "more than the 4194304" "(byte 1 of the line, counting from 1)" -- \
+    sh -c "'$SHLM' data encode --tokenizer '$T' <'$work/long'"
 
 # bad tokenizer files
 expect_error "missing file" "$work/nope.json" "no such tokenizer" -- "$SHLM" data encode --tokenizer "$work/nope.json"
@@ -98,6 +111,29 @@ variant merge.json 's/"a b", /"a c", /'
 expect_error "merge of an unknown token" "merge.json" "merge 0" "not in the vocabulary" -- "$SHLM" data encode --tokenizer "$work/merge.json"
 variant badre.json 's/"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},/"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]},/'
 expect_error "regex that does not compile" "badre.json" "PCRE2" -- "$SHLM" data encode --tokenizer "$work/badre.json"
+# an error of PCRE2 while splitting (its match limit) is an error, not the end of the
+# matches: tokenizers stops there too ("Onig: Regex search error: retry-limit-in-match
+# over" for this pattern and text)
+variant backtrack.json 's/"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},/"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(a+)+$"}, "behavior": "Isolated"}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]},/'
+expect_error "PCRE2's match limit" "stdin:1: " "backtrack.json" "pattern cannot split" "match limit" -- \
+    sh -c "printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!' | '$SHLM' data encode --tokenizer '$work/backtrack.json'"
+expect_out "the same pattern where it ends" "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0" "aaaaaaaaaaaaaaaaaaaa!" \
+    sh -c "'$SHLM' data encode --tokenizer '$work/backtrack.json' 2>&1 | cut -d' ' -f1-20"
+# what a JSON file holds that the reader refuses, named with its line and byte
+variant surrogate.json 's/"vocab": {"a": 0,/"vocab": {"a\\ud800": 9, "a": 0,/'
+ln=$(grep -n 'ud800' "$work/surrogate.json" | cut -d: -f1)
+expect_error "a lone surrogate in tokenizer.json" "surrogate.json:$ln: a lone surrogate \\ud800" \
+    "(byte 25 of the line, counting from 1)" -- "$SHLM" data encode --tokenizer "$work/surrogate.json"
+deep=$(awk 'BEGIN { for (i = 0; i < 1001; i++) printf "["; for (i = 0; i < 1001; i++) printf "]" }')
+variant deep.json "s/\"version\": \"1.0\",/\"version\": \"1.0\", \"x\": $deep,/"
+expect_error "tokenizer.json nested too deep" "deep.json:2: arrays and objects nested deeper than 1000 levels" \
+    "(byte 1025 of the line, counting from 1)" -- "$SHLM" data encode --tokenizer "$work/deep.json"
+variant bigid.json 's/{"id": 6, "content": "<\/s>"/{"id": 16777216, "content": "<\/s>"/'
+expect_error "an added token's id out of range" "bigid.json" 'added_tokens entry 1 ("</s>"): id 16777216, outside [0, 16777215]' -- \
+    "$SHLM" data encode --tokenizer "$work/bigid.json"
+variant negid.json 's/"\\u0120ab": 4,/"\\u0120ab": -4,/'
+expect_error "a vocabulary id out of range" "negid.json" 'vocab entry "' 'id -4, outside [0, 16777215]' -- \
+    "$SHLM" data encode --tokenizer "$work/negid.json"
 printf 'not a protobuf at all, just some text\n' >"$work/tokenizer.model"
 expect_error "corrupt tokenizer.model" "$work/tokenizer.model" "not a SentencePiece model" -- \
     "$SHLM" data encode --tokenizer "$work/tokenizer.model"
@@ -106,6 +142,13 @@ if sp=$(shlm_wheel_file mistral-common mistral_common/data/tokenizer.model.v1); 
     head -c 100000 "$sp" >"$work/cut.model"
     expect_error "truncated tokenizer.model" "$work/cut.model" "not a SentencePiece model" -- \
         "$SHLM" data encode --tokenizer "$work/cut.model"
+    # a SentencePiece word (a run up to a space) past 4 MiB, on line 2 of a text file
+    { printf 'short line\nx '; cat "$work/long"; } >"$work/long.txt"
+    expect_error "a SentencePiece word past 4 MiB" "long.txt:2: " "a word (a run of text up to a space) of 4194305 bytes" \
+        "(byte 3 of the line, counting from 1)" -- \
+        "$SHLM" data prepare --tokenizer "$sp" "$work/long.txt" "$work/long.bin"
+else
+    echo "$test_name: SKIP (the SentencePiece cases): $sp"
 fi
 
 # special tokens: tokenizer_config.json over the file, generation_config.json's eos list

@@ -13,7 +13,8 @@ Hugging Face tokenizers, in the formats `shardlm data encode|decode` writes.
         ignore_merges, TemplateProcessing bos), DIR/gpt2x (ByteLevel with a prefix space,
         "a b" merge strings, added tokens with lstrip/rstrip/single_word/normalized),
         DIR/splits (Split behaviours Contiguous+invert, Removed, MergedWithNext,
-        MergedWithPrevious)
+        MergedWithPrevious), DIR/backtrack (a Split pattern, (a+)+$, that backtracks
+        past the regex engine's limit on a long run of "a" not at the end)
   tokenizer_ref.py make-sp-variants DIR TRAIN_TEXT
         writes small SentencePiece models trained on TRAIN_TEXT, one for each way shardlm
         encodes: DIR/sp-user.model (BPE, identity normaliser, byte fallback, user-defined
@@ -96,6 +97,12 @@ def make_variants(root, train):
                 pt.Split(Regex(r"\s"), behavior="merged_with_next"),
                 pt.Split(Regex(r"[.;:!?]"), behavior="merged_with_previous"),
                 pt.ByteLevel(add_prefix_space=False, use_regex=True),
+            ]
+        ),
+        "backtrack": pt.Sequence(
+            [
+                pt.Split(Regex(r"(a+)+$"), behavior="isolated", invert=False),
+                pt.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         ),
     }

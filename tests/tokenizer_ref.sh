@@ -8,7 +8,8 @@
 # and small tokenizers built here with Llama-3's, GPT-2's and other pre-tokenizer structures);
 # `data decode` (whole and --stream) gives the reference's text for those ids, and gives
 # every line back that the reference gives back. Invalid UTF-8: sentencepiece's ids; the
-# tokenizer.json tokenizers refuse it in one line.
+# tokenizer.json tokenizers refuse it in one line. A Split pattern that backtracks past the
+# regex engine's limit fails in tokenizers and in shardlm alike.
 # Needs the Python environment of tests/pyenv.sh (skips, 77, without it); each tokenizer
 # whose file is not cached is skipped with the reason.
 # Reproduce: make check TESTS=tests/tokenizer_ref.sh   (SmolLM2: SHLM_SMOLLM2=HF_DIR)
@@ -117,8 +118,27 @@ if $ref make-variants "$work/variants" "$data/shakespeare-train.txt" >"$work/var
         2>"$work/bad.err"; then
         fail "llama3: invalid UTF-8 was accepted"
     else
-        why=$(error_line_problem "$work/bad.err" "not valid UTF-8" "tokenizer.json")
+        why=$(error_line_problem "$work/bad.err" "stdin:1: " "invalid UTF-8" "tokenizer.json" \
+            "(byte 5 of the line, counting from 1)")
         [ -z "$why" ] || fail "llama3: invalid UTF-8: $why: $(cat "$work/bad.err")"
+    fi
+    # a pattern past the regex engine's limit: tokenizers (Oniguruma's retry limit) fails,
+    # and so must shardlm (PCRE2's match limit), not take it for the end of the matches;
+    # short of the limit, the ids agree
+    bt=$work/variants/backtrack
+    printf 'aaaaaaaaaaaaaaaaaaaa!\n' >"$work/bt-short.txt"
+    "$SHLM" data encode --tokenizer "$bt" --lines <"$work/bt-short.txt" >"$work/bt.ids" 2>"$work/bt.err" &&
+        $ref encode-lines hf "$bt" <"$work/bt-short.txt" >"$work/bt.ref" &&
+        cmp -s "$work/bt.ids" "$work/bt.ref" ||
+        fail "backtrack: ids of a short run differ: $(cat "$work/bt.ids" "$work/bt.err")"
+    printf 'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!\n' >"$work/bt-long.txt"
+    if $ref encode-lines hf "$bt" <"$work/bt-long.txt" >/dev/null 2>&1; then
+        fail "backtrack: tokenizers took the long run (the case needs its limit reached)"
+    elif "$SHLM" data encode --tokenizer "$bt" <"$work/bt-long.txt" >/dev/null 2>"$work/bt.err"; then
+        fail "backtrack: a text the pattern cannot split past its match limit was accepted"
+    else
+        why=$(error_line_problem "$work/bt.err" "stdin:1: " "pattern cannot split" "match limit")
+        [ -z "$why" ] || fail "backtrack: $why: $(cat "$work/bt.err")"
     fi
 else
     fail "could not build the test tokenizers: $(tail -n 3 "$work/variants.log")"

@@ -1,11 +1,15 @@
 /* `shardlm ckpt info|verify|export`: what a checkpoint holds, whether every checksum
  * matches, and its weights as a Hugging Face directory (safetensors, config.json,
  * generation_config.json and the tokenizer files the checkpoint kept). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 #include <mpi.h>
@@ -439,6 +443,108 @@ static int export_hf_files(const char *out, const hf_files *hf, const model_shap
     return rc;
 }
 
+/* The weights of an earlier export that this one would leave beside its own in the same
+ * directory: transformers and shardlm would then load one or the other (transformers
+ * prefers model.safetensors, shardlm the index). */
+typedef struct stale_weights {
+    char **names; /* in the directory */
+    int n;
+} stale_weights;
+
+static void stale_weights_free(stale_weights *st) {
+    for (int i = 0; i < st->n; i++) free(st->names[i]);
+    free(st->names);
+    st->names = NULL;
+    st->n = 0;
+}
+
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Why name is an earlier export's weights that an export of n_files files (named files[]:
+ * model.safetensors alone, or shards and their index) does not write; NULL when it is
+ * not: any other file, or one this export writes. Shards are named as transformers names
+ * them, model-00001-of-00003.safetensors. */
+static const char *stale_reason(const char *name, char *const *files, int n_files) {
+    if (strcmp(name, "model.safetensors") == 0)
+        return n_files > 1 ? "the weights of an earlier single-file export; this one is sharded"
+                           : NULL;
+    if (strcmp(name, "model.safetensors.index.json") == 0)
+        return n_files == 1 ? "the index of an earlier sharded export; this one is one file" : NULL;
+    int k, of, end = 0;
+    char canon[64];
+    if (sscanf(name, "model-%d-of-%d.safetensors%n", &k, &of, &end) != 2 || name[end] ||
+        k < 1 || of < 1)
+        return NULL;
+    snprintf(canon, sizeof canon, "model-%05d-of-%05d.safetensors", k, of);
+    if (strcmp(name, canon) != 0) return NULL;
+    for (int j = 0; j < n_files; j++)
+        if (strcmp(name, files[j]) == 0) return NULL;
+    return "a shard of an earlier export that this one does not write";
+}
+
+/* Before an export into dir (rank 0): each weights name it writes must be free or a
+ * regular file (safe_file_check_target: a FIFO or a device is refused here, before any
+ * work), and the earlier export's weights it would leave (stale_reason) are listed in
+ * *st, to be removed once the export has succeeded; one that is neither a regular file
+ * nor a symbolic link (a directory, a FIFO) could not be, and is refused. */
+static int plan_export_dir(const char *dir, char *const *files, int n_files, stale_weights *st,
+                           char *err, size_t errlen) {
+    char path[2200];
+    static const char *const others[] = {"model.safetensors.index.json", "config.json",
+                                         "generation_config.json"};
+    for (int j = 0; j < n_files + 3; j++) {
+        if (j == n_files && n_files == 1) continue; /* one file: no index */
+        snprintf(path, sizeof path, "%s/%s", dir, j < n_files ? files[j] : others[j - n_files]);
+        if (safe_file_check_target(path, err, errlen) != 0) return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (de = readdir(d))) {
+        if (!stale_reason(de->d_name, files, n_files)) continue;
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        char **g = realloc(st->names, (size_t)(st->n + 1) * sizeof *g);
+        if (!g || !(g[st->n] = strdup(de->d_name))) {
+            if (g) st->names = g;
+            snprintf(err, errlen, "out of memory");
+            rc = -1;
+        } else if (st->names = g, st->n++, !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
+            snprintf(err, errlen, "%.1100s is %s where an earlier export's weights would be (%s): "
+                     "it cannot be removed; remove it or export elsewhere", path,
+                     safe_file_kind(sb.st_mode), stale_reason(de->d_name, files, n_files));
+            rc = -1;
+        }
+    }
+    closedir(d);
+    if (st->n > 1) qsort(st->names, (size_t)st->n, sizeof *st->names, cmp_name);
+    return rc;
+}
+
+/* After a successful export (rank 0): removes what plan_export_dir listed, one line
+ * each (a symbolic link is removed, never what it points to). */
+static int remove_stale_weights(const char *dir, const stale_weights *st, char *const *files,
+                                int n_files, char *err, size_t errlen) {
+    for (int i = 0; i < st->n; i++) {
+        char path[2200];
+        snprintf(path, sizeof path, "%s/%s", dir, st->names[i]);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            snprintf(err, errlen, "%.1100s: cannot remove it (%s): %s", path,
+                     stale_reason(st->names[i], files, n_files), strerror(errno));
+            return -1;
+        }
+        printf("export: removed %s (%s)\n", path, stale_reason(st->names[i], files, n_files));
+    }
+    return 0;
+}
+
 static int ckpt_export(int argc, char **argv) {
     const char *arg = NULL, *out = NULL, *dt = "f32";
     unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
@@ -503,6 +609,9 @@ static int ckpt_export(int argc, char **argv) {
         if (n_files == 1) snprintf(fname[j], 64, "model.safetensors");
         else snprintf(fname[j], 64, "model-%05d-of-%05d.safetensors", j + 1, n_files);
     }
+    stale_weights stale = {0};
+    ok = me != 0 || plan_export_dir(out, fname, n_files, &stale, err, sizeof err) == 0;
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
     void *conv = esz == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
     SHLM_CHECK_ALLOC(buf);
@@ -514,7 +623,7 @@ static int ckpt_export(int argc, char **argv) {
     safetensors_writer w;
     memset(&w, 0, sizeof w);
     int open_file = -1;
-    for (int i = 0; i < nt; i++) {
+    for (int i = 0; ok && i < nt; i++) {
         const model_tensor *t = dl.t[i];
         if (me == 0 && ok && file_of[i] != open_file) {
             /* begin the next shard with its tensor list */
@@ -587,6 +696,9 @@ static int ckpt_export(int argc, char **argv) {
         free(names);
         free(files);
     }
+    /* the new weights are whole: an earlier export's other ones go */
+    if (me == 0 && ok) ok = remove_stale_weights(out, &stale, fname, n_files, err, sizeof err) == 0;
+    stale_weights_free(&stale);
     /* the files the checkpoint kept (collective: every rank reads and checks them) */
     hf_files hf = {0};
     if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;

@@ -122,12 +122,13 @@ static int data_random(int argc, char **argv) {
     }
     if (!vocab || !count) return cmd_data_fail(2, "random needs --vocab V and --tokens N");
     if (!out) return cmd_data_fail(2, "random needs OUT.bin");
+    char err[1536];
+    if (safe_file_check_target(out, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
     int32_t *tokens = malloc((size_t)count * sizeof *tokens);
     if (!tokens) return cmd_data_fail(1, "out of memory for %lld tokens", count);
     for (long long i = 0; i < count; i++)
         tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)i) %
                               (uint64_t)vocab);
-    char err[1536];
     int rc = token_file_write(out, tokens, NULL, (uint64_t)count, vocab <= 65536 ? 2 : 4,
                               (uint32_t)vocab, NULL, err, sizeof err);
     free(tokens);
@@ -352,6 +353,9 @@ static int data_prepare(int argc, char **argv, int render) {
                              "text with its tokens; choose another OUT.bin",
                              a.paths[1], a.paths[0]);
     char err[1536];
+    /* what the output would replace, before the work (token_file_write checks it again) */
+    if (!render && safe_file_check_target(a.paths[1], err, sizeof err) != 0)
+        return cmd_data_fail(1, "%s", err);
     struct tokenizer *tok;
     if (tokenizer_open(&tok, a.tokenizer, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
     prepare_options o;

@@ -33,9 +33,9 @@ static const char usage_text[] =
     "  A prompt longer than the context (train.seq_len) is refused: the model would not\n"
     "  see its start; --truncate-prompt keeps its last train.seq_len tokens, saying so.\n"
     "  --ids also prints the prompt's and the reply's token ids. --dump-logits writes the\n"
-    "  prompt's logits (input_ids I32 [1,T], logits F32 [1,T,V]) before sampling. No\n"
-    "  [train] schedule keys are needed; train.seq_len (the context) defaults to\n"
-    "  model.max_seq_len.\n";
+    "  prompt's logits (input_ids I32 [1,T], logits F32 [1,T,V]) before sampling (into a\n"
+    "  FIFO or a character device such as /dev/null as it is). No [train] schedule keys\n"
+    "  are needed; train.seq_len (the context) defaults to model.max_seq_len.\n";
 
 typedef struct gen_args {
     const char *job, *ckpt, *prompt, *prompt_ids, *dump, *system, *chat_template;
@@ -177,7 +177,8 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
     return 0;
 }
 
-/* Rank 0 writes the prompt's logits (all positions) as safetensors. */
+/* Rank 0 writes the prompt's logits (all positions) as safetensors (into a FIFO or a
+ * character device as it is: io/safe_file.h). */
 static int dump_logits(const char *path, const int32_t *ids, int n, const float *logits, int V,
                        char *err, size_t errlen) {
     const char *names[] = {"input_ids", "logits"};
@@ -186,7 +187,8 @@ static int dump_logits(const char *path, const int32_t *ids, int n, const float 
     int64_t s0[] = {1, n}, s1[] = {1, n, V};
     const int64_t *shapes[] = {s0, s1};
     const void *data[] = {ids, logits};
-    return safetensors_write(path, 2, names, dt, nd, shapes, data, 0, NULL, NULL, err, errlen);
+    return safetensors_write_output(path, 2, names, dt, nd, shapes, data, 0, NULL, NULL, err,
+                                    errlen);
 }
 
 int cmd_generate(int argc, char **argv) {

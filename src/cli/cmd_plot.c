@@ -18,7 +18,7 @@
 #include "io/safe_file.h"
 #include "src/cli/commands.h"
 
-enum { MAX_RUNS = 16 };
+enum { MAX_RUNS = 16, N_PNG = 7 /* four, and three of GPU telemetry */ };
 
 /* The columns of a table: step, then these (NaN where a row lacks the field). */
 enum {
@@ -63,11 +63,8 @@ static double gpu_mean(const cJSON *o, const char *field, int i) {
 static int read_rows(const char *dir, run_rows *rr, char *err, size_t errlen) {
     char path[SAFE_FILE_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = safe_file_read_own(path, err, errlen);
+    if (!f) return -1;
     char *line = NULL;
     size_t cap = 0;
     long lineno = 0;
@@ -161,14 +158,14 @@ static int write_table(const run_rows *rr, const char *path, char *err, size_t e
     return safe_file_finish(&out, err, errlen) == 0 ? written : -1;
 }
 
-/* One PNG: for each run, `columns` (1-based gnuplot columns) as lines (the first solid,
- * the second dashed). */
-static void plot_png(FILE *gp, const char *out_dir, const char *name, const char *title,
+/* One PNG, written to `output`: for each run, `columns` (1-based gnuplot columns) as lines
+ * (the first solid, the second dashed). */
+static void plot_png(FILE *gp, const char *output, const char *name, const char *title,
                      const char *ylabel, int logy, const int *columns, const char *const *what,
                      int n_columns, char tables[][SAFE_FILE_PATH_MAX + 32],
                      char labels[][256], int n_runs) {
-    fprintf(gp, "set output '%s/%s.png'\nset title \"%s\"\nset ylabel \"%s\"\n%s\nplot ",
-            out_dir, name, title, ylabel, logy ? "set logscale y" : "unset logscale y");
+    fprintf(gp, "set output '%s'\nset title \"%s\"\nset ylabel \"%s\"\n%s\nplot ",
+            output, title, ylabel, logy ? "set logscale y" : "unset logscale y");
     for (int r = 0; r < n_runs; r++)
         for (int k = 0; k < n_columns; k++)
             fprintf(gp, "%s'%s' using 1:%d with %s lw 2 dt %d lc %d title \"%s%s\"",
@@ -237,11 +234,37 @@ int cmd_plot(int argc, char **argv) {
         printf("plot: %s: %d row(s)\n", dirs[r], rows);
     }
 
-    /* gnuplot's notes (a column without data, a flat range) go to a log, shown on failure */
+    /* gnuplot writes the PNGs and its notes (a column without data, a flat range: the log,
+     * shown on failure) under temporary names made and created here (io/safe_file.h),
+     * renamed into place once it has finished: it would truncate or write into whatever
+     * is at the final names */
+    static const char *const png_names[N_PNG] = {"loss", "lr", "throughput", "memory",
+                                                 "gpu_power", "gpu_clock", "gpu_util"};
+    const int n_png = gpu_rows > 0 ? N_PNG : N_PNG - 3;
+    safe_file out[N_PNG + 1]; /* the PNGs, then the log */
+    char path[SAFE_FILE_PATH_MAX];
+    int n_out = 0;
+    for (; n_out <= n_png; n_out++) {
+        int len = n_out < n_png
+                      ? snprintf(path, sizeof path, "%s/%s.png", out_dir, png_names[n_out])
+                      : snprintf(path, sizeof path, "%s/gnuplot.log", out_dir);
+        if (len < 0 || (size_t)len >= sizeof path) {
+            snprintf(err, sizeof err, "--out %.200s...: path too long", out_dir);
+            break;
+        }
+        if (safe_file_begin(&out[n_out], path, err, sizeof err) != 0) break;
+    }
+    if (n_out <= n_png) {
+        while (n_out > 0) safe_file_abort(&out[--n_out]);
+        return plot_error("%s%s", err, "");
+    }
     char cmd[SAFE_FILE_PATH_MAX + 64];
-    snprintf(cmd, sizeof cmd, "gnuplot 2>'%s/gnuplot.log'", out_dir);
+    snprintf(cmd, sizeof cmd, "gnuplot 2>'%s'", out[n_png].tmp);
     FILE *gp = popen(cmd, "w");
-    if (!gp) return plot_error("cannot start gnuplot: %s%s", strerror(errno), "");
+    if (!gp) {
+        for (int i = 0; i <= n_png; i++) safe_file_abort(&out[i]);
+        return plot_error("cannot start gnuplot: %s%s", strerror(errno), "");
+    }
     /* as benchmarks/report.sh: pngcairo where gnuplot has it, else png */
     fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size "
             "960,540 font ',10' } else { set terminal png size 960,540 }\n"
@@ -250,24 +273,31 @@ int cmd_plot(int argc, char **argv) {
     static const char *const one[] = {""}, *const two_tok[] = {" job", " per GPU"},
                              *const loss_what[] = {" train", " val"},
                              *const span[] = {" max over GPUs", " min over GPUs"};
-    plot_png(gp, out_dir, "loss", "loss", "nats/token", 0, (const int[]){2, 3}, loss_what, 2,
-             tables, labels, n);
-    plot_png(gp, out_dir, "lr", "learning rate", "lr", 0, (const int[]){4}, one, 1, tables,
+    plot_png(gp, out[0].tmp, "loss", "loss", "nats/token", 0, (const int[]){2, 3}, loss_what,
+             2, tables, labels, n);
+    plot_png(gp, out[1].tmp, "lr", "learning rate", "lr", 0, (const int[]){4}, one, 1, tables,
              labels, n);
-    plot_png(gp, out_dir, "throughput", "throughput", "tokens/s", 1, (const int[]){5, 6},
+    plot_png(gp, out[2].tmp, "throughput", "throughput", "tokens/s", 1, (const int[]){5, 6},
              two_tok, 2, tables, labels, n);
-    plot_png(gp, out_dir, "memory", "peak memory (rank 0)", "MiB", 0, (const int[]){7}, one, 1,
-             tables, labels, n);
+    plot_png(gp, out[3].tmp, "memory", "peak memory (rank 0)", "MiB", 0, (const int[]){7}, one,
+             1, tables, labels, n);
     if (gpu_rows > 0) {
-        plot_png(gp, out_dir, "gpu_power", "GPU power (mean over each logged interval)", "W", 0,
-                 (const int[]){9, 8}, span, 2, tables, labels, n);
-        plot_png(gp, out_dir, "gpu_clock", "SM clock (mean over each logged interval)", "MHz", 0,
-                 (const int[]){11, 10}, span, 2, tables, labels, n);
-        plot_png(gp, out_dir, "gpu_util", "GPU utilisation (mean over each logged interval)",
+        plot_png(gp, out[4].tmp, "gpu_power", "GPU power (mean over each logged interval)", "W",
+                 0, (const int[]){9, 8}, span, 2, tables, labels, n);
+        plot_png(gp, out[5].tmp, "gpu_clock", "SM clock (mean over each logged interval)", "MHz",
+                 0, (const int[]){11, 10}, span, 2, tables, labels, n);
+        plot_png(gp, out[6].tmp, "gpu_util", "GPU utilisation (mean over each logged interval)",
                  "%", 0, (const int[]){13, 12}, span, 2, tables, labels, n);
     }
     int rc = pclose(gp);
+    /* the log is kept either way; the PNGs only from a gnuplot that succeeded */
+    int ok = safe_file_finish(&out[n_png], err, sizeof err) == 0;
+    for (int i = 0; i < n_png; i++) {
+        if (rc == 0 && ok) ok = safe_file_finish(&out[i], err, sizeof err) == 0;
+        else safe_file_abort(&out[i]);
+    }
     if (rc != 0) return plot_error("gnuplot failed: see %s/gnuplot.log%s", out_dir, "");
+    if (!ok) return plot_error("%s%s", err, "");
     printf("plot: wrote %s/loss.png, lr.png, throughput.png, memory.png%s\n", out_dir,
            gpu_rows > 0 ? ", gpu_power.png, gpu_clock.png, gpu_util.png"
                         : " (no GPU telemetry in these runs: no GPU plots)");

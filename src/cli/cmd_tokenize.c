@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/errmsg.h"
 #include "src/cli/commands.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -107,6 +108,7 @@ typedef struct unit_ctx {
     tokenizer *t;
     const options *o;
     int flags;
+    unsigned long long line; /* of stdin, where the unit starts */
     token_ids ids;
     byte_buf text;
     char err[1536];
@@ -131,6 +133,7 @@ static int run_units(int argc, char **argv, int mode, unit_fn fn) {
         rc = cmd_data_fail(1, "%s: cannot read stdin: %s", argv[1], strerror(errno));
     } else {
         size_t at = 0;
+        u.line = 1;
         do {
             const char *nl = o.lines ? memchr(in.data + at, '\n', in.n - at) : NULL;
             size_t end = nl ? (size_t)(nl - in.data) : in.n;
@@ -139,6 +142,7 @@ static int run_units(int argc, char **argv, int mode, unit_fn fn) {
                 break;
             }
             at = end + 1;
+            u.line++;
         } while (o.lines && at < in.n);
     }
     if (rc == 0 && fflush(stdout) != 0) rc = cmd_data_fail(1, "%s: cannot write stdout", argv[1]);
@@ -151,8 +155,20 @@ static int run_units(int argc, char **argv, int mode, unit_fn fn) {
 
 static int encode_unit(unit_ctx *u, const char *in, size_t n) {
     u->ids.n = 0;
-    if (tokenizer_encode_with(u->t, in, n, u->flags, &u->ids, u->err, sizeof u->err) != 0)
+    char why[1024];
+    if (tokenizer_encode_with(u->t, in, n, u->flags, &u->ids, why, sizeof why) != 0) {
+        const size_t off = tokenizer_error_offset(u->t);
+        unsigned long long line;
+        size_t byte;
+        if (off == (size_t)-1) {
+            snprintf(u->err, sizeof u->err, "stdin:%llu: %s", u->line, why);
+        } else {
+            io_text_position(in, off, &line, &byte);
+            snprintf(u->err, sizeof u->err, "stdin:%llu: %s " IO_AT_BYTE, u->line + line - 1,
+                     why, byte);
+        }
         return -1;
+    }
     if (write_ids(&u->ids) != 0) {
         snprintf(u->err, sizeof u->err, "cannot write stdout: %s", strerror(errno));
         return -1;
@@ -163,8 +179,10 @@ static int encode_unit(unit_ctx *u, const char *in, size_t n) {
 /* shardlm data encode */
 int cmd_data_encode(int argc, char **argv) { return run_units(argc, argv, 0, encode_unit); }
 
-/* The ids of text[0, n): integers separated by blanks or commas. */
-static int parse_ids(const char *text, size_t n, token_ids *ids, char *err, size_t errlen) {
+/* The ids of text[0, n) (stdin from line `line` on): integers separated by blanks or
+ * commas. */
+static int parse_ids(const char *text, size_t n, unsigned long long line, token_ids *ids,
+                     char *err, size_t errlen) {
     size_t i = 0;
     while (i < n) {
         if (strchr(" \t\r\n,", text[i])) {
@@ -183,7 +201,11 @@ static int parse_ids(const char *text, size_t n, token_ids *ids, char *err, size
         long v = strtol(digits, &end, 10);
         if (*end || errno || v < 0 || v > INT32_MAX ||
             (i + k < n && !strchr(" \t\r\n,", text[i + k]))) {
-            snprintf(err, errlen, "stdin: '%.15s' at byte %zu is not a token id", digits, i);
+            unsigned long long at_line;
+            size_t at_byte;
+            io_text_position(text, i, &at_line, &at_byte);
+            snprintf(err, errlen, "stdin:%llu: '%.15s' is not a token id " IO_AT_BYTE,
+                     line + at_line - 1, digits, at_byte);
             return -1;
         }
         if (token_ids_push(ids, (int32_t)v) != 0) {
@@ -199,7 +221,7 @@ static int parse_ids(const char *text, size_t n, token_ids *ids, char *err, size
  * incremental decoder. */
 static int decode_unit(unit_ctx *u, const char *in, size_t n) {
     u->ids.n = 0;
-    if (parse_ids(in, n, &u->ids, u->err, sizeof u->err) != 0) return -1;
+    if (parse_ids(in, n, u->line, &u->ids, u->err, sizeof u->err) != 0) return -1;
     int rc = 0;
     tokenizer_stream s;
     tokenizer_stream_init(&s, u->flags);

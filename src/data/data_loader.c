@@ -46,11 +46,12 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
         return -1;
     }
     if (tf->count < (uint64_t)seq_len + 1) {
+        /* the file's own role (data.train, data.val) is in its path's message */
         snprintf(err, errlen,
-                 "%s: holds %llu tokens, fewer than seq_len+1 = %llu needed for one "
-                 "training window (seq_len %d)",
-                 tf->path, (unsigned long long)tf->count, (unsigned long long)seq_len + 1,
-                 seq_len);
+                 "%s: holds %llu token%s, fewer than the %llu of one window (seq_len %d "
+                 "inputs and the token after them, the last one's target)",
+                 tf->path, (unsigned long long)tf->count, tf->count == 1 ? "" : "s",
+                 (unsigned long long)seq_len + 1, seq_len);
         return -1;
     }
     dl->tf = tf;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "io/errmsg.h"
+#include "io/json_text.h"
 #include "src/base/utf8.h"
 
 int alpaca_prompt(byte_buf *out, const char *instruction, const char *input) {
@@ -183,17 +184,6 @@ static size_t bad_utf8_at(const char *line, size_t len) {
     return 0;
 }
 
-/* 1 when the JSON text holds the escape \u0000, which cJSON's NUL-terminated strings would
- * cut short (backslashes occur only inside strings in JSON) */
-static int has_nul_escape(const char *s, size_t len) {
-    for (size_t i = 0; i + 1 < len; i++) {
-        if (s[i] != '\\') continue;
-        if (s[i + 1] == 'u' && i + 5 < len && strncmp(s + i + 2, "0000", 4) == 0) return 1;
-        i++; /* the escaped character */
-    }
-    return 0;
-}
-
 static int json_blank(const char *s, size_t len) {
     for (size_t i = 0; i < len; i++)
         if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r' && s[i] != '\n') return 0;
@@ -206,21 +196,17 @@ static int record_doc(tokenizer *tok, const prepare_options *o, const char *line
                       char *err, size_t errlen) {
     size_t bad = bad_utf8_at(line, len);
     if (bad) {
-        snprintf(err, errlen, "invalid UTF-8 at byte %zu of the line", bad);
+        snprintf(err, errlen, "invalid UTF-8 " IO_AT_BYTE, bad);
         return -1;
     }
-    if (has_nul_escape(line, len)) {
-        snprintf(err, errlen, "a string holds \\u0000 (U+0000), which shardlm does not take");
-        return -1;
-    }
-    const char *end = NULL;
-    cJSON *rec = cJSON_ParseWithLengthOpts(line, len, &end, 0);
-    if (!rec || !json_blank(end, len - (size_t)(end - line))) {
-        const char *at = rec ? end : cJSON_GetErrorPtr();
-        size_t col = at && at >= line && at <= line + len ? (size_t)(at - line) + 1 : 0;
-        snprintf(err, errlen, "not a JSON value%s (at byte %zu of the line)",
-                 rec ? " alone: text follows it" : "", col);
-        cJSON_Delete(rec);
+    /* a NUL (raw or \u0000) would cut a text short, a key given twice be read as the first */
+    size_t at;
+    char why[512];
+    cJSON *rec = json_text_parse(line, len, JSON_TEXT_NO_NUL | JSON_TEXT_UNIQUE_KEYS, &at, why,
+                                 sizeof why);
+    if (!rec) {
+        if (at < len) snprintf(err, errlen, "%s " IO_AT_BYTE, why, at + 1);
+        else snprintf(err, errlen, "%s", why);
         return -1;
     }
     int rc = -1;
@@ -295,6 +281,7 @@ typedef struct prepare_ctx {
     tokenizer *tok;
     const prepare_options *o;
     const char *path;
+    const char *data; /* the file's text */
     prepared *out;
 } prepare_ctx;
 
@@ -305,7 +292,17 @@ static int add_document(void *vctx, uint64_t line, const doc_pieces *d, char *er
     const size_t start = p->ids.n;
     char why[1024];
     if (doc_pieces_encode(c->tok, d, &p->ids, &p->flags, why, sizeof why) != 0) {
-        io_set_err(err, errlen, "%s:%llu: %s", c->path, (unsigned long long)line, why);
+        /* a text file is one document whose one run of text is the file's: the byte the
+         * tokenizer points at has its own line (a JSONL record's text has the record's) */
+        const size_t off = tokenizer_error_offset(c->tok);
+        if (c->o->format == TOKEN_FORMAT_TEXT && off != (size_t)-1) {
+            unsigned long long at_line;
+            size_t at_byte;
+            io_text_position(c->data, off, &at_line, &at_byte);
+            io_set_err(err, errlen, "%s:%llu: %s " IO_AT_BYTE, c->path, at_line, why, at_byte);
+        } else {
+            io_set_err(err, errlen, "%s:%llu: %s", c->path, (unsigned long long)line, why);
+        }
         return -1;
     }
     p->records++;
@@ -336,7 +333,7 @@ static int add_document(void *vctx, uint64_t line, const doc_pieces *d, char *er
 
 int prepare_file(tokenizer *tok, const prepare_options *o, const char *path, const char *data,
                  size_t len, prepared *out, char *err, size_t errlen) {
-    prepare_ctx c = {tok, o, path, out};
+    prepare_ctx c = {tok, o, path, data, out};
     return prepare_records(tok, o, path, data, len, add_document, &c, err, errlen);
 }
 

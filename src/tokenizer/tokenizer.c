@@ -18,8 +18,8 @@
 
 /* ---- the byte tokenizer: id = byte value ---- */
 
-static int bytes_encode(void *impl, const char *text, size_t len, token_ids *out, char *err,
-                        size_t errlen) {
+static int bytes_encode(void *impl, const char *text, size_t len, token_ids *out, size_t *at,
+                        char *err, size_t errlen) {
     for (size_t i = 0; i < len; i++)
         if (token_ids_push(out, (unsigned char)text[i]) != 0) {
             tokenizer_set_err(err, errlen, "bytes: out of memory for %zu tokens", len);
@@ -163,11 +163,15 @@ const char *tokenizer_encoder(const tokenizer *t) { return t->ops->encoder(t->im
 
 int tokenizer_encode(tokenizer *t, const char *text, size_t len, token_ids *out, char *err,
                      size_t errlen) {
-    return t->ops->encode(t->impl, text, len, out, err, errlen);
+    t->error_offset = (size_t)-1;
+    return t->ops->encode(t->impl, text, len, out, &t->error_offset, err, errlen);
 }
+
+size_t tokenizer_error_offset(const tokenizer *t) { return t->error_offset; }
 
 int tokenizer_encode_with(tokenizer *t, const char *text, size_t len, int flags,
                           token_ids *out, char *err, size_t errlen) {
+    t->error_offset = (size_t)-1;
     int32_t eos = tokenizer_eos(t);
     if ((flags & TOKENIZER_ADD_BOS && t->bos < 0) || (flags & TOKENIZER_ADD_EOS && eos < 0)) {
         tokenizer_set_err(err, errlen, "%s: the tokenizer has no %s token", t->path,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "src/tokenizer/token_buf.h"
+#include "src/tokenizer/tokenizer_limits.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,11 +51,20 @@ enum tokenizer_flags {
     TOKENIZER_SKIP_SPECIAL = 1 << 2, /* decode: leave special tokens out of the text */
 };
 
+
 /* Appends the ids of text[0, len) to out, without bos or eos. Hugging Face tokenizers
  * refuse text that is not valid UTF-8 (the reference library takes only Unicode strings);
- * SentencePiece and bytes take any bytes. */
+ * SentencePiece and bytes take any bytes. A piece longer than TOKENIZER_MAX_PIECE, and an
+ * error of a pre-tokenizer's pattern (PCRE2's match limit: the reference library fails
+ * there too), is an error. */
 int tokenizer_encode(tokenizer *t, const char *text, size_t len, token_ids *out, char *err,
                      size_t errlen);
+/* After tokenizer_encode(_with) failed: the offset in its text of the byte the failure is
+ * about (the first byte of malformed UTF-8, the start of the piece that is too long or
+ * that the pattern failed on), or (size_t)-1 when there is none (out of memory, a library
+ * error). Its message says what, not where: a caller that knows where the text came from
+ * adds FILE:LINE and the byte (io/errmsg.h, IO_AT_BYTE). */
+size_t tokenizer_error_offset(const tokenizer *t);
 /* Same, adding bos and/or eos as flags say (TOKENIZER_ADD_BOS/EOS). */
 int tokenizer_encode_with(tokenizer *t, const char *text, size_t len, int flags,
                           token_ids *out, char *err, size_t errlen);

@@ -17,10 +17,12 @@
 #include <cjson/cJSON.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json_text.h"
 #include "src/tokenizer/bpe.h"
 #include "src/tokenizer/id_map.h"
 #include "src/tokenizer/tokenizer_hf.h"
@@ -104,11 +106,30 @@ static int is_white_space(uint32_t c) {
 
 /* ---- encode ---- */
 
+/* Why an encode stopped (encoder.failed). */
+enum { ENC_OK, ENC_OOM, ENC_TOO_LONG, ENC_PATTERN };
+
 typedef struct encoder {
     hf_tokenizer *hf;
     token_ids *out;
-    int failed;
+    int failed;              /* ENC_* */
+    const char *text;        /* the text encoded, text_n bytes */
+    size_t text_n;
+    const char *copy;        /* a piece copied with a prefix space (hf->work), copy_n bytes, */
+    size_t copy_n;           /* of the text's piece at copy_of */
+    const char *copy_of;
+    size_t at;               /* the text's offset the failure is about */
+    size_t piece_n;          /* ENC_TOO_LONG: the piece's bytes */
+    int pcre_rc, stage;      /* ENC_PATTERN: PCRE2's error and the stage */
 } encoder;
+
+/* The offset in the text encoded of p, a piece of it or of the copy with a prefix space. */
+static size_t text_offset(const encoder *e, const char *p) {
+    if (p >= e->text && p <= e->text + e->text_n) return (size_t)(p - e->text);
+    if (e->copy && p >= e->copy && p <= e->copy + e->copy_n)
+        return (size_t)(e->copy_of - e->text) + (p > e->copy ? (size_t)(p - e->copy) - 1 : 0);
+    return (size_t)-1;
+}
 
 static void run_stage(encoder *e, int k, const char *p, size_t n);
 
@@ -175,7 +196,13 @@ static void run_stage(encoder *e, int k, const char *p, size_t n) {
     hf_tokenizer *hf = e->hf;
     if (e->failed) return;
     if (k == hf->n_stages) {
-        if (bpe_encode_word(hf->model, (const unsigned char *)p, n, e->out) != 0) e->failed = 1;
+        if (n > TOKENIZER_MAX_PIECE) {
+            e->failed = ENC_TOO_LONG;
+            e->at = text_offset(e, p);
+            e->piece_n = n;
+        } else if (bpe_encode_word(hf->model, (const unsigned char *)p, n, e->out) != 0) {
+            e->failed = ENC_OOM;
+        }
         return;
     }
     stage *st = &hf->stages[k];
@@ -185,6 +212,7 @@ static void run_stage(encoder *e, int k, const char *p, size_t n) {
         copy[0] = ' ';
         memcpy(copy + 1, p, n);
         hf->work.n += n + 1;
+        e->copy = copy, e->copy_n = n + 1, e->copy_of = p;
         p = copy;
         n++;
     }
@@ -195,10 +223,19 @@ static void run_stage(encoder *e, int k, const char *p, size_t n) {
     splitter s = {.e = e, .next_stage = k + 1, .behavior = st->behavior};
     size_t at = 0, prev = 0;
     const unsigned char *subject = (const unsigned char *)p;
-    while (at <= n) {
+    while (at <= n && !e->failed) {
         int rc = st->jit ? pcre2_jit_match(st->re, subject, n, at, PCRE2_NO_UTF_CHECK, st->md, NULL)
                          : pcre2_match(st->re, subject, n, at, PCRE2_NO_UTF_CHECK, st->md, NULL);
-        if (rc < 0) break; /* no more matches (other errors: none with valid UTF-8) */
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        /* PCRE2's match limit or JIT stack: the piece cannot be split as the pattern says
+         * (tokenizers' Oniguruma stops with an error there too: its retry limit) */
+        if (rc < 0) {
+            e->failed = ENC_PATTERN;
+            e->pcre_rc = rc;
+            e->stage = k;
+            e->at = text_offset(e, p);
+            return;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(st->md);
         size_t ms = ov[0], me = ov[1];
         if (ms > prev) split_piece(&s, p + prev, ms - prev, st->invert);
@@ -267,7 +304,7 @@ static void split_added(encoder *e, int group, const char *text, size_t n) {
             else
                 run_stage(e, 0, text + done, start - done);
         }
-        if (token_ids_push(e->out, hit->id) != 0) e->failed = 1;
+        if (token_ids_push(e->out, hit->id) != 0) e->failed = ENC_OOM;
         done = stop;
     }
     if (done < n && !e->failed) {
@@ -278,15 +315,14 @@ static void split_added(encoder *e, int group, const char *text, size_t n) {
     }
 }
 
-static int hf_encode(void *impl, const char *text, size_t len, token_ids *out, char *err,
-                     size_t errlen) {
+static int hf_encode(void *impl, const char *text, size_t len, token_ids *out, size_t *at,
+                     char *err, size_t errlen) {
     hf_tokenizer *hf = impl;
     size_t valid = utf8_valid_prefix((const unsigned char *)text, len);
     if (valid < len) {
-        tokenizer_set_err(err, errlen,
-                          "%s: the text is not valid UTF-8 (byte %zu): a tokenizer.json "
-                          "tokenizer takes Unicode text only",
-                          hf->path, valid);
+        *at = valid;
+        tokenizer_set_err(err, errlen, "%s: invalid UTF-8: a tokenizer.json tokenizer takes "
+                          "Unicode text only", hf->path);
         return -1;
     }
     /* every piece may get a prefix space: at most one byte per input byte, plus one */
@@ -295,13 +331,23 @@ static int hf_encode(void *impl, const char *text, size_t len, token_ids *out, c
         tokenizer_set_err(err, errlen, "%s: out of memory", hf->path);
         return -1;
     }
-    encoder e = {.hf = hf, .out = out};
+    encoder e = {.hf = hf, .out = out, .text = text, .text_n = len};
     split_added(&e, 0, text, len);
-    if (e.failed) {
+    if (e.failed == ENC_TOO_LONG) {
+        *at = e.at;
+        tokenizer_set_err(err, errlen, "%s: a pre-token (a piece encoded whole) of %zu bytes, "
+                          "more than the %d a tokenizer encodes at once (its memory grows with "
+                          "the piece)", hf->path, e.piece_n, TOKENIZER_MAX_PIECE);
+    } else if (e.failed == ENC_PATTERN) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(e.pcre_rc, msg, sizeof msg);
+        *at = e.at;
+        tokenizer_set_err(err, errlen, "%s: pre-tokenizer %d's pattern cannot split a piece "
+                          "of the text (PCRE2: %s)", hf->path, e.stage + 1, (const char *)msg);
+    } else if (e.failed) {
         tokenizer_set_err(err, errlen, "%s: out of memory", hf->path);
-        return -1;
     }
-    return 0;
+    return e.failed ? -1 : 0;
 }
 
 static int hf_decode(void *impl, const int32_t *ids, size_t n, int skip_special, byte_buf *out,
@@ -530,9 +576,19 @@ static void set_token(hf_tokenizer *hf, int32_t id, const char *s) {
 
 /* A token id: an integer in [0, 2^24) (larger vocabularies do not exist; the bound keeps a
  * corrupt file from sizing tables). */
-static int valid_id(const cJSON *v) {
-    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < (1 << 24) &&
-           v->valuedouble == (double)(int32_t)v->valuedouble;
+enum { MAX_TOKEN_ID = (1 << 24) - 1 };
+
+/* NULL when v is a token id, else what is wrong with it (into buf). */
+static const char *id_problem(const cJSON *v, char *buf, size_t len) {
+    if (!v) return "no \"id\"";
+    if (!cJSON_IsNumber(v)) return "an \"id\" that is not a number";
+    const double d = v->valuedouble;
+    if (d != floor(d)) snprintf(buf, len, "id %g, not an integer", d);
+    else if (d < 0 || d > MAX_TOKEN_ID)
+        snprintf(buf, len, "id %.17g, outside [0, %d] (the ids a tokenizer may have)", d,
+                 MAX_TOKEN_ID);
+    else return NULL;
+    return buf;
 }
 
 static int load_model(loader *ld, const cJSON *model, const cJSON *added) {
@@ -560,16 +616,23 @@ static int load_model(loader *ld, const cJSON *model, const cJSON *added) {
     /* ids: the largest of vocabulary and added tokens sets the size */
     double max_id = -1;
     size_t chars = 0;
+    char why[96];
     for (const cJSON *v = vocab->child; v; v = v->next) {
-        if (!valid_id(v)) return fail(ld, "vocab entry \"%.60s\" has no valid id", v->string);
+        const char *bad = id_problem(v, why, sizeof why);
+        if (bad) return fail(ld, "vocab entry \"%.60s\": %s", v->string, bad);
         if (v->valuedouble > max_id) max_id = v->valuedouble;
         chars += strlen(v->string) + 1;
     }
-    for (const cJSON *a = added ? added->child : NULL; a; a = a->next) {
+    int k = 0;
+    for (const cJSON *a = added ? added->child : NULL; a; a = a->next, k++) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(a, "id");
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(a, "content");
-        if (!valid_id(id) || !cJSON_IsString(content) || !content->valuestring[0])
-            return fail(ld, "added_tokens entries need an \"id\" and a non-empty \"content\"");
+        if (!cJSON_IsString(content) || !content->valuestring[0])
+            return fail(ld, "added_tokens entry %d: no non-empty \"content\"", k);
+        const char *bad = id_problem(id, why, sizeof why);
+        if (bad)
+            return fail(ld, "added_tokens entry %d (\"%.60s\"): %s", k, content->valuestring,
+                        bad);
         if (id->valuedouble > max_id) max_id = id->valuedouble;
         chars += strlen(content->valuestring) + 1;
     }
@@ -790,7 +853,7 @@ static int load_post_processor(loader *ld, const cJSON *pp, tokenizer_file_speci
 }
 
 static int load(loader *ld, const cJSON *root, tokenizer *t) {
-    if (!cJSON_IsObject(root)) return fail(ld, "not a JSON object (corrupt or truncated?)");
+    if (!cJSON_IsObject(root)) return fail(ld, "valid JSON but not an object");
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) {
         const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
@@ -834,8 +897,9 @@ int tokenizer_hf_open(tokenizer *t, const char *path, char *err, size_t errlen) 
     size_t len;
     char *text = tokenizer_read_file(path, &len, err, errlen);
     if (!text) return -1;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = json_text_parse_file(path, text, len, 0, err, errlen);
     free(text);
+    if (!root) return -1;
     loader ld = {hf, err, errlen, 0};
     int rc = load(&ld, root, t);
     cJSON_Delete(root);

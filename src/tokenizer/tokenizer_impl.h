@@ -8,6 +8,7 @@
 #include <stdarg.h>
 
 #include "src/tokenizer/token_buf.h"
+#include "src/tokenizer/tokenizer_limits.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,9 +18,11 @@ typedef struct tokenizer tokenizer; /* tokenizer.h's, the same typedef */
 
 typedef struct tokenizer_ops {
     const char *kind; /* tokenizer_kind() */
-    /* appends the ids of text (no bos/eos) */
-    int (*encode)(void *impl, const char *text, size_t len, token_ids *out, char *err,
-                  size_t errlen);
+    /* appends the ids of text (no bos/eos); on a failure that one byte of text caused
+     * (malformed UTF-8, a piece past TOKENIZER_MAX_PIECE, the pattern failing on the piece
+     * starting there) *at is set to its offset, and the message says what, not where */
+    int (*encode)(void *impl, const char *text, size_t len, token_ids *out, size_t *at,
+                  char *err, size_t errlen);
     /* appends the text of ids (each < vocab_size, checked by the caller); special tokens
      * left out when skip_special */
     int (*decode)(void *impl, const int32_t *ids, size_t n, int skip_special, byte_buf *out,
@@ -52,6 +55,7 @@ struct tokenizer {
     int add_bos, add_eos;
     char *chat_template;
     char chat_template_path[1100]; /* the file it came from ("" when none) */
+    size_t error_offset;           /* tokenizer_error_offset() */
 };
 
 /* Reads a whole file into a malloc'd, NUL-terminated buffer (*len bytes before the NUL);

@@ -208,9 +208,23 @@ int encode_word(sp_tokenizer *s, const char *w, size_t len, token_ids *out, char
     return 0;
 }
 
-int sp_encode(void *impl, const char *text, size_t len, token_ids *out, char *err,
+// The refusal of a piece longer than TOKENIZER_MAX_PIECE: a word, or the whole text.
+int too_long(const sp_tokenizer *s, size_t n, char *err, size_t errlen) {
+    tokenizer_set_err(err, errlen, "%s: %s of %zu bytes, more than the %d a tokenizer encodes "
+                      "at once (its memory grows with the piece)", s->path.c_str(),
+                      s->by_words ? "a word (a run of text up to a space)"
+                                  : "a text (this model's texts are encoded whole)",
+                      n, (int)TOKENIZER_MAX_PIECE);
+    return -1;
+}
+
+int sp_encode(void *impl, const char *text, size_t len, token_ids *out, size_t *at, char *err,
               size_t errlen) {
     sp_tokenizer *s = static_cast<sp_tokenizer *>(impl);
+    if (!s->by_words && len > TOKENIZER_MAX_PIECE) {
+        *at = 0;
+        return too_long(s, len, err, errlen);
+    }
     if (!s->by_words || len == 0) return library_encode(s, text, len, out, err, errlen);
     // words end before a space that follows a non-space (U+2581 in the text counts as a
     // space: the normaliser leaves it as it is, the escaped space), except a lone space
@@ -222,6 +236,10 @@ int sp_encode(void *impl, const char *text, size_t len, token_ids *out, char *er
             continue;
         // a later word starts with a space, which the dummy prefix stands for
         size_t skip = start > 0 && s->dummy_prefix ? 1 : 0;
+        if (i - start - skip > TOKENIZER_MAX_PIECE) {
+            *at = start + skip;
+            return too_long(s, i - start - skip, err, errlen);
+        }
         if (encode_word(s, text + start + skip, i - start - skip, out, err, errlen) != 0)
             return -1;
         start = i;

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "io/json_text.h"
 #include "src/tokenizer/tokenizer_specials.h"
 
 enum { CFG_SPECIAL_MAP, CFG_TOKENIZER, CFG_GENERATION, CFG_MODEL, CFG_N };
@@ -46,10 +47,11 @@ static int load_optional(specials_ctx *c, int which, char *err, size_t errlen) {
     size_t len;
     char *text = tokenizer_read_file(c->path[which], &len, err, errlen);
     if (!text) return -1;
-    c->json[which] = cJSON_ParseWithLength(text, len);
+    c->json[which] = json_text_parse_file(c->path[which], text, len, 0, err, errlen);
     free(text);
+    if (!c->json[which]) return -1;
     if (!cJSON_IsObject(c->json[which])) {
-        tokenizer_set_err(err, errlen, "%s: not a JSON object (corrupt or truncated?)",
+        tokenizer_set_err(err, errlen, "%s: valid JSON but not an object",
                           c->path[which]);
         return -1;
     }

@@ -9,6 +9,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "io/safe_file.h"
 #include "kernels/check.h"
 #include "src/base/agree.h"
 #include "src/watch/device_table.h"
@@ -59,14 +60,16 @@ static void make_run_id(char *out, size_t outlen) {
 }
 
 /* Rows and distinct run ids already in metrics.jsonl, for the notice that this run's
- * rows follow them (told apart by run_id). */
+ * rows follow them (told apart by run_id). Anything there but a regular file is left for
+ * the appender to refuse (io/safe_file.h). */
 static void count_earlier_runs(const char *run_dir, long *rows, int *runs, int *unnamed) {
     *rows = 0;
     *runs = 0;
     *unnamed = 0;
     char path[1200], line[8192], last[48] = "";
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    FILE *f = fopen(path, "r");
+    char why[1536];
+    FILE *f = safe_file_read_own(path, why, sizeof why);
     if (!f) return;
     while (fgets(line, sizeof line, f)) {
         size_t n = strlen(line);
