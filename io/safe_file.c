@@ -55,6 +55,12 @@ static void kind_message(const char *path, unsigned mode, char *err, size_t errl
             "anything else; remove it or choose another path", path, safe_file_kind(mode));
 }
 
+int safe_file_remove(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return errno == ENOENT ? 0 : -1;
+    return S_ISREG(sb.st_mode) && unlink(path) == 0 ? 0 : -1;
+}
+
 int safe_file_check_target(const char *path, char *err, size_t errlen) {
     struct stat sb;
     if (lstat(path, &sb) != 0) {

@@ -77,6 +77,10 @@ int safe_file_check_target(const char *path, char *err, size_t errlen);
 /* What a file of st_mode `mode` is, for messages: "a FIFO (named pipe)", "a socket",
  * "a character device", "a directory", ... */
 const char *safe_file_kind(unsigned mode);
+/* Removes path when it is a regular file (what shardlm wrote there); anything else at path
+ * (a FIFO, a device, a link, a directory) is left alone. 0 when it was removed or absent,
+ * -1 otherwise. */
+int safe_file_remove(const char *path);
 /* Renames tmp onto path (refusing anything but a regular file at path:
  * safe_file_check_target) and fsyncs the directory. */
 int safe_file_rename(const char *tmp, const char *path, char *err, size_t errlen);

@@ -616,7 +616,8 @@ void prom_stop(prom_exporter *p) {
     if (p->listen_fd >= 0) close(p->listen_fd);
     if (p->wake[0] >= 0) close(p->wake[0]);
     if (p->wake[1] >= 0) close(p->wake[1]);
-    if (p->textfile[0]) unlink(p->textfile); /* a finished run's gauges are not current */
+    /* a finished run's gauges are not current; only the regular file it wrote is removed */
+    if (p->textfile[0]) safe_file_remove(p->textfile);
     pthread_mutex_destroy(&p->mu);
     free(p->body);
     for (int i = 0; i < MAX_CLIENTS; i++) {
