@@ -137,6 +137,5 @@ int main(void) {
     free(r.grads);
     free(g_packed);
     llama_layout_free(&r.lay);
-    printf("# %d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }
