@@ -35,7 +35,7 @@ test_needs=(
 pyenv_tests=(tests/tokenizer_ref.sh tests/chat_template.sh tests/chat_template_ref.sh
     tests/sft_eval_ref.sh tests/ckpt_transformers.sh tests/tied_embeddings.sh tests/hf_source.sh
     tests/smollm2_model.sh tests/smollm2_data.sh tests/smollm2_reference.sh
-    tests/readme_finetune.sh tests/anchor_cpu.sh tests/gpu_suite_cpu.sh)
+    tests/readme_finetune.sh tests/anchor_cpu.sh tests/gpu_suite_cpu.sh tests/tokenizer_errors.sh)
 # ... and without root (the node namespaces, a private Slurm's daemons, tmpfs mounts)
 root_tests=(tests/slurm_chain.sh tests/nodes_mpi.sh tests/nodes_lost.sh tests/nodes_slurm.sh
     tests/ckpt_dir.sh tests/ckpt_faults.sh tests/watch.sh tests/smollm2_model.sh)
@@ -119,6 +119,8 @@ if [ "$what" = check ]; then
     fi
     [ $root -eq 1 ] ||
         absent+=("not root: ${root_tests[*]} skip, or skip parts (the node namespaces, a private Slurm's daemons and tmpfs mounts need root)")
+    git rev-parse --is-inside-work-tree >/dev/null 2>&1 ||
+        absent+=("not a git checkout (or no git): tests/no_binaries.sh skips (it reads git's index)")
     if [ ${#absent[@]} -eq 0 ]; then
         require_all=1
         echo "setup: every test prerequisite is installed: a test that skips fails (SHLM_TESTS_REQUIRE_ALL=1)"
@@ -130,12 +132,12 @@ fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
 [ -x configure ] || ./autogen.sh >/dev/null
-# configure again where this run installed what configure looks for (clang for the fuzz
-# harnesses) or found nvml.h, keeping the options of the last configure
+# configure again before the tests, and where this run installed packages, so that what
+# configure looks for (clang for the fuzz harnesses, nvml.h) is found; with the options of
+# the last configure
 if [ ! -f Makefile ] || [ ! -x config.status ]; then
     ./configure --quiet ${nvml_flags:+NVML_CPPFLAGS="$nvml_flags"}
-elif [ $installed_now -eq 1 ] ||
-    { [ -n "$nvml_flags" ] && ! ./config.status --config | grep -qF "NVML_CPPFLAGS=$nvml_flags"; }; then
+elif [ "$what" = check ] || [ $installed_now -eq 1 ]; then
     eval "./configure --quiet $(./config.status --config) ${nvml_flags:+NVML_CPPFLAGS=\"\$nvml_flags\"}"
 fi
 make -j"$jobs" --no-print-directory >/dev/null
