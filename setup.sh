@@ -189,16 +189,17 @@ check)
         tail -n 40 "$log"
     fi
     # skip_reason LOG: the reason of the test's "SKIP: reason" line (tests/lib.sh skip_test)
-    skip_reason() { sed -n 's/^SKIP: //p' "$1" | tail -n 1; }
-    printf '%s\n' "$results" | sed -n 's/^\(FAIL\|ERROR\|XPASS\): //p' | while read -r t; do
+    skip_reason() { { sed -n 's/^SKIP: //p' "$1" 2>/dev/null || true; } | tail -n 1; }
+    for t in $(printf '%s\n' "$results" | sed -n 's/^\(FAIL\|ERROR\|XPASS\): //p'); do
         echo "=== ${t%.sh}.log (last 40 lines)"
-        tail -n 40 "${t%.sh}.log"
+        tail -n 40 "${t%.sh}.log" || true
     done
-    printf '%s\n' "$results" | sed -n 's/^FAIL: //p' | while read -r t; do
-        grep -q '^FAIL: skipped although SHLM_TESTS_REQUIRE_ALL=1' "${t%.sh}.log" 2>/dev/null &&
+    for t in $(printf '%s\n' "$results" | sed -n 's/^FAIL: //p'); do
+        if grep -q '^FAIL: skipped although SHLM_TESTS_REQUIRE_ALL=1' "${t%.sh}.log" 2>/dev/null; then
             echo "failed by skipping (every prerequisite was installed): $t: $(skip_reason "${t%.sh}.log")"
+        fi
     done
-    printf '%s\n' "$results" | sed -n 's/^SKIP: //p' | while read -r t; do
+    for t in $(printf '%s\n' "$results" | sed -n 's/^SKIP: //p'); do
         why=$(skip_reason "${t%.sh}.log")
         echo "skipped: $t: ${why:-(its log has no SKIP line)}"
     done
