@@ -12,7 +12,7 @@ try:
     import h5py
     import numpy as np
 except ImportError as e:  # the test is skipped, not failed, where h5py is missing
-    print(f"ckpt_h5py: SKIP: {e}")
+    print(f"SKIP: {e}")
     sys.exit(77)
 
 M64 = (1 << 64) - 1
