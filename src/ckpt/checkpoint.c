@@ -26,6 +26,7 @@
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
 #include "shlm_config.h"
+#include "src/base/agree.h"
 #include "src/base/shard.h"
 #include "src/families/families.h"
 
@@ -56,22 +57,6 @@ const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
     "floating point as the 16 hex digits of the double's bits, strings as they are), then " \
     "a line 'PATH SHAPE CHECKSUM' per dataset in byte order of the paths (SHAPE: the "      \
     "dimensions joined by x; CHECKSUM: 16 lowercase hex digits)"
-
-/* All ranks of comm agree on success: 0 when every rank passed ok, else -1 on every rank
- * with the lowest failing rank's message copied into every rank's err. */
-static int agree(MPI_Comm comm, int ok, char *err, size_t errlen) {
-    int rank, size;
-    MPI_CHECK(MPI_Comm_rank(comm, &rank));
-    MPI_CHECK(MPI_Comm_size(comm, &size));
-    int first = ok ? size : rank;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm));
-    if (first == size) return 0;
-    char buf[1536];
-    snprintf(buf, sizeof buf, "%s", rank == first ? err : "");
-    MPI_CHECK(MPI_Bcast(buf, (int)sizeof buf, MPI_CHAR, first, comm));
-    snprintf(err, errlen, "%s", buf);
-    return -1;
-}
 
 /* A byte count for messages: "2.638 GB", "1.13 MB", "228.5 kB". */
 typedef struct human_t {
@@ -895,7 +880,7 @@ static int dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
             io_set_err(err, errlen, "checkpoint.dir = %s is not writable: %s", dir, why);
         }
     }
-    if (agree(topo->world, ok, err, errlen) == 0) {
+    if (ranks_agree(topo->world, ok, err, errlen) == 0) {
         /* what each save checks again: the file (an upper bound) must fit */
         int nt;
         tensor_ref *tl = list_tensors(fsdp_layout(e), &nt);
@@ -905,7 +890,7 @@ static int dir_open(fsdp_engine *e, const topology *topo, const job_config *cfg,
             estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
         free(tl);
         ok = check_space(dir, rank, need, err, errlen) == 0;
-        if (agree(topo->world, ok, err, errlen) == 0) return 0;
+        if (ranks_agree(topo->world, ok, err, errlen) == 0) return 0;
     }
     checkpoint_dir_close(lock_fd);
     return -1;
@@ -943,7 +928,7 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     int ok = rank != 0 || (safe_file_mkdir_p(dir, err, errlen) == 0 &&
                            safe_file_refuse_link(final, err, errlen) == 0 &&
                            safe_file_temp_name(final, tmp, sizeof tmp, err, errlen) == 0);
-    if (agree(comm, ok, err, errlen)) return -1;
+    if (ranks_agree(comm, ok, err, errlen)) return -1;
     MPI_CHECK(MPI_Bcast(tmp, (int)sizeof tmp, MPI_CHAR, 0, comm));
 
     int nt;
@@ -973,17 +958,17 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     rec.st.replica_size = topo->replica_size;
     ok = check_record(final, &rec, "(refusing to write a checkpoint no load would accept)", err,
                       errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail_closed;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail_closed;
 
     const uint64_t need = estimate_file_bytes(tl, nt, &opt, cfg->text ? strlen(cfg->text) : 0, hf);
     ok = check_space(dir, rank, need, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail_closed;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail_closed;
 
     /* all metadata first, flushed, so that a failing data write leaves a file that
      * closes cleanly (ckpt_h5_flush); checksum attributes start at 0 and are set at the end */
     shlm_guard_phase("creating the file");
     ok = ckpt_h5_create(&f, tmp, comm, &opt, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail;
     created = 1;
     if (test_hook_hits("SHLM_TEST_STOP_IN_SAVE", rank, st->step))
         test_stop("SHLM_TEST_STOP_IN_SAVE", rank, "in the save, its file created");
@@ -1008,7 +993,7 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     }
     if (ok) ok = write_state_attrs(&f, &rec, cfg, err, errlen) == 0;
     if (ok) ok = ckpt_h5_flush(&f, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail;
     t_data = MPI_Wtime();
     shlm_guard_phase("writing the data");
 
@@ -1077,7 +1062,7 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
         if (ckpt_h5_write_bytes(&f, path, hf->f[i].data, hf->f[i].size, err, errlen) != 0) ok = 0;
     }
     double tw = MPI_Wtime();
-    if (agree(comm, ok, err, errlen)) goto fail;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail;
     prof[3] += MPI_Wtime() - tw;
     shlm_guard_phase("completing the checksums");
     /* complete the checksums: every element was summed by exactly one rank */
@@ -1107,12 +1092,12 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                                     state_checksum(&rec, CKPT_FORMAT_VERSION, entries, nd + n_hf),
                                     err, errlen) == 0;
     free(entries);
-    if (agree(comm, ok, err, errlen)) goto fail;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail;
     t_close = MPI_Wtime();
     shlm_guard_phase("closing the file");
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     ok = ckpt_h5_close(&f, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) {
+    if (ranks_agree(comm, ok, err, errlen)) {
         close_failed = 1;
         goto fail_closed;
     }
@@ -1121,7 +1106,7 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     const double t_commit = MPI_Wtime();
     shlm_guard_phase("committing it (fsync, rename, latest)");
     ok = rank != 0 || commit(dir, tmp, final, name, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto fail_closed;
+    if (ranks_agree(comm, ok, err, errlen)) goto fail_closed;
     const double t1 = MPI_Wtime();
     if (rank == 0) {
         printf("checkpoint: saved step %lld to %s: %s in %.3f s = %.2f GB/s (create %.3f s, "
@@ -1146,7 +1131,7 @@ fail:
     for (int i = 0; i < nd; i++) ckpt_h5_close_dataset(&ds[i]);
     if (f.file >= 0) {
         char why[512];
-        close_failed = agree(comm, ckpt_h5_close(&f, why, sizeof why) == 0, why, sizeof why) != 0;
+        close_failed = ranks_agree(comm, ckpt_h5_close(&f, why, sizeof why) == 0, why, sizeof why) != 0;
     }
 fail_closed:
     MPI_CHECK(MPI_Barrier(comm));
@@ -1275,7 +1260,7 @@ static int read_datasets(ckpt_h5_file *f, const model_shape *m, ds_entry **out, 
 int checkpoint_read_hf(ckpt_h5_file *f, hf_files *out, char *err, size_t errlen) {
     int n = 0;
     int ok = read_hf_group(f, out, NULL, &n, err, errlen) == 0;
-    return agree(f->comm, ok, err, errlen);
+    return ranks_agree(f->comm, ok, err, errlen);
 }
 
 int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char *err,
@@ -1286,7 +1271,7 @@ int checkpoint_read_hf_path(const char *path, MPI_Comm comm, hf_files *out, char
     shlm_guard_phase("reading its Hugging Face files");
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     int ok = checkpoint_open(&f, path, comm, NULL, NULL, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen) == 0) ok = checkpoint_read_hf(&f, out, err, errlen) == 0;
+    if (ranks_agree(comm, ok, err, errlen) == 0) ok = checkpoint_read_hf(&f, out, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
     shlm_guard_end();
@@ -1347,7 +1332,7 @@ int checkpoint_read_state(const char *path, MPI_Comm comm, ckpt_state *st, char 
     int ok = checkpoint_open(&f, path, comm, NULL, st, err, errlen) == 0;
     char ignored[256];
     if (f.file >= 0) ckpt_h5_close(&f, ignored, sizeof ignored);
-    const int rc = agree(comm, ok, err, errlen);
+    const int rc = ranks_agree(comm, ok, err, errlen);
     shlm_guard_end();
     return rc;
 }
@@ -1375,9 +1360,9 @@ static int load(fsdp_engine *e, const topology *topo, const model_shape *mc,
 
     shlm_guard_phase("opening the file and checking its state");
     int ok = checkpoint_open(&f, path, comm, &shape, &st, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto done;
+    if (ranks_agree(comm, ok, err, errlen)) goto done;
     ok = checkpoint_check_shape(path, &shape, mc, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto done;
+    if (ranks_agree(comm, ok, err, errlen)) goto done;
     if (test_hook_hits("SHLM_TEST_STOP_IN_LOAD", rank, -1))
         test_stop("SHLM_TEST_STOP_IN_LOAD", rank, "in the load, its file open");
     shlm_guard_phase("reading the data");
@@ -1429,7 +1414,7 @@ static int load(fsdp_engine *e, const topology *topo, const model_shape *mc,
                 }
                 ckpt_h5_close_dataset(&d);
                 bytes += t->numel * sizeof(float);
-                if (agree(comm, ok, err, errlen)) goto done;
+                if (ranks_agree(comm, ok, err, errlen)) goto done;
             }
             fsdp_set_state(e, u, (fsdp_state_kind)k, buf);
         }
@@ -1449,7 +1434,7 @@ static int load(fsdp_engine *e, const topology *topo, const model_shape *mc,
     const char *io_mode = f.io_mode;
     shlm_guard_phase("closing the file");
     ok = ckpt_h5_close(&f, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) goto done;
+    if (ranks_agree(comm, ok, err, errlen)) goto done;
     if (rank == 0) {
         double dt = MPI_Wtime() - t0;
         printf("checkpoint: loaded %s of %s (step %lld, saved by %d ranks %s): %s in %.3f s "
@@ -1561,7 +1546,7 @@ static int resolve(const char *dir, const char *resume, char *path, size_t pathl
             snprintf(found, sizeof found, "%s", resume);
         }
     }
-    if (agree(MPI_COMM_WORLD, ok, err, errlen)) return -1;
+    if (ranks_agree(MPI_COMM_WORLD, ok, err, errlen)) return -1;
     MPI_CHECK(MPI_Bcast(found, (int)sizeof found, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (strlen(found) >= pathlen) {
         io_set_err(err, errlen, "checkpoint path too long: %s", found);
@@ -1620,7 +1605,7 @@ static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc
     const double t0 = MPI_Wtime();
     model_shape hc;
     int ok = family_shape_from_hf(dir, &hc, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) return -1;
+    if (ranks_agree(comm, ok, err, errlen)) return -1;
     /* config.json must say what the job's shape says of every key it holds */
     if (hc.family != mc->family) {
         io_set_err(err, errlen, "%s/config.json is a %s model but the job's is a %s model", dir,
@@ -1640,14 +1625,14 @@ static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc
                    fam->keys[i].key, mine, fam->keys[i].key, theirs);
         ok = 0;
     }
-    if (agree(comm, ok, err, errlen)) return -1;
+    if (ranks_agree(comm, ok, err, errlen)) return -1;
 
     hf_weights w;
     ok = hf_weights_open(&w, dir, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) return -1;
+    if (ranks_agree(comm, ok, err, errlen)) return -1;
     const model_layout *lay = fsdp_layout(e);
     ok = check_hf_names(&w, lay, &hc, topo->world_rank == 0, err, errlen) == 0;
-    if (agree(comm, ok, err, errlen)) {
+    if (ranks_agree(comm, ok, err, errlen)) {
         hf_weights_close(&w);
         return -1;
     }
@@ -1687,7 +1672,7 @@ static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc
             }
             bytes += ov.count * sizeof(float);
         }
-        if (agree(comm, ok, err, errlen)) {
+        if (ranks_agree(comm, ok, err, errlen)) {
             ok = 0;
             break;
         }
