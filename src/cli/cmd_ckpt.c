@@ -16,6 +16,7 @@
 #include "io/safetensors.h"
 #include "kernels/check.h"
 #include "src/ckpt/checkpoint.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/ckpt/hf_files.h"
 #include "src/model/family.h"
@@ -45,8 +46,7 @@ static int rank_of(void) {
 
 /* One error line from rank 0 (every rank has the same message). */
 static int fail(int status, const char *msg) {
-    if (rank_of() == 0) fprintf(stderr, "shardlm: error: ckpt: %s\n", msg);
-    return status;
+    return cli_fail("ckpt", status, "%s", msg);
 }
 
 /* The datasets of a checkpoint of this shape, in layout order: paths and shapes. */
@@ -296,13 +296,12 @@ static int ckpt_verify(int argc, char **argv) {
             uint64_t got = ckpt_h5_sum_final(&s, d.numel);
             if (!rok) {
                 bad++;
-                if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s: %s\n", dpath, err);
+                cli_fail("ckpt verify", 1, "%s: %s", dpath, err);
             } else if (got != stored) {
                 bad++;
-                if (me == 0)
-                    fprintf(stderr, "shardlm: error: ckpt verify: %s: dataset %s is corrupt: "
-                            "checksum 0x%016llx, stored 0x%016llx\n", path, dpath,
-                            (unsigned long long)got, (unsigned long long)stored);
+                cli_fail("ckpt verify", 1, "%s: dataset %s is corrupt: checksum 0x%016llx, "
+                         "stored 0x%016llx", path, dpath, (unsigned long long)got,
+                         (unsigned long long)stored);
             }
             total += d.numel * 4;
             n++;
@@ -315,7 +314,7 @@ static int ckpt_verify(int argc, char **argv) {
     hf_files hf = {0};
     if (ok && checkpoint_read_hf(&f, &hf, err, sizeof err) != 0) {
         bad++;
-        if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s\n", err);
+        cli_fail("ckpt verify", 1, "%s", err);
     }
     for (int i = 0; i < hf.n; i++) total += hf.f[i].size, n++;
     hf_files_free(&hf);
@@ -323,15 +322,11 @@ static int ckpt_verify(int argc, char **argv) {
     ckpt_h5_close(&f, ignored, sizeof ignored);
     if (!ok) return fail(1, err);
     double dt = MPI_Wtime() - t0;
-    if (me == 0) {
-        if (bad)
-            fprintf(stderr, "shardlm: error: ckpt verify: %s: %d of %d datasets corrupt\n", path,
-                    bad, n);
-        else
-            printf("verify: %s: %d datasets, %.3f GB, every checksum matches (%.3f s, %.2f GB/s, "
-                   "%d ranks)\n", path, n, total / 1e9, dt, total / 1e9 / dt, world);
-    }
-    return bad ? 1 : 0;
+    if (bad) return cli_fail("ckpt verify", 1, "%s: %d of %d datasets corrupt", path, bad, n);
+    if (me == 0)
+        printf("verify: %s: %d datasets, %.3f GB, every checksum matches (%.3f s, %.2f GB/s, "
+               "%d ranks)\n", path, n, total / 1e9, dt, total / 1e9 / dt, world);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- export */
@@ -629,9 +624,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0) return ckpt_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "verify") == 0) return ckpt_verify(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 2, argv + 2);
-    if (rank_of() == 0) {
-        fprintf(stderr, "shardlm: error: ckpt: unknown subcommand '%s'\n", argv[1]);
-        ckpt_usage(stderr);
-    }
+    cli_fail("ckpt", 2, "unknown subcommand '%s'", argv[1]);
+    if (rank_of() == 0) ckpt_usage(stderr);
     return 2;
 }
