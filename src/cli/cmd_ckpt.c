@@ -15,12 +15,14 @@
 #include "io/safe_file.h"
 #include "io/safetensors.h"
 #include "kernels/check.h"
+#include "src/base/agree.h"
+#include "src/base/numbers.h"
 #include "src/ckpt/checkpoint.h"
+#include "src/ckpt/hf_files.h"
+#include "src/ckpt/tensors.h"
 #include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
-#include "src/ckpt/hf_files.h"
 #include "src/model/family.h"
-#include "src/base/numbers.h"
 #include "src/tokenizer/tokenizer.h"
 
 /* Elements moved per read: bounds memory for 70B-sized tensors. */
@@ -49,56 +51,16 @@ static int fail(int status, const char *msg) {
     return cli_fail("ckpt", status, "%s", msg);
 }
 
-/* The datasets of a checkpoint of this shape, in layout order: paths and shapes. */
-typedef struct ds_list {
-    model_desc md;
-    model_layout lay;
-    int n_tensors;
-    const model_tensor **t; /* (n_tensors) */
-} ds_list;
-
-static void ds_list_init(ds_list *d, const model_shape *shape) {
-    model_shape_desc_open(&d->md, shape);
-    d->lay = d->md.lay;
-    d->n_tensors = 0;
-    for (int u = 0; u < d->lay.n_units; u++) d->n_tensors += d->lay.units[u].n_tensors;
-    d->t = malloc((size_t)d->n_tensors * sizeof *d->t);
-    SHLM_CHECK_ALLOC(d->t);
-    int k = 0;
-    for (int u = 0; u < d->lay.n_units; u++)
-        for (int i = 0; i < d->lay.units[u].n_tensors; i++) d->t[k++] = &d->lay.units[u].tensors[i];
-}
-
-static void ds_list_free(ds_list *d) {
-    free(d->t);
-    model_desc_close(&d->md);
-}
-
-/* Opens dataset i of state group k (checkpoint_groups[k]/name, written into dpath) and
- * reads its stored checksum; -1 with the message in err. */
-static int open_listed(ckpt_h5_file *f, const ds_list *dl, int k, int i, char *dpath,
-                       size_t dpathlen, ckpt_h5_dataset *d, uint64_t *checksum, char *err,
-                       size_t errlen) {
-    snprintf(dpath, dpathlen, "%s/%s", checkpoint_groups[k], dl->t[i]->name);
-    if (ckpt_h5_open_dataset(f, dpath, d, err, errlen) != 0) return -1;
-    return ckpt_h5_attr_read_u64(f, dpath, "checksum", checksum, err, errlen) == 0 ? 0 : -1;
-}
-
 /* Opens CKPT (a file or a directory's `latest`). */
 static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathlen,
                      model_shape *shape, ckpt_state *st, char *err, size_t errlen) {
     if (checkpoint_resolve("", arg, path, pathlen, err, errlen) != 0) return -1;
-    int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
+    const int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
     /* every rank reads the same file: a failure is everyone's */
-    int all_ok = ok;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (!all_ok) {
-        char ignored[64];
-        ckpt_h5_close(f, ignored, sizeof ignored);
-        if (ok) snprintf(err, errlen, "%s: cannot be opened on every rank", path);
-        return -1;
-    }
-    return 0;
+    if (ranks_agree(MPI_COMM_WORLD, ok, err, errlen) == 0) return 0;
+    char ignored[64];
+    ckpt_h5_close(f, ignored, sizeof ignored);
+    return -1;
 }
 
 /* Reads dataset d's elements [lo, hi) in chunks through buf (CHUNK_ELEMS floats),
@@ -155,8 +117,8 @@ static int ckpt_info(int argc, char **argv) {
     model_shape m;
     ckpt_state st;
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
-    ds_list dl;
-    ds_list_init(&dl, &m);
+    ckpt_tensors dl;
+    ckpt_tensors_of_shape(&dl, &m);
     char *created = NULL, *version = NULL, *job = NULL, *job_path = NULL;
     int ok = ckpt_h5_attr_read_str(&f, "/", "created_utc", &created, err, sizeof err) == 0 &&
              ckpt_h5_attr_read_str(&f, "/", "shardlm_version", &version, err, sizeof err) == 0 &&
@@ -204,11 +166,11 @@ static int ckpt_info(int argc, char **argv) {
     uint64_t total = 0;
     int n = 0;
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
-        for (int i = 0; ok && i < dl.n_tensors; i++) {
-            char dpath[256], shape[48], sz[32];
+        for (int i = 0; ok && i < dl.n; i++) {
+            char shape[48], sz[32];
             ckpt_h5_dataset d;
             uint64_t sum = 0;
-            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &sum, err, sizeof err) == 0;
+            ok = ckpt_open_dataset(&f, &dl, k, i, &d, &sum, err, sizeof err) == 0;
             if (!ok) break;
             if (d.ndim == 2)
                 snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)d.shape[0], (long long)d.shape[1]);
@@ -217,7 +179,7 @@ static int ckpt_info(int argc, char **argv) {
             print_bytes(sz, sizeof sz, d.numel * 4.0);
             if (me == 0) {
                 if (n == 0) printf("  %-58s %-14s %10s  %s\n", "dataset (fp32)", "shape", "size", "checksum");
-                printf("  %-58s %-14s %10s  0x%016llx\n", dpath, shape, sz, (unsigned long long)sum);
+                printf("  %-58s %-14s %10s  0x%016llx\n", d.path, shape, sz, (unsigned long long)sum);
             }
             total += d.numel * 4;
             n++;
@@ -247,7 +209,7 @@ static int ckpt_info(int argc, char **argv) {
     free(version);
     free(job);
     free(job_path);
-    ds_list_free(&dl);
+    ckpt_tensors_free(&dl);
     char ignored[64];
     ckpt_h5_close(&f, ignored, sizeof ignored);
     return ok ? 0 : fail(1, err);
@@ -265,18 +227,17 @@ static int ckpt_verify(int argc, char **argv) {
     const double t0 = MPI_Wtime();
     int world, me = rank_of();
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    ds_list dl;
-    ds_list_init(&dl, &m);
+    ckpt_tensors dl;
+    ckpt_tensors_of_shape(&dl, &m);
     float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
     SHLM_CHECK_ALLOC(buf);
     int ok = 1, bad = 0, n = 0;
     uint64_t total = 0;
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
-        for (int i = 0; ok && i < dl.n_tensors; i++) {
-            char dpath[256];
+        for (int i = 0; ok && i < dl.n; i++) {
             ckpt_h5_dataset d;
             uint64_t stored = 0;
-            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &stored, err, sizeof err) == 0;
+            ok = ckpt_open_dataset(&f, &dl, k, i, &d, &stored, err, sizeof err) == 0;
             if (!ok) break;
             /* rank r sums elements [r·n/W, (r+1)·n/W) */
             uint64_t lo = d.numel * (uint64_t)me / (uint64_t)world;
@@ -286,21 +247,18 @@ static int ckpt_verify(int argc, char **argv) {
             ckpt_h5_sum s = {0, 0};
             int rok = read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err, sizeof err) == 0;
             /* the lowest failing rank's message is the one printed */
-            int first_bad = rok ? world : me;
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-            rok = first_bad == world;
-            if (!rok) MPI_CHECK(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, first_bad, MPI_COMM_WORLD));
+            rok = ranks_agree(MPI_COMM_WORLD, rok, err, sizeof err) == 0;
             uint64_t sums[2] = {s.s1, s.s2};
             MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
             s.s1 = sums[0], s.s2 = sums[1];
             uint64_t got = ckpt_h5_sum_final(&s, d.numel);
             if (!rok) {
                 bad++;
-                cli_fail("ckpt verify", 1, "%s: %s", dpath, err);
+                cli_fail("ckpt verify", 1, "%s: %s", d.path, err);
             } else if (got != stored) {
                 bad++;
                 cli_fail("ckpt verify", 1, "%s: dataset %s is corrupt: checksum 0x%016llx, "
-                         "stored 0x%016llx", path, dpath, (unsigned long long)got,
+                         "stored 0x%016llx", path, d.path, (unsigned long long)got,
                          (unsigned long long)stored);
             }
             total += d.numel * 4;
@@ -309,7 +267,7 @@ static int ckpt_verify(int argc, char **argv) {
         }
     }
     free(buf);
-    ds_list_free(&dl);
+    ckpt_tensors_free(&dl);
     /* the kept Hugging Face files: read whole and checked on every rank */
     hf_files hf = {0};
     if (ok && checkpoint_read_hf(&f, &hf, err, sizeof err) != 0) {
@@ -474,9 +432,9 @@ static int ckpt_export(int argc, char **argv) {
         return fail(1, me == 0 ? err : "cannot create the output directory");
     }
 
-    ds_list dl;
-    ds_list_init(&dl, &m);
-    const int nt = dl.n_tensors;
+    ckpt_tensors dl;
+    ckpt_tensors_of_shape(&dl, &m);
+    const int nt = dl.n;
     /* shards: tensors in layout order, a new file when the next tensor would pass the
      * size (a tensor larger than the size gets a file of its own) */
     int *file_of = calloc((size_t)nt, sizeof(int));
@@ -484,7 +442,7 @@ static int ckpt_export(int argc, char **argv) {
     int n_files = 1;
     unsigned long long in_file = 0, total = 0;
     for (int i = 0; i < nt; i++) {
-        unsigned long long b = dl.t[i]->numel * esz;
+        unsigned long long b = dl.list[i].t->numel * esz;
         if (in_file > 0 && in_file + b > shard_size) n_files++, in_file = 0;
         file_of[i] = n_files - 1;
         in_file += b;
@@ -510,7 +468,6 @@ static int ckpt_export(int argc, char **argv) {
     memset(&w, 0, sizeof w);
     int open_file = -1;
     for (int i = 0; i < nt; i++) {
-        const model_tensor *t = dl.t[i];
         if (me == 0 && ok && file_of[i] != open_file) {
             /* begin the next shard with its tensor list */
             int first = i, n = 0;
@@ -524,10 +481,10 @@ static int ckpt_export(int argc, char **argv) {
             SHLM_CHECK_ALLOC(nds);
             SHLM_CHECK_ALLOC(shapes);
             for (int j = 0; j < n; j++) {
-                names[j] = dl.t[first + j]->name;
+                names[j] = dl.list[first + j].t->name;
                 dts[j] = dtype;
-                nds[j] = dl.t[first + j]->ndim;
-                shapes[j] = dl.t[first + j]->shape;
+                nds[j] = dl.list[first + j].t->ndim;
+                shapes[j] = dl.list[first + j].t->shape;
             }
             char fp[2200];
             snprintf(fp, sizeof fp, "%s/%s", out, fname[file_of[i]]);
@@ -539,14 +496,12 @@ static int ckpt_export(int argc, char **argv) {
             free(nds);
             free(shapes);
         }
-        char dpath[256];
-        snprintf(dpath, sizeof dpath, "/model/%s", t->name);
         ckpt_h5_dataset d;
         uint64_t stored = 0;
-        int rok = ckpt_h5_open_dataset(&f, dpath, &d, err, sizeof err) == 0 &&
-                  ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored, err, sizeof err) == 0;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-        if (!rok) {
+        const int rok = ckpt_open_dataset(&f, &dl, FSDP_STATE_MASTER, i, &d, &stored, err,
+                                          sizeof err) == 0;
+        if (ranks_agree(MPI_COMM_WORLD, rok, err, sizeof err) != 0) {
+            ckpt_h5_close_dataset(&d);
             ok = 0;
             break;
         }
@@ -559,7 +514,7 @@ static int ckpt_export(int argc, char **argv) {
          * only then is a mismatch the source's fault */
         if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
             snprintf(err, sizeof err, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
-                     path, dpath);
+                     path, d.path);
             cok = 0;
         }
         ckpt_h5_close_dataset(&d);
@@ -577,7 +532,7 @@ static int ckpt_export(int argc, char **argv) {
         const char **files = malloc((size_t)nt * sizeof *files);
         SHLM_CHECK_ALLOC(names);
         SHLM_CHECK_ALLOC(files);
-        for (int i = 0; i < nt; i++) names[i] = dl.t[i]->name, files[i] = fname[file_of[i]];
+        for (int i = 0; i < nt; i++) names[i] = dl.list[i].t->name, files[i] = fname[file_of[i]];
         ok = hf_index_write(out, nt, names, files, total, err, sizeof err) == 0;
         free(names);
         free(files);
@@ -604,7 +559,7 @@ static int ckpt_export(int argc, char **argv) {
     free(file_of);
     free(buf);
     free(conv);
-    ds_list_free(&dl);
+    ckpt_tensors_free(&dl);
     char ignored[64];
     ckpt_h5_close(&f, ignored, sizeof ignored);
     if (!ok) return fail(1, me == 0 ? err : "export failed");
