@@ -392,157 +392,204 @@ static int export_hf_files(const char *out, const hf_files *hf, const model_shap
     return rc;
 }
 
-static int ckpt_export(int argc, char **argv) {
-    const char *arg = NULL, *out = NULL, *dt = "f32";
-    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
+/* An export under way: what its steps share. */
+typedef struct export_run {
+    ckpt_h5_file f;
+    char path[2048];            /* the checkpoint file */
+    const char *out;            /* the directory written */
+    safetensors_dtype dtype;
+    ckpt_tensors dl;            /* the checkpoint's tensors, exported in this order */
+    int *file_of;               /* (dl.n): the safetensors file each tensor goes to */
+    char (*fname)[64];          /* (n_files) */
+    int n_files;
+    unsigned long long total;   /* the bytes of the exported tensors */
+    int me;
+} export_run;
+
+/* The arguments of `ckpt export`: 0, or the exit status (a usage problem). */
+static int export_args(int argc, char **argv, const char **arg, const char **out,
+                       const char **dt, unsigned long long *shard_size) {
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dt = argv[++i];
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) *dt = argv[++i];
         else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
             long long bytes;
             char msg[320];
             if (num_option_int("--shard-size", argv[++i], 1, LLONG_MAX, &bytes, msg, sizeof msg))
                 return fail(2, msg);
-            shard_size = (unsigned long long)bytes;
+            *shard_size = (unsigned long long)bytes;
         } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
-        else if (!arg) arg = argv[i];
-        else if (!out) out = argv[i];
+        else if (!*arg) *arg = argv[i];
+        else if (!*out) *out = argv[i];
         else return ckpt_usage(stderr), 2;
     }
-    if (!arg || !out) return ckpt_usage(stderr), 2;
-    safetensors_dtype dtype;
-    const char *torch_dtype;
-    if (strcmp(dt, "f32") == 0) dtype = SAFETENSORS_F32, torch_dtype = "float32";
-    else if (strcmp(dt, "bf16") == 0) dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
-    else if (strcmp(dt, "f16") == 0) dtype = SAFETENSORS_F16, torch_dtype = "float16";
-    else return fail(2, "--dtype must be f32, bf16 or f16");
-    const size_t esz = safetensors_dtype_size(dtype);
+    if (!*arg || !*out) return ckpt_usage(stderr), 2;
+    return 0;
+}
 
-    char err[1536] = "", path[2048];
-    ckpt_h5_file f = {.file = -1, .dxpl = -1};
-    model_shape m;
-    ckpt_state st;
-    if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
-    const double t0 = MPI_Wtime();
-    const int me = rank_of();
-    int ok = me != 0 || safe_file_mkdir_p(out, err, sizeof err) == 0;
-    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (!ok) {
-        char ignored[64];
-        ckpt_h5_close(&f, ignored, sizeof ignored);
-        return fail(1, me == 0 ? err : "cannot create the output directory");
-    }
-
-    ckpt_tensors dl;
-    ckpt_tensors_of_shape(&dl, &m);
-    const int nt = dl.n;
-    /* shards: tensors in layout order, a new file when the next tensor would pass the
-     * size (a tensor larger than the size gets a file of its own) */
-    int *file_of = calloc((size_t)nt, sizeof(int));
-    SHLM_CHECK_ALLOC(file_of);
-    int n_files = 1;
-    unsigned long long in_file = 0, total = 0;
-    for (int i = 0; i < nt; i++) {
-        unsigned long long b = dl.list[i].t->numel * esz;
-        if (in_file > 0 && in_file + b > shard_size) n_files++, in_file = 0;
-        file_of[i] = n_files - 1;
+/* The safetensors files: tensors in layout order, a new file when the next tensor would
+ * pass shard_size bytes (a tensor larger than that gets a file of its own). */
+static void plan_files(export_run *x, unsigned long long shard_size) {
+    const size_t esz = safetensors_dtype_size(x->dtype);
+    x->file_of = calloc((size_t)x->dl.n, sizeof(int));
+    SHLM_CHECK_ALLOC(x->file_of);
+    x->n_files = 1;
+    unsigned long long in_file = 0;
+    for (int i = 0; i < x->dl.n; i++) {
+        unsigned long long b = x->dl.list[i].t->numel * esz;
+        if (in_file > 0 && in_file + b > shard_size) x->n_files++, in_file = 0;
+        x->file_of[i] = x->n_files - 1;
         in_file += b;
-        total += b;
+        x->total += b;
     }
-    char **fname = calloc((size_t)n_files, sizeof(char *));
-    SHLM_CHECK_ALLOC(fname);
-    for (int j = 0; j < n_files; j++) {
-        fname[j] = malloc(64);
-        SHLM_CHECK_ALLOC(fname[j]);
-        if (n_files == 1) snprintf(fname[j], 64, "model.safetensors");
-        else snprintf(fname[j], 64, "model-%05d-of-%05d.safetensors", j + 1, n_files);
+    x->fname = calloc((size_t)x->n_files, sizeof *x->fname);
+    SHLM_CHECK_ALLOC(x->fname);
+    for (int j = 0; j < x->n_files; j++) {
+        if (x->n_files == 1) snprintf(x->fname[j], sizeof x->fname[j], "model.safetensors");
+        else snprintf(x->fname[j], sizeof x->fname[j], "model-%05d-of-%05d.safetensors", j + 1,
+                      x->n_files);
     }
-    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
-    void *conv = esz == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
-    SHLM_CHECK_ALLOC(buf);
-    char step[32];
-    snprintf(step, sizeof step, "%lld", (long long)st.step);
-    const char *meta_k[] = {"format", "shardlm_checkpoint", "shardlm_step"};
-    const char *meta_v[] = {"pt", path, step};
+}
 
+/* Rank 0: begins the file of tensor i (the first of that file) with its tensor list. */
+static int begin_file(export_run *x, safetensors_writer *w, int i, const char *const *meta_v,
+                      char *err, size_t errlen) {
+    static const char *const meta_k[] = {"format", "shardlm_checkpoint", "shardlm_step"};
+    int first = i, n = 0;
+    while (first + n < x->dl.n && x->file_of[first + n] == x->file_of[i]) n++;
+    const char **names = malloc((size_t)n * sizeof *names);
+    safetensors_dtype *dts = malloc((size_t)n * sizeof *dts);
+    int *nds = malloc((size_t)n * sizeof *nds);
+    const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
+    SHLM_CHECK_ALLOC(names);
+    SHLM_CHECK_ALLOC(dts);
+    SHLM_CHECK_ALLOC(nds);
+    SHLM_CHECK_ALLOC(shapes);
+    for (int j = 0; j < n; j++) {
+        names[j] = x->dl.list[first + j].t->name;
+        dts[j] = x->dtype;
+        nds[j] = x->dl.list[first + j].t->ndim;
+        shapes[j] = x->dl.list[first + j].t->shape;
+    }
+    char fp[2200];
+    snprintf(fp, sizeof fp, "%s/%s", x->out, x->fname[x->file_of[i]]);
+    const int rc = safetensors_writer_begin(w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
+                                            err, errlen);
+    free(names);
+    free(dts);
+    free(nds);
+    free(shapes);
+    return rc;
+}
+
+/* Every tensor of /model into the safetensors files: rank 0 reads each whole, chunk by
+ * chunk, checks its checksum and writes it; the others join each (collective) read. 1, or
+ * 0 with err on rank 0 (and the failed file abandoned). */
+static int write_tensors(export_run *x, const char *const *meta_v, char *err, size_t errlen) {
+    const int me = x->me, nt = x->dl.n;
+    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    void *conv = safetensors_dtype_size(x->dtype) == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
+    SHLM_CHECK_ALLOC(buf);
     safetensors_writer w;
     memset(&w, 0, sizeof w);
-    int open_file = -1;
+    int ok = 1, open_file = -1;
     for (int i = 0; i < nt; i++) {
-        if (me == 0 && ok && file_of[i] != open_file) {
-            /* begin the next shard with its tensor list */
-            int first = i, n = 0;
-            while (first + n < nt && file_of[first + n] == file_of[i]) n++;
-            const char **names = malloc((size_t)n * sizeof *names);
-            safetensors_dtype *dts = malloc((size_t)n * sizeof *dts);
-            int *nds = malloc((size_t)n * sizeof *nds);
-            const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
-            SHLM_CHECK_ALLOC(names);
-            SHLM_CHECK_ALLOC(dts);
-            SHLM_CHECK_ALLOC(nds);
-            SHLM_CHECK_ALLOC(shapes);
-            for (int j = 0; j < n; j++) {
-                names[j] = dl.list[first + j].t->name;
-                dts[j] = dtype;
-                nds[j] = dl.list[first + j].t->ndim;
-                shapes[j] = dl.list[first + j].t->shape;
-            }
-            char fp[2200];
-            snprintf(fp, sizeof fp, "%s/%s", out, fname[file_of[i]]);
-            ok = safetensors_writer_begin(&w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
-                                          err, sizeof err) == 0;
-            open_file = file_of[i];
-            free(names);
-            free(dts);
-            free(nds);
-            free(shapes);
+        if (me == 0 && ok && x->file_of[i] != open_file) {
+            ok = begin_file(x, &w, i, meta_v, err, errlen) == 0;
+            open_file = x->file_of[i];
         }
         ckpt_h5_dataset d;
         uint64_t stored = 0;
-        const int rok = ckpt_open_dataset(&f, &dl, FSDP_STATE_MASTER, i, &d, &stored, err,
-                                          sizeof err) == 0;
-        if (ranks_agree(MPI_COMM_WORLD, rok, err, sizeof err) != 0) {
+        const int rok = ckpt_open_dataset(&x->f, &x->dl, FSDP_STATE_MASTER, i, &d, &stored,
+                                          err, errlen) == 0;
+        if (ranks_agree(MPI_COMM_WORLD, rok, err, errlen) != 0) {
             ckpt_h5_close_dataset(&d);
             ok = 0;
             break;
         }
         /* rank 0 reads the whole tensor, chunk by chunk; the others join each call */
-        export_sink sink = {&w, dtype, conv, {0, 0}};
+        export_sink sink = {&w, x->dtype, conv, {0, 0}};
         uint64_t calls = (d.numel + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-        int cok = read_chunks(&f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
-                              me == 0 ? export_chunk : NULL, &sink, err, sizeof err) == 0;
+        int cok = read_chunks(&x->f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
+                              me == 0 ? export_chunk : NULL, &sink, err, errlen) == 0;
         /* a tensor read whole (not cut short by a failed write) must match its checksum:
          * only then is a mismatch the source's fault */
         if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
-            snprintf(err, sizeof err, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
-                     path, d.path);
+            snprintf(err, errlen, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
+                     x->path, d.path);
             cok = 0;
         }
         ckpt_h5_close_dataset(&d);
         if (!cok) ok = 0;
         MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (!ok) break;
-        if (me == 0 && (i + 1 == nt || file_of[i + 1] != open_file))
-            ok = safetensors_writer_finish(&w, err, sizeof err) == 0;
+        if (me == 0 && (i + 1 == nt || x->file_of[i + 1] != open_file))
+            ok = safetensors_writer_finish(&w, err, errlen) == 0;
         MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (!ok) break;
     }
     if (me == 0 && !ok) safetensors_writer_abort(&w);
-    if (me == 0 && ok && n_files > 1) {
-        const char **names = malloc((size_t)nt * sizeof *names);
-        const char **files = malloc((size_t)nt * sizeof *files);
-        SHLM_CHECK_ALLOC(names);
-        SHLM_CHECK_ALLOC(files);
-        for (int i = 0; i < nt; i++) names[i] = dl.list[i].t->name, files[i] = fname[file_of[i]];
-        ok = hf_index_write(out, nt, names, files, total, err, sizeof err) == 0;
-        free(names);
-        free(files);
+    free(buf);
+    free(conv);
+    return ok;
+}
+
+/* Rank 0: model.safetensors.index.json, where the tensors span several files. */
+static int write_index(const export_run *x, char *err, size_t errlen) {
+    const int nt = x->dl.n;
+    const char **names = malloc((size_t)nt * sizeof *names);
+    const char **files = malloc((size_t)nt * sizeof *files);
+    SHLM_CHECK_ALLOC(names);
+    SHLM_CHECK_ALLOC(files);
+    for (int i = 0; i < nt; i++) {
+        names[i] = x->dl.list[i].t->name;
+        files[i] = x->fname[x->file_of[i]];
     }
+    const int rc = hf_index_write(x->out, nt, names, files, x->total, err, errlen);
+    free(names);
+    free(files);
+    return rc;
+}
+
+static int ckpt_export(int argc, char **argv) {
+    const char *arg = NULL, *dt = "f32";
+    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
+    export_run x = {.f = {.file = -1, .dxpl = -1}, .me = rank_of()};
+    const int usage = export_args(argc, argv, &arg, &x.out, &dt, &shard_size);
+    if (usage) return usage;
+    const char *torch_dtype;
+    if (strcmp(dt, "f32") == 0) x.dtype = SAFETENSORS_F32, torch_dtype = "float32";
+    else if (strcmp(dt, "bf16") == 0) x.dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
+    else if (strcmp(dt, "f16") == 0) x.dtype = SAFETENSORS_F16, torch_dtype = "float16";
+    else return fail(2, "--dtype must be f32, bf16 or f16");
+
+    char err[1536] = "";
+    const int me = x.me;
+    model_shape m;
+    ckpt_state st;
+    if (open_ckpt(arg, &x.f, x.path, sizeof x.path, &m, &st, err, sizeof err) != 0)
+        return fail(1, err);
+    const double t0 = MPI_Wtime();
+    int ok = me != 0 || safe_file_mkdir_p(x.out, err, sizeof err) == 0;
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!ok) {
+        char ignored[64];
+        ckpt_h5_close(&x.f, ignored, sizeof ignored);
+        return fail(1, me == 0 ? err : "cannot create the output directory");
+    }
+
+    ckpt_tensors_of_shape(&x.dl, &m);
+    plan_files(&x, shard_size);
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)st.step);
+    const char *const meta_v[] = {"pt", x.path, step};
+    ok = write_tensors(&x, meta_v, err, sizeof err);
+    if (me == 0 && ok && x.n_files > 1) ok = write_index(&x, err, sizeof err) == 0;
     /* the files the checkpoint kept (collective: every rank reads and checks them) */
     hf_files hf = {0};
-    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    if (ok) ok = checkpoint_read_hf(&x.f, &hf, err, sizeof err) == 0;
     char written[512] = "";
     if (me == 0 && ok) {
-        ok = export_hf_files(out, &hf, &m, torch_dtype, written, sizeof written, err,
+        ok = export_hf_files(x.out, &hf, &m, torch_dtype, written, sizeof written, err,
                              sizeof err) == 0;
     }
     hf_files_free(&hf);
@@ -550,18 +597,15 @@ static int ckpt_export(int argc, char **argv) {
     if (me == 0 && ok) {
         double dtime = MPI_Wtime() - t0;
         printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), %s; %.3f GB in "
-               "%.3f s = %.2f GB/s\n", path, (long long)st.step, out, nt, n_files,
-               n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written, total / 1e9,
-               dtime, total / 1e9 / dtime);
+               "%.3f s = %.2f GB/s\n", x.path, (long long)st.step, x.out, x.dl.n, x.n_files,
+               x.n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written,
+               x.total / 1e9, dtime, x.total / 1e9 / dtime);
     }
-    for (int j = 0; j < n_files; j++) free(fname[j]);
-    free(fname);
-    free(file_of);
-    free(buf);
-    free(conv);
-    ckpt_tensors_free(&dl);
+    free(x.fname);
+    free(x.file_of);
+    ckpt_tensors_free(&x.dl);
     char ignored[64];
-    ckpt_h5_close(&f, ignored, sizeof ignored);
+    ckpt_h5_close(&x.f, ignored, sizeof ignored);
     if (!ok) return fail(1, me == 0 ? err : "export failed");
     return 0;
 }
