@@ -6,6 +6,9 @@
 #  1. model.init_from with no [model] keys makes it a qwen2 model with q/k/v biases; eval's
 #     mean loss over the validation windows equals transformers' fp32 loss over the same
 #     windows within 1e-4, and generate's greedy tokens equal transformers' generate;
+#     with a tokenizer that has no chat template (tests/sft_data.py's byte-level one with
+#     <|im_start|> and <|im_end|>), generate --chat renders the prompt with the family's,
+#     Qwen2.5's: its ids equal transformers' apply_chat_template under Qwen2.5's template;
 #  2. training it gives the same losses and gradient norms (fp32, within 1e-6 relative) on
 #     1 rank (accumulating 4 micro-batches), 4 ranks FULL_SHARD (accumulating 2) and 4
 #     ranks HYBRID_SHARD 2 x 2;
@@ -146,6 +149,35 @@ if [ "$fails" -eq 0 ]; then
     ref=$(reference "$hf") || { cat "$work/reference.err"; fail "transformers' reference failed"; }
     said=$(shardlm_says eval)
     compare "init_from" "${said%%|*}" "${said#*|}" "$ref"
+fi
+
+# the family's chat template where the tokenizer has none
+chat="$work/chat"
+mkdir -p "$chat"
+python3 "$SHLM_SRCDIR/tests/sft_data.py" tokenizers "$work/tk" || fail "sft_data.py tokenizers"
+cp "$hf/config.json" "$work/tk/chatml/tokenizer.json" "$chat/"
+ln -s "$hf/model.safetensors" "$chat/model.safetensors"
+printf '{"eos_token": "<|im_end|>"}\n' >"$chat/tokenizer_config.json"
+prompt="Hi there, café"
+if go chat.gen 1 generate "$work/eval.ini" --set "model.init_from=$chat" --chat --prompt "$prompt" \
+    --tokens 0 --ids; then
+    got=$(sed -n 's/^prompt ids: //p' "$work/chat.gen.log")
+    want=$("$SHLM_PY" - "$chat" "$SHLM_SRCDIR/tests/data/qwen25_chat_template.jinja" "$prompt" \
+        2>"$work/chat.ref.err" <<'EOF'
+import sys
+from transformers import AutoTokenizer
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+ids = tok.apply_chat_template([{"role": "user", "content": sys.argv[3]}], tokenize=True,
+                              chat_template=open(sys.argv[2], encoding="utf-8").read(),
+                              add_generation_prompt=True, return_dict=False)
+print(*ids)
+EOF
+    ) || { cat "$work/chat.ref.err"; fail "transformers' apply_chat_template failed"; }
+    if [ -n "$got" ] && [ "$got" = "$want" ]; then
+        echo "qwen2: ok: generate --chat with no tokenizer template: Qwen2.5's rendering, $(echo "$got" | wc -w) ids as transformers'"
+    else
+        fail "generate --chat with no tokenizer template: ids '$got', transformers' under Qwen2.5's template '$want'"
+    fi
 fi
 
 # ---- 2. 1 rank = 4 ranks FULL_SHARD = 4 ranks HYBRID_SHARD 2 x 2 ----

@@ -26,7 +26,8 @@ static const char usage_text[] =
     "  model.init_from, else the seed's initialisation (said so). The prompt is encoded with\n"
     "  the job's tokenizer (data.tokenizer; bos as the model's configuration says); --chat\n"
     "  renders it as one user turn (after --system, if given) with the model's chat template\n"
-    "  and the assistant's turn opened. The reply is printed as it is generated and ends at\n"
+    "  (a tokenizer without one: the model family's, qwen2's being qwen2.5) and the\n"
+    "  assistant's turn opened. The reply is printed as it is generated and ends at\n"
     "  an eos id or after N tokens (--tokens; default train.sample_tokens, else 200).\n"
     "  --temperature 0 is greedy; defaults come from the job's [train] sample_* keys.\n"
     "  --ids also prints the prompt's and the reply's token ids. --dump-logits writes the\n"
@@ -149,7 +150,11 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
             doc_pieces d = {0};
             byte_buf flags = {0};
             const chat_message m[2] = {{"system", a->system}, {"user", a->prompt}};
-            rc = chat_template_for(&ct, r->tok, a->chat_template, err, errlen);
+            /* a tokenizer without a template of its own: the model family's default */
+            const char *name = a->chat_template;
+            if ((!name || strcmp(name, "auto") == 0) && !tokenizer_chat_template(r->tok))
+                name = r->cfg.model.family->chat_template;
+            rc = chat_template_for(&ct, r->tok, name, err, errlen);
             if (rc == 0) {
                 rc = chat_render_pieces(&ct, a->system ? m : m + 1, a->system ? 2 : 1, 1, &d,
                                         err, errlen);
