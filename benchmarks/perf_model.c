@@ -99,7 +99,7 @@ static void run_step(fsdp_engine *e, model *md, const job *j, int accum, int ste
         int valid = 0;
         if (m == accum - 1) fsdp_last_micro_batch(e);
         /* causal attention (no doc_mask): its cost is the table's causal rows' */
-        const model_batch b = {tok, tok, NULL, j->micro, j->seq};
+        const model_batch b = {tok, tok, NULL, j->micro, j->seq, NULL};
         model_forward_backward(md, &b, 1.0f, &valid);
     }
     fsdp_finish_grads(e);

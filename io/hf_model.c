@@ -160,8 +160,12 @@ int hf_source_kind(const char *path, char *err, size_t errlen) {
 
 int hf_config_load(const char *dir, cJSON **out, char *path, size_t pathlen, char *err,
                    size_t errlen) {
-    *out = NULL;
     snprintf(path, pathlen, "%s/config.json", dir);
+    return hf_json_load(path, out, err, errlen);
+}
+
+int hf_json_load(const char *path, cJSON **out, char *err, size_t errlen) {
+    *out = NULL;
     char *text = read_text(path, err, errlen);
     if (!text) return -1;
     cJSON *j = json_text_parse_file(path, text, strlen(text), 0, err, errlen);
@@ -214,6 +218,10 @@ static int write_json(cJSON *j, const char *dir, const char *name, int newline, 
     free(out);
     free(text);
     return rc;
+}
+
+int hf_json_save(cJSON *j, const char *dir, const char *name, char *err, size_t errlen) {
+    return write_json(j, dir, name, 1, err, errlen);
 }
 
 int hf_config_save(const char *dir, cJSON *j, const char *torch_dtype, char *err,
@@ -293,6 +301,17 @@ int hf_weights_open(hf_weights *w, const char *dir, char *err, size_t errlen) {
         return -1;
     }
     if (add_file(w, "model.safetensors", err, errlen) != 0) {
+        hf_weights_close(w);
+        return -1;
+    }
+    return 0;
+}
+
+int hf_weights_open_file(hf_weights *w, const char *dir, const char *name, char *err,
+                         size_t errlen) {
+    memset(w, 0, sizeof *w);
+    snprintf(w->dir, sizeof w->dir, "%s", dir);
+    if (add_file(w, name, err, errlen) != 0) {
         hf_weights_close(w);
         return -1;
     }

@@ -26,6 +26,11 @@ int hf_source_kind(const char *path, char *err, size_t errlen);
 /* Reads DIR/config.json into *out (a JSON object; cJSON_Delete it), its path into path. */
 int hf_config_load(const char *dir, cJSON **out, char *path, size_t pathlen, char *err,
                    size_t errlen);
+/* The same for any JSON object file at path (adapter_config.json). */
+int hf_json_load(const char *path, cJSON **out, char *err, size_t errlen);
+/* Writes j (deleted here whatever happens) indented as DIR/name, with a final newline,
+ * through a temporary file renamed into place. */
+int hf_json_save(cJSON *j, const char *dir, const char *name, char *err, size_t errlen);
 /* Writes j (deleted here whatever happens) as DIR/config.json through a temporary file
  * renamed into place, with torch_dtype (e.g. "float32"; "dtype" too where j has it, as
  * newer transformers write). */
@@ -58,6 +63,9 @@ typedef struct hf_weights {
 /* Opens DIR/model.safetensors.index.json's shards if the index exists, else
  * DIR/model.safetensors. Reads headers only. */
 int hf_weights_open(hf_weights *w, const char *dir, char *err, size_t errlen);
+/* Opens the one safetensors file DIR/name (a PEFT adapter's adapter_model.safetensors). */
+int hf_weights_open_file(hf_weights *w, const char *dir, const char *name, char *err,
+                         size_t errlen);
 void hf_weights_close(hf_weights *w);
 /* The tensor called name and its file, or -1 (err names the directory). */
 int hf_weights_find(hf_weights *w, const char *name, safetensors_file **file,

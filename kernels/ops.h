@@ -182,6 +182,41 @@ typedef struct shlm_ops {
      * not zero dbias first). */
     void (*bias_grad)(float *dbias, const void *dout, int N, int C, int set);
 
+    /* ---- LoRA's adapters around a frozen product (src/model/lora_linear.h) ---- */
+    /* x(n) *= a over act elements (the product in fp32, rounded once). */
+    void (*scale)(void *x, size_t n, float a);
+    /* Dropout, the mask a pure function of keys (kernels/dropout_mask.h: the same on every
+     * backend and world size): out(N,C) = x · keep(i,c) / (1 - p), or with add != 0
+     * out += that; rows are N / T sequences of T, row i's key row_keys[i / T] (backend
+     * memory, N / T uint64), mixed with salt, element (i % T)·C + c of its sequence. The
+     * factor 1 / (1 - p) is an fp32 quotient, the product (and sum) in fp32, rounded once
+     * to act. 0 <= p < 1; out may alias x (without add). The backward is the same call on the gradient (the
+     * mask is the same). */
+    void (*dropout)(void *out, const void *x, int N, int T, int C, float p,
+                    const uint64_t *row_keys, uint64_t salt, int add);
+    /* dst(rows, cols) = src(rows, cols): act sub-matrices, row i at dst + i·dld and
+     * src + i·sld elements (no overlap). */
+    void (*copy2d)(void *dst, size_t dld, const void *src, size_t sld, int rows, int cols);
+    /* The same over fp32 (gradients): dst = src (set != 0) or dst += src. */
+    void (*f32_add2d)(float *dst, size_t dld, const float *src, size_t sld, int rows, int cols,
+                      int set);
+    /* DoRA's weight norms: out(j) = coef · Σ_c a(j,c)·b(j,c) over act rows of `cols`
+     * (contiguous), or with add out(j) += that; summed in fp32 along the row in column
+     * order, multiplied by coef once. */
+    void (*row_dot)(float *out, const void *a, const void *b, int rows, int cols, float coef,
+                    int add);
+    /* DoRA's magnitude gradient: out(c) (+)= Σ_i a(i,c)·b(i,c) / √n2(c) for act matrices of
+     * N rows of stride ld (elements; columns 0..C-1 used), summed in fp32 over the rows in
+     * row order, divided by the fp32 √n2(c) once; set != 0 makes it "=". */
+    void (*col_dot)(float *out, const void *a, const void *b, int ld, const float *n2, int N,
+                    int C, int set);
+    /* DoRA's scale: out(i,c) = residual(i,c) + g(c)·x(i,c) with g(c) = m(c) / √n2(c) (m act,
+     * n2 fp32; the fp32 quotient of m and the fp32 √n2), residual NULL adding nothing; every
+     * matrix of N rows of stride ld (elements), columns 0..C-1. out may alias x or
+     * residual. */
+    void (*dora_scale)(void *out, const void *x, const void *residual, int ld, const void *m,
+                       const float *n2, int N, int C);
+
     /* Rotary embedding, Hugging Face rotate-half layout, in place on the first n_heads
      * heads (each rope->head_dim wide) of every row of x, rows of `stride` elements:
      * element i of a head pairs with element i + head_dim/2 and both turn by the angle

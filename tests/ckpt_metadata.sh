@@ -145,8 +145,17 @@ else
     echo "ckpt_metadata: ok: a format-3 checkpoint resumes (its state checksum without" \
         "data.train, data.train_bytes, data.train_fingerprint)"
 fi
-case_file v5 attr format_version 5
-resume_case v5 "checkpoint format version 5, this shardlm reads 1 to 4"
+case_file v4 v4
+train v4 --set "checkpoint.resume=$work/v4.h5" --set train.stop_after=12
+if [ $? -ne 0 ]; then
+    tail -n 3 "$work/v4.err"
+    fail "a format-4 checkpoint (before LoRA's attributes) does not resume"
+else
+    echo "ckpt_metadata: ok: a format-4 checkpoint resumes (its state checksum without" \
+        "lora.rank, lora.targets, lora.dora, lora.base, lora.base_fingerprint)"
+fi
+case_file v6 attr format_version 6
+resume_case v6 "checkpoint format version 6, this shardlm reads 1 to 5"
 
 echo "ckpt_metadata: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "ckpt_metadata: work directory kept: $work"

@@ -43,10 +43,10 @@ int main(void) {
             memset(r.grads[u], 0, r.lay.units[u].numel * sizeof(float));
         decoder *m = decoder_create(&c, &shlm_ops_cpu, B, T, &(model_opts){.ac = modes[k]}, src);
         bytes[k] = decoder_activation_bytes(m);
-        size_t planned = decoder_spec.activation_bytes(&c, SHLM_F32, B, T, modes[k], MODEL_MATMUL_BF16, 1);
+        size_t planned = decoder_spec.activation_bytes(&c, SHLM_F32, B, T, modes[k], MODEL_MATMUL_BF16, NULL, 1);
         /* two steps through the same model: the second reuses recomputed scratch */
-        decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f, NULL);
-        loss[k] = (float)decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f, NULL);
+        decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T, NULL}, 1.0f, NULL);
+        loss[k] = (float)decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T, NULL}, 1.0f, NULL);
         decoder_destroy(m);
         double worst = 0;
         for (int u = 0; u < r.lay.n_units; u++) {

@@ -127,7 +127,7 @@ static void cmd_import(const char *hf, const char *ckdir) {
     float *logits = malloc(nl * sizeof(float));
     int valid = 0;
     fsdp_begin_pass(e, 0);
-    float loss = decoder_forward_mean(m, &(model_batch){ids, tg, NULL, B, T}, &valid, logits, NULL);
+    float loss = decoder_forward_mean(m, &(model_batch){ids, tg, NULL, B, T, NULL}, &valid, logits, NULL);
     double rl = rel_diff(logits, want, nl);
     double rloss = fabs(loss - want_loss[0]) / fabs(want_loss[0]);
     CHECK(rl < GOLDEN_TOL, "logits of the imported model: rel %.3e", rl);

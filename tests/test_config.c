@@ -221,10 +221,10 @@ static void test_valid(void) {
 static void test_errors(void) {
     expect_error("unknown section", variant(5, "[trian]", NULL), 0, NULL,
                  "PATH:5: unknown section [trian] (did you mean [train]? known: model train "
-                 "fsdp data log checkpoint runtime cuda nccl)");
+                 "fsdp lora data log checkpoint runtime cuda nccl)");
     expect_error("unknown empty section", variant(0, NULL, "[optimizer]\n"), 0, NULL,
-                 "PATH:13: unknown section [optimizer] (known: model train fsdp data log checkpoint runtime "
-                 "cuda nccl)");
+                 "PATH:13: unknown section [optimizer] (known: model train fsdp lora data log "
+                 "checkpoint runtime cuda nccl)");
     expect_error("unknown key", variant(8, "lrr = 1e-3", NULL), 0, NULL,
                  "PATH:8: unknown key 'lrr' in [train] (did you mean 'lr'?)");
     expect_error("unknown key, swapped letters", variant(7, "setps = 10", NULL), 0, NULL,
@@ -386,7 +386,7 @@ static void test_overrides(void) {
     char *bad5[] = {"trian.steps=3"};
     expect_error("--set unknown section", text, 1, bad5,
                  "--set trian.steps: unknown section [trian] (did you mean [train]? known: "
-                 "model train fsdp data log checkpoint runtime cuda nccl)");
+                 "model train fsdp lora data log checkpoint runtime cuda nccl)");
     char *bad6[] = {"train.seq_len=1024"};
     expect_error("--set breaking a cross-key check", text, 1, bad6,
                  "--set train.seq_len: [train] seq_len = 1024 is larger than [model] "

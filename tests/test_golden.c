@@ -292,7 +292,7 @@ int main(int argc, char **argv) {
     /* ---- forward: logits and loss ---- */
     float *logits = calloc(N * V, sizeof(float));
     int n_valid = -1;
-    float loss_fwd = decoder_forward_mean(m, &(model_batch){tokens, targets, NULL, B, T}, &n_valid, logits, NULL);
+    float loss_fwd = decoder_forward_mean(m, &(model_batch){tokens, targets, NULL, B, T, NULL}, &n_valid, logits, NULL);
     compare("forward: logits", logits, gold_logits, N * V, 1.0);
     compare("forward: loss", &loss_fwd, gold_loss, 1, 1.0);
     CHECK(n_valid == want_valid, "forward: n_valid %d, want %d", n_valid, want_valid);
@@ -307,7 +307,7 @@ int main(int argc, char **argv) {
     gs.overwrite = 1;
     n_valid = -1;
     /* the golden gradients are those of the mean loss: 1 / n per target */
-    float loss_fb = (float)(decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T}, 1.0f / (float)want_valid, &n_valid) /
+    float loss_fb = (float)(decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T, NULL}, 1.0f / (float)want_valid, &n_valid) /
                             want_valid);
     compare("forward_backward: loss", &loss_fb, gold_loss, 1, 1.0);
     CHECK(n_valid == want_valid, "forward_backward: n_valid %d, want %d", n_valid, want_valid);
@@ -319,7 +319,7 @@ int main(int argc, char **argv) {
         memcpy(grads1[u], gs.grads[u], gs.numel[u] * sizeof(float));
     }
     gs.overwrite = 0;
-    decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T}, 0.5f / (float)want_valid, NULL);
+    decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T, NULL}, 0.5f / (float)want_valid, NULL);
     check_protocol(&gs, "forward_backward (2nd pass): param source protocol");
 
     double worst = 0, worst15 = 0;

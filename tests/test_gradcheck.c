@@ -16,7 +16,7 @@
 
 
 static float loss_of(decoder *m, const int32_t *x, const int32_t *y, int B, int T) {
-    return decoder_forward_mean(m, &(model_batch){x, y, NULL, B, T}, NULL, NULL, NULL);
+    return decoder_forward_mean(m, &(model_batch){x, y, NULL, B, T, NULL}, NULL, NULL, NULL);
 }
 
 /* Checks the model of shape c (tests/check.h counts). */
@@ -50,7 +50,7 @@ static void gradcheck(const decoder_config *cfg) {
     int valid = 0;
     for (int i = 0; i < N; i++) valid += y[i] >= 0;
     /* the mean loss's gradient: each target's loss gradient is 1 / (targets) */
-    float loss = (float)(decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T}, 1.0f / (float)valid, NULL) /
+    float loss = (float)(decoder_forward_backward(m, &(model_batch){x, y, NULL, B, T, NULL}, 1.0f / (float)valid, NULL) /
                          valid);
     float loss2 = loss_of(m, x, y, B, T);
     check(!(fabsf(loss - loss2) > 1e-6f * fabsf(loss)),

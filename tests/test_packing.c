@@ -81,10 +81,10 @@ int main(void) {
     /* packed: one pass over both rows with their document starts */
     zero_grads(&r);
     int v_packed = 0;
-    const double sum_fb = decoder_forward_backward(m, &(model_batch){x, y, ds, B, T}, 1.0f, &v_packed);
+    const double sum_fb = decoder_forward_backward(m, &(model_batch){x, y, ds, B, T, NULL}, 1.0f, &v_packed);
     float **g_packed = copy_grads(&r);
     int v_fwd = 0;
-    const double sum_fwd = decoder_forward(m, &(model_batch){x, y, ds, B, T}, &v_fwd, NULL, NULL);
+    const double sum_fwd = decoder_forward(m, &(model_batch){x, y, ds, B, T, NULL}, &v_fwd, NULL, NULL);
 
     /* one by one: each document alone from position 0 */
     zero_grads(&r);
@@ -94,7 +94,7 @@ int main(void) {
         for (int k = 0; k < 4 && starts[b][k] >= 0; k++) {
             const int a = starts[b][k], e = k + 1 < 4 && starts[b][k + 1] >= 0 ? starts[b][k + 1] : T;
             int v = 0;
-            sum_sep += decoder_forward_backward(m, &(model_batch){x + b * T + a, y + b * T + a, NULL, 1, e - a}, 1.0f, &v);
+            sum_sep += decoder_forward_backward(m, &(model_batch){x + b * T + a, y + b * T + a, NULL, 1, e - a, NULL}, 1.0f, &v);
             v_sep += v;
         }
     const double dl = fabs(sum_fb - sum_sep) / fabs(sum_sep), dg = grad_diff(&r, g_packed, r.grads);
@@ -104,13 +104,13 @@ int main(void) {
     check(dg < 1e-4, "packed with doc_start = documents alone: gradients (max rel %.2e)", dg);
 
     /* without the masks the documents see each other: the loss must differ */
-    const double sum_causal = decoder_forward(m, &(model_batch){x, y, NULL, B, T}, NULL, NULL, NULL);
+    const double sum_causal = decoder_forward(m, &(model_batch){x, y, NULL, B, T, NULL}, NULL, NULL, NULL);
     check(fabs(sum_causal - sum_sep) > 1e-3 * fabs(sum_sep),
           "the causal pass over the same window differs (%.9g vs %.9g): the masks matter",
           sum_causal, sum_sep);
     /* doc_start all zero is the causal mask, bit for bit */
     int32_t zeros[B * T] = {0};
-    const double sum_zero = decoder_forward(m, &(model_batch){x, y, zeros, B, T}, NULL, NULL, NULL);
+    const double sum_zero = decoder_forward(m, &(model_batch){x, y, zeros, B, T, NULL}, NULL, NULL, NULL);
     check(sum_zero == sum_causal, "doc_start all zero = NULL bit for bit (%.17g, %.17g)",
           sum_zero, sum_causal);
 
@@ -119,7 +119,7 @@ int main(void) {
     for (int i = 0; i < B * T; i++) none[i] = -1;
     zero_grads(&r);
     int v0 = -1;
-    const double sum0 = decoder_forward_backward(m, &(model_batch){x, none, ds, B, T}, 1.0f, &v0);
+    const double sum0 = decoder_forward_backward(m, &(model_batch){x, none, ds, B, T, NULL}, 1.0f, &v0);
     int all_zero = 1;
     for (int u = 0; u < r.lay.n_units; u++)
         for (size_t i = 0; i < r.lay.units[u].numel; i++) all_zero &= r.grads[u][i] == 0.0f;

@@ -49,6 +49,20 @@ void shlm_cpu_bias_add(void *x, const void *bias, int N, int C);
 /* Deterministic for any thread count: each column summed over the rows in row order. */
 void shlm_cpu_bias_grad(float *dbias, const void *dout, int N, int C, int set);
 
+void shlm_cpu_scale(void *x, size_t n, float a);
+void shlm_cpu_dropout(void *out, const void *x, int N, int T, int C, float p,
+                      const uint64_t *row_keys, uint64_t salt, int add);
+void shlm_cpu_copy2d(void *dst, size_t dld, const void *src, size_t sld, int rows, int cols);
+void shlm_cpu_f32_add2d(float *dst, size_t dld, const float *src, size_t sld, int rows, int cols,
+                        int set);
+void shlm_cpu_row_dot(float *out, const void *a, const void *b, int rows, int cols, float coef,
+                      int add);
+/* Deterministic for any thread count: each column summed over the rows in row order. */
+void shlm_cpu_col_dot(float *out, const void *a, const void *b, int ld, const float *n2, int N,
+                      int C, int set);
+void shlm_cpu_dora_scale(void *out, const void *x, const void *residual, int ld, const void *m,
+                         const float *n2, int N, int C);
+
 /* rope->head_dim must be even, pos0's values >= 0 and T must divide N with pos0 (aborts
  * otherwise). */
 void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,

@@ -98,6 +98,21 @@ void shlm_cuda_bias_add(void *x, const void *bias, int N, int C);
 /* Deterministic: each column's rows summed by a fixed set of threads in a fixed order. */
 void shlm_cuda_bias_grad(float *dbias, const void *dout, int N, int C, int set);
 
+void shlm_cuda_scale(void *x, size_t n, float a);
+void shlm_cuda_dropout(void *out, const void *x, int N, int T, int C, float p,
+                       const uint64_t *row_keys, uint64_t salt, int add);
+void shlm_cuda_copy2d(void *dst, size_t dld, const void *src, size_t sld, int rows, int cols);
+void shlm_cuda_f32_add2d(float *dst, size_t dld, const float *src, size_t sld, int rows, int cols,
+                         int set);
+/* Deterministic: one warp a row, its lanes' partial sums added in a fixed tree order. */
+void shlm_cuda_row_dot(float *out, const void *a, const void *b, int rows, int cols, float coef,
+                       int add);
+/* Deterministic: each column's rows summed by a fixed set of threads in a fixed order. */
+void shlm_cuda_col_dot(float *out, const void *a, const void *b, int ld, const float *n2, int N,
+                       int C, int set);
+void shlm_cuda_dora_scale(void *out, const void *x, const void *residual, int ld, const void *m,
+                          const float *n2, int N, int C);
+
 /* rope->head_dim must be even (aborts otherwise). Keeps one copy of the last description
  * it was given (rope_freq.h) on the device, with its table; a different one replaces them. */
 void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,

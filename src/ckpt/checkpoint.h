@@ -82,6 +82,13 @@ typedef struct ckpt_state {
      * it, its size and fingerprint (io/tokens.h); "" and 0 in files of format 3 and older */
     char data_train[1024];
     uint64_t data_bytes, data_fingerprint;
+    /* LoRA (format 5; 0 and "" in older files and in full training): the adapters' layout
+     * (lora.rank, the lora.targets mask, lora.dora), what the datasets are, and the frozen
+     * base's identity: model.init_from as the job gave it ("": train.seed's
+     * initialisation) and its fingerprint (fsdp_base_fingerprint) */
+    int lora_rank, lora_targets, lora_dora;
+    char lora_base[1024];
+    uint64_t lora_base_fingerprint;
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;
@@ -135,6 +142,11 @@ int checkpoint_resolve(const char *dir, const char *resume, char *path, size_t p
  * ranges its shard needs; refuses a config.json whose shape differs from mc. */
 int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
                          const char *dir, char *err, size_t errlen);
+/* Loads a PEFT adapter directory's adapter_model.safetensors (io/peft_adapter.h: keys
+ * PEFT_KEY_PREFIX + the adapter's name) into the engine's adapters (LoRA), refusing a
+ * tensor the job's adapters do not have and a shape other than theirs. Collective. */
+int checkpoint_import_peft(fsdp_engine *e, const topology *topo, const char *dir, char *err,
+                           size_t errlen);
 
 /* model.init_from: a Hugging Face directory, or a shardlm checkpoint file/directory
  * (weights only). */

@@ -1,6 +1,7 @@
 /* Hugging Face weights into the engine: model.init_from of a Hugging Face directory
  * (config.json checked against the job's shape, each rank reading only the safetensors
- * ranges its shard needs), or of a shardlm checkpoint. */
+ * ranges its shard needs) into the model's own tensors (with LoRA the frozen base), or of
+ * a shardlm checkpoint; lora.init_from's PEFT adapter into the adapters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 
 #include "io/errmsg.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
 #include "src/base/agree.h"
@@ -84,11 +86,12 @@ static int config_matches(const char *dir, const model_shape *hc, const model_sh
 /* Reads the range of tensor t that this rank's shard [sb, se) of its unit overlaps into
  * buf (the shard), refusing a shape other than the model's and a value that is not
  * finite; *bytes grows by what was read. 1, else 0 with err. Local. */
-static int read_tensor(hf_weights *w, const model_tensor *t, float *buf, size_t sb, size_t se,
-                       uint64_t *bytes, char *err, size_t errlen) {
+static int read_tensor(hf_weights *w, const char *prefix, const model_tensor *t, float *buf,
+                       size_t sb, size_t se, uint64_t *bytes, char *err, size_t errlen) {
     shard_overlap ov;
     if (!shard_intersect(sb, se, t->offset, t->numel, &ov)) return 1;
-    const char *name = t->name; /* tied: the layout has no lm_head.weight */
+    char name[sizeof t->name + 32]; /* tied: the layout has no lm_head.weight */
+    snprintf(name, sizeof name, "%s%s", prefix, t->name);
     safetensors_file *sf;
     const safetensors_tensor *st;
     int ok = hf_weights_find(w, name, &sf, &st, err, errlen) == 0;
@@ -115,6 +118,39 @@ static int read_tensor(hf_weights *w, const model_tensor *t, float *buf, size_t 
     return ok;
 }
 
+/* Every unit's shard of the base (base) or of the trained state (the adapters with LoRA),
+ * read whole from w's tensors named prefix + the layout's name, then set. 1, else 0 with
+ * err (every rank agreeing). */
+static int read_units(fsdp_engine *e, MPI_Comm comm, hf_weights *w, const char *prefix,
+                      int base, uint64_t *bytes, char *err, size_t errlen) {
+    const model_layout *lay = base ? fsdp_base_layout(e) : fsdp_layout(e);
+    size_t most = 1;
+    for (int u = 0; u < lay->n_units; u++) {
+        size_t sb, se;
+        (base ? fsdp_base_shard_range : fsdp_shard_range)(e, u, &sb, &se);
+        if (se - sb > most) most = se - sb;
+    }
+    float *buf = malloc(most * sizeof(float));
+    SHLM_CHECK_ALLOC(buf);
+    int ok = 1;
+    for (int u = 0; u < lay->n_units; u++) {
+        size_t sb, se;
+        (base ? fsdp_base_shard_range : fsdp_shard_range)(e, u, &sb, &se);
+        memset(buf, 0, (se - sb) * sizeof(float));
+        const model_unit *lu = &lay->units[u];
+        for (int i = 0; ok && i < lu->n_tensors; i++)
+            ok = read_tensor(w, prefix, &lu->tensors[i], buf, sb, se, bytes, err, errlen);
+        if (ranks_agree(comm, ok, err, errlen)) {
+            ok = 0;
+            break;
+        }
+        if (base) fsdp_set_base_shard(e, u, buf);
+        else fsdp_set_state(e, u, FSDP_STATE_MASTER, buf);
+    }
+    free(buf);
+    return ok;
+}
+
 static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc,
                      const char *dir, char *err, size_t errlen) {
     MPI_Comm comm = topo->world;
@@ -128,30 +164,15 @@ static int import_hf(fsdp_engine *e, const topology *topo, const model_shape *mc
     hf_weights w;
     ok = hf_weights_open(&w, dir, err, errlen) == 0;
     if (ranks_agree(comm, ok, err, errlen)) return -1;
-    const model_layout *lay = fsdp_layout(e);
+    const model_layout *lay = fsdp_base_layout(e);
     ok = check_hf_names(&w, lay, &hc, topo->world_rank == 0, err, errlen) == 0;
     if (ranks_agree(comm, ok, err, errlen)) {
         hf_weights_close(&w);
         return -1;
     }
-    float *buf = malloc(ckpt_max_shard_numel(e) * sizeof(float));
-    SHLM_CHECK_ALLOC(buf);
     uint64_t bytes = 0;
-    for (int u = 0; u < lay->n_units; u++) { /* each unit's shard, read whole, then set */
-        size_t sb, se;
-        fsdp_shard_range(e, u, &sb, &se);
-        memset(buf, 0, (se - sb) * sizeof(float));
-        const model_unit *lu = &lay->units[u];
-        for (int i = 0; ok && i < lu->n_tensors; i++)
-            ok = read_tensor(&w, &lu->tensors[i], buf, sb, se, &bytes, err, errlen);
-        if (ranks_agree(comm, ok, err, errlen)) {
-            ok = 0;
-            break;
-        }
-        fsdp_set_state(e, u, FSDP_STATE_MASTER, buf);
-    }
+    ok = read_units(e, comm, &w, "", 1, &bytes, err, errlen);
     hf_weights_close(&w);
-    free(buf);
     if (!ok) return -1;
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bytes, 1, MPI_UINT64_T, MPI_SUM, comm));
     if (topo->world_rank == 0) {
@@ -168,10 +189,47 @@ int checkpoint_import_hf(fsdp_engine *e, const topology *topo, const model_shape
                          const char *dir, char *err, size_t errlen) {
     char what[200];
     snprintf(what, sizeof what, "import of the Hugging Face weights in %s", ckpt_base_name(dir));
-    ckpt_guard_begin(what, ckpt_layout_bytes(fsdp_layout(e), 1));
+    ckpt_guard_begin(what, ckpt_layout_bytes(fsdp_base_layout(e), 1));
     const int rc = import_hf(e, topo, mc, dir, err, errlen);
     shlm_guard_end();
     return rc;
+}
+
+/* Every tensor of a PEFT adapter's safetensors must be one of the adapters the job lays
+ * out (PEFT_KEY_PREFIX + its name): another one means another model or other targets.
+ * Local. */
+static int check_peft_names(const hf_weights *w, const model_layout *lay, char *err,
+                            size_t errlen) {
+    const size_t np = strlen(PEFT_KEY_PREFIX);
+    const safetensors_file *sf = &w->files[0];
+    for (int i = 0; i < sf->n_tensors; i++) {
+        const char *name = sf->tensors[i].name;
+        if (strncmp(name, PEFT_KEY_PREFIX, np) == 0 && layout_has(lay, name + np)) continue;
+        io_set_err(err, errlen, "%s: tensor %s is not an adapter of this job's model and "
+                   "[lora] targets: refusing an adapter of another model", sf->path, name);
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_import_peft(fsdp_engine *e, const topology *topo, const char *dir, char *err,
+                           size_t errlen) {
+    MPI_Comm comm = topo->world;
+    char what[200];
+    snprintf(what, sizeof what, "import of the PEFT adapter in %s", ckpt_base_name(dir));
+    ckpt_guard_begin(what, ckpt_layout_bytes(fsdp_layout(e), 1));
+    hf_weights w;
+    const int opened = hf_weights_open_file(&w, dir, PEFT_WEIGHTS_FILE, err, errlen) == 0;
+    int ok = opened && check_peft_names(&w, fsdp_layout(e), err, errlen) == 0;
+    uint64_t bytes = 0;
+    if (ranks_agree(comm, ok, err, errlen)) ok = 0;
+    else ok = read_units(e, comm, &w, PEFT_KEY_PREFIX, 0, &bytes, err, errlen);
+    if (ok && topo->world_rank == 0)
+        printf("checkpoint: imported the PEFT adapter %s (%d tensors)\n", dir,
+               w.files[0].n_tensors);
+    if (opened) hf_weights_close(&w);
+    shlm_guard_end();
+    return ok ? 0 : -1;
 }
 
 int checkpoint_init_from(fsdp_engine *e, const topology *topo, const model_shape *mc,

@@ -60,10 +60,10 @@ static int read_hf_group(ckpt_h5_file *f, hf_files *out, ckpt_ds_entry *entries,
 /* The datasets of a checkpoint of shape m as the state checksum covers them: path,
  * shape and stored checksum of each, opened through plain links only; the /hf files too
  * (format 3). */
-static int read_datasets(ckpt_h5_file *f, const model_shape *m, ckpt_ds_entry **out, int *n,
-                         char *err, size_t errlen) {
+static int read_datasets(ckpt_h5_file *f, const model_shape *m, const ckpt_state *st,
+                         ckpt_ds_entry **out, int *n, char *err, size_t errlen) {
     ckpt_tensors tl;
-    ckpt_tensors_of_shape(&tl, m);
+    ckpt_tensors_of_shape(&tl, m, st);
     const int nd = FSDP_STATE_N * tl.n;
     ckpt_ds_entry *e = calloc((size_t)nd + HF_FILES_MAX, sizeof *e);
     SHLM_CHECK_ALLOC(e);
@@ -137,7 +137,7 @@ int checkpoint_open(ckpt_h5_file *f, const char *path, MPI_Comm comm, model_shap
         ckpt_ds_entry *entries;
         int n;
         if (ckpt_h5_attr_read_u64(f, "/", "state_checksum", &stored, err, errlen) != 0 ||
-            read_datasets(f, &rec.m, &entries, &n, err, errlen) != 0)
+            read_datasets(f, &rec.m, &rec.st, &entries, &n, err, errlen) != 0)
             return -1;
         const uint64_t got = ckpt_state_checksum(&rec, (int)ver, entries, n);
         free(entries);

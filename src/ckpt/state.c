@@ -76,6 +76,12 @@ static const state_attr state_attrs[] = {
     {"data.train", FT_PATH, ST(data_train), NULL, 0, 0, 4, 0},
     {"data.train_bytes", FT_U64, ST(data_bytes), NULL, 0, (double)UINT64_MAX, 4, 0},
     {"data.train_fingerprint", FT_U64, ST(data_fingerprint), NULL, 0, (double)UINT64_MAX, 4, 0},
+    /* LoRA: the adapters the datasets are, the frozen base they were trained on */
+    {"lora.rank", FT_INT, ST(lora_rank), KEY("lora.rank"), 5, 0},
+    {"lora.targets", FT_INT, ST(lora_targets), NULL, 0, (1 << MODEL_N_TARGETS) - 1, 5, 0},
+    {"lora.dora", FT_INT, ST(lora_dora), NULL, 0, 1, 5, 0},
+    {"lora.base", FT_PATH, ST(lora_base), NULL, 0, 0, 5, 0},
+    {"lora.base_fingerprint", FT_U64, ST(lora_base_fingerprint), NULL, 0, (double)UINT64_MAX, 5, 0},
     /* the sharding it was saved with (informative: any other loads it) */
     {"fsdp.strategy", FT_STR, ST(strategy), NULL, 0, 0, 1, 0},
     {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},

@@ -7,6 +7,7 @@
 
 #include "kernels/check.h"
 #include "src/ckpt/ckpt_internal.h"
+#include "src/engine/adapters.h"
 
 const char *const checkpoint_groups[FSDP_STATE_N] = {"/model", "/optim/exp_avg",
                                                      "/optim/exp_avg_sq"};
@@ -24,11 +25,16 @@ void ckpt_tensors_of_layout(ckpt_tensors *l, const model_layout *lay) {
     l->owns_desc = 0;
 }
 
-void ckpt_tensors_of_shape(ckpt_tensors *l, const model_shape *shape) {
+void ckpt_tensors_of_shape(ckpt_tensors *l, const model_shape *shape, const ckpt_state *st) {
     model_desc md;
     model_shape_desc_open(&md, shape);
+    if (st && st->lora_rank > 0) {
+        const lora_config lc = {.rank = st->lora_rank, .alpha = 1, .targets = (unsigned)st->lora_targets,
+                                .dora = st->lora_dora};
+        adapters_open(&md, &lc);
+    }
     l->md = md; /* the layout's units live on the heap: the list's pointers stay valid */
-    ckpt_tensors_of_layout(l, &l->md.lay);
+    ckpt_tensors_of_layout(l, model_desc_trained(&l->md));
     l->owns_desc = 1;
 }
 

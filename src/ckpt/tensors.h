@@ -32,8 +32,11 @@ typedef struct ckpt_tensors {
 /* The tensors of a layout (the engine's); lay must outlive the list. */
 void ckpt_tensors_of_layout(ckpt_tensors *l, const model_layout *lay);
 /* The tensors of a model shape (a checkpoint's), described here; shape must outlive the
- * list. */
-void ckpt_tensors_of_shape(ckpt_tensors *l, const model_shape *shape);
+ * list. st: the checkpoint's state, or NULL; a LoRA checkpoint's (st->lora_rank > 0)
+ * tensors are its adapters (src/engine/adapters.h). */
+struct ckpt_state;
+void ckpt_tensors_of_shape(ckpt_tensors *l, const model_shape *shape,
+                           const struct ckpt_state *st);
 void ckpt_tensors_free(ckpt_tensors *l);
 
 /* The dataset of tensor i in state kind k: writes its path, "GROUP/NAME", into path. */

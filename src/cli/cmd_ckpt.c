@@ -26,6 +26,7 @@
 #include "src/ckpt/tensors.h"
 #include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
+#include "src/job/lora_keys.h"
 #include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -122,7 +123,7 @@ static int ckpt_info(int argc, char **argv) {
     ckpt_state st;
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
     ckpt_tensors dl;
-    ckpt_tensors_of_shape(&dl, &m);
+    ckpt_tensors_of_shape(&dl, &m, &st);
     char *created = NULL, *version = NULL, *job = NULL, *job_path = NULL;
     int ok = ckpt_h5_attr_read_str(&f, "/", "created_utc", &created, err, sizeof err) == 0 &&
              ckpt_h5_attr_read_str(&f, "/", "shardlm_version", &version, err, sizeof err) == 0 &&
@@ -150,6 +151,13 @@ static int ckpt_info(int argc, char **argv) {
         if (st.data_bytes)
             printf("  %-20s %s (%llu bytes, fingerprint %016llx)\n", "data.train", st.data_train,
                    (unsigned long long)st.data_bytes, (unsigned long long)st.data_fingerprint);
+        if (st.lora_rank > 0) {
+            char tg[128];
+            lora_targets_text((unsigned)st.lora_targets, tg, sizeof tg);
+            printf("  %-20s adapters of rank %d on %s%s; frozen base %s (fingerprint %016llx)\n",
+                   "lora", st.lora_rank, tg, st.lora_dora ? " (DoRA)" : "", st.lora_base,
+                   (unsigned long long)st.lora_base_fingerprint);
+        }
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
@@ -226,13 +234,14 @@ static int ckpt_verify(int argc, char **argv) {
     char err[1536] = "", path[2048];
     ckpt_h5_file f = {.file = -1, .dxpl = -1};
     model_shape m;
-    if (open_ckpt(argv[0], &f, path, sizeof path, &m, NULL, err, sizeof err) != 0)
+    ckpt_state st;
+    if (open_ckpt(argv[0], &f, path, sizeof path, &m, &st, err, sizeof err) != 0)
         return fail(1, err);
     const double t0 = MPI_Wtime();
     int world, me = rank_of();
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ckpt_tensors dl;
-    ckpt_tensors_of_shape(&dl, &m);
+    ckpt_tensors_of_shape(&dl, &m, &st);
     float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
     SHLM_CHECK_ALLOC(buf);
     int ok = 1, bad = 0, n = 0;
@@ -674,6 +683,13 @@ static int ckpt_export(int argc, char **argv) {
     ckpt_state st;
     if (open_ckpt(arg, &x.f, x.path, sizeof x.path, &m, &st, err, sizeof err) != 0)
         return fail(1, err);
+    if (st.lora_rank > 0) {
+        char ignored[64];
+        ckpt_h5_close(&x.f, ignored, sizeof ignored);
+        snprintf(err, sizeof err, "%.1200s holds LoRA adapters (lora.rank = %d), not a model: "
+                 "exporting them is not implemented", x.path, st.lora_rank);
+        return fail(1, err);
+    }
     const double t0 = MPI_Wtime();
     int ok = me != 0 || safe_file_mkdir_p(x.out, err, sizeof err) == 0;
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -683,7 +699,7 @@ static int ckpt_export(int argc, char **argv) {
         return fail(1, me == 0 ? err : "cannot create the output directory");
     }
 
-    ckpt_tensors_of_shape(&x.dl, &m);
+    ckpt_tensors_of_shape(&x.dl, &m, &st);
     plan_files(&x, shard_size);
     /* the names the export writes: free or regular files, and what an earlier export left
      * beside them (removed once this one has succeeded) */

@@ -259,7 +259,7 @@ int cmd_generate(int argc, char **argv) {
         logits = malloc((size_t)n_prompt * V * sizeof(float));
         SHLM_CHECK_ALLOC(logits);
         fsdp_begin_pass(r.engine, 0);
-        const model_batch b = {prompt, NULL, NULL, 1, n_prompt};
+        const model_batch b = {prompt, NULL, NULL, 1, n_prompt, NULL};
         model_forward(r.model, &b, NULL, logits, NULL);
         ok = r.rank != 0 || dump_logits(a.dump, prompt, n_prompt, logits, V, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) goto done;

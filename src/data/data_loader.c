@@ -109,8 +109,7 @@ uint64_t data_loader_window(data_loader *dl, uint64_t g) {
     return dl->perm[i];
 }
 
-/* Global sample g of micro-batch m, row b of this rank (data_loader.h). */
-static uint64_t sample_of(const data_loader *dl, uint64_t step_start, int m, int b) {
+uint64_t data_loader_sample(const data_loader *dl, uint64_t step_start, int m, int b) {
     return step_start + ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
 }
 
@@ -120,7 +119,7 @@ int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inpu
     const size_t n = (size_t)dl->micro_batch * T;
     if (token_file_check(dl->tf, err, errlen) != 0) goto fail;
     for (int b = 0; b < dl->micro_batch; b++) {
-        const uint64_t w = data_loader_window(dl, sample_of(dl, step_start, m, b)) * (uint64_t)T;
+        const uint64_t w = data_loader_window(dl, data_loader_sample(dl, step_start, m, b)) * (uint64_t)T;
         if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0 ||
             token_file_read_flags(dl->tf, w, (size_t)T + 1, dl->flags, err, errlen) != 0)
             goto fail;

@@ -45,6 +45,10 @@ int data_loader_init(data_loader *dl, const token_file *tf, int seq_len, int shu
                      size_t errlen);
 void data_loader_free(data_loader *dl);
 
+/* The global sample micro-batch m's row b of this rank takes in the optimizer step whose
+ * first global sample is step_start (above: step_start + (m·micro_batch + b)·world + rank). */
+uint64_t data_loader_sample(const data_loader *dl, uint64_t step_start, int m, int b);
+
 /* Window index of global sample g. */
 uint64_t data_loader_window(data_loader *dl, uint64_t g);
 

@@ -7,10 +7,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
+#include "src/base/rng.h"
 #include "src/base/shard.h"
 #include "src/base/startup.h"
+#include "src/engine/adapters.h"
 
 enum { N_SLOTS = PLAN_SLOTS }; /* at most two gathered units (FULL_SHARD, HYBRID_SHARD) */
 
@@ -27,9 +30,10 @@ typedef struct trace_event {
     trace_kind kind;
 } trace_event;
 
-/* A gathered-parameter buffer: a whole padded unit in the act dtype. */
+/* A gathered-parameter buffer: a whole padded unit in the act dtype, base then adapters. */
 typedef struct gather_slot {
     void *buf;
+    shlm_comm_req *areq;  /* the adapters' gather in flight */
     int buf_from_comm;    /* buf came from comm->gather_buffer_alloc */
     uint8_t *codes;       /* plan->fp8_weights: the unit's FP8 matrices' codes, element i of
                            * the unit at byte i (max_padded bytes) */
@@ -54,10 +58,20 @@ typedef struct grad_slot {
     shlm_comm_req *req;
 } grad_slot;
 
-typedef struct unit_state {
+/* One flat buffer of a unit (shard_plan.h plan_unit): its model tensors (the base) or its
+ * adapters (LoRA). Trained: fp32 master, gradient and moments; frozen: its values in
+ * fsdp.param_dtype (store), nothing else. */
+typedef struct flat_state {
     size_t numel, padded;           /* logical and padded flat length */
     size_t begin, end, n;           /* this rank's shard [begin, end), n = end - begin */
-    float *master, *grad, *m, *v;   /* (n) fp32 shards */
+    float *master, *grad, *m, *v;   /* (n) fp32 shards (trained) */
+    void *store;                    /* (n) param_dtype shard (frozen) */
+} flat_state;
+
+typedef struct unit_state {
+    flat_state base;                /* the model's tensors: trained, or frozen (LoRA) */
+    flat_state adapter;             /* LoRA: the unit's adapters (numel 0: none) */
+    flat_state *trained;            /* base, adapter, or NULL (nothing of it trains) */
     void *own;                      /* SHARD_GRAD_OP / NO_SHARD: the unit's own gathered buffer */
     int own_from_comm;              /* own came from comm->gather_buffer_alloc */
     int gathered;                   /* own buffer / slot holds current parameters */
@@ -87,6 +101,8 @@ struct fsdp_engine {
     int n_units;
     int keep_gathered;              /* SHARD_GRAD_OP and NO_SHARD: per-unit buffers */
     int direct;                     /* one shard, fp32 everywhere: master is the gathered unit */
+    int lora;                       /* the base is frozen, the adapters train (plan->lora) */
+    shlm_dtype pdt;                 /* fsdp.param_dtype: a frozen base's store */
     gather_slot slots[N_SLOTS];
     grad_slot gslots[N_SLOTS];
     int gslot_next;                 /* round-robin victim */
@@ -180,6 +196,14 @@ static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
     *req = NULL;
 }
 
+/* A flat buffer of numel elements padded to `padded`, and this rank's shard of it. */
+static void flat_init(const fsdp_engine *e, flat_state *f, size_t numel, size_t padded) {
+    f->numel = numel;
+    f->padded = padded;
+    shard_range(numel, e->S, e->shard_rank, &f->begin, &f->end);
+    f->n = f->end - f->begin;
+}
+
 fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shlm_ops *ops,
                          const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
                          uint64_t seed) {
@@ -216,37 +240,47 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     e->shard_rank = topo->shard_rank;
     e->keep_gathered = plan->keep_gathered;
     e->direct = plan->direct;
+    e->lora = plan->lora;
+    e->pdt = plan->p.param_dtype;
     e->units = calloc((size_t)e->n_units, sizeof(unit_state));
     SHLM_CHECK_ALLOC(e->units);
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
-        s->numel = plan->units[u].numel;
-        s->padded = plan->units[u].padded;
-        shard_range(s->numel, e->S, e->shard_rank, &s->begin, &s->end);
-        s->n = s->end - s->begin;
+        flat_init(e, &s->base, plan->units[u].numel, plan->units[u].padded);
+        flat_init(e, &s->adapter, plan->units[u].a_numel, plan->units[u].a_padded);
+        s->trained = !e->lora ? &s->base : s->adapter.numel > 0 ? &s->adapter : NULL;
         s->slot = -1;
         s->grad_slot = -1;
     }
     /* category by category, as the plan counts them */
     const int grads = !plan->p.forward_only;
     alloc_mark m0 = mark(e);
-    for (int u = 0; u < e->n_units; u++) e->units[u].master = balloc(e, e->units[u].n * sizeof(float));
+    for (int u = 0; u < e->n_units; u++)
+        if (e->units[u].trained) e->units[u].trained->master = balloc(e, e->units[u].trained->n * sizeof(float));
     e->measured[PLAN_MASTER] = since(e, m0, 0);
     m0 = mark(e);
-    for (int u = 0; u < e->n_units && grads; u++) e->units[u].grad = balloc(e, e->units[u].n * sizeof(float));
+    for (int u = 0; u < e->n_units && grads; u++)
+        if (e->units[u].trained) e->units[u].trained->grad = balloc(e, e->units[u].trained->n * sizeof(float));
     e->measured[PLAN_GRAD] = since(e, m0, 0);
     m0 = mark(e);
     for (int u = 0; u < e->n_units && grads; u++) {
-        e->units[u].m = balloc(e, e->units[u].n * sizeof(float));
-        e->units[u].v = balloc(e, e->units[u].n * sizeof(float));
+        flat_state *t = e->units[u].trained;
+        if (!t) continue;
+        t->m = balloc(e, t->n * sizeof(float));
+        t->v = balloc(e, t->n * sizeof(float));
     }
     e->measured[PLAN_MOMENTS] = since(e, m0, 0);
+    m0 = mark(e);
+    for (int u = 0; u < e->n_units && e->lora; u++)
+        e->units[u].base.store = balloc(e, e->units[u].base.n * shlm_dtype_size(e->pdt));
+    e->measured[PLAN_FROZEN] = since(e, m0, 0);
     m0 = mark(e);
     size_t registered = 0;
     for (int u = 0; u < e->n_units && e->keep_gathered && !e->direct; u++) {
         unit_state *s = &e->units[u];
-        s->own = gather_buffer_alloc(e, s->padded * e->esz, &s->own_from_comm);
-        if (s->own_from_comm) registered += s->padded * e->esz;
+        const size_t bytes = (s->base.padded + s->adapter.padded) * e->esz;
+        s->own = gather_buffer_alloc(e, bytes, &s->own_from_comm);
+        if (s->own_from_comm) registered += bytes;
     }
     for (int k = 0; k < N_SLOTS; k++) {
         e->slots[k].unit = -1;
@@ -281,8 +315,8 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     e->measured[PLAN_GATHERED] = since(e, m0, registered);
     m0 = mark(e);
     for (int k = 0; k < plan->grad_slots; k++) {
-        e->gslots[k].buf = balloc(e, plan->max_padded * sizeof(float));
-        if (plan->grad_staging) e->gslots[k].bf16 = balloc(e, plan->max_padded * 2);
+        e->gslots[k].buf = balloc(e, plan->max_grad_padded * sizeof(float));
+        if (plan->grad_staging) e->gslots[k].bf16 = balloc(e, plan->max_grad_padded * 2);
     }
     if (plan->replica_staging) e->replica_bf16 = balloc(e, plan->max_shard * 2);
     e->measured[PLAN_GRAD_BUFFERS] = since(e, m0, 0);
@@ -291,25 +325,85 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     return e;
 }
 
+/* Host fp32 values of a frozen flat buffer's shard into its store (param_dtype): bf16 rounds
+ * to nearest even, as the gather of a trained master rounds (the same values). */
+static void store_from_host(fsdp_engine *e, flat_state *f, const float *host) {
+    if (e->pdt == SHLM_F32) {
+        e->ops->to_device(f->store, host, f->n * sizeof(float));
+        return;
+    }
+    uint16_t *h = malloc((f->n ? f->n : 1) * sizeof(uint16_t));
+    SHLM_CHECK_ALLOC(h);
+    for (size_t i = 0; i < f->n; i++) h[i] = shlm_f32_to_bf16(host[i]);
+    e->ops->to_device(f->store, h, f->n * sizeof(uint16_t));
+    free(h);
+}
+
+/* A frozen flat buffer's shard as host fp32 (bf16 widened exactly). */
+static void store_to_host(fsdp_engine *e, const flat_state *f, float *host) {
+    if (e->pdt == SHLM_F32) {
+        e->ops->to_host(host, f->store, f->n * sizeof(float));
+        return;
+    }
+    uint16_t *h = malloc((f->n ? f->n : 1) * sizeof(uint16_t));
+    SHLM_CHECK_ALLOC(h);
+    e->ops->to_host(h, f->store, f->n * sizeof(uint16_t));
+    for (size_t i = 0; i < f->n; i++) host[i] = shlm_bf16_to_f32(h[i]);
+    free(h);
+}
+
+/* The largest shard of any flat buffer of the engine (host staging). */
+static size_t max_flat_shard(const fsdp_engine *e) {
+    size_t m = 1;
+    for (int u = 0; u < e->n_units; u++) {
+        if (e->units[u].base.n > m) m = e->units[u].base.n;
+        if (e->units[u].adapter.n > m) m = e->units[u].adapter.n;
+    }
+    return m;
+}
+
 void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
-    size_t max_n = 1;
-    for (int u = 0; u < e->n_units; u++)
-        if (e->units[u].n > max_n) max_n = e->units[u].n;
-    float *host = malloc(max_n * sizeof(float));
+    float *host = malloc(max_flat_shard(e) * sizeof(float));
     SHLM_CHECK_ALLOC(host);
     for (int u = 0; u < e->n_units; u++) {
-        unit_state *s = &e->units[u];
-        e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, s->begin, s->end, host);
-        e->ops->to_device(s->master, host, s->n * sizeof(float));
+        flat_state *b = &e->units[u].base;
+        e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, b->begin, b->end, host);
+        if (e->lora) store_from_host(e, b, host);
+        else e->ops->to_device(b->master, host, b->n * sizeof(float));
+        e->units[u].gathered = 0;
     }
     free(host);
+    if (e->lora) fsdp_init_adapters(e, seed);
     e->fp8_stale = 1;
+}
+
+void fsdp_init_adapters(fsdp_engine *e, uint64_t seed) {
+    if (!e->lora) return;
+    float *host = malloc(max_flat_shard(e) * sizeof(float));
+    SHLM_CHECK_ALLOC(host);
+    for (int u = 0; u < e->n_units; u++) {
+        flat_state *a = &e->units[u].adapter;
+        if (!a->numel) continue;
+        adapters_init_slice(&e->md->adapters, seed, u, a->begin, a->end, host);
+        e->ops->to_device(a->master, host, a->n * sizeof(float));
+        e->units[u].gathered = 0;
+    }
+    free(host);
+}
+
+static void flat_free(fsdp_engine *e, flat_state *f) {
+    e->ops->free(f->master);
+    e->ops->free(f->grad);
+    e->ops->free(f->m);
+    e->ops->free(f->v);
+    e->ops->free(f->store);
 }
 
 void fsdp_destroy(fsdp_engine *e) {
     if (!e) return;
     for (int k = 0; k < N_SLOTS; k++) {
         wait_req(e, &e->slots[k].req);
+        wait_req(e, &e->slots[k].areq);
         wait_req(e, &e->gslots[k].req);
         registered_free(e, e->slots[k].buf, e->slots[k].buf_from_comm);
         wait_req(e, &e->slots[k].rest_req);
@@ -321,10 +415,8 @@ void fsdp_destroy(fsdp_engine *e) {
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         wait_req(e, &s->replica_req); /* a step abandoned midway */
-        e->ops->free(s->master);
-        e->ops->free(s->grad);
-        e->ops->free(s->m);
-        e->ops->free(s->v);
+        flat_free(e, &s->base);
+        flat_free(e, &s->adapter);
         registered_free(e, s->own, s->own_from_comm);
     }
     e->ops->free(e->replica_bf16);
@@ -339,12 +431,20 @@ void fsdp_destroy(fsdp_engine *e) {
 
 /* ---------------------------------------------------------------- gathering */
 
-/* The buffer unit u's gathered parameters live in (own buffer, slot, or master). */
+/* The buffer unit u's gathered parameters live in (own buffer, slot, or the master / a
+ * frozen base's store: direct, fp32, one shard). */
 static void *gathered_buf(fsdp_engine *e, int u) {
     unit_state *s = &e->units[u];
     if (s->own) return s->own;
     if (s->slot >= 0) return e->slots[s->slot].buf;
-    return s->master; /* direct: fp32, one shard */
+    return e->lora ? s->base.store : s->base.master;
+}
+
+/* Its gathered adapters: after the base's padded elements, or (direct) their master. */
+static void *gathered_adapter(fsdp_engine *e, int u) {
+    unit_state *s = &e->units[u];
+    if (!s->own && s->slot < 0) return s->adapter.master;
+    return (char *)gathered_buf(e, u) + s->base.padded * e->esz;
 }
 
 /* n master elements cast to the gathered dtype at dst (act) */
@@ -355,6 +455,14 @@ static void cast_params(fsdp_engine *e, void *dst, const float *master, size_t n
     } else {
         e->ops->f32_to_act(dst, master, n);
     }
+}
+
+/* n elements of a frozen store (param_dtype) at dst in act: the values a trained master
+ * rounded to param_dtype would gather as. */
+static void cast_frozen(fsdp_engine *e, void *dst, const void *store, size_t n) {
+    if (e->pdt == e->ops->act_dtype) e->ops->copy(dst, store, n * e->esz);
+    else if (e->pdt == SHLM_BF16) e->ops->bf16_to_f32(dst, store, n); /* fp32 act */
+    else e->ops->f32_to_act(dst, store, n);                           /* bf16 act */
 }
 
 /* Unit u's FP8 matrix holding element `offset` of it, or NULL: the amax it adds to. */
@@ -387,7 +495,7 @@ static void fp8_finish_scales(fsdp_engine *e) {
 
 /* Where this rank's shard of unit u meets the unit's FP8 matrix k (0: nowhere). */
 static size_t fp8_part(const fsdp_engine *e, int u, int k, shard_overlap *ov) {
-    const unit_state *s = &e->units[u];
+    const flat_state *s = &e->units[u].base;
     const model_fp8_weight *w = &e->md->lay.units[u].fp8[k];
     return shard_intersect(s->begin, s->end, w->offset, (size_t)w->rows * w->cols, ov);
 }
@@ -401,8 +509,8 @@ static void fp8_refresh_scales(fsdp_engine *e) {
         shard_overlap ov;
         for (int k = 0; k < e->md->lay.units[u].n_fp8; k++)
             if (fp8_part(e, u, k, &ov))
-                e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k], s->master + ov.shard_offset,
-                                       ov.count);
+                e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k],
+                                       s->base.master + ov.shard_offset, ov.count);
     }
     fp8_finish_scales(e);
 }
@@ -410,13 +518,14 @@ static void fp8_refresh_scales(fsdp_engine *e) {
 /* This rank's shard of unit u into the gathered buffers: its FP8 matrices' elements as
  * codes at their offsets of `codes`, the rest cast to act at theirs of buf. */
 static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
-    const unit_state *s = &e->units[u];
+    const unit_state *us = &e->units[u];
+    const flat_state *s = &us->base;
     const model_unit *lu = &e->md->lay.units[u];
     shard_overlap ov;
     for (int k = 0; k < lu->n_fp8; k++)
         if (fp8_part(e, u, k, &ov))
             e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + ov.shard_offset, ov.count,
-                                   &e->fp8_amax[s->fp8_base + k], e->fp8_round);
+                                   &e->fp8_amax[us->fp8_base + k], e->fp8_round);
     plan_piece pc[PLAN_MAX_REST_PIECES];
     const int n = shard_plan_rest_pieces(lu, s->begin, s->end, pc);
     for (int i = 0; i < n; i++)
@@ -429,7 +538,7 @@ static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
  * packs, else unpacks. */
 static void move_rest(fsdp_engine *e, int u, int r, void *buf, void *staging, int to_staging) {
     size_t begin, end, at = (size_t)r * e->plan->fp8_rest;
-    shard_range(e->units[u].numel, e->S, r, &begin, &end);
+    shard_range(e->units[u].base.numel, e->S, r, &begin, &end);
     plan_piece pc[PLAN_MAX_REST_PIECES];
     const int n = shard_plan_rest_pieces(&e->md->lay.units[u], begin, end, pc);
     for (int i = 0; i < n; i++) {
@@ -449,19 +558,26 @@ static void finish_fp8_gather(fsdp_engine *e, gather_slot *g) {
 
 /* Writes this rank's shard, cast to the gathered dtype (and FP8 codes, plan->fp8_weights),
  * at its offset of buf and starts the all-gather of the rest (nothing to gather when
- * S == 1). */
-static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot *g) {
-    unit_state *s = &e->units[u];
+ * S == 1); with adapters, their shard at theirs after the base's padded elements and its
+ * all-gather (*areq). */
+static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot *g,
+                                   shlm_comm_req **areq) {
+    flat_state *s = &e->units[u].base, *a = &e->units[u].adapter;
+    void *abuf = (char *)buf + s->padded * e->esz;
     const int fp8 = g && g->codes && e->md->lay.units[u].n_fp8 > 0;
     if (fp8) {
         if (e->fp8_stale) fp8_refresh_scales(e);
         cast_shard_fp8(e, u, buf, g->codes);
+    } else if (e->lora) {
+        cast_frozen(e, (char *)buf + s->begin * e->esz, s->store, s->n);
     } else {
         cast_params(e, (char *)buf + s->begin * e->esz, s->master, s->n);
     }
+    if (a->numel) cast_params(e, (char *)abuf + a->begin * e->esz, a->master, a->n);
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
     range(e, "all-gather unit", u);
+    if (a->numel) *areq = e->comm->iall_gather(e->shard_g, NULL, abuf, a->n, e->ops->act_dtype);
     shlm_comm_req *req;
     if (fp8) { /* the codes, a byte an element (n is even: SHARD_ALIGN_ELEMS), and the rest */
         req = e->comm->iall_gather(e->shard_g, NULL, g->codes, s->n / 2, SHLM_BF16);
@@ -492,7 +608,7 @@ static void issue_gather(fsdp_engine *e, int u) {
         int k = free_slot(e);
         if (k < 0) return;
         e->slots[k].unit = u;
-        e->slots[k].req = start_gather(e, u, s->own, NULL);
+        e->slots[k].req = start_gather(e, u, s->own, NULL, &e->slots[k].areq);
         s->slot = k;
         return;
     }
@@ -508,7 +624,7 @@ static void issue_gather(fsdp_engine *e, int u) {
         s->fp8[j] = (shlm_fp8_matrix){g->codes + w->offset, scale_inv,
                                       w->rows, w->cols, SHLM_FP8_E4M3, SHLM_FP8_TENSORWISE};
     }
-    g->req = start_gather(e, u, g->buf, g);
+    g->req = start_gather(e, u, g->buf, g, &g->areq);
 }
 
 /* The unit the model will ask for after (u, phase) in this pass, or -1 (the plan's
@@ -522,7 +638,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
     unit_state *s = &e->units[u];
     if (e->direct) {
         trace(e, u, EV_COMPUTE);
-        return s->master;
+        return gathered_buf(e, u);
     }
     if (!s->gathered) {
         if (s->slot < 0) issue_gather(e, u);
@@ -532,6 +648,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
             for (int k = 0; k < N_SLOTS; k++) {
                 gather_slot *g = &e->slots[k];
                 wait_req(e, &g->req);
+                wait_req(e, &g->areq);
                 wait_req(e, &g->rest_req);
                 if (g->unit >= 0) {
                     e->units[g->unit].slot = -1;
@@ -544,6 +661,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
         if (s->slot >= 0) {
             range(e, "wait gather unit", u);
             wait_req(e, &e->slots[s->slot].req);
+            wait_req(e, &e->slots[s->slot].areq);
             finish_fp8_gather(e, &e->slots[s->slot]);
             shlm_range_pop(e->ops);
             if (s->own) { /* own buffer: the slot only carried the request */
@@ -582,11 +700,12 @@ static void src_release(void *ctx, int u, model_phase phase) {
  * its all-reduce across replicas (HYBRID_SHARD, NO_SHARD) starts right away and overlaps
  * the rest of the backward instead of waiting for the end of the step. fp32 only: a bf16
  * reduction goes through the one staging buffer at the end of the step. */
-static void start_replica_reduce(fsdp_engine *e, unit_state *s) {
-    if (e->R == 1 || !e->last_micro_batch || e->pp->reduce_dtype != SHLM_F32 || s->replica_req)
+static void start_replica_reduce(fsdp_engine *e, unit_state *us) {
+    if (e->R == 1 || !e->last_micro_batch || e->pp->reduce_dtype != SHLM_F32 || us->replica_req)
         return;
-    s->replica_req = e->comm->iall_reduce(e->replica_g, NULL, s->grad, s->n, SHLM_F32,
-                                          SHLM_COMM_AVG);
+    const flat_state *s = us->trained;
+    us->replica_req = e->comm->iall_reduce(e->replica_g, NULL, s->grad, s->n, SHLM_F32,
+                                           SHLM_COMM_AVG);
 }
 
 /* Adds the reduced slice of grad slot k into its unit's gradient shard, frees it. */
@@ -594,7 +713,8 @@ static void complete_grad_slot(fsdp_engine *e, int k) {
     grad_slot *g = &e->gslots[k];
     if (g->unit < 0) return;
     wait_req(e, &g->req);
-    unit_state *s = &e->units[g->unit];
+    unit_state *us = &e->units[g->unit];
+    flat_state *s = us->trained;
     if (e->pp->reduce_dtype == SHLM_BF16) {
         /* widen the bf16 result: straight into a fresh shard, else into the fp32
          * buffer's slice and accumulate */
@@ -608,15 +728,15 @@ static void complete_grad_slot(fsdp_engine *e, int k) {
         e->ops->accumulate(s->grad, g->buf + s->begin, s->n);
     }
     trace(e, g->unit, EV_REDUCE_DONE);
-    s->grad_slot = -1;
+    us->grad_slot = -1;
     g->unit = -1;
     /* a slot of an earlier micro-batch completed during the last one is not final */
-    if (g->final) start_replica_reduce(e, s);
+    if (g->final) start_replica_reduce(e, us);
 }
 
-/* The padding past the unit's last tensor, which the model never writes: zero, so the
- * reduced padding (and the gradient norm over the shard) stays zero. */
-static void zero_padding(fsdp_engine *e, const unit_state *s, float *buf) {
+/* The padding past the flat buffer's last tensor, which the model never writes: zero, so
+ * the reduced padding (and the gradient norm over the shard) stays zero. */
+static void zero_padding(fsdp_engine *e, const flat_state *s, float *buf) {
     if (s->padded > s->numel) e->ops->zero(buf + s->numel, (s->padded - s->numel) * sizeof(float));
 }
 
@@ -624,11 +744,12 @@ static float *src_grad(void *ctx, int u, int *overwrite) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
     if (e->pp->forward_only) SHLM_FATAL("a backward pass on an engine made forward-only");
+    if (!s->trained) SHLM_FATAL("a gradient of unit %d, which has nothing to train", u);
     if (e->S == 1) { /* nothing to scatter: the shard is the whole unit */
         *overwrite = s->grad_fresh;
-        if (s->grad_fresh) zero_padding(e, s, s->grad);
+        if (s->grad_fresh) zero_padding(e, s->trained, s->trained->grad);
         s->grad_fresh = 0;
-        return s->grad;
+        return s->trained->grad;
     }
     /* a slot holds one micro-batch's gradient (or one part of a tied unit's): the model
      * writes it, never adds to it */
@@ -649,30 +770,31 @@ static float *src_grad(void *ctx, int u, int *overwrite) {
     g->unit = u;
     g->issued = 0;
     s->grad_slot = k;
-    zero_padding(e, s, g->buf);
+    zero_padding(e, s->trained, g->buf);
     return g->buf;
 }
 
 static void src_grad_ready(void *ctx, int u) {
     fsdp_engine *e = ctx;
-    unit_state *s = &e->units[u];
+    unit_state *us = &e->units[u];
     /* the unit's gradient is complete for this micro-batch after its last part */
-    const int last_part = ++s->grad_parts >= e->md->lay.units[u].grad_writes;
-    if (last_part) s->grad_parts = 0;
+    const int last_part = ++us->grad_parts >= model_desc_trained(e->md)->units[u].grad_writes;
+    if (last_part) us->grad_parts = 0;
     if (e->S == 1) { /* the model wrote the shard itself */
-        if (last_part) start_replica_reduce(e, s);
+        if (last_part) start_replica_reduce(e, us);
         return;
     }
-    if (s->grad_slot < 0) return;
-    grad_slot *g = &e->gslots[s->grad_slot];
+    if (us->grad_slot < 0) return;
+    flat_state *s = us->trained;
+    grad_slot *g = &e->gslots[us->grad_slot];
     trace(e, u, EV_REDUCE_ISSUE);
     range(e, "reduce-scatter unit", u);
     /* the first micro-batch of a step reduces straight into the shard (no accumulate
      * pass, no zeroing); later ones in place, the rank's slice at its own offset */
-    g->into_shard = s->grad_fresh;
+    g->into_shard = us->grad_fresh;
     g->final = e->last_micro_batch && last_part;
     g->issued = 1;
-    s->grad_fresh = 0;
+    us->grad_fresh = 0;
     if (e->pp->reduce_dtype == SHLM_BF16) {
         e->ops->f32_to_bf16(g->bf16, g->buf, s->padded);
         g->req = e->comm->ireduce_scatter(e->shard_g, g->bf16, g->bf16 + s->begin, s->n,
@@ -690,6 +812,11 @@ static void src_progress(void *ctx) {
     e->comm->progress();
 }
 
+static const void *src_adapter(void *ctx, int u) {
+    fsdp_engine *e = ctx;
+    return e->units[u].adapter.numel ? gathered_adapter(e, u) : NULL;
+}
+
 static const shlm_fp8_matrix *src_fp8_weight(void *ctx, int u, int k) {
     fsdp_engine *e = ctx;
     if (!e->plan->fp8_weights || k >= e->md->lay.units[u].n_fp8) return NULL;
@@ -698,8 +825,9 @@ static const shlm_fp8_matrix *src_fp8_weight(void *ctx, int u, int k) {
 
 model_param_source fsdp_param_source(fsdp_engine *e) {
     return (model_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
-                                .grad = src_grad, .grad_ready = src_grad_ready,
-                                .progress = src_progress, .fp8_weight = src_fp8_weight};
+                                .adapter = e->lora ? src_adapter : NULL, .grad = src_grad,
+                                .grad_ready = src_grad_ready, .progress = src_progress,
+                                .fp8_weight = src_fp8_weight};
 }
 
 void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }
@@ -718,8 +846,8 @@ double fsdp_finish_grads(fsdp_engine *e) {
     for (int k = 0; k < N_SLOTS; k++) complete_grad_slot(e, k);
     /* a unit no micro-batch reached this step (none does in training) has a zero gradient */
     for (int u = 0; u < e->n_units; u++)
-        if (e->units[u].grad_fresh) {
-            e->ops->zero(e->units[u].grad, e->units[u].n * sizeof(float));
+        if (e->units[u].grad_fresh && e->units[u].trained) {
+            e->ops->zero(e->units[u].trained->grad, e->units[u].trained->n * sizeof(float));
             e->units[u].grad_fresh = 0;
         }
     if (e->R > 1) {
@@ -728,10 +856,12 @@ double fsdp_finish_grads(fsdp_engine *e) {
         shlm_comm_req **reqs = calloc((size_t)e->n_units, sizeof *reqs);
         SHLM_CHECK_ALLOC(reqs);
         for (int u = 0; u < e->n_units; u++) {
-            unit_state *s = &e->units[u];
-            if (s->replica_req) { /* started during the backward */
-                reqs[u] = s->replica_req;
-                s->replica_req = NULL;
+            unit_state *us = &e->units[u];
+            const flat_state *s = us->trained;
+            if (!s) continue;
+            if (us->replica_req) { /* started during the backward */
+                reqs[u] = us->replica_req;
+                us->replica_req = NULL;
             } else if (e->pp->reduce_dtype == SHLM_BF16) {
                 e->ops->f32_to_bf16(e->replica_bf16, s->grad, s->n);
                 e->comm->all_reduce(e->replica_g, NULL, e->replica_bf16, s->n, SHLM_BF16,
@@ -747,7 +877,8 @@ double fsdp_finish_grads(fsdp_engine *e) {
     }
     /* every replica now holds the same shard: count each shard once (shard group) */
     double sq = 0;
-    for (int u = 0; u < e->n_units; u++) sq += e->ops->sum_squares(e->units[u].grad, e->units[u].n);
+    for (int u = 0; u < e->n_units; u++)
+        if (e->units[u].trained) sq += e->ops->sum_squares(e->units[u].trained->grad, e->units[u].trained->n);
     /* a host double over MPI whatever the comm backend: exact to the last bits */
     if (e->S > 1)
         MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &sq, 1, MPI_DOUBLE, MPI_SUM, e->shard_mpi));
@@ -760,20 +891,22 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
     shlm_range_push(e->ops, "optimizer");
     /* the FP8 matrices' amaxes come out of the step that writes them */
     if (e->plan->fp8_weights) e->ops->zero(e->fp8_amax, (size_t)e->plan->n_fp8 * sizeof(float));
+    const model_layout *tl = model_desc_trained(e->md);
     for (int u = 0; u < e->n_units; u++) {
-        unit_state *s = &e->units[u];
-        const model_unit *lu = &e->md->lay.units[u];
-        for (int k = 0; k < lu->n_tensors; k++) {
+        unit_state *us = &e->units[u];
+        const flat_state *s = us->trained;
+        const model_unit *lu = &tl->units[u];
+        for (int k = 0; s && k < lu->n_tensors; k++) {
             const model_tensor *t = &lu->tensors[k];
             shard_overlap ov;
             if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
             size_t o = ov.shard_offset;
             e->ops->adamw(s->master + o, s->grad + o, s->m + o, s->v + o, ov.count, lr,
                           h->beta1, h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f,
-                          grad_scale, step, fp8_amax_of(e, u, t->offset));
+                          grad_scale, step, e->lora ? NULL : fp8_amax_of(e, u, t->offset));
         }
         /* gathered copies are stale now */
-        if (s->own || s->slot >= 0) s->gathered = 0;
+        if (us->own || us->slot >= 0) us->gathered = 0;
     }
     if (e->plan->fp8_weights) fp8_finish_scales(e);
     shlm_range_pop(e->ops);
@@ -790,31 +923,139 @@ void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_sta
 }
 
 void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
-    *begin = e->units[u].begin;
-    *end = e->units[u].end;
+    const flat_state *t = e->units[u].trained;
+    *begin = t ? t->begin : 0;
+    *end = t ? t->end : 0;
 }
 
 static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
-    unit_state *s = &e->units[u];
+    flat_state *s = e->units[u].trained;
     if (kind != FSDP_STATE_MASTER && e->pp->forward_only)
         SHLM_FATAL("the AdamW moments of an engine made forward-only");
+    if (!s) return NULL;
     return kind == FSDP_STATE_EXP_AVG ? s->m : kind == FSDP_STATE_EXP_AVG_SQ ? s->v : s->master;
 }
 
 void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
-    e->ops->to_host(out, state_ptr(e, u, kind), e->units[u].n * sizeof(float));
+    const flat_state *s = e->units[u].trained;
+    if (s && s->n) e->ops->to_host(out, state_ptr(e, u, kind), s->n * sizeof(float));
 }
 
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in) {
-    unit_state *s = &e->units[u];
-    e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
-    if (kind == FSDP_STATE_MASTER && (s->own || s->slot >= 0)) s->gathered = 0;
+    unit_state *us = &e->units[u];
+    const flat_state *s = us->trained;
+    if (s && s->n) e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
+    if (kind == FSDP_STATE_MASTER && (us->own || us->slot >= 0)) us->gathered = 0;
     if (kind == FSDP_STATE_MASTER) e->fp8_stale = 1;
 }
 
 void fsdp_get_shard(fsdp_engine *e, int u, float *out) { fsdp_get_state(e, u, FSDP_STATE_MASTER, out); }
 void fsdp_set_shard(fsdp_engine *e, int u, const float *in) { fsdp_set_state(e, u, FSDP_STATE_MASTER, in); }
-const model_layout *fsdp_layout(const fsdp_engine *e) { return &e->md->lay; }
+const model_layout *fsdp_layout(const fsdp_engine *e) { return model_desc_trained(e->md); }
+
+/* ---------------------------------------------------------------- the base */
+
+const model_layout *fsdp_base_layout(const fsdp_engine *e) { return &e->md->lay; }
+
+void fsdp_base_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
+    *begin = e->units[u].base.begin;
+    *end = e->units[u].base.end;
+}
+
+void fsdp_get_base_shard(fsdp_engine *e, int u, float *out) {
+    const flat_state *b = &e->units[u].base;
+    if (e->lora) store_to_host(e, b, out);
+    else e->ops->to_host(out, b->master, b->n * sizeof(float));
+}
+
+void fsdp_set_base_shard(fsdp_engine *e, int u, const float *in) {
+    unit_state *us = &e->units[u];
+    if (e->lora) store_from_host(e, &us->base, in);
+    else e->ops->to_device(us->base.master, in, us->base.n * sizeof(float));
+    if (us->own || us->slot >= 0) us->gathered = 0;
+    e->fp8_stale = 1;
+}
+
+int fsdp_lora(const fsdp_engine *e) { return e->lora; }
+
+/* DoRA's magnitudes of unit u from its gathered base p (act, host copy of each weight):
+ * each row's L2 norm, summed in double in row order (the same on every rank and at every
+ * world size), for the elements of this rank's adapter shard. */
+static void unit_magnitudes(fsdp_engine *e, int u, const void *p, float *host, void *wbuf) {
+    const flat_state *a = &e->units[u].adapter;
+    const model_unit *bu = &e->md->lay.units[u], *au = &e->md->adapters.units[u];
+    e->ops->to_host(host, a->master, a->n * sizeof(float));
+    for (int k = 0; k < bu->n_fp8; k++) {
+        const lora_product *pr = &e->md->lora_products[u][k];
+        for (int j = 0; j < pr->n_sites; j++) {
+            const lora_site *st = &pr->sites[j];
+            const model_tensor *w = &bu->tensors[st->tensor], *m = &au->tensors[st->m];
+            shard_overlap ov;
+            if (!shard_intersect(a->begin, a->end, m->offset, m->numel, &ov)) continue;
+            const size_t cols = (size_t)w->shape[1];
+            e->ops->to_host(wbuf, (const char *)p + w->offset * e->esz, w->numel * e->esz);
+            for (size_t i = 0; i < ov.count; i++) {
+                const size_t row = ov.flat_offset - m->offset + i;
+                double sq = 0;
+                for (size_t c = 0; c < cols; c++) {
+                    const size_t at = row * cols + c;
+                    const double x = e->esz == 4 ? ((const float *)wbuf)[at]
+                                                 : shlm_bf16_to_f32(((const uint16_t *)wbuf)[at]);
+                    sq += x * x;
+                }
+                host[ov.shard_offset + i] = (float)sqrt(sq);
+            }
+        }
+    }
+    e->ops->to_device(a->master, host, a->n * sizeof(float));
+}
+
+void fsdp_lora_magnitudes(fsdp_engine *e) {
+    if (!e->lora || !e->md->lora.dora) return;
+    size_t most = 1;
+    for (int u = 0; u < e->n_units; u++)
+        for (int k = 0; k < e->md->lay.units[u].n_tensors; k++)
+            if (e->md->lay.units[u].tensors[k].target >= 0 &&
+                e->md->lay.units[u].tensors[k].numel > most)
+                most = e->md->lay.units[u].tensors[k].numel;
+    float *host = malloc(max_flat_shard(e) * sizeof(float));
+    void *wbuf = malloc(most * e->esz);
+    SHLM_CHECK_ALLOC(host);
+    SHLM_CHECK_ALLOC(wbuf);
+    const int was = e->with_backward;
+    e->with_backward = 0;
+    for (int u = 0; u < e->n_units; u++) {
+        if (!e->units[u].adapter.numel) continue;
+        const void *p = src_acquire(e, u, MODEL_FWD);
+        unit_magnitudes(e, u, p, host, wbuf);
+        src_release(e, u, MODEL_FWD);
+        e->units[u].gathered = 0; /* the adapters it holds are stale */
+    }
+    e->with_backward = was;
+    free(host);
+    free(wbuf);
+}
+
+uint64_t fsdp_base_fingerprint(fsdp_engine *e) {
+    float *host = malloc(max_flat_shard(e) * sizeof(float));
+    SHLM_CHECK_ALLOC(host);
+    uint64_t h = 0, at = 0; /* at: the unit's first element in the whole model */
+    for (int u = 0; u < e->n_units; u++) {
+        const flat_state *b = &e->units[u].base;
+        fsdp_get_base_shard(e, u, host);
+        const size_t end = b->end < b->numel ? b->end : b->numel;
+        for (size_t i = b->begin; i < end; i++) {
+            uint32_t bits;
+            memcpy(&bits, &host[i - b->begin], sizeof bits);
+            h += rng_hash64(rng_hash64(at + i) ^ bits);
+        }
+        at += b->numel;
+    }
+    free(host);
+    if (e->S > 1)
+        MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, &h, 1, MPI_UINT64_T, MPI_SUM, e->shard_mpi));
+    return h;
+}
 
 void fsdp_trace_write(const fsdp_engine *e, FILE *out) {
     for (size_t i = 0; i < e->n_trace; i++)

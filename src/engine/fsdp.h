@@ -1,7 +1,7 @@
 /* The FSDP engine: owns each rank's shard of the fp32 master weights, gradients and
- * AdamW moments of every unit of a model (model.h), and serves the model gathered
- * parameters according to the strategy (docs/ARCHITECTURE.md "Strategies"): gather,
- * keep, free, prefetch, reduce. What it allocates and the order it prefetches in are the
+ * AdamW moments of every unit of a model (model.h) or, with LoRA, of the units' adapters
+ * beside the frozen base's shards, and serves the model gathered parameters according to
+ * the strategy (docs/ARCHITECTURE.md "Strategies"): gather, keep, free, prefetch, reduce. What it allocates and the order it prefetches in are the
  * shard plan's (shard_plan.h): the engine derives no size of its own. */
 #ifndef SHLM_FSDP_H
 #define SHLM_FSDP_H
@@ -44,8 +44,16 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
                          const shlm_comm *comm, const topology *topo, const fsdp_options *opt,
                          uint64_t seed);
 /* Sets this rank's master shards to the initial values of `seed` (the family's
- * init_slice: the same model at every world size). Local. */
+ * init_slice: the same model at every world size); with LoRA the frozen base's too, and the
+ * adapters as fsdp_init_adapters. Local. */
 void fsdp_init_weights(fsdp_engine *e, uint64_t seed);
+/* LoRA: the adapters alone from `seed` (adapters_init_slice), over a base set otherwise
+ * (imported). DoRA's magnitudes then need fsdp_lora_magnitudes. Local. */
+void fsdp_init_adapters(fsdp_engine *e, uint64_t seed);
+/* DoRA: every magnitude set to its projection's row norms ||W_j|| of the base as it is now
+ * (PEFT's initialisation: B is zero, so the adapted model starts as the base). Collective
+ * over the shard group (each unit is gathered once); a no-op without DoRA. */
+void fsdp_lora_magnitudes(fsdp_engine *e);
 void fsdp_destroy(fsdp_engine *e);
 
 /* The source the model pulls parameters from and pushes gradients to. */
@@ -78,7 +86,10 @@ void fsdp_measured_bytes(const fsdp_engine *e, size_t out[PLAN_N_ENGINE]);
  * time spent waiting on them, not hidden by compute (exposed comm). */
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);
 
-/* This rank's shard of unit u: [*begin, *end) of the padded flat buffer. */
+/* What a checkpoint holds and an optimizer steps is the trained state: the model's tensors
+ * (full training), or with LoRA the adapters (fsdp_layout: model_desc_trained). A unit with
+ * nothing trained (LoRA: no adapter) has an empty shard there. */
+/* This rank's shard of unit u's trained flat buffer: [*begin, *end) of it, padded. */
 void fsdp_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end);
 /* The per-rank fp32 state a checkpoint holds, shard by shard. */
 typedef enum fsdp_state_kind {
@@ -95,8 +106,22 @@ void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in
 /* Shorthands for the master weights. */
 void fsdp_get_shard(fsdp_engine *e, int u, float *out);
 void fsdp_set_shard(fsdp_engine *e, int u, const float *in);
-/* The layout the engine shards (units and tensors under Hugging Face names). */
+/* The layout of the trained state (units and tensors under Hugging Face names). */
 const model_layout *fsdp_layout(const fsdp_engine *e);
+
+/* ---- the base: the model's own tensors, trained (full training: the same as above) or
+ * frozen (LoRA: stored in fsdp.param_dtype) ---- */
+int fsdp_lora(const fsdp_engine *e); /* 1: the base is frozen, the adapters train */
+const model_layout *fsdp_base_layout(const fsdp_engine *e);
+void fsdp_base_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end);
+/* This rank's shard of unit u's base as host fp32 (a bf16 store widened), and set from
+ * one (a frozen store rounds to param_dtype, to nearest even). Local. */
+void fsdp_get_base_shard(fsdp_engine *e, int u, float *out);
+void fsdp_set_base_shard(fsdp_engine *e, int u, const float *in);
+/* A 64-bit fingerprint of the base's values as stored: Σ hash(i, bits of x_i) over every
+ * element i of the model (layout order), modulo 2^64, the same at every world size and
+ * strategy. Collective over the shard group. */
+uint64_t fsdp_base_fingerprint(fsdp_engine *e);
 
 /* Schedule trace: one JSON object per event ({"seq", "t_us", "unit", "event"}) with
  * events gather_issue, gather_wait, compute, release, free, reduce_issue, reduce_done.

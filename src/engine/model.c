@@ -1,9 +1,12 @@
 /* The family-independent part of model.h: a model's layout and passes made once, the
- * checkpointing mode's name. */
+ * projection names LoRA targets. */
 #include "src/engine/model.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+const char *const model_target_names[MODEL_N_TARGETS] = {"q", "k", "v", "o", "gate", "up",
+                                                          "down"};
 
 void model_layout_free(model_layout *lay) {
     free(lay->units);
@@ -24,5 +27,7 @@ void model_desc_close(model_desc *m) {
     model_layout_free(&m->lay);
     free(m->train_pass.uses);
     free(m->eval_pass.uses);
+    model_layout_free(&m->adapters);
+    free(m->lora_products);
     memset(m, 0, sizeof *m);
 }

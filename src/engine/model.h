@@ -13,8 +13,21 @@
 #include "kernels/ops.h"
 
 /* ---- parameter layout ---- */
-/* a decoder block: 9 tensors, and 3 biases with qkv_bias */
-enum { MODEL_MAX_UNIT_TENSORS = 12 };
+/* The projections a LoRA adapter may attach to (lora.targets): a family marks each of its
+ * linear layers' weights with one (model_tensor.target), so adapters reach every family's
+ * layers through its layout. */
+typedef enum model_target {
+    MODEL_TARGET_NONE = -1,
+    MODEL_TARGET_Q = 0, MODEL_TARGET_K, MODEL_TARGET_V, MODEL_TARGET_O,
+    MODEL_TARGET_GATE, MODEL_TARGET_UP, MODEL_TARGET_DOWN,
+    MODEL_N_TARGETS
+} model_target;
+/* lora.targets' words: "q" "k" "v" "o" "gate" "up" "down" */
+extern const char *const model_target_names[MODEL_N_TARGETS];
+
+/* a decoder block: 9 tensors, and 3 biases with qkv_bias; a block's adapters: A, B and a
+ * DoRA magnitude for each of its 7 projections */
+enum { MODEL_MAX_UNIT_TENSORS = 3 * MODEL_N_TARGETS };
 
 typedef struct model_tensor {
     char name[96];     /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
@@ -23,12 +36,15 @@ typedef struct model_tensor {
     size_t offset;     /* element offset inside its unit's flat buffer */
     size_t numel;
     int weight_decay;  /* 1: AdamW decays it (matrices); 0: it does not (norm weights,
-                        * biases) */
+                        * biases, DoRA magnitudes) */
+    int target;        /* the projection this weight is (model_target), or
+                        * MODEL_TARGET_NONE */
 } model_tensor;
 
-/* A matrix the model multiplies in FP8 (train.matmul = fp8-*): elements [offset, offset +
- * rows·cols) of its unit's flat buffer, row-major rows x cols (the product's out x in), one
- * or more consecutive tensors (q, k and v make one), quantized with one scale (tensorwise). */
+/* A product of the unit: elements [offset, offset + rows·cols) of its unit's flat buffer,
+ * row-major rows x cols (out x in), one or more consecutive tensors (q, k and v make one)
+ * multiplied as one matrix: what an FP8 recipe (train.matmul = fp8-*) quantizes with one
+ * scale (tensorwise), and what LoRA groups a unit's adapters by (lora_product). */
 enum { MODEL_MAX_FP8_WEIGHTS = 4 };
 typedef struct model_fp8_weight {
     size_t offset;
@@ -97,12 +113,16 @@ typedef struct model_param_source {
     const void *(*acquire)(void *ctx, int u, model_phase phase);
     /* The model is done reading unit u's parameters in this phase. */
     void (*release)(void *ctx, int u, model_phase phase);
+    /* Optional (NULL without LoRA): unit u's adapters (its adapter unit's layout, act
+     * dtype), gathered with its parameters by acquire(), valid until release(). */
+    const void *(*adapter)(void *ctx, int u);
     /* Unit u's full fp32 gradient buffer, valid from the first call in a backward until
-     * grad_ready(). *overwrite = 0: the backward pass adds into it (+=); 1: it holds
-     * nothing to keep, and the backward writes every element of the unit once (=),
-     * which spares the source a zeroing pass and the products a read. A unit with
-     * grad_writes = 2 goes through grad() .. grad_ready() twice per micro-batch: the
-     * source sums both parts. */
+     * grad_ready(): of the unit's tensors, or with LoRA of its adapters (a unit without
+     * adapters then has none: grad() is not called for it). *overwrite = 0: the backward
+     * pass adds into it (+=); 1: it holds nothing to keep, and the backward writes every
+     * element of the unit once (=), which spares the source a zeroing pass and the
+     * products a read. A unit with grad_writes = 2 goes through grad() .. grad_ready()
+     * twice per micro-batch: the source sums both parts. */
     float *(*grad)(void *ctx, int u, int *overwrite);
     /* The backward pass has finished writing unit u's gradient (one of its grad_writes
      * parts) for this micro-batch. */
@@ -118,6 +138,42 @@ typedef struct model_param_source {
     const shlm_fp8_matrix *(*fp8_weight)(void *ctx, int u, int k);
 } model_param_source;
 
+/* ---- LoRA: low-rank adapters over a frozen base (src/engine/adapters.h) ----
+ * With lora.rank > 0 every parameter of the model's layout (the base) is frozen: no
+ * gradient, no moments, no fp32 master; it is stored sharded in fsdp.param_dtype and gathered
+ * per unit as in full training. What trains are the adapters: unit u's adapter tensors form
+ * a second flat buffer of the same unit (model_desc.adapters.units[u]), with an fp32 master,
+ * gradient and AdamW moments, sharded and reduced as a full fine-tune's units are, so no flat
+ * buffer mixes frozen and trained elements. A targeted projection W (out x in) gets
+ * A (r x in), B (out x r) and with DoRA a magnitude m (out); its output becomes
+ * W·x + scale·B·A·dropout(x), or with DoRA (m / ||W + scale·B·A||_row) ⊙ (W·x + scale·B·A·x),
+ * scale = alpha / r (alpha / √r with rslora). */
+typedef struct lora_config {
+    int rank;          /* r; 0: off */
+    float alpha;
+    float dropout;     /* probability of zeroing an adapter's input element (training) */
+    unsigned targets;  /* 1 << model_target per adapted projection */
+    int rslora;        /* scale alpha / √r */
+    int dora;          /* a trained magnitude per output row */
+} lora_config;
+
+/* One adapted projection inside a fused product (model_fp8_weight: q|k|v, o, gate|up,
+ * down). */
+typedef struct lora_site {
+    int target;        /* model_target */
+    int tensor;        /* the base weight's index in its unit */
+    int row0, rows;    /* its rows of the product's output */
+    int a, b, m;       /* its A, B and magnitude's indices in the adapter unit (m: -1
+                        * without DoRA) */
+} lora_site;
+enum { LORA_MAX_SITES = 3 }; /* q, k and v share a product */
+/* The adapted projections of one product, their A's consecutive in the adapter unit (one
+ * (n_sites·r) x cols matrix: the product of every A in one GEMM). */
+typedef struct lora_product {
+    int n_sites;       /* 0: the product has no adapter */
+    lora_site sites[LORA_MAX_SITES];
+} lora_product;
+
 /* ---- a model family: functions of its shape `cfg` (the family's config struct) ---- */
 typedef struct model_spec {
     const char *name;
@@ -132,10 +188,11 @@ typedef struct model_spec {
     void (*init_slice)(const model_layout *lay, const void *cfg, uint64_t seed, int u,
                        size_t begin, size_t end, float *out);
     /* Bytes the family's model allocates through ops->alloc for micro-batches of B x T
-     * with checkpointing ac and matmul recipe mm (FP8's operand buffers included), each
-     * buffer rounded up to `align` bytes (1: as requested). */
+     * with checkpointing ac, matmul recipe mm (FP8's operand buffers included) and LoRA
+     * adapters lora (NULL: none; their products' buffers), each buffer rounded up to
+     * `align` bytes (1: as requested). */
     size_t (*activation_bytes)(const void *cfg, shlm_dtype act, int B, int T, model_ac ac,
-                               model_matmul mm, size_t align);
+                               model_matmul mm, const lora_config *lora, size_t align);
     /* What the backend's ops allocate for themselves running this model at B x T
      * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
     size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);
@@ -148,7 +205,20 @@ typedef struct model_desc {
     model_layout lay;
     model_pass train_pass;  /* forward and backward of one micro-batch */
     model_pass eval_pass;   /* forward only */
+    /* LoRA (adapters_open): the configuration, each unit's adapter tensors (a unit
+     * without any has none; n_units 0 without LoRA) and each unit's products' sites
+     * (lora_products[u][k] for the layout's fp8[k]) */
+    lora_config lora;
+    model_layout adapters;
+    lora_product (*lora_products)[MODEL_MAX_FP8_WEIGHTS];
 } model_desc;
+
+/* Whether the description's base is frozen (LoRA on). */
+static inline int model_desc_lora(const model_desc *m) { return m->lora.rank > 0; }
+/* The layout of what trains: the adapters with LoRA, else the model's own. */
+static inline const model_layout *model_desc_trained(const model_desc *m) {
+    return model_desc_lora(m) ? &m->adapters : &m->lay;
+}
 
 void model_desc_open(model_desc *m, const model_spec *spec, const void *cfg);
 void model_desc_close(model_desc *m);

@@ -9,8 +9,8 @@
 #include "src/base/shard.h"
 
 const char *const plan_category_names[PLAN_N_CATEGORIES] = {
-    "master_bytes", "grad_bytes", "moments_bytes", "gathered_bytes", "grad_buffer_bytes",
-    "activation_bytes", "op_scratch_bytes"};
+    "master_bytes", "grad_bytes", "moments_bytes", "frozen_bytes", "gathered_bytes",
+    "grad_buffer_bytes", "activation_bytes", "op_scratch_bytes"};
 
 static size_t round_up(size_t b, size_t align) { return (b + align - 1) / align * align; }
 
@@ -44,16 +44,27 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     plan->n_units = m->lay.n_units;
     plan->units = calloc((size_t)plan->n_units, sizeof *plan->units);
     SHLM_CHECK_ALLOC(plan->units);
-    size_t sum_padded = 0, sum_shard = 0;
+    plan->lora = model_desc_lora(m);
+    /* gathered: both flat buffers of a unit; trained: the adapters' (LoRA) or the base's */
+    size_t sum_gathered = 0, sum_trained = 0, sum_frozen = 0;
     for (int u = 0; u < plan->n_units; u++) {
         plan_unit *x = &plan->units[u];
         x->numel = m->lay.units[u].numel;
         x->padded = shard_padded_size(x->numel, S);
         x->shard = shard_numel(x->numel, S);
-        sum_padded += x->padded;
-        sum_shard += x->shard;
-        if (x->padded > plan->max_padded) plan->max_padded = x->padded;
-        if (x->shard > plan->max_shard) plan->max_shard = x->shard;
+        if (plan->lora && m->adapters.units[u].numel > 0) {
+            x->a_numel = m->adapters.units[u].numel;
+            x->a_padded = shard_padded_size(x->a_numel, S);
+            x->a_shard = shard_numel(x->a_numel, S);
+        }
+        size_t tn, tp, ts;
+        shard_plan_trained(plan, u, &tn, &tp, &ts);
+        sum_gathered += x->padded + x->a_padded;
+        sum_trained += ts;
+        if (plan->lora) sum_frozen += x->shard;
+        if (x->padded + x->a_padded > plan->max_padded) plan->max_padded = x->padded + x->a_padded;
+        if (tp > plan->max_grad_padded) plan->max_grad_padded = tp;
+        if (ts > plan->max_shard) plan->max_shard = ts;
     }
     plan->direct = S == 1 && p->act == SHLM_F32 && p->param_dtype == SHLM_F32;
     plan->keep_gathered = p->strategy == FSDP_SHARD_GRAD_OP || p->strategy == FSDP_NO_SHARD;
@@ -61,7 +72,7 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     plan->grad_slots = S > 1 && grads ? PLAN_SLOTS : 0;
     plan->grad_staging = plan->grad_slots && p->reduce_dtype == SHLM_BF16;
     plan->replica_staging = R > 1 && grads && p->reduce_dtype == SHLM_BF16;
-    for (int u = 0; u < plan->n_units; u++) plan->n_fp8 += m->lay.units[u].n_fp8;
+    for (int u = 0; !plan->lora && u < plan->n_units; u++) plan->n_fp8 += m->lay.units[u].n_fp8;
     plan->fp8_weights = p->fp8_all_gather && p->matmul == MODEL_MATMUL_FP8_TENSORWISE &&
                         plan->gather_slots > 0 && plan->n_fp8 > 0;
     for (int u = 0; plan->fp8_weights && S > 1 && u < plan->n_units; u++) {
@@ -80,21 +91,28 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
 
     /* bytes per category, and the arena: each buffer as the backend rounds it */
     const size_t align = p->ops && p->ops->alloc_align ? p->ops->alloc_align : 1;
-    size_t *b = plan->bytes, arena = 0, arena_state = 0;
-    for (int u = 0; u < plan->n_units; u++)
-        arena_state += round_up(plan->units[u].shard * 4, align);
-    b[PLAN_MASTER] = sum_shard * 4;
+    size_t *b = plan->bytes, arena = 0, arena_state = 0, arena_frozen = 0;
+    const size_t ps = shlm_dtype_size(p->param_dtype);
+    for (int u = 0; u < plan->n_units; u++) {
+        size_t tn, tp, ts;
+        shard_plan_trained(plan, u, &tn, &tp, &ts);
+        if (tn) arena_state += round_up(ts * 4, align);
+        if (plan->lora) arena_frozen += round_up(plan->units[u].shard * ps, align);
+    }
+    b[PLAN_MASTER] = sum_trained * 4;
     arena += arena_state;
     if (grads) {
-        b[PLAN_GRAD] = sum_shard * 4;
-        b[PLAN_MOMENTS] = 2 * sum_shard * 4;
+        b[PLAN_GRAD] = sum_trained * 4;
+        b[PLAN_MOMENTS] = 2 * sum_trained * 4;
         arena += 3 * arena_state;
     }
+    b[PLAN_FROZEN] = sum_frozen * ps;
+    arena += arena_frozen;
     size_t gathered_arena = 0;
     if (plan->keep_gathered && !plan->direct) {
-        b[PLAN_GATHERED] = sum_padded * es;
+        b[PLAN_GATHERED] = sum_gathered * es;
         for (int u = 0; u < plan->n_units; u++)
-            gathered_arena += round_up(plan->units[u].padded * es, align);
+            gathered_arena += round_up((plan->units[u].padded + plan->units[u].a_padded) * es, align);
     }
     b[PLAN_GATHERED] += (size_t)plan->gather_slots * plan->max_padded * es;
     gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded * es, align);
@@ -109,22 +127,23 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     }
     if (p->registered_gathers && S > 1) plan->registered = b[PLAN_GATHERED];
     else arena += gathered_arena;
-    b[PLAN_GRAD_BUFFERS] = (size_t)plan->grad_slots * plan->max_padded * 4;
-    arena += (size_t)plan->grad_slots * round_up(plan->max_padded * 4, align);
+    b[PLAN_GRAD_BUFFERS] = (size_t)plan->grad_slots * plan->max_grad_padded * 4;
+    arena += (size_t)plan->grad_slots * round_up(plan->max_grad_padded * 4, align);
     if (plan->grad_staging) {
-        b[PLAN_GRAD_BUFFERS] += (size_t)plan->grad_slots * plan->max_padded * 2;
-        arena += (size_t)plan->grad_slots * round_up(plan->max_padded * 2, align);
+        b[PLAN_GRAD_BUFFERS] += (size_t)plan->grad_slots * plan->max_grad_padded * 2;
+        arena += (size_t)plan->grad_slots * round_up(plan->max_grad_padded * 2, align);
     }
     if (plan->replica_staging) {
         b[PLAN_GRAD_BUFFERS] += plan->max_shard * 2;
         arena += round_up(plan->max_shard * 2, align);
     }
     const model_spec *f = m->spec;
-    b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, 1);
-    arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, align);
+    const lora_config *lc = plan->lora ? &m->lora : NULL;
+    b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, lc, 1);
+    arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, lc, align);
     b[PLAN_OP_SCRATCH] = f->op_scratch_bytes(m->cfg, p->ops, p->B, p->T);
     plan->arena = arena;
-    plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS];
+    plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS] + b[PLAN_FROZEN];
     plan->buffers = b[PLAN_GATHERED] + b[PLAN_GRAD_BUFFERS];
     for (int c = 0; c < PLAN_N_CATEGORIES; c++) plan->total += b[c];
 
@@ -141,15 +160,27 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
             if (!held[u] && plan->fp8_weights && m->lay.units[u].n_fp8 > 0)
                 gathers += plan->units[u].padded + (size_t)S * plan->fp8_rest * es;
             else if (!held[u])
-                gathers += plan->units[u].padded * es;
+                gathers += (plan->units[u].padded + plan->units[u].a_padded) * es;
             held[u] = shard_plan_keeps(plan, 1, u, mp->uses[i].phase);
         }
         free(held);
-        for (int u = 0; u < plan->n_units; u++)
-            reduced += plan->units[u].padded * (size_t)m->lay.units[u].grad_writes;
+        const model_layout *tl = model_desc_trained(m);
+        for (int u = 0; u < plan->n_units; u++) {
+            size_t tn, tp, ts;
+            shard_plan_trained(plan, u, &tn, &tp, &ts);
+            reduced += tp * (size_t)tl->units[u].grad_writes;
+        }
         plan->shard_wire_per_micro = (gathers + reduced * rs) / (size_t)S * (size_t)(S - 1);
     }
-    if (R > 1) plan->replica_wire_per_step = 2 * sum_shard * rs / (size_t)R * (size_t)(R - 1);
+    if (R > 1) plan->replica_wire_per_step = 2 * sum_trained * rs / (size_t)R * (size_t)(R - 1);
+}
+
+void shard_plan_trained(const shard_plan *plan, int u, size_t *numel, size_t *padded,
+                        size_t *shard) {
+    const plan_unit *x = &plan->units[u];
+    *numel = plan->lora ? x->a_numel : x->numel;
+    *padded = plan->lora ? x->a_padded : x->padded;
+    *shard = plan->lora ? x->a_shard : x->shard;
 }
 
 int shard_plan_rest_pieces(const model_unit *lu, size_t begin, size_t end, plan_piece *out) {

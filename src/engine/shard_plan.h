@@ -21,9 +21,10 @@ enum { PLAN_FP8_SCALE_STRIDE = 4 };
 /* Where a rank's bytes go. The engine's categories are allocated by fsdp_create, the
  * activations by the model, the op scratch by the backend (ops->scratch_reserve). */
 typedef enum plan_category {
-    PLAN_MASTER = 0,   /* fp32 master weights (shard) */
+    PLAN_MASTER = 0,   /* fp32 master weights (shard) of what trains */
     PLAN_GRAD,         /* fp32 gradient (shard) */
     PLAN_MOMENTS,      /* AdamW exp_avg + exp_avg_sq (shard) */
+    PLAN_FROZEN,       /* LoRA: the frozen base (shard, fsdp.param_dtype) */
     PLAN_GATHERED,     /* gathered-parameter buffers (act dtype): per unit or PLAN_SLOTS */
     PLAN_GRAD_BUFFERS, /* full-unit fp32 gradient slots, their bf16 staging, the bf16
                         * staging of the replica all-reduce */
@@ -56,11 +57,14 @@ typedef struct plan_params {
                                * codes where it applies (shard_plan.fp8_weights) */
 } plan_params;
 
-/* One unit's sizes. */
+/* One unit's sizes: its flat buffer of the model's tensors (the base), and with LoRA its
+ * adapters' flat buffer (model.h "LoRA"), each padded and sharded on its own. Gathered, the
+ * unit is one act buffer [base (padded) | adapters (a_padded)]. */
 typedef struct plan_unit {
     size_t numel;   /* logical flat length */
     size_t padded;  /* padded for the shard group (shard_padded_size) */
     size_t shard;   /* elements each rank owns: padded / S */
+    size_t a_numel, a_padded, a_shard; /* the adapters' (0: none) */
 } plan_unit;
 
 /* The schedule of one pass (model_pass) as the engine runs it, indexed by
@@ -75,16 +79,23 @@ typedef struct shard_plan {
     plan_params p;
     int n_units;
     plan_unit *units;
-    size_t max_padded, max_shard;
-    int direct;         /* one shard, fp32 everywhere: the master is the gathered unit */
+    size_t max_padded;  /* the largest gathered unit (padded + a_padded), act elements */
+    size_t max_grad_padded, max_shard; /* the largest trained flat buffer, padded and its
+                                        * shard */
+    int lora;           /* the base is frozen and the adapters train (model_desc_lora) */
+    int direct;         /* one shard, fp32 everywhere: the master (a frozen base's store)
+                         * is the gathered unit */
     int keep_gathered;  /* SHARD_GRAD_OP, NO_SHARD: one gathered buffer per unit */
     int gather_slots;   /* shared gathered buffers (PLAN_SLOTS or 0), max_padded each */
-    int grad_slots;     /* full-unit gradient slots (PLAN_SLOTS or 0), max_padded each */
+    int grad_slots;     /* full-unit gradient slots (PLAN_SLOTS or 0), max_grad_padded
+                         * each */
     int grad_staging;   /* each grad slot has a bf16 staging buffer */
     int replica_staging;/* one bf16 buffer of max_shard for the replica all-reduce */
     int fp8_weights;    /* the gather makes the model's FP8 matrices (model.h fp8) as E4M3
                          * codes from the master: p.fp8_all_gather with matmul =
-                         * fp8-tensorwise, gather slots and a model that has FP8 matrices.
+                         * fp8-tensorwise, gather slots and a model that has FP8 matrices
+                         * and trains them (a frozen base has no fp32 master to make them
+                         * from: its gathered bf16 weights are quantized in the products).
                          * Each slot then has a code buffer of max_padded bytes, and the
                          * engine an amax and a scale_inv float per FP8 matrix */
     int n_fp8;          /* FP8 matrices of all units */
@@ -93,7 +104,7 @@ typedef struct shard_plan {
                          * the gather carries in act dtype: each slot stages S of these */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];
-    size_t state;       /* master + grad + moments */
+    size_t state;       /* master + grad + moments + frozen */
     size_t buffers;     /* gathered + grad buffers */
     size_t total;       /* every category */
     size_t registered;  /* of PLAN_GATHERED: buffers the comm backend registers */
@@ -103,6 +114,11 @@ typedef struct shard_plan {
                                    * (all-gathers + reduce-scatters, ring algorithms) */
     size_t replica_wire_per_step; /* replica all-reduce of the gradient shards per step */
 } shard_plan;
+
+/* The trained flat buffer of unit u: its base (full training) or its adapters (LoRA), as
+ * (numel, padded, shard); all 0 when nothing of the unit trains. */
+void shard_plan_trained(const shard_plan *plan, int u, size_t *numel, size_t *padded,
+                        size_t *shard);
 
 /* A run of a unit's flat buffer: elements [offset, offset + count). */
 typedef struct plan_piece {

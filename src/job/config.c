@@ -19,6 +19,7 @@
 #include "src/base/listen_addr.h"
 #include "src/base/numbers.h"
 #include "src/families/families.h"
+#include "src/job/lora_keys.h"
 #include "src/tokenizer/tokenizer.h"
 
 #define F(field) offsetof(job_config, field), sizeof(((job_config *)0)->field)
@@ -140,6 +141,28 @@ static const key_def keys[] = {
      "shard over blocks of this many ranks, replicate across them; 0: the strategy's group"},
     {"fsdp", "trace", KT_BOOL, F(trace), "false", NOLIM, NULL, 0,
      "write each rank's schedule to <run_dir>/trace.rank<R>.jsonl"},
+
+    /* [lora]: parameter-efficient fine-tuning (src/engine/model.h "LoRA"); rank 0 trains
+     * every parameter. With init_from, adapter_config.json gives rank, alpha, targets,
+     * rslora and dora (keys the job also gives must agree) and dropout unless the job
+     * gives it */
+    {"lora", "rank", KT_INT, F(lora.rank), "0", 0, 65536, NULL, 0,
+     "LoRA's rank r: the base is frozen and low-rank adapters train; 0: every parameter "
+     "trains"},
+    {"lora", "alpha", KT_FLOAT, F(lora.alpha), NULL, 0, 1e6, NULL, KF_DERIVED | KF_MIN_OPEN,
+     "the adapters' scale is alpha / rank (alpha / sqrt(rank) with rslora); default 2 x rank"},
+    {"lora", "dropout", KT_FLOAT, F(lora.dropout), "0", 0, 1, NULL, KF_MAX_OPEN,
+     "probability of dropping an adapter's input element in training (one mask per product "
+     "input, drawn from train.seed and the sample)"},
+    {"lora", "targets", KT_STRING, F(lora_targets), "q v", NOLIM, NULL, 0,
+     "the adapted projections: any of q k v o gate up down, or attn, mlp, all"},
+    {"lora", "rslora", KT_BOOL, F(lora.rslora), "false", NOLIM, NULL, 0,
+     "rank-stabilised scale alpha / sqrt(rank)"},
+    {"lora", "dora", KT_BOOL, F(lora.dora), "false", NOLIM, NULL, 0,
+     "weight-decomposed LoRA: a trained magnitude per output row, the direction normalised"},
+    {"lora", "init_from", KT_STRING, F(lora_init_from), "", NOLIM, NULL, KF_PATH,
+     "a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) the adapters "
+     "start from, for train, eval and generate; empty: A random, B zero"},
 
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL,
      KF_REQUIRED | KF_TRAINING | KF_PATH,
@@ -292,8 +315,8 @@ _Static_assert(sizeof(fsdp_strategy) == sizeof(int) && sizeof(shlm_dtype) == siz
                    sizeof(shlm_nccl_cta_policy) == sizeof(int),
                "KT_ENUM fields are int-sized");
 
-static const char *const sections[] = {"model", "train", "fsdp", "data", "log", "checkpoint",
-                                       "runtime", "cuda", "nccl"};
+static const char *const sections[] = {"model", "train", "fsdp", "lora", "data", "log",
+                                       "checkpoint", "runtime", "cuda", "nccl"};
 #define N_SECTIONS ((int)(sizeof sections / sizeof sections[0]))
 
 /* Where a key's value came from, for messages. */
@@ -830,6 +853,103 @@ static int resolve_model(loader *ld, char *err, size_t errlen) {
     return resolve_shape(ld, &hf, init_path, err, errlen);
 }
 
+/* [lora] (after the paths are joined: lora.init_from is then where the adapter is): the
+ * targets' words; an adapter directory's adapter_config.json over the defaults, the keys the
+ * job also gives agreeing with it; alpha's default; the rules. */
+static int resolve_lora(loader *ld, char *err, size_t errlen) {
+    job_config *c = ld->cfg;
+    const key_state *st = ld->st;
+    char at[1100], bad[72], why[1536], shown[72];
+    const int i_rank = idx("lora", "rank"), i_alpha = idx("lora", "alpha");
+    const int i_drop = idx("lora", "dropout"), i_tg = idx("lora", "targets");
+    const int i_rs = idx("lora", "rslora"), i_dora = idx("lora", "dora");
+    const int i_init = idx("lora", "init_from");
+    lora_config *L = &c->lora;
+    if (lora_targets_parse(c->lora_targets, &L->targets, bad, sizeof bad) != 0) {
+        origin(ld, i_tg, at, sizeof at);
+        io_set_err(err, errlen, "%s: [lora] targets = '%s': %s%s%s (known: q k v o gate up down, "
+                   "attn, mlp, all)", at, show(c->lora_targets, shown),
+                   bad[0] ? "unknown target '" : "no target", bad, bad[0] ? "'" : "");
+        return -1;
+    }
+    if (c->lora_init_from[0]) {
+        origin(ld, i_init, at, sizeof at);
+        peft_config pc;
+        model_desc d;
+        unsigned mask = 0;
+        if (peft_config_read(c->lora_init_from, &pc, why, sizeof why) != 0) {
+            io_set_err(err, errlen, "%s: [lora] init_from: %s", at, why);
+            return -1;
+        }
+        model_shape_desc_open(&d, &c->model);
+        const int ok = lora_targets_of_peft(&d.lay, &pc, &mask, why, sizeof why) == 0;
+        model_desc_close(&d);
+        if (!ok) {
+            io_set_err(err, errlen, "%s: [lora] init_from: %s/%s: %s", at, c->lora_init_from,
+                       PEFT_CONFIG_FILE, why);
+            return -1;
+        }
+        /* what the job also says must be the adapter's */
+        const struct {
+            int key, differs;
+            const char *peft_name;
+        } agree[] = {{i_rank, L->rank != pc.r, "r"},
+                     {i_alpha, L->alpha != (float)pc.lora_alpha, "lora_alpha"},
+                     {i_tg, L->targets != mask, "target_modules"},
+                     {i_rs, L->rslora != pc.use_rslora, "use_rslora"},
+                     {i_dora, L->dora != pc.use_dora, "use_dora"}};
+        for (size_t i = 0; i < sizeof agree / sizeof agree[0]; i++) {
+            if (!st[agree[i].key].set || !agree[i].differs) continue;
+            char mine[200], where[1100];
+            key_format(&keys[agree[i].key], c, mine, sizeof mine);
+            origin(ld, agree[i].key, where, sizeof where);
+            io_set_err(err, errlen, "%s: [lora] %s = %s but %s/%s (lora.init_from) has %s = "
+                       "%s; leave [lora] %s out to take the adapter's", where, keys[agree[i].key].key,
+                       mine, c->lora_init_from, PEFT_CONFIG_FILE, agree[i].peft_name,
+                       agree[i].key == i_rank ? (snprintf(why, sizeof why, "%d", pc.r), why)
+                       : agree[i].key == i_alpha ? (snprintf(why, sizeof why, "%g", pc.lora_alpha), why)
+                       : agree[i].key == i_tg ? (lora_targets_text(mask, why, sizeof why), why)
+                       : (agree[i].key == i_rs ? pc.use_rslora : pc.use_dora) ? "true" : "false",
+                       keys[agree[i].key].key);
+            return -1;
+        }
+        *L = (lora_config){.rank = pc.r, .alpha = (float)pc.lora_alpha,
+                           .dropout = st[i_drop].set ? L->dropout : (float)pc.lora_dropout,
+                           .targets = mask, .rslora = pc.use_rslora, .dora = pc.use_dora};
+        lora_targets_text(mask, c->lora_targets, sizeof c->lora_targets);
+    } else if (L->rank == 0) {
+        const int given[] = {i_alpha, i_drop, i_tg, i_rs, i_dora};
+        for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
+            if (!st[given[i]].set) continue;
+            origin(ld, given[i], at, sizeof at);
+            char v[200];
+            key_format(&keys[given[i]], c, v, sizeof v);
+            io_set_err(err, errlen, "%s: [lora] %s = %s needs [lora] rank > 0 (rank 0 is full "
+                       "fine-tuning, without adapters)", at, keys[given[i]].key, v);
+            return -1;
+        }
+        *L = (lora_config){0};
+        return 0;
+    } else if (!st[i_alpha].set) {
+        L->alpha = 2.0f * (float)L->rank;
+    }
+    if (L->dora && L->dropout > 0 && c->use == JOB_TRAIN) {
+        origin2(ld, i_drop, i_dora, at, sizeof at);
+        io_set_err(err, errlen, "%s: [lora] dora with dropout = %g: training DoRA with dropout "
+                   "(PEFT computes the base product a second time on the dropped input) is not "
+                   "supported; set [lora] dropout = 0", at, L->dropout);
+        return -1;
+    }
+    if (c->init_from[0] && !c->hf_model) {
+        origin(ld, idx("model", "init_from"), at, sizeof at);
+        io_set_err(err, errlen, "%s: [lora] rank %d needs [model] init_from to be a Hugging Face "
+                   "directory (the frozen base a PEFT adapter names) or empty, not a shardlm "
+                   "checkpoint: export it first (shardlm ckpt export)", at, L->rank);
+        return -1;
+    }
+    return 0;
+}
+
 static int resolve(loader *ld, char *err, size_t errlen) {
     job_config *c = ld->cfg;
     const key_state *st = ld->st;
@@ -954,6 +1074,7 @@ static int resolve(loader *ld, char *err, size_t errlen) {
         }
         memcpy(field, joined, (size_t)n + 1);
     }
+    if (resolve_lora(ld, err, errlen) != 0) return -1;
     /* the tokenizer: the one of the model the run starts from, else bytes (after the
      * paths are joined: init_from is then where the model is) */
     c->tokenizer_given = st[idx("data", "tokenizer")].set;
@@ -1160,7 +1281,8 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
 }
 
 model_opts job_model_opts(const job_config *c, model_ac ac) {
-    return (model_opts){.ac = ac, .matmul = c->matmul, .fp8_fast_accum = c->fp8_fast_accum};
+    return (model_opts){.ac = ac, .matmul = c->matmul, .fp8_fast_accum = c->fp8_fast_accum,
+                        .lora = c->lora};
 }
 
 uint64_t job_config_hash(const job_config *cfg) {

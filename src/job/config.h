@@ -57,6 +57,13 @@ typedef struct job_config {
     model_matmul matmul;     /* the blocks' linear layers: bf16 or an FP8 recipe */
     int fp8_fast_accum;      /* FP8 forward products may use fast accumulation */
 
+    /* [lora] */
+    lora_config lora;        /* rank 0: every parameter trains; else the base is frozen and
+                              * the adapters train (src/engine/model.h "LoRA") */
+    char lora_targets[128];  /* lora.targets as given (lora.targets the mask) */
+    char lora_init_from[1024]; /* a PEFT adapter directory the adapters start from; "" =
+                                * initialise them from train.seed */
+
     /* [fsdp] */
     fsdp_strategy strategy;
     shlm_dtype param_dtype;  /* dtype of gathered parameters */

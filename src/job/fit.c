@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "src/engine/adapters.h"
 #include "src/model/family.h"
 
 #define GIB 1073741824.0
@@ -17,6 +18,7 @@ job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R
 void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
                     const shlm_ops *ops, int forward_only, int registered_gathers) {
     model_shape_desc_open(&jp->md, &c->model);
+    adapters_open(&jp->md, &c->lora);
     plan_params p = {.strategy = pt->strategy,
                      .S = pt->S,
                      .R = pt->R,

@@ -10,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "src/model/fp8_linear.h"
+#include "src/model/lora_linear.h"
 #include "src/base/rng.h"
 
 /* ------------------------------------------------------------------ layout */
@@ -22,8 +23,9 @@ enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8, BK_
 static const int fp8_first[MODEL_MAX_FP8_WEIGHTS] = {BK_Q, BK_O, BK_GATE, BK_DOWN};
 
 static void add_tensor(model_unit *u, const char *name, int64_t rows, int64_t cols,
-                       int decay) {
+                       int decay, model_target target) {
     model_tensor *t = &u->tensors[u->n_tensors++];
+    t->target = target;
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ndim = cols > 0 ? 2 : 1;
     t->shape[0] = rows;
@@ -41,28 +43,29 @@ void decoder_layout(const decoder_config *c, model_layout *lay) {
     lay->units = calloc((size_t)lay->n_units, sizeof(model_unit));
     SHLM_CHECK_ALLOC(lay->units);
     for (int u = 0; u < lay->n_units; u++) lay->units[u].grad_writes = 1;
-    add_tensor(&lay->units[DECODER_UNIT_EMBED], "model.embed_tokens.weight", V, d, 1);
+    add_tensor(&lay->units[DECODER_UNIT_EMBED], "model.embed_tokens.weight", V, d, 1,
+               MODEL_TARGET_NONE);
     char name[96];
     for (int l = 0; l < c->n_layers; l++) {
         model_unit *u = &lay->units[decoder_unit_block(l)];
-#define T_(suffix, rows, cols, decay)                                         \
+#define T_(suffix, rows, cols, decay, target)                                 \
     do {                                                                      \
         snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);         \
-        add_tensor(u, name, rows, cols, decay);                               \
+        add_tensor(u, name, rows, cols, decay, target);                       \
     } while (0)
-        T_("input_layernorm.weight", d, 0, 0);
-        T_("self_attn.q_proj.weight", c->n_heads * hd, d, 1);
-        T_("self_attn.k_proj.weight", c->n_kv_heads * hd, d, 1);
-        T_("self_attn.v_proj.weight", c->n_kv_heads * hd, d, 1);
-        T_("self_attn.o_proj.weight", d, c->n_heads * hd, 1);
-        T_("post_attention_layernorm.weight", d, 0, 0);
-        T_("mlp.gate_proj.weight", F, d, 1);
-        T_("mlp.up_proj.weight", F, d, 1);
-        T_("mlp.down_proj.weight", d, F, 1);
+        T_("input_layernorm.weight", d, 0, 0, MODEL_TARGET_NONE);
+        T_("self_attn.q_proj.weight", c->n_heads * hd, d, 1, MODEL_TARGET_Q);
+        T_("self_attn.k_proj.weight", c->n_kv_heads * hd, d, 1, MODEL_TARGET_K);
+        T_("self_attn.v_proj.weight", c->n_kv_heads * hd, d, 1, MODEL_TARGET_V);
+        T_("self_attn.o_proj.weight", d, c->n_heads * hd, 1, MODEL_TARGET_O);
+        T_("post_attention_layernorm.weight", d, 0, 0, MODEL_TARGET_NONE);
+        T_("mlp.gate_proj.weight", F, d, 1, MODEL_TARGET_GATE);
+        T_("mlp.up_proj.weight", F, d, 1, MODEL_TARGET_UP);
+        T_("mlp.down_proj.weight", d, F, 1, MODEL_TARGET_DOWN);
         if (c->qkv_bias) {
-            T_("self_attn.q_proj.bias", c->n_heads * hd, 0, 0);
-            T_("self_attn.k_proj.bias", c->n_kv_heads * hd, 0, 0);
-            T_("self_attn.v_proj.bias", c->n_kv_heads * hd, 0, 0);
+            T_("self_attn.q_proj.bias", c->n_heads * hd, 0, 0, MODEL_TARGET_NONE);
+            T_("self_attn.k_proj.bias", c->n_kv_heads * hd, 0, 0, MODEL_TARGET_NONE);
+            T_("self_attn.v_proj.bias", c->n_kv_heads * hd, 0, 0, MODEL_TARGET_NONE);
         }
 #undef T_
         /* the products' weights, q|k|v and gate|up fused as the products read them */
@@ -74,9 +77,9 @@ void decoder_layout(const decoder_config *c, model_layout *lay) {
     }
     /* tied: the head is the embedding's unit (its tensor 0 is the output projection) */
     model_unit *h = &lay->units[decoder_unit_head(c)];
-    add_tensor(h, "model.norm.weight", d, 0, 0);
+    add_tensor(h, "model.norm.weight", d, 0, 0, MODEL_TARGET_NONE);
     if (tied) h->grad_writes = 2;
-    else add_tensor(h, "lm_head.weight", V, d, 1);
+    else add_tensor(h, "lm_head.weight", V, d, 1, MODEL_TARGET_NONE);
     lay->total_numel = 0;
     for (int u = 0; u < lay->n_units; u++) lay->total_numel += lay->units[u].numel;
 }
@@ -143,6 +146,9 @@ struct decoder {
     model_ac ac;          /* activation checkpointing mode */
     model_matmul matmul;  /* the blocks' linear layers: act dtype, or FP8 through fp8 */
     fp8_linear fp8;       /* FP8's formats and operand buffers (recipes other than bf16) */
+    int lora_on;          /* LoRA: the parameters are frozen, the products' adapters train */
+    lora_linear lora;     /* the adapters' buffers and arithmetic (lora_on) */
+    float *sink;          /* (d) LoRA: where a frozen norm's weight gradient goes, unread */
     int profile;          /* time every op (decoder_set_profile) */
     double prof_s[DECODER_PROF_N];
     size_t esz;           /* bytes per act element */
@@ -208,10 +214,11 @@ static keep_set kept_by(model_ac ac) {
 
 /* What a mode keeps under a matmul recipe: FP8 keeps the quantized transposes of ln1, ln2
  * and h where the mode keeps them (*quantized = 1), and the tensors themselves become
- * scratch. */
-static keep_set kept_for(model_ac ac, model_matmul mm, int *quantized) {
+ * scratch. With LoRA (lora) nothing computes a base weight's gradient, the only use of
+ * those transposes, and the adapters read ln1, ln2 and h themselves: they stay. */
+static keep_set kept_for(model_ac ac, model_matmul mm, int lora, int *quantized) {
     keep_set k = kept_by(ac);
-    *quantized = mm != MODEL_MATMUL_BF16 && k.ln1 && k.ln2 && k.h;
+    *quantized = mm != MODEL_MATMUL_BF16 && !lora && k.ln1 && k.ln2 && k.h;
     if (*quantized) k.ln1 = k.ln2 = k.h = 0;
     return k;
 }
@@ -228,13 +235,15 @@ static void *buf(decoder *m, buf_count *n, size_t esz, buf_kind k, size_t elems)
     return m ? m->ops->alloc(b) : NULL;
 }
 
-/* Walks every buffer of the model: allocates into m, or only counts (m == NULL). */
+/* Walks every buffer of the model: allocates into m, or only counts (m == NULL). lora:
+ * the adapters' configuration, or NULL. */
 static buf_count layout_acts(decoder *m, const decoder_config *c, size_t esz, int B, int T,
-                             model_ac ac, model_matmul mm, size_t align) {
+                             model_ac ac, model_matmul mm, const lora_config *lora,
+                             size_t align) {
     const act_sizes z = sizes_of(c, B, T);
     const size_t L = (size_t)c->n_layers, N = z.N;
     int quantized;
-    const keep_set keep = kept_for(ac, mm, &quantized);
+    const keep_set keep = kept_for(ac, mm, lora != NULL, &quantized);
     buf_count bytes = {0, align > 0 ? align : 1};
     block_acts scratch = {0};
 #define FIELD(name, kind, elems)                                                      \
@@ -304,6 +313,15 @@ static buf_count layout_acts(decoder *m, const decoder_config *c, size_t esz, in
         ONE(fp8.t_scales, BUF_F32, fz.t_scales);
         if (mm == MODEL_MATMUL_FP8_TENSORWISE) ONE(fp8.src_amax, BUF_F32, 1);
     }
+    if (lora) { /* the adapters' buffers (lora_linear.h), kept unless blocks are recomputed */
+        ONE(sink, BUF_F32, z.d);
+        model_layout lay;
+        if (!m) decoder_layout(c, &lay);
+        bytes.bytes += lora_linear_init(m ? &m->lora : NULL, m ? m->ops : NULL,
+                                        m ? &m->lay : &lay, lora, decoder_unit_block(0),
+                                        c->n_layers, B, T, ac != MODEL_AC_FULL, esz, bytes.align);
+        if (!m) model_layout_free(&lay);
+    }
 #undef ONE
     return bytes;
 }
@@ -337,8 +355,9 @@ static void spec_init_slice(const model_layout *lay, const void *cfg, uint64_t s
 }
 
 static size_t spec_activation_bytes(const void *cfg, shlm_dtype act, int B, int T,
-                                      model_ac ac, model_matmul mm, size_t align) {
-    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, mm, align).bytes;
+                                      model_ac ac, model_matmul mm, const lora_config *lora,
+                                      size_t align) {
+    return layout_acts(NULL, cfg, shlm_dtype_size(act), B, T, ac, mm, lora, align).bytes;
 }
 
 static size_t spec_op_scratch_bytes(const void *cfg, const shlm_ops *ops, int B, int T) {
@@ -390,7 +409,9 @@ decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, i
     m->head = decoder_unit_head(cfg);
     m->head_norm = cfg->tie_word_embeddings ? 1 : 0; /* tied: after embed_tokens */
     m->head_out = cfg->tie_word_embeddings ? 0 : 1;
-    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, m->matmul, 1).bytes;
+    m->lora_on = o->lora.rank > 0;
+    m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, m->matmul, m->lora_on ? &o->lora : NULL,
+                               1).bytes;
     return m;
 }
 
@@ -398,8 +419,10 @@ void decoder_destroy(decoder *m) {
     if (!m) return;
     const shlm_ops *o = m->ops;
     int quantized;
-    const keep_set keep = kept_for(m->ac, m->matmul, &quantized);
+    const keep_set keep = kept_for(m->ac, m->matmul, m->lora_on, &quantized);
     const int L = m->cfg.n_layers;
+    lora_linear_free(&m->lora);
+    o->free(m->sink);
     for (int l = 0; quantized && l < L; l++) {
         shlm_fp8_matrix *t[] = {&m->acts[l].ln1_t, &m->acts[l].ln2_t, &m->acts[l].h_t};
         for (int k = 0; k < 3; k++) {
@@ -525,6 +548,41 @@ static fp8_linear_weight weight(const decoder *m, const void *p, int u, int k) {
 /* att is attention's backward input too, so kept itself: its transpose is made when needed */
 static shlm_fp8_matrix no_transpose = {0};
 
+/* Product k (fp8_first's order: q|k|v, o, gate|up, down) of block l: linear_fwd, then its
+ * LoRA adapters where it has them (lora_linear.h; DoRA's base product goes to its own
+ * buffer, without the residual). ap: the block's gathered adapters. */
+static void product_fwd(decoder *m, int l, int k, const void *p, const void *ap, void *out,
+                        const void *inp, int N, int T, int C, int OC, const void *residual,
+                        shlm_fp8_matrix *keep_t, const float *amax) {
+    const int u = decoder_unit_block(l);
+    const fp8_linear_weight w = weight(m, p, u, fp8_first[k]);
+    if (!m->lora_on || !lora_linear_on(&m->lora, l, k)) {
+        linear_fwd(m, out, inp, w, N, C, OC, residual, keep_t, amax);
+        return;
+    }
+    void *base = lora_linear_base_out(&m->lora, l, k);
+    linear_fwd(m, base ? base : out, inp, w, N, C, OC, base ? NULL : residual, keep_t, amax);
+    lora_linear_fwd(&m->lora, l, k, w.w, ap, out, inp, N, T, residual);
+}
+
+/* Product k's backward: linear_bwd (dw NULL: a frozen weight's gradient is not computed),
+ * around LoRA's where the product has adapters (ag: the block's adapter gradient, "=" when
+ * ag_set). dout_writable: dout is this backward's scratch, which DoRA may scale in place. */
+static void product_bwd(decoder *m, int l, int k, const void *p, const void *ap, float *ag,
+                        int ag_set, void *dinp, float *dw, void *dout, int dout_writable,
+                        const void *inp, const shlm_fp8_matrix *inp_t, int N, int T, int C,
+                        int OC, int flags, const float *dout_amax) {
+    const int u = decoder_unit_block(l);
+    const fp8_linear_weight w = weight(m, p, u, fp8_first[k]);
+    if (!m->lora_on || !lora_linear_on(&m->lora, l, k)) {
+        linear_bwd(m, dinp, dw, dout, inp, inp_t, w, N, C, OC, flags, dout_amax);
+        return;
+    }
+    const void *dy = lora_linear_bwd_dout(&m->lora, l, k, ap, ag, ag_set, dout, dout_writable, N);
+    linear_bwd(m, dinp, dw, dy, inp, inp_t, w, N, C, OC, flags, dy == dout ? dout_amax : NULL);
+    lora_linear_bwd(&m->lora, l, k, ap, ag, ag_set, dinp, dy, inp, N, T);
+}
+
 /* Names a profiler range after a unit: "fwd block 3". */
 static void range_unit(const decoder *m, const char *what, int l) {
     if (!m->ops->range_push) return;
@@ -533,7 +591,8 @@ static void range_unit(const decoder *m, const char *what, int l) {
     m->ops->range_push(name);
 }
 
-static void block_forward(decoder *m, int l, const void *p, int B, int T, int write_out) {
+static void block_forward(decoder *m, int l, const void *p, const void *ap, int B, int T,
+                          int write_out) {
     const shlm_ops *o = m->ops;
     const decoder_config *c = &m->cfg;
     const int u = decoder_unit_block(l), N = B * T, d = c->dim, F = c->ffn_dim;
@@ -544,7 +603,7 @@ static void block_forward(decoder *m, int l, const void *p, int B, int T, int wr
     float *amax = operand_amax(m, a->ln1_t.codes != NULL);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps, amax));
     /* q, k, v are contiguous in the unit: one fused GEMM */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t, amax));
+    PROF(m, PROF_MATMUL_FWD, product_fwd(m, l, 0, p, ap, a->qkv, a->ln1, N, T, d, m->qkv_dim, NULL, &a->ln1_t, amax));
     /* the q|k|v biases, in act dtype after the product whatever its recipe, before RoPE */
     if (c->qkv_bias) PROF(m, PROF_MATMUL_FWD, o->bias_add(a->qkv, wptr(m, p, u, BK_QB), N, m->qkv_dim));
     progress(m);
@@ -552,29 +611,30 @@ static void block_forward(decoder *m, int l, const void *p, int B, int T, int wr
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
     progress(m);
     /* residual: xmid = x + att·Woᵀ, added by the GEMM itself */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->xmid, a->att, weight(m, p, u, BK_O), N, m->att_dim, d, x, &no_transpose, NULL));
+    PROF(m, PROF_MATMUL_FWD, product_fwd(m, l, 1, p, ap, a->xmid, a->att, N, T, m->att_dim, d, x, &no_transpose, NULL));
     progress(m);
     amax = operand_amax(m, a->ln2_t.codes != NULL);
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln2, a->rstd2, a->xmid, wptr(m, p, u, BK_LN2), N, d, c->norm_eps, amax));
     /* gate and up are contiguous: one fused GEMM into [gate | up] rows */
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->gu, a->ln2, weight(m, p, u, BK_GATE), N, d, 2 * F, NULL, &a->ln2_t, amax));
+    PROF(m, PROF_MATMUL_FWD, product_fwd(m, l, 2, p, ap, a->gu, a->ln2, N, T, d, 2 * F, NULL, &a->ln2_t, amax));
     progress(m);
     /* recomputation for the backward (!write_out): x[l+1] is not needed, nor h's amax */
     amax = operand_amax(m, write_out && a->h_t.codes != NULL);
     PROF(m, PROF_SWIGLU, o->swiglu_fwd(a->h, a->gu, N, F, amax));
-    if (!write_out) return;
-    PROF(m, PROF_MATMUL_FWD, linear_fwd(m, xout, a->h, weight(m, p, u, BK_DOWN), N, F, d, a->xmid, &a->h_t, amax));
+    /* the down product's adapters keep what their backward reads: recomputed with it */
+    if (!write_out && !(m->lora_on && lora_linear_on(&m->lora, l, 3))) return;
+    PROF(m, PROF_MATMUL_FWD, product_fwd(m, l, 3, p, ap, xout, a->h, N, T, F, d, a->xmid, &a->h_t, amax));
     progress(m);
 }
 
 /* Restores what the checkpointing mode did not keep of block l's activations. */
-static void recompute(decoder *m, int l, const void *p, int B, int T) {
+static void recompute(decoder *m, int l, const void *p, const void *ap, int B, int T) {
     const shlm_ops *o = m->ops;
     const decoder_config *c = &m->cfg;
     const int u = decoder_unit_block(l), N = B * T, d = c->dim;
     block_acts *a = &m->acts[l];
     if (m->ac == MODEL_AC_FULL) {
-        block_forward(m, l, p, B, T, 0);
+        block_forward(m, l, p, ap, B, T, 0);
     } else if (m->ac == MODEL_AC_SELECTIVE) {
         PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, m->x[l], wptr(m, p, u, BK_LN1), N, d, c->norm_eps, NULL));
         PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
@@ -586,35 +646,41 @@ static void recompute(decoder *m, int l, const void *p, int B, int T) {
 /* m->dx holds dL/dx[l+1] on entry and dL/dx[l] on return. g_set: the unit's gradient
  * buffer holds nothing to keep (the source said so), so every tensor of it is written
  * once with "=" instead of added to. The activation gradients (dh, dln, datt) are
- * always written with "=": no zeroing pass before each product. */
-static void block_backward(decoder *m, int l, const void *p, float *g, int g_set, int B,
-                           int T) {
+ * always written with "=": no zeroing pass before each product. With LoRA, g is the
+ * block's adapter gradient (ap its gathered adapters): the block's own weights are frozen,
+ * their gradients never computed (the norms' go to the unread sink). */
+static void block_backward(decoder *m, int l, const void *p, const void *ap, float *g,
+                           int g_set, int B, int T) {
     const shlm_ops *o = m->ops;
     const decoder_config *c = &m->cfg;
     const int u = decoder_unit_block(l), N = B * T, d = c->dim, F = c->ffn_dim;
-    const int mm = SHLM_MM_SET_DINP | (g_set ? SHLM_MM_SET_DWEIGHT : 0);
+    const int lo = m->lora_on;
+    const int mm = SHLM_MM_SET_DINP | (g_set && !lo ? SHLM_MM_SET_DWEIGHT : 0);
+    float *ag = lo ? g : NULL;
+#define BASE_G(k) (lo ? NULL : gptr(m, g, u, k))
+#define NORM_G(k) (lo ? m->sink : gptr(m, g, u, k))
     block_acts *a = &m->acts[l];
-    recompute(m, l, p, B, T);
-    if (g_set) { /* the norms' weight gradients are sums (+=): start them at zero */
+    recompute(m, l, p, ap, B, T);
+    if (g_set && !lo) { /* the norms' weight gradients are sums (+=): start them at zero */
         PROF(m, PROF_COPY, o->zero(gptr(m, g, u, BK_LN1), (size_t)d * sizeof(float)));
         PROF(m, PROF_COPY, o->zero(gptr(m, g, u, BK_LN2), (size_t)d * sizeof(float)));
     }
     /* MLP: x[l+1] = xmid + h·Wdᵀ */
     void *dh = m->dwide1, *dgu = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, dh, gptr(m, g, u, BK_DOWN), m->dx, a->h, &a->h_t, weight(m, p, u, BK_DOWN), N, F, d, mm, NULL));
+    PROF(m, PROF_MATMUL_BWD, product_bwd(m, l, 3, p, ap, ag, g_set, dh, BASE_G(BK_DOWN), m->dx, 0, a->h, &a->h_t, N, T, F, d, mm, NULL));
     progress(m);
     /* SwiGLU's backward makes the amax of dgu, the gate|up products' FP8 operand */
     float *amax = operand_amax(m, 1);
     PROF(m, PROF_SWIGLU, o->swiglu_bwd(dgu, dh, a->gu, N, F, amax));
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_GATE), dgu, a->ln2, &a->ln2_t, weight(m, p, u, BK_GATE), N, d,
+    PROF(m, PROF_MATMUL_BWD, product_bwd(m, l, 2, p, ap, ag, g_set, m->dln, BASE_G(BK_GATE), dgu, 1, a->ln2, &a->ln2_t, N, T, d,
                   2 * F, mm, amax));
     progress(m);
-    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, NORM_G(BK_LN2), m->dln, a->xmid, wptr(m, p, u, BK_LN2),
                    a->rstd2, N, d));
     /* attention: xmid = x + att·Woᵀ */
     void *datt = m->dwide1, *dqkv = m->dwide2;
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, datt, gptr(m, g, u, BK_O), m->dx, a->att, &no_transpose, weight(m, p, u, BK_O), N, m->att_dim,
-                  d, mm, NULL));
+    PROF(m, PROF_MATMUL_BWD, product_bwd(m, l, 1, p, ap, ag, g_set, datt, BASE_G(BK_O), m->dx, 0, a->att, &no_transpose, N, T,
+                  m->att_dim, d, mm, NULL));
     progress(m);
     /* rope: dqkv comes back w.r.t. the pre-RoPE q, k (the inverse rotation of the
      * post-RoPE gradient), fused into the attention backward's epilogues on cuda, so the
@@ -623,12 +689,14 @@ static void block_backward(decoder *m, int l, const void *p, float *g, int g_set
                      c->head_dim, &m->rope));
     progress(m);
     /* the biases sit before RoPE, where dqkv is: their gradient is its column sums */
-    if (c->qkv_bias) PROF(m, PROF_MATMUL_BWD, o->bias_grad(gptr(m, g, u, BK_QB), dqkv, N, m->qkv_dim, g_set));
-    PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, weight(m, p, u, BK_Q), N, d,
+    if (c->qkv_bias && !lo) PROF(m, PROF_MATMUL_BWD, o->bias_grad(gptr(m, g, u, BK_QB), dqkv, N, m->qkv_dim, g_set));
+    PROF(m, PROF_MATMUL_BWD, product_bwd(m, l, 0, p, ap, ag, g_set, m->dln, BASE_G(BK_Q), dqkv, 1, a->ln1, &a->ln1_t, N, T, d,
                   m->qkv_dim, mm, NULL));
     progress(m);
-    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, u, BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, NORM_G(BK_LN1), m->dln, m->x[l], wptr(m, p, u, BK_LN1),
                    a->rstd1, N, d));
+#undef BASE_G
+#undef NORM_G
 }
 
 static void check_shape(const decoder *m, int B, int T) {
@@ -642,12 +710,18 @@ static int count_valid(const int32_t *targets, int n) {
     return v;
 }
 
+/* Unit u's gathered adapters (LoRA), or NULL. Valid while u is acquired. */
+static const void *adapters_of(const decoder *m, int u) {
+    return m->lora_on && m->src.adapter ? m->src.adapter(m->src.ctx, u) : NULL;
+}
+
 /* Embedding and every block forward; leaves x[L] filled. doc_start (host, or NULL) is
  * uploaded once for the whole pass, forward and backward. */
 static void trunk_forward(decoder *m, const int32_t *tokens, const int32_t *doc_start,
-                          int B, int T) {
+                          int B, int T, const uint64_t *row_keys) {
     const shlm_ops *o = m->ops;
     const int N = B * T;
+    if (m->lora_on) lora_linear_begin(&m->lora, row_keys, B);
     o->to_device(m->tokens_dev, tokens, (size_t)N * sizeof(int32_t));
     m->doc = NULL;
     if (doc_start) {
@@ -662,7 +736,7 @@ static void trunk_forward(decoder *m, const int32_t *tokens, const int32_t *doc_
         int u = decoder_unit_block(l);
         PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, u, MODEL_FWD));
         range_unit(m, "fwd", l);
-        block_forward(m, l, p, B, T, 1);
+        block_forward(m, l, p, adapters_of(m, u), B, T, 1);
         shlm_range_pop(m->ops);
         PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, MODEL_FWD));
     }
@@ -704,8 +778,12 @@ double decoder_forward_backward(decoder *m, const model_batch *b, float grad_sca
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
     const int valid = count_valid(targets, N);
     if (n_valid) *n_valid = valid;
-    trunk_forward(m, tokens, doc_start, B, T);
+    trunk_forward(m, tokens, doc_start, B, T, b->row_keys);
     o->to_device(m->targets_dev, targets, (size_t)N * sizeof(int32_t));
+    /* LoRA: the embedding, the norms and the head are frozen (no gradient: the norms' goes
+     * to the sink, the products' is not computed); the blocks' adapters train */
+    const int lo = m->lora_on;
+    if (lo) PROF(m, PROF_COPY, o->zero(m->sink, (size_t)d * sizeof(float)));
 
     /* head: final norm, then logits, loss and their gradient chunk by chunk, so the
      * (N, V) logits never exist whole; the head's backward runs right here. Tied: the
@@ -713,9 +791,9 @@ double decoder_forward_backward(decoder *m, const model_batch *b, float grad_sca
     const int hu = m->head, kn = m->head_norm, ko = m->head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, MODEL_HEAD));
-    float *g;
-    int g_set;
-    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
+    float *g = NULL;
+    int g_set = 0;
+    if (!lo) PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, hu, &g_set));
     if (g_set) PROF(m, PROF_COPY, o->zero(gptr(m, g, hu, kn), (size_t)d * sizeof(float)));
     PROF(m, PROF_NORM, o->rmsnorm_fwd(m->lnf, m->rstdf, m->x[L], wptr(m, p, hu, kn), N, d, c->norm_eps, NULL));
     /* each chunk writes its own rows of dln; the first chunk sets a fresh lm_head gradient */
@@ -727,32 +805,35 @@ double decoder_forward_backward(decoder *m, const model_batch *b, float grad_sca
         /* the caller's normalisation: each trained target's loss gradient is grad_scale */
         PROF(m, PROF_LOSS, o->xent_fwd_bwd(m->losses + r0, m->logits, m->logits, m->targets_dev + r0, rows, V,
                         grad_scale));
-        PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, gptr(m, g, hu, ko), m->logits,
+        PROF(m, PROF_MATMUL_BWD, o->matmul_bwd((char *)m->dln + (size_t)r0 * d * m->esz, lo ? NULL : gptr(m, g, hu, ko), m->logits,
                       lnf_r, wptr(m, p, hu, ko), rows, d, V, mm));
     }
     PROF(m, PROF_COPY, o->zero(m->dx, (size_t)N * d * m->esz));
-    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, gptr(m, g, hu, kn), m->dln, m->x[L], wptr(m, p, hu, kn),
+    PROF(m, PROF_NORM, o->rmsnorm_bwd(m->dx, lo ? m->sink : gptr(m, g, hu, kn), m->dln, m->x[L], wptr(m, p, hu, kn),
                    m->rstdf, N, d));
     PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, MODEL_HEAD));
-    PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, hu));
+    if (!lo) PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, hu));
 
     for (int l = L - 1; l >= 0; l--) {
         int u = decoder_unit_block(l);
         PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, u, MODEL_BWD));
         PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, u, &g_set));
         range_unit(m, "bwd", l);
-        block_backward(m, l, p, g, g_set, B, T);
+        block_backward(m, l, p, adapters_of(m, u), g, g_set, B, T);
         shlm_range_pop(m->ops);
         PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, u, MODEL_BWD));
         PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, u));
     }
-    /* the embedding's backward needs no parameters, only the token ids; tied, it is unit
-     * 0's second gradient part (a fresh buffer is zeroed whole, its norm part included) */
-    PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, DECODER_UNIT_EMBED, &g_set));
-    if (g_set) /* a scatter-add: start a fresh gradient at zero */
-        PROF(m, PROF_COPY, o->zero(g, m->lay.units[DECODER_UNIT_EMBED].numel * sizeof(float)));
-    PROF(m, PROF_EMBED, o->embedding_bwd(g, m->dx, m->tokens_dev, N, d));
-    PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, DECODER_UNIT_EMBED));
+    if (!lo) {
+        /* the embedding's backward needs no parameters, only the token ids; tied, it is
+         * unit 0's second gradient part (a fresh buffer is zeroed whole, its norm part
+         * included) */
+        PROF(m, PROF_ENGINE, g = m->src.grad(m->src.ctx, DECODER_UNIT_EMBED, &g_set));
+        if (g_set) /* a scatter-add: start a fresh gradient at zero */
+            PROF(m, PROF_COPY, o->zero(g, m->lay.units[DECODER_UNIT_EMBED].numel * sizeof(float)));
+        PROF(m, PROF_EMBED, o->embedding_bwd(g, m->dx, m->tokens_dev, N, d));
+        PROF(m, PROF_ENGINE, m->src.grad_ready(m->src.ctx, DECODER_UNIT_EMBED));
+    }
     /* read the losses back only now: a copy to the host mid-pass would stall a GPU */
     return sum_losses(m, N);
 }
@@ -765,7 +846,7 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
     const shlm_ops *o = m->ops;
     const decoder_config *c = &m->cfg;
     const int N = B * T, d = c->dim, V = c->vocab_size, L = c->n_layers;
-    trunk_forward(m, tokens, doc_start, B, T);
+    trunk_forward(m, tokens, doc_start, B, T, NULL);
     const int hu = m->head, ko = m->head_out;
     const void *p;
     PROF(m, PROF_ENGINE, p = m->src.acquire(m->src.ctx, hu, MODEL_HEAD));

@@ -48,19 +48,25 @@ typedef struct model_preset {
 } model_preset;
 
 /* How a model computes, from the job (train.matmul, fsdp.activation_checkpointing,
- * train.fp8_fast_accum). */
+ * train.fp8_fast_accum, [lora]). */
 typedef struct model_opts {
     model_ac ac;
     model_matmul matmul;
     int fp8_fast_accum; /* FP8 forward products may use fast accumulation */
+    lora_config lora;   /* rank 0: none; else the parameters are frozen and the adapters
+                         * (src/engine/model.h "LoRA") train: the parameter source's grad()
+                         * is the adapters' */
 } model_opts;
 
 /* One micro-batch as a model takes it: host arrays of B·T. targets: < 0 is ignored; NULL
  * in a forward pass that computes no loss. doc_start: NULL (causal attention) or each
- * token's document start, as kernels/ops.h's attention takes it. */
+ * token's document start, as kernels/ops.h's attention takes it. row_keys: NULL, or B keys
+ * the LoRA adapters' dropout masks are drawn from (one per sequence, a function of the
+ * training sample it is: the same masks at every world size). */
 typedef struct model_batch {
     const int32_t *tokens, *targets, *doc_start;
     int B, T;
+    const uint64_t *row_keys;
 } model_batch;
 
 typedef struct model_family {

@@ -135,7 +135,8 @@ static void step_gradients(loop *L, int s, step_result *o) {
             o->data_failed = 1;
         int valid = 0;
         if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
-        const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len};
+        batch_rows_keys(&L->br, &L->dl, L->st0->seed, step_start, m);
+        const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len, L->br.row_keys};
         o->sums[0] += model_forward_backward(r->model, &mb, scale, &valid);
         o->sums[1] += valid;
     }
@@ -275,6 +276,12 @@ static int step_save(loop *L, int s, float lr) {
     snprintf(st.data_train, sizeof st.data_train, "%s", c->data_train);
     st.data_bytes = r->train_tf.size;
     st.data_fingerprint = r->train_tf.fingerprint;
+    st.lora_rank = c->lora.rank;
+    st.lora_targets = (int)c->lora.targets;
+    st.lora_dora = c->lora.dora;
+    st.lora_base[0] = '\0';
+    if (c->lora.rank > 0) run_base_name(c, st.lora_base, sizeof st.lora_base);
+    st.lora_base_fingerprint = c->lora.rank > 0 ? r->base_fingerprint : 0;
     char err[1536] = "";
     if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
                         sizeof err) == 0)
@@ -344,6 +351,7 @@ static int loop_close(loop *L, int rc, int stopped_at) {
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(L->wire[0] / ran), (unsigned long long)(L->wire[1] / ran));
     run_plan_check_end(r, L->device_peak);
+    if (rc == 0 && run_check_base(r) != 0) rc = -1;
     batch_rows_free(&L->br);
     data_loader_free(&L->dl);
     watch_summary(L->w, rc == 0);

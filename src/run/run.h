@@ -39,6 +39,7 @@ typedef struct run {
     hf_files hf;              /* training: the model's and tokenizer's Hugging Face files,
                                * kept in every checkpoint for export */
     int grad_accum;           /* micro-batches per rank per step */
+    uint64_t base_fingerprint;/* LoRA: the frozen base's (fsdp_base_fingerprint) as loaded */
 } run;
 
 /* Loads the job and builds everything; returns 0 or -1 (message already printed).
@@ -74,6 +75,14 @@ int run_validate(run *r, double *loss, double *scored);
  * checkpoint's state before any tensor is read), else model.init_from (weights), else
  * the seed's initialisation and step 0. Collective; returns 0, or -1 (message printed). */
 int run_load_initial(run *r, ckpt_state *st);
+
+/* LoRA: the frozen base as a person names it: model.init_from, or "initialised from
+ * train.seed = N" (what a LoRA checkpoint keeps as lora.base). */
+void run_base_name(const job_config *c, char *out, size_t outlen);
+
+/* LoRA: checks that the frozen base is what was loaded (its fingerprint as at the start),
+ * rank 0 printing both; nothing without LoRA. Collective; 0, or -1 (message printed). */
+int run_check_base(run *r);
 
 /* Trains steps st->step+1 .. the job's end (train.stop_after, else train.steps), watched
  * by w: the step line, metrics, checkpoints, validation, stop signals, the closing

@@ -67,7 +67,7 @@ int sample_generate(model *m, int max_ctx, const int32_t *prompt, int n_prompt,
     int len = n_prompt, k = 0;
     while (k < n_new) {
         int ctx = len < max_ctx ? len : max_ctx;
-        const model_batch b = {out + len - ctx, NULL, NULL, 1, ctx};
+        const model_batch b = {out + len - ctx, NULL, NULL, 1, ctx, NULL};
         model_forward(m, &b, NULL, NULL, logits);
         const int32_t id = sample_token(logits, V, o->temperature, o->top_p, &r);
         out[len++] = id;

@@ -7,6 +7,7 @@
 
 #include "src/base/startup.h"
 #include "src/engine/optim.h"
+#include "src/job/lora_keys.h"
 
 /* What a resumed job may change (config.c's checkpoint.allow_*_change say what each
  * means): a training file other than the checkpoint's (by size and fingerprint; older
@@ -87,6 +88,87 @@ static int resume_rules(const job_config *c, const char *path, const token_file 
     return 0;
 }
 
+/* LoRA: the frozen base from model.init_from (a Hugging Face directory: config.c refuses a
+ * checkpoint there) or the seed; then, unless a checkpoint brings them (adapters_follow),
+ * the adapters from lora.init_from (a PEFT adapter) or the seed, DoRA's magnitudes then
+ * the base's row norms (PEFT's start: the adapted model is the base). The base's
+ * fingerprint, taken here, is checked at the end of training (run_check_base). Returns 0,
+ * or -1 with err (every rank). */
+static int lora_start(run *r, int adapters_follow, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    startup_set_weights(c->init_from[0] ? STARTUP_WEIGHTS_IMPORT : STARTUP_WEIGHTS_SEED);
+    if (c->init_from[0]) {
+        if (checkpoint_import_hf(r->engine, &r->topo, &c->model, c->init_from, err, errlen) != 0)
+            return -1;
+    } else {
+        fsdp_init_weights(r->engine, c->seed);
+    }
+    if (!adapters_follow && c->lora_init_from[0]) {
+        if (checkpoint_import_peft(r->engine, &r->topo, c->lora_init_from, err, errlen) != 0)
+            return -1;
+    } else if (!adapters_follow) {
+        fsdp_init_adapters(r->engine, c->seed);
+        fsdp_lora_magnitudes(r->engine);
+    }
+    r->base_fingerprint = fsdp_base_fingerprint(r->engine);
+    char name[1100];
+    run_base_name(c, name, sizeof name);
+    if (r->rank == 0)
+        printf("lora: the frozen base (%s) has fingerprint %016llx\n", name,
+               (unsigned long long)r->base_fingerprint);
+    return 0;
+}
+
+void run_base_name(const job_config *c, char *out, size_t outlen) {
+    if (c->init_from[0]) snprintf(out, outlen, "%s", c->init_from);
+    else snprintf(out, outlen, "initialised from train.seed = %llu", (unsigned long long)c->seed);
+}
+
+/* Whether checkpoint path (its state st) holds what this job trains: the same adapters
+ * (lora.rank, targets, dora), or none for a full fine-tune, and for LoRA the same frozen
+ * base (by fingerprint, lora_start's, taken before). 0, or -1 with err naming both. */
+static int lora_matches(const run *r, const char *path, const ckpt_state *st, char *err,
+                        size_t errlen) {
+    const lora_config *lc = &r->cfg.lora;
+    if (st->lora_rank != lc->rank || (lc->rank > 0 && ((unsigned)st->lora_targets != lc->targets ||
+                                                       st->lora_dora != lc->dora))) {
+        char mine[128], theirs[128];
+        lora_targets_text(lc->targets, mine, sizeof mine);
+        lora_targets_text((unsigned)st->lora_targets, theirs, sizeof theirs);
+        snprintf(err, errlen, "%.400s holds %s lora.rank = %d, targets = %s, dora = %d; this job has "
+                 "lora.rank = %d, targets = %s, dora = %d: resume with the checkpoint's [lora] "
+                 "keys", path, st->lora_rank ? "adapters of" : "a full fine-tune,",
+                 st->lora_rank, st->lora_rank ? theirs : "-", st->lora_dora, lc->rank,
+                 lc->rank ? mine : "-", lc->dora);
+        return -1;
+    }
+    if (lc->rank > 0 && st->lora_base_fingerprint != r->base_fingerprint) {
+        char mine[1100];
+        run_base_name(&r->cfg, mine, sizeof mine);
+        snprintf(err, errlen, "%.400s was trained on the frozen base (%.400s, fingerprint %016llx);"
+                 " this job's base (%.400s) is another (fingerprint %016llx): resume on the "
+                 "checkpoint's base", path, st->lora_base,
+                 (unsigned long long)st->lora_base_fingerprint, mine,
+                 (unsigned long long)r->base_fingerprint);
+        return -1;
+    }
+    return 0;
+}
+
+int run_check_base(run *r) {
+    if (!fsdp_lora(r->engine)) return 0;
+    const uint64_t now = fsdp_base_fingerprint(r->engine);
+    if (r->rank == 0)
+        printf("lora: the frozen base's fingerprint after training %016llx (%s)\n",
+               (unsigned long long)now, now == r->base_fingerprint ? "unchanged" : "CHANGED");
+    if (now == r->base_fingerprint) return 0;
+    char err[200];
+    snprintf(err, sizeof err, "the frozen base changed during training (fingerprint %016llx, "
+             "%016llx at the start)", (unsigned long long)now,
+             (unsigned long long)r->base_fingerprint);
+    return any_rank_failed(0, err);
+}
+
 /* The state a training run starts from: checkpoint.resume (weights, moments, step, data
  * position), else model.init_from (weights), else the seed's init and step 0. A resumed
  * job is checked against the checkpoint's state before any tensor is read
@@ -115,6 +197,9 @@ static int load_initial_weights(run *r, ckpt_state *st) {
             return any_rank_failed(0, err);
         int ok = resume_rules(c, path, &r->train_tf, &peek, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) return -1;
+        if (fsdp_lora(r->engine) && lora_start(r, 1, err, sizeof err) != 0)
+            return any_rank_failed(0, err);
+        if (any_rank_failed(lora_matches(r, path, &peek, err, sizeof err) == 0, err)) return -1;
         if (checkpoint_load(r->engine, &r->topo, &c->model, path, CKPT_LOAD_ALL, st, err,
                             sizeof err) != 0 ||
             checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
@@ -151,6 +236,8 @@ static int load_initial_weights(run *r, ckpt_state *st) {
                    saved.steps, st->steps, st->lr_last, c->min_lr, st->steps);
         return 0;
     }
+    if (fsdp_lora(r->engine))
+        return lora_start(r, 0, err, sizeof err) == 0 ? 0 : any_rank_failed(0, err);
     if (!c->init_from[0]) { /* run_setup deferred this: loads overwrite every shard */
         startup_set_weights(STARTUP_WEIGHTS_SEED);
         fsdp_init_weights(r->engine, c->seed);
@@ -181,7 +268,25 @@ static int load_forward_weights(run *r, const char *ckpt, char *what, size_t wha
         if (checkpoint_resolve(c->ckpt_dir, c->ckpt_resume, path, sizeof path, err, sizeof err) != 0)
             return any_rank_failed(0, err);
         if (path[0]) ckpt = path;
-        else if (c->init_from[0]) ckpt = c->init_from;
+        else if (c->init_from[0] && !fsdp_lora(r->engine)) ckpt = c->init_from;
+    }
+    if (fsdp_lora(r->engine)) { /* the base, then the checkpoint's adapters */
+        if (lora_start(r, ckpt != NULL, err, sizeof err) != 0) return any_rank_failed(0, err);
+        snprintf(what, whatlen, "%s%s%s", c->init_from[0] ? c->init_from : "the seed's base",
+                 ckpt || c->lora_init_from[0] ? " with the adapters of " : "",
+                 ckpt ? ckpt : c->lora_init_from);
+        if (!ckpt) return 0;
+        startup_set_weights(ckpt == path ? STARTUP_WEIGHTS_RESUME : STARTUP_WEIGHTS_IMPORT);
+        char file[2048];
+        ckpt_state st;
+        if (checkpoint_resolve("", ckpt, file, sizeof file, err, sizeof err) != 0 ||
+            checkpoint_read_state(file, r->topo.world, &st, err, sizeof err) != 0)
+            return any_rank_failed(0, err);
+        if (any_rank_failed(lora_matches(r, file, &st, err, sizeof err) == 0, err)) return -1;
+        if (checkpoint_load(r->engine, &r->topo, &c->model, file, CKPT_LOAD_WEIGHTS, NULL, err,
+                            sizeof err) != 0)
+            return any_rank_failed(0, err);
+        return 0;
     }
     if (!ckpt) {
         snprintf(what, whatlen, "freshly initialised weights (train.seed = %llu)",

@@ -43,7 +43,7 @@ int run_validate(run *r, double *loss, double *scored) {
             if (b * per_batch + (uint64_t)j * r->world + (uint64_t)r->rank >= windows)
                 for (int t = 0; t < c->seq_len; t++) tg[(size_t)j * c->seq_len + t] = -1;
         int valid = 0;
-        const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len};
+        const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len, NULL};
         sums[0] += model_forward(r->model, &mb, &valid, NULL, NULL);
         sums[1] += valid;
         if (b + 1 < batches) { /* one small reduction beside the pass's own collectives */

@@ -1,0 +1,121 @@
+#!/bin/sh
+# LoRA checkpoints: the adapters, their AdamW moments and the frozen base's identity, each
+# rank writing its own slices.
+#
+# tests/jobs/equiv.ini with DoRA adapters of rank 4 on all seven projections, global batch
+# 12, micro-batch 1 (accumulation at every rank count), 8 steps:
+#  exact: A trains 8 steps on 4 ranks FULL_SHARD; B stops after step 4 and saves; C resumes
+#  B's checkpoint on 4 ranks. C's losses and gradient norms of steps 5-8 must equal A's as
+#  printed, and its step-8 checkpoint A's bit for bit (every dataset's checksum: the
+#  adapters and both moments). The checkpoint holds the adapters only (no base tensor), and
+#  `ckpt info` names its base.
+#  other rank counts: B's step-4 checkpoint resumed on 1 rank and on 3 (HYBRID_SHARD is
+#  not needed: every strategy loads by ranges) continues within 1e-6 (relative) of A's
+#  losses (only the order of fp32 sums differs).
+#  a changed base: resuming B's checkpoint with another train.seed (whose initialisation
+#  is another base) is refused with one line naming both bases, before any step; so is a
+#  resume with other [lora] keys.
+#
+# Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
+#   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/lora_ckpt.sh
+# Exit 0 pass, 1 fail, 77 skip (no MPI launcher). The work directory is kept on failure.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
+SHLM=${SHLM:-./shardlm}
+mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
+job="$SHLM_SRCDIR/tests/jobs/equiv.ini"
+tol=1e-6
+
+. "$SHLM_SRCDIR/tests/lib.sh"
+test_begin lora_ckpt shlm-lora-ckpt
+
+prepare_corpus "$work/train.bin"
+
+# run NAME NP [--set k=v ...]: trains the job with DoRA adapters into $work/NAME
+run() {
+    name=$1
+    np=$2
+    shift 2
+    set -- train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+        --set train.steps=8 --set train.lr=1e-2 --set train.global_batch=12 \
+        --set train.micro_batch=1 --set lora.rank=4 --set lora.targets=all --set lora.dora=true \
+        "$@"
+    echo "+ sh $mpi $np $SHLM $*"
+    sh "$mpi" "$np" "$SHLM" "$@" >"$work/$name.log" 2>&1 </dev/null
+    rc=$?
+    skip_without_launcher $rc
+    if [ $rc -ne 0 ]; then
+        tail -n 5 "$work/$name.log"
+        fail "$name: exit $rc"
+    fi
+    return $rc
+}
+
+# ---- exact on 4 ranks ----
+run A 4 --set "checkpoint.dir=$work/A/ck"
+run B 4 --set "checkpoint.dir=$work/B/ck" --set train.stop_after=4
+mkdir -p "$work/C" && cp -R "$work/B/ck" "$work/C/ck"
+run C 4 --set "checkpoint.dir=$work/C/ck"
+grep -q "loaded weights and optimizer of $work/C/ck/step_4.h5" "$work/C.log" ||
+    fail "C did not resume from step_4.h5"
+steps "$work/A/metrics.jsonl" loss | sed -n '5,8p' >"$work/A.tail"
+steps "$work/C/metrics.jsonl" loss >"$work/C.tail"
+steps "$work/A/metrics.jsonl" grad_norm | sed -n '5,8p' >>"$work/A.tail"
+steps "$work/C/metrics.jsonl" grad_norm >>"$work/C.tail"
+if [ "$(wc -l <"$work/C.tail")" -ne 8 ] || ! cmp -s "$work/A.tail" "$work/C.tail"; then
+    diff "$work/A.tail" "$work/C.tail" | head -n 6
+    fail "the resumed steps 5-8 differ from the uninterrupted run's"
+else
+    echo "$test_name: ok: steps 5-8 resumed on 4 ranks: loss and grad_norm identical"
+fi
+why=$(sums_problem "$work/A/ck" "$work/C/ck")
+[ -z "$why" ] || fail "C's step-8 state: $why"
+[ -n "$why" ] || echo "$test_name: ok: the step-8 adapters and moments identical to A's" \
+    "($(wc -l <"$work/A-ck.sums") datasets)"
+"$SHLM" ckpt info "$work/B/ck" >"$work/info.txt" 2>&1
+if grep -q 'proj.weight ' "$work/info.txt" || ! grep -q 'lora_magnitude_vector' "$work/info.txt"; then
+    fail "the checkpoint does not hold the adapters alone: $work/info.txt"
+fi
+grep -q "^  lora  .*rank 4 on q k v o gate up down (DoRA); frozen base initialised from train.seed = 1337" \
+    "$work/info.txt" || fail "ckpt info does not name the adapters and their base: $(grep lora "$work/info.txt")"
+
+# ---- other rank counts ----
+for np in 1 3; do
+    mkdir -p "$work/R$np" && cp -R "$work/B/ck" "$work/R$np/ck"
+    run "R$np" $np --set "checkpoint.dir=$work/R$np/ck" || continue
+    steps "$work/A/metrics.jsonl" loss | sed -n '5,8p' >"$work/A.loss"
+    steps "$work/R$np/metrics.jsonl" loss >"$work/R$np.loss"
+    rel=$(awk '
+        FNR == NR { ref[$1] = $2; next }
+        { n++; a = ref[$1] + 0; b = $2 + 0; d = a - b; if (d < 0) d = -d
+          if (a < 0) a = -a; r = d / a; if (r > m) m = r }
+        END { if (n != 4) print "missing"; else printf "%.3e\n", m }' "$work/A.loss" "$work/R$np.loss")
+    if [ "$rel" = missing ] || awk -v r="$rel" -v t="$tol" 'BEGIN { exit !(r > t) }'; then
+        fail "R$np: losses of steps 5-8 vs the 4-rank run: $rel (tolerance $tol)"
+    else
+        echo "$test_name: ok: 4 ranks -> $np: steps 5-8 within $rel of the uninterrupted run"
+    fi
+done
+
+# ---- refused: another base, other adapters ----
+bad() {
+    name=$1
+    pattern=$2
+    shift 2
+    mkdir -p "$work/$name" && cp -R "$work/B/ck" "$work/$name/ck"
+    echo "+ $SHLM train $job ... --set checkpoint.dir=$work/$name/ck $*"
+    "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+        --set train.steps=8 --set train.global_batch=12 --set train.micro_batch=12 \
+        --set lora.rank=4 --set lora.targets=all --set "checkpoint.dir=$work/$name/ck" "$@" \
+        >"$work/$name.out" 2>"$work/$name.err" </dev/null
+    refused_before_step1 "$name" $? "$pattern"
+}
+bad other_base "frozen base (initialised from train.seed = 1337" --set lora.dora=true \
+    --set train.seed=7
+grep -q "(initialised from train.seed = 7) is another" "$work/other_base.err" ||
+    fail "other_base: the job's base is not named"
+bad other_adapters "holds adapters of lora.rank = 4, targets = q k v o gate up down, dora = 1"
+
+test_end
