@@ -19,6 +19,9 @@ SHLM_BITSANDBYTES=${SHLM_BITSANDBYTES:-$SHLM_CACHE/bitsandbytes}
 #   $SHLM_TENSORBOARD  PyPI tensorboard (its reader and text plugin) and what they import
 #                 beyond numpy, installed apart from the environment (put it on PYTHONPATH)
 SHLM_TENSORBOARD=${SHLM_TENSORBOARD:-$SHLM_CACHE/tensorboard}
+#   $SHLM_PEFT    PyPI peft, LoRA's reference (its adapters and their loss), installed apart
+#                 from the environment (put it on PYTHONPATH)
+SHLM_PEFT=${SHLM_PEFT:-$SHLM_CACHE/peft}
 
 # shlm_python MODULE...: sets SHLM_PY to a python3 in which every MODULE imports (the
 # environment's, else python3 on PATH); returns 1 with a reason on stdout when none does.
