@@ -7,9 +7,10 @@
 # strategy, 2 to 4 ranks, bf16 parameters and reductions, accumulation and tied
 # embeddings; (c) activation checkpointing none > selective > full, each equal to plan's
 # row, with identical losses; (c') the FP8 recipes' operand buffers, exactly; (d)
-# llama2-70b on 1024 ranks plans in under 2 s; (e) plan's own errors; (f) the verdict and
-# the changes it offers; (g) llama2-7b on the cpu backend of a machine it does not fit:
-# plan says so and train refuses before allocating.
+# llama2-70b on 1024 ranks plans in under 2 s; (a', b) LoRA: llama2-7b's adapters and
+# frozen base, and the small model's allocations and comm with LoRA and DoRA; (e) plan's own
+# errors; (f) the verdict and the changes it offers; (g) llama2-7b on the cpu backend of a
+# machine it does not fit: plan says so and train refuses before allocating.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
@@ -79,6 +80,28 @@ else
     fi
 fi
 
+# ---- (a') llama2-7b LoRA (rank 16, all seven projections) on 16 ranks: the adapters'
+# 39976960 parameters (32 layers x 16 x (4 x (4096 + 4096) + 3 x (4096 + 11008))) carry
+# the fp32 state, the base its bf16 shard ----
+A7=39976960
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 16 --set lora.rank=16 \
+    --set lora.targets=all --set fsdp.param_dtype=bf16
+if [ $rc -ne 0 ]; then
+    cat "$T/err"
+    fail "plan llama2-7b LoRA --ranks 16 exited $rc"
+else
+    check "llama2-7b LoRA: master_bytes ~ 4 x adapters / 16" "$(row master_bytes)" $((4 * A7 / 16))
+    check "llama2-7b LoRA: moments_bytes ~ 8 x adapters / 16" "$(row moments_bytes)" $((8 * A7 / 16))
+    check "llama2-7b LoRA: frozen_bytes ~ 2 P / 16 (bf16)" "$(row frozen_bytes)" $((2 * P7 / 16))
+    s=$(row sharded_state_bytes)
+    m=$(row master_bytes) g=$(row grad_bytes) o=$(row moments_bytes) f=$(row frozen_bytes)
+    if [ -n "$s" ] && [ -n "$f" ] && [ $((m + g + o + f)) -eq "$s" ]; then
+        ok "llama2-7b LoRA: master + grad + moments + frozen = sharded_state_bytes"
+    else
+        fail "llama2-7b LoRA: master $m + grad $g + moments $o + frozen $f != sharded_state_bytes $s"
+    fi
+fi
+
 # ---- the small model, trained for 2 steps on the bundled corpus ----
 run "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
     "$T/train.bin"
@@ -115,8 +138,8 @@ train_vs_plan() {
     fi
     mem="$T/$name.train"
     grep '^memory per rank by category (allocated):' "$mem" >"$T/$name.bycat"
-    for key in master_bytes grad_bytes moments_bytes gathered_bytes grad_buffer_bytes \
-        activation_bytes; do
+    for key in master_bytes grad_bytes moments_bytes frozen_bytes gathered_bytes \
+        grad_buffer_bytes activation_bytes; do
         got=$(field $key "$T/$name.bycat") want=$(row $key)
         if [ -n "$got" ] && [ "$got" = "$want" ]; then
             ok "$name: $key allocated $got = plan"
@@ -144,6 +167,10 @@ train_vs_plan() {
 # ---- (b) measured vs planned ----
 train_vs_plan full2 2
 train_vs_plan full4 4
+# LoRA: the frozen base's bf16 shards beside the adapters' state, DoRA's magnitudes
+train_vs_plan lora2 2 --set lora.rank=4 --set lora.targets=all --set fsdp.param_dtype=bf16
+train_vs_plan lora4_sgo_dora 4 --set fsdp.strategy=SHARD_GRAD_OP --set lora.rank=2 \
+    --set lora.dora=true --set "lora.targets=q v down"
 s2=$(field sharded_state_bytes "$T/full2.train")
 s4=$(field sharded_state_bytes "$T/full4.train")
 if [ -n "$s2" ] && [ -n "$s4" ]; then

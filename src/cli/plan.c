@@ -255,14 +255,16 @@ int cmd_plan(int argc, char **argv) {
     printf("per rank memory (bytes)\n");
     static const char *const what_row[PLAN_N_CATEGORIES] = {
         "fp32 master weights (shard)", "fp32 gradient (shard)",
-        "AdamW exp_avg + exp_avg_sq (shard)", "gathered parameter buffers",
+        "AdamW exp_avg + exp_avg_sq (shard)", "LoRA: the frozen base (shard, fsdp.param_dtype)",
+        "gathered parameter buffers",
         "full-unit gradient buffers for reduce-scatter", "activations, their gradients, FP8 operands",
         "the ops' scratch and the matmul library's workspace"};
-    for (int k = PLAN_MASTER; k <= PLAN_MOMENTS; k++)
+    for (int k = PLAN_MASTER; k <= PLAN_FROZEN; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);
     row("sharded_state_bytes", pl->state, "");
-    printf("  %-24s %16.0f  %10.3f GiB  16 P / S with P = %lld, S = %d\n", "16P/S",
-           16.0 * (double)P / S, 16.0 * (double)P / S / 1073741824.0, P, S);
+    printf("  %-24s %16.0f  %10.3f GiB  %s16 P / S with P = %lld, S = %d\n", "16P/S",
+           16.0 * (double)P / S, 16.0 * (double)P / S / 1073741824.0,
+           cfg.lora.rank > 0 ? "a full fine-tune's state: " : "", P, S);
     for (int k = PLAN_GATHERED; k <= PLAN_ACTIVATIONS; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);
     row(plan_category_names[PLAN_OP_SCRATCH], pl->bytes[PLAN_OP_SCRATCH],

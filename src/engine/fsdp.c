@@ -633,6 +633,22 @@ static int next_unit(const fsdp_engine *e, int u, model_phase phase) {
     return shard_plan_next(e->plan, e->with_backward, u, phase);
 }
 
+/* Waits for every gather in flight and drops what the slots hold (a pass abandoned midway,
+ * or a walk over the units outside a pass that left a prefetch behind). */
+static void drop_slots(fsdp_engine *e) {
+    for (int k = 0; k < N_SLOTS; k++) {
+        gather_slot *g = &e->slots[k];
+        wait_req(e, &g->req);
+        wait_req(e, &g->areq);
+        wait_req(e, &g->rest_req);
+        if (g->unit >= 0) {
+            e->units[g->unit].slot = -1;
+            e->units[g->unit].gathered = 0;
+        }
+        g->unit = -1;
+    }
+}
+
 static const void *src_acquire(void *ctx, int u, model_phase phase) {
     fsdp_engine *e = ctx;
     unit_state *s = &e->units[u];
@@ -645,17 +661,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
         if (s->slot < 0) {
             /* both slots busy with units other than the one asked for: a pass was
              * abandoned midway; drop what is gathered */
-            for (int k = 0; k < N_SLOTS; k++) {
-                gather_slot *g = &e->slots[k];
-                wait_req(e, &g->req);
-                wait_req(e, &g->areq);
-                wait_req(e, &g->rest_req);
-                if (g->unit >= 0) {
-                    e->units[g->unit].slot = -1;
-                    e->units[g->unit].gathered = 0;
-                }
-                g->unit = -1;
-            }
+            drop_slots(e);
             issue_gather(e, u);
         }
         if (s->slot >= 0) {
@@ -1031,6 +1037,9 @@ void fsdp_lora_magnitudes(fsdp_engine *e) {
         src_release(e, u, MODEL_FWD);
         e->units[u].gathered = 0; /* the adapters it holds are stale */
     }
+    /* a prefetch the last acquire issued holds adapters from before this walk: the first
+     * pass gathers every unit afresh */
+    drop_slots(e);
     e->with_backward = was;
     free(host);
     free(wbuf);
