@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checkpoint metadata that lies (docs/ARCHITECTURE.md "Checkpoints": state attributes,
+# Checkpoint metadata that lies (docs/checkpoints.md "Checkpoints": state attributes,
 # state checksum, links): each case edits a copy of a good checkpoint with h5py
 # (tests/corrupt.py) and checks that resuming from it, or `ckpt info` / `ckpt verify`,
 # fails before step 1 with one error line naming the attribute or dataset, exit 1:

@@ -1,6 +1,6 @@
 /* The FSDP engine: owns each rank's shard of the fp32 master weights, gradients and
  * AdamW moments of every unit of a model (model.h), and serves the model gathered
- * parameters according to the strategy (docs/ARCHITECTURE.md "Strategies"): gather,
+ * parameters according to the strategy (docs/engine.md "Strategies"): gather,
  * keep, free, prefetch, reduce. What it allocates and the order it prefetches in are the
  * shard plan's (shard_plan.h): the engine derives no size of its own. */
 #ifndef SHLM_FSDP_H

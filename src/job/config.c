@@ -188,7 +188,7 @@ static const key_def keys[] = {
     {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
      "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
 
-    /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
+    /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/checkpoints.md "Checkpoints") */
     {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH,
      "where step_<N>.h5 and latest go; empty: no checkpoints, and the trained weights are "
      "not kept"},
