@@ -27,8 +27,7 @@ SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/lib.sh"
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 if ! shlm_python torch transformers safetensors >/dev/null; then
-    echo "SKIP: $(shlm_python torch transformers safetensors)"
-    exit 77
+    skip_test "$(shlm_python torch transformers safetensors)"
 fi
 test_begin llama3_rope shlm-llama3-rope
 export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1
