@@ -15,6 +15,9 @@ that a range check, not the checksum, is what has to catch an edit.
   corrupt.py v3 FILE                           make it a format-3 file (no data.train
                                                attributes, no model.family nor a [model]
                                                key added since), restamped
+  corrupt.py v4 FILE                           make it a format-4 file (no RoPE scaling
+                                               keys: model.rope_type and its parameters),
+                                               restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -45,6 +48,9 @@ DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint")
 FORMAT3_MODEL_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                       "vocab_size", "max_seq_len", "norm_eps", "rope_theta", "init_std",
                       "tie_word_embeddings")
+# the [model] keys added in format 5 (RoPE scaling)
+FORMAT5_MODEL_KEYS = ("rope_type", "rope_factor", "rope_low_freq_factor",
+                      "rope_high_freq_factor", "rope_original_max_position_embeddings")
 
 
 def model_attrs_after(f, version):
@@ -127,8 +133,9 @@ def main(argv):
                     model_attrs_after(f, 1):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
-        elif cmd in ("v2", "v3"):
-            gone = DATA_ATTRS + model_attrs_after(f, int(cmd[1]))
+        elif cmd in ("v2", "v3", "v4"):
+            gone = (tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4" else
+                    DATA_ATTRS + model_attrs_after(f, int(cmd[1])))
             for name in gone:
                 del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()

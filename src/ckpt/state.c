@@ -185,12 +185,20 @@ int ckpt_record_check(const char *path, const ckpt_record *r, const char *suffix
 /* ---------------------------------------------------------------- the shape */
 
 /* The [model] keys of family f that a file of format `version` holds: every one from
- * version 4 on; before, the Llama shape of that version (tie_word_embeddings from 3). */
+ * version 5 on; version 4 all but RoPE's scaling (rope_type and its parameters: a format-4
+ * file's model has plain RoPE, the keys' defaults); before, the Llama shape of that
+ * version (tie_word_embeddings from 3). */
 static int shape_key_stored(const model_family *f, int i, int version) {
     static const char *const before_4[] = {"dim", "n_layers", "n_heads", "n_kv_heads",
                                            "head_dim", "ffn_dim", "vocab_size", "max_seq_len",
                                            "norm_eps", "rope_theta", "init_std"};
+    static const char *const from_5[] = {"rope_type", "rope_factor", "rope_low_freq_factor",
+                                         "rope_high_freq_factor",
+                                         "rope_original_max_position_embeddings"};
     const char *k = f->keys[i].key;
+    if (version >= 5) return 1;
+    for (size_t j = 0; j < sizeof from_5 / sizeof from_5[0]; j++)
+        if (strcmp(k, from_5[j]) == 0) return 0;
     if (version >= 4) return 1;
     if (version >= 3 && strcmp(k, "tie_word_embeddings") == 0) return 1;
     for (size_t j = 0; j < sizeof before_4 / sizeof before_4[0]; j++)

@@ -153,18 +153,23 @@ static int ckpt_info(int argc, char **argv) {
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
-        char shape[600] = "", v[64];
+        /* the model line: the keys of the shape; the settings line: the family's other
+         * [model] keys (norms, RoPE, initialisation) */
+        char shape[600] = "", settings[600] = "", v[64];
         const model_family *fam = m.family;
         for (int k = 0; k < fam->n_keys; k++) {
             const key_def *key = &fam->keys[k];
-            if (!(key->flags & (KF_LAYOUT | KF_SHAPE)) && strcmp(key->key, "max_seq_len") != 0)
-                continue;
+            char *line = (key->flags & (KF_LAYOUT | KF_SHAPE)) ||
+                                 strcmp(key->key, "max_seq_len") == 0
+                             ? shape
+                             : settings;
             key_format(key, model_shape_cdata(&m), v, sizeof v);
-            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%s %s",
-                     shape[0] ? ", " : "", key->key, v);
+            snprintf(line + strlen(line), sizeof shape - strlen(line), "%s%s %s",
+                     line[0] ? ", " : "", key->key, v);
         }
         printf("  %-20s %s: %s; %lld parameters\n", "model", fam->name, shape,
                (long long)model_shape_param_count(&m));
+        printf("  %-20s %s\n", "model settings", settings);
         printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
     }
     uint64_t total = 0;

@@ -19,7 +19,7 @@
 
 static const char usage_text[] =
     "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"
-    "         [--chat [--system TEXT] [--chat-template auto|chatml|qwen2.5|llama2]] [--tokens N]\n"
+    "         [--chat [--system TEXT] [--chat-template auto|chatml|qwen2.5|llama2|llama3]] [--tokens N]\n"
     "         [--temperature T] [--top-p P] [--seed S] [--ids] [--truncate-prompt]\n"
     "         [--dump-logits FILE.safetensors] [--set section.key=value ...]\n"
     "  Weights: CKPT (a step_<N>.h5 file, a checkpoint directory (its `latest`), or a\n"

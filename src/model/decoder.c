@@ -380,7 +380,7 @@ decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, i
     m->qkv_dim = (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
     m->att_dim = cfg->n_heads * cfg->head_dim;
     char why[256];
-    const shlm_rope_params rp = {.type = SHLM_ROPE_DEFAULT, .theta = (double)cfg->rope_theta};
+    const shlm_rope_params rp = decoder_rope_params(cfg);
     if (shlm_rope_init(&m->rope, cfg->head_dim, &rp, why, sizeof why) != 0) SHLM_FATAL("%s", why);
     m->chunk_rows = (int)sizes_of(cfg, B, T).chunk_rows;
     m->x = calloc((size_t)cfg->n_layers + 1, sizeof(void *));

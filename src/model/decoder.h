@@ -37,13 +37,21 @@ typedef struct decoder_config {
                               * tie_word_embeddings; 0: a separate lm_head.weight */
     int qkv_bias;     /* 1: the q, k and v projections have biases (Qwen2's
                        * self_attn.{q,k,v}_proj.bias), added after the product, before RoPE */
+    /* RoPE's frequency rule and its parameters (kernels/rope_freq.h, with rope_theta);
+     * the parameters a type does not use are 0 */
+    shlm_rope_type rope_type;
+    float rope_factor;              /* linear, llama3 */
+    float rope_low_freq_factor;     /* llama3 */
+    float rope_high_freq_factor;    /* llama3 */
+    int rope_original_max_pos;      /* llama3: original_max_position_embeddings */
 } decoder_config;
 
 /* ---- the [model] keys of a decoder shape, in this order (checkpoints store them so) ---- */
 enum decoder_key {
     DK_DIM, DK_N_LAYERS, DK_N_HEADS, DK_N_KV_HEADS, DK_HEAD_DIM, DK_FFN_DIM, DK_VOCAB_SIZE,
     DK_MAX_SEQ_LEN, DK_NORM_EPS, DK_ROPE_THETA, DK_INIT_STD, DK_TIE_WORD_EMBEDDINGS,
-    DK_QKV_BIAS, DK_N
+    DK_QKV_BIAS, DK_ROPE_TYPE, DK_ROPE_FACTOR, DK_ROPE_LOW_FREQ_FACTOR, DK_ROPE_HIGH_FREQ_FACTOR,
+    DK_ROPE_ORIGINAL_MAX_POS, DK_N
 };
 #define DECODER_F(field) offsetof(decoder_config, field), sizeof(((decoder_config *)0)->field)
 /* The rows of a family's key table; a family gives its own defaults of the RoPE base and
@@ -81,9 +89,30 @@ enum decoder_key {
     {"model", "qkv_bias", KT_BOOL, DECODER_F(qkv_bias), QKV_BIAS_DEFAULT, 0, 0, NULL,           \
      KF_MODEL | KF_LAYOUT,                                                                      \
      "the q, k and v projections have biases (added after the product, before RoPE; no "       \
-     "weight decay)"}
+     "weight decay)"},                                                                          \
+    {"model", "rope_type", KT_ENUM, DECODER_F(rope_type), "default", 0, 0,                      \
+     "default|linear|llama3", KF_MODEL,                                                         \
+     "RoPE's frequencies: default (rope_theta alone), linear (divided by rope_factor), llama3 " \
+     "(Llama-3.1's bands: the rope_* keys below)"},                                             \
+    {"model", "rope_factor", KT_FLOAT, DECODER_F(rope_factor), "0", 0, 1e6, NULL, KF_MODEL,     \
+     "rope_type linear and llama3: how much longer the context is than the one trained "        \
+     "(config.json's factor); 0 with default"},                                                 \
+    {"model", "rope_low_freq_factor", KT_FLOAT, DECODER_F(rope_low_freq_factor), "0", 0, 1e6,   \
+     NULL, KF_MODEL,                                                                            \
+     "rope_type llama3: wavelengths past original_max_position_embeddings / this are divided "  \
+     "by rope_factor; 0 otherwise"},                                                            \
+    {"model", "rope_high_freq_factor", KT_FLOAT, DECODER_F(rope_high_freq_factor), "0", 0, 1e6, \
+     NULL, KF_MODEL,                                                                            \
+     "rope_type llama3: wavelengths under original_max_position_embeddings / this are kept "    \
+     "(between the two: interpolated); 0 otherwise"},                                           \
+    {"model", "rope_original_max_position_embeddings", KT_INT,                                  \
+     DECODER_F(rope_original_max_pos), "0", 0, 1 << 24, NULL, KF_MODEL,                         \
+     "rope_type llama3: the context the model was first trained with; 0 otherwise"}
 /* config.json's names of the keys above (NULL: not there) */
 extern const char *const decoder_hf_names[DK_N];
+
+/* RoPE's type and parameters of a shape, as kernels/rope_freq.h takes them. */
+shlm_rope_params decoder_rope_params(const decoder_config *c);
 
 /* The derived fields: head_dim = dim / n_heads; without set[DK_N_KV_HEADS], n_kv_heads =
  * n_heads. */
@@ -91,12 +120,17 @@ void decoder_derive(decoder_config *c, const unsigned char *set);
 /* family.h's validate for a decoder shape (blame indices are enum decoder_key's). */
 int decoder_validate(const decoder_config *c, char *err, size_t errlen, int blame[2]);
 /* config.json's LlamaConfig members every decoder family reads alike (hidden_size, ...,
- * rope_theta top level or in rope_parameters, tie_word_embeddings, hidden_act silu); a
- * family checks its own members (biases, RoPE scaling, sliding windows) itself. init_std
- * keeps c's value. */
+ * tie_word_embeddings, hidden_act silu) and RoPE's in either form: rope_theta and
+ * rope_scaling (null, or {rope_type (or type), factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings}) at the top, as the Hub's files have them, or
+ * transformers 5's rope_parameters {rope_type, rope_theta, ...}; a rope type other than
+ * default, linear and llama3 is refused naming it. A family checks its own members
+ * (biases, sliding windows) itself. init_std keeps c's value. */
 int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *err,
                     size_t errlen);
-/* The members decoder_hf_read reads, written into j (rope_theta where j keeps it). */
+/* The members decoder_hf_read reads, written into j: RoPE's in the form j has (inside
+ * rope_parameters when j holds that object, else rope_theta and rope_scaling at the top,
+ * null for default; a rope_scaling object's "type" member kept under that name). */
 void decoder_hf_write(const decoder_config *c, cJSON *j);
 /* family.h's hf_unused: lm_head.weight of a tied model, a layer's
  * self_attn.rotary_emb.inv_freq (recomputed from the RoPE settings). */
