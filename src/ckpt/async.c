@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
-#include "io/errmsg.h"
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
 #include "src/base/agree.h"
@@ -64,13 +66,15 @@ static int stage_alloc(ckpt_async *a) {
         for (int u = 0; u < lay->n_units; u++) {
             size_t b, end;
             fsdp_shard_range(a->e, u, &b, &end);
-            /* touched now, so that a host that cannot hold them says so here, not in
-             * the middle of a step */
-            float *p = calloc(end - b > 0 ? end - b : 1, sizeof(float));
+            /* written now, so that the pages exist before the first save's copy, which
+             * would otherwise fault them in during a step */
+            const size_t bytes = (end - b > 0 ? end - b : 1) * sizeof(float);
+            float *p = malloc(bytes);
             if (!p) {
                 stage_free(st);
                 return -1;
             }
+            memset(p, 0, bytes);
             st->shard[k * lay->n_units + u] = p;
         }
     }
@@ -119,8 +123,17 @@ int checkpoint_async_open(ckpt_async **out, fsdp_engine *e, const topology *topo
     return 0;
 }
 
+/* How much lower the writer's CPU priority is than the training's: where the cores are
+ * all busy (OpenMP threads on every one) its checksums and HDF5 work take what the
+ * training leaves instead of slowing the steps it overlaps (benchmarks/bench_ckpt_async.sh);
+ * its I/O does not wait on the CPU. */
+#define WRITER_NICE 10
+
 static void *writer_main(void *arg) {
     ckpt_async *a = arg;
+    /* Linux: a thread's nice value is its own (the guard thread it starts inherits it); a
+     * refused change leaves the writer at the training's priority, which is only slower */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE);
     const int rc = ckpt_save_over(a->e, a->topo, a->cfg, &a->st, a->hf, a->cfg->ckpt_dir,
                                   a->cfg->ckpt_keep, a->comm, &a->stage, a->err,
                                   sizeof a->err);
