@@ -4,6 +4,7 @@
 #  same:   the background saves of steps 4 and 8 hold the same bytes as the synchronous
 #          saves of the same steps (every dataset and attribute, read by h5py through
 #          tests/ckpt_same.py; created_utc and the job text's checkpoint.async line aside);
+#          the staging the run allocates is what `shardlm plan` counts (ckpt_staging_bytes);
 #  resume: resuming from the background step_8.h5 gives the uninterrupted run's losses and
 #          gradient norms of steps 9-12 and its step-12 checkpoint, bit for bit;
 #  kill:   a rank killed (SIGKILL, test hook SHLM_TEST_KILL_IN_SAVE) while the background
@@ -71,6 +72,14 @@ if train run --set checkpoint.async=true; then
         grep -q "^checkpoint: saved step $n to .* in the background:" "$work/async.log" ||
             fail "async: step $n was not saved in the background"
     done
+    # the staging the run allocated is the one `shardlm plan` counts
+    staged=$(sed -n 's/^checkpoint: saved in the background: .* per rank (\([0-9]*\) bytes;.*/\1/p' \
+        "$work/async.log")
+    echo "+ $SHLM plan $job --ranks 2 --set checkpoint.async=true"
+    planned=$("$SHLM" plan "$job" --ranks 2 --set checkpoint.async=true |
+        awk '$1 == "ckpt_staging_bytes" { print $2 }')
+    [ -n "$staged" ] && [ "$staged" = "$planned" ] ||
+        fail "plan: ckpt_staging_bytes '$planned', the run's staging '$staged' bytes"
 else
     tail -n 20 "$work/run.log"
     fail "the run with checkpoint.async = true failed"

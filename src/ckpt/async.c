@@ -115,8 +115,9 @@ int checkpoint_async_open(ckpt_async **out, fsdp_engine *e, const topology *topo
     MPI_CHECK(MPI_Comm_dup(topo->world, &a->comm));
     pthread_mutex_init(&a->mu, NULL);
     if (topo->world_rank == 0) {
-        printf("checkpoint: saved in the background: %s of host staging per rank (%s)\n",
-               ckpt_bytes_str((double)a->stage_bytes).s, avail_what);
+        printf("checkpoint: saved in the background: %s of host staging per rank (%llu bytes; "
+               "%s)\n", ckpt_bytes_str((double)a->stage_bytes).s,
+               (unsigned long long)a->stage_bytes, avail_what);
         fflush(stdout);
     }
     *out = a;
