@@ -13,9 +13,11 @@
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
 #include "src/base/agree.h"
+#include "kernels/ops.h"
 #include "src/ckpt/ckpt_internal.h"
 
 struct ckpt_async {
+    const shlm_ops *ops;      /* host_alloc/host_free of the staging where it has them */
     fsdp_engine *e;
     const topology *topo;
     const job_config *cfg;
@@ -48,14 +50,18 @@ uint64_t checkpoint_async_staging_bytes(fsdp_engine *e) {
     return (uint64_t)FSDP_STATE_N * n * sizeof(float);
 }
 
-static void stage_free(ckpt_staging *st) {
-    for (int i = 0; st->shard && i < FSDP_STATE_N * st->n_units; i++) free(st->shard[i]);
+static void stage_free(const shlm_ops *ops, ckpt_staging *st) {
+    for (int i = 0; st->shard && i < FSDP_STATE_N * st->n_units; i++) {
+        if (ops->host_free) ops->host_free(st->shard[i]);
+        else free(st->shard[i]);
+    }
     free(st->shard);
     st->shard = NULL;
 }
 
-/* The staging buffers, one per state kind and unit; 0, or -1 where the host refuses
- * them (nothing kept). */
+/* The staging buffers, one per state kind and unit (page-locked where the backend has
+ * them: the device copies into them at full speed); 0, or -1 where the host refuses them
+ * (nothing kept). */
 static int stage_alloc(ckpt_async *a) {
     const model_layout *lay = fsdp_layout(a->e);
     ckpt_staging *st = &a->stage;
@@ -69,9 +75,9 @@ static int stage_alloc(ckpt_async *a) {
             /* written now, so that the pages exist before the first save's copy, which
              * would otherwise fault them in during a step */
             const size_t bytes = (end - b > 0 ? end - b : 1) * sizeof(float);
-            float *p = malloc(bytes);
+            float *p = a->ops->host_alloc ? a->ops->host_alloc(bytes) : malloc(bytes);
             if (!p) {
-                stage_free(st);
+                stage_free(a->ops, st);
                 return -1;
             }
             memset(p, 0, bytes);
@@ -81,13 +87,13 @@ static int stage_alloc(ckpt_async *a) {
     return 0;
 }
 
-int checkpoint_async_open(ckpt_async **out, fsdp_engine *e, const topology *topo,
-                          const job_config *cfg, const hf_files *hf, double host_avail,
-                          const char *avail_what) {
+int checkpoint_async_open(ckpt_async **out, const shlm_ops *ops, fsdp_engine *e,
+                          const topology *topo, const job_config *cfg, const hf_files *hf,
+                          double host_avail, const char *avail_what) {
     *out = NULL;
     ckpt_async *a = calloc(1, sizeof *a);
     SHLM_CHECK_ALLOC(a);
-    a->e = e, a->topo = topo, a->cfg = cfg, a->hf = hf;
+    a->ops = ops, a->e = e, a->topo = topo, a->cfg = cfg, a->hf = hf;
     a->stage_bytes = checkpoint_async_staging_bytes(e);
     int level = MPI_THREAD_SINGLE;
     MPI_CHECK(MPI_Query_thread(&level));
@@ -108,7 +114,7 @@ int checkpoint_async_open(ckpt_async **out, fsdp_engine *e, const topology *topo
             printf("checkpoint: checkpoint.async = true, but %s: saving synchronously\n", err);
             fflush(stdout);
         }
-        stage_free(&a->stage);
+        stage_free(ops, &a->stage);
         free(a);
         return -1;
     }
@@ -168,11 +174,14 @@ int checkpoint_async_save(ckpt_async *a, const ckpt_state *st, char *err, size_t
             fflush(stdout);
         }
     }
-    /* the copy: the step's state as it is now, before the next step changes it */
+    /* the copy: the step's state as it is now, landed before the next step can change it
+     * (on a device: queued on a side stream, the backend's stream not drained for it) */
     const model_layout *lay = fsdp_layout(a->e);
     for (int k = 0; k < FSDP_STATE_N; k++)
         for (int u = 0; u < lay->n_units; u++)
-            fsdp_get_state(a->e, u, (fsdp_state_kind)k, a->stage.shard[k * lay->n_units + u]);
+            fsdp_get_state_async(a->e, u, (fsdp_state_kind)k,
+                                 a->stage.shard[k * lay->n_units + u]);
+    fsdp_get_state_wait(a->e);
     a->st = *st;
     a->finished = 0;
     a->rc = 0;
@@ -213,7 +222,7 @@ void checkpoint_async_close(ckpt_async *a) {
     if (!a) return;
     char err[1536];
     (void)join(a, err, sizeof err);
-    stage_free(&a->stage);
+    stage_free(a->ops, &a->stage);
     MPI_CHECK(MPI_Comm_free(&a->comm));
     pthread_mutex_destroy(&a->mu);
     free(a);

@@ -107,8 +107,8 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
 /*
  * Saving in the background (checkpoint.async = true). At the step it saves, each rank
  * copies its shards of the weights and both moments into host staging buffers (allocated
- * once, at the start; the copy is the engine's device-to-host transfer, a memcpy on the
- * cpu backend) and returns to training; a writer thread per rank then runs the save
+ * once, at the start, page-locked on a device; the copy is the engine's device-to-host
+ * transfer on a side stream, a memcpy on the cpu backend) and returns to training; a writer thread per rank then runs the save
  * protocol above, unchanged (so the file is the synchronous save's, byte for byte, but
  * for created_utc and the job's text), over a duplicate of the world that only the writer
  * threads use: parallel HDF5's MPI-IO collectives from a second thread need
@@ -124,14 +124,15 @@ typedef struct ckpt_async ckpt_async;
 
 /* The host staging bytes of this rank: its shards of the FSDP_STATE_N state kinds. */
 uint64_t checkpoint_async_staging_bytes(fsdp_engine *e);
-/* Starts saving in the background: the staging allocated, a duplicate of the world made.
+/* Starts saving in the background: the staging allocated (ops->host_alloc's page-locked
+ * memory where the backend has it), a duplicate of the world made.
  * host_avail (bytes this rank may allocate, avail_what saying what they are; < 0:
  * unknown) bounds the staging. When MPI gives no MPI_THREAD_MULTIPLE or the host cannot
  * hold the staging, rank 0 prints why the run saves synchronously and -1 is returned on
  * every rank (*out NULL). Collective. */
-int checkpoint_async_open(ckpt_async **out, fsdp_engine *e, const topology *topo,
-                          const job_config *cfg, const hf_files *hf, double host_avail,
-                          const char *avail_what);
+int checkpoint_async_open(ckpt_async **out, const shlm_ops *ops, fsdp_engine *e,
+                          const topology *topo, const job_config *cfg, const hf_files *hf,
+                          double host_avail, const char *avail_what);
 /* Saves *st in the background (checkpoint.dir, checkpoint.keep): waits for the save in
  * flight, returning -1 with its message if it failed (every rank the same), then copies
  * the state and starts the writer. Local (the ranks agree through the writers). */

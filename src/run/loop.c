@@ -96,7 +96,8 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
         double avail = -1;
         char what[256] = "host memory unknown";
         if (fit_host_memory(r->local_size, &avail, what, sizeof what) != 0) avail = -1;
-        (void)checkpoint_async_open(&L->async, r->engine, &r->topo, c, &r->hf, avail, what);
+        (void)checkpoint_async_open(&L->async, r->ops, r->engine, &r->topo, c, &r->hf, avail,
+                                    what);
     }
     if (r->rank == 0) {
         printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
