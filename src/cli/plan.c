@@ -270,6 +270,10 @@ int cmd_plan(int argc, char **argv) {
         : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
                                       : "not counted: no GPU visible to size it");
     row("total_bytes", pl->total, "every row above: what train's fit check compares");
+    if (cfg.ckpt_async) /* src/ckpt/async.c: the same shards, in host memory */
+        row("ckpt_staging_bytes", pl->bytes[PLAN_MASTER] + pl->bytes[PLAN_MOMENTS],
+            "host memory of checkpoint.async's staging (master + moments), apart from the "
+            "above; a run saves synchronously where the host lacks it");
     printf("per optimizer step, bytes each rank sends\n");
     row("shard_group_bytes", pl->shard_wire_per_micro * (size_t)accum,
         "all-gather + reduce-scatter in the shard group");

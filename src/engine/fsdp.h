@@ -90,6 +90,10 @@ typedef enum fsdp_state_kind {
 
 /* Copies this rank's shard of unit u's state `kind` to host `out` (shard length). */
 void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out);
+/* The same, queued where the backend copies asynchronously (ops->to_host_async: out must
+ * then be ops->host_alloc memory) and landed by fsdp_get_state_wait; else at once. */
+void fsdp_get_state_async(fsdp_engine *e, int u, fsdp_state_kind kind, float *out);
+void fsdp_get_state_wait(fsdp_engine *e);
 /* Overwrites this rank's shard of unit u's state `kind` from host `in`. */
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in);
 /* Shorthands for the master weights. */

@@ -15,6 +15,7 @@
 #include "kernels/comm/comm_watchdog.h"
 #include "src/base/signals.h"
 #include "src/engine/optim.h"
+#include "src/job/fit.h"
 #include "src/run/batch.h"
 #include "src/run/faults.h"
 #include "src/run/sample.h"
@@ -45,6 +46,8 @@ typedef struct loop {
     long long tokens_per_step;
     size_t device_peak;        /* device memory in use, sampled after each step */
     uint64_t wire[2];          /* bytes sent in the shard, replica group by the steps */
+    ckpt_async *async;         /* checkpoint.async: saves in the background; NULL: saved
+                                * synchronously */
     loop_profile prof;
 } loop;
 
@@ -88,6 +91,14 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
     L->tokens_per_step = (long long)c->global_batch * c->seq_len;
     watch_set_range(w, L->first, L->end);
     model_set_profile(r->model, c->profile);
+    if (c->ckpt_dir[0] && c->ckpt_async && L->first < L->end) {
+        /* the staging is allocated after the engine: MemAvailable counts what it took */
+        double avail = -1;
+        char what[256] = "host memory unknown";
+        if (fit_host_memory(r->local_size, &avail, what, sizeof what) != 0) avail = -1;
+        (void)checkpoint_async_open(&L->async, r->ops, r->engine, &r->topo, c, &r->hf, avail,
+                                    what);
+    }
     if (r->rank == 0) {
         printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
                "per step; run dir %s\n",
@@ -257,8 +268,10 @@ static void report_nonfinite(const loop *L, int s, const step_result *o, double 
 }
 
 /* The checkpoint of step s + 1 (checkpoint.dir): every N steps, at the end and on a stop
- * signal. -1 when the save failed (message printed): the run ends. */
-static int step_save(loop *L, int s, float lr) {
+ * signal (`final`: saved before the run exits, after the save in flight, if any); in the
+ * background with checkpoint.async but for the final one. -1 when the save (or the one in
+ * flight) failed (message printed): the run ends. */
+static int step_save(loop *L, int s, float lr, int final) {
     run *r = L->r;
     const job_config *c = &r->cfg;
     const ckpt_state *st0 = L->st0;
@@ -276,9 +289,21 @@ static int step_save(loop *L, int s, float lr) {
     st.data_bytes = r->train_tf.size;
     st.data_fingerprint = r->train_tf.fingerprint;
     char err[1536] = "";
-    if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
-                        sizeof err) == 0)
-        return 0;
+    int rc;
+    if (L->async && !final) {
+        rc = checkpoint_async_save(L->async, &st, err, sizeof err);
+    } else {
+        /* the last save of the run is written before it exits: the one in flight first */
+        if (checkpoint_async_in_flight(L->async) && r->rank == 0) {
+            printf("checkpoint: step %d waits for the save in flight, then saves\n", s + 1);
+            fflush(stdout);
+        }
+        rc = checkpoint_async_wait(L->async, err, sizeof err);
+        if (rc == 0)
+            rc = checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir,
+                                 c->ckpt_keep, err, sizeof err);
+    }
+    if (rc == 0) return 0;
     any_rank_failed(0, err);
     return -1;
 }
@@ -343,6 +368,7 @@ static int loop_close(loop *L, int rc, int stopped_at) {
     if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(L->wire[0] / ran), (unsigned long long)(L->wire[1] / ran));
+    checkpoint_async_close(L->async);
     run_plan_check_end(r, L->device_peak);
     batch_rows_free(&L->br);
     data_loader_free(&L->dl);
@@ -392,6 +418,14 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
                            .skipped = o.nonfinite};
         watch_step(w, &sm, &rec, last || stop_sig || o.nonfinite ||
                                      (s + 1) % c->log_every == 0 || !isnan(val));
+        /* a background save that failed ends the run at the first step boundary after it,
+         * on every rank, as a failed synchronous save does */
+        char err[1536] = "";
+        if (checkpoint_async_poll(L.async, err, sizeof err) != 0) {
+            any_rank_failed(0, err);
+            rc = -1;
+            break;
+        }
         if (o.nonfinite_stop) {
             report_nonfinite(&L, s, &o, loss);
             rc = -1;
@@ -399,7 +433,7 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
         }
         if (c->ckpt_dir[0] &&
             (last || stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0)) &&
-            step_save(&L, s, o.lr) != 0) {
+            step_save(&L, s, o.lr, last || stop_sig) != 0) {
             rc = -1;
             break;
         }
