@@ -12,7 +12,7 @@ case "$what" in build|demo|check) ;; *) echo "usage: $0 [build|demo|check]" >&2;
 
 packages=(build-essential autoconf automake pkg-config openmpi-bin libopenmpi-dev
           libhdf5-openmpi-dev hdf5-tools libopenblas-dev libinih-dev libcjson-dev
-          libsentencepiece-dev libpcre2-dev python3-h5py) # python3-h5py: tests/ckpt_h5py.sh reads a checkpoint without shardlm
+          libsentencepiece-dev libpcre2-dev libutf8proc-dev python3-h5py) # python3-h5py: tests/ckpt_h5py.sh reads a checkpoint without shardlm
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

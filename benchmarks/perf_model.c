@@ -529,6 +529,8 @@ static void cpu_call(const sim_shape *s) {
     case SIM_ROUND_TO_BF16: o->round_to_bf16(buf(0, N * f), (size_t)N); break;
     case SIM_F32_TO_BF16: o->f32_to_bf16(buf(0, N * 2), buf(1, N * f), (size_t)N); break;
     case SIM_BF16_TO_F32: o->bf16_to_f32(buf(0, N * f), buf(1, N * 2), (size_t)N); break;
+    case SIM_BIAS_ADD: o->bias_add(buf(0, N * d[1] * f), buf(1, d[1] * f), N, (int)d[1]); break;
+    case SIM_BIAS_GRAD: o->bias_grad(buf(0, d[1] * f), buf(1, N * d[1] * f), N, (int)d[1], 1); break;
     default: break;
     }
 }

@@ -171,6 +171,17 @@ typedef struct shlm_ops {
     void (*matmul_bwd)(void *dinp, float *dweight, const void *dout, const void *inp,
                        const void *weight, int N, int C, int OC, int flags);
 
+    /* A linear layer's bias (the q/k/v projections of a model with qkv_bias), applied
+     * after its product, outside the GEMM, so one op serves every matmul recipe (an FP8
+     * product's output is act dtype like any other):
+     * x(N,C) += bias(C) on every row, bias act (a gathered parameter); in fp32, rounded
+     * once to act dtype. */
+    void (*bias_add)(void *x, const void *bias, int N, int C);
+    /* dbias(C) (+)= Σ_i dout(i, ·) over the N rows, summed in fp32 in an order fixed by
+     * (N, C) alone (the same bits on every run); set != 0 makes it "=" (the caller need
+     * not zero dbias first). */
+    void (*bias_grad)(float *dbias, const void *dout, int N, int C, int set);
+
     /* Rotary embedding, Hugging Face rotate-half layout, in place on the first n_heads
      * heads (each rope->head_dim wide) of every row of x, rows of `stride` elements:
      * element i of a head pairs with element i + head_dim/2 and both turn by the angle

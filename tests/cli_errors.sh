@@ -198,6 +198,10 @@ expect "--set malformed value" "--set train.steps" "'abc'"
 run "$SHLM" train "$J" --set model.dim
 expect "--set without a value" "model.dim" "section.key=value"
 
+# q/k/v-only biases are another architecture than LlamaForCausalLM (the qwen2 family's)
+run "$SHLM" train "$J" --set model.qkv_bias=true
+expect "--set model.qkv_bias on a Llama" "--set model.qkv_bias" "qkv_bias = true" "LlamaForCausalLM"
+
 # a line break inside the section or key is shown as '?': still one line
 run "$SHLM" train "$J" --set "$(printf 'tra\nin.steps=5')"
 expect "--set with a line break" "--set tra?in.steps" "unknown section"

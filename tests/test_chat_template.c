@@ -1,5 +1,5 @@
-/* src/data/chat_template.c: fixed renderings of ChatML and Llama-2 chat and the refusals (no
- * arguments), and the renderer for tests/chat_template.sh, which compares it with
+/* src/data/chat_template.c: fixed renderings of ChatML, Qwen2.5's and Llama-2 chat and the
+ * refusals (no arguments), and the renderer for tests/chat_template.sh, which compares it with
  * transformers' apply_chat_template:
  *   test_chat_template render TEMPLATE.txt BOS EOS CONVERSATIONS.json
  * prints a JSON array with the rendering of each conversation ({"messages": [...],
@@ -42,10 +42,11 @@ static void expect(const char *what, const chat_template *t, const chat_message 
 }
 
 static void fixed(void) {
-    chat_template chatml, llama2, smol;
+    chat_template chatml, llama2, smol, qwen;
     char err[512];
     chat_template_named(&chatml, "chatml", err, sizeof err);
     chat_template_named(&llama2, "llama2", err, sizeof err);
+    chat_template_named(&qwen, "qwen2.5", err, sizeof err);
     const char *smol_text =
         "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
         "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
@@ -69,6 +70,14 @@ static void fixed(void) {
     expect("llama2: system block in the first turn, strip(), eos after the answer", &llama2,
            sys_user_asst, 3, 1,
            "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi [/INST] Hello. </s>", NULL);
+    /* Qwen2.5-7B-Instruct's rendering of this conversation, as published beside its template */
+    const chat_message qa[2] = {{"user", "What's your favourite LLM framework?"},
+                                {"assistant", "llama.cpp!"}};
+    expect("qwen2.5: Qwen's default system message first", &qwen, qa, 2, 1,
+           "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+           "assistant.<|im_end|>\n<|im_start|>user\nWhat's your favourite LLM framework?"
+           "<|im_end|>\n<|im_start|>assistant\nllama.cpp!<|im_end|>\n<|im_start|>assistant\n",
+           NULL);
     const chat_message two_users[2] = {{"user", "a"}, {"user", "b"}};
     expect("llama2 refuses two user turns in a row", &llama2, two_users, 2, 0, NULL, "alternate");
     const chat_message tool[1] = {{"tool", "x"}};
@@ -90,6 +99,7 @@ static void fixed(void) {
            rc ? err : "");
     fails += rc == 0;
     chat_template_free(&smol);
+    chat_template_free(&qwen);
 }
 
 static int render(const char *template_file, const char *bos, const char *eos,

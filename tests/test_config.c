@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "io/config_file.h"
+#include "src/families/families.h"
 #include "src/job/config.h"
 #include "src/model/decoder.h"
 
@@ -66,12 +67,19 @@ static const char *variant(int at, const char *repl, const char *extra) {
  * equal to want (after "PATH" is replaced by the job's path). */
 static void expect_error(const char *what, const char *text, int n_sets, char **sets,
                          const char *want) {
-    char expected[1024], err[1536] = "";
+    char expected[1024], with_path[1024], err[1536] = "";
     const char *p = strstr(want, "PATH");
     if (p)
-        snprintf(expected, sizeof expected, "%.*s%s%s", (int)(p - want), want, job, p + 4);
+        snprintf(with_path, sizeof with_path, "%.*s%s%s", (int)(p - want), want, job, p + 4);
     else
-        snprintf(expected, sizeof expected, "%s", want);
+        snprintf(with_path, sizeof with_path, "%s", want);
+    /* PRESETS: every family's presets, as the registry lists them */
+    p = strstr(with_path, "PRESETS");
+    if (p)
+        snprintf(expected, sizeof expected, "%.*s%s%s", (int)(p - with_path), with_path,
+                 family_preset_names(), p + 7);
+    else
+        snprintf(expected, sizeof expected, "%s", with_path);
     write_job(text);
     job_config cfg;
     int rc = job_config_load(&cfg, job, n_sets, sets, err, sizeof err);
@@ -286,12 +294,10 @@ static void test_errors(void) {
                  "PATH: [train] seq_len is required");
     expect_error("no preset, shape incomplete",
                  variant(3, "dim = 64\nn_heads = 4\nvocab_size = 256", NULL), 0, NULL,
-                 "PATH: [model] needs a preset (tiny tinyllama-1b llama2-7b llama2-13b "
-                 "llama2-70b), all of dim, n_layers, n_heads, ffn_dim, vocab_size, or init_from "
-                 "a Hugging Face directory; missing: n_layers, ffn_dim");
+                 "PATH: [model] needs a preset (PRESETS), all of dim, n_layers, n_heads, ffn_dim, "
+                 "vocab_size, or init_from a Hugging Face directory; missing: n_layers, ffn_dim");
     expect_error("unknown preset", variant(3, "preset = llama3-8b", NULL), 0, NULL,
-                 "PATH:3: [model] preset = 'llama3-8b': unknown preset (known: tiny "
-                 "tinyllama-1b llama2-7b llama2-13b llama2-70b)");
+                 "PATH:3: [model] preset = 'llama3-8b': unknown preset (known: PRESETS)");
     expect_error("syntax error", variant(8, "lr 1e-3", NULL), 0, NULL,
                  "PATH:8: syntax error: expected '[section]', 'key = value' or a comment");
     expect_error("unclosed section", variant(5, "[train", NULL), 0, NULL,
@@ -389,8 +395,7 @@ static void test_overrides(void) {
     expect_error("--set twice", text, 2, bad7, "--set train.steps: given twice");
     char *bad8[] = {"model.preset=gpt2"};
     expect_error("--set unknown preset", text, 1, bad8,
-                 "--set model.preset: [model] preset = 'gpt2': unknown preset (known: tiny "
-                 "tinyllama-1b llama2-7b llama2-13b llama2-70b)");
+                 "--set model.preset: [model] preset = 'gpt2': unknown preset (known: PRESETS)");
     char *ok9[] = {"train.steps=100", "train.warmup_steps=50"};
     rc = load(variant(0, NULL, "[train]\nwarmup_steps = 5\n"), 2, ok9, &c, err, sizeof err);
     check(rc == 0 && c.steps == 100 && c.warmup_steps == 50, "--set of two keys (%s)", err);

@@ -1,7 +1,8 @@
-/* Whole-model gradient check: the backward pass of a tiny Llama (GQA, odd sizes), with a
+/* Whole-model gradient check: the backward pass of a tiny decoder (GQA, odd sizes), with a
  * separate lm_head and with tied embeddings (one tensor for the lookup and the output
- * projection, its gradient the sum of both uses), against central finite differences of
- * the loss, per coordinate and per direction. */
+ * projection, its gradient the sum of both uses), and with q/k/v biases (added before
+ * RoPE: their gradient is that of the pre-RoPE q, k, v), against central finite
+ * differences of the loss, per coordinate and per direction. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +21,8 @@ static float loss_of(decoder *m, const int32_t *x, const int32_t *y, int B, int 
 /* Checks the model of shape c; returns the number of failed checks. */
 static int gradcheck(const decoder_config *cfg) {
     const decoder_config c = *cfg;
-    printf("# %s embeddings\n", c.tie_word_embeddings ? "tied" : "untied");
+    printf("# %s embeddings%s\n", c.tie_word_embeddings ? "tied" : "untied",
+           c.qkv_bias ? ", q/k/v biases" : "");
     const int B = 2, T = 7, N = B * T;
     resident r;
     decoder_layout(&c, &r.lay);
@@ -31,9 +33,11 @@ static int gradcheck(const decoder_config *cfg) {
         r.params[u] = malloc(n * sizeof(float));
         r.grads[u] = calloc(n, sizeof(float));
         decoder_spec.init_slice(&r.lay, &c, 7, u, 0, n, r.params[u]);
-        /* norm weights away from 1 so their gradients are exercised in general position */
+        /* norm weights away from 1 and biases away from 0 so their gradients are exercised
+         * in general position (the matrices' normal draws are neither) */
         for (size_t i = 0; i < n; i++)
-            if (r.params[u][i] == 1.0f) r.params[u][i] = 1.0f + 0.3f * (float)rng_normal_at(99, i + 1000 * u);
+            if (r.params[u][i] == 1.0f || r.params[u][i] == 0.0f)
+                r.params[u][i] += 0.3f * (float)rng_normal_at(99, i + 1000 * u);
     }
     model_param_source src = resident_source(&r);
     decoder *m = decoder_create(&c, &shlm_ops_cpu, B, T, &(model_opts){0}, src);
@@ -118,8 +122,9 @@ static int gradcheck(const decoder_config *cfg) {
     free(r.grads);
     free(dir);
     model_layout_free(&r.lay);
-    printf("%s (%s): %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS",
-           c.tie_word_embeddings ? "tied" : "untied", fails, worst);
+    printf("%s (%s%s): %d failure(s); worst coordinate error %.2e\n", fails ? "FAIL" : "PASS",
+           c.tie_word_embeddings ? "tied" : "untied", c.qkv_bias ? ", q/k/v biases" : "", fails,
+           worst);
     return fails;
 }
 
@@ -130,6 +135,10 @@ int main(void) {
                       .rope_theta = 10000.0f, .init_std = 0.3f};
     int fails = gradcheck(&c);
     c.tie_word_embeddings = 1;
+    fails += gradcheck(&c);
+    c.qkv_bias = 1;
+    fails += gradcheck(&c);
+    c.tie_word_embeddings = 0;
     fails += gradcheck(&c);
     return fails ? 1 : 0;
 }

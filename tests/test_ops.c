@@ -7,7 +7,7 @@
  *   --backend  cpu (the default, run by `make check`) or cuda (`make check-gpu`); a backend
  *              that is built in but finds no device exits 77 (skipped)
  *   --seed     the inputs' random seed
- *   --group    one group only: backends memory convert embedding rmsnorm matmul rope
+ *   --group    one group only: backends memory convert embedding rmsnorm matmul bias rope
  *              attention swiglu decode xent adamw reductions determinism fp8 nf4
  *   --small    leave out the Llama-sized cases (quick enough for compute-sanitizer)
  *
@@ -72,6 +72,8 @@ typedef enum tol_id {
     T_RMS_F32,
     T_MM_ACT,
     T_MM_DW,
+    T_BIAS_ADD,
+    T_BIAS_GRAD,
     T_ROPE,
     T_ROPE_LONG,
     T_ATT_OUT,
@@ -120,6 +122,12 @@ static const struct tol_row {
     [T_MM_DW] = {"matmul dweight", CRIT_MAXREL, 1e-5, 1e-5,
                  "fp32 dweight: N-term dot products of exact bf16 operands in the tensor "
                  "cores' fp32 order"},
+    [T_BIAS_ADD] = {"bias_add", CRIT_MAXREL, 1e-6, 2e-2,
+                    "one fp32 addition per element (2^-24 of the larger term); bf16 rounds the "
+                    "output once"},
+    [T_BIAS_GRAD] = {"bias_grad", CRIT_MAXREL, 1e-5, 1e-5,
+                     "fp32 column sums of N exact act values (a few 2^-24 per term relative "
+                     "to the largest sum); a device sums in another fixed order"},
     [T_ROPE] = {"rope", CRIT_MAXREL, 1e-5, 2e-2,
                 "a 2x2 rotation per pair; angles in fp32 are ~1e-6 off at positions < 100; "
                 "bf16 rounds the output once"},
@@ -480,6 +488,17 @@ static void ref_matmul_bwd(double *dx, double *dw, const double *dout, const dou
                 if (dw) dw[(size_t)o * C + c] += g * x[(size_t)i * C + c];
             }
         }
+}
+
+/* out = x + bias on every row */
+static void ref_bias_add(double *out, const double *x, const double *b, int N, int C) {
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) out[(size_t)i * C + c] = x[(size_t)i * C + c] + b[c];
+}
+/* db += column sums of dout */
+static void ref_bias_grad(double *db, const double *dout, int N, int C) {
+    for (int i = 0; i < N; i++)
+        for (int c = 0; c < C; c++) db[c] += dout[(size_t)i * C + c];
 }
 
 /* default frequencies written out from the definition: pair i turns by theta^(-2i/hd)
@@ -1250,6 +1269,65 @@ static void test_matmul(void) {
         matmul_case(128, 11008, 4096, 0, 1, 0); /* down_proj */
         matmul_case(64, 4096, 32000, 0, 1, 0);  /* lm_head */
     }
+}
+
+/* ---- bias ---- */
+typedef struct bias_ctx {
+    double *x, *b, *dout, *out;
+    int N, C;
+} bias_ctx;
+static double bias_loss(void *p) {
+    bias_ctx *c = p;
+    ref_bias_add(c->out, c->x, c->b, c->N, c->C);
+    return dot_d(c->out, c->dout, (size_t)c->N * c->C);
+}
+
+/* One shape; off as matmul_case's (the bias is a tensor in the middle of a unit). The add
+ * in place, the gradient as "=" (over NaN) and as "+=", and a rerun giving the same bits. */
+static void bias_case(int N, int C, int off, int with_fd) {
+    char tag[64], name[160];
+    snprintf(tag, sizeof tag, "(N=%d C=%d%s)", N, C, off ? ", unaligned" : "");
+    const size_t nx = (size_t)N * C;
+    float *x = rnd_act(nx, 1.0), *b = rnd_act((size_t)C, 1.0), *dout = rnd_act(nx, 1.0);
+    float *db0 = rnd_f((size_t)C, 1.0);
+    bias_ctx c = {dup_d(x, nx), dup_d(b, (size_t)C), dup_d(dout, nx), hd(nx), N, C};
+    double *want = hd(nx), *dref = hd((size_t)C);
+    ref_bias_add(want, c.x, c.b, N, C);
+    ref_bias_grad(dref, c.dout, N, C);
+
+    void *d_x = up_act_off(x, nx, off), *d_b = up_act_off(b, (size_t)C, off);
+    ops->bias_add(d_x, d_b, N, C);
+    snprintf(name, sizeof name, "bias_add x (+=) %s", tag);
+    check_close(name, got_act(d_x, nx), want, nx, T_BIAS_ADD);
+
+    void *d_dout = up_act_off(dout, nx, off);
+    float *d_db = nan_f32_dev((size_t)C);
+    ops->bias_grad(d_db, d_dout, N, C, 1);
+    float *first = got_f32(d_db, (size_t)C);
+    snprintf(name, sizeof name, "bias_grad dbias (=) %s", tag);
+    check_close(name, first, dref, (size_t)C, T_BIAS_GRAD);
+    ops->bias_grad(d_db, d_dout, N, C, 1);
+    snprintf(name, sizeof name, "bias_grad rerun: the same bits %s", tag);
+    check_same(name, got_f32(d_db, (size_t)C), first, (size_t)C);
+
+    float *d_acc = up_f32(db0, (size_t)C);
+    ops->bias_grad(d_acc, d_dout, N, C, 0);
+    snprintf(name, sizeof name, "bias_grad dbias (+=) %s", tag);
+    check_close(name, got_f32(d_acc, (size_t)C), sum_d(dref, from_f(db0, (size_t)C), (size_t)C),
+                (size_t)C, T_BIAS_GRAD);
+    if (with_fd) check_fd("bias dbias", bias_loss, &c, c.b, (size_t)C, dref);
+    release_all();
+}
+
+static void test_bias(void) {
+    bias_case(7 * 13, 23, 0, 1);
+    bias_case(1, 1, 0, 0);
+    bias_case(1, 3, 1, 0);
+    bias_case(13, 37, 1, 0);
+    bias_case(5, 64, 0, 0);    /* C % 8 == 0: the 8-wide paths */
+    bias_case(300, 264, 0, 0); /* N beyond a block's row lanes, C beyond its columns */
+    bias_case(600, 2000, 0, 0);
+    if (!is_cpu && !small_only) bias_case(4096, 4608, 0, 0); /* Qwen2.5-7B's q|k|v at 4096 tokens */
 }
 
 /* ---- rope ---- */
@@ -2247,6 +2325,14 @@ static void test_determinism(void) {
     shlm_cpu_set_threads(3);
     double s3 = ops->sum_squares(x, n);
     check_true("cpu: sum_squares identical with 1 and 3 threads", s1 == s3);
+    /* bias_grad over more column blocks than threads */
+    const int BN = 77, BC = 1001;
+    float *g = rnd_f((size_t)BN * BC, 1.0), *db1 = hf(BC), *db3 = hf(BC);
+    shlm_cpu_set_threads(1);
+    ops->bias_grad(db1, g, BN, BC, 1);
+    shlm_cpu_set_threads(3);
+    ops->bias_grad(db3, g, BN, BC, 1);
+    check_same("cpu: bias_grad identical with 1 and 3 threads", db3, db1, BC);
     /* matmul goes through OpenBLAS, whose blocking may follow the thread count: only
      * same-count repeatability is promised */
     const int M = 91, K = 37, OC = 29;
@@ -3370,9 +3456,9 @@ static const struct group {
 } groups[] = {
     {"backends", test_backends},   {"memory", test_memory},       {"convert", test_convert},
     {"embedding", test_embedding}, {"rmsnorm", test_rmsnorm},     {"matmul", test_matmul},
-    {"rope", test_rope},           {"attention", test_attention}, {"swiglu", test_swiglu},
-    {"decode", test_decode},       {"xent", test_xent},           {"adamw", test_adamw_all},
-    {"reductions", test_reductions},
+    {"bias", test_bias},           {"rope", test_rope},           {"attention", test_attention},
+    {"swiglu", test_swiglu},       {"decode", test_decode},       {"xent", test_xent},
+    {"adamw", test_adamw_all},     {"reductions", test_reductions},
     {"determinism", test_determinism}, {"fp8", test_fp8},         {"nf4", test_nf4},
 };
 enum { N_GROUPS = sizeof groups / sizeof groups[0] };

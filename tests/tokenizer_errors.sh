@@ -105,8 +105,8 @@ variant unigram.json 's/"type": "BPE"/"type": "Unigram"/'
 expect_error "Unigram model" "unigram.json" "Unigram" -- "$SHLM" data encode --tokenizer "$work/unigram.json"
 variant metaspace.json 's/"pre_tokenizer": {"type": "ByteLevel"/"pre_tokenizer": {"type": "Metaspace"/'
 expect_error "Metaspace pre-tokenizer" "metaspace.json" "Metaspace" "not supported" -- "$SHLM" data encode --tokenizer "$work/metaspace.json"
-variant nfc.json 's/"normalizer": null/"normalizer": {"type": "NFC"}/'
-expect_error "NFC normalizer" "nfc.json" "NFC" -- "$SHLM" data encode --tokenizer "$work/nfc.json"
+variant nfkc.json 's/"normalizer": null/"normalizer": {"type": "NFKC"}/'
+expect_error "NFKC normalizer" "nfkc.json" "NFKC" -- "$SHLM" data encode --tokenizer "$work/nfkc.json"
 variant merge.json 's/"a b", /"a c", /'
 expect_error "merge of an unknown token" "merge.json" "merge 0" "not in the vocabulary" -- "$SHLM" data encode --tokenizer "$work/merge.json"
 variant badre.json 's/"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},/"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "(("}, "behavior": "Isolated"}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}]},/'

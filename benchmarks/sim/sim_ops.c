@@ -141,6 +141,12 @@ static void sim_matmul_bwd(void *dinp, float *dw, const void *dout, const void *
     (void)dout, (void)inp, (void)w, (void)flags;
     run(SIM_MATMUL_BWD, N, C, OC, (dinp != NULL) | (dw != NULL) << 1, 0, 0);
 }
+static void sim_bias_add(void *x, const void *b, int N, int C) {
+    (void)x, (void)b, run(SIM_BIAS_ADD, N, C, 0, 0, 0, 0);
+}
+static void sim_bias_grad(float *db, const void *dout, int N, int C, int set) {
+    (void)db, (void)dout, (void)set, run(SIM_BIAS_GRAD, N, C, 0, 0, 0, 0);
+}
 static void sim_rope(void *x, int N, int T, int stride, int nh, const shlm_rope *rope,
                      const int32_t *pos0, int inv) {
     (void)x, (void)T, (void)stride, (void)pos0, (void)inv;
@@ -188,7 +194,7 @@ shlm_ops shlm_ops_sim = {
     .accumulate = sim_accumulate, .embedding_fwd = sim_embedding_fwd,
     .embedding_bwd = sim_embedding_bwd, .rmsnorm_fwd = sim_rmsnorm_fwd,
     .rmsnorm_bwd = sim_rmsnorm_bwd, .matmul_fwd = sim_matmul_fwd, .matmul_bwd = sim_matmul_bwd,
-    .rope = sim_rope, .attention_fwd = sim_attention_fwd, .attention_bwd = sim_attention_bwd,
+    .bias_add = sim_bias_add, .bias_grad = sim_bias_grad, .rope = sim_rope, .attention_fwd = sim_attention_fwd, .attention_bwd = sim_attention_bwd,
     .swiglu_fwd = sim_swiglu_fwd, .swiglu_bwd = sim_swiglu_bwd, .xent_fwd_bwd = sim_xent,
     .adamw = sim_adamw, .sum_squares = sim_sum_squares};
 

@@ -14,12 +14,13 @@
  *   matmul_fwd          N C OC res     matmul_bwd        N C OC parts (1 dinp | 2 dweight)
  *   rope                N heads hd     attention_fwd/bwd B T nh nkv hd rope (bwd: 1 = +rope)
  *   swiglu_fwd/bwd      N F            xent_fwd_bwd      N V
+ *   bias_add/grad       N C
  *   copy, zero          bytes          every other op    n (elements) */
 static const char *const names[SIM_N_OPS] = {
     "embedding_fwd", "embedding_bwd", "rmsnorm_fwd", "rmsnorm_bwd", "matmul_fwd", "matmul_bwd",
     "rope", "attention_fwd", "attention_bwd", "swiglu_fwd", "swiglu_bwd", "xent_fwd_bwd",
     "f32_to_act", "adamw", "sum_squares", "accumulate", "copy", "zero", "round_to_bf16",
-    "f32_to_bf16", "bf16_to_f32"};
+    "f32_to_bf16", "bf16_to_f32", "bias_add", "bias_grad"};
 
 const char *sim_op_name(sim_op op) { return (unsigned)op < SIM_N_OPS ? names[op] : "?"; }
 
@@ -34,6 +35,7 @@ double sim_shape_work(const sim_shape *s) {
     case SIM_ROPE: return (double)d[0] * d[1] * d[2];
     case SIM_EMBEDDING_FWD: case SIM_EMBEDDING_BWD: case SIM_RMSNORM_FWD: case SIM_RMSNORM_BWD:
     case SIM_SWIGLU_FWD: case SIM_SWIGLU_BWD: case SIM_XENT:
+    case SIM_BIAS_ADD: case SIM_BIAS_GRAD:
         return (double)d[0] * d[1];
     default: return (double)d[0];
     }
@@ -51,6 +53,8 @@ static double shape_bytes(const sim_shape *s) {
     case SIM_ACCUMULATE: return 12 * n;
     case SIM_SUM_SQUARES: return 4 * n;
     case SIM_ADAMW: return 28 * n;
+    case SIM_BIAS_ADD: return 4 * n * s->d[1];  /* bf16 x read and written (the bias: cached) */
+    case SIM_BIAS_GRAD: return 2 * n * s->d[1]; /* bf16 dout read */
     default: return 0;
     }
 }
@@ -60,7 +64,9 @@ void sim_shape_format(const sim_shape *s, char *out, size_t len) {
     switch (s->op) {
     case SIM_EMBEDDING_FWD: case SIM_EMBEDDING_BWD:
         snprintf(out, len, "N=%ld C=%ld V=%ld", d[0], d[1], d[2]); break;
-    case SIM_RMSNORM_FWD: case SIM_RMSNORM_BWD: snprintf(out, len, "N=%ld C=%ld", d[0], d[1]); break;
+    case SIM_RMSNORM_FWD: case SIM_RMSNORM_BWD: case SIM_BIAS_ADD: case SIM_BIAS_GRAD:
+        snprintf(out, len, "N=%ld C=%ld", d[0], d[1]);
+        break;
     case SIM_MATMUL_FWD: snprintf(out, len, "%ldx%ldx%ld%s", d[0], d[1], d[2], d[3] ? " +res" : ""); break;
     case SIM_MATMUL_BWD: snprintf(out, len, "%ldx%ldx%ld parts=%ld", d[0], d[1], d[2], d[3]); break;
     case SIM_ROPE: snprintf(out, len, "N=%ld heads=%ld hd=%ld", d[0], d[1], d[2]); break;
@@ -120,7 +126,7 @@ static int parse_shape(const char *op, const char *text, sim_shape *s) {
     case SIM_EMBEDDING_FWD: case SIM_EMBEDDING_BWD:
         d[0] = key_value(text, "N", 0), d[1] = key_value(text, "C", 0), d[2] = key_value(text, "V", 0);
         break;
-    case SIM_RMSNORM_FWD: case SIM_RMSNORM_BWD:
+    case SIM_RMSNORM_FWD: case SIM_RMSNORM_BWD: case SIM_BIAS_ADD: case SIM_BIAS_GRAD:
         d[0] = key_value(text, "N", 0), d[1] = key_value(text, "C", 0);
         break;
     case SIM_SWIGLU_FWD: case SIM_SWIGLU_BWD:

@@ -45,6 +45,10 @@ void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, 
 void shlm_cpu_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                          const void *weight, int N, int C, int OC, int flags);
 
+void shlm_cpu_bias_add(void *x, const void *bias, int N, int C);
+/* Deterministic for any thread count: each column summed over the rows in row order. */
+void shlm_cpu_bias_grad(float *dbias, const void *dout, int N, int C, int set);
+
 /* rope->head_dim must be even, pos0's values >= 0 and T must divide N with pos0 (aborts
  * otherwise). */
 void shlm_cpu_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,

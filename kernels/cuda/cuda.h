@@ -94,6 +94,10 @@ void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *weight, int N,
 void shlm_cuda_matmul_bwd(void *dinp, float *dweight, const void *dout, const void *inp,
                           const void *weight, int N, int C, int OC, int flags);
 
+void shlm_cuda_bias_add(void *x, const void *bias, int N, int C);
+/* Deterministic: each column's rows summed by a fixed set of threads in a fixed order. */
+void shlm_cuda_bias_grad(float *dbias, const void *dout, int N, int C, int set);
+
 /* rope->head_dim must be even (aborts otherwise). Keeps one copy of the last description
  * it was given (rope_freq.h) on the device, with its table; a different one replaces them. */
 void shlm_cuda_rope(void *x, int N, int T, int stride, int n_heads, const shlm_rope *rope,

@@ -35,9 +35,10 @@ static void data_usage(FILE *out) {
             "                      \"output\"} per line; the loss covers the response and its end),\n"
             "                      chat ({\"messages\": [{\"role\", \"content\"}, ...]} per line; the\n"
             "                      loss covers the assistant turns)\n"
-            "  --chat-template C   auto (default: the model's own, which must be ChatML or\n"
-            "                      Llama-2's), chatml, llama2, or none (prompt-response without\n"
-            "                      a template: bos, prompt, response, eos)\n"
+            "  --chat-template C   auto (default: the model's own, which must be ChatML,\n"
+            "                      Qwen2.5's or Llama-2's), chatml, qwen2.5, llama2, or none\n"
+            "                      (prompt-response without a template: bos, prompt, response,\n"
+            "                      eos)\n"
             "  --max-doc-len N     documents longer than N tokens are truncated to N (default)\n"
             "                      or dropped (--overlong drop), and counted; default: no limit\n"
             "                      (a job's seq_len + 1 is the useful value)\n"
@@ -259,7 +260,7 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     const char *name = a->chat_template ? a->chat_template : "auto";
     if (strcmp(name, "none") == 0) {
         if (o->format == TOKEN_FORMAT_CHAT)
-            return cmd_data_fail(2, "--format chat needs a chat template (auto, chatml or llama2)");
+            return cmd_data_fail(2, "--format chat needs a chat template (auto, chatml, qwen2.5 or llama2)");
         return 0;
     }
     /* auto with a model that has no template: prompt-response pairs become plain
@@ -267,7 +268,7 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     if (strcmp(name, "auto") == 0 && !tokenizer_chat_template(tok)) {
         if (o->format == TOKEN_FORMAT_CHAT)
             return cmd_data_fail(1,
-                                 "%s has no chat template: give --chat-template chatml or llama2",
+                                 "%s has no chat template: give --chat-template chatml, qwen2.5 or llama2",
                                  tokenizer_path(tok));
         return 0;
     }

@@ -19,7 +19,7 @@
 
 static const char usage_text[] =
     "usage: shardlm generate JOB.ini [--ckpt CKPT] (--prompt TEXT | --prompt-ids I,J,...)\n"
-    "         [--chat [--system TEXT] [--chat-template auto|chatml|llama2]] [--tokens N]\n"
+    "         [--chat [--system TEXT] [--chat-template auto|chatml|qwen2.5|llama2]] [--tokens N]\n"
     "         [--temperature T] [--top-p P] [--seed S] [--ids] [--truncate-prompt]\n"
     "         [--dump-logits FILE.safetensors] [--set section.key=value ...]\n"
     "  Weights: CKPT (a step_<N>.h5 file, a checkpoint directory (its `latest`), or a\n"
@@ -27,7 +27,8 @@ static const char usage_text[] =
     "  model.init_from, else the seed's initialisation (said so). The prompt is encoded with\n"
     "  the job's tokenizer (data.tokenizer; bos as the model's configuration says); --chat\n"
     "  renders it as one user turn (after --system, if given) with the model's chat template\n"
-    "  and the assistant's turn opened. The reply is printed as it is generated and ends at\n"
+    "  (a tokenizer without one: the model family's, qwen2's being qwen2.5) and the\n"
+    "  assistant's turn opened. The reply is printed as it is generated and ends at\n"
     "  an eos id or after N tokens (--tokens; default train.sample_tokens, else 200).\n"
     "  --temperature 0 is greedy; defaults come from the job's [train] sample_* keys.\n"
     "  A prompt longer than the context (train.seq_len) is refused: the model would not\n"
@@ -152,7 +153,11 @@ static int prompt_tokens(const gen_args *a, const run *r, int32_t **ids, int *n,
             doc_pieces d = {0};
             byte_buf flags = {0};
             const chat_message m[2] = {{"system", a->system}, {"user", a->prompt}};
-            rc = chat_template_for(&ct, r->tok, a->chat_template, err, errlen);
+            /* a tokenizer without a template of its own: the model family's default */
+            const char *name = a->chat_template;
+            if ((!name || strcmp(name, "auto") == 0) && !tokenizer_chat_template(r->tok))
+                name = r->cfg.model.family->chat_template;
+            rc = chat_template_for(&ct, r->tok, name, err, errlen);
             if (rc == 0) {
                 rc = chat_render_pieces(&ct, a->system ? m : m + 1, a->system ? 2 : 1, 1, &d,
                                         err, errlen);

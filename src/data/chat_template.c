@@ -35,18 +35,122 @@ static const char llama2_text[] =
     "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
     "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}"
     "{% endif %}{% endfor %}";
+/* Qwen2.5's template (tokenizer_config.json's chat_template of Qwen2.5 and its -Instruct
+ * models), as canonical() makes it. Without tools it is ChatML with QWEN_SYSTEM as the
+ * default system prompt: its system, user and assistant messages (an assistant's without
+ * tool calls, which shardlm's messages never have) render as ChatML's; tools, tool calls
+ * and the tool role, which shardlm does not render, are refused as unknown roles. */
+static const char qwen25_text[] =
+    "{%- if tools %}\n"
+    "    {{- '<|im_start|>system\n"
+    "' }}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- messages[0]['content'] }}\n"
+    "    {%- else %}\n"
+    "        {{- 'You are Qwen, created by Alibaba Cloud. You are a helpful"
+    " assistant.' }}\n"
+    "    {%- endif %}\n"
+    "    {{- \"\n"
+    "\n"
+    "# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\n"
+    "\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments"
+    " within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "\" }}\n"
+    "{%- else %}\n"
+    "    {%- if messages[0]['role'] == 'system' %}\n"
+    "        {{- '<|im_start|>system\n"
+    "' + messages[0]['content'] + '<|im_end|>\n"
+    "' }}\n"
+    "    {%- else %}\n"
+    "        {{- '<|im_start|>system\n"
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n"
+    "' }}\n"
+    "    {%- endif %}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if (message.role == \"user\") or (message.role == \"system\" and not"
+    " loop.first) or (message.role == \"assistant\" and not message.tool_calls) %}\n"
+    "        {{- '<|im_start|>' + message.role + '\n"
+    "' + message.content + '<|im_end|>' + '\n"
+    "' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {{- '<|im_start|>' + message.role }}\n"
+    "        {%- if message.content %}\n"
+    "            {{- '\n"
+    "' + message.content }}\n"
+    "        {%- endif %}\n"
+    "        {%- for tool_call in message.tool_calls %}\n"
+    "            {%- if tool_call.function is defined %}\n"
+    "                {%- set tool_call = tool_call.function %}\n"
+    "            {%- endif %}\n"
+    "            {{- '\n"
+    "<tool_call>\n"
+    "{\"name\": \"' }}\n"
+    "            {{- tool_call.name }}\n"
+    "            {{- '\", \"arguments\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- '}\n"
+    "</tool_call>' }}\n"
+    "        {%- endfor %}\n"
+    "        {{- '<|im_end|>\n"
+    "' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if (loop.index0 == 0) or (messages[loop.index0 - 1].role != \"tool\")"
+    " %}\n"
+    "            {{- '<|im_start|>user' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\n"
+    "<tool_response>\n"
+    "' }}\n"
+    "        {{- message.content }}\n"
+    "        {{- '\n"
+    "</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|im_end|>\n"
+    "' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\n"
+    "' }}\n"
+    "{%- endif %}";
+#define QWEN_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 
 int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->open_id = t->close_id = -1;
     if (strcmp(name, "chatml") == 0) {
         t->format = CHAT_CHATML;
+    } else if (strcmp(name, "qwen2.5") == 0) {
+        t->format = CHAT_CHATML;
+        t->default_system = strdup(QWEN_SYSTEM);
+        if (!t->default_system) {
+            set_err(err, errlen, "out of memory");
+            return -1;
+        }
     } else if (strcmp(name, "llama2") == 0) {
         t->format = CHAT_LLAMA2;
         snprintf(t->bos, sizeof t->bos, "<s>");
         snprintf(t->eos, sizeof t->eos, "</s>");
     } else {
-        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2)", name);
+        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2, qwen2.5)", name);
         return -1;
     }
     snprintf(t->source, sizeof t->source, "%s (built in)", name);
@@ -83,6 +187,10 @@ static int eat(const char **s, const char *prefix) {
 static int known_text(const char *c, char **system) {
     *system = NULL;
     if (strcmp(c, llama2_text) == 0) return CHAT_LLAMA2;
+    if (strcmp(c, qwen25_text) == 0) {
+        *system = strdup(QWEN_SYSTEM);
+        return *system ? CHAT_CHATML : -1;
+    }
     const char *s = c;
     if (!eat(&s, CHATML_HEAD)) return -1;
     if (strcmp(s, CHATML_BODY) == 0) return CHAT_CHATML;
@@ -119,8 +227,8 @@ int chat_template_recognise(chat_template *t, const char *text, const char *bos,
     free(c);
     if (kind < 0) {
         set_err(err, errlen, "%s: its chat template is not one shardlm renders (the plain and "
-                "SmolLM2-style ChatML, Llama-2's [INST]): --chat-template chatml or llama2 "
-                "uses one of those instead", where);
+                "SmolLM2-style ChatML, Qwen2.5's, Llama-2's [INST]): --chat-template chatml, "
+                "qwen2.5 or llama2 uses one of those instead", where);
         return -1;
     }
     t->format = (chat_format)kind;
@@ -153,7 +261,7 @@ int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, 
         const char *text = tokenizer_chat_template(tok);
         if (!text) {
             set_err(err, errlen, "%s: the model has no chat template (tokenizer_config.json's "
-                    "chat_template, chat_template.jinja); --chat-template chatml|llama2 picks "
+                    "chat_template, chat_template.jinja); --chat-template chatml|qwen2.5|llama2 picks "
                     "one", tokenizer_path(tok));
             return -1;
         }

@@ -1,7 +1,7 @@
 /* Chat templates: a conversation (role, content messages) rendered the way a model's
  * Hugging Face chat template renders it, for the two template families shardlm knows,
- * ChatML and Llama-2 chat; any other template (any Jinja program) is refused, not
- * approximated. One renderer serves `data prepare` (the rendering as pieces with the
+ * ChatML (plain, or with a default system prompt: SmolLM2's, Qwen2.5's) and Llama-2 chat;
+ * any other template (any Jinja program) is refused, not approximated. One renderer serves `data prepare` (the rendering as pieces with the
  * assistant turns marked trained, src/data/doc_pieces.h) and `generate --chat` (the prompt's
  * ids), so training and inference see the same text.
  *
@@ -47,14 +47,18 @@ typedef struct chat_message {
     const char *content;
 } chat_message;
 
-/* The template called name ("chatml": no default system prompt; "llama2": bos/eos "<s>",
+/* The template called name ("chatml": no default system prompt; "qwen2.5": ChatML with
+ * Qwen's, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.", as
+ * Qwen2.5's template renders a conversation without tools; "llama2": bos/eos "<s>",
  * "</s>"). */
 int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen);
 /* The template a model's raw chat_template text is: after its \n escapes are read as
  * newlines and the white space around it is trimmed, the text must be transformers' plain
  * ChatML template, SmolLM2's (the plain one with a default system prompt inserted when the
  * first message is not a system one: any prompt text without quotes, backslashes or
- * braces; Qwen1.5's is written the same way), or Meta's Llama-2-chat template. bos and eos:
+ * braces; Qwen1.5's and Qwen2's are written the same way), Qwen2.5's (with its tool-call
+ * branches; ChatML with Qwen's default system prompt, as "qwen2.5" renders), or Meta's
+ * Llama-2-chat template. bos and eos:
  * the tokenizer's token strings (llama2); where names the file, for messages. */
 int chat_template_recognise(chat_template *t, const char *text, const char *bos,
                             const char *eos, const char *where, char *err, size_t errlen);

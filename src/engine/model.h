@@ -13,7 +13,8 @@
 #include "kernels/ops.h"
 
 /* ---- parameter layout ---- */
-enum { MODEL_MAX_UNIT_TENSORS = 9 };
+/* a decoder block: 9 tensors, and 3 biases with qkv_bias */
+enum { MODEL_MAX_UNIT_TENSORS = 12 };
 
 typedef struct model_tensor {
     char name[96];     /* Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight */
@@ -21,7 +22,8 @@ typedef struct model_tensor {
     int64_t shape[2];  /* HF shape */
     size_t offset;     /* element offset inside its unit's flat buffer */
     size_t numel;
-    int weight_decay;  /* 1: AdamW decays it (matrices); 0: it does not (norm weights) */
+    int weight_decay;  /* 1: AdamW decays it (matrices); 0: it does not (norm weights,
+                        * biases) */
 } model_tensor;
 
 /* A matrix the model multiplies in FP8 (train.matmul = fp8-*): elements [offset, offset +

@@ -89,7 +89,7 @@ typedef struct shard_plan {
                          * engine an amax and a scale_inv float per FP8 matrix */
     int n_fp8;          /* FP8 matrices of all units */
     size_t fp8_rest;    /* fp8_weights with S > 1: the most elements of any rank's shard of
-                         * a unit with FP8 matrices that lie outside them (its norms), which
+                         * a unit with FP8 matrices that lie outside them (its norms, biases), which
                          * the gather carries in act dtype: each slot stages S of these */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];

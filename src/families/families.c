@@ -7,9 +7,11 @@
 #include "io/errmsg.h"
 #include "io/hf_model.h"
 #include "src/model/llama/llama.h"
+#include "src/model/qwen2/qwen2.h"
 
 const model_family *const model_families[] = {
     &llama_family,
+    &qwen2_family,
     NULL,
 };
 

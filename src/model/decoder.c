@@ -14,8 +14,9 @@
 
 /* ------------------------------------------------------------------ layout */
 
-/* Tensor indices inside a block unit (see the layout comment in decoder.h). */
-enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8 };
+/* Tensor indices inside a block unit (see the layout comment in decoder.h); BK_QB, the q
+ * bias, starts the q|k|v biases of a shape with qkv_bias. */
+enum { BK_LN1 = 0, BK_Q = 1, BK_O = 4, BK_LN2 = 5, BK_GATE = 6, BK_DOWN = 8, BK_QB = 9 };
 /* The first tensor of each of a block's product weights, in the order of the layout's fp8
  * matrices: q|k|v, o, gate|up, down */
 static const int fp8_first[MODEL_MAX_FP8_WEIGHTS] = {BK_Q, BK_O, BK_GATE, BK_DOWN};
@@ -58,6 +59,11 @@ void decoder_layout(const decoder_config *c, model_layout *lay) {
         T_("mlp.gate_proj.weight", F, d, 1);
         T_("mlp.up_proj.weight", F, d, 1);
         T_("mlp.down_proj.weight", d, F, 1);
+        if (c->qkv_bias) {
+            T_("self_attn.q_proj.bias", c->n_heads * hd, 0, 0);
+            T_("self_attn.k_proj.bias", c->n_kv_heads * hd, 0, 0);
+            T_("self_attn.v_proj.bias", c->n_kv_heads * hd, 0, 0);
+        }
 #undef T_
         /* the products' weights, q|k|v and gate|up fused as the products read them */
         const int64_t qkv = (c->n_heads + 2 * c->n_kv_heads) * hd, att = c->n_heads * hd;
@@ -79,6 +85,13 @@ static uint64_t init_count; /* called from one thread: the loop inside is the pa
 
 uint64_t decoder_init_count(void) { return init_count; }
 
+/* The value every element of 1-D tensor k of unit u starts at: 0 for a bias (as Hugging
+ * Face initialises nn.Linear biases), 1 for a norm weight. */
+static float init_1d(const decoder_config *cfg, int u, int k) {
+    const int block = u >= decoder_unit_block(0) && u < decoder_unit_block(cfg->n_layers);
+    return block && k >= BK_QB ? 0.0f : 1.0f;
+}
+
 static void init_slice(const model_layout *lay, const decoder_config *cfg, uint64_t seed, int u,
                        size_t begin, size_t end, float *out) {
     const model_unit *unit = &lay->units[u];
@@ -89,10 +102,11 @@ static void init_slice(const model_layout *lay, const decoder_config *cfg, uint6
         const model_tensor *t = &unit->tensors[k];
         size_t lo = t->offset > begin ? t->offset : begin;
         size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
+        const float one_d = init_1d(cfg, u, k);
         /* a pure function of the index: threads split it freely (7B on one rank is 7e9 draws) */
 #pragma omp parallel for schedule(static)
         for (size_t i = lo; i < hi; i++)
-            out[i - begin] = t->ndim == 1 ? 1.0f
+            out[i - begin] = t->ndim == 1 ? one_d
                                           : (float)(cfg->init_std * rng_normal_at(key, i));
     }
     /* padding beyond the unit's tensors (FSDP shards) is zero */
@@ -531,6 +545,8 @@ static void block_forward(decoder *m, int l, const void *p, int B, int T, int wr
     PROF(m, PROF_NORM, o->rmsnorm_fwd(a->ln1, a->rstd1, x, wptr(m, p, u, BK_LN1), N, d, c->norm_eps, amax));
     /* q, k, v are contiguous in the unit: one fused GEMM */
     PROF(m, PROF_MATMUL_FWD, linear_fwd(m, a->qkv, a->ln1, weight(m, p, u, BK_Q), N, d, m->qkv_dim, NULL, &a->ln1_t, amax));
+    /* the q|k|v biases, in act dtype after the product whatever its recipe, before RoPE */
+    if (c->qkv_bias) PROF(m, PROF_MATMUL_FWD, o->bias_add(a->qkv, wptr(m, p, u, BK_QB), N, m->qkv_dim));
     progress(m);
     PROF(m, PROF_ROPE, o->rope(a->qkv, N, T, m->qkv_dim, c->n_heads + c->n_kv_heads, &m->rope, NULL, 0));
     PROF(m, PROF_ATTN_FWD, o->attention_fwd(a->att, a->lse, a->qkv, m->doc, B, T, c->n_heads, c->n_kv_heads, c->head_dim));
@@ -606,6 +622,8 @@ static void block_backward(decoder *m, int l, const void *p, float *g, int g_set
     PROF(m, PROF_ATTN_BWD, o->attention_bwd(dqkv, datt, a->qkv, a->att, a->lse, m->doc, B, T, c->n_heads, c->n_kv_heads,
                      c->head_dim, &m->rope));
     progress(m);
+    /* the biases sit before RoPE, where dqkv is: their gradient is its column sums */
+    if (c->qkv_bias) PROF(m, PROF_MATMUL_BWD, o->bias_grad(gptr(m, g, u, BK_QB), dqkv, N, m->qkv_dim, g_set));
     PROF(m, PROF_MATMUL_BWD, linear_bwd(m, m->dln, gptr(m, g, u, BK_Q), dqkv, a->ln1, &a->ln1_t, weight(m, p, u, BK_Q), N, d,
                   m->qkv_dim, mm, NULL));
     progress(m);

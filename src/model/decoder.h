@@ -35,16 +35,20 @@ typedef struct decoder_config {
     int tie_word_embeddings; /* 1: the output projection is model.embed_tokens.weight itself
                               * (one tensor, trained by both uses), as Hugging Face's
                               * tie_word_embeddings; 0: a separate lm_head.weight */
+    int qkv_bias;     /* 1: the q, k and v projections have biases (Qwen2's
+                       * self_attn.{q,k,v}_proj.bias), added after the product, before RoPE */
 } decoder_config;
 
 /* ---- the [model] keys of a decoder shape, in this order (checkpoints store them so) ---- */
 enum decoder_key {
     DK_DIM, DK_N_LAYERS, DK_N_HEADS, DK_N_KV_HEADS, DK_HEAD_DIM, DK_FFN_DIM, DK_VOCAB_SIZE,
-    DK_MAX_SEQ_LEN, DK_NORM_EPS, DK_ROPE_THETA, DK_INIT_STD, DK_TIE_WORD_EMBEDDINGS, DK_N
+    DK_MAX_SEQ_LEN, DK_NORM_EPS, DK_ROPE_THETA, DK_INIT_STD, DK_TIE_WORD_EMBEDDINGS,
+    DK_QKV_BIAS, DK_N
 };
 #define DECODER_F(field) offsetof(decoder_config, field), sizeof(((decoder_config *)0)->field)
-/* The rows of a family's key table; a family gives its own RoPE base default as text. */
-#define DECODER_KEY_ROWS(ROPE_THETA_DEFAULT)                                                    \
+/* The rows of a family's key table; a family gives its own defaults of the RoPE base and
+ * of qkv_bias as text. */
+#define DECODER_KEY_ROWS(ROPE_THETA_DEFAULT, QKV_BIAS_DEFAULT)                                  \
     {"model", "dim", KT_INT, DECODER_F(dim), NULL, 1, 1 << 20, NULL, KF_MODEL | KF_SHAPE | KF_LAYOUT,       \
      "model width d"},                                                                          \
     {"model", "n_layers", KT_INT, DECODER_F(n_layers), NULL, 1, 1 << 16, NULL,                  \
@@ -73,7 +77,11 @@ enum decoder_key {
     {"model", "tie_word_embeddings", KT_BOOL, DECODER_F(tie_word_embeddings), "false", 0, 0,    \
      NULL, KF_MODEL | KF_LAYOUT,                                                                \
      "the output projection is the embedding (one tensor, as Hugging Face's "                   \
-     "tie_word_embeddings)"}
+     "tie_word_embeddings)"},                                                                   \
+    {"model", "qkv_bias", KT_BOOL, DECODER_F(qkv_bias), QKV_BIAS_DEFAULT, 0, 0, NULL,           \
+     KF_MODEL | KF_LAYOUT,                                                                      \
+     "the q, k and v projections have biases (added after the product, before RoPE; no "       \
+     "weight decay)"}
 /* config.json's names of the keys above (NULL: not there) */
 extern const char *const decoder_hf_names[DK_N];
 
@@ -93,7 +101,8 @@ void decoder_hf_write(const decoder_config *c, cJSON *j);
 /* family.h's hf_unused: lm_head.weight of a tied model, a layer's
  * self_attn.rotary_emb.inv_freq (recomputed from the RoPE settings). */
 const char *decoder_hf_unused(const void *shape, const char *tensor);
-/* Total parameter count (embedding, blocks, final norm, output projection unless tied). */
+/* Total parameter count (embedding, blocks with their q/k/v biases, final norm, output
+ * projection unless tied). */
 int64_t decoder_param_count(const decoder_config *c);
 /* 6 per parameter and 12·L·d·T for attention's scores (PaLM's count), per token. */
 double decoder_flops_per_token(const decoder_config *c, int T);
@@ -107,7 +116,12 @@ double decoder_flops_per_token(const decoder_config *c, int T);
  * Inside a block the tensors sit in this order, so that q,k,v form one fused
  * (nh+2·nkv)·hd × d matrix and gate,up one 2F × d matrix:
  *   input_layernorm (d) | q_proj | k_proj | v_proj | o_proj |
- *   post_attention_layernorm (d) | gate_proj | up_proj | down_proj            */
+ *   post_attention_layernorm (d) | gate_proj | up_proj | down_proj
+ * and with qkv_bias, after them, the biases as one (nh+2·nkv)·hd vector:
+ *   | q_proj.bias | k_proj.bias | v_proj.bias
+ * (last, so a shape without them lays out as before). Biases start at 0 and, like the
+ * norm weights, are not decayed (PyTorch and Hugging Face recipes leave 1-D parameters
+ * out of weight decay).                                                     */
 void decoder_layout(const decoder_config *c, model_layout *lay);
 /* Unit index of transformer block l, of the embedding, of the head. */
 static inline int decoder_unit_block(int l) { return 1 + l; }

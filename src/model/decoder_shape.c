@@ -22,6 +22,7 @@ const char *const decoder_hf_names[DK_N] = {
     [DK_ROPE_THETA] = "rope_theta",
     [DK_INIT_STD] = NULL, /* no config.json holds it */
     [DK_TIE_WORD_EMBEDDINGS] = "tie_word_embeddings",
+    [DK_QKV_BIAS] = NULL, /* the family's architecture says it (Qwen2: always) */
 };
 
 void decoder_derive(decoder_config *c, const unsigned char *set) {
@@ -52,6 +53,8 @@ int decoder_validate(const decoder_config *c, char *err, size_t errlen, int blam
     if (!(c->init_std > 0)) BAD(-1, -1, "model.init_std must be > 0 (got %g)", c->init_std);
     if (c->tie_word_embeddings != 0 && c->tie_word_embeddings != 1)
         BAD(-1, -1, "model.tie_word_embeddings must be 0 or 1 (got %d)", c->tie_word_embeddings);
+    if (c->qkv_bias != 0 && c->qkv_bias != 1)
+        BAD(-1, -1, "model.qkv_bias must be 0 or 1 (got %d)", c->qkv_bias);
     /* the rules between keys */
     if (c->dim % c->n_heads != 0)
         BAD(DK_DIM, DK_N_HEADS, "[model] dim = %d is not divisible by n_heads = %d", c->dim,
@@ -143,8 +146,8 @@ const char *decoder_hf_unused(const void *shape, const char *tensor) {
 
 int64_t decoder_param_count(const decoder_config *c) {
     int64_t d = c->dim, hd = c->head_dim, F = c->ffn_dim, V = c->vocab_size;
-    int64_t block = 2 * d + (c->n_heads + 2 * (int64_t)c->n_kv_heads) * hd * d +
-                    d * c->n_heads * hd + 3 * F * d;
+    const int64_t qkv = (c->n_heads + 2 * (int64_t)c->n_kv_heads) * hd;
+    int64_t block = 2 * d + qkv * d + d * c->n_heads * hd + 3 * F * d + (c->qkv_bias ? qkv : 0);
     return V * d + c->n_layers * block + d + (c->tie_word_embeddings ? 0 : V * d);
 }
 

@@ -2,8 +2,10 @@
  * `tokenizers` library runs it:
  *
  *   1. added tokens are cut out of the text first (leftmost-longest; the tokens with
- *      "normalized": false on the text, then those with true on what is left; lstrip,
- *      rstrip and single_word honoured);
+ *      "normalized": false on the text, then those with true on what is left, after the
+ *      normalizer; lstrip, rstrip and single_word honoured); the normalizer is none, or
+ *      NFC (Qwen's: Unicode canonical composition, by utf8proc) on each piece between the
+ *      tokens of the first group;
  *   2. each remaining piece goes through the pre-tokenizer: Split (a Regex or String
  *      pattern, any of the five behaviours, invert), Digits (individual_digits), ByteLevel
  *      (add_prefix_space, use_regex: GPT-2's pattern), or a Sequence of them, ByteLevel
@@ -12,7 +14,7 @@
  *   4. the post-processor (TemplateProcessing, ByteLevel, a Sequence) only says which
  *      special tokens go around a text (the bos/eos defaults); the decoder is ByteLevel.
  *
- * Anything else — a normalizer, another model (WordPiece, Unigram), another pre-tokenizer or
+ * Anything else — another normalizer, another model (WordPiece, Unigram), another pre-tokenizer or
  * decoder, BPE dropout or subword affixes — is refused at load with a message naming it. */
 #include <cjson/cJSON.h>
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -21,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <utf8proc.h>
 
 #include "io/json_text.h"
 #include "src/tokenizer/bpe.h"
@@ -82,6 +85,7 @@ typedef struct hf_tokenizer {
     char *strings;         /* arena of token_str */
     size_t strings_used;
     byte_buf work;         /* pieces with a prefix space */
+    int nfc;               /* the normalizer is NFC */
 } hf_tokenizer;
 
 /* ---- UTF-8 ---- */
@@ -253,8 +257,33 @@ static int word_char_at(hf_tokenizer *hf, const char *text, size_t end, size_t a
                        PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK, hf->word_md, NULL) >= 0;
 }
 
+static void split_added(encoder *e, int group, const char *text, size_t n);
+
+/* A piece between the added tokens that are not normalized: the normalizer's output (NFC
+ * composes; ASCII is its own NFC), then the normalized added tokens and the pre-tokenizer. */
+static void normalized_piece(encoder *e, const char *p, size_t n) {
+    hf_tokenizer *hf = e->hf;
+    size_t k = 0;
+    while (hf->nfc && k < n && (unsigned char)p[k] < 0x80) k++;
+    if (!hf->nfc || k == n) {
+        split_added(e, 1, p, n);
+        return;
+    }
+    utf8proc_uint8_t *nfc = NULL;
+    const utf8proc_ssize_t len = utf8proc_map((const utf8proc_uint8_t *)p, (utf8proc_ssize_t)n,
+                                              &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    /* the text is valid UTF-8 (hf_encode checked): only memory can fail; the prefix-space
+     * copies of the longer text need room in work, which holds nothing live here */
+    if (len < 0 || byte_buf_reserve(&hf->work, hf->work.n + 2 * (size_t)len + 16) != 0)
+        e->failed = 1;
+    else
+        split_added(e, 1, (const char *)nfc, (size_t)len);
+    free(nfc);
+}
+
 /* Cuts the added tokens of `group` out of text[0, n): runs the pre-tokenizer on the
- * pieces between them (after the normalized group, when this is group 0). */
+ * pieces between them (after the normalizer and the normalized group, when this is group
+ * 0). */
 static void split_added(encoder *e, int group, const char *text, size_t n) {
     hf_tokenizer *hf = e->hf;
     size_t done = 0; /* text[0, done) is handled */
@@ -300,7 +329,7 @@ static void split_added(encoder *e, int group, const char *text, size_t n) {
         }
         if (start > done) {
             if (group == 0)
-                split_added(e, 1, text + done, start - done);
+                normalized_piece(e, text + done, start - done);
             else
                 run_stage(e, 0, text + done, start - done);
         }
@@ -309,7 +338,7 @@ static void split_added(encoder *e, int group, const char *text, size_t n) {
     }
     if (done < n && !e->failed) {
         if (group == 0)
-            split_added(e, 1, text + done, n - done);
+            normalized_piece(e, text + done, n - done);
         else
             run_stage(e, 0, text + done, n - done);
     }
@@ -856,11 +885,25 @@ static int load(loader *ld, const cJSON *root, tokenizer *t) {
     if (!cJSON_IsObject(root)) return fail(ld, "valid JSON but not an object");
     const cJSON *norm = cJSON_GetObjectItemCaseSensitive(root, "normalizer");
     if (norm && !cJSON_IsNull(norm)) {
-        const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+        /* NFC, or a Sequence of NFCs only (an empty one: no normalizer) */
         const char *type = type_of(norm);
-        if (!(type && strcmp(type, "Sequence") == 0 && cJSON_GetArraySize(list) == 0))
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers"), *one;
+        int ok = type && strcmp(type, "NFC") == 0;
+        ld->hf->nfc = ok;
+        if (type && strcmp(type, "Sequence") == 0 && cJSON_IsArray(list)) {
+            ok = 1;
+            cJSON_ArrayForEach(one, list) {
+                type = type_of(one);
+                if (!type || strcmp(type, "NFC") != 0) {
+                    ok = 0;
+                    break;
+                }
+                ld->hf->nfc = 1;
+            }
+        }
+        if (!ok)
             return fail(ld, "normalizer \"%s\" is not supported (byte-level BPE tokenizers have "
-                        "none)", type ? type : "?");
+                        "none or NFC)", type ? type : "?");
     }
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) return fail(ld, "no \"model\" object");

@@ -3,6 +3,7 @@
  * implement, refused by name rather than ignored. */
 #include "src/model/llama/llama.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "io/errmsg.h"
@@ -11,19 +12,20 @@
 
 _Static_assert(sizeof(decoder_config) <= MODEL_SHAPE_BYTES, "a Llama shape fits model_shape");
 
-static const key_def llama_keys[] = {DECODER_KEY_ROWS("10000")};
+static const key_def llama_keys[] = {DECODER_KEY_ROWS("10000", "false")};
 _Static_assert(sizeof llama_keys / sizeof llama_keys[0] == DK_N, "one row per decoder key");
 
-/* dim, layers, heads, kv heads, head_dim, ffn, vocab, max_seq, eps, theta, init_std, tied */
-static const decoder_config tiny = {128, 4, 4, 2, 32, 352, 256, 256, 1e-5f, 10000.0f, 0.02f, 0};
+/* dim, layers, heads, kv heads, head_dim, ffn, vocab, max_seq, eps, theta, init_std, tied,
+ * qkv_bias */
+static const decoder_config tiny = {128, 4, 4, 2, 32, 352, 256, 256, 1e-5f, 10000.0f, 0.02f, 0, 0};
 static const decoder_config tinyllama_1b = {2048, 22, 32, 4, 64, 5632, 32000, 2048, 1e-5f,
-                                            10000.0f, 0.02f, 0};
+                                            10000.0f, 0.02f, 0, 0};
 static const decoder_config llama2_7b = {4096, 32, 32, 32, 128, 11008, 32000, 4096, 1e-5f,
-                                         10000.0f, 0.02f, 0};
+                                         10000.0f, 0.02f, 0, 0};
 static const decoder_config llama2_13b = {5120, 40, 40, 40, 128, 13824, 32000, 4096, 1e-5f,
-                                          10000.0f, 0.02f, 0};
+                                          10000.0f, 0.02f, 0, 0};
 static const decoder_config llama2_70b = {8192, 80, 64, 8, 128, 28672, 32000, 4096, 1e-5f,
-                                          10000.0f, 0.02f, 0};
+                                          10000.0f, 0.02f, 0, 0};
 static const model_preset llama_presets[] = {
     {"tiny", &tiny},
     {"tinyllama-1b", &tinyllama_1b},
@@ -38,7 +40,15 @@ static const char *const model_types[] = {"llama", NULL};
 static void derive(void *shape, const unsigned char *set) { decoder_derive(shape, set); }
 
 static int validate(const void *shape, char *err, size_t errlen, int blame[2]) {
-    return decoder_validate(shape, err, errlen, blame);
+    const decoder_config *c = shape;
+    if (decoder_validate(c, err, errlen, blame) != 0) return -1;
+    if (c->qkv_bias) { /* LlamaForCausalLM's attention_bias biases o_proj too */
+        blame[0] = DK_QKV_BIAS;
+        snprintf(err, errlen, "[model] qkv_bias = true: LlamaForCausalLM has no q/k/v-only "
+                 "biases (model.family names an architecture that has them)");
+        return -1;
+    }
+    return 0;
 }
 
 static int hf_read(const cJSON *j, const char *path, void *shape, char *err, size_t errlen) {
