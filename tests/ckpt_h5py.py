@@ -2,7 +2,7 @@
 """Reads a shardlm checkpoint with h5py alone (tests/ckpt_h5py.sh): every tensor under its
 Hugging Face name and shape in /model, /optim/exp_avg and /optim/exp_avg_sq, as float32,
 every dataset's checksum recomputed from the documented formula (io/ckpt_hdf5.h), and the
-state checksum from the text of the attribute state_checksum_text (src/ckpt/checkpoint.c).
+state checksum from the text of the attribute state_checksum_text (src/ckpt/state.c).
 
 usage: ckpt_h5py.py CHECKPOINT.h5    exit 0 ok, 1 wrong, 77 no h5py/numpy here
 """
@@ -12,7 +12,7 @@ try:
     import h5py
     import numpy as np
 except ImportError as e:  # the test is skipped, not failed, where h5py is missing
-    print(f"ckpt_h5py: SKIP: {e}")
+    print(f"SKIP: {e}")
     sys.exit(77)
 
 M64 = (1 << 64) - 1

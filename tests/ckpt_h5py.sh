@@ -11,10 +11,7 @@ SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/lib.sh"
 find_h5py
 py=$h5py
-if [ -z "$py" ]; then
-    echo "ckpt_h5py: SKIP: no python3 with h5py and numpy (apt-get install python3-h5py)"
-    exit 77
-fi
+[ -n "$py" ] || skip_test "no python3 with h5py and numpy (apt-get install python3-h5py)"
 work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-h5py.XXXXXX") || exit 99
 "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
     "$work/train.bin" >/dev/null || exit 1
@@ -24,7 +21,7 @@ set -- sh "$SHLM_SRCDIR/tests/mpi_test.sh" 4 "$SHLM" train "$SHLM_SRCDIR/tests/j
 echo "+ $*"
 "$@" >"$work/train.log" 2>&1 </dev/null
 rc=$?
-[ $rc -eq 77 ] && exit 77
+skip_without_launcher $rc
 if [ $rc -ne 0 ]; then
     tail -n 20 "$work/train.log"
     echo "ckpt_h5py: FAIL: training failed; work directory kept: $work"

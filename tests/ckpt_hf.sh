@@ -247,14 +247,7 @@ if [ -n "$py" ]; then
         fail "hf_inv: a known, unused tensor must load with a warning naming it"
     fi
 else
-    echo "ckpt_hf: SKIP (6): no python3 to edit the files"
+    skip_part "(6): no python3 to edit the files"
 fi
 
-echo "ckpt_hf: $(($(date +%s) - t_start)) s"
-if [ $fails -ne 0 ]; then
-    echo "ckpt_hf: FAIL ($fails problems); work directory kept: $work"
-    exit 1
-fi
-rm -rf "$work"
-echo "ckpt_hf: PASS"
-exit 0
+test_end

@@ -24,10 +24,7 @@ SHLM=${SHLM:-./shardlm}
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 . "$SHLM_SRCDIR/tests/lib.sh"
 find_h5py
-if [ -z "$h5py" ]; then
-    echo "ckpt_metadata: SKIP: no python3 with h5py and numpy (apt-get install python3-h5py)"
-    exit 77
-fi
+[ -n "$h5py" ] || skip_test "no python3 with h5py and numpy (apt-get install python3-h5py)"
 edit="$h5py $SHLM_SRCDIR/tests/corrupt.py"
 test_begin ckpt_metadata shlm-ckpt-metadata
 prepare_corpus "$work/train.bin"

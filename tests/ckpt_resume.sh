@@ -1,5 +1,5 @@
 #!/bin/sh
-# Exact resume and resharding through HDF5 checkpoints (issue "Done when", CPU backend):
+# Exact resume and resharding through HDF5 checkpoints (CPU backend):
 #
 #  exact: for each strategy (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD on 2 ranks;
 #  HYBRID_SHARD on 4 ranks as 2 nodes x 2), run A trains 40 steps straight; run B trains
@@ -43,10 +43,7 @@ run() {
     sh "$mpi" "$np" "$SHLM" train "$job" --set "data.train=$work/train.bin" \
         --set "log.run_dir=$work/$name" "$@" >"$work/$name.log" 2>&1 </dev/null
     rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "ckpt_resume: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 20 "$work/$name.log"
         fail "$name exited with $rc"

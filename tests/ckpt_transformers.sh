@@ -13,12 +13,9 @@ SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 . "$here/pyenv.sh"
-if ! shlm_python torch transformers safetensors >"${TMPDIR:-/tmp}/shlm-py.$$"; then
-    echo "ckpt_transformers: SKIP: $(cat "${TMPDIR:-/tmp}/shlm-py.$$")"
-    rm -f "${TMPDIR:-/tmp}/shlm-py.$$"
-    exit 77
-fi
-rm -f "${TMPDIR:-/tmp}/shlm-py.$$"
+. "$here/lib.sh"
+shlm_python torch transformers safetensors >/dev/null ||
+    skip_test "$(shlm_python torch transformers safetensors)"
 py=$SHLM_PY
 work=$(mktemp -d "${TMPDIR:-/tmp}/shlm-ckpt-tf.XXXXXX") || exit 99
 fails=0
@@ -26,7 +23,7 @@ run() {
     echo "+ $*"
     "$@" >"$work/last.log" 2>&1 </dev/null
     rc=$?
-    [ $rc -eq 77 ] && exit 77
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 15 "$work/last.log"
         echo "ckpt_transformers: FAIL: exit $rc"

@@ -13,7 +13,8 @@ that a range check, not the checksum, is what has to catch an edit.
   corrupt.py v2 FILE                           make it a format-2 file (untied, no
                                                model.tie_word_embeddings), restamped
   corrupt.py v3 FILE                           make it a format-3 file (no data.train
-                                               attributes), restamped
+                                               attributes, no model.family nor a [model]
+                                               key added since), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -40,6 +41,17 @@ def h5():
 
 # the state attributes of format 4 (the training file)
 DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint")
+# the [model] keys a format-3 file holds (the Llama shape; format 2 without the last)
+FORMAT3_MODEL_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
+                      "vocab_size", "max_seq_len", "norm_eps", "rope_theta", "init_std",
+                      "tie_word_embeddings")
+
+
+def model_attrs_after(f, version):
+    """The model.* attributes of f that a file of format `version` (1 to 3) did not hold:
+    model.family and every [model] key added since."""
+    keys = FORMAT3_MODEL_KEYS if version == 3 else FORMAT3_MODEL_KEYS[:-1]
+    return tuple(n for n in f.attrs if n.startswith("model.") and n[6:] not in keys)
 
 
 def restamp(f):
@@ -111,12 +123,12 @@ def main(argv):
             f.attrs[args[0]] = np.float64(args[1]) if cmd == "attr-float" else np.int64(args[1])
         elif cmd == "v1":
             for name in ("state_checksum", "state_checksum_text", "state_attributes",
-                         "skipped_in_a_row", "lr_decay_from", "lr_decay_lr",
-                         "model.tie_word_embeddings", "model.family") + DATA_ATTRS:
+                         "skipped_in_a_row", "lr_decay_from", "lr_decay_lr") + DATA_ATTRS + \
+                    model_attrs_after(f, 1):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
         elif cmd in ("v2", "v3"):
-            gone = DATA_ATTRS + ("model.family",) + (("model.tie_word_embeddings",) if cmd == "v2" else ())
+            gone = DATA_ATTRS + model_attrs_after(f, int(cmd[1]))
             for name in gone:
                 del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()

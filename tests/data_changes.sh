@@ -25,10 +25,8 @@ job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-60}
 export SHLM_TEST_TIMEOUT
 
-sh "$mpi" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "data_changes: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 test_begin data_changes shlm-data-changes
 
 prepare_corpus "$work/corpus.bin"

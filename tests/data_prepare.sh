@@ -13,10 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/lib.sh"
-if ! command -v python3 >/dev/null 2>&1; then
-    echo "data_prepare: SKIP: no python3"
-    exit 77
-fi
+command -v python3 >/dev/null 2>&1 || skip_test "no python3"
 test_begin data_prepare shlm-data-prepare
 py="python3 $SHLM_SRCDIR/tests/sft_data.py"
 data="$SHLM_SRCDIR/examples/smollm2/data"

@@ -17,7 +17,7 @@ set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
 test_begin fp8_parity fp8parity
 parity=$SHLM_SRCDIR/benchmarks/fp8/parity.sh
-command -v python3 > /dev/null || { echo "fp8_parity: SKIP: no python3 for parity.sh's table"; exit 77; }
+command -v python3 > /dev/null || skip_test "no python3 for parity.sh's table"
 mkdir -p "$work/data"
 for f in train val; do
     "$SHLM" data random --vocab 256 --tokens 20000 --seed 7 "$work/data/$f.bin" > /dev/null ||

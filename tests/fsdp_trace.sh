@@ -62,10 +62,7 @@ trace() {
         --set train.micro_batch=1 --set "train.global_batch=$((np * micro))" \
         --set model.n_layers=$layers --set fsdp.trace=true "$@" >"$work/$name.log" 2>&1 </dev/null
     rc=$?
-    if [ $rc -eq 77 ]; then
-        rm -rf "$work"
-        exit 77
-    fi
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 15 "$work/$name.log"
         fail "$name: training exited with $rc (log $work/$name.log)"

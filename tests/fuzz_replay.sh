@@ -7,10 +7,9 @@
 #   env SHLM_BUILDDIR=. SHLM_SRCDIR=. FUZZ_REPLAY=yes sh tests/fuzz_replay.sh
 set -u
 : "${SHLM_SRCDIR:?}" "${SHLM_BUILDDIR:?}"
-if [ "${FUZZ_REPLAY:-no}" != yes ]; then
-    echo "fuzz_replay: SKIP: ${FUZZ_WHY:-configure found no clang for the fuzz harnesses}"
-    exit 77
-fi
+. "$SHLM_SRCDIR/tests/lib.sh"
+[ "${FUZZ_REPLAY:-no}" = yes ] ||
+    skip_test "${FUZZ_WHY:-configure found no clang for the fuzz harnesses}"
 fails=0
 for dir in "$SHLM_SRCDIR"/tests/fuzz/corpus/*/; do
     name=$(basename "$dir")

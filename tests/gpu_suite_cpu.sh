@@ -86,9 +86,9 @@ rc=$?
 
 # ---- --cpu: every table from real runs ----
 if ! shlm_python torch transformers > "$work/py.txt"; then
-    echo "gpu_suite_cpu: note: $(cat "$work/py.txt"): the --cpu runs are left out"
+    skip_part "the --cpu runs: $(cat "$work/py.txt")"
 elif ! sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true > /dev/null 2>&1; then
-    echo "gpu_suite_cpu: note: no MPI launcher: the --cpu runs are left out"
+    skip_part "the --cpu runs: no MPI launcher"
 else
     echo "+ OUT=$work/cpu PYTHON=$SHLM_PY bash $suite --cpu --repeat 1 record comm scaling weak-scaling"
     OUT=$work/cpu PYTHON=$SHLM_PY MPIRUN=${MPIRUN:-mpirun} bash "$suite" --cpu --repeat 1 \
@@ -185,6 +185,4 @@ EOF
     fi
 fi
 
-[ $fails -eq 0 ] || { echo "gpu_suite_cpu: $fails failure(s); work directory $work kept"; exit 1; }
-rm -rf "$work"
-echo "gpu_suite_cpu: PASS ($(($(date +%s) - t_start)) s)"
+test_end

@@ -55,10 +55,8 @@ esac
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
 
-sh "$mpi" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "hung_rank: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 test_begin hung_rank shlm-hung-rank
 
 prepare_corpus "$work/train.bin"

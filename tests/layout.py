@@ -155,27 +155,26 @@ def circles(edges):
 
 
 def self_test(root):
-    """A copy of the tree must pass as it is, and fail once with an upward include
-    planted (src/engine includes src/cli) and once with a circle inside a folder."""
+    """A copy of the tree must report, beyond what it reports as it is (the plain check
+    judges that), an upward include planted (src/engine includes src/cli) and a circle
+    planted inside a folder."""
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         for top in PRODUCT:
             shutil.copytree(os.path.join(root, top), os.path.join(tmp, top))
-        base = check(tmp)
-        if base:
-            print("FAIL: layout self-test: the unchanged copy does not pass:", base[0])
-            return False
+        base = set(check(tmp))
         target = os.path.join(tmp, "src/engine/fsdp.c")
         original = open(target).read()
         with open(target, "w") as fh:
             fh.write('#include "src/cli/commands.h"\n' + original)
-        errs = check(tmp)
-        if not any("higher layer" in e and "src/cli/commands.h" in e for e in errs):
+        errs = [e for e in check(tmp) if e not in base]
+        hits = [e for e in errs if "higher layer" in e and "src/cli/commands.h" in e]
+        if not hits:
             print("FAIL: layout self-test: an upward include (src/engine -> src/cli) was "
                   "not reported")
             ok = False
         else:
-            print("PASS: layout self-test: an upward include is reported:", errs[0])
+            print("PASS: layout self-test: an upward include is reported:", hits[0])
         with open(target, "w") as fh:
             fh.write(original)
         # a circle inside src/engine: shard_plan.h includes fsdp.h, which includes it
@@ -183,7 +182,7 @@ def self_test(root):
         original = open(target).read()
         with open(target, "w") as fh:
             fh.write('#include "src/engine/fsdp.h"\n' + original)
-        errs = check(tmp)
+        errs = [e for e in check(tmp) if e not in base]
         if not any("include circle" in e and "src/engine/fsdp" in e for e in errs):
             print("FAIL: layout self-test: a circle inside src/engine was not reported")
             ok = False

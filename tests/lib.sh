@@ -26,15 +26,39 @@ error_line_problem() {
     done
 }
 
+# skip_test REASON...: ends the test as skipped, a prerequisite being absent here: the one
+# line "SKIP: REASON" (which ./setup.sh check lists; where SHLM_TESTS_REQUIRE_ALL=1,
+# tests/run_test.sh turns the skip into a failure), $work removed when there is one (unless
+# $work_removed_on_exit says an EXIT trap does it), exit 77
+skip_test() {
+    echo "SKIP: $*"
+    if [ -n "${work:-}" ] && [ -d "$work" ] && [ -z "${work_removed_on_exit:-}" ]; then
+        rm -rf "$work"
+    fi
+    exit 77
+}
+
 # test_begin NAME PREFIX: starts the test's clock ($t_start), makes its work directory
-# $work (under $TMPDIR, named PREFIX.XXXXXX) and says where it is, and zeroes the count
-# of failures that fail() raises. NAME starts every message of fail() and prepare_corpus.
+# $work (under $TMPDIR, named PREFIX.XXXXXX) and says where it is, and zeroes the counts
+# of failures that fail() raises and of parts skip_part() skips. NAME starts every message
+# of fail(), skip_part() and prepare_corpus.
 test_begin() {
     test_name=$1
     t_start=$(date +%s)
     work=$(mktemp -d "${TMPDIR:-/tmp}/$2.XXXXXX") || exit 99
     echo "$test_name: work directory $work"
     fails=0
+    skips=0
+    skip_why=
+}
+
+# skip_part REASON...: one part of the test cannot run here (a prerequisite of that part
+# alone is absent): "NAME: SKIP: REASON", counted in $skips; test_end then ends a test
+# that failed nothing as skipped, never as passed
+skip_part() {
+    echo "$test_name: SKIP: $*"
+    skips=$((skips + 1))
+    skip_why=${skip_why:+$skip_why; }$*
 }
 
 # fail MESSAGE...: reports one problem and counts it in $fails
@@ -43,16 +67,21 @@ fail() {
     fails=$((fails + 1))
 }
 
-# test_end: the verdict line with the test's time, then exit: 0 after removing $work when
-# fail() was never called, else 1, $work kept for a look
+# test_end: the verdict line with the test's time, then exit: 1 when fail() was called
+# ($work kept for a look), else 77 (skip_test's line) when skip_part() was, else 0; $work
+# is removed unless something failed or KEEP is set
 test_end() {
     te_s=$(($(date +%s) - t_start))
     if [ "$fails" -ne 0 ]; then
         echo "$test_name: FAIL ($fails; $te_s s); work directory kept: $work"
         exit 1
     fi
+    if [ "${skips:-0}" -ne 0 ]; then
+        echo "$test_name: every part that ran passed ($te_s s); $skips skipped"
+        skip_test "$skips part(s) not run: $skip_why"
+    fi
     echo "$test_name: PASS ($te_s s)"
-    rm -rf "$work"
+    [ -n "${KEEP:-}" ] || rm -rf "$work"
     exit 0
 }
 
@@ -161,10 +190,15 @@ wait_step() {
 # the test as skipped, removing $work
 skip_without_launcher() {
     if [ "$1" -eq 77 ]; then
-        echo "$test_name: SKIP: no MPI launcher"
-        rm -rf "$work"
-        exit 77
+        skip_test "no MPI launcher"
     fi
+}
+
+# skip_unless_launcher: ends the test as skipped where tests/mpi_test.sh finds no MPI
+# launcher
+skip_unless_launcher() {
+    sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true >/dev/null 2>&1
+    skip_without_launcher $?
 }
 
 # step NAME CMD...: runs CMD (printed), its output in $work/NAME.log (the tail shown on

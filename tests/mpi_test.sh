@@ -35,7 +35,7 @@ fi
 set -- $launcher -- "$@"
 launcher_bin=${1:-}
 if [ -z "$launcher_bin" ] || [ "$launcher_bin" = "--" ] || ! command -v "$launcher_bin" >/dev/null 2>&1; then
-    echo "mpi_test.sh: SKIP: no MPI launcher (set MPIRUN or put mpirun on PATH)"
+    echo "SKIP: no MPI launcher (set MPIRUN or put mpirun on PATH)"
     exit 77
 fi
 

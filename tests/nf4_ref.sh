@@ -9,12 +9,10 @@
 . "$SHLM_SRCDIR/tests/lib.sh"
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 if ! shlm_python torch numpy >/dev/null; then
-    echo "SKIP: $(shlm_python torch numpy)"
-    exit 77
+    skip_test "$(shlm_python torch numpy)"
 fi
 if [ ! -d "$SHLM_BITSANDBYTES/bitsandbytes" ]; then
-    echo "SKIP: no bitsandbytes in $SHLM_BITSANDBYTES (run tests/setup_pyenv.sh)"
-    exit 77
+    skip_test "no bitsandbytes in $SHLM_BITSANDBYTES (run tests/setup_pyenv.sh)"
 fi
 test_begin nf4_ref nf4ref
 echo "+ ATEN_CPU_CAPABILITY=avx2 PYTHONPATH=$SHLM_BITSANDBYTES $SHLM_PY" \

@@ -33,10 +33,8 @@ T=4
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
 
-sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "nodes_lost: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 . "$SHLM_SRCDIR/tests/lib/nodes.sh"
 test_begin nodes_lost shlm-nodes-lost
 nodes_traps

@@ -35,10 +35,8 @@ job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
 
-sh "$mpi" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "nodes_mpi: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 . "$SHLM_SRCDIR/tests/lib/nodes.sh"
 test_begin nodes_mpi shlm-nodes-mpi
 nodes_traps

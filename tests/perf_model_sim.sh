@@ -9,6 +9,7 @@
 #   env SHLM=./shardlm SHLM_BUILDDIR=. SHLM_SRCDIR=. sh tests/perf_model_sim.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
+. "$SHLM_SRCDIR/tests/lib.sh"
 SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 model="$SHLM_BUILDDIR/benchmarks/perf_model"
 ops="$SHLM_SRCDIR/benchmarks/results/perf_model-cpu-ops.txt"
@@ -34,10 +35,7 @@ case_() {
         "$T/small.ini" --set log.run_dir="$T/run.$name" --set train.global_batch=$((2 * np)) "$@" \
         >"$T/$name.train" 2>&1 </dev/null
     rc=$?
-    if [ $rc -eq 77 ]; then
-        echo "perf_model_sim: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 20 "$T/$name.train"
         fail "$name: training on $np ranks exited $rc"

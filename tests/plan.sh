@@ -13,6 +13,7 @@
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
+. "$SHLM_SRCDIR/tests/lib.sh"
 
 T=$(mktemp -d "${TMPDIR:-/tmp}/shlm-plan.XXXXXX") || exit 99
 # SHLM_KEEP_TMP=1 keeps the job and token files, so a printed command can be rerun
@@ -98,10 +99,7 @@ train_vs_plan() {
         "$T/small.ini" --set log.run_dir="$T/run.$name" "$@" >"$T/$name.train" 2>&1 </dev/null
     rc=$?
     grep -e '^+ ' -e '^memory per rank' -e '^comm per step' "$T/$name.train"
-    if [ $rc -eq 77 ]; then
-        echo "plan: SKIP: no MPI launcher"
-        exit 77
-    fi
+    skip_without_launcher $rc
     if [ $rc -ne 0 ]; then
         tail -n 20 "$T/$name.train"
         fail "$name: training on $np ranks exited $rc"

@@ -11,7 +11,7 @@
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/plot.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
-command -v gnuplot >/dev/null 2>&1 || { echo "plot.sh: SKIP: no gnuplot (Debian: apt-get install gnuplot-nox)"; exit 77; }
+command -v gnuplot >/dev/null 2>&1 || skip_test "no gnuplot (Debian: apt-get install gnuplot-nox)"
 test_begin plot.sh shlm_plot
 prepare_corpus "$work/train.bin"
 cp "$SHLM_SRCDIR/tests/jobs/small.ini" "$work/p.ini"

@@ -11,7 +11,7 @@
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
 for b in prometheus prometheus-node-exporter python3; do
-    command -v "$b" >/dev/null 2>&1 || { echo "prometheus.sh: SKIP: no $b (Debian: apt-get install prometheus prometheus-node-exporter)"; exit 77; }
+    command -v "$b" >/dev/null 2>&1 || skip_test "no $b (Debian: apt-get install prometheus prometheus-node-exporter)"
 done
 test_begin prometheus.sh shlm_prom
 pids=""

@@ -8,7 +8,7 @@
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/prometheus_slow_client.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
-command -v python3 >/dev/null 2>&1 || { echo "prometheus_slow_client.sh: SKIP: no python3"; exit 77; }
+command -v python3 >/dev/null 2>&1 || skip_test "no python3"
 test_begin prometheus_slow_client.sh shlm_prom_slow
 pids=""
 cleanup() {

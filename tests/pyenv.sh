@@ -2,8 +2,8 @@
 #
 # Tests compare shardlm with libraries nobody here wrote (sentencepiece, Hugging Face
 # tokenizers and transformers, torch, gguf). Those come from PyPI into one virtual
-# environment that tests/setup_pyenv.sh makes (`.ci/run` calls it); `make check` itself
-# never downloads. Where it lives:
+# environment that tests/setup_pyenv.sh makes (`./setup.sh check` runs it as root);
+# `make check` itself never downloads. Where it lives:
 #   $SHLM_CACHE   downloads and derived files (default ~/.cache/shardlm)
 #   $SHLM_PYENV   the virtual environment (default $SHLM_CACHE/venv)
 SHLM_CACHE=${SHLM_CACHE:-${HOME:-/root}/.cache/shardlm}
@@ -31,7 +31,7 @@ shlm_python() {
             return 0
         fi
     done
-    echo "no python3 with $* (run tests/setup_pyenv.sh, which .ci/run does)"
+    echo "no python3 with $* (run tests/setup_pyenv.sh, which ./setup.sh check does as root)"
     return 1
 }
 

@@ -16,10 +16,8 @@ SHLM=${SHLM:-./shardlm}
 case $SHLM in /*) ;; *) SHLM="$(pwd)/$SHLM" ;; esac
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 . "$SHLM_SRCDIR/tests/lib.sh"
-if [ ! -f "$SHLM_SMOLLM2/model.safetensors" ]; then
-    echo "readme_finetune: SKIP: no $SHLM_SMOLLM2 (examples/smollm2/get-model.sh makes it)"
-    exit 77
-fi
+[ -f "$SHLM_SMOLLM2/model.safetensors" ] ||
+    skip_test "no $SHLM_SMOLLM2 (examples/smollm2/get-model.sh makes it)"
 test_begin readme_finetune shlm-readme
 mpi="$(cd "$SHLM_SRCDIR" && pwd)/tests/mpi_test.sh"
 block=$(sed -n '/^<!-- tests\/readme_finetune.sh runs this block -->$/,/^```$/p' "$SHLM_SRCDIR/README.md" |
@@ -36,7 +34,7 @@ head -c 4000 "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" >"$work/train.txt"
 head -c 1500 "$SHLM_SRCDIR/jobs/data/shakespeare-val.txt" >"$work/val.txt"
 (cd "$work" && sh -e -x ./block.sh) >"$work/block.log" 2>&1 </dev/null
 rc=$?
-[ $rc -eq 77 ] && { echo "readme_finetune: SKIP: no MPI launcher"; rm -rf "$work"; exit 77; }
+skip_without_launcher $rc
 if [ $rc -ne 0 ]; then
     tail -n 20 "$work/block.log"
     fail "the README block exited $rc"

@@ -10,8 +10,7 @@
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 test_begin rope_freq_ref ropefreq
 if ! shlm_python torch transformers >"$work/why"; then
-    echo "SKIP: $(cat "$work/why")"
-    exit 77
+    skip_test "$(cat "$work/why")"
 fi
 if ! $SHLM_PY "$SHLM_SRCDIR/tests/rope_freq_ref.py" >"$work/ref.txt" 2>"$work/err"; then
     fail "tests/rope_freq_ref.py failed: $(tail -n 3 "$work/err")"

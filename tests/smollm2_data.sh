@@ -11,23 +11,12 @@ SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 . "$SHLM_SRCDIR/tests/lib.sh"
 data="$SHLM_SRCDIR/examples/smollm2/data"
 whl="$SHLM_CACHE/wheels/chatterbot_corpus-1.3.3-py2.py3-none-any.whl"
-if ! shlm_python yaml >/dev/null; then
-    echo "smollm2_data: SKIP: $(shlm_python yaml)"
-    exit 77
-fi
-if [ ! -f "$whl" ]; then
-    echo "smollm2_data: SKIP: $whl not cached (run tests/setup_pyenv.sh)"
-    exit 77
-fi
+shlm_python yaml >/dev/null || skip_test "$(shlm_python yaml)"
+[ -f "$whl" ] || skip_test "$whl not cached (run tests/setup_pyenv.sh)"
 test_begin smollm2_data shlm-smollm2-data
 echo "+ $SHLM_PY $data/make_data.py $whl $work"
 "$SHLM_PY" "$data/make_data.py" "$whl" "$work" || fail "make_data.py failed"
 for f in chat-train chat-val prompt-response-train prompt-response-val; do
     cmp "$work/$f.jsonl" "$data/$f.jsonl" || fail "$data/$f.jsonl is not what make_data.py makes"
 done
-if [ $fails -ne 0 ]; then
-    echo "smollm2_data: FAIL ($fails); work directory kept: $work"
-    exit 1
-fi
-rm -rf "$work"
-echo "smollm2_data: PASS"
+test_end

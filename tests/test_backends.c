@@ -76,6 +76,5 @@ int main(void) {
     } else {
         printf("note: a GPU is visible; the pick of auto and cuda is tested by make check-gpu\n");
     }
-    printf("%d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

@@ -236,6 +236,5 @@ int main(void) {
     test_options();
     test_cache();
     test_stream();
-    printf("%d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

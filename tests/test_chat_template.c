@@ -10,8 +10,7 @@
 #include <string.h>
 
 #include "src/data/chat_template.h"
-
-static int fails = 0;
+#include "tests/check.h"
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -35,9 +34,8 @@ static void expect(const char *what, const chat_template *t, const chat_message 
     int rc = chat_render(t, m, n, gen, &out, err, sizeof err);
     int ok = want ? rc == 0 && out.n == strlen(want) && memcmp(out.data, want, out.n) == 0
                   : rc != 0 && strstr(err, why) != NULL;
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": got ", ok ? "" : (rc ? err : ""));
+    check(ok, "%s%s%s", what, ok ? "" : ": got ", ok ? "" : (rc ? err : ""));
     if (!ok && rc == 0) printf("     rendered '%.*s'\n     expected '%s'\n", (int)out.n, out.data, want);
-    fails += !ok;
     free(out.data);
 }
 
@@ -54,9 +52,9 @@ static void fixed(void) {
         "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}"
         "{{ '<|im_start|>assistant\\n' }}{% endif %}";
     int rc = chat_template_recognise(&smol, smol_text, NULL, NULL, "smol", err, sizeof err);
-    printf("%s SmolLM2's template is ChatML with a default system message%s%s\n",
-           rc == 0 && smol.default_system ? "ok  " : "FAIL", rc ? ": " : "", rc ? err : "");
-    fails += rc != 0 || !smol.default_system;
+    check(rc == 0 && smol.default_system,
+          "SmolLM2's template is ChatML with a default system message%s%s", rc ? ": " : "",
+          rc ? err : "");
     const chat_message user[1] = {{"user", "Hi"}};
     const chat_message sys_user_asst[3] = {{"system", "Be brief."}, {"user", " Hi "},
                                            {"assistant", "Hello.\n"}};
@@ -91,13 +89,10 @@ static void fixed(void) {
     chat_template other;
     rc = chat_template_recognise(&other, "{{ messages[0]['content'] }}", "<s>", "</s>", "x.json",
                                  err, sizeof err);
-    printf("%s another template is refused naming its file%s%s\n",
-           rc != 0 && strstr(err, "x.json") ? "ok  " : "FAIL", rc ? ": " : "", rc ? err : "");
-    fails += !(rc != 0 && strstr(err, "x.json"));
+    check(rc != 0 && strstr(err, "x.json"), "another template is refused naming its file%s%s",
+          rc ? ": " : "", rc ? err : "");
     rc = chat_template_named(&other, "vicuna", err, sizeof err);
-    printf("%s an unknown template name is refused%s%s\n", rc ? "ok  " : "FAIL", rc ? ": " : "",
-           rc ? err : "");
-    fails += rc == 0;
+    check(rc != 0, "an unknown template name is refused%s%s", rc ? ": " : "", rc ? err : "");
     chat_template_free(&smol);
     chat_template_free(&qwen);
 }
@@ -147,6 +142,5 @@ int main(int argc, char **argv) {
     if (argc == 6 && strcmp(argv[1], "render") == 0) return render(argv[2], argv[3], argv[4], argv[5]);
     printf("# reproduce: tests/test_chat_template\n");
     fixed();
-    printf("%s: %d failure(s)\n", fails ? "FAIL" : "PASS", fails);
-    return fails ? 1 : 0;
+    return check_exit();
 }

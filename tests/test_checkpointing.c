@@ -8,6 +8,7 @@
 #include "kernels/ops.h"
 #include "src/model/decoder.h"
 #include "src/base/rng.h"
+#include "tests/check.h"
 #include "tests/resident_source.h"
 
 
@@ -37,7 +38,6 @@ int main(void) {
     float loss[3];
     size_t bytes[3];
     float **ref = calloc(r.lay.n_units, sizeof(float *));
-    int fails = 0;
     for (int k = 0; k < 3; k++) {
         for (int u = 0; u < r.lay.n_units; u++)
             memset(r.grads[u], 0, r.lay.units[u].numel * sizeof(float));
@@ -60,14 +60,10 @@ int main(void) {
         }
         int ok = fabsf(loss[k] - loss[0]) <= 1e-6f * fabsf(loss[0]) && worst <= 1e-6 &&
                  planned == bytes[k];
-        fails += !ok;
-        printf("%s ac=%-9s loss %.8f grads max rel diff %.2e activations %zu bytes (plan %zu)\n",
-               ok ? "ok  " : "FAIL", names[k], loss[k], worst, bytes[k], planned);
+        check(ok, "ac=%-9s loss %.8f grads max rel diff %.2e activations %zu bytes (plan %zu)",
+              names[k], loss[k], worst, bytes[k], planned);
     }
-    int ordered = bytes[2] < bytes[1] && bytes[1] < bytes[0];
-    fails += !ordered;
-    printf("%s activation bytes: full %zu < selective %zu < none %zu\n", ordered ? "ok  " : "FAIL",
-           bytes[2], bytes[1], bytes[0]);
-    printf("%s: %d failure(s)\n", fails ? "FAIL" : "PASS", fails);
-    return fails ? 1 : 0;
+    check(bytes[2] < bytes[1] && bytes[1] < bytes[0],
+          "activation bytes: full %zu < selective %zu < none %zu", bytes[2], bytes[1], bytes[0]);
+    return check_exit();
 }

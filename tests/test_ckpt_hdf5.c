@@ -11,18 +11,9 @@
 #include <mpi.h>
 
 #include "io/ckpt_hdf5.h"
+#include "tests/check.h"
 
-static int failures = 0, rank = 0, world = 1;
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fputc('\n', stderr);                                                          \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
+static int rank = 0, world = 1;
 
 /* ---- blocks: every element of the range exactly once, in row-major order ---- */
 static void check_blocks(int ndim, int64_t rows, int64_t cols, uint64_t first, uint64_t count) {
@@ -309,6 +300,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
+    check_rank = rank;
     char dir[512];
     if (rank == 0) {
         snprintf(dir, sizeof dir, "%s/shlm-ckpt-h5.XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -324,14 +316,13 @@ int main(int argc, char **argv) {
     }
     test_file(dir);
     test_exclusive(dir);
-    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0) printf("# %d ranks\n", world);
+    const int rc = check_exit_mpi(MPI_COMM_WORLD);
     if (rank == 0) {
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (failures == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-        printf("test_ckpt_hdf5: %d ranks: %s (%d failures)\n", world, failures ? "FAIL" : "ok",
-               failures);
+        if (rc == 0 && system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
     }
     MPI_Finalize();
-    return failures ? 1 : 0;
+    return rc;
 }

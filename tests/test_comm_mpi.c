@@ -12,21 +12,10 @@
 #include "kernels/check.h"
 #include "kernels/comm.h"
 #include "src/engine/topology.h"
+#include "tests/check.h"
 
 static const shlm_comm *C = &shlm_comm_mpi;
-static int world_rank, world_size, failures = 0, checks = 0;
-
-#define EXPECT(cond, ...)                                                                 \
-    do {                                                                                  \
-        checks++;                                                                         \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", world_rank, __FILE__, __LINE__,    \
-                    #cond);                                                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
+static int world_rank, world_size;
 
 static double now_s(void) {
     struct timespec ts;
@@ -105,7 +94,7 @@ static void check_all_gather(const tcase *tc) {
     int bad = 0;
     for (int q = 0; q < S; q++)
         for (size_t i = 0; i < n; i++) bad += get(recv, tc->dt, (size_t)q * n + i) != val(q, i);
-    EXPECT(bad == 0, "all_gather: %d wrong; %s", bad, tc->label);
+    CHECK(bad == 0, "all_gather: %d wrong; %s", bad, tc->label);
     free(recv);
     free(send);
 }
@@ -126,7 +115,7 @@ static void check_reduce_scatter(const tcase *tc, shlm_comm_redop op) {
         if (op == SHLM_COMM_AVG) want /= (float)S;
         bad += get(out, tc->dt, i) != want;
     }
-    EXPECT(bad == 0, "reduce_scatter %s: %d wrong; %s", op == SHLM_COMM_AVG ? "avg" : "sum",
+    CHECK(bad == 0, "reduce_scatter %s: %d wrong; %s", op == SHLM_COMM_AVG ? "avg" : "sum",
            bad, tc->label);
     free(send);
     free(recv);
@@ -147,7 +136,7 @@ static void check_all_reduce(const tcase *tc, shlm_comm_redop op) {
         if (op == SHLM_COMM_AVG) want /= (float)S;
         bad += get(recv, tc->dt, i) != want;
     }
-    EXPECT(bad == 0, "all_reduce %s: %d wrong; %s", op == SHLM_COMM_AVG ? "avg" : "sum", bad,
+    CHECK(bad == 0, "all_reduce %s: %d wrong; %s", op == SHLM_COMM_AVG ? "avg" : "sum", bad,
            tc->label);
     free(send);
     free(recv);
@@ -163,7 +152,7 @@ static void check_broadcast(const tcase *tc) {
     else complete(C->ibroadcast(tc->g, buf, n, tc->dt, root), tc->mode);
     int bad = 0;
     for (size_t i = 0; i < n; i++) bad += get(buf, tc->dt, i) != val(root, i);
-    EXPECT(bad == 0, "broadcast: %d wrong; %s", bad, tc->label);
+    CHECK(bad == 0, "broadcast: %d wrong; %s", bad, tc->label);
     free(buf);
 }
 
@@ -199,11 +188,11 @@ static void check_bf16_rounding(shlm_comm_group *g2) {
     for (int i = 0; i < 6; i++) x[i] = to_bf16(r == 0 ? a[i] : b[i]);
     C->all_reduce(g2, NULL, x, 6, SHLM_BF16, SHLM_COMM_SUM);
     for (int i = 0; i < 6; i++)
-        EXPECT(x[i] == want[i], "bf16 all_reduce %d: 0x%04x, expected 0x%04x", i, x[i], want[i]);
+        CHECK(x[i] == want[i], "bf16 all_reduce %d: 0x%04x, expected 0x%04x", i, x[i], want[i]);
     for (int i = 0; i < 12; i++) y[i] = to_bf16(r == 0 ? a[i % 6] : b[i % 6]);
     C->reduce_scatter(g2, y, y + 6 * r, 6, SHLM_BF16, SHLM_COMM_SUM);
     for (int i = 0; i < 6; i++)
-        EXPECT(y[6 * r + i] == want[i], "bf16 reduce_scatter %d: 0x%04x, expected 0x%04x", i,
+        CHECK(y[6 * r + i] == want[i], "bf16 reduce_scatter %d: 0x%04x, expected 0x%04x", i,
                y[6 * r + i], want[i]);
 }
 
@@ -232,13 +221,13 @@ static void check_random_all_reduce(shlm_comm_group *g, const char *gname) {
         int bad = 0;
         for (size_t i = 0; i < n; i++)
             bad += fabs(get(x, dt, i) - exact[i]) > S * ulp * mag[i];
-        EXPECT(bad == 0, "%s %s random all_reduce: %d beyond tolerance", gname, dt_name(dt),
+        CHECK(bad == 0, "%s %s random all_reduce: %d beyond tolerance", gname, dt_name(dt),
                bad);
         /* every rank of the group holds the same bits: compare with the group's rank 0 */
         char *first = malloc(n * es);
         memcpy(first, x, n * es);
         C->broadcast(g, first, n, dt, 0);
-        EXPECT(memcmp(first, x, n * es) == 0, "%s %s all_reduce differs from rank 0's", gname,
+        CHECK(memcmp(first, x, n * es) == 0, "%s %s all_reduce differs from rank 0's", gname,
                dt_name(dt));
         free(first);
         free(x);
@@ -278,7 +267,7 @@ static void check_concurrent(shlm_comm_group *shard, shlm_comm_group *replica,
         bad += rsb[rr * n + i] != s2;
         bad += ar[i] != s3 / (float)W;
     }
-    EXPECT(bad == 0, "concurrent collectives: %d wrong", bad);
+    CHECK(bad == 0, "concurrent collectives: %d wrong", bad);
     free(ag);
     free(rsb);
     free(ar);
@@ -298,12 +287,12 @@ static void check_progress(shlm_comm_group *g) {
         pending = C->progress();
         sleep_ms(0.2); /* "compute" */
     }
-    EXPECT(pending == 0, "progress() did not complete a 4 MiB all_gather in 60 s");
-    EXPECT(C->test(q) == 1, "test() after progress() reported completion");
+    CHECK(pending == 0, "progress() did not complete a 4 MiB all_gather in 60 s");
+    CHECK(C->test(q) == 1, "test() after progress() reported completion");
     C->wait(q);
     int bad = 0;
     for (int p = 0; p < S; p++) bad += buf[p * n] != (float)p || buf[p * n + n - 1] != (float)p;
-    EXPECT(bad == 0, "progress-driven all_gather wrong");
+    CHECK(bad == 0, "progress-driven all_gather wrong");
     free(buf);
 }
 
@@ -319,7 +308,7 @@ static void check_delay(shlm_comm_group *g, shlm_comm_group *other) {
     double t0 = now_s();
     C->all_reduce(g, NULL, x, 64, SHLM_F32, SHLM_COMM_SUM);
     double dt = now_s() - t0;
-    EXPECT(dt >= 0.2, "blocking all_reduce with 200 ms delay took %.1f ms", dt * 1e3);
+    CHECK(dt >= 0.2, "blocking all_reduce with 200 ms delay took %.1f ms", dt * 1e3);
 
     /* non-blocking, waited for at once: test() says no, wait() sleeps out the delay, and
      * the whole delay counts as blocked (exposed) time */
@@ -328,13 +317,13 @@ static void check_delay(shlm_comm_group *g, shlm_comm_group *other) {
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now_s();
     shlm_comm_req *q = C->iall_gather(g, NULL, x, 64 / C->group_size(g), SHLM_F32);
-    EXPECT(C->test(q) == 0, "test() right after issue with a 200 ms delay said complete");
+    CHECK(C->test(q) == 0, "test() right after issue with a 200 ms delay said complete");
     C->wait(q);
     dt = now_s() - t0;
     C->stats(g, &s1);
     double blocked = (double)(s1.blocked_ns - s0.blocked_ns) * 1e-9;
-    EXPECT(dt >= 0.2, "wait() returned %.1f ms after issue, before the 200 ms delay", dt * 1e3);
-    EXPECT(blocked >= 0.19, "exposed time %.1f ms, expected about 200", blocked * 1e3);
+    CHECK(dt >= 0.2, "wait() returned %.1f ms after issue, before the 200 ms delay", dt * 1e3);
+    CHECK(blocked >= 0.19, "exposed time %.1f ms, expected about 200", blocked * 1e3);
 
     /* prefetch: issue, compute 400 ms (calling progress), then wait: the 200 ms delay is
      * hidden, wait() returns at once */
@@ -346,13 +335,13 @@ static void check_delay(shlm_comm_group *g, shlm_comm_group *other) {
         sleep_ms(5);
         C->progress();
     }
-    EXPECT(C->test(q) == 1, "after 400 ms of compute a 200 ms-delayed all_reduce is not done");
+    CHECK(C->test(q) == 1, "after 400 ms of compute a 200 ms-delayed all_reduce is not done");
     double tw = now_s();
     C->wait(q);
     double waited = now_s() - tw;
     C->stats(g, &s1);
     blocked = (double)(s1.blocked_ns - s0.blocked_ns) * 1e-9;
-    EXPECT(waited < 0.1 && blocked < 0.1,
+    CHECK(waited < 0.1 && blocked < 0.1,
            "wait() after 400 ms of compute blocked %.1f ms: the 200 ms delay was not hidden",
            blocked * 1e3);
     if (world_rank == 0)
@@ -366,7 +355,7 @@ static void check_delay(shlm_comm_group *g, shlm_comm_group *other) {
     t0 = now_s();
     C->all_reduce(other, NULL, x, 64, SHLM_F32, SHLM_COMM_SUM);
     dt = now_s() - t0;
-    EXPECT(dt >= 0.1, "the 100 ms default delay did not apply (%.1f ms)", dt * 1e3);
+    CHECK(dt >= 0.1, "the 100 ms default delay did not apply (%.1f ms)", dt * 1e3);
     C->set_delay_us(NULL, 0);
     C->set_delay_us(g, -1);
 }
@@ -397,18 +386,18 @@ static void check_stats(shlm_comm_group *g, const char *gname) {
     const uint64_t wire[4] = {2 * (S - 1) * 400, 2 * (S - 1) * 100, 2 * (2 * (S - 1) * 256 / S),
                               S > 1 ? 2 * 20 : 0};
     for (int op = 0; op < SHLM_COMM_N_OPS; op++) {
-        EXPECT(s.calls[op] == 2, "%s %s calls %llu, expected 2", gname,
+        CHECK(s.calls[op] == 2, "%s %s calls %llu, expected 2", gname,
                shlm_comm_op_name(op), (unsigned long long)s.calls[op]);
-        EXPECT(s.bytes[op] == bytes[op], "%s %s bytes %llu, expected %llu", gname,
+        CHECK(s.bytes[op] == bytes[op], "%s %s bytes %llu, expected %llu", gname,
                shlm_comm_op_name(op), (unsigned long long)s.bytes[op],
                (unsigned long long)bytes[op]);
-        EXPECT(s.wire[op] == wire[op], "%s %s wire bytes %llu, expected %llu", gname,
+        CHECK(s.wire[op] == wire[op], "%s %s wire bytes %llu, expected %llu", gname,
                shlm_comm_op_name(op), (unsigned long long)s.wire[op],
                (unsigned long long)wire[op]);
     }
     C->stats_reset(g);
     C->stats(g, &s);
-    EXPECT(s.calls[0] == 0 && s.bytes[0] == 0 && s.blocked_ns == 0, "stats_reset");
+    CHECK(s.calls[0] == 0 && s.bytes[0] == 0 && s.blocked_ns == 0, "stats_reset");
     free(f);
     free(h);
 }
@@ -418,13 +407,14 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    check_rank = world_rank;
     if (world_rank == 0) printf("# reproduce: tests/mpi_test.sh 4 %s\n", argv[0]);
     if (world_size != 4) {
-        if (world_rank == 0) printf("test_comm_mpi: SKIP (needs 4 ranks, got %d)\n", world_size);
+        const int rc = world_rank == 0 ? check_skip("needs 4 ranks, got %d", world_size) : 77;
         MPI_Finalize();
-        return 77;
+        return rc;
     }
-    EXPECT(C->available(), "the mpi backend is always available");
+    CHECK(C->available(), "the mpi backend is always available");
 
     /* groups as the FSDP engine makes them: HYBRID_SHARD over two 2-rank "nodes" gives a
      * shard group of 2 (the node) and a replica group of 2; the world; and NO_SHARD's
@@ -440,9 +430,9 @@ int main(int argc, char **argv) {
     shlm_comm_group *shard = C->group_create(th.shard);
     shlm_comm_group *replica = C->group_create(th.replica);
     shlm_comm_group *single = C->group_create(tn.shard);
-    EXPECT(C->group_size(world) == 4 && C->group_size(shard) == 2 &&
+    CHECK(C->group_size(world) == 4 && C->group_size(shard) == 2 &&
                C->group_size(replica) == 2 && C->group_size(single) == 1, "group sizes");
-    EXPECT(C->group_rank(shard) == th.shard_rank && C->group_rank(replica) == th.replica_rank,
+    CHECK(C->group_rank(shard) == th.shard_rank && C->group_rank(replica) == th.replica_rank,
            "group ranks follow the topology");
 
     struct { shlm_comm_group *g; const char *name; } groups[] = {
@@ -458,17 +448,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) check_stats(groups[i].g, groups[i].name);
     check_delay(world, replica);
 
-    EXPECT(C->progress() == 0, "requests left in flight");
+    CHECK(C->progress() == 0, "requests left in flight");
     for (int i = 0; i < 4; i++) C->group_free(groups[i].g);
     topology_free(&th);
     topology_free(&tn);
 
-    int total = 0, all_checks = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    MPI_Allreduce(&checks, &all_checks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (world_rank == 0)
-        printf("test_comm_mpi: %s (%d of %d checks failed over %d ranks)\n",
-               total ? "FAIL" : "PASS", total, all_checks, world_size);
+    const int rc = check_exit_mpi(MPI_COMM_WORLD);
     MPI_Finalize();
-    return total ? 1 : 0;
+    return rc;
 }

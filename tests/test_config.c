@@ -554,6 +554,5 @@ int main(int argc, char **argv) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) printf("# could not remove %s\n", dir);
-    printf("# %d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

@@ -423,6 +423,5 @@ int main(int argc, char **argv) {
     }
     test_masks_and_docs(dir);
     rmdir(dir);
-    printf("# %d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

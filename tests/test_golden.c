@@ -9,12 +9,11 @@
 #include "io/safetensors.h"
 #include "kernels/ops.h"
 #include "tests/decoder_test.h"
+#include "tests/check.h"
 
 /* Per tensor: max|a-b| / max|b| must stay under this (see tests/golden/README.md). */
 #define GOLDEN_TOL 1e-4
 #define FIXTURE "tests/golden/tiny_llama_golden.safetensors"
-
-static int n_fail = 0;
 
 /* ---- a param source over plain host buffers, which also checks the protocol ---- */
 typedef struct golden_source {
@@ -88,14 +87,12 @@ static void check_protocol(golden_source *s, const char *what) {
         s->grad_ready[u] = 0;
     }
     s->protocol_errors = 0;
-    printf("%-52s %s\n", what, bad ? "FAIL" : "ok");
-    if (bad) n_fail++;
+    check(!bad, "%s", what);
 }
 
 /* ---- comparison ---- */
 
-/* max|a - scale·b| / max|scale·b|; unless quiet, printed as one line, and a failure
- * counted. */
+/* max|a - scale·b| / max|scale·b|; unless quiet, a check of it against GOLDEN_TOL. */
 static double compare_q(const char *name, const float *a, const float *b, size_t n,
                         double scale, int quiet) {
     double max_b = 0, max_d = 0;
@@ -115,12 +112,9 @@ static double compare_q(const char *name, const float *a, const float *b, size_t
     if (nonfinite) rel = INFINITY;
     int ok = rel < GOLDEN_TOL;
     if (quiet) return rel;
-    printf("%-52s n=%-6zu max|ref|=%.3e max|diff|=%.3e rel=%.2e %s", name, n, max_b, max_d, rel,
-           ok ? "ok" : "FAIL");
-    if (!ok) printf("  (worst at %zu: got %.7g, want %.7g)%s", worst, a[worst],
+    check(ok, "%-52s n=%-6zu max|ref|=%.3e max|diff|=%.3e rel=%.2e", name, n, max_b, max_d, rel);
+    if (!ok) printf("     worst at %zu: got %.7g, want %.7g%s\n", worst, a[worst],
                     scale * (double)b[worst], nonfinite ? " non-finite" : "");
-    printf("\n");
-    if (!ok) n_fail++;
     return rel;
 }
 
@@ -301,15 +295,9 @@ int main(int argc, char **argv) {
     float loss_fwd = decoder_forward_mean(m, &(model_batch){tokens, targets, NULL, B, T}, &n_valid, logits, NULL);
     compare("forward: logits", logits, gold_logits, N * V, 1.0);
     compare("forward: loss", &loss_fwd, gold_loss, 1, 1.0);
-    if (n_valid != want_valid) {
-        printf("forward: n_valid %d, want %d FAIL\n", n_valid, want_valid);
-        n_fail++;
-    }
+    CHECK(n_valid == want_valid, "forward: n_valid %d, want %d", n_valid, want_valid);
     for (int u = 0; u < gs.n_units; u++)
-        if (gs.held[u]) {
-            fprintf(stderr, "protocol: unit %d still acquired after llama_forward\n", u);
-            n_fail++;
-        }
+        CHECK(!gs.held[u], "protocol: unit %d still acquired after llama_forward", u);
 
     /* ---- forward + backward: loss and every gradient ---- */
     /* the first pass is told to overwrite: buffers full of NaN must come back holding
@@ -322,10 +310,7 @@ int main(int argc, char **argv) {
     float loss_fb = (float)(decoder_forward_backward(m, &(model_batch){tokens, targets, NULL, B, T}, 1.0f / (float)want_valid, &n_valid) /
                             want_valid);
     compare("forward_backward: loss", &loss_fb, gold_loss, 1, 1.0);
-    if (n_valid != want_valid) {
-        printf("forward_backward: n_valid %d, want %d FAIL\n", n_valid, want_valid);
-        n_fail++;
-    }
+    CHECK(n_valid == want_valid, "forward_backward: n_valid %d, want %d", n_valid, want_valid);
     check_protocol(&gs, "forward_backward: param source protocol");
     /* a pass with grad_scale 0.5 on top must accumulate (+=) to 1.5x the gradients */
     float **grads1 = calloc((size_t)lay.n_units, sizeof(float *));
@@ -345,10 +330,7 @@ int main(int argc, char **argv) {
             char gname[160], label[200];
             snprintf(gname, sizeof gname, "golden.grad.%s", lt->name);
             float *gold = read_whole(&f, gname, SAFETENSORS_F32, lt->numel);
-            if (!gold) {
-                n_fail++;
-                continue;
-            }
+            if (!CHECK(gold != NULL, "the fixture's %s (the reason above)", gname)) continue;
             snprintf(label, sizeof label, "grad %s", lt->name);
             double rel = compare(label, grads1[u] + lt->offset, gold, lt->numel, 1.0);
             if (rel > worst) {
@@ -364,11 +346,8 @@ int main(int argc, char **argv) {
         }
     }
     printf("# worst gradient: %s (rel %.2e)\n", worst_name, worst);
-    int ok15 = worst15 < GOLDEN_TOL;
-    printf("%-52s rel=%.2e (worst: %s) %s\n",
-           "2nd pass, grad_scale 0.5, += : all grads = 1.5x ref", worst15, worst15_name,
-           ok15 ? "ok" : "FAIL");
-    if (!ok15) n_fail++;
+    check(worst15 < GOLDEN_TOL, "%-52s rel=%.2e (worst: %s)",
+          "2nd pass, grad_scale 0.5, += : all grads = 1.5x ref", worst15, worst15_name);
 
     decoder_destroy(m);
     for (int u = 0; u < lay.n_units; u++) {
@@ -389,6 +368,5 @@ int main(int argc, char **argv) {
     free(gold_loss);
     model_layout_free(&lay);
     safetensors_close(&f);
-    printf("%s: %d failure(s)\n", n_fail ? "FAIL" : "PASS", n_fail);
-    return n_fail ? 1 : 0;
+    return check_exit();
 }

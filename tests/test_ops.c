@@ -43,6 +43,7 @@
 
 #include "kernels/cpu/cpu.h"
 #include "kernels/ops.h"
+#include "tests/check.h"
 #include "tests/doc_layout.h"
 
 #define FD_COORDS 12
@@ -51,7 +52,6 @@ static const shlm_ops *ops;                       /* the backend under test */
 static const shlm_ops *const cpu = &shlm_ops_cpu; /* the comparison of device backends */
 static int is_cpu;     /* cpu-only properties (thread invariance, documented aliasing) */
 static int small_only; /* --small: no Llama-sized cases */
-static int n_checks, n_failed;
 
 /* ------------------------------------------------------------------------------------
  * tolerances: one row per op output, its value on a backend whose act dtype is fp32 and
@@ -376,12 +376,8 @@ static double rel_l2_err(const float *a, const double *b, size_t n) {
 static int report(const char *name, double err, tol_id id) {
     const double tol = tol_of(id);
     int ok = tol > 0 ? err < tol : err == 0.0; /* NaN fails both */
-    n_checks++;
-    if (!ok) n_failed++;
-    printf("%s %-70s %s %.2e  tol %.0e %s\n", ok ? "ok  " : "FAIL", name,
-           tol_table[id].crit == CRIT_L2 ? "rel_l2" : "maxrel", err, tol, tol_table[id].name);
-    fflush(stdout);
-    return ok;
+    return check(ok, "%-70s %s %.2e  tol %.0e %s", name,
+                 tol_table[id].crit == CRIT_L2 ? "rel_l2" : "maxrel", err, tol, tol_table[id].name);
 }
 
 static int check_close(const char *name, const float *a, const double *b, size_t n, tol_id id) {
@@ -3507,10 +3503,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "test_ops: backend '%s' is not built in\n", backend);
         return 2;
     }
-    if (!ops->available()) {
-        printf("# backend %s is not available on this machine: skipped\n", backend);
-        return 77;
-    }
+    if (!ops->available()) return check_skip("backend %s is not available on this machine", backend);
     if (ops->set_device) ops->set_device(0); /* bind first, as a training rank does */
     is_cpu = ops == &shlm_ops_cpu;
     shlm_device_info info;
@@ -3530,6 +3523,5 @@ int main(int argc, char **argv) {
         release_all();
     }
     ops->sync();
-    printf("# %d checks, %d failed: %s\n", n_checks, n_failed, n_failed ? "FAIL" : "PASS");
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

@@ -1,4 +1,4 @@
-/* Packed documents through the whole model (src/model/llama/llama.c with doc_start, the cpu backend):
+/* Packed documents through the whole model (src/model/decoder.c with doc_start, the cpu backend):
  * a window of several documents with document masks gives the losses and gradients of the
  * documents run one by one from position 0 (RoPE is relative, so only rounding differs),
  * an all-zero doc_start gives the causal results bit for bit, and a batch without a
@@ -136,6 +136,5 @@ int main(void) {
     free(r.grads);
     free(g_packed);
     model_layout_free(&r.lay);
-    printf("# %d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

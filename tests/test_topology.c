@@ -7,31 +7,21 @@
 
 #include "kernels/check.h"
 #include "src/engine/topology.h"
+#include "tests/check.h"
 
-static int world_rank, world_size, failures = 0;
-
-#define EXPECT(cond, ...)                                                                 \
-    do {                                                                                  \
-        if (!(cond)) {                                                                    \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", world_rank, __FILE__, __LINE__,    \
-                    #cond);                                                               \
-            fprintf(stderr, __VA_ARGS__);                                                 \
-            fprintf(stderr, "\n");                                                        \
-            failures++;                                                                   \
-        }                                                                                 \
-    } while (0)
+static int world_rank, world_size;
 
 /* The world ranks of comm's members, in comm rank order, must be first, first+stride, … */
 static void expect_members(MPI_Comm comm, const char *what, const char *label, int first,
                            int stride, int n) {
     int size;
     MPI_CHECK(MPI_Comm_size(comm, &size));
-    EXPECT(size == n, "%s: %s group has %d ranks, expected %d", label, what, size, n);
+    CHECK(size == n, "%s: %s group has %d ranks, expected %d", label, what, size, n);
     if (size != n) return;
     int members[64];
     MPI_CHECK(MPI_Allgather(&world_rank, 1, MPI_INT, members, 1, MPI_INT, comm));
     for (int i = 0; i < n; i++)
-        EXPECT(members[i] == first + i * stride, "%s: %s group member %d is world rank %d, "
+        CHECK(members[i] == first + i * stride, "%s: %s group member %d is world rank %d, "
                "expected %d", label, what, i, members[i], first + i * stride);
 }
 
@@ -45,7 +35,7 @@ static void check_case(fsdp_strategy s, int rpn, int sgs) {
     topology t;
     topology_options opt = {.strategy = s, .ranks_per_node = rpn, .shard_group_size = sgs};
     int rc = topology_create(&t, MPI_COMM_WORLD, &opt, err, sizeof err);
-    EXPECT(rc == 0, "%s: %s", label, err);
+    CHECK(rc == 0, "%s: %s", label, err);
     if (rc != 0) return;
 
     int W = world_size, w = world_rank;
@@ -54,19 +44,19 @@ static void check_case(fsdp_strategy s, int rpn, int sgs) {
           : sgs > 0            ? sgs
           : s == FSDP_HYBRID_SHARD ? R
                                : W;
-    EXPECT(t.world_rank == w && t.world_size == W, "%s: world %d/%d", label, t.world_rank,
+    CHECK(t.world_rank == w && t.world_size == W, "%s: world %d/%d", label, t.world_rank,
            t.world_size);
-    EXPECT(t.dp_rank == w && t.dp_size == W, "%s: dp %d/%d", label, t.dp_rank, t.dp_size);
-    EXPECT(t.node_index == w / R && t.n_nodes == W / R, "%s: node %d/%d, expected %d/%d",
+    CHECK(t.dp_rank == w && t.dp_size == W, "%s: dp %d/%d", label, t.dp_rank, t.dp_size);
+    CHECK(t.node_index == w / R && t.n_nodes == W / R, "%s: node %d/%d, expected %d/%d",
            label, t.node_index, t.n_nodes, w / R, W / R);
-    EXPECT(t.node_rank == w % R && t.node_size == R, "%s: local %d/%d, expected %d/%d", label,
+    CHECK(t.node_rank == w % R && t.node_size == R, "%s: local %d/%d, expected %d/%d", label,
            t.node_rank, t.node_size, w % R, R);
-    EXPECT(t.shard_rank == w % B && t.shard_size == B, "%s: shard %d/%d, expected %d/%d",
+    CHECK(t.shard_rank == w % B && t.shard_size == B, "%s: shard %d/%d, expected %d/%d",
            label, t.shard_rank, t.shard_size, w % B, B);
-    EXPECT(t.shard_index == w / B && t.n_shard_groups == W / B,
+    CHECK(t.shard_index == w / B && t.n_shard_groups == W / B,
            "%s: shard group %d of %d, expected %d of %d", label, t.shard_index,
            t.n_shard_groups, w / B, W / B);
-    EXPECT(t.replica_rank == w / B && t.replica_size == W / B,
+    CHECK(t.replica_rank == w / B && t.replica_size == W / B,
            "%s: replica %d/%d, expected %d/%d", label, t.replica_rank, t.replica_size, w / B,
            W / B);
     expect_members(t.node, "node", label, w / R * R, 1, R);
@@ -80,9 +70,9 @@ static void check_case(fsdp_strategy s, int rpn, int sgs) {
              "rank %d/%d host=hostA node=%d/%d local=%d/%d shard=%d/%d replica=%d/%d "
              "strategy=%s device=cpu",
              w, W, w / R, W / R, w % R, R, w % B, B, w / B, W / B, strategy_name(s));
-    EXPECT(strcmp(line, want) == 0, "%s: describe gave '%s', expected '%s'", label, line, want);
+    CHECK(strcmp(line, want) == 0, "%s: describe gave '%s', expected '%s'", label, line, want);
     topology_free(&t);
-    EXPECT(t.world == MPI_COMM_NULL && t.shard == MPI_COMM_NULL && t.replica == MPI_COMM_NULL &&
+    CHECK(t.world == MPI_COMM_NULL && t.shard == MPI_COMM_NULL && t.replica == MPI_COMM_NULL &&
                t.node == MPI_COMM_NULL, "%s: topology_free left a communicator", label);
 }
 
@@ -91,10 +81,10 @@ static void expect_error(fsdp_strategy s, int rpn, int sgs, const char *want) {
     topology t;
     topology_options opt = {.strategy = s, .ranks_per_node = rpn, .shard_group_size = sgs};
     int rc = topology_create(&t, MPI_COMM_WORLD, &opt, err, sizeof err);
-    EXPECT(rc == -1, "%s ranks_per_node=%d shard_group_size=%d should fail", strategy_name(s),
+    CHECK(rc == -1, "%s ranks_per_node=%d shard_group_size=%d should fail", strategy_name(s),
            rpn, sgs);
-    EXPECT(strcmp(err, want) == 0, "error '%s', expected '%s'", err, want);
-    EXPECT(t.world == MPI_COMM_NULL && t.shard == MPI_COMM_NULL, "a failed create left a "
+    CHECK(strcmp(err, want) == 0, "error '%s', expected '%s'", err, want);
+    CHECK(t.world == MPI_COMM_NULL && t.shard == MPI_COMM_NULL, "a failed create left a "
            "communicator");
     if (rc == 0) topology_free(&t);
 }
@@ -104,30 +94,31 @@ int main(int argc, char **argv) {
     MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    check_rank = world_rank;
     if (world_rank == 0) printf("# reproduce: tests/mpi_test.sh 4 %s\n", argv[0]);
     if (world_size != 4) {
-        if (world_rank == 0) printf("test_topology: SKIP (needs 4 ranks, got %d)\n", world_size);
+        const int rc = world_rank == 0 ? check_skip("needs 4 ranks, got %d", world_size) : 77;
         MPI_Finalize();
-        return 77;
+        return rc;
     }
 
     /* names */
     fsdp_strategy s;
     char err[256];
     for (int i = 0; i < FSDP_N_STRATEGIES; i++) {
-        EXPECT(strategy_from_name(strategy_name((fsdp_strategy)i), &s, err, sizeof err) == 0 &&
+        CHECK(strategy_from_name(strategy_name((fsdp_strategy)i), &s, err, sizeof err) == 0 &&
                    s == (fsdp_strategy)i, "round trip of %s", strategy_name((fsdp_strategy)i));
     }
-    EXPECT(strategy_from_name("hybrid_shard", &s, err, sizeof err) == 0 &&
+    CHECK(strategy_from_name("hybrid_shard", &s, err, sizeof err) == 0 &&
                s == FSDP_HYBRID_SHARD, "names are case-insensitive");
-    EXPECT(strategy_from_name("ZERO3", &s, err, sizeof err) == -1, "ZERO3 is not a strategy");
-    EXPECT(strcmp(err, "unknown strategy 'ZERO3': valid names are FULL_SHARD, SHARD_GRAD_OP, "
+    CHECK(strategy_from_name("ZERO3", &s, err, sizeof err) == -1, "ZERO3 is not a strategy");
+    CHECK(strcmp(err, "unknown strategy 'ZERO3': valid names are FULL_SHARD, SHARD_GRAD_OP, "
                        "NO_SHARD, HYBRID_SHARD") == 0, "message '%s'", err);
 
     /* GPU binding */
-    EXPECT(topology_device_for(0, 8) == 0, "device of 0 on 8");
-    EXPECT(topology_device_for(5, 4) == 1, "device of 5 on 4");
-    EXPECT(topology_device_for(3, 0) == -1, "no GPU visible");
+    CHECK(topology_device_for(0, 8) == 0, "device of 0 on 8");
+    CHECK(topology_device_for(5, 4) == 1, "device of 5 on 4");
+    CHECK(topology_device_for(3, 0) == -1, "no GPU visible");
 
     /* every strategy, node sizes 2 and 4 (and the real machine), shard groups of 2 */
     int rpns[] = {2, 4, 0};
@@ -153,7 +144,7 @@ int main(int argc, char **argv) {
      * with ranks_per_node=4); say so explicitly */
     topology t;
     topology_options one = {.strategy = FSDP_HYBRID_SHARD, .ranks_per_node = 4};
-    EXPECT(topology_create(&t, MPI_COMM_WORLD, &one, err, sizeof err) == 0 &&
+    CHECK(topology_create(&t, MPI_COMM_WORLD, &one, err, sizeof err) == 0 &&
                t.replica_size == 1 && t.shard_size == 4, "HYBRID on one node");
     topology_free(&t);
 
@@ -178,20 +169,16 @@ int main(int argc, char **argv) {
                                       "fsdp.shard_group_size=2 must be 0 or 1");
     expect_error(FSDP_FULL_SHARD, -1, 0, "runtime.ranks_per_node=-1 must be 0 (real nodes) or positive");
     topology_options six = {.strategy = FSDP_FULL_SHARD, .ranks_per_node = 4};
-    EXPECT(topology_check(6, &six, err, sizeof err) == -1 &&
+    CHECK(topology_check(6, &six, err, sizeof err) == -1 &&
                strcmp(err, "world size 6 is not divisible by runtime.ranks_per_node=4") == 0,
            "world 6: '%s'", err);
     topology_options twelve = {.strategy = FSDP_HYBRID_SHARD, .ranks_per_node = 4,
                                .shard_group_size = 8};
-    EXPECT(topology_check(12, &twelve, err, sizeof err) == -1 &&
+    CHECK(topology_check(12, &twelve, err, sizeof err) == -1 &&
                strcmp(err, "world size 12 is not divisible by fsdp.shard_group_size=8") == 0,
            "world 12: '%s'", err);
 
-    int total = 0;
-    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    if (world_rank == 0)
-        printf("test_topology: %s (%d failed check(s) over %d ranks)\n", total ? "FAIL" : "PASS",
-               total, world_size);
+    const int rc = check_exit_mpi(MPI_COMM_WORLD);
     MPI_Finalize();
-    return total ? 1 : 0;
+    return rc;
 }

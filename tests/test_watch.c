@@ -612,6 +612,5 @@ int main(void) {
     test_textfile();
     test_telemetry_absent();
     test_dashboard();
-    printf("%d checks, %d failed\n", n_checks, n_failed);
-    return n_failed ? 1 : 0;
+    return check_exit();
 }

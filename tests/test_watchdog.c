@@ -20,21 +20,24 @@
 
 #include "kernels/check.h"
 #include "kernels/comm/comm_watchdog.h"
+#include "tests/check.h"
 
 static int rank, size;
 
 static int check_ok(void) {
-    int bad = 0;
+    check_rank = rank;
     for (int round = 0; round < 3; round++) {
         int x = 100 - rank - round, min = -1;
         MPI_CHECK(shlm_timed_allreduce(&x, &min, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-        bad += min != 100 - (size - 1) - round;
+        CHECK(min == 100 - (size - 1) - round, "round %d: int MIN %d", round, min);
         double v[2] = {rank, 1.0};
         MPI_CHECK(shlm_timed_allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
-        bad += v[0] != size * (size - 1) / 2.0 || v[1] != size;
+        CHECK(!(v[0] != size * (size - 1) / 2.0 || v[1] != size), "round %d: double SUM %g %g",
+              round, v[0], v[1]);
     }
-    if (rank == 0) printf("test_watchdog ok: %s\n", bad ? "WRONG results" : "results as MPI_Allreduce's");
-    return bad ? 1 : 0;
+    const int rc = check_exit_mpi(MPI_COMM_WORLD);
+    if (rank == 0) printf("test_watchdog ok: %s\n", rc ? "WRONG results" : "results as MPI_Allreduce's");
+    return rc;
 }
 
 int main(int argc, char **argv) {

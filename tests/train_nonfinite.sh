@@ -23,7 +23,7 @@
 #           in one dataset of a shardlm checkpoint with every checksum recomputed
 #           (model.init_from and checkpoint.resume): refused naming the tensor, before
 #           step 1. Needs a python3 with h5py and numpy for the checkpoint edit (that
-#           part is skipped without it).
+#           part is skipped without it, and the test with it).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/train_nonfinite.sh
 # Exit 0 pass, 1 fail, 77 skip (no MPI launcher). The work directory is kept on failure.
 set -u
@@ -35,10 +35,8 @@ job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
 
-sh "$mpi" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "train_nonfinite: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 test_begin train_nonfinite shlm-train-nonfinite
 prepare_corpus "$work/train.bin"
 ok() { echo "train_nonfinite: ok: $*"; }
@@ -185,12 +183,14 @@ for p in python3 /usr/bin/python3; do
 done
 find_h5py
 up=model.layers.1.mlp.up_proj.weight
-if [ -n "$py" ] && "$py" "$SHLM_SRCDIR/tests/corrupt.py" st-poison "$hf/model.safetensors" "$up"; then
+if [ -z "$py" ]; then
+    skip_part "import from Hugging Face: no python3 to edit the file"
+elif "$py" "$SHLM_SRCDIR/tests/corrupt.py" st-poison "$hf/model.safetensors" "$up"; then
     train hfnan 1 - --set "model.init_from=$hf" --set train.stop_after=2
     error_named hfnan "$hf/model.safetensors: tensor $up holds 1 non-finite values" &&
         [ ! -s "$work/hfnan/metrics.jsonl" ] && ok "import: the NaN in $up is refused before step 1"
 else
-    echo "train_nonfinite: SKIP (import from Hugging Face): no python3 to edit the file"
+    fail "import from Hugging Face: corrupt.py could not put a NaN in $hf/model.safetensors"
 fi
 if [ -n "$h5py" ]; then
     cp "$work/skip/ck/step_4.h5" "$work/nan.h5"
@@ -202,9 +202,7 @@ if [ -n "$h5py" ]; then
     error_named cknan2 "dataset /model/$up holds 1 non-finite values" &&
         ok "resume: the same checkpoint is refused on 2 ranks"
 else
-    echo "train_nonfinite: SKIP (NaN in a shardlm checkpoint): no python3 with h5py and numpy"
+    skip_part "NaN in a shardlm checkpoint: no python3 with h5py and numpy"
 fi
 
-echo "train_nonfinite: $fails failure(s) ($(($(date +%s) - t_start)) s)"
-[ "$fails" -eq 0 ] && rm -rf "$work" || echo "train_nonfinite: work directory kept: $work"
-[ "$fails" -eq 0 ]
+test_end

@@ -45,10 +45,8 @@ job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 SHLM_TEST_TIMEOUT=${SHLM_TEST_TIMEOUT:-120}
 export SHLM_TEST_TIMEOUT
 
-sh "$mpi" 1 true >/dev/null 2>&1
-[ $? -eq 77 ] && { echo "train_signal: SKIP: no MPI launcher"; exit 77; }
-
 . "$SHLM_SRCDIR/tests/lib.sh"
+skip_unless_launcher
 test_begin train_signal shlm-train-signal
 
 prepare_corpus "$work/train.bin"

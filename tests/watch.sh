@@ -12,7 +12,7 @@
 #     naming where it was set), a telemetry interval under 10 ms, an unknown host, a
 #     textfile directory that is
 #     a file, is missing, or is read-only (a tmpfs mounted ro; skipped where mounting is
-#     not allowed): one error line on 2 ranks, exit 1, no step trained.
+#     not allowed, and the test with it): one error line on 2 ranks, exit 1, no step trained.
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/watch.sh
 set -u
 . "$SHLM_SRCDIR/tests/lib.sh"
@@ -37,7 +37,7 @@ run() {
     echo "+ sh $mpi $np $*"
     sh "$mpi" "$np" "$@" >"$work/$rn.out" 2>"$work/$rn.err" </dev/null
     rc=$?
-    [ $rc -eq 77 ] && { echo "watch.sh: SKIP: no MPI launcher"; exit 77; }
+    skip_without_launcher $rc
 }
 # refused NAME PATTERN...: the run NAME was refused before step 1 (refused_on_ranks)
 refused() {
@@ -139,10 +139,8 @@ if mount -t tmpfs -o ro,size=1m tmpfs "$work/ro" 2>/dev/null; then
     run tfro 2 --set "log.prometheus_textfile=$work/ro"
     refused tfro "log.prometheus_textfile = $work/ro" "Read-only file system"
 else
-    echo "watch.sh: note: cannot mount a read-only tmpfs here: that case is skipped"
+    skip_part "a read-only textfile directory: cannot mount a read-only tmpfs here (not root, or not allowed)"
 fi
 cleanup
 trap - EXIT
-[ $fails -eq 0 ] || { echo "watch.sh: $fails failure(s); kept $work"; exit 1; }
-rm -rf "$work"
-echo "watch.sh: ok ($(($(date +%s) - t_start)) s)"
+test_end

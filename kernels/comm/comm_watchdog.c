@@ -253,13 +253,15 @@ int shlm_watch_wait(MPI_Request *req, const shlm_watch *w) {
     pthread_mutex_lock(&wd.mu);
     const shlm_watch *outer = wd.waiting;
     wd.waiting = w;
+    /* in a guarded region the region's deadline applies (comm_watchdog.h) */
+    const int guarded = guard.depth > 0;
     pthread_mutex_unlock(&wd.mu);
     int rc, flag = 0;
     for (;;) {
         rc = MPI_Test(req, &flag, MPI_STATUS_IGNORE);
         if (rc != MPI_SUCCESS || flag) break;
         shlm_watchdog_poll();
-        if (shlm_watch_expired(w)) shlm_watch_fail(w, NULL, NULL);
+        if (!guarded && shlm_watch_expired(w)) shlm_watch_fail(w, NULL, NULL);
     }
     pthread_mutex_lock(&wd.mu);
     wd.waiting = outer;

@@ -53,7 +53,9 @@ shlm_watch shlm_watch_issue(const char *op, const char *where, const char *group
 int shlm_watch_expired(const shlm_watch *w);
 
 /* Completes req by MPI_Test in a loop, answering roll calls meanwhile; when w's deadline
- * passes first, shlm_watch_fail. Returns MPI_Test's error code (MPI_SUCCESS). */
+ * passes first, shlm_watch_fail. Inside a guarded region (below) the region's deadline
+ * applies instead: the wait goes on while every rank answers the region's roll calls, up
+ * to its limit. Returns MPI_Test's error code (MPI_SUCCESS). */
 int shlm_watch_wait(MPI_Request *req, const shlm_watch *w);
 
 /* w's deadline passed: the roll call, the line, before_abort(ctx) when given (the NCCL
@@ -93,13 +95,17 @@ void shlm_comm_describe(MPI_Comm comm, char *buf, size_t len);
  *    saying where each rank is, then limit_note (how the caller set the limit): a rank
  *    stuck in its file system answers from this thread but never finishes.
  * So a rank that stops inside a region ends the job within one to two timeouts plus the
- * grace, and a region whose ranks all live may take up to limit_s.
+ * grace, and a region whose ranks all live may take up to limit_s. A timed collective
+ * inside a region (shlm_watch_wait; the ranks of a save agreeing on its outcome) waits
+ * under these rules, not under its own deadline: the others wait there for a rank that
+ * writes slowly, which must not end the job.
  * The thread calls MPI while the main thread is inside MPI: it needs MPI_THREAD_MULTIPLE
  * (the CLI asks for it). Without it (or before shlm_watchdog_init) there is no roll call:
  * past limit_s the rank prints the line without the ranks and exits, which ends the job
- * under mpirun and srun. While a region runs, the main thread answers no roll call; the
- * thread blocks the asynchronous signals (they stay the main thread's). Regions nest: an
- * inner begin and end only count. what is copied; limit_note and phase are static text. */
+ * under mpirun and srun. While a region runs, the main thread need not answer roll calls
+ * (it does only from a timed wait); the thread blocks the asynchronous signals (they stay
+ * the main thread's). Regions nest: an inner begin and end only count. what is copied;
+ * limit_note and phase are static text. */
 void shlm_guard_begin(const char *what, double limit_s, const char *limit_note);
 /* Where this rank is in the region (its status in roll calls and in the line); restarts
  * the phase's clock. Outside a region: nothing. */

@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(512)
  * With one group of 8 per thread, the loads of the block's next row are issued before
  * this row's reduction, so that memory can stay busy through the barriers and stores
  * (the one-row-at-a-time form measured 51% of the copy ceiling at N = C = 4096 on an
- * H200; this form is not measured yet). Rows are disjoint, so dinp may still alias dout. At most 512 threads (C <= 4096 with one
+ * H200). Rows are disjoint, so dinp may still alias dout. At most 512 threads (C <= 4096 with one
  * group of 8 per thread, <= 8192 with two) and two blocks per SM, so 64 registers:
  * enough for one group and the next row (no spills); two groups load row by row. */
 template <int VPT>

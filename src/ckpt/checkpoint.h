@@ -144,10 +144,6 @@ int checkpoint_init_from(fsdp_engine *e, const topology *topo, const model_shape
 /* ---- for `shardlm ckpt` and tests ---- */
 struct ckpt_h5_file;
 
-/* The groups of the state kinds, in fsdp_state_kind order: "/model", "/optim/exp_avg",
- * "/optim/exp_avg_sq". */
-extern const char *const checkpoint_groups[FSDP_STATE_N];
-
 /* Opens a checkpoint read-only over comm (collective), checks that it is a shardlm
  * checkpoint of a format version this build reads, and reads its model shape and
  * training state (either may be NULL), before anything is allocated from them: every

@@ -1,7 +1,7 @@
 /* The Hugging Face files a checkpoint keeps beside its tensors, so that it exports on its
  * own (src/cli/cmd_ckpt.c) as a directory AutoTokenizer and AutoModelForCausalLM load as they
  * loaded the source: the model's config.json and generation_config.json, and the
- * tokenizer's files. src/ckpt/checkpoint.c stores them in the checkpoint (the /hf group). */
+ * tokenizer's files. A save stores them in the checkpoint (the /hf group, src/ckpt/save.c). */
 #ifndef SHLM_HF_FILES_H
 #define SHLM_HF_FILES_H
 

@@ -8,6 +8,7 @@
 
 #include "kernels/check.h"
 #include "shlm_config.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/cli/shardlm.h"
 #include "src/base/signals.h"
@@ -83,9 +84,9 @@ int shardlm_main(int argc, char **argv) {
         MPI_CHECK(MPI_Finalize());
         return rc;
     }
-    fprintf(stderr, "shardlm: error: unknown command '%s' (commands:", argv[1]);
+    char names[256] = "";
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(stderr, " %s", commands[i].name);
-    fprintf(stderr, "; see shardlm --help)\n");
-    return 2;
+        snprintf(names + strlen(names), sizeof names - strlen(names), " %s", commands[i].name);
+    return cli_fail(NULL, 2, "unknown command '%s' (commands:%s; see shardlm --help)", argv[1],
+                    names);
 }

@@ -19,11 +19,14 @@
 #include "io/safe_file.h"
 #include "io/safetensors.h"
 #include "kernels/check.h"
-#include "src/ckpt/checkpoint.h"
-#include "src/cli/commands.h"
-#include "src/ckpt/hf_files.h"
-#include "src/model/family.h"
+#include "src/base/agree.h"
 #include "src/base/numbers.h"
+#include "src/ckpt/checkpoint.h"
+#include "src/ckpt/hf_files.h"
+#include "src/ckpt/tensors.h"
+#include "src/cli/cli_fail.h"
+#include "src/cli/commands.h"
+#include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
 
 /* Elements moved per read: bounds memory for 70B-sized tensors. */
@@ -49,60 +52,19 @@ static int rank_of(void) {
 
 /* One error line from rank 0 (every rank has the same message). */
 static int fail(int status, const char *msg) {
-    if (rank_of() == 0) fprintf(stderr, "shardlm: error: ckpt: %s\n", msg);
-    return status;
-}
-
-/* The datasets of a checkpoint of this shape, in layout order: paths and shapes. */
-typedef struct ds_list {
-    model_desc md;
-    model_layout lay;
-    int n_tensors;
-    const model_tensor **t; /* (n_tensors) */
-} ds_list;
-
-static void ds_list_init(ds_list *d, const model_shape *shape) {
-    model_shape_desc_open(&d->md, shape);
-    d->lay = d->md.lay;
-    d->n_tensors = 0;
-    for (int u = 0; u < d->lay.n_units; u++) d->n_tensors += d->lay.units[u].n_tensors;
-    d->t = malloc((size_t)d->n_tensors * sizeof *d->t);
-    SHLM_CHECK_ALLOC(d->t);
-    int k = 0;
-    for (int u = 0; u < d->lay.n_units; u++)
-        for (int i = 0; i < d->lay.units[u].n_tensors; i++) d->t[k++] = &d->lay.units[u].tensors[i];
-}
-
-static void ds_list_free(ds_list *d) {
-    free(d->t);
-    model_desc_close(&d->md);
-}
-
-/* Opens dataset i of state group k (checkpoint_groups[k]/name, written into dpath) and
- * reads its stored checksum; -1 with the message in err. */
-static int open_listed(ckpt_h5_file *f, const ds_list *dl, int k, int i, char *dpath,
-                       size_t dpathlen, ckpt_h5_dataset *d, uint64_t *checksum, char *err,
-                       size_t errlen) {
-    snprintf(dpath, dpathlen, "%s/%s", checkpoint_groups[k], dl->t[i]->name);
-    if (ckpt_h5_open_dataset(f, dpath, d, err, errlen) != 0) return -1;
-    return ckpt_h5_attr_read_u64(f, dpath, "checksum", checksum, err, errlen) == 0 ? 0 : -1;
+    return cli_fail("ckpt", status, "%s", msg);
 }
 
 /* Opens CKPT (a file or a directory's `latest`). */
 static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathlen,
                      model_shape *shape, ckpt_state *st, char *err, size_t errlen) {
     if (checkpoint_resolve("", arg, path, pathlen, err, errlen) != 0) return -1;
-    int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
+    const int ok = checkpoint_open(f, path, MPI_COMM_WORLD, shape, st, err, errlen) == 0;
     /* every rank reads the same file: a failure is everyone's */
-    int all_ok = ok;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &all_ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-    if (!all_ok) {
-        char ignored[64];
-        ckpt_h5_close(f, ignored, sizeof ignored);
-        if (ok) snprintf(err, errlen, "%s: cannot be opened on every rank", path);
-        return -1;
-    }
-    return 0;
+    if (ranks_agree(MPI_COMM_WORLD, ok, err, errlen) == 0) return 0;
+    char ignored[64];
+    ckpt_h5_close(f, ignored, sizeof ignored);
+    return -1;
 }
 
 /* Reads dataset d's elements [lo, hi) in chunks through buf (CHUNK_ELEMS floats),
@@ -159,8 +121,8 @@ static int ckpt_info(int argc, char **argv) {
     model_shape m;
     ckpt_state st;
     if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
-    ds_list dl;
-    ds_list_init(&dl, &m);
+    ckpt_tensors dl;
+    ckpt_tensors_of_shape(&dl, &m);
     char *created = NULL, *version = NULL, *job = NULL, *job_path = NULL;
     int ok = ckpt_h5_attr_read_str(&f, "/", "created_utc", &created, err, sizeof err) == 0 &&
              ckpt_h5_attr_read_str(&f, "/", "shardlm_version", &version, err, sizeof err) == 0 &&
@@ -208,11 +170,11 @@ static int ckpt_info(int argc, char **argv) {
     uint64_t total = 0;
     int n = 0;
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
-        for (int i = 0; ok && i < dl.n_tensors; i++) {
-            char dpath[256], shape[48], sz[32];
+        for (int i = 0; ok && i < dl.n; i++) {
+            char shape[48], sz[32];
             ckpt_h5_dataset d;
             uint64_t sum = 0;
-            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &sum, err, sizeof err) == 0;
+            ok = ckpt_open_dataset(&f, &dl, k, i, &d, &sum, err, sizeof err) == 0;
             if (!ok) break;
             if (d.ndim == 2)
                 snprintf(shape, sizeof shape, "[%lld, %lld]", (long long)d.shape[0], (long long)d.shape[1]);
@@ -221,7 +183,7 @@ static int ckpt_info(int argc, char **argv) {
             print_bytes(sz, sizeof sz, d.numel * 4.0);
             if (me == 0) {
                 if (n == 0) printf("  %-58s %-14s %10s  %s\n", "dataset (fp32)", "shape", "size", "checksum");
-                printf("  %-58s %-14s %10s  0x%016llx\n", dpath, shape, sz, (unsigned long long)sum);
+                printf("  %-58s %-14s %10s  0x%016llx\n", d.path, shape, sz, (unsigned long long)sum);
             }
             total += d.numel * 4;
             n++;
@@ -251,7 +213,7 @@ static int ckpt_info(int argc, char **argv) {
     free(version);
     free(job);
     free(job_path);
-    ds_list_free(&dl);
+    ckpt_tensors_free(&dl);
     char ignored[64];
     ckpt_h5_close(&f, ignored, sizeof ignored);
     return ok ? 0 : fail(1, err);
@@ -269,18 +231,17 @@ static int ckpt_verify(int argc, char **argv) {
     const double t0 = MPI_Wtime();
     int world, me = rank_of();
     MPI_Comm_size(MPI_COMM_WORLD, &world);
-    ds_list dl;
-    ds_list_init(&dl, &m);
+    ckpt_tensors dl;
+    ckpt_tensors_of_shape(&dl, &m);
     float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
     SHLM_CHECK_ALLOC(buf);
     int ok = 1, bad = 0, n = 0;
     uint64_t total = 0;
     for (int k = 0; ok && k < FSDP_STATE_N; k++) {
-        for (int i = 0; ok && i < dl.n_tensors; i++) {
-            char dpath[256];
+        for (int i = 0; ok && i < dl.n; i++) {
             ckpt_h5_dataset d;
             uint64_t stored = 0;
-            ok = open_listed(&f, &dl, k, i, dpath, sizeof dpath, &d, &stored, err, sizeof err) == 0;
+            ok = ckpt_open_dataset(&f, &dl, k, i, &d, &stored, err, sizeof err) == 0;
             if (!ok) break;
             /* rank r sums elements [r·n/W, (r+1)·n/W) */
             uint64_t lo = d.numel * (uint64_t)me / (uint64_t)world;
@@ -290,23 +251,19 @@ static int ckpt_verify(int argc, char **argv) {
             ckpt_h5_sum s = {0, 0};
             int rok = read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err, sizeof err) == 0;
             /* the lowest failing rank's message is the one printed */
-            int first_bad = rok ? world : me;
-            MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first_bad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-            rok = first_bad == world;
-            if (!rok) MPI_CHECK(MPI_Bcast(err, (int)sizeof err, MPI_CHAR, first_bad, MPI_COMM_WORLD));
+            rok = ranks_agree(MPI_COMM_WORLD, rok, err, sizeof err) == 0;
             uint64_t sums[2] = {s.s1, s.s2};
             MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD));
             s.s1 = sums[0], s.s2 = sums[1];
             uint64_t got = ckpt_h5_sum_final(&s, d.numel);
             if (!rok) {
                 bad++;
-                if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s: %s\n", dpath, err);
+                cli_fail("ckpt verify", 1, "%s: %s", d.path, err);
             } else if (got != stored) {
                 bad++;
-                if (me == 0)
-                    fprintf(stderr, "shardlm: error: ckpt verify: %s: dataset %s is corrupt: "
-                            "checksum 0x%016llx, stored 0x%016llx\n", path, dpath,
-                            (unsigned long long)got, (unsigned long long)stored);
+                cli_fail("ckpt verify", 1, "%s: dataset %s is corrupt: checksum 0x%016llx, "
+                         "stored 0x%016llx", path, d.path, (unsigned long long)got,
+                         (unsigned long long)stored);
             }
             total += d.numel * 4;
             n++;
@@ -314,12 +271,12 @@ static int ckpt_verify(int argc, char **argv) {
         }
     }
     free(buf);
-    ds_list_free(&dl);
+    ckpt_tensors_free(&dl);
     /* the kept Hugging Face files: read whole and checked on every rank */
     hf_files hf = {0};
     if (ok && checkpoint_read_hf(&f, &hf, err, sizeof err) != 0) {
         bad++;
-        if (me == 0) fprintf(stderr, "shardlm: error: ckpt verify: %s\n", err);
+        cli_fail("ckpt verify", 1, "%s", err);
     }
     for (int i = 0; i < hf.n; i++) total += hf.f[i].size, n++;
     hf_files_free(&hf);
@@ -327,15 +284,11 @@ static int ckpt_verify(int argc, char **argv) {
     ckpt_h5_close(&f, ignored, sizeof ignored);
     if (!ok) return fail(1, err);
     double dt = MPI_Wtime() - t0;
-    if (me == 0) {
-        if (bad)
-            fprintf(stderr, "shardlm: error: ckpt verify: %s: %d of %d datasets corrupt\n", path,
-                    bad, n);
-        else
-            printf("verify: %s: %d datasets, %.3f GB, every checksum matches (%.3f s, %.2f GB/s, "
-                   "%d ranks)\n", path, n, total / 1e9, dt, total / 1e9 / dt, world);
-    }
-    return bad ? 1 : 0;
+    if (bad) return cli_fail("ckpt verify", 1, "%s: %d of %d datasets corrupt", path, bad, n);
+    if (me == 0)
+        printf("verify: %s: %d datasets, %.3f GB, every checksum matches (%.3f s, %.2f GB/s, "
+               "%d ranks)\n", path, n, total / 1e9, dt, total / 1e9 / dt, world);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- export */
@@ -545,166 +498,216 @@ static int remove_stale_weights(const char *dir, const stale_weights *st, char *
     return 0;
 }
 
-static int ckpt_export(int argc, char **argv) {
-    const char *arg = NULL, *out = NULL, *dt = "f32";
-    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
+/* An export under way: what its steps share. */
+typedef struct export_run {
+    ckpt_h5_file f;
+    char path[2048];            /* the checkpoint file */
+    const char *out;            /* the directory written */
+    safetensors_dtype dtype;
+    ckpt_tensors dl;            /* the checkpoint's tensors, exported in this order */
+    int *file_of;               /* (dl.n): the safetensors file each tensor goes to */
+    char (*fname)[64];          /* (n_files) */
+    int n_files;
+    unsigned long long total;   /* the bytes of the exported tensors */
+    int me;
+} export_run;
+
+/* The arguments of `ckpt export`: 0, or the exit status (a usage problem). */
+static int export_args(int argc, char **argv, const char **arg, const char **out,
+                       const char **dt, unsigned long long *shard_size) {
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) dt = argv[++i];
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) *dt = argv[++i];
         else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
             long long bytes;
             char msg[320];
             if (num_option_int("--shard-size", argv[++i], 1, LLONG_MAX, &bytes, msg, sizeof msg))
                 return fail(2, msg);
-            shard_size = (unsigned long long)bytes;
+            *shard_size = (unsigned long long)bytes;
         } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
-        else if (!arg) arg = argv[i];
-        else if (!out) out = argv[i];
+        else if (!*arg) *arg = argv[i];
+        else if (!*out) *out = argv[i];
         else return ckpt_usage(stderr), 2;
     }
-    if (!arg || !out) return ckpt_usage(stderr), 2;
-    safetensors_dtype dtype;
-    const char *torch_dtype;
-    if (strcmp(dt, "f32") == 0) dtype = SAFETENSORS_F32, torch_dtype = "float32";
-    else if (strcmp(dt, "bf16") == 0) dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
-    else if (strcmp(dt, "f16") == 0) dtype = SAFETENSORS_F16, torch_dtype = "float16";
-    else return fail(2, "--dtype must be f32, bf16 or f16");
-    const size_t esz = safetensors_dtype_size(dtype);
+    if (!*arg || !*out) return ckpt_usage(stderr), 2;
+    return 0;
+}
 
-    char err[1536] = "", path[2048];
-    ckpt_h5_file f = {.file = -1, .dxpl = -1};
-    model_shape m;
-    ckpt_state st;
-    if (open_ckpt(arg, &f, path, sizeof path, &m, &st, err, sizeof err) != 0) return fail(1, err);
-    const double t0 = MPI_Wtime();
-    const int me = rank_of();
-    int ok = me != 0 || safe_file_mkdir_p(out, err, sizeof err) == 0;
-    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    if (!ok) {
-        char ignored[64];
-        ckpt_h5_close(&f, ignored, sizeof ignored);
-        return fail(1, me == 0 ? err : "cannot create the output directory");
-    }
-
-    ds_list dl;
-    ds_list_init(&dl, &m);
-    const int nt = dl.n_tensors;
-    /* shards: tensors in layout order, a new file when the next tensor would pass the
-     * size (a tensor larger than the size gets a file of its own) */
-    int *file_of = calloc((size_t)nt, sizeof(int));
-    SHLM_CHECK_ALLOC(file_of);
-    int n_files = 1;
-    unsigned long long in_file = 0, total = 0;
-    for (int i = 0; i < nt; i++) {
-        unsigned long long b = dl.t[i]->numel * esz;
-        if (in_file > 0 && in_file + b > shard_size) n_files++, in_file = 0;
-        file_of[i] = n_files - 1;
+/* The safetensors files: tensors in layout order, a new file when the next tensor would
+ * pass shard_size bytes (a tensor larger than that gets a file of its own). */
+static void plan_files(export_run *x, unsigned long long shard_size) {
+    const size_t esz = safetensors_dtype_size(x->dtype);
+    x->file_of = calloc((size_t)x->dl.n, sizeof(int));
+    SHLM_CHECK_ALLOC(x->file_of);
+    x->n_files = 1;
+    unsigned long long in_file = 0;
+    for (int i = 0; i < x->dl.n; i++) {
+        unsigned long long b = x->dl.list[i].t->numel * esz;
+        if (in_file > 0 && in_file + b > shard_size) x->n_files++, in_file = 0;
+        x->file_of[i] = x->n_files - 1;
         in_file += b;
-        total += b;
+        x->total += b;
     }
-    char **fname = calloc((size_t)n_files, sizeof(char *));
-    SHLM_CHECK_ALLOC(fname);
-    for (int j = 0; j < n_files; j++) {
-        fname[j] = malloc(64);
-        SHLM_CHECK_ALLOC(fname[j]);
-        if (n_files == 1) snprintf(fname[j], 64, "model.safetensors");
-        else snprintf(fname[j], 64, "model-%05d-of-%05d.safetensors", j + 1, n_files);
+    x->fname = calloc((size_t)x->n_files, sizeof *x->fname);
+    SHLM_CHECK_ALLOC(x->fname);
+    for (int j = 0; j < x->n_files; j++) {
+        if (x->n_files == 1) snprintf(x->fname[j], sizeof x->fname[j], "model.safetensors");
+        else snprintf(x->fname[j], sizeof x->fname[j], "model-%05d-of-%05d.safetensors", j + 1,
+                      x->n_files);
     }
-    stale_weights stale = {0};
-    ok = me != 0 || plan_export_dir(out, fname, n_files, &stale, err, sizeof err) == 0;
-    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
-    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
-    void *conv = esz == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
-    SHLM_CHECK_ALLOC(buf);
-    char step[32];
-    snprintf(step, sizeof step, "%lld", (long long)st.step);
-    const char *meta_k[] = {"format", "shardlm_checkpoint", "shardlm_step"};
-    const char *meta_v[] = {"pt", path, step};
+}
 
+/* Rank 0: begins the file of tensor i (the first of that file) with its tensor list. */
+static int begin_file(export_run *x, safetensors_writer *w, int i, const char *const *meta_v,
+                      char *err, size_t errlen) {
+    static const char *const meta_k[] = {"format", "shardlm_checkpoint", "shardlm_step"};
+    int first = i, n = 0;
+    while (first + n < x->dl.n && x->file_of[first + n] == x->file_of[i]) n++;
+    const char **names = malloc((size_t)n * sizeof *names);
+    safetensors_dtype *dts = malloc((size_t)n * sizeof *dts);
+    int *nds = malloc((size_t)n * sizeof *nds);
+    const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
+    SHLM_CHECK_ALLOC(names);
+    SHLM_CHECK_ALLOC(dts);
+    SHLM_CHECK_ALLOC(nds);
+    SHLM_CHECK_ALLOC(shapes);
+    for (int j = 0; j < n; j++) {
+        names[j] = x->dl.list[first + j].t->name;
+        dts[j] = x->dtype;
+        nds[j] = x->dl.list[first + j].t->ndim;
+        shapes[j] = x->dl.list[first + j].t->shape;
+    }
+    char fp[2200];
+    snprintf(fp, sizeof fp, "%s/%s", x->out, x->fname[x->file_of[i]]);
+    const int rc = safetensors_writer_begin(w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
+                                            err, errlen);
+    free(names);
+    free(dts);
+    free(nds);
+    free(shapes);
+    return rc;
+}
+
+/* Every tensor of /model into the safetensors files: rank 0 reads each whole, chunk by
+ * chunk, checks its checksum and writes it; the others join each (collective) read. 1, or
+ * 0 with err on rank 0 (and the failed file abandoned). */
+static int write_tensors(export_run *x, const char *const *meta_v, char *err, size_t errlen) {
+    const int me = x->me, nt = x->dl.n;
+    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    void *conv = safetensors_dtype_size(x->dtype) == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
+    SHLM_CHECK_ALLOC(buf);
     safetensors_writer w;
     memset(&w, 0, sizeof w);
-    int open_file = -1;
-    for (int i = 0; ok && i < nt; i++) {
-        const model_tensor *t = dl.t[i];
-        if (me == 0 && ok && file_of[i] != open_file) {
-            /* begin the next shard with its tensor list */
-            int first = i, n = 0;
-            while (first + n < nt && file_of[first + n] == file_of[i]) n++;
-            const char **names = malloc((size_t)n * sizeof *names);
-            safetensors_dtype *dts = malloc((size_t)n * sizeof *dts);
-            int *nds = malloc((size_t)n * sizeof *nds);
-            const int64_t **shapes = malloc((size_t)n * sizeof *shapes);
-            SHLM_CHECK_ALLOC(names);
-            SHLM_CHECK_ALLOC(dts);
-            SHLM_CHECK_ALLOC(nds);
-            SHLM_CHECK_ALLOC(shapes);
-            for (int j = 0; j < n; j++) {
-                names[j] = dl.t[first + j]->name;
-                dts[j] = dtype;
-                nds[j] = dl.t[first + j]->ndim;
-                shapes[j] = dl.t[first + j]->shape;
-            }
-            char fp[2200];
-            snprintf(fp, sizeof fp, "%s/%s", out, fname[file_of[i]]);
-            ok = safetensors_writer_begin(&w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
-                                          err, sizeof err) == 0;
-            open_file = file_of[i];
-            free(names);
-            free(dts);
-            free(nds);
-            free(shapes);
+    int ok = 1, open_file = -1;
+    for (int i = 0; i < nt; i++) {
+        if (me == 0 && ok && x->file_of[i] != open_file) {
+            ok = begin_file(x, &w, i, meta_v, err, errlen) == 0;
+            open_file = x->file_of[i];
         }
-        char dpath[256];
-        snprintf(dpath, sizeof dpath, "/model/%s", t->name);
         ckpt_h5_dataset d;
         uint64_t stored = 0;
-        int rok = ckpt_h5_open_dataset(&f, dpath, &d, err, sizeof err) == 0 &&
-                  ckpt_h5_attr_read_u64(&f, dpath, "checksum", &stored, err, sizeof err) == 0;
-        MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &rok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-        if (!rok) {
+        const int rok = ckpt_open_dataset(&x->f, &x->dl, FSDP_STATE_MASTER, i, &d, &stored,
+                                          err, errlen) == 0;
+        if (ranks_agree(MPI_COMM_WORLD, rok, err, errlen) != 0) {
+            ckpt_h5_close_dataset(&d);
             ok = 0;
             break;
         }
         /* rank 0 reads the whole tensor, chunk by chunk; the others join each call */
-        export_sink sink = {&w, dtype, conv, {0, 0}};
+        export_sink sink = {&w, x->dtype, conv, {0, 0}};
         uint64_t calls = (d.numel + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-        int cok = read_chunks(&f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
-                              me == 0 ? export_chunk : NULL, &sink, err, sizeof err) == 0;
+        int cok = read_chunks(&x->f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
+                              me == 0 ? export_chunk : NULL, &sink, err, errlen) == 0;
         /* a tensor read whole (not cut short by a failed write) must match its checksum:
          * only then is a mismatch the source's fault */
         if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
-            snprintf(err, sizeof err, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
-                     path, dpath);
+            snprintf(err, errlen, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
+                     x->path, d.path);
             cok = 0;
         }
         ckpt_h5_close_dataset(&d);
         if (!cok) ok = 0;
         MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (!ok) break;
-        if (me == 0 && (i + 1 == nt || file_of[i + 1] != open_file))
-            ok = safetensors_writer_finish(&w, err, sizeof err) == 0;
+        if (me == 0 && (i + 1 == nt || x->file_of[i + 1] != open_file))
+            ok = safetensors_writer_finish(&w, err, errlen) == 0;
         MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (!ok) break;
     }
     if (me == 0 && !ok) safetensors_writer_abort(&w);
-    if (me == 0 && ok && n_files > 1) {
-        const char **names = malloc((size_t)nt * sizeof *names);
-        const char **files = malloc((size_t)nt * sizeof *files);
-        SHLM_CHECK_ALLOC(names);
-        SHLM_CHECK_ALLOC(files);
-        for (int i = 0; i < nt; i++) names[i] = dl.t[i]->name, files[i] = fname[file_of[i]];
-        ok = hf_index_write(out, nt, names, files, total, err, sizeof err) == 0;
-        free(names);
-        free(files);
+    free(buf);
+    free(conv);
+    return ok;
+}
+
+/* Rank 0: model.safetensors.index.json, where the tensors span several files. */
+static int write_index(const export_run *x, char *err, size_t errlen) {
+    const int nt = x->dl.n;
+    const char **names = malloc((size_t)nt * sizeof *names);
+    const char **files = malloc((size_t)nt * sizeof *files);
+    SHLM_CHECK_ALLOC(names);
+    SHLM_CHECK_ALLOC(files);
+    for (int i = 0; i < nt; i++) {
+        names[i] = x->dl.list[i].t->name;
+        files[i] = x->fname[x->file_of[i]];
     }
+    const int rc = hf_index_write(x->out, nt, names, files, x->total, err, errlen);
+    free(names);
+    free(files);
+    return rc;
+}
+
+static int ckpt_export(int argc, char **argv) {
+    const char *arg = NULL, *dt = "f32";
+    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
+    export_run x = {.f = {.file = -1, .dxpl = -1}, .me = rank_of()};
+    const int usage = export_args(argc, argv, &arg, &x.out, &dt, &shard_size);
+    if (usage) return usage;
+    const char *torch_dtype;
+    if (strcmp(dt, "f32") == 0) x.dtype = SAFETENSORS_F32, torch_dtype = "float32";
+    else if (strcmp(dt, "bf16") == 0) x.dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
+    else if (strcmp(dt, "f16") == 0) x.dtype = SAFETENSORS_F16, torch_dtype = "float16";
+    else return fail(2, "--dtype must be f32, bf16 or f16");
+
+    char err[1536] = "";
+    const int me = x.me;
+    model_shape m;
+    ckpt_state st;
+    if (open_ckpt(arg, &x.f, x.path, sizeof x.path, &m, &st, err, sizeof err) != 0)
+        return fail(1, err);
+    const double t0 = MPI_Wtime();
+    int ok = me != 0 || safe_file_mkdir_p(x.out, err, sizeof err) == 0;
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!ok) {
+        char ignored[64];
+        ckpt_h5_close(&x.f, ignored, sizeof ignored);
+        return fail(1, me == 0 ? err : "cannot create the output directory");
+    }
+
+    ckpt_tensors_of_shape(&x.dl, &m);
+    plan_files(&x, shard_size);
+    /* the names the export writes: free or regular files, and what an earlier export left
+     * beside them (removed once this one has succeeded) */
+    char **names = malloc((size_t)x.n_files * sizeof *names);
+    SHLM_CHECK_ALLOC(names);
+    for (int j = 0; j < x.n_files; j++) names[j] = x.fname[j];
+    stale_weights stale = {0};
+    ok = me != 0 || plan_export_dir(x.out, names, x.n_files, &stale, err, sizeof err) == 0;
+    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    char step[32];
+    snprintf(step, sizeof step, "%lld", (long long)st.step);
+    const char *const meta_v[] = {"pt", x.path, step};
+    if (ok) ok = write_tensors(&x, meta_v, err, sizeof err);
+    if (me == 0 && ok && x.n_files > 1) ok = write_index(&x, err, sizeof err) == 0;
     /* the new weights are whole: an earlier export's other ones go */
-    if (me == 0 && ok) ok = remove_stale_weights(out, &stale, fname, n_files, err, sizeof err) == 0;
+    if (me == 0 && ok) ok = remove_stale_weights(x.out, &stale, names, x.n_files, err, sizeof err) == 0;
     stale_weights_free(&stale);
+    free(names);
     /* the files the checkpoint kept (collective: every rank reads and checks them) */
     hf_files hf = {0};
-    if (ok) ok = checkpoint_read_hf(&f, &hf, err, sizeof err) == 0;
+    if (ok) ok = checkpoint_read_hf(&x.f, &hf, err, sizeof err) == 0;
     char written[512] = "";
     if (me == 0 && ok) {
-        ok = export_hf_files(out, &hf, &m, torch_dtype, written, sizeof written, err,
+        ok = export_hf_files(x.out, &hf, &m, torch_dtype, written, sizeof written, err,
                              sizeof err) == 0;
     }
     hf_files_free(&hf);
@@ -712,18 +715,15 @@ static int ckpt_export(int argc, char **argv) {
     if (me == 0 && ok) {
         double dtime = MPI_Wtime() - t0;
         printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), %s; %.3f GB in "
-               "%.3f s = %.2f GB/s\n", path, (long long)st.step, out, nt, n_files,
-               n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written, total / 1e9,
-               dtime, total / 1e9 / dtime);
+               "%.3f s = %.2f GB/s\n", x.path, (long long)st.step, x.out, x.dl.n, x.n_files,
+               x.n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written,
+               x.total / 1e9, dtime, x.total / 1e9 / dtime);
     }
-    for (int j = 0; j < n_files; j++) free(fname[j]);
-    free(fname);
-    free(file_of);
-    free(buf);
-    free(conv);
-    ds_list_free(&dl);
+    free(x.fname);
+    free(x.file_of);
+    ckpt_tensors_free(&x.dl);
     char ignored[64];
-    ckpt_h5_close(&f, ignored, sizeof ignored);
+    ckpt_h5_close(&x.f, ignored, sizeof ignored);
     if (!ok) return fail(1, me == 0 ? err : "export failed");
     return 0;
 }
@@ -741,9 +741,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0) return ckpt_info(argc - 2, argv + 2);
     if (strcmp(argv[1], "verify") == 0) return ckpt_verify(argc - 2, argv + 2);
     if (strcmp(argv[1], "export") == 0) return ckpt_export(argc - 2, argv + 2);
-    if (rank_of() == 0) {
-        fprintf(stderr, "shardlm: error: ckpt: unknown subcommand '%s'\n", argv[1]);
-        ckpt_usage(stderr);
-    }
+    cli_fail("ckpt", 2, "unknown subcommand '%s'", argv[1]);
+    if (rank_of() == 0) ckpt_usage(stderr);
     return 2;
 }

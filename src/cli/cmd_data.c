@@ -5,7 +5,6 @@
  * `data encode|decode|tokenizer` are in src/cli/cmd_tokenize.c. A plain process: no MPI. */
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 #include "io/safe_file.h"
 #include "io/tokens.h"
 #include "src/data/chat_template.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/data/data_prepare.h"
 #include "src/base/rng.h"
@@ -52,16 +52,6 @@ static void data_usage(FILE *out) {
             "  text <-> ids on stdin/stdout (shardlm data encode --help)\n"
             "       shardlm data random --vocab V --tokens N [--seed S] OUT.bin\n"
             "  uniform random token ids in [0, V), for benchmarks (width 2 if V <= 65536)\n");
-}
-
-int cmd_data_fail(int status, const char *fmt, ...) {
-    char msg[2048];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "shardlm: error: data: %s\n", msg);
-    return status;
 }
 
 /* Reads a whole file; returns a malloc'd buffer (NULL with errno set on failure). */
@@ -106,34 +96,34 @@ static int data_random(int argc, char **argv) {
             return 0;
         }
         if (number) {
-            if (i + 1 >= argc) return cmd_data_fail(2, "%s needs a value", a);
+            if (i + 1 >= argc) return cli_fail("data", 2, "%s needs a value", a);
             const char *v = argv[++i];
             char err[320];
             const int rc = a[2] == 'v'   ? num_option_int(a, v, 2, INT32_MAX, &vocab, err, sizeof err)
                            : a[2] == 't' ? num_option_int(a, v, 2, LLONG_MAX, &count, err, sizeof err)
                                          : num_option_u64(a, v, &seed, err, sizeof err);
-            if (rc != 0) return cmd_data_fail(2, "%s", err);
+            if (rc != 0) return cli_fail("data", 2, "%s", err);
         } else if (a[0] == '-') {
-            return cmd_data_fail(2, "unknown option '%s'", a);
+            return cli_fail("data", 2, "unknown option '%s'", a);
         } else if (!out) {
             out = a;
         } else {
-            return cmd_data_fail(2, "unexpected argument '%s' (takes OUT.bin)", a);
+            return cli_fail("data", 2, "unexpected argument '%s' (takes OUT.bin)", a);
         }
     }
-    if (!vocab || !count) return cmd_data_fail(2, "random needs --vocab V and --tokens N");
-    if (!out) return cmd_data_fail(2, "random needs OUT.bin");
+    if (!vocab || !count) return cli_fail("data", 2, "random needs --vocab V and --tokens N");
+    if (!out) return cli_fail("data", 2, "random needs OUT.bin");
     char err[1536];
-    if (safe_file_check_target(out, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
+    if (safe_file_check_target(out, err, sizeof err) != 0) return cli_fail("data", 1, "%s", err);
     int32_t *tokens = malloc((size_t)count * sizeof *tokens);
-    if (!tokens) return cmd_data_fail(1, "out of memory for %lld tokens", count);
+    if (!tokens) return cli_fail("data", 1, "out of memory for %lld tokens", count);
     for (long long i = 0; i < count; i++)
         tokens[i] = (int32_t)(rng_hash64(seed * 0x9E3779B97F4A7C15ull ^ (uint64_t)i) %
                               (uint64_t)vocab);
     int rc = token_file_write(out, tokens, NULL, (uint64_t)count, vocab <= 65536 ? 2 : 4,
                               (uint32_t)vocab, NULL, err, sizeof err);
     free(tokens);
-    if (rc != 0) return cmd_data_fail(1, "%s", err);
+    if (rc != 0) return cli_fail("data", 1, "%s", err);
     printf("wrote %lld random tokens (vocab %lld) to %s\n", count, vocab, out);
     return 0;
 }
@@ -144,10 +134,10 @@ static int data_info(int argc, char **argv) {
         data_usage(stdout);
         return 0;
     }
-    if (argc != 3 || argv[2][0] == '-') return cmd_data_fail(2, "info takes one token file");
+    if (argc != 3 || argv[2][0] == '-') return cli_fail("data", 2, "info takes one token file");
     token_file tf;
     char err[1536];
-    if (token_file_open(&tf, argv[2], err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
+    if (token_file_open(&tf, argv[2], err, sizeof err) != 0) return cli_fail("data", 1, "%s", err);
     const int v2 = tf.version >= 2;
     printf("%-14s %s\n", "file", tf.path);
     printf("%-14s %d\n", "version", tf.version);
@@ -209,17 +199,17 @@ static int parse_prep(int argc, char **argv, int render, prep_args *a, int *stat
             } else if (i + 1 < argc) {
                 *dst[k] = argv[++i];
             } else {
-                *status = cmd_data_fail(2, "%s needs a value", names[k]);
+                *status = cli_fail("data", 2, "%s needs a value", names[k]);
                 return -2;
             }
         } else if (arg[0] == '-' && arg[1] != '\0') {
-            *status = cmd_data_fail(2, "unknown option '%s'", arg);
+            *status = cli_fail("data", 2, "unknown option '%s'", arg);
             return -2;
         } else if (a->n_paths < 2 - render) {
             a->paths[a->n_paths++] = arg;
         } else {
-            *status = cmd_data_fail(2, "unexpected argument '%s' (%s)", arg,
-                                    render ? "render takes IN" : "prepare takes IN OUT.bin");
+            *status = cli_fail("data", 2, "unexpected argument '%s' (%s)", arg,
+                               render ? "render takes IN" : "prepare takes IN OUT.bin");
             return -2;
         }
     }
@@ -239,42 +229,45 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     memset(o, 0, sizeof *o);
     o->format = a->format ? format_named(a->format) : TOKEN_FORMAT_TEXT;
     if (o->format == TOKEN_FORMAT_OTHER)
-        return cmd_data_fail(
-            2, "--format must be text, jsonl-text, prompt-response or chat, not '%s'", a->format);
+        return cli_fail("data", 2,
+                        "--format must be text, jsonl-text, prompt-response or chat, not '%s'",
+                        a->format);
     const int templated =
         o->format == TOKEN_FORMAT_PROMPT_RESPONSE || o->format == TOKEN_FORMAT_CHAT;
     if (a->chat_template && !templated)
-        return cmd_data_fail(2, "--chat-template applies to --format prompt-response and chat");
-    if (a->overlong && !a->max_doc_len) return cmd_data_fail(2, "--overlong needs --max-doc-len");
+        return cli_fail("data", 2, "--chat-template applies to --format prompt-response and chat");
+    if (a->overlong && !a->max_doc_len)
+        return cli_fail("data", 2, "--overlong needs --max-doc-len");
     if (a->overlong && strcmp(a->overlong, "truncate") != 0 && strcmp(a->overlong, "drop") != 0)
-        return cmd_data_fail(2, "--overlong must be truncate or drop, not '%s'", a->overlong);
+        return cli_fail("data", 2, "--overlong must be truncate or drop, not '%s'", a->overlong);
     o->drop_overlong = a->overlong && strcmp(a->overlong, "drop") == 0;
     if (a->max_doc_len) {
         long long v;
         char err[320];
         if (num_option_int("--max-doc-len", a->max_doc_len, 1, LLONG_MAX, &v, err, sizeof err))
-            return cmd_data_fail(2, "%s", err);
+            return cli_fail("data", 2, "%s", err);
         o->max_doc_len = (uint64_t)v;
     }
     if (!templated) return 0;
     const char *name = a->chat_template ? a->chat_template : "auto";
     if (strcmp(name, "none") == 0) {
         if (o->format == TOKEN_FORMAT_CHAT)
-            return cmd_data_fail(2, "--format chat needs a chat template (auto, chatml, qwen2.5 or llama2)");
+            return cli_fail("data", 2,
+                            "--format chat needs a chat template (auto, chatml, qwen2.5 or llama2)");
         return 0;
     }
     /* auto with a model that has no template: prompt-response pairs become plain
      * documents (the prompt untrained), a chat cannot be rendered */
     if (strcmp(name, "auto") == 0 && !tokenizer_chat_template(tok)) {
         if (o->format == TOKEN_FORMAT_CHAT)
-            return cmd_data_fail(1,
-                                 "%s has no chat template: give --chat-template chatml, qwen2.5 or llama2",
-                                 tokenizer_path(tok));
+            return cli_fail("data", 1,
+                            "%s has no chat template: give --chat-template chatml, qwen2.5 or llama2",
+                            tokenizer_path(tok));
         return 0;
     }
     char err[1536];
     if (chat_template_for(ct, tok, name, err, sizeof err) != 0)
-        return cmd_data_fail(strncmp(err, "unknown chat template", 21) == 0 ? 2 : 1, "%s", err);
+        return cli_fail("data", strncmp(err, "unknown chat template", 21) == 0 ? 2 : 1, "%s", err);
     o->tmpl = ct;
     return 0;
 }
@@ -340,45 +333,48 @@ static int data_prepare(int argc, char **argv, int render) {
     int status = 0;
     if (parse_prep(argc, argv, render, &a, &status) != 0) return status;
     if (!a.tokenizer)
-        return cmd_data_fail(
-            2, "--tokenizer is required (a tokenizer file, a model directory, or bytes)");
+        return cli_fail("data", 2,
+                        "--tokenizer is required (a tokenizer file, a model directory, or bytes)");
     int width = !a.width ? 0 : strcmp(a.width, "2") == 0 ? 2 : strcmp(a.width, "4") == 0 ? 4 : -1;
-    if (width < 0) return cmd_data_fail(2, "--width must be 2 or 4, not '%s'", a.width);
+    if (width < 0) return cli_fail("data", 2, "--width must be 2 or 4, not '%s'", a.width);
     if (a.n_paths != 2 - render)
-        return cmd_data_fail(2, render ? "render needs IN" : "prepare needs IN and OUT.bin");
+        return cli_fail("data", 2, render ? "render needs IN" : "prepare needs IN and OUT.bin");
     /* the output replaces its name: were it the input (by any path or link), the text
      * would be gone */
     if (!render && safe_file_same(a.paths[0], a.paths[1]))
-        return cmd_data_fail(1,
-                             "%s is the input file %s itself (same file): refusing to replace the "
-                             "text with its tokens; choose another OUT.bin",
-                             a.paths[1], a.paths[0]);
+        return cli_fail("data", 1,
+                        "%s is the input file %s itself (same file): refusing to replace the "
+                        "text with its tokens; choose another OUT.bin",
+                        a.paths[1], a.paths[0]);
     char err[1536];
     /* what the output would replace, before the work (token_file_write checks it again) */
     if (!render && safe_file_check_target(a.paths[1], err, sizeof err) != 0)
-        return cmd_data_fail(1, "%s", err);
+        return cli_fail("data", 1, "%s", err);
     struct tokenizer *tok;
-    if (tokenizer_open(&tok, a.tokenizer, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
+    if (tokenizer_open(&tok, a.tokenizer, err, sizeof err) != 0)
+        return cli_fail("data", 1, "%s", err);
     prepare_options o;
     chat_template ct = {0};
     int rc = resolve_prep(&a, tok, &o, &ct);
     uint32_t vocab = tokenizer_vocab_size(tok);
     if (!width) width = vocab <= 65536 ? 2 : 4;
     if (rc == 0 && width == 2 && vocab > 65536)
-        rc = cmd_data_fail(2, "--width 2 cannot hold the ids of %s (vocab %u > 65536)", a.tokenizer,
-                           vocab);
+        rc = cli_fail("data", 2, "--width 2 cannot hold the ids of %s (vocab %u > 65536)",
+                      a.tokenizer, vocab);
     size_t n = 0;
     unsigned char *text = rc == 0 ? read_all(a.paths[0], &n) : NULL;
-    if (rc == 0 && !text) rc = cmd_data_fail(1, "%s: cannot read: %s", a.paths[0], strerror(errno));
-    if (rc == 0 && n == 0) rc = cmd_data_fail(1, "%s: empty file, nothing to tokenize", a.paths[0]);
+    if (rc == 0 && !text)
+        rc = cli_fail("data", 1, "%s: cannot read: %s", a.paths[0], strerror(errno));
+    if (rc == 0 && n == 0)
+        rc = cli_fail("data", 1, "%s: empty file, nothing to tokenize", a.paths[0]);
     prepared p = {0};
     if (rc == 0 && render &&
         prepare_records(tok, &o, a.paths[0], (const char *)text, n, print_rendered, NULL, err,
                         sizeof err) != 0)
-        rc = cmd_data_fail(1, "%s", err);
+        rc = cli_fail("data", 1, "%s", err);
     if (rc == 0 && !render &&
         prepare_file(tok, &o, a.paths[0], (const char *)text, n, &p, err, sizeof err) != 0)
-        rc = cmd_data_fail(1, "%s", err);
+        rc = cli_fail("data", 1, "%s", err);
     free(text);
     tokenizer_free(tok);
     const token_file_meta meta = {.truncated = p.truncated, .dropped = p.dropped,
@@ -390,7 +386,7 @@ static int data_prepare(int argc, char **argv, int render) {
     if (rc == 0 && !render &&
         token_file_write(a.paths[1], p.ids.ids, (const uint8_t *)p.flags.data, p.ids.n, width,
                          vocab, &meta, err, sizeof err) != 0)
-        rc = cmd_data_fail(1, "%s", err);
+        rc = cli_fail("data", 1, "%s", err);
     if (rc == 0 && !render) print_prepared(&a, &o, &p, vocab);
     chat_template_free(&ct);
     prepared_free(&p);
@@ -409,5 +405,5 @@ int cmd_data(int argc, char **argv) {
     if (strcmp(argv[1], "info") == 0) return data_info(argc, argv);
     if (strcmp(argv[1], "prepare") == 0) return data_prepare(argc, argv, 0);
     if (strcmp(argv[1], "render") == 0) return data_prepare(argc, argv, 1);
-    return cmd_data_fail(2, "unknown subcommand '%s' (try: shardlm data --help)", argv[1]);
+    return cli_fail("data", 2, "unknown subcommand '%s' (try: shardlm data --help)", argv[1]);
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/job/config.h"
 
@@ -22,9 +23,8 @@ int cmd_keys(int argc, char **argv) {
             return 0;
         }
         if (strcmp(argv[i], "--markdown") != 0) {
-            fprintf(stderr, "shardlm: error: keys: unknown option '%s' (usage: shardlm keys "
-                    "[--markdown])\n", argv[i]);
-            return 2;
+            return cli_fail("keys", 2, "unknown option '%s' (usage: shardlm keys [--markdown])",
+                            argv[i]);
         }
         markdown = 1;
     }

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "io/safe_file.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 
 enum { MAX_RUNS = 16, N_PNG = 7 /* four, and three of GPU telemetry */ };
@@ -37,13 +38,6 @@ typedef struct run_rows {
     int n, cap;
     int gpu_rows; /* rows with telemetry */
 } run_rows;
-
-static int plot_error(const char *fmt, const char *a, const char *b) {
-    fprintf(stderr, "shardlm: error: plot: ");
-    fprintf(stderr, fmt, a, b);
-    fprintf(stderr, "\n");
-    return 1;
-}
 
 static double num(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -180,7 +174,7 @@ int cmd_plot(int argc, char **argv) {
     int n = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out")) {
-            if (++i >= argc) return plot_error("--out needs a directory%s%s", "", "");
+            if (++i >= argc) return cli_fail("plot", 1, "--out needs a directory");
             out_dir = argv[i];
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: shardlm plot [--out DIR] RUN_DIR...\n"
@@ -190,26 +184,26 @@ int cmd_plot(int argc, char **argv) {
                    "  ./plots for several). Needs gnuplot (Debian: gnuplot-nox).\n");
             return 0;
         } else if (argv[i][0] == '-') {
-            return plot_error("unknown option '%s'%s (usage: shardlm plot [--out DIR] RUN_DIR...)",
-                              argv[i], "");
+            return cli_fail("plot", 1, "unknown option '%s' (usage: shardlm plot [--out DIR] "
+                            "RUN_DIR...)", argv[i]);
         } else if (n == MAX_RUNS) {
-            return plot_error("at most 16 run directories%s%s", "", "");
+            return cli_fail("plot", 1, "at most 16 run directories");
         } else {
             dirs[n++] = argv[i];
         }
     }
-    if (n == 0) return plot_error("no run directory given (usage: shardlm plot [--out DIR] "
-                                  "RUN_DIR...)%s%s", "", "");
+    if (n == 0) return cli_fail("plot", 1, "no run directory given (usage: shardlm plot "
+                                "[--out DIR] RUN_DIR...)");
     if (system("gnuplot --version >/dev/null 2>&1") != 0)
-        return plot_error("gnuplot not found (Debian: apt-get install gnuplot-nox)%s%s", "", "");
+        return cli_fail("plot", 1, "gnuplot not found (Debian: apt-get install gnuplot-nox)");
     char default_out[SAFE_FILE_PATH_MAX];
     if (!out_dir) {
         snprintf(default_out, sizeof default_out, "%s/plots", n == 1 ? dirs[0] : ".");
         out_dir = default_out;
     }
-    if (strchr(out_dir, '\'')) return plot_error("--out %s: a quote in the path%s", out_dir, "");
+    if (strchr(out_dir, '\'')) return cli_fail("plot", 1, "--out %s: a quote in the path", out_dir);
     char err[1536];
-    if (safe_file_mkdir_p(out_dir, err, sizeof err) != 0) return plot_error("%s%s", err, "");
+    if (safe_file_mkdir_p(out_dir, err, sizeof err) != 0) return cli_fail("plot", 1, "%s", err);
 
     static char tables[MAX_RUNS][SAFE_FILE_PATH_MAX + 32];
     static char labels[MAX_RUNS][256];
@@ -218,13 +212,13 @@ int cmd_plot(int argc, char **argv) {
         run_rows rr = {0};
         if (read_rows(dirs[r], &rr, err, sizeof err) != 0) {
             free(rr.rows);
-            return plot_error("%s%s", err, "");
+            return cli_fail("plot", 1, "%s", err);
         }
         gpu_rows += rr.gpu_rows;
         snprintf(tables[r], sizeof tables[r], "%s/run%d.dat", out_dir, r + 1);
         int rows = write_table(&rr, tables[r], err, sizeof err);
         free(rr.rows);
-        if (rows < 0) return plot_error("%s%s", err, "");
+        if (rows < 0) return cli_fail("plot", 1, "%s", err);
         /* the legend: the run dir, with the characters gnuplot's strings treat specially
          * dropped */
         size_t k = 0;
@@ -256,14 +250,14 @@ int cmd_plot(int argc, char **argv) {
     }
     if (n_out <= n_png) {
         while (n_out > 0) safe_file_abort(&out[--n_out]);
-        return plot_error("%s%s", err, "");
+        return cli_fail("plot", 1, "%s", err);
     }
     char cmd[SAFE_FILE_PATH_MAX + 64];
     snprintf(cmd, sizeof cmd, "gnuplot 2>'%s'", out[n_png].tmp);
     FILE *gp = popen(cmd, "w");
     if (!gp) {
         for (int i = 0; i <= n_png; i++) safe_file_abort(&out[i]);
-        return plot_error("cannot start gnuplot: %s%s", strerror(errno), "");
+        return cli_fail("plot", 1, "cannot start gnuplot: %s", strerror(errno));
     }
     /* as benchmarks/report.sh: pngcairo where gnuplot has it, else png */
     fprintf(gp, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) { set terminal pngcairo size "
@@ -296,8 +290,8 @@ int cmd_plot(int argc, char **argv) {
         if (rc == 0 && ok) ok = safe_file_finish(&out[i], err, sizeof err) == 0;
         else safe_file_abort(&out[i]);
     }
-    if (rc != 0) return plot_error("gnuplot failed: see %s/gnuplot.log%s", out_dir, "");
-    if (!ok) return plot_error("%s%s", err, "");
+    if (rc != 0) return cli_fail("plot", 1, "gnuplot failed: see %s/gnuplot.log", out_dir);
+    if (!ok) return cli_fail("plot", 1, "%s", err);
     printf("plot: wrote %s/loss.png, lr.png, throughput.png, memory.png%s\n", out_dir,
            gpu_rows > 0 ? ", gpu_power.png, gpu_clock.png, gpu_util.png"
                         : " (no GPU telemetry in these runs: no GPU plots)");

@@ -2,12 +2,12 @@
  * any tokenizer (src/tokenizer/tokenizer.h), for debugging a model's tokenizer and for the tests that
  * compare it with the reference libraries. A plain process: no MPI. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/errmsg.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/tokenizer/tokenizer.h"
 
@@ -64,14 +64,16 @@ static int parse(int argc, char **argv, int decode, options *o, int *status) {
         } else if (!strncmp(a, "--tokenizer=", 12)) {
             o->tokenizer = a + 12;
         } else {
-            *status = cmd_data_fail(2, "%s: unexpected argument '%s' (see shardlm data %s --help)",
-                                    argv[1], a, argv[1]);
+            *status = cli_fail("data", 2,
+                               "%s: unexpected argument '%s' (see shardlm data %s --help)",
+                               argv[1], a, argv[1]);
             return -1;
         }
     }
     if (!o->tokenizer) {
-        *status = cmd_data_fail(
-            2, "%s needs --tokenizer (a tokenizer file, a model directory, or bytes)", argv[1]);
+        *status = cli_fail("data", 2,
+                           "%s needs --tokenizer (a tokenizer file, a model directory, or bytes)",
+                           argv[1]);
         return -1;
     }
     return 0;
@@ -123,14 +125,14 @@ static int run_units(int argc, char **argv, int mode, unit_fn fn) {
     if (parse(argc, argv, mode, &o, &status) != 0) return status;
     unit_ctx u = {.o = &o};
     if (tokenizer_open(&u.t, o.tokenizer, u.err, sizeof u.err) != 0)
-        return cmd_data_fail(1, "%s", u.err);
+        return cli_fail("data", 1, "%s", u.err);
     u.flags = mode == 1 ? (o.skip_special ? TOKENIZER_SKIP_SPECIAL : 0)
                         : (o.bos ? TOKENIZER_ADD_BOS : 0) | (o.eos ? TOKENIZER_ADD_EOS : 0) |
                               (o.add_special ? tokenizer_default_flags(u.t) : 0);
     byte_buf in = {0};
     int rc = 0;
     if (read_stdin(&in) != 0) {
-        rc = cmd_data_fail(1, "%s: cannot read stdin: %s", argv[1], strerror(errno));
+        rc = cli_fail("data", 1, "%s: cannot read stdin: %s", argv[1], strerror(errno));
     } else {
         size_t at = 0;
         u.line = 1;
@@ -138,14 +140,15 @@ static int run_units(int argc, char **argv, int mode, unit_fn fn) {
             const char *nl = o.lines ? memchr(in.data + at, '\n', in.n - at) : NULL;
             size_t end = nl ? (size_t)(nl - in.data) : in.n;
             if (fn(&u, in.data + at, end - at) != 0) {
-                rc = cmd_data_fail(1, "%s: %s", argv[1], u.err);
+                rc = cli_fail("data", 1, "%s: %s", argv[1], u.err);
                 break;
             }
             at = end + 1;
             u.line++;
         } while (o.lines && at < in.n);
     }
-    if (rc == 0 && fflush(stdout) != 0) rc = cmd_data_fail(1, "%s: cannot write stdout", argv[1]);
+    if (rc == 0 && fflush(stdout) != 0)
+        rc = cli_fail("data", 1, "%s: cannot write stdout", argv[1]);
     free(in.data);
     free(u.ids.ids);
     free(u.text.data);
@@ -267,7 +270,8 @@ int cmd_data_tokenizer(int argc, char **argv) {
     if (parse(argc, argv, 2, &o, &status) != 0) return status;
     char err[1536];
     tokenizer *t;
-    if (tokenizer_open(&t, o.tokenizer, err, sizeof err) != 0) return cmd_data_fail(1, "%s", err);
+    if (tokenizer_open(&t, o.tokenizer, err, sizeof err) != 0)
+        return cli_fail("data", 1, "%s", err);
     printf("%-12s %s\n%-12s %s\n%-12s %s\n%-12s %u\n", "kind", tokenizer_kind(t), "file",
            tokenizer_path(t), "encoder", tokenizer_encoder(t), "vocab_size",
            tokenizer_vocab_size(t));
@@ -287,5 +291,5 @@ int cmd_data_tokenizer(int argc, char **argv) {
     else
         printf("%-12s none\n", "chat_template");
     tokenizer_free(t);
-    return fflush(stdout) == 0 ? 0 : cmd_data_fail(1, "tokenizer: cannot write stdout");
+    return fflush(stdout) == 0 ? 0 : cli_fail("data", 1, "tokenizer: cannot write stdout");
 }

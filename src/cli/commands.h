@@ -16,9 +16,6 @@ int cmd_data(int argc, char **argv);
 int cmd_data_encode(int argc, char **argv);
 int cmd_data_decode(int argc, char **argv);
 int cmd_data_tokenizer(int argc, char **argv);
-/* The data commands' one error line, "shardlm: error: data: " and the message, written at
- * once; returns status (usage problems 2, everything else 1). */
-int cmd_data_fail(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* shardlm keys [--markdown]   (src/cli/cmd_keys.c; a plain process) */
 int cmd_keys(int argc, char **argv);

@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "shlm_config.h"
+#include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/job/config.h"
 #include "src/watch/device_table.h"
@@ -22,10 +23,9 @@ static void row(const char *key, size_t bytes, const char *what) {
 }
 
 static int usage_error(const char *msg, const char *arg) {
-    fprintf(stderr, "shardlm: error: plan: %s%s%s (usage: shardlm plan JOB.ini --ranks N "
-            "[--ranks-per-node M] [--backend cpu|cuda] [--device NAME | --device-gib G] "
-            "[--set section.key=value ...])\n", msg, arg ? " " : "", arg ? arg : "");
-    return 2;
+    return cli_fail("plan", 2, "%s%s%s (usage: shardlm plan JOB.ini --ranks N "
+                    "[--ranks-per-node M] [--backend cpu|cuda] [--device NAME | --device-gib G] "
+                    "[--set section.key=value ...])", msg, arg ? " " : "", arg ? arg : "");
 }
 
 /* What a rank of the job needs with these choices: the plan's total. */
@@ -192,18 +192,16 @@ int cmd_plan(int argc, char **argv) {
     if (device && (!named || named->mem_mib == 0)) {
         char names[512];
         device_table_short_names(names, sizeof names);
-        fprintf(stderr, "shardlm: error: plan: --device %s: %s (known: %s; or give "
-                "--device-gib G)\n", device, named ? "its memory is not in the device table"
-                : "not in the device table", names);
-        return 2;
+        return cli_fail("plan", 2, "--device %s: %s (known: %s; or give --device-gib G)", device,
+                        named ? "its memory is not in the device table"
+                              : "not in the device table", names);
     }
 
     job_config cfg;
     char err[1536];
     if (job_config_load(&cfg, job, n_sets, sets, err, sizeof err) != 0) {
-        fprintf(stderr, "shardlm: error: %s\n", err);
         free(sets);
-        return 1;
+        return cli_fail(NULL, 1, "%s", err);
     }
     free(sets);
     if (!backend) backend = shlm_backend_choice_name(cfg.backend);
@@ -222,7 +220,7 @@ int cmd_plan(int argc, char **argv) {
     topt.strategy = cfg.strategy;
     int rc = 1;
     if (topology_check(ranks, &topt, err, sizeof err) != 0) {
-        fprintf(stderr, "shardlm: error: %s: %s\n", cfg.path, err);
+        cli_fail(NULL, 1, "%s: %s", cfg.path, err);
         goto done;
     }
     int S, R;
@@ -230,8 +228,8 @@ int cmd_plan(int argc, char **argv) {
     int per_step = cfg.micro_batch * ranks;
     int global = cfg.global_batch > 0 ? cfg.global_batch : per_step;
     if (global % per_step != 0) {
-        fprintf(stderr, "shardlm: error: %s: train.global_batch (%d) must be a multiple of "
-                "train.micro_batch (%d) x ranks (%d)\n", cfg.path, global, cfg.micro_batch, ranks);
+        cli_fail(NULL, 1, "%s: train.global_batch (%d) must be a multiple of train.micro_batch "
+                 "(%d) x ranks (%d)", cfg.path, global, cfg.micro_batch, ranks);
         goto done;
     }
     int accum = global / per_step;

@@ -1,4 +1,4 @@
-/* Fuzzes shardlm checkpoints (src/ckpt/checkpoint.c checkpoint_open and checkpoint_load,
+/* Fuzzes shardlm checkpoints (src/ckpt/load.c checkpoint_open and checkpoint_load,
  * src/cli/cmd_ckpt.c `ckpt info` and `ckpt verify`), in one process that is an MPI singleton.
  * Input, by its first byte:
  *   even: the rest is an HDF5 file's bytes (what HDF5 itself makes of damage);

@@ -15,7 +15,7 @@ try:
     from safetensors.torch import load_file
     from transformers import LlamaForCausalLM
 except ImportError as e:
-    print(f"check_export: SKIP: {e}")
+    print(f"SKIP: {e}")
     sys.exit(77)
 
 

@@ -18,18 +18,33 @@
    still uses the step it held; every consumer reads the step it expects; every empty
    phase gets exactly 8 arrivals; nothing is left pending at the end. The kernel's
    schedule (FA3's order: step j's slot released at the top of step j + 1 when both are
-   the warpgroup's), NS = 3 slots.
+   the warpgroup's), with the kernel's NS slots.
 3. A negative case the model must catch (releasing skipped steps without their wait).
+Tile sizes, warpgroups, slots and the barriers' arrival counts are read from the two .cu
+files (tests/gpu/cu_constants.py), so a change there changes what is checked here.
 Run: python3 tests/gpu/attn_bwd_ws_model.py  (exit status 0: all passed)."""
+import math
 import os
 import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cu_constants import constants, mbar_counts  # noqa: E402
 from mbarrier_model import Mbar  # noqa: E402
 
-BK, BQ = 128, 64
-NS = 3  # cfg<HD>::NS
+WS = constants("attention_bwd_sm90.cu")  # attn_bwd_dkv_ws
+KV = constants("attention.cu")           # attn_bwd_dkv_kernel, the fallback
+BARS = mbar_counts("attention_bwd_sm90.cu")  # arrival counts: kv_full, full, empty
+BK, BQ = WS["BK"], WS["BQ"]  # keys per dS tile, queries per step
+NS = WS["cfg::NS"]           # ring slots
+N_WG = WS["DKV_WS_THREADS"] // WS["WG_THREADS"] - 1  # consumer warpgroups (one producer)
+WG_KEYS = BK // N_WG         # keys per consumer warpgroup
+WG_WARPS = WS["WG_THREADS"] // 32
+KV_BK, KV_BQ = KV["KV_BK"], KV["KV_BQ"]
+KV_SLICE = KV_BK // KV["KV_NS"]  # keys per warp pair of the fallback
+FRAG = math.isqrt(WS["DS_FRAG"])  # a dS fragment is FRAG x FRAG in both kernels
+assert FRAG * FRAG == WS["DS_FRAG"] == KV["DS_FRAG"], "the kernels disagree on the dS fragment"
+assert N_WG == 2, "the protocol below models two consumer warpgroups"
 
 
 def ws_steps(kt, T, group, kvh):
@@ -49,30 +64,34 @@ def ws_steps(kt, T, group, kvh):
 
 
 def ref_steps(kt, T, group, kvh):
-    """attention.cu's attn_bwd_dkv_kernel: nqt = (T - k0 + 63) / 64, step s: head
-    kvh·group + s / nqt, queries k0 + (s % nqt)·64"""
-    k0 = kt * BK
-    nqt = (T - k0 + BQ - 1) // BQ
+    """attention.cu's attn_bwd_dkv_kernel: nqt = (T - k0 + KV_BQ - 1) / KV_BQ, step s:
+    head kvh·group + s / nqt, queries k0 + (s % nqt)·KV_BQ"""
+    k0 = kt * KV_BK
+    nqt = (T - k0 + KV_BQ - 1) // KV_BQ
     out = []
     for s in range(group * nqt):
-        h, q0 = kvh * group + s // nqt, k0 + (s % nqt) * BQ
-        lse_rows = [(q0 + e) if q0 + e < T else None for e in range(BQ)]
+        h, q0 = kvh * group + s // nqt, k0 + (s % nqt) * KV_BQ
+        lse_rows = [(q0 + e) if q0 + e < T else None for e in range(KV_BQ)]
         out.append((h, q0, q0, lse_rows))
     return out
 
 
 def ref_fragments(k0, q0):
-    """the dS fragments kk·4 + qm attn_bwd_dkv_kernel stores on a step: 32-key slice kw
-    (keys k0 + 32kw..) stores kk = 2kw, 2kw + 1 when k0 + 32kw <= q0 + 63"""
-    return {kk * 4 + qm for kw in range(4) if k0 + 32 * kw <= q0 + BQ - 1
-            for kk in (2 * kw, 2 * kw + 1) for qm in range(4)}
+    """the dS fragments kk·(KV_BQ/FRAG) + qm attn_bwd_dkv_kernel stores on a step: the
+    KV_SLICE-key slice kw (keys k0 + KV_SLICE·kw..) stores its key blocks kk when
+    k0 + KV_SLICE·kw <= q0 + KV_BQ - 1"""
+    per = KV_SLICE // FRAG
+    return {kk * (KV_BQ // FRAG) + qm for kw in range(KV_BK // KV_SLICE)
+            if k0 + KV_SLICE * kw <= q0 + KV_BQ - 1
+            for kk in range(per * kw, per * kw + per) for qm in range(KV_BQ // FRAG)}
 
 
 def ws_fragments(k0, q0):
-    """attn_bwd_dkv_ws: warpgroup wl (keys k0 + 64wl..) stores when k0 + 64wl <= q0 + 63;
-    its warp w holds key block kk = 4wl + w"""
-    return {(4 * wl + w) * 4 + qm for wl in range(2) if k0 + 64 * wl <= q0 + BQ - 1
-            for w in range(4) for qm in range(4)}
+    """attn_bwd_dkv_ws: warpgroup wl (keys k0 + WG_KEYS·wl..) stores when
+    k0 + WG_KEYS·wl <= q0 + BQ - 1; its warp w holds key block kk = WG_WARPS·wl + w"""
+    return {(WG_WARPS * wl + w) * (BQ // FRAG) + qm for wl in range(N_WG)
+            if k0 + WG_KEYS * wl <= q0 + BQ - 1
+            for w in range(WG_WARPS) for qm in range(BQ // FRAG)}
 
 
 def check_index_math():
@@ -88,8 +107,8 @@ def check_index_math():
                     for (h, q0, _, _) in a:
                         assert ws_fragments(k0, q0) == ref_fragments(k0, q0), (T, kt, q0)
                         # a warpgroup that skips: all its keys after all the step's queries
-                        for wl in (0, 1):
-                            if k0 + 64 * wl > q0 + BQ - 1:
+                        for wl in range(N_WG):
+                            if k0 + WG_KEYS * wl > q0 + BQ - 1:
                                 assert wl == 1 and q0 == k0
                     n += 1
     print(f"index math: {n} (T, group, kv head, key tile) blocks match attn_bwd_dkv_kernel")
@@ -98,9 +117,9 @@ def check_index_math():
 def run_protocol(nqt, group, NS, seed):
     nsteps = nqt * group
     rnd = random.Random(seed)
-    kv_full = Mbar(1)
-    full = [Mbar(32) for _ in range(NS)]
-    empty = [Mbar(8) for _ in range(NS)]
+    kv_full = Mbar(BARS["kv_full"])
+    full = [Mbar(BARS["full"]) for _ in range(NS)]       # the producer warp's lanes
+    empty = [Mbar(BARS["empty"]) for _ in range(NS)]     # the consumers' warps
     slot_step = [None] * NS     # what the slot holds (lse/D written, TMA landed)
     slot_tma_pending = [None] * NS
     in_use = [dict() for _ in range(2)]  # wg -> {slot: step}
@@ -147,7 +166,7 @@ def run_protocol(nqt, group, NS, seed):
         def release(st):
             assert in_use[wg].get(st % NS) == st
             del in_use[wg][st % NS]
-            empty[st % NS].arrive(4)  # this warpgroup's 4 warps
+            empty[st % NS].arrive(WG_WARPS)  # lane 0 of each of this warpgroup's warps
 
         state = {"step": 0}
 
@@ -161,7 +180,7 @@ def run_protocol(nqt, group, NS, seed):
         if BUGGY_SKIP and wg == 1:  # the hazard: release skipped steps without the wait
             for st in range(nsteps):
                 if not active(st):
-                    empty[st % NS].arrive(4)
+                    empty[st % NS].arrive(WG_WARPS)
                 else:
                     yield from slot_ready(st)
                     yield

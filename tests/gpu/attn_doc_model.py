@@ -21,13 +21,31 @@ document at T - 1, one document) and T around the tile sizes:
    and they cover every kept pair of their rows.
 4. Negative cases the model must catch: a dQ kernel starting at its block's first tile
    for both warpgroups, and a search that stops one round early.
+The tiles and steps are read from the .cu files (tests/gpu/cu_constants.py), so a change
+there changes what is checked here.
 Run: python3 tests/gpu/attn_doc_model.py  (exit status 0: all passed)."""
+import math
+import os
 import random
 import sys
 
-BK, BQ = 128, 64      # dK/dV key tile, query step (dS tile: BK keys x BQ queries)
-FWD_BM = 128          # Hopper forward tile (BM == BN)
-MMA_BR, MMA_BC = 128, 64  # mma.sync forward block rows, key step
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cu_constants import constants  # noqa: E402
+
+MMA = constants("attention.cu")          # the mma.sync kernels and the dK/dV fallback
+HOPPER = constants("attention_sm90.cu")  # the Hopper forward
+HOPPER_BWD = constants("attention_bwd_sm90.cu")
+BK, BQ = MMA["KV_BK"], MMA["KV_BQ"]  # dK/dV key tile, query step (dS tile: BK keys x BQ queries)
+assert (HOPPER_BWD["BK"], HOPPER_BWD["BQ"]) == (BK, BQ), "the dK/dV kernels' dS tiles differ"
+SLICE = BK // MMA["KV_NS"]           # keys per 32-key slice of the dK/dV pass (its warp pairs)
+FRAG = math.isqrt(MMA["DS_FRAG"])    # a dS fragment: FRAG x FRAG
+FWD_BM = HOPPER["BM"]                # Hopper forward tile (BM == BN)
+assert HOPPER["BN"] == FWD_BM, "the model takes the Hopper forward's tiles square"
+MMA_BR, MMA_BC = MMA["FWD_BR"], MMA["FWD_BC"]  # mma.sync forward block rows, key step
+MMA_WARPS = MMA["FWD_THREADS"] // 32
+MMA_ROWS = MMA_BR // MMA_WARPS       # query rows per warp
+DQ_BR, DQ_BC = MMA["DQ_BR"], MMA["DQ_BC"]  # mma.sync dQ block rows, key step
+DQ_WARPS = MMA["DQ_THREADS"] // 32
 
 
 def layout(T, kind, maxlen, rnd):
@@ -115,17 +133,17 @@ def check_forward(row, T):
     for qb in range((T + MMA_BR - 1) // MMA_BR):
         q0 = qb * MMA_BR
         kt0 = first_key(row, q0) // MMA_BC
-        for w in range(4):
-            wq0 = q0 + 32 * w
+        for w in range(MMA_WARPS):
+            wq0 = q0 + MMA_ROWS * w
             if wq0 >= T:
                 continue
             wfirst = first_key(row, min(wq0, T - 1))
-            wlast = first_key(row, min(wq0 + 31, T - 1))
-            rows = range(wq0, min(wq0 + 32, T))
+            wlast = first_key(row, min(wq0 + MMA_ROWS - 1, T - 1))
+            rows = range(wq0, min(wq0 + MMA_ROWS, T))
             seen = set()
             for kt in range(kt0, (min(q0 + MMA_BR - 1, T - 1)) // MMA_BC + 1):
                 k0 = kt * MMA_BC
-                if k0 > wq0 + 31 or k0 + MMA_BC - 1 < wfirst:
+                if k0 > wq0 + MMA_ROWS - 1 or k0 + MMA_BC - 1 < wfirst:
                     continue
                 seen.add(kt)
                 if not k0 < wlast:
@@ -150,14 +168,15 @@ def dkv_written(row, T):
             lo = [first_key(row, q) if q < T else T for q in range(q0, q0 + BQ)]
             for kr in range(k0, k0 + BK):  # attention.cu's per-key-row cut of the step
                 assert step_cut(lo, kr) == sum(1 for v in lo if v <= kr), ("cut", kr, q0)
-            for kw in range(4):  # 32-key slices (attention.cu; the Hopper warpgroups agree)
-                klo = k0 + 32 * kw
+            per = SLICE // FRAG  # key blocks per slice
+            for kw in range(BK // SLICE):  # the slices (attention.cu; the Hopper warpgroups agree)
+                klo = k0 + SLICE * kw
                 if klo <= q0 + BQ - 1:
-                    for kk in (2 * kw, 2 * kw + 1):
-                        for qm in range(4):
+                    for kk in range(per * kw, per * kw + per):
+                        for qm in range(BQ // FRAG):
                             written.add((q0 // BQ, kt, kk, qm))
                 if not klo < lo[BQ - 1]:  # the document flag off: nothing to drop
-                    for kr in range(klo, min(klo + 32, T)):
+                    for kr in range(klo, min(klo + SLICE, T)):
                         for q in range(q0, min(q0 + BQ, T)):
                             assert not (kr <= q and not kept(row, q, kr)), ("dkv unmasked", kr, q)
         for j in range(k0, min(k0 + BK, T)):
@@ -191,12 +210,12 @@ def dq_reads_wgmma(row, T, both_from_block=False):
 def dq_reads_mma(row, T):
     reads = set()
     nq64 = (T + BQ - 1) // BQ
-    for qt in range((T + 127) // 128):
-        q0 = qt * 128
-        nsteps = min(2 * qt + 2, (T + 63) // 64)
+    for qt in range((T + DQ_BR - 1) // DQ_BR):
+        q0 = qt * DQ_BR
+        nsteps = min(2 * qt + 2, (T + DQ_BC - 1) // DQ_BC)
         s0 = 2 * (first_key(row, q0) // BK)
-        for w in range(4):
-            wq0 = q0 + 32 * w
+        for w in range(DQ_WARPS):
+            wq0 = q0 + (DQ_BR // DQ_WARPS) * w
             if wq0 >= T:
                 continue
             Q = 2 * qt + (w >> 1)
@@ -205,7 +224,7 @@ def dq_reads_mma(row, T):
             for s in range(s0, nsteps):
                 if s < ws0:
                     continue
-                k1 = s * 64
+                k1 = s * DQ_BC
                 for kkl in range(4):
                     if k1 + 16 * kkl > wq0 + 31:
                         break

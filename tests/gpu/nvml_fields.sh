@@ -3,7 +3,8 @@
 # on idle GPUs: the index, temperature (within 3 C), memory used (64 MiB), SM clock (15%
 # or 100 MHz), power (15% or 10 W), utilisation (10 points) and the volatile ECC totals
 # (equal; N/A alike) must agree, and the window must hold about ten samples (100 ms
-# interval over a second). Run by `make check-gpu`; exit 77 where no GPU or no NVML is found.
+# interval over a second); shardlm must report every GPU nvidia-smi lists (none compared is
+# a failure). Run by `make check-gpu`; exit 77 where no GPU or no NVML is found.
 #   BUILDDIR=. sh tests/gpu/nvml_fields.sh
 set -u
 B=${BUILDDIR:-.}
@@ -27,13 +28,19 @@ cat "$T/ours"
 # one line per GPU: ours, then nvidia-smi's before and after
 awk -F', *' '
     FILENAME ~ /ours$/ { o[FNR] = $0; n = FNR; next }
-    FILENAME ~ /before$/ { b[FNR] = $0; next }
+    FILENAME ~ /before$/ { b[FNR] = $0; nb = FNR; next }
     { a[FNR] = $0 }
     function near(x, lo, hi, tol) { return x >= lo - tol && x <= hi + tol }
     function lo2(x, y) { return x < y ? x : y }
     function hi2(x, y) { return x > y ? x : y }
     END {
         bad = 0
+        n += 0; nb += 0
+        if (n == 0 || n != nb) {
+            print "FAIL: shardlm reported " n " GPU(s), nvidia-smi lists " nb ": " \
+                (n == 0 ? "no GPU compared" : "not every GPU compared")
+            bad = 1
+        }
         for (i = 1; i <= n; i++) {
             split(o[i], s, ","); split(b[i], p, ", *"); split(a[i], q, ", *")
             # ours: 1 index 2 util 3 memutil 4 sm 5 power 6 temp 7 memused 8 reasons 9 ecc_c 10 ecc_u 11 samples
@@ -53,5 +60,6 @@ awk -F', *' '
             if (s[11] < 5 || s[11] > 15) why = why " samples " s[11]
             if (why != "") { print "FAIL: GPU " s[1] ":" why; bad = 1 } else print "PASS: GPU " s[1]
         }
+        print "nvml_fields: " n " GPU(s) compared"
         exit bad
     }' "$T/ours" "$T/before" "$T/after"

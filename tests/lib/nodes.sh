@@ -18,7 +18,7 @@
 # Each holder sleeps at most $NODES_LIFETIME seconds (default 900), which bounds what a
 # killed test could leave.
 #
-#   nodes_up N             returns 77 after printing "SKIP: why" where namespaces, veth
+#   nodes_up N             ends the test as skipped (skip_test) where namespaces, veth
 #                          pairs or bridges cannot be made (not root, no unshare/nsenter/ip)
 #   node_exec HOST CMD...  runs CMD inside HOST's namespaces (HOST: nodeK or ctl), with
 #                          the caller's environment and working directory (which must
@@ -50,10 +50,9 @@ NODES_IF=eth0
 nodes_dir=""
 nodes_n=0
 
-# nodes_skip WHY: the harness cannot run here
+# nodes_skip WHY: the harness cannot run here: the test ends skipped
 nodes_skip() {
-    echo "${test_name:-nodes}: SKIP: $*"
-    return 77
+    skip_test "$*"
 }
 
 # node_pid HOST: the holder's pid
@@ -238,6 +237,7 @@ nodes_down() {
 }
 
 nodes_traps() {
+    work_removed_on_exit=1 # after nodes_down, which reads $work/nodes
     trap nodes_finish EXIT
     trap 'fail "interrupted"; exit 1' INT TERM
 }

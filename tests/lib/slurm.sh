@@ -3,8 +3,8 @@
 # tests/nodes_slurm.sh (the nodes of tests/lib/nodes.sh). Debian's slurm-wlm 22.05 and
 # munge, as root, no systemd or cgroups (FIELD-NOTES "Ranks, launchers, Slurm").
 #
-#   slurm_skip_unless_usable   returns 77 after "SKIP: why" without the daemons, the
-#                              clients, munged, root or an MPI launcher
+#   slurm_skip_unless_usable   ends the test as skipped (skip_test) without the daemons,
+#                              the clients, munged, root or an MPI launcher
 #   slurm_conf FILE NAME CTL NODES... writes a slurm.conf: cluster NAME, controller CTL
 #                              (host[(address)]), one "NodeName=..." line per NODES word
 #                              (name:cpus), one partition "test" of all of them; reads
@@ -30,14 +30,12 @@ slurm_skip_unless_usable() {
     for su_c in slurmctld slurmd sbatch squeue scancel scontrol sinfo munge runuser; do
         command -v "$su_c" >/dev/null 2>&1 || PATH=$PATH:/usr/sbin:/sbin
         command -v "$su_c" >/dev/null 2>&1 || {
-            echo "$test_name: SKIP: no $su_c (Debian: apt-get install slurmctld slurmd slurm-client munge)"
-            return 77
+            skip_test "no $su_c (Debian: apt-get install slurmctld slurmd slurm-client munge)"
         }
     done
-    [ -x /usr/sbin/munged ] || { echo "$test_name: SKIP: no /usr/sbin/munged"; return 77; }
-    [ "$(id -u)" = 0 ] || { echo "$test_name: SKIP: the private Slurm needs root"; return 77; }
-    sh "$SHLM_SRCDIR/tests/mpi_test.sh" 1 true >/dev/null 2>&1
-    [ $? -ne 77 ] || { echo "$test_name: SKIP: no MPI launcher"; return 77; }
+    [ -x /usr/sbin/munged ] || skip_test "no /usr/sbin/munged"
+    [ "$(id -u)" = 0 ] || skip_test "the private Slurm needs root"
+    skip_unless_launcher
 }
 
 slurm_conf() {
