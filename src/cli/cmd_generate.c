@@ -554,11 +554,13 @@ int cmd_generate(int argc, char **argv) {
         if (a.prompts) {
             int eos = 0;
             for (int i = 0; i < ps.n; i++) eos += seqs[i].stopped;
-            printf("generate: %d prompts, %d tokens (%d ended at an eos), %.1f tokens/s; "
-                   "wrote %s\n", ps.n, n_gen, eos, dt > 0 ? n_gen / dt : 0.0, a.output);
+            printf("generate: %d prompts, %d tokens (%d ended at an eos) in %.3f s, %.2f "
+                   "tokens/s; wrote %s\n", ps.n, n_gen, eos, dt, dt > 0 ? n_gen / dt : 0.0,
+                   a.output);
         } else {
-            printf("\n---\ngenerate: %d tokens (%s), %.1f tokens/s\n", n_gen,
-                   seqs[0].stopped ? "ended at an eos" : "the limit", dt > 0 ? n_gen / dt : 0.0);
+            printf("\n---\ngenerate: %d tokens (%s) in %.3f s, %.2f tokens/s\n", n_gen,
+                   seqs[0].stopped ? "ended at an eos" : "the limit", dt,
+                   dt > 0 ? n_gen / dt : 0.0);
         }
         if (a.show_ids) {
             printf("prompt ids:");
