@@ -15,7 +15,8 @@
 #  4. a 2-step training on 2 ranks FULL_SHARD whose closing sample (train.sample_*: its own
 #     generator, the training engine gathering unit by unit each step) runs past its cache:
 #     its text is what generate --ckpt of the saved step prints, through the cache and by
-#     --recompute;
+#     --recompute; every run above allocated what its plan counts (the units held gathered,
+#     the generator's caches: "plan check: allocated == plan");
 #  5. bad input, one error line each, nothing written: a prompt line with neither "prompt"
 #     nor "messages" and one with both (naming FILE:LINE), a prompt longer than the context
 #     in the file (FILE:LINE) and on the command line, --prompts without --output.
@@ -143,6 +144,12 @@ if [ -n "$sample" ] && [ "$sample" = "$(text ck_kv 'generate: KV cache')" ] &&
 else
     fail "closing sample '$sample', generate '$(text ck_kv 'generate: KV cache')', recompute '$(text ck_rc 'generate: no KV cache')'"
 fi
+
+# every run allocated what its plan counts (the held units, the generator's caches)
+for n in kv kv_t long_kv full2 hybrid4 sgo4 train ck_kv; do
+    grep -q '^plan check: allocated == plan' "$work/$n.log" ||
+        fail "$n: $(grep '^plan check' "$work/$n.log" | head -n 1)"
+done
 
 # ---- 5. bad input ----
 # refused NAME RC WANT_RC PATTERN...: one error line naming every PATTERN, exit WANT_RC,
