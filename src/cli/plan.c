@@ -42,7 +42,8 @@ static size_t point_bytes(const job_config *cfg, const topology_options *topt, s
     job_point jp = {p->strategy, 0, 0, p->micro_batch, p->ac};
     topology_group_sizes(p->ranks, &t, &jp.S, &jp.R);
     job_plan plan;
-    job_plan_build(&plan, cfg, &jp, act, ops, 0, 0);
+    const job_gen sample = job_sample_gen(cfg);
+    job_plan_build(&plan, cfg, &jp, act, ops, 0, 0, &sample);
     size_t total = plan.plan.total;
     job_plan_free(&plan);
     return total;
@@ -238,7 +239,8 @@ int cmd_plan(int argc, char **argv) {
     if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
     const job_point pt = job_point_of(&cfg, topt.strategy, S, R);
     job_plan jp;
-    job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0);
+    const job_gen sample = job_sample_gen(&cfg);
+    job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0, &sample);
     const shard_plan *pl = &jp.plan;
     long long P = model_shape_param_count(&cfg.model);
 
@@ -256,7 +258,8 @@ int cmd_plan(int argc, char **argv) {
     static const char *const what_row[PLAN_N_CATEGORIES] = {
         "fp32 master weights (shard)", "fp32 gradient (shard)",
         "AdamW exp_avg + exp_avg_sq (shard)", "gathered parameter buffers",
-        "full-unit gradient buffers for reduce-scatter", "activations, their gradients, FP8 operands",
+        "full-unit gradient buffers for reduce-scatter",
+        "activations, their gradients, FP8 operands, the closing sample's KV cache",
         "the ops' scratch and the matmul library's workspace"};
     for (int k = PLAN_MASTER; k <= PLAN_MOMENTS; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);

@@ -354,6 +354,7 @@ const model_spec decoder_spec = {
     .init_slice = spec_init_slice,
     .activation_bytes = spec_activation_bytes,
     .op_scratch_bytes = spec_op_scratch_bytes,
+    .generator_bytes = decoder_generator_bytes,
 };
 
 decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, int T,
@@ -799,4 +800,44 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
     PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, MODEL_HEAD));
     if (n_valid) *n_valid = valid;
     return loss_sum;
+}
+
+/* ---- what the KV-cache decode shares (decoder.h) ---- */
+
+decoder_parts decoder_parts_of(const decoder *m) {
+    return (decoder_parts){&m->cfg, m->ops, m->src, &m->rope, m->head};
+}
+
+const void *decoder_part_ptr(const decoder *m, const void *p, int l, decoder_part part) {
+    static const int block[] = {[DECODER_LN1] = BK_LN1, [DECODER_QKV] = BK_Q,
+                                [DECODER_QKV_BIAS] = BK_QB, [DECODER_O] = BK_O,
+                                [DECODER_LN2] = BK_LN2, [DECODER_GATE_UP] = BK_GATE,
+                                [DECODER_DOWN] = BK_DOWN};
+    if (part == DECODER_NORM) return wptr(m, p, m->head, m->head_norm);
+    if (part == DECODER_OUT) return wptr(m, p, m->head, m->head_out);
+    return wptr(m, p, decoder_unit_block(l), block[part]);
+}
+
+void decoder_linear(decoder *m, const void *p, int l, decoder_part part, void *out,
+                    const void *inp, int N, const void *residual) {
+    const decoder_config *c = &m->cfg;
+    const int u = decoder_unit_block(l), d = c->dim, F = c->ffn_dim;
+    int k, C, OC;
+    switch (part) {
+    case DECODER_QKV: k = BK_Q, C = d, OC = m->qkv_dim; break;
+    case DECODER_O: k = BK_O, C = m->att_dim, OC = d; break;
+    case DECODER_GATE_UP: k = BK_GATE, C = d, OC = 2 * F; break;
+    case DECODER_DOWN: k = BK_DOWN, C = F, OC = d; break;
+    default: SHLM_FATAL("decoder_linear: part %d is not a product", (int)part);
+    }
+    const fp8_linear_weight w = weight(m, p, u, k);
+    /* FP8's operand buffers hold the model's B·T rows */
+    const int most = m->matmul == MODEL_MATMUL_BF16 ? N : m->B * m->T;
+    for (int r0 = 0; r0 < N; r0 += most) {
+        const int rows = N - r0 < most ? N - r0 : most;
+        const size_t at = (size_t)r0 * m->esz;
+        linear_fwd(m, (char *)out + at * OC, (const char *)inp + at * C, w, rows, C, OC,
+                   residual ? (const char *)residual + at * OC : NULL, &no_transpose, NULL);
+        progress(m);
+    }
 }

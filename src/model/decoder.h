@@ -187,6 +187,56 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
 size_t decoder_activation_bytes(const decoder *m);
 const model_layout *decoder_get_layout(const decoder *m);
 
+/* ---- what the KV-cache decode (decoder_decode.c) shares with the forward ---- */
+/* The parts of a block or of the head a decode reads from an acquired unit. */
+typedef enum decoder_part {
+    DECODER_LN1,      /* input_layernorm.weight (d) */
+    DECODER_QKV,      /* q|k|v_proj.weight, the fused product ((nh+2·nkv)·hd x d) */
+    DECODER_QKV_BIAS, /* q|k|v_proj.bias (qkv_bias) */
+    DECODER_O,        /* o_proj.weight */
+    DECODER_LN2,      /* post_attention_layernorm.weight */
+    DECODER_GATE_UP,  /* gate|up_proj.weight, the fused product (2F x d) */
+    DECODER_DOWN,     /* down_proj.weight */
+    DECODER_NORM,     /* the head's model.norm.weight */
+    DECODER_OUT       /* the head's output projection (lm_head, or the tied embedding) */
+} decoder_part;
+/* What a model computes with. */
+typedef struct decoder_parts {
+    const decoder_config *cfg;
+    const shlm_ops *ops;
+    model_param_source src;
+    const shlm_rope *rope;  /* RoPE's frequencies, as the forward rotates */
+    int head;               /* the head's unit */
+} decoder_parts;
+decoder_parts decoder_parts_of(const decoder *m);
+/* Part `part` of the acquired unit p (act dtype): of block l's unit, or of the head's
+ * (DECODER_NORM, DECODER_OUT; l ignored). */
+const void *decoder_part_ptr(const decoder *m, const void *p, int l, decoder_part part);
+/* out(N, OC) = inp(N, C) · Wᵀ (+ residual: NULL, or as matmul_fwd's) for block l's
+ * product `part` (DECODER_QKV, _O, _GATE_UP, _DOWN) of the acquired unit p, in the
+ * model's matmul recipe exactly as its forward runs it; any N (an FP8 recipe takes the
+ * rows in slices of the model's B·T). */
+void decoder_linear(decoder *m, const void *p, int l, decoder_part part, void *out,
+                    const void *inp, int N, const void *residual);
+
+/* ---- the KV-cache generator (family.h's decode side; decoder_decode.c) ---- */
+typedef struct decoder_gen decoder_gen;
+/* Rows of up to cap tokens over model m (m outlives it). A call feeds at most
+ * rows·min(cap, DECODER_GEN_CHUNK) tokens through the model at once: a prefill of many
+ * rows goes DECODER_GEN_CHUNK tokens a row at a time, the keys and values of each part
+ * appended before the next attends to them. */
+enum { DECODER_GEN_CHUNK = 64 };
+decoder_gen *decoder_gen_create(decoder *m, int rows, int cap);
+void decoder_gen_destroy(decoder_gen *g);
+void decoder_gen_prefill(decoder_gen *g, int n, const int *rows,
+                         const int32_t *const *prompts, const int *lens, float *logits);
+void decoder_gen_decode(decoder_gen *g, int n, const int *rows, const int32_t *tokens,
+                        float *logits);
+size_t decoder_gen_bytes(const decoder_gen *g);
+/* model_spec.generator_bytes of a decoder shape */
+size_t decoder_generator_bytes(const void *cfg, shlm_dtype act, int rows, int cap,
+                               size_t align);
+
 /* ---- profile mode: each op timed between two synchronisations ---- */
 enum {
     PROF_MATMUL_FWD, PROF_MATMUL_BWD, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE,
@@ -207,7 +257,10 @@ void decoder_take_profile(decoder *m, double *seconds);
     .init_count = decoder_init_count, .param_count = decoder_family_param_count,      \
     .flops_per_token = decoder_family_flops, .vocab_size = decoder_family_vocab_size, \
     .max_seq_len = decoder_family_max_seq_len,                                       \
-    .set_max_seq_len = decoder_family_set_max_seq_len, .hf_unused = decoder_hf_unused
+    .set_max_seq_len = decoder_family_set_max_seq_len, .hf_unused = decoder_hf_unused, \
+    .gen_create = decoder_family_gen_create, .gen_destroy = decoder_family_gen_destroy, \
+    .gen_prefill = decoder_family_gen_prefill, .gen_decode = decoder_family_gen_decode, \
+    .gen_bytes = decoder_family_gen_bytes
 void *decoder_family_create(const void *shape, const shlm_ops *ops, int B, int T,
                             const model_opts *o, model_param_source src);
 void decoder_family_destroy(void *impl);
@@ -222,5 +275,12 @@ double decoder_family_flops(const void *shape, int T);
 int decoder_family_vocab_size(const void *shape);
 int decoder_family_max_seq_len(const void *shape);
 void decoder_family_set_max_seq_len(void *shape, int T);
+void *decoder_family_gen_create(void *impl, int rows, int cap);
+void decoder_family_gen_destroy(void *gen);
+void decoder_family_gen_prefill(void *gen, int n, const int *rows,
+                                const int32_t *const *prompts, const int *lens, float *logits);
+void decoder_family_gen_decode(void *gen, int n, const int *rows, const int32_t *tokens,
+                               float *logits);
+size_t decoder_family_gen_bytes(const void *gen);
 
 #endif

@@ -360,3 +360,16 @@ int decoder_family_max_seq_len(const void *shape) {
 void decoder_family_set_max_seq_len(void *shape, int T) {
     ((decoder_config *)shape)->max_seq_len = T;
 }
+void *decoder_family_gen_create(void *impl, int rows, int cap) {
+    return decoder_gen_create(impl, rows, cap);
+}
+void decoder_family_gen_destroy(void *gen) { decoder_gen_destroy(gen); }
+void decoder_family_gen_prefill(void *gen, int n, const int *rows,
+                                const int32_t *const *prompts, const int *lens, float *logits) {
+    decoder_gen_prefill(gen, n, rows, prompts, lens, logits);
+}
+void decoder_family_gen_decode(void *gen, int n, const int *rows, const int32_t *tokens,
+                               float *logits) {
+    decoder_gen_decode(gen, n, rows, tokens, logits);
+}
+size_t decoder_family_gen_bytes(const void *gen) { return decoder_gen_bytes(gen); }

@@ -244,9 +244,33 @@ static int setup_data(run *r, int need_train) {
     return 0;
 }
 
-/* The device, the plan, the fit check, then the engine and the model: what the plan
- * says, allocated once and checked against it. */
-static int setup_engine(run *r, int need_train) {
+/* The plan of the first of the set-up's choices that fits in `avail` bytes (< 0: unknown,
+ * the first choice): a generation's held weights before unit-by-unit gathers, and its rows
+ * halved down to 1 when it may have fewer. 0, or -1 with the last choice's refusal in err
+ * (r->plan is that choice's). */
+static int plan_that_fits(run *r, int need_train, const run_gen_request *gen,
+                          const job_point *pt, int registered, double avail, const char *where,
+                          char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    const int rows = gen ? gen->rows : 0;
+    for (int hold = rows > 0 && gen->hold; hold >= 0; hold--)
+        for (int n = rows;; n /= 2) {
+            const job_gen g = {n, n > 0 ? gen->cap : 0, hold};
+            if (r->have_plan) job_plan_free(&r->plan);
+            job_plan_build(&r->plan, c, pt, r->ops->act_dtype, r->ops, !need_train, registered,
+                           &g);
+            r->have_plan = 1;
+            if (avail < 0 || fit_check_memory(&r->plan.plan, avail, where, c->path, r->world,
+                                              err, errlen) == 0)
+                return 0;
+            if (n <= 1 || !gen->shrink) break;
+        }
+    return -1;
+}
+
+/* The device, the plan, the fit check, then the engine, the model and a generation's
+ * generator: what the plan says, allocated once and checked against it. */
+static int setup_engine(run *r, int need_train, const run_gen_request *gen) {
     job_config *c = &r->cfg;
     char err[1536] = "";
     int ok;
@@ -265,13 +289,9 @@ static int setup_engine(run *r, int need_train) {
     r->comm->set_delay_us(NULL, c->comm_delay_us);
     /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
     fsdp_options opt = {.prefetch = c->prefetch, .trace = c->trace, .defer_init = 1};
-    /* the plan: what the engine, the model and the ops will allocate, built once */
     const job_point pt = job_point_of(c, r->topo.strategy, r->topo.shard_size,
                                       r->topo.replica_size);
     const int registered = r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled();
-    job_plan_build(&r->plan, c, &pt, r->ops->act_dtype, r->ops, !need_train, registered);
-    r->have_plan = 1;
-    const shard_plan *pl = &r->plan.plan;
     /* the communicators before the fit check: on a device they take memory (NCCL's
      * channels), which must be in use when the free memory is read */
     opt.shard_group = r->comm->group_create(r->topo.shard);
@@ -291,8 +311,11 @@ static int setup_engine(run *r, int need_train) {
     } else if (!r->ops->mem_info && fit_host_memory(r->local_size, &avail, where, sizeof where) != 0) {
         avail = -1;
     }
-    ok = avail < 0 || fit_check_memory(pl, avail, where, c->path, r->world, err, sizeof err) == 0;
+    /* the plan: what the engine, the model and the ops will allocate, built once */
+    ok = plan_that_fits(r, need_train, gen, &pt, registered, avail, where, err, sizeof err) == 0;
     if (any_rank_failed(ok, err)) return -1;
+    const shard_plan *pl = &r->plan.plan;
+    r->gen_held = pl->direct || pl->p.hold || pl->p.strategy == FSDP_NO_SHARD;
     /* one device arena for everything the plan allocates through the ops; the ops' scratch
      * (attention's backward, the matmul library's workspace) is allocated before step 1
      * too, beside the arena */
@@ -307,21 +330,34 @@ static int setup_engine(run *r, int need_train) {
     const model_opts mo = job_model_opts(c, pl->p.ac);
     r->model = model_create(&c->model, r->ops, c->micro_batch, c->seq_len, &mo,
                             fsdp_param_source(r->engine));
+    if (pl->p.gen_rows > 0) r->gen = model_gen_create(r->model, pl->p.gen_rows, pl->p.gen_cap);
     measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
                                      ? r->ops->allocated_bytes() - before_model
-                                     : model_activation_bytes(r->model);
+                                     : model_activation_bytes(r->model) +
+                                           (r->gen ? model_gen_bytes(r->gen) : 0);
     startup_mark(STARTUP_ALLOC);
     r->allocated_at_setup = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
     plan_check_setup(r, measured);
     return 0;
 }
 
-int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
+int run_setup_begin(run *r, const char *job_path, int n_sets, char *const *sets,
+                    int need_train) {
     memset(r, 0, sizeof *r);
     if (setup_job(r, job_path, n_sets, sets, need_train) != 0) return -1;
     if (setup_backend(r) != 0) return -1;
-    if (setup_data(r, need_train) != 0) return -1;
-    return setup_engine(r, need_train);
+    return setup_data(r, need_train);
+}
+
+int run_setup_end(run *r, int need_train, const run_gen_request *gen) {
+    return setup_engine(r, need_train, gen);
+}
+
+int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
+    if (run_setup_begin(r, job_path, n_sets, sets, need_train) != 0) return -1;
+    const job_gen sample = need_train ? job_sample_gen(&r->cfg) : (job_gen){0, 0, 0};
+    const run_gen_request gen = {sample.rows, 0, sample.cap, 0};
+    return run_setup_end(r, need_train, &gen);
 }
 
 int run_check_tokenizer(const run *r, char *err, size_t errlen) {
@@ -341,6 +377,7 @@ int run_check_tokenizer(const run *r, char *err, size_t errlen) {
 void run_teardown(run *r) {
     hf_files_free(&r->hf);
     tokenizer_free(r->tok);
+    model_gen_destroy(r->gen);
     model_destroy(r->model);
     fsdp_destroy(r->engine);
     if (r->have_plan) job_plan_free(&r->plan);
