@@ -18,7 +18,7 @@
  * shapes: the keys of version 3, the others at their defaults), and data.train,
  * data.train_bytes, data.train_fingerprint (the training file); versions 1 to 3 are read
  * too (version 1's state range-checked, without a checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 4, CKPT_FORMAT_OLDEST = 1 };
+enum { CKPT_FORMAT_VERSION = 5, CKPT_FORMAT_OLDEST = 1 };
 
 /* The group of the Hugging Face files kept for export (format 3 on). */
 #define CKPT_HF_GROUP "/hf"
