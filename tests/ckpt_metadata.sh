@@ -13,8 +13,9 @@
 #  - soft, hard and external links between datasets are refused;
 #  - `ckpt info` with model.n_layers = 1e8 ends at once with the bound (no allocation
 #    from it, no out-of-memory), `ckpt verify` with n_heads = 0 likewise;
-#  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings) and a
-#    format-3 file (no data.train attributes) still resume; format 5 is refused.
+#  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings), a
+#    format-3 file (no data.train attributes) and a format-4 file (no data.train_sources)
+#    still resume; format 6 is refused.
 # Skipped (77) without a python3 that has h5py and numpy (Debian: python3-h5py).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_metadata.sh
 set -u
@@ -145,8 +146,17 @@ else
     echo "ckpt_metadata: ok: a format-3 checkpoint resumes (its state checksum without" \
         "data.train, data.train_bytes, data.train_fingerprint)"
 fi
-case_file v5 attr format_version 5
-resume_case v5 "checkpoint format version 5, this shardlm reads 1 to 4"
+case_file v4 v4
+train v4 --set "checkpoint.resume=$work/v4.h5" --set train.stop_after=12
+if [ $? -ne 0 ]; then
+    tail -n 3 "$work/v4.err"
+    fail "a format-4 checkpoint (before a mixture's sources) does not resume"
+else
+    echo "ckpt_metadata: ok: a format-4 checkpoint resumes (its state checksum without" \
+        "data.train_sources)"
+fi
+case_file v6 attr format_version 6
+resume_case v6 "checkpoint format version 6, this shardlm reads 1 to 5"
 
 echo "ckpt_metadata: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "ckpt_metadata: work directory kept: $work"
