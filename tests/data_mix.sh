@@ -9,7 +9,8 @@
 #      and epochs (b.bin and c.bin run through more than two, each on its own);
 #   2. 40 steps on 1, 2 and 4 ranks: the same losses (the same windows; the sums'
 #      order differs, so within 1e-5 relative);
-#   3. the 2-rank run resumed from its step-20 checkpoint: steps 21-40 bit for bit;
+#   3. the 2-rank run resumed from its step-20 checkpoint: steps 21-40 bit for bit; `ckpt
+#      info` gives each file's weight and position;
 #   4. a resume with other weights is refused, naming checkpoint.allow_mix_change; with it
 #      the run continues and says so; a mixture's checkpoint under one file is refused;
 #   5. bad input, one line each before step 1: a weight <= 0, a missing file, files of
@@ -133,6 +134,9 @@ else
 fi
 sums=$(sums_problem "$work/two/ck" "$work/resumed/ck")
 [ -z "$sums" ] || fail "resumed: $sums"
+"$SHLM" ckpt info "$work/two/ck/step_20.h5" >"$work/info-two.log" 2>&1
+grep -q "^  sources  *weight 0.7000, 112 windows taken (112 since the weights took effect), $work/a.bin (" \
+    "$work/info-two.log" || fail "two: ckpt info does not give a.bin's weight and position at step 20"
 
 # 4. what a resume may change
 mix_saved=$mix

@@ -417,14 +417,15 @@ uint64_t ckpt_state_checksum(const ckpt_record *r, int version, ckpt_ds_entry *d
     const size_t cap = (size_t)(N_STATE_ATTRS + r->m.family->n_keys + n + 2) * 320 +
                        sizeof r->st.data_train + sizeof r->st.data_sources;
     size_t len = 0;
-    char *text = calloc(cap, 1);
-    static char val[sizeof r->st.data_sources];
+    char *text = calloc(cap, 1), *val = malloc(sizeof r->st.data_sources);
     SHLM_CHECK_ALLOC(text);
+    SHLM_CHECK_ALLOC(val);
     for (int i = 0; i < N_STATE_ATTRS; i++) {
         if (state_attrs[i].since > version) continue;
-        field_text(r, &state_attrs[i], val, sizeof val);
+        field_text(r, &state_attrs[i], val, sizeof r->st.data_sources);
         len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
     }
+    free(val);
     len += shape_checksum_text(&r->m, version, text + len, cap - len);
     for (int i = 0; i < n; i++) {
         char dims[48];

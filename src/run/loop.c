@@ -76,7 +76,8 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
         return -1;
     /* a mixture continues from each source's position in the checkpoint (resume_rules
      * checked the files and weights against the job's) */
-    static data_mix_saved saved[DATA_MIX_MAX];
+    data_mix_saved *saved = calloc(DATA_MIX_MAX, sizeof *saved);
+    SHLM_CHECK_ALLOC(saved);
     int n_saved = 0;
     if (data_mix_state_parse(st0->data_sources, saved, &n_saved, err, sizeof err) != 0)
         SHLM_FATAL("data.train_sources: %s", err);
@@ -88,6 +89,7 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
                       st0->seed, r->rank, r->world, c->micro_batch, c->doc_mask,
                       n_saved ? saved : NULL, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
+    free(saved);
     for (int i = 0; i < r->train_list.n; i++) {
         const char *path = r->train_list.e[i].path, *slash = strrchr(path, '/');
         L->source_names[i] = slash ? slash + 1 : path;

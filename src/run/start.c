@@ -3,8 +3,10 @@
 #include "src/run/run.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check.h"
 #include "src/base/startup.h"
 #include "src/engine/optim.h"
 
@@ -20,6 +22,8 @@
  * checkpoint.allow_mix_change, which rewrites st->data_sources: each job file the
  * checkpoint knows keeps its position, a new one starts at 0, and the weights' schedule
  * restarts (every source's count since the weights took effect is 0). */
+static int mix_rules(const run *r, const char *path, data_mix_saved *saved,
+                     data_mix_saved *next, ckpt_state *st, char *err, size_t errlen);
 static int resume_mix_rules(const run *r, const char *path, ckpt_state *st, char *err,
                             size_t errlen) {
     const job_config *c = &r->cfg;
@@ -34,7 +38,19 @@ static int resume_mix_rules(const run *r, const char *path, ckpt_state *st, char
                  st->data_train);
         return -1;
     }
-    static data_mix_saved saved[DATA_MIX_MAX], next[DATA_MIX_MAX];
+    data_mix_saved *saved = calloc(2 * DATA_MIX_MAX, sizeof *saved), *next = saved + DATA_MIX_MAX;
+    SHLM_CHECK_ALLOC(saved);
+    const int rc = mix_rules(r, path, saved, next, st, err, errlen);
+    free(saved);
+    return rc;
+}
+
+/* resume_mix_rules for two mixtures, with room for the checkpoint's sources (saved) and
+ * the job's (next) */
+static int mix_rules(const run *r, const char *path, data_mix_saved *saved,
+                     data_mix_saved *next, ckpt_state *st, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    const data_mix_list *l = &r->train_list;
     int n = 0;
     char why[400];
     if (data_mix_state_parse(st->data_sources, saved, &n, why, sizeof why) != 0) {
