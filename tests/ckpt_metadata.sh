@@ -14,7 +14,8 @@
 #  - `ckpt info` with model.n_layers = 1e8 ends at once with the bound (no allocation
 #    from it, no out-of-memory), `ckpt verify` with n_heads = 0 likewise;
 #  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings), a
-#    format-3 file (no data.train attributes) and a format-4 file (no RoPE scaling keys)
+#    format-3 file (no data.train attributes) and a format-4 file (no RoPE scaling keys, no
+#    data.train_sources)
 #    still resume; format 6 is refused.
 # Skipped (77) without a python3 that has h5py and numpy (Debian: python3-h5py).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_metadata.sh
@@ -150,10 +151,10 @@ case_file v4 v4
 train v4 --set "checkpoint.resume=$work/v4.h5" --set train.stop_after=12
 if [ $? -ne 0 ]; then
     tail -n 3 "$work/v4.err"
-    fail "a format-4 checkpoint (before the RoPE scaling keys) does not resume"
+    fail "a format-4 checkpoint (before the RoPE scaling keys and a mixture's sources) does not resume"
 else
     echo "ckpt_metadata: ok: a format-4 checkpoint resumes (its state checksum without" \
-        "model.rope_type and its parameters)"
+        "model.rope_type and its parameters, and data.train_sources)"
 fi
 case_file v6 attr format_version 6
 resume_case v6 "checkpoint format version 6, this shardlm reads 1 to 5"

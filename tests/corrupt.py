@@ -16,8 +16,8 @@ that a range check, not the checksum, is what has to catch an edit.
                                                attributes, no model.family nor a [model]
                                                key added since), restamped
   corrupt.py v4 FILE                           make it a format-4 file (no RoPE scaling
-                                               keys: model.rope_type and its parameters),
-                                               restamped
+                                               keys: model.rope_type and its parameters;
+                                               no data.train_sources), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -43,7 +43,9 @@ def h5():
 
 
 # the state attributes of format 4 (the training file)
-DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint")
+DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint", "data.train_sources")
+# what format 5 added: a data.train mixture's sources
+FORMAT5_ATTRS = ("data.train_sources",)
 # the [model] keys a format-3 file holds (the Llama shape; format 2 without the last)
 FORMAT3_MODEL_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                       "vocab_size", "max_seq_len", "norm_eps", "rope_theta", "init_std",
@@ -134,8 +136,8 @@ def main(argv):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
         elif cmd in ("v2", "v3", "v4"):
-            gone = (tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4" else
-                    DATA_ATTRS + model_attrs_after(f, int(cmd[1])))
+            gone = (FORMAT5_ATTRS + tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4"
+                    else DATA_ATTRS + model_attrs_after(f, int(cmd[1])))
             for name in gone:
                 del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()

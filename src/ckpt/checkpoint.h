@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/data/data_mix.h"
 #include "src/job/config.h"
 #include "src/engine/fsdp.h"
 #include "src/ckpt/hf_files.h"
@@ -84,6 +85,11 @@ typedef struct ckpt_state {
      * it, its size and fingerprint (io/tokens.h); "" and 0 in files of format 3 and older */
     char data_train[1024];
     uint64_t data_bytes, data_fingerprint;
+    /* a mixture of several files (src/data/data_mix.h, data_mix_state_text): each source's
+     * windows taken, taken since the weights took effect, size, fingerprint, weight and
+     * path, a line each; "" for one file and in files of format 4 and older (then
+     * data_bytes and data_fingerprint are 0) */
+    char data_sources[DATA_MIX_MAX * (DATA_MIX_PATH + 128)];
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;

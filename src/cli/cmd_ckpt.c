@@ -107,6 +107,24 @@ static void print_bytes(char *out, size_t len, double b) {
     else snprintf(out, len, "%.1f kB", b / 1e3);
 }
 
+
+/* A mixture's files as the checkpoint keeps them: each one's weight, position and file. */
+static void print_mixture(const ckpt_state *st) {
+    data_mix_saved saved[DATA_MIX_MAX];
+    int n = 0;
+    char why[400];
+    printf("  %-20s %s\n", "data.train", st->data_train);
+    if (data_mix_state_parse(st->data_sources, saved, &n, why, sizeof why) != 0) {
+        printf("  %-20s unreadable: %s\n", "", why);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        printf("  %-20s weight %.4f, %llu windows taken (%llu since the weights took effect), "
+               "%s (%llu bytes, fingerprint %016llx)\n", i ? "" : "sources", saved[i].weight,
+               (unsigned long long)saved[i].drawn, (unsigned long long)saved[i].sched,
+               saved[i].path, (unsigned long long)saved[i].bytes,
+               (unsigned long long)saved[i].fingerprint);
+}
 static int ckpt_info(int argc, char **argv) {
     const char *arg = NULL;
     int show_job = 0;
@@ -150,6 +168,8 @@ static int ckpt_info(int argc, char **argv) {
         if (st.data_bytes)
             printf("  %-20s %s (%llu bytes, fingerprint %016llx)\n", "data.train", st.data_train,
                    (unsigned long long)st.data_bytes, (unsigned long long)st.data_fingerprint);
+        if (st.data_sources[0]) /* a mixture (src/data/data_mix.h) */
+            print_mixture(&st);
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);

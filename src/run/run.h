@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "src/job/config.h"
 #include "src/data/data_loader.h"
+#include "src/data/data_mix.h"
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
 #include "src/ckpt/hf_files.h"
@@ -27,7 +28,9 @@ typedef struct run {
     const shlm_ops *ops;
     const shlm_comm *comm;
     topology topo;
-    token_file train_tf, val_tf;
+    data_mix_list train_list; /* data.train: one file or a weighted mixture */
+    token_file train_tf[DATA_MIX_MAX]; /* its files, train_list.n of them open */
+    token_file val_tf;
     int have_val;
     job_plan plan;            /* what the engine, the model and the ops allocate */
     int have_plan;

@@ -59,11 +59,36 @@ static int open_job_tokens(token_file *tf, const char *path, const char *key,
     return 0;
 }
 
+/* data.train's files (job_config_load checked the list), each against the model, and a
+ * mixture's against each other: their ids must be of one vocabulary. */
+static int open_train(run *r, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    data_mix_list *l = &r->train_list;
+    char why[700];
+    if (data_mix_parse(c->data_train, l, why, sizeof why) != 0) {
+        snprintf(err, errlen, "[data] train: %s", why);
+        return -1;
+    }
+    for (int i = 0; i < l->n; i++) {
+        if (open_job_tokens(&r->train_tf[i], l->e[i].path, "[data] train", c, err, errlen) != 0) {
+            l->n = i; /* the ones open, for run_teardown */
+            return -1;
+        }
+        const token_file *a = &r->train_tf[0], *b = &r->train_tf[i];
+        if (b->vocab_size != a->vocab_size) {
+            snprintf(err, errlen, "[data] train: %.400s has a vocabulary of %u ids, %.400s of %u: "
+                     "the files of a mixture must come from one tokenizer (shardlm data info "
+                     "shows each file's)", a->path, a->vocab_size, b->path, b->vocab_size);
+            l->n = i + 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int open_data(run *r, char *err, size_t errlen, int need_train) {
     const job_config *c = &r->cfg;
-    if (need_train &&
-        open_job_tokens(&r->train_tf, c->data_train, "[data] train", c, err, errlen) != 0)
-        return -1;
+    if (need_train && open_train(r, err, errlen) != 0) return -1;
     if (c->data_val[0]) {
         if (open_job_tokens(&r->val_tf, c->data_val, "[data] val", c, err, errlen) != 0)
             return -1;
@@ -228,11 +253,13 @@ static int setup_data(run *r, int need_train) {
         r->val_tf.count - 1 < (uint64_t)c->seq_len)
         c->seq_len = (int)(r->val_tf.count - 1);
     if (need_train) {
-        data_loader probe;
-        ok = data_loader_init(&probe, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank,
-                              r->world, c->micro_batch, err, sizeof err) == 0;
-        if (ok) data_loader_free(&probe);
-        if (any_rank_failed(ok, err)) return -1;
+        for (int i = 0; i < r->train_list.n; i++) {
+            data_loader probe;
+            ok = data_loader_init(&probe, &r->train_tf[i], c->seq_len, c->shuffle, c->seed,
+                                  r->rank, r->world, c->micro_batch, err, sizeof err) == 0;
+            if (ok) data_loader_free(&probe);
+            if (any_rank_failed(ok, err)) return -1;
+        }
     }
     if (r->have_val) {
         data_loader probe;
@@ -382,7 +409,7 @@ void run_teardown(run *r) {
     fsdp_destroy(r->engine);
     if (r->have_plan) job_plan_free(&r->plan);
     topology_free(&r->topo);
-    token_file_close(&r->train_tf);
+    for (int i = 0; i < r->train_list.n; i++) token_file_close(&r->train_tf[i]);
     if (r->have_val) token_file_close(&r->val_tf);
     job_config_free(&r->cfg);
 }
