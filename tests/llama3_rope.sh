@@ -16,18 +16,20 @@
 #  4. bad input, one error line each, nothing run: a rope type shardlm does not implement
 #     (yarn, dynamic) in config.json, naming it; model.rope_type = yarn; a llama3 type
 #     without its low_freq_factor, naming the key; a rope_factor with the default type;
-#     rope scaling on the qwen2 family.
+#     rope scaling on the qwen2 family;
+#  5. generation_config.json's list of eos ids (a byte-level tokenizer.json of the model's
+#     256 ids beside it): generate's greedy tokens end at whichever member comes first.
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/llama3_rope.sh
-# Exit 0 pass, 1 fail, 77 skip (no Python with torch and transformers: tests/setup_pyenv.sh
-# installs them). The work directory is kept on failure.
+# Exit 0 pass, 1 fail, 77 skip (no Python with torch, transformers and tokenizers:
+# tests/setup_pyenv.sh installs them). The work directory is kept on failure.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
 . "$SHLM_SRCDIR/tests/lib.sh"
 . "$SHLM_SRCDIR/tests/pyenv.sh"
-if ! shlm_python torch transformers safetensors >/dev/null; then
-    skip_test "$(shlm_python torch transformers safetensors)"
+if ! shlm_python torch transformers safetensors tokenizers >/dev/null; then
+    skip_test "$(shlm_python torch transformers safetensors tokenizers)"
 fi
 test_begin llama3_rope shlm-llama3-rope
 export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1
@@ -245,5 +247,47 @@ job_bad key_unused "--set model.rope_factor=8" "--set model.rope_factor" \
     "[model] rope_factor = 8 is not used by rope_type default"
 job_bad qwen2_scaled "--set model.family=qwen2 --set model.rope_type=linear --set model.rope_factor=2" \
     "--set model.rope_type" "rope_type = linear: the qwen2 family takes plain RoPE only"
+
+# ---- 5. generation_config.json's eos ids all end a generation ----
+# a byte-level tokenizer.json of the model's 256 ids whose generation_config.json lists
+# three eos ids; the greedy continuation of the llama3 fixture stops at its third token
+# whichever member of the list that token is
+"$SHLM_PY" - "$work/tok" <<'EOF' >"$work/tok.log" 2>&1 || { cat "$work/tok.log"; fail "cannot make the tokenizer"; }
+import os, sys
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+tok = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(pre_tokenizers.ByteLevel.alphabet())},
+                           merges=[]))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+os.makedirs(sys.argv[1])
+tok.save(os.path.join(sys.argv[1], "tokenizer.json"))
+EOF
+if [ -z "${ref_llama3:-}" ]; then
+    fail "eos ids: no transformers reference of the llama3 fixture"
+else
+    set -- $ref_llama3
+    shift
+    third=$3
+    want="$1 $2 $3"
+    [ "$1" = "$third" ] && want=$1
+    [ "$1" != "$third" ] && [ "$2" = "$third" ] && want="$1 $2"
+    others=""
+    for v in 3 5 7 11 13; do
+        case " $1 $2 $3 " in *" $v "*) ;; *) others="$others $v" ;; esac
+    done
+    set -- $others
+    for list in "$third, $1, $2" "$1, $third, $2" "$1, $2, $third"; do
+        printf '{"eos_token_id": [%s]}\n' "$list" >"$work/tok/generation_config.json"
+        go eos.gen generate "$work/eval.ini" --set "model.init_from=$work/llama3" \
+            --set "data.tokenizer=$work/tok" --prompt-ids "$prompt" --tokens 8 --temperature 0 --ids ||
+            continue
+        got=$(sed -n 's/^generated ids: //p' "$work/eos.gen.log")
+        if [ "$got" = "$want" ] && grep -q "ended at an eos" "$work/eos.gen.log"; then
+            echo "$test_name: ok: eos ids [$list]: the greedy tokens end at $third: $got"
+        else
+            fail "eos ids [$list]: generated '$got', want '$want' ending at an eos"
+        fi
+    done
+fi
 
 test_end
