@@ -37,7 +37,7 @@ pyenv_tests=(tests/tokenizer_ref.sh tests/chat_template.sh tests/chat_template_r
     tests/smollm2_model.sh tests/smollm2_data.sh tests/smollm2_reference.sh
     tests/readme_finetune.sh tests/anchor_cpu.sh tests/gpu_suite_cpu.sh tests/tokenizer_errors.sh
     tests/nf4_ref.sh tests/rope_freq_ref.sh tests/tensorboard.sh tests/qwen2.sh
-    tests/lora_peft_ref.sh)
+    tests/lora_peft_ref.sh tests/llama3_rope.sh)
 # ... and without root (the node namespaces, a private Slurm's daemons, tmpfs mounts)
 root_tests=(tests/slurm_chain.sh tests/nodes_mpi.sh tests/nodes_lost.sh tests/nodes_slurm.sh
     tests/ckpt_dir.sh tests/ckpt_faults.sh tests/watch.sh tests/smollm2_model.sh)

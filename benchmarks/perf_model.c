@@ -2,7 +2,7 @@
  * throughput, memory) of rank 0 of any world by running the real engine (src/engine/fsdp.c) and
  * model (src/model/decoder.c, through src/model/family.h) over the simulated backends of benchmarks/sim/ (sim.h: a virtual
  * clock, op costs from a measured op table, collective costs from a link model or
- * bench_comm curves). The step is train.c's: zero_grad, the micro-batches (the last
+ * bench_comm curves). The step is src/run/loop.c's: zero_grad, the micro-batches (the last
  * announced), finish_grads, the loss-sum all-reduce, the optimizer step; the second of two
  * steps is reported.
  *
@@ -88,7 +88,7 @@ static void groups_of(const job *j, int ranks, int G, int *S, int *R) {
 
 /* ------------------------------------------------------------------ one step */
 
-/* Runs train.c's step on the engine; the MPI reductions src/ issues itself (the norm's
+/* Runs src/run/loop.c's step on the engine; the MPI reductions src/ issues itself (the norm's
  * over the shard group, the loss sums over the world) are charged as blocking. */
 static void run_step(fsdp_engine *e, model *md, const job *j, int accum, int step,
                      const int32_t *tok, int S, sim_group_shape shard_g, sim_group_shape world) {

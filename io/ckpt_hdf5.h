@@ -4,7 +4,7 @@
 #define SHLM_CKPT_HDF5_H
 
 /*
- * A checkpoint is one HDF5 file (docs/ARCHITECTURE.md "Checkpoints"):
+ * A checkpoint is one HDF5 file (docs/checkpoints.md "Checkpoints"):
  *   /model/<hf name>              fp32, HF shape    master weights
  *   /optim/exp_avg/<hf name>      fp32, HF shape    AdamW first moment
  *   /optim/exp_avg_sq/<hf name>   fp32, HF shape    AdamW second moment

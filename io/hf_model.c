@@ -192,6 +192,13 @@ double hf_float_decimal(double v) {
     return v;
 }
 
+cJSON *hf_json_float(double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.9g", hf_float_decimal(v));
+    if (!strpbrk(buf, ".e")) strcat(buf, ".0");
+    return cJSON_CreateRaw(buf);
+}
+
 void hf_json_put(cJSON *j, const char *key, cJSON *item) {
     if (cJSON_GetObjectItemCaseSensitive(j, key)) cJSON_ReplaceItemInObjectCaseSensitive(j, key, item);
     else cJSON_AddItemToObject(j, key, item);

@@ -52,6 +52,10 @@ void hf_json_put(cJSON *j, const char *key, cJSON *item);
 /* The shortest decimal that reads back as the float v is (shardlm keeps rms_norm_eps and
  * rope_theta as floats): 1e-05 rather than 9.99999974737875e-06. */
 double hf_float_decimal(double v);
+/* A JSON number of the float v as Python's json writes a float: hf_float_decimal's digits,
+ * with ".0" where they hold neither a point nor an exponent (8.0, not 8: transformers
+ * warns when a RoPE factor is not a float). */
+cJSON *hf_json_float(double v);
 
 /* The weights of a directory: one safetensors file or the shards of an index. */
 typedef struct hf_weights {

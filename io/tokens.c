@@ -239,7 +239,8 @@ const char *token_file_format_name(uint32_t format) {
 }
 
 const char *token_file_template_name(uint32_t tmpl) {
-    static const char *const names[TOKEN_TEMPLATE_N] = {"none", "chatml", "llama2"};
+    static const char *const names[TOKEN_TEMPLATE_N] = {"none", "chatml", "llama2",
+                                                         "llama3"};
     return tmpl < TOKEN_TEMPLATE_N ? names[tmpl] : NULL;
 }
 

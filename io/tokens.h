@@ -61,9 +61,10 @@ typedef enum token_file_template {
     TOKEN_TEMPLATE_NONE = 0,
     TOKEN_TEMPLATE_CHATML = 1,
     TOKEN_TEMPLATE_LLAMA2 = 2,
+    TOKEN_TEMPLATE_LLAMA3 = 3,
     TOKEN_TEMPLATE_N
 } token_file_template;
-/* "text", "jsonl-text", ...; "none", "chatml", "llama2" (NULL outside the enums). */
+/* "text", "jsonl-text", ...; "none", "chatml", "llama2", "llama3" (NULL outside the enums). */
 const char *token_file_format_name(uint32_t format);
 const char *token_file_template_name(uint32_t tmpl);
 

@@ -129,6 +129,15 @@ typedef struct shlm_ops {
     void (*to_device)(void *dst, const void *host_src, size_t bytes); /* host -> backend */
     void (*to_host)(void *host_dst, const void *src, size_t bytes);   /* backend -> host */
     void (*sync)(void);
+    /* Optional (NULL on cpu, where malloc, free and to_host serve): page-locked host
+     * memory, which the device copies into at full speed (NULL when refused), and a
+     * backend -> host copy into it queued on a side stream after the work queued so far,
+     * so that the backend's stream is not drained for it; to_host_wait returns once every
+     * such copy has landed. checkpoint.async's staging (src/ckpt/async.c). */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
+    void (*to_host_async)(void *host_dst, const void *src, size_t bytes);
+    void (*to_host_wait)(void);
 
     /* ---- dtype conversion ---- */
     /* act[i] = (act_dtype) f32[i], round-to-nearest-even when act is bf16 */

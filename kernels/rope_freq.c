@@ -54,36 +54,58 @@ static double llama3_freq(double base, const shlm_rope_params *p) {
     return (1.0 - s) * base / p->factor + s * base;
 }
 
+static const char *const hf_names[SHLM_ROPE_N_FIELDS] = {
+    [SHLM_ROPE_F_HEAD_DIM] = "head_dim",
+    [SHLM_ROPE_F_THETA] = "rope_theta",
+    [SHLM_ROPE_F_TYPE] = "rope_type",
+    [SHLM_ROPE_F_FACTOR] = "factor",
+    [SHLM_ROPE_F_LOW_FREQ_FACTOR] = "low_freq_factor",
+    [SHLM_ROPE_F_HIGH_FREQ_FACTOR] = "high_freq_factor",
+    [SHLM_ROPE_F_ORIGINAL_MAX_POS] = "original_max_position_embeddings",
+};
+
+int shlm_rope_check(int head_dim, const shlm_rope_params *p, const char *const *names,
+                    shlm_rope_field *bad, char *err, size_t errlen) {
+    const char *const *n = names ? names : hf_names;
+#define BAD(field, ...)                                                                    \
+    do {                                                                                   \
+        if (bad) *bad = (field);                                                           \
+        return fail(err, errlen, __VA_ARGS__);                                             \
+    } while (0)
+    if (head_dim < 2 || head_dim > SHLM_ROPE_MAX_HEAD_DIM || head_dim % 2 != 0)
+        BAD(SHLM_ROPE_F_HEAD_DIM, "RoPE needs an even %s from 2 to %d (got %d)",
+            n[SHLM_ROPE_F_HEAD_DIM], SHLM_ROPE_MAX_HEAD_DIM, head_dim);
+    if (!positive(p->theta))
+        BAD(SHLM_ROPE_F_THETA, "%s must be a finite number > 0 (got %g)", n[SHLM_ROPE_F_THETA],
+            p->theta);
+    const char *tn = shlm_rope_type_name(p->type), *ty = n[SHLM_ROPE_F_TYPE];
+    if (p->type != SHLM_ROPE_DEFAULT && p->type != SHLM_ROPE_LINEAR &&
+        p->type != SHLM_ROPE_LLAMA3)
+        BAD(SHLM_ROPE_F_TYPE, "unknown %s %d (known: %s)", ty, (int)p->type,
+            shlm_rope_type_names());
+    if (p->type != SHLM_ROPE_DEFAULT && !positive(p->factor))
+        BAD(SHLM_ROPE_F_FACTOR, "%s %s: %s must be a finite number > 0 (got %g)", ty, tn,
+            n[SHLM_ROPE_F_FACTOR], p->factor);
+    if (p->type == SHLM_ROPE_LLAMA3) {
+        if (!positive(p->low_freq_factor))
+            BAD(SHLM_ROPE_F_LOW_FREQ_FACTOR, "%s %s: %s must be > 0 (got %g)", ty, tn,
+                n[SHLM_ROPE_F_LOW_FREQ_FACTOR], p->low_freq_factor);
+        if (!(isfinite(p->high_freq_factor) && p->high_freq_factor > p->low_freq_factor))
+            BAD(SHLM_ROPE_F_HIGH_FREQ_FACTOR, "%s %s: %s (%g) must be greater than %s (%g)", ty,
+                tn, n[SHLM_ROPE_F_HIGH_FREQ_FACTOR], p->high_freq_factor,
+                n[SHLM_ROPE_F_LOW_FREQ_FACTOR], p->low_freq_factor);
+        if (p->original_max_position_embeddings <= 0)
+            BAD(SHLM_ROPE_F_ORIGINAL_MAX_POS, "%s %s: %s must be > 0 (got %d)", ty, tn,
+                n[SHLM_ROPE_F_ORIGINAL_MAX_POS], p->original_max_position_embeddings);
+    }
+    return 0;
+#undef BAD
+}
+
 int shlm_rope_init(shlm_rope *r, int head_dim, const shlm_rope_params *p, char *err,
                    size_t errlen) {
     memset(r, 0, sizeof *r);
-    if (head_dim < 2 || head_dim > SHLM_ROPE_MAX_HEAD_DIM || head_dim % 2 != 0)
-        return fail(err, errlen, "RoPE needs an even head_dim from 2 to %d (got %d)",
-                    SHLM_ROPE_MAX_HEAD_DIM, head_dim);
-    if (!positive(p->theta))
-        return fail(err, errlen, "rope_theta must be a finite number > 0 (got %g)", p->theta);
-    const char *tn = shlm_rope_type_name(p->type);
-    if (p->type != SHLM_ROPE_DEFAULT && p->type != SHLM_ROPE_LINEAR &&
-        p->type != SHLM_ROPE_LLAMA3)
-        return fail(err, errlen, "unknown rope type %d (known: %s)", (int)p->type,
-                    shlm_rope_type_names());
-    if (p->type != SHLM_ROPE_DEFAULT && !positive(p->factor))
-        return fail(err, errlen, "rope_type %s: factor must be a finite number > 0 (got %g)", tn,
-                    p->factor);
-    if (p->type == SHLM_ROPE_LLAMA3) {
-        if (!positive(p->low_freq_factor))
-            return fail(err, errlen, "rope_type %s: low_freq_factor must be > 0 (got %g)", tn,
-                        p->low_freq_factor);
-        if (!(isfinite(p->high_freq_factor) && p->high_freq_factor > p->low_freq_factor))
-            return fail(err, errlen,
-                        "rope_type %s: high_freq_factor (%g) must be greater than "
-                        "low_freq_factor (%g)",
-                        tn, p->high_freq_factor, p->low_freq_factor);
-        if (p->original_max_position_embeddings <= 0)
-            return fail(err, errlen,
-                        "rope_type %s: original_max_position_embeddings must be > 0 (got %d)",
-                        tn, p->original_max_position_embeddings);
-    }
+    if (shlm_rope_check(head_dim, p, NULL, NULL, err, errlen) != 0) return -1;
     r->head_dim = head_dim;
     for (int i = 0; i < head_dim / 2; i++) {
         const double base = pow(p->theta, -2.0 * i / head_dim);

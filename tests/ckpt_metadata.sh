@@ -1,5 +1,5 @@
 #!/bin/sh
-# Checkpoint metadata that lies (docs/ARCHITECTURE.md "Checkpoints": state attributes,
+# Checkpoint metadata that lies (docs/checkpoints.md "Checkpoints": state attributes,
 # state checksum, links): each case edits a copy of a good checkpoint with h5py
 # (tests/corrupt.py) and checks that resuming from it, or `ckpt info` / `ckpt verify`,
 # fails before step 1 with one error line naming the attribute or dataset, exit 1:
@@ -13,8 +13,10 @@
 #  - soft, hard and external links between datasets are refused;
 #  - `ckpt info` with model.n_layers = 1e8 ends at once with the bound (no allocation
 #    from it, no out-of-memory), `ckpt verify` with n_heads = 0 likewise;
-#  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings) and a
-#    format-3 file (no data.train attributes) still resume; format 5 is refused.
+#  - a format-1 file (no state checksum), a format-2 file (no tie_word_embeddings), a
+#    format-3 file (no data.train attributes) and a format-4 file (no RoPE scaling keys, no
+#    data.train_sources)
+#    still resume; format 6 is refused.
 # Skipped (77) without a python3 that has h5py and numpy (Debian: python3-h5py).
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_metadata.sh
 set -u
@@ -149,10 +151,11 @@ case_file v4 v4
 train v4 --set "checkpoint.resume=$work/v4.h5" --set train.stop_after=12
 if [ $? -ne 0 ]; then
     tail -n 3 "$work/v4.err"
-    fail "a format-4 checkpoint (before LoRA's attributes) does not resume"
+    fail "a format-4 checkpoint (before the RoPE scaling keys, a mixture's sources and LoRA's attributes) does not resume"
 else
     echo "ckpt_metadata: ok: a format-4 checkpoint resumes (its state checksum without" \
-        "lora.rank, lora.targets, lora.dora, lora.base, lora.base_fingerprint)"
+        "model.rope_type and its parameters, data.train_sources, and lora.rank, lora.targets," \
+        "lora.dora, lora.base, lora.base_fingerprint)"
 fi
 case_file v6 attr format_version 6
 resume_case v6 "checkpoint format version 6, this shardlm reads 1 to 5"

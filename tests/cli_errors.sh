@@ -173,7 +173,7 @@ fi
 
 cat >"$T/preset.ini" <<'EOF'
 [model]
-preset = llama3-8b
+preset = gpt2-medium
 [train]
 seq_len = 32
 steps = 1
@@ -181,8 +181,8 @@ steps = 1
 train = train.bin
 EOF
 run "$SHLM" train "$T/preset.ini"
-expect "unknown preset lists the known ones" "preset.ini:2" "llama3-8b" tiny tinyllama-1b \
-    llama2-7b llama2-13b llama2-70b
+expect "unknown preset lists the known ones" "preset.ini:2" "gpt2-medium" tiny tinyllama-1b \
+    llama2-7b llama2-13b llama2-70b llama3-8b llama3.2-1b llama3.2-3b llama3-70b
 
 run "$SHLM" train "$T/nonexistent.ini"
 expect "missing job file" nonexistent.ini "cannot open"

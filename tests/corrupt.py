@@ -15,7 +15,9 @@ that a range check, not the checksum, is what has to catch an edit.
   corrupt.py v3 FILE                           make it a format-3 file (no data.train
                                                attributes, no model.family nor a [model]
                                                key added since), restamped
-  corrupt.py v4 FILE                           make it a format-4 file (no lora.*
+  corrupt.py v4 FILE                           make it a format-4 file (no RoPE scaling
+                                               keys: model.rope_type and its parameters;
+                                               no data.train_sources; no lora.*
                                                attributes), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
@@ -42,13 +44,18 @@ def h5():
 
 
 # the state attributes of format 4 (the training file)
-DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint")
-# the state attributes of format 5 (LoRA's adapters and base)
+DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint", "data.train_sources")
+# the state attributes of LoRA's adapters and base (format 5)
 LORA_ATTRS = ("lora.rank", "lora.targets", "lora.dora", "lora.base", "lora.base_fingerprint")
+# what format 5 added: a data.train mixture's sources, LoRA's attributes
+FORMAT5_ATTRS = ("data.train_sources",) + LORA_ATTRS
 # the [model] keys a format-3 file holds (the Llama shape; format 2 without the last)
 FORMAT3_MODEL_KEYS = ("dim", "n_layers", "n_heads", "n_kv_heads", "head_dim", "ffn_dim",
                       "vocab_size", "max_seq_len", "norm_eps", "rope_theta", "init_std",
                       "tie_word_embeddings")
+# the [model] keys added in format 5 (RoPE scaling)
+FORMAT5_MODEL_KEYS = ("rope_type", "rope_factor", "rope_low_freq_factor",
+                      "rope_high_freq_factor", "rope_original_max_position_embeddings")
 
 
 def model_attrs_after(f, version):
@@ -132,8 +139,8 @@ def main(argv):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
         elif cmd in ("v2", "v3", "v4"):
-            gone = LORA_ATTRS if cmd == "v4" else \
-                DATA_ATTRS + LORA_ATTRS + model_attrs_after(f, int(cmd[1]))
+            gone = (FORMAT5_ATTRS + tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4"
+                    else DATA_ATTRS + LORA_ATTRS + model_attrs_after(f, int(cmd[1])))
             for name in gone:
                 del f.attrs[name]
             names = f.attrs["state_attributes"].decode().split()

@@ -194,12 +194,12 @@ printf '\n  \n' >"$bad"
 refused "only blank lines" 1 "$bad: no records" -- \
     "$SHLM" data prepare --tokenizer bytes --format prompt-response "$bad" "$out"
 printf '{"prompt": "a", "response": "b"}\n' >"$bad"
-refused "unknown chat template" 2 "unknown chat template 'vicuna' (known: chatml, llama2, qwen2.5)" -- \
+refused "unknown chat template" 2 "unknown chat template 'vicuna' (known: chatml, llama2, llama3, qwen2.5)" -- \
     "$SHLM" data prepare --tokenizer "$chatml" --format chat --chat-template vicuna "$bad" "$out"
 refused "a template shardlm does not render" 1 "$other/tokenizer_config.json: its chat template is not one shardlm renders" \
-    "--chat-template chatml, qwen2.5 or llama2" -- \
+    "--chat-template chatml, qwen2.5, llama2 or llama3 uses one of those" -- \
     "$SHLM" data prepare --tokenizer "$other" --format prompt-response "$bad" "$out"
-refused "chat without a template" 1 "has no chat template: give --chat-template chatml, qwen2.5 or llama2" -- \
+refused "chat without a template" 1 "has no chat template: give --chat-template chatml, qwen2.5, llama2 or llama3" -- \
     "$SHLM" data prepare --tokenizer bytes --format chat "$bad" "$out"
 refused "chatml without its tokens" 1 "the chatml chat template needs the tokens <|im_start|> and <|im_end|>" -- \
     "$SHLM" data prepare --tokenizer "$llama2" --format chat --chat-template chatml "$bad" "$out"

@@ -279,3 +279,36 @@ sums_problem() {
             "$(diff "$sp_ref" "$sp_run" | head -n 4 | tr '\n' ' ')"
     fi
 }
+# "pid ppid comm" of every process, from /proc (procps may not be installed)
+proc_table() {
+    for f in /proc/[0-9]*/stat; do
+        line=$(cat "$f" 2>/dev/null) || continue
+        comm=${line#*\(}
+        comm=${comm%\)*}
+        # shellcheck disable=SC2086 # split the fields after "(comm) " on purpose
+        set -- ${line##*\) }
+        echo "${f#/proc/}" | sed "s|/stat\$| $2 $comm|"
+    done
+}
+
+# descendants ROOT: "pid comm" of ROOT's descendants
+descendants() {
+    proc_table | awk -v root="$1" '
+        { parent[$1] = $2; comm[$1] = $3 }
+        END {
+            for (p in parent) {
+                q = p
+                while (q in parent && q != root && q > 1) q = parent[q]
+                if (q == root && p != root) print p, comm[p]
+            }
+        }'
+}
+
+# the launcher (mpirun, mpiexec, srun, ...) and the ranks under background job $1
+launcher_pid() {
+    descendants "$1" | awk '$2 ~ /^(mpirun|mpiexec|orterun|prterun|srun|mpiexec\.hydra)$/ { print $1; exit }'
+}
+rank_pids() {
+    descendants "$1" | awk '$2 == "shardlm" { print $1 }' | sort -n
+}
+

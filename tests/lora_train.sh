@@ -11,7 +11,8 @@
 # agree to 1e-8): FULL_SHARD on 4 ranks with accumulation (micro_batch 1), HYBRID_SHARD 2 x 2
 # with accumulation and full recomputation, SHARD_GRAD_OP and NO_SHARD on 2 ranks. DoRA
 # (no dropout) on one rank against FULL_SHARD on 4 with accumulation and selective
-# checkpointing. In every run the adapters must train (the loss falls) and the base must
+# checkpointing. The reference's dropout on a weighted mixture of two files (data.train
+# with weights) against 2 ranks with accumulation on the same mixture. In every run the adapters must train (the loss falls) and the base must
 # not: rank 0 prints the base's fingerprint (a hash of every stored element's bits, at any
 # world size) as loaded and after the last step; both must be equal, and the same in
 # every run (the same seed's base). Then one error line each for an unknown target and
@@ -35,13 +36,16 @@ tol_norm=1e-4
 test_begin lora_train shlm-lora
 
 prepare_corpus "$work/train.bin"
+"$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-val.txt" \
+    "$work/val.bin" >"$work/prepare_val.log" 2>&1 || fail "could not prepare the second file"
 
-# run NAME NP [--set k=v ...]: trains the job with LoRA into $work/NAME
+# run NAME NP [--set k=v ...]: trains the job with LoRA on $data into $work/NAME
+data=$work/train.bin
 run() {
     name=$1
     np=$2
     shift 2
-    set -- train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+    set -- train "$job" --set "data.train=$data" --set "log.run_dir=$work/$name" \
         --set train.steps=$steps --set train.lr=1e-2 --set lora.rank=4 --set lora.targets=all \
         "$@"
     echo "+ sh $mpi $np $SHLM $*"
@@ -110,6 +114,16 @@ check sgo_2r $? ref
 run noshard_2r_accum 2 $drop --set fsdp.strategy=NO_SHARD --set train.micro_batch=2 \
     --set fsdp.activation_checkpointing=selective
 check noshard_2r_accum $? ref
+# a weighted mixture of two files: each row's dropout key is its global sample's, whichever
+# file the row comes from, so 2 ranks with accumulation draw the masks 1 rank draws
+data="$work/train.bin:0.7, $work/val.bin:0.3"
+# shellcheck disable=SC2086
+run mix_ref 1 $drop
+check mix_ref $? mix_ref
+# shellcheck disable=SC2086
+run mix_2r_accum 2 $drop --set train.micro_batch=1
+check mix_2r_accum $? mix_ref
+data=$work/train.bin
 run dora_ref 1 --set lora.dora=true
 check dora_ref $? dora_ref
 run dora_4r_accum 4 --set lora.dora=true --set fsdp.strategy=FULL_SHARD --set train.micro_batch=1 \

@@ -16,7 +16,7 @@
 # resumes from it on the 2 nodes to step 40; every step's loss and gradient norm (the
 # resumed run's where steps were run twice) and the step-40 checksums equal an
 # uninterrupted run's bit for bit. The loss lands 8 steps before the next save: a save
-# under way is not under the deadline (docs/ARCHITECTURE.md "Collective deadlines"; with
+# under way is not under the deadline (docs/operations.md "Collective deadlines"; with
 # node2 gone in the middle of one, the survivors waited 200 s inside MPI-IO).
 #
 # Skipped (77) where the nodes cannot be made or without an MPI launcher. Run by

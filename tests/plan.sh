@@ -10,7 +10,8 @@
 # llama2-70b on 1024 ranks plans in under 2 s; (a', b) LoRA: llama2-7b's adapters and
 # frozen base, and the small model's allocations and comm with LoRA and DoRA; (e) plan's own
 # errors; (f) the verdict and the changes it offers; (g) llama2-7b on the cpu backend of a
-# machine it does not fit: plan says so and train refuses before allocating.
+# machine it does not fit: plan says so and train refuses before allocating; (h) the
+# Llama-3.x presets' parameter counts and README.md's figures of them.
 #   env SHLM=./shardlm SHLM_SRCDIR=. sh tests/plan.sh
 set -u
 : "${SHLM:?set SHLM to the shardlm binary}" "${SHLM_SRCDIR:?set SHLM_SRCDIR to the source tree}"
@@ -429,6 +430,39 @@ run "$SHLM" plan "$T/small.ini" --ranks 2 --device z900
 expect_error "plan --device z900" "--device z900" "not in the device table" h200
 run "$SHLM" plan "$T/small.ini" --ranks 2 --device-gib -1
 expect_error "plan --device-gib -1" "--device-gib" "-1"
+
+# ---- (h) the Llama-3.x presets: their parameter counts are the published checkpoints'
+# (the element counts of Meta's Llama-3.1-8B, 3.1-70B, 3.2-1B and 3.2-3B safetensors), and
+# README.md's table of them is what plan prints for the command it gives (no GPU visible:
+# the ops' scratch, sized on a GPU, is not in the total) ----
+for c in llama3.2-1b:1235814400:8 llama3.2-3b:3212749824:8 llama3-8b:8030261248:8 \
+    llama3-70b:70553706496:64; do
+    preset=${c%%:*} rest=${c#*:}
+    want=${rest%%:*} ranks=${rest#*:}
+    extra=""
+    [ "$preset" = llama3-70b ] && extra="--set fsdp.activation_checkpointing=selective"
+    # shellcheck disable=SC2086
+    run env CUDA_VISIBLE_DEVICES= "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks "$ranks" --ranks-per-node 8 \
+        --backend cuda --device h200 --set "model.preset=$preset" --set train.seq_len=8192 \
+        --set fsdp.param_dtype=bf16 $extra
+    if [ $rc -ne 0 ]; then
+        cat "$T/err"
+        fail "plan $preset exited $rc"
+        continue
+    fi
+    got=$(sed -n "s/^# model $preset: \([0-9]*\) parameters.*/\1/p" "$T/out")
+    if [ "$got" = "$want" ]; then ok "$preset: $got parameters"; else
+        fail "$preset: plan says '$got' parameters, the published checkpoint has $want"
+    fi
+    total=$(awk '$1 == "total_bytes" { print $3; exit }' "$T/out")
+    readme=$(awk -F'|' -v p="\`$preset\`" '$2 == " " p " " { gsub(/ |GiB/, "", $8); print $8 }' \
+        "$SHLM_SRCDIR/README.md")
+    if [ -n "$total" ] && [ "$readme" = "$total" ]; then
+        ok "$preset: README.md's total per rank is plan's, $total GiB"
+    else
+        fail "$preset: README.md's total per rank '$readme' GiB, plan's '$total' GiB"
+    fi
+done
 
 echo "plan: $n_ok passed, $n_fail failed"
 [ $n_fail -eq 0 ]

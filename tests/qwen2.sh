@@ -5,7 +5,8 @@
 # base 1e6, vocabulary 151,936, so every token file holds 4-byte ids):
 #  1. model.init_from with no [model] keys makes it a qwen2 model with q/k/v biases; eval's
 #     mean loss over the validation windows equals transformers' fp32 loss over the same
-#     windows within 1e-4, and generate's greedy tokens equal transformers' generate;
+#     windows within 1e-4, and generate's greedy tokens (through the KV cache, the biases
+#     added to each new token's q/k/v) equal transformers' generate;
 #     with a tokenizer that has no chat template (tests/sft_data.py's byte-level one with
 #     <|im_start|> and <|im_end|>), generate --chat renders the prompt with the family's,
 #     Qwen2.5's: its ids equal transformers' apply_chat_template under Qwen2.5's template;
@@ -130,6 +131,7 @@ compare() {
 shardlm_says() {
     l=$(sed -n 's/.*mean loss \([0-9.]*\) nats.*/\1/p' "$work/$1.log")
     i=$(sed -n 's/^generated ids: //p' "$work/$1.gen.log")
+    grep -q '^generate: KV cache: ' "$work/$1.gen.log" || i="(not through the KV cache) $i"
     echo "$l|$i"
 }
 

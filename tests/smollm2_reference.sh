@@ -4,8 +4,9 @@
 # keys (model.init_from gives the architecture, data.tokenizer defaults to its tokenizer):
 #  1. eval's loss on a text (one window: the whole file) equals transformers' loss on the
 #     same ids to 1e-4 relative;
-#  2. generate --chat --temperature 0: the ChatML prompt's ids equal apply_chat_template's
-#     and the 32 greedy tokens equal transformers' generate, token for token;
+#  2. generate --chat --temperature 0 (through the KV cache): the ChatML prompt's ids equal
+#     apply_chat_template's and the 128 greedy tokens equal transformers' generate, token for
+#     token;
 #  3. 2 training steps on 2 ranks (FULL_SHARD, tied embeddings), saved, exported: transformers
 #     loads the export with lm_head tied to the embedding, and its loss on the text equals
 #     shardlm's eval of the checkpoint to 1e-4 (and differs from the source's: the export is
@@ -31,7 +32,7 @@ model=$SHLM_SMOLLM2
 test_begin smollm2_reference shlm-smollm2-ref
 export HF_HUB_DISABLE_PROGRESS_BARS=1 HF_HUB_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TQDM_DISABLE=1
 prompt="Write a short story about a robot who learns to paint."
-n_new=32
+n_new=128
 
 # field NAME KEY: the words after "KEY" on the line of $work/NAME.log that starts with it
 field() { sed -n "s/^$2 //p" "$work/$1.log" | head -n 1; }
@@ -56,8 +57,10 @@ backend = cpu
 JOB
 
 step eval_source "$SHLM" eval "$work/ref.ini"
+# one thread: a decode step is hundreds of small parallel regions, each of which a shared
+# machine's scheduler can stretch by a time slice when a rank's threads are not all running
 step generate "$SHLM" generate "$work/ref.ini" --chat --prompt "$prompt" --tokens $n_new \
-    --temperature 0 --ids
+    --temperature 0 --ids --set runtime.threads=1
 step train sh "$mpi" 2 "$SHLM" train "$work/ref.ini" --set train.seq_len=64 --set train.steps=2 \
     --set train.lr=1e-4 --set train.warmup_steps=0 --set "checkpoint.dir=$work/ck"
 step export "$SHLM" ckpt export "$work/ck" "$work/exp" && grep '^export:' "$work/export.log"
@@ -89,6 +92,8 @@ p_ref=$(field reference prompt_ids)
 g_ref=$(field reference generated_ids)
 if [ -z "$p_ref" ] || [ "$p_ours" != "$p_ref" ]; then
     fail "the chat prompt's ids differ: shardlm '$p_ours', transformers '$p_ref'"
+elif ! grep -q '^generate: KV cache: 1 rows of ' "$work/generate.log"; then
+    fail "generate did not run through the KV cache: $(grep '^generate: ' "$work/generate.log" | head -n 1)"
 elif [ "$(echo "$g_ref" | wc -w)" -ne $n_new ] || [ "$g_ours" != "$g_ref" ]; then
     fail "greedy generation differs: shardlm '$g_ours', transformers '$g_ref'"
 else

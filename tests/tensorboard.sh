@@ -10,8 +10,9 @@
 #     directory given by its path. tests/tensorboard_read.py, with PyPI tensorboard
 #     ($SHLM_TENSORBOARD, tests/setup_pyenv.sh): two event files, every record sound;
 #     every scalar equals metrics.jsonl's value at its step (as float32), steps 5.. being
-#     the resumed run's; each run's job table as text at its first step. Skipped (77)
-#     without tensorboard, after part 1.
+#     the resumed run's; each run's job table as text at its first step. The runs train on
+#     a data.train mixture of two files, so each file's tokens (data/tokens_seen/<file>)
+#     are among the scalars. Skipped (77) without tensorboard, after part 1.
 #   SHLM=./shardlm SHLM_SRCDIR=. sh tests/tensorboard.sh
 set -u
 . "$SHLM_SRCDIR/tests/pyenv.sh"
@@ -33,7 +34,7 @@ printf '\n[log]\ntensorboard = auto\n' >>"$work/w.ini"
 run() {
     rn=$1
     shift
-    set -- "$SHLM" train "$work/w.ini" --set "data.train=$work/train.bin" \
+    set -- "$SHLM" train "$work/w.ini" --set "data.train=$work/train.bin:3, $work/val.bin:1" \
         --set "data.val=$work/val.bin" --set train.steps=8 --set train.eval_every=3 \
         --set train.eval_batches=2 --set log.every=2 --set "log.run_dir=$work/${RUN_DIR:-$rn}" "$@"
     echo "+ sh $mpi 2 $*"
@@ -80,8 +81,9 @@ if ! shlm_python tensorboard numpy >/dev/null; then
     skip_test "reading the event files: $(shlm_python tensorboard numpy)" \
         "(tests/setup_pyenv.sh installs tensorboard into $SHLM_TENSORBOARD)"
 fi
-echo "+ PYTHONPATH=$PYTHONPATH $SHLM_PY $SHLM_SRCDIR/tests/tensorboard_read.py $work/a/tb" \
+echo "+ TB_SOURCES='train.bin val.bin' PYTHONPATH=$PYTHONPATH $SHLM_PY $SHLM_SRCDIR/tests/tensorboard_read.py $work/a/tb" \
     "$work/a/metrics.jsonl $work/a.out:0 $work/b.out:4"
+TB_SOURCES="train.bin val.bin" \
 "$SHLM_PY" "$SHLM_SRCDIR/tests/tensorboard_read.py" "$work/a/tb" "$work/a/metrics.jsonl" \
     "$work/a.out:0" "$work/b.out:4" 2>"$work/read.err" || {
     sed 's/^/    stderr: /' "$work/read.err" | tail -n 5

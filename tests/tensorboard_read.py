@@ -14,7 +14,9 @@ printed) and the step it started from (0, or the checkpoint's). Checked:
     a resumed run's rows replace those a stopped run logged after its checkpoint) and every
     field of TAGS that holds a number, the tag has one scalar at that step, equal to the
     JSON value rounded to float32 (TensorBoard's simple_value is a float), with the row's
-    time; no scalar for a null, a missing field or a step without a row; no other tag;
+    time; no scalar for a null, a missing field or a step without a row; no other tag
+    (a data.train mixture's data/tokens_seen/<file> against tokens_seen_by_source, whose
+    files must be those TB_SOURCES names when it is set);
   - the text summary "job" holds, at each run's FIRST, that run's job table as it printed
     it (a Markdown code block: every line indented 4 spaces), under the text plugin, and
     the text plugin renders it as a code block.
@@ -128,15 +130,26 @@ def main():
         row = json.loads(line)
         latest[row["step"]] = row  # a later run's row of a step replaces an earlier one's
     tags = acc.Tags()["scalars"]
-    unknown = sorted(set(tags) - set(TAGS))
+    # a data.train mixture's files: data/tokens_seen/<file> = tokens_seen_by_source[<file>]
+    sources = sorted({n for r in latest.values() for n in r.get("tokens_seen_by_source", {})})
+    fields = dict(TAGS, **{f"data/tokens_seen/{n}": ("tokens_seen_by_source", n) for n in sources})
+    unknown = sorted(set(tags) - set(fields))
     check(not unknown, f"{len(tags)} scalar tags, each one of metrics.jsonl's fields"
           + (f"; unknown: {unknown}" if unknown else ""))
+    if os.environ.get("TB_SOURCES"):
+        check(sources == sorted(os.environ["TB_SOURCES"].split()),
+              f"metrics.jsonl's tokens_seen_by_source names the files {sources}")
+
+    def field_value(row, field):
+        return row.get(field[0], {}).get(field[1]) if isinstance(field, tuple) else row.get(field)
+
     compared, bad_tags = 0, 0
-    for tag, field in TAGS.items():
+    for tag, field in fields.items():
         events = {}
         for e in acc.Scalars(tag) if tag in tags else []:
             events.setdefault(e.step, []).append(e)
-        want = {s: r[field] for s, r in latest.items() if isinstance(r.get(field), (int, float))}
+        want = {s: field_value(r, field) for s, r in latest.items()
+                if isinstance(field_value(r, field), (int, float))}
         bad = []
         for step, value in want.items():
             got = events.get(step, [])
@@ -155,7 +168,7 @@ def main():
             bad_tags += 1
     check(bad_tags == 0 and compared > 0,
           f"{compared} scalars equal metrics.jsonl's values (as float32) over steps "
-          f"{sorted(latest)} and {len(TAGS)} tags")
+          f"{sorted(latest)} and {len(fields)} tags")
 
     # the job text
     texts = acc.Tensors("job") if "job" in acc.Tags()["tensors"] else []

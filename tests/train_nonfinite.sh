@@ -1,7 +1,7 @@
 #!/bin/sh
-# Non-finite losses, gradient norms and weights (docs/ARCHITECTURE.md "The training loop:
-# non-finite steps"), made to happen mid-run by the test hook SHLM_TEST_NONFINITE
-# (src/run/train.c) on one rank only, so every case also checks that all ranks agree:
+# Non-finite losses, gradient norms and weights (docs/engine.md "Non-finite steps"),
+# made to happen mid-run by the test hook SHLM_TEST_NONFINITE
+# (src/run/faults.c) on one rank only, so every case also checks that all ranks agree:
 #  abort:   a NaN loss on rank 1 of 2 at step 5 (train.on_nonfinite = abort, the default):
 #           exit 1 with one line naming step 5, step 5 logged as skipped and nothing after
 #           it, no step_5 checkpoint, `latest` still names step_4.h5 and checkpoint.keep

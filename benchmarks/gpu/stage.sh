@@ -37,9 +37,9 @@ TARGETS="shardlm tests/test_ops tests/gpu/attn_sm90_check tests/gpu/attn_bwd_sm9
 tests/gpu/nvml_fields benchmarks/bench_kernels benchmarks/bench_comm"
 # Debian 12 packages of the libraries those load beyond glibc, libstdc++, libgomp, CUDA,
 # NCCL, Open MPI and parallel HDF5 (the toolchain's): OpenBLAS (and the Fortran runtime it
-# needs), inih, cJSON, SentencePiece (and protobuf-lite), PCRE2
+# needs), inih, cJSON, SentencePiece (and protobuf-lite), PCRE2, utf8proc
 RUNTIME_DEBS="libopenblas0-pthread libopenblas0 libgfortran5 libinih1 libcjson1 libsentencepiece0
-libprotobuf-lite32 libpcre2-8-0"
+libprotobuf-lite32 libpcre2-8-0 libutf8proc2"
 
 x() { echo "+ $*"; [ "$dry" = 1 ] || "$@"; }
 

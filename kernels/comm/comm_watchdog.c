@@ -43,6 +43,8 @@ static struct {
     int depth;            /* nested begins */
     int stop;             /* shlm_guard_end asks the thread to finish */
     int roll_calls;       /* MPI_THREAD_MULTIPLE and a roll-call communicator */
+    pthread_t owner;      /* the thread that began the region (its collectives wait under
+                           * the region's rules; another thread's under their own) */
     pthread_t thread;
     pthread_cond_t wake;
     char what[160];       /* "checkpoint save of step 3" */
@@ -251,10 +253,12 @@ int shlm_watch_expired(const shlm_watch *w) {
 
 int shlm_watch_wait(MPI_Request *req, const shlm_watch *w) {
     pthread_mutex_lock(&wd.mu);
+    /* in a guarded region the region's deadline applies to the region's own thread
+     * (comm_watchdog.h); the roll call's status then names the region, so only a thread
+     * outside it records the collective it waits in */
+    const int guarded = guard.depth > 0 && pthread_equal(guard.owner, pthread_self());
     const shlm_watch *outer = wd.waiting;
-    wd.waiting = w;
-    /* in a guarded region the region's deadline applies (comm_watchdog.h) */
-    const int guarded = guard.depth > 0;
+    if (!guarded) wd.waiting = w;
     pthread_mutex_unlock(&wd.mu);
     int rc, flag = 0;
     for (;;) {
@@ -264,7 +268,7 @@ int shlm_watch_wait(MPI_Request *req, const shlm_watch *w) {
         if (!guarded && shlm_watch_expired(w)) shlm_watch_fail(w, NULL, NULL);
     }
     pthread_mutex_lock(&wd.mu);
-    wd.waiting = outer;
+    if (!guarded) wd.waiting = outer;
     pthread_mutex_unlock(&wd.mu);
     return rc;
 }
@@ -518,6 +522,7 @@ void shlm_guard_begin(const char *what, double limit_s, const char *limit_note) 
     guard.begin_s = guard.phase_s = now_s();
     guard.limit_s = limit_s;
     guard.stop = 0;
+    guard.owner = pthread_self();
     int init = 0, level = MPI_THREAD_SINGLE;
     MPI_Initialized(&init);
     if (init) MPI_Query_thread(&level);

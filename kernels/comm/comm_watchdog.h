@@ -96,9 +96,11 @@ void shlm_comm_describe(MPI_Comm comm, char *buf, size_t len);
  *    stuck in its file system answers from this thread but never finishes.
  * So a rank that stops inside a region ends the job within one to two timeouts plus the
  * grace, and a region whose ranks all live may take up to limit_s. A timed collective
- * inside a region (shlm_watch_wait; the ranks of a save agreeing on its outcome) waits
- * under these rules, not under its own deadline: the others wait there for a rank that
- * writes slowly, which must not end the job.
+ * inside a region (shlm_watch_wait; the ranks of a save agreeing on its outcome), made by
+ * the thread that began it, waits under these rules, not under its own deadline: the
+ * others wait there for a rank that writes slowly, which must not end the job. Another
+ * thread's collectives (training beside a checkpoint written in the background) keep
+ * their own deadlines.
  * The thread calls MPI while the main thread is inside MPI: it needs MPI_THREAD_MULTIPLE
  * (the CLI asks for it). Without it (or before shlm_watchdog_init) there is no roll call:
  * past limit_s the rank prints the line without the ranks and exits, which ends the job

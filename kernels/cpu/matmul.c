@@ -1,5 +1,5 @@
 /* cpu backend linear layer without bias, Hugging Face weight layout (OC,C): forward
- * y = x·Wᵀ and the two backward products, all by OpenBLAS sgemm. */
+ * y = x·Wᵀ and the two backward products, by OpenBLAS sgemm (a one-row forward by sgemv). */
 #include "kernels/cpu/cpu.h"
 
 #include <cblas.h>
@@ -17,7 +17,14 @@ void shlm_cpu_matmul_fwd(void *out, const void *inp, const void *weight, int N, 
         if (!residual) memset(out, 0, n * sizeof(float));
         return;
     }
-    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ (+ out) */
+    /* out(N,OC) = inp(N,C) · weight(OC,C)ᵀ (+ out); one row (a decode step's) by sgemv,
+     * which streams the weight once, where sgemm first packs it into a copy: for one row
+     * the packing costs more than the product */
+    if (N == 1) {
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, OC, C, 1.0f, weight, C, inp, 1,
+                    residual ? 1.0f : 0.0f, out, 1);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C,
                 residual ? 1.0f : 0.0f, out, OC);
 }

@@ -47,6 +47,10 @@ void shlm_cuda_copy(void *dst, const void *src, size_t bytes);
 void shlm_cuda_to_device(void *dst, const void *host_src, size_t bytes);
 void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes); /* synchronises */
 void shlm_cuda_sync(void);
+void *shlm_cuda_host_alloc(size_t bytes);                      /* pinned; NULL when refused */
+void shlm_cuda_host_free(void *p);
+void shlm_cuda_to_host_async(void *host_dst, const void *src, size_t bytes); /* side stream */
+void shlm_cuda_to_host_wait(void);
 /* Called about every 0.2 ms while the host waits for the stream (sync, copies to and
  * from the host, sum_squares): the NCCL comm backend runs its watchdog there, so a
  * stream stuck behind a collective that never finishes ends the job instead of hanging

@@ -268,3 +268,37 @@ extern "C" void shlm_cuda_to_host(void *host_dst, const void *src, size_t bytes)
 }
 
 extern "C" void shlm_cuda_sync(void) { shlm_cuda_host_wait(shlm_cuda_stream()); }
+
+extern "C" void *shlm_cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError(); /* a refusal is the caller's to handle, not sticky */
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void shlm_cuda_host_free(void *p) {
+    if (p) CUDA_CHECK(cudaFreeHost(p));
+}
+
+/* The side stream of the asynchronous downloads, and the event that orders each after the
+ * work queued on the backend's stream so far (what it copies is final there). */
+static cudaStream_t g_download_stream;
+static cudaEvent_t g_download_after;
+
+extern "C" void shlm_cuda_to_host_async(void *host_dst, const void *src, size_t bytes) {
+    if (bytes == 0) return;
+    if (!g_download_stream) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g_download_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g_download_after, cudaEventDisableTiming));
+    }
+    CUDA_CHECK(cudaEventRecord(g_download_after, shlm_cuda_stream()));
+    CUDA_CHECK(cudaStreamWaitEvent(g_download_stream, g_download_after, 0));
+    CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost,
+                               g_download_stream));
+}
+
+extern "C" void shlm_cuda_to_host_wait(void) {
+    if (g_download_stream) shlm_cuda_host_wait(g_download_stream);
+}

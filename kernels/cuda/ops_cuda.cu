@@ -40,6 +40,10 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .to_device = shlm_cuda_to_device,
     .to_host = shlm_cuda_to_host,
     .sync = shlm_cuda_sync,
+    .host_alloc = shlm_cuda_host_alloc,
+    .host_free = shlm_cuda_host_free,
+    .to_host_async = shlm_cuda_to_host_async,
+    .to_host_wait = shlm_cuda_to_host_wait,
 
     .f32_to_act = shlm_cuda_f32_to_act,
     .round_to_bf16 = shlm_cuda_round_to_bf16,

@@ -1,6 +1,6 @@
 /* Stop requests by signal: an async-signal-safe handler that records the first SIGUSR1,
  * SIGTERM or SIGINT and aborts on the second, and a thread that ends a rank whose MPI
- * launcher is gone (the loop that acts on the first signal is in src/run/train.c). */
+ * launcher is gone (the loop that acts on the first signal is in src/run/loop.c). */
 #include "src/base/signals.h"
 
 #include <signal.h>

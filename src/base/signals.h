@@ -12,7 +12,7 @@
  * step, and between the batches of a validation pass, and combines it over all ranks
  * with a reduction it makes there anyway, so every rank stops at the same point even
  * when the signal reached them at different times (or reached only one). It then saves
- * a checkpoint and exits 0 (src/run/train.c); a validation pass cut short reports no loss.
+ * a checkpoint and exits 0 (src/run/loop.c); a validation pass cut short reports no loss.
  *
  * A second one (either signal) aborts the process at once: the handler writes one line
  * to stderr, restores the default action and re-raises the signal, so the launcher sees

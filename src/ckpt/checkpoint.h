@@ -47,7 +47,9 @@
  * before its metadata, SHLM_TEST_SLOW_SAVE=RANK[:STEP] makes it sleep twice
  * runtime.comm_timeout_s after writing its data (a slow disk, which must not end the job),
  * and SHLM_TEST_STOP_IN_LOAD=RANK raise SIGSTOP once a load has opened its file, before
- * the data: to test the deadlines.
+ * the data: to test the deadlines. SHLM_TEST_WRITE_ERROR=RANK[:STEP] makes the rank's write
+ * fail after half of the datasets (an I/O error naming the file), to test how a failed
+ * save, in the background too, ends the run.
  *
  * All functions are collective over the world and return the same status on every
  * rank; on failure err holds the same one-line message on every rank.
@@ -56,6 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "src/data/data_mix.h"
 #include "src/job/config.h"
 #include "src/engine/fsdp.h"
 #include "src/ckpt/hf_files.h"
@@ -82,6 +85,11 @@ typedef struct ckpt_state {
      * it, its size and fingerprint (io/tokens.h); "" and 0 in files of format 3 and older */
     char data_train[1024];
     uint64_t data_bytes, data_fingerprint;
+    /* a mixture of several files (src/data/data_mix.h, data_mix_state_text): each source's
+     * windows taken, taken since the weights took effect, size, fingerprint, weight and
+     * path, a line each; "" for one file and in files of format 4 and older (then
+     * data_bytes and data_fingerprint are 0) */
+    char data_sources[DATA_MIX_MAX * (DATA_MIX_PATH + 128)];
     /* LoRA (format 5; 0 and "" in older files and in full training): the adapters' layout
      * (lora.rank, the lora.targets mask, lora.dora), what the datasets are, and the frozen
      * base's identity: model.init_from as the job gave it ("": train.seed's
@@ -108,6 +116,51 @@ typedef enum ckpt_load_what {
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                     const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
                     char *err, size_t errlen);
+
+/*
+ * Saving in the background (checkpoint.async = true). At the step it saves, each rank
+ * copies its shards of the weights and both moments into host staging buffers (allocated
+ * once, at the start, page-locked on a device; the copy is the engine's device-to-host
+ * transfer on a side stream, a memcpy on the cpu backend) and returns to training; a writer thread per rank then runs the save
+ * protocol above, unchanged (so the file is the synchronous save's, byte for byte, but
+ * for created_utc and the job's text), over a duplicate of the world that only the writer
+ * threads use: parallel HDF5's MPI-IO collectives from a second thread need
+ * MPI_THREAD_MULTIPLE (without it the run saves synchronously, saying so), and HDF5
+ * itself is called by no other thread while a save is in flight (the training makes no
+ * HDF5 call). One save at a time: the next waits for the one in flight, rank 0 saying how
+ * long. The writer's outcome is agreed by its ranks (the protocol's last step), and each
+ * step boundary asks all ranks whether their writer has finished, so every rank learns of
+ * a failure at the same step and the run stops there, as after a failed synchronous save.
+ * SIGKILL mid-save leaves `latest` where it was (the commit is the protocol's last step).
+ */
+typedef struct ckpt_async ckpt_async;
+
+/* The host staging bytes of this rank: its shards of the FSDP_STATE_N state kinds. */
+uint64_t checkpoint_async_staging_bytes(fsdp_engine *e);
+/* Starts saving in the background: the staging allocated (ops->host_alloc's page-locked
+ * memory where the backend has it), a duplicate of the world made.
+ * host_avail (bytes this rank may allocate, avail_what saying what they are; < 0:
+ * unknown) bounds the staging. When MPI gives no MPI_THREAD_MULTIPLE or the host cannot
+ * hold the staging, rank 0 prints why the run saves synchronously and -1 is returned on
+ * every rank (*out NULL). Collective. */
+int checkpoint_async_open(ckpt_async **out, const shlm_ops *ops, fsdp_engine *e,
+                          const topology *topo, const job_config *cfg, const hf_files *hf,
+                          double host_avail, const char *avail_what);
+/* Saves *st in the background (checkpoint.dir, checkpoint.keep): waits for the save in
+ * flight, returning -1 with its message if it failed (every rank the same), then copies
+ * the state and starts the writer. Local (the ranks agree through the writers). */
+int checkpoint_async_save(ckpt_async *a, const ckpt_state *st, char *err, size_t errlen);
+/* At a step boundary: when every rank's writer has finished, joins them and returns the
+ * save's outcome (-1 with its message when it failed); else 0, the save still in flight.
+ * Collective while a save is in flight; a no-op otherwise and for a NULL a. */
+int checkpoint_async_poll(ckpt_async *a, char *err, size_t errlen);
+/* Waits for the save in flight (none, or a NULL a: 0) and returns its outcome. */
+int checkpoint_async_wait(ckpt_async *a, char *err, size_t errlen);
+/* Whether a save is in flight. */
+int checkpoint_async_in_flight(const ckpt_async *a);
+/* Waits for the save in flight (outcome ignored: for runs already ending on an error)
+ * and frees everything. Collective (the duplicate of the world is freed); NULL is fine. */
+void checkpoint_async_close(ckpt_async *a);
 
 /* checkpoint.dir of a training run, before step 1 (a no-op when cfg->ckpt_dir is ""):
  * refuses a directory name too long for its files; rank 0 creates the directory

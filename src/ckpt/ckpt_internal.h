@@ -108,6 +108,21 @@ void ckpt_dir_prune(const char *dir, int keep, int64_t saved);
 
 /* ---- the save (save.c) ---- */
 
+/* A save's data copied out of the engine at the step it saves (async.c): this rank's shard
+ * of unit u of state kind k, fsdp_shard_range's elements, at shard[k * n_units + u]. */
+typedef struct ckpt_staging {
+    float **shard;  /* (FSDP_STATE_N * n_units) */
+    int n_units;
+} ckpt_staging;
+
+/* checkpoint_save over comm (the world, or a duplicate of it that only one thread of each
+ * rank uses), its data from staged where that is not NULL (the engine is then only asked
+ * for its layout and shard ranges, never for its data: another thread may train on it).
+ * Collective over comm. */
+int ckpt_save_over(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                   const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                   MPI_Comm comm, const ckpt_staging *staged, char *err, size_t errlen);
+
 /* An upper bound of the size of the file a save of e's state with the job's [checkpoint]
  * options and the kept files hf writes: data, alignment gaps, metadata, hf. Local. */
 uint64_t ckpt_save_bytes(fsdp_engine *e, const job_config *cfg, const hf_files *hf);
@@ -120,6 +135,11 @@ void ckpt_fault_save_created(int rank, int64_t step);
  * datasets (done of total, into file). */
 void ckpt_fault_save_dataset_written(int rank, int64_t step, int done, int total,
                                      const char *file);
+/* SHLM_TEST_WRITE_ERROR: once this rank has written `done` of the save's `total`
+ * datasets, half of them, into file, its write fails (*ok = 0, err naming file), as a
+ * disk's error would. */
+void ckpt_fault_save_write_error(int rank, int64_t step, int done, int total,
+                                 const char *file, int *ok, char *err, size_t errlen);
 /* SHLM_TEST_SLOW_SAVE: makes this rank take twice runtime.comm_timeout_s more to write. */
 void ckpt_fault_save_data_written(int rank, int64_t step);
 /* SHLM_TEST_STOP_IN_LOAD: stops this rank once the load has opened its file. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "io/errmsg.h"
 #include "kernels/comm/comm_watchdog.h"
 #include "src/ckpt/ckpt_internal.h"
 
@@ -41,6 +42,14 @@ void ckpt_fault_save_dataset_written(int rank, int64_t step, int done, int total
             "datasets of %s\n", rank, done, total, file);
     fflush(stderr);
     raise(SIGKILL);
+}
+
+void ckpt_fault_save_write_error(int rank, int64_t step, int done, int total,
+                                 const char *file, int *ok, char *err, size_t errlen) {
+    if (done != total / 2 || !*ok || !armed("SHLM_TEST_WRITE_ERROR", rank, step)) return;
+    io_set_err(err, errlen, "%s: rank %d's write failed: input/output error "
+               "(SHLM_TEST_WRITE_ERROR)", file, rank);
+    *ok = 0;
 }
 
 void ckpt_fault_save_data_written(int rank, int64_t step) {

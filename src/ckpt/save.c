@@ -72,7 +72,8 @@ typedef struct save_run {
     const ckpt_state *st;
     const hf_files *hf;
     const char *dir;
-    MPI_Comm comm;
+    const ckpt_staging *staged;  /* the data copied out at the step, or NULL: the engine's */
+    MPI_Comm comm;               /* the world, or the writer threads' duplicate of it */
     int rank;
     char name[64], final[1100];  /* step_<N>.h5; <dir>/step_<N>.h5 */
     char tmp[1200];              /* the file written, renamed to final by the commit */
@@ -84,7 +85,8 @@ typedef struct save_run {
     ckpt_h5_file f;
     ckpt_h5_dataset *ds;         /* (nd), in checkpoint_groups order, then the list's */
     uint64_t *sums;              /* (2 nd): this rank's partial sums of its pieces, then all */
-    float *buf;                  /* one unit's shard */
+    float *buf;                  /* one unit's shard, read from the engine (staged == NULL) */
+    const float *shard;          /* the shard being written: buf or a staged one */
     int created;                 /* tmp is this save's file */
     int close_failed;            /* HDF5 could not close it */
     uint64_t bytes;
@@ -93,10 +95,12 @@ typedef struct save_run {
 } save_run;
 
 static void save_init(save_run *s, fsdp_engine *e, const topology *topo, const job_config *cfg,
-                      const ckpt_state *st, const hf_files *hf, const char *dir) {
+                      const ckpt_state *st, const hf_files *hf, const char *dir,
+                      MPI_Comm comm, const ckpt_staging *staged) {
     memset(s, 0, sizeof *s);
     s->e = e, s->topo = topo, s->cfg = cfg, s->st = st, s->hf = hf, s->dir = dir;
-    s->comm = topo->world;
+    s->staged = staged;
+    s->comm = comm;
     s->rank = topo->world_rank;
     s->t0 = MPI_Wtime();
     snprintf(s->name, sizeof s->name, "step_%lld.h5", (long long)st->step);
@@ -112,10 +116,12 @@ static void save_alloc(save_run *s) {
     s->nd = FSDP_STATE_N * s->tl.n;
     s->ds = calloc((size_t)s->nd, sizeof *s->ds);
     s->sums = calloc((size_t)s->nd * 2, sizeof *s->sums);
-    s->buf = malloc(ckpt_max_shard_numel(s->e) * sizeof(float));
+    if (!s->staged) {
+        s->buf = malloc(ckpt_max_shard_numel(s->e) * sizeof(float));
+        SHLM_CHECK_ALLOC(s->buf);
+    }
     SHLM_CHECK_ALLOC(s->ds);
     SHLM_CHECK_ALLOC(s->sums);
-    SHLM_CHECK_ALLOC(s->buf);
     for (int i = 0; i < s->nd; i++) s->ds[i].id = -1;
     save_options(s->cfg, &s->opt);
     s->rec = (ckpt_record){.st = *s->st, .m = s->cfg->model};
@@ -203,7 +209,7 @@ static int save_metadata(save_run *s, char *err, size_t errlen) {
     return ranks_agree(s->comm, ok, err, errlen);
 }
 
-/* Writes this rank's piece [pb, pe) of tensor i of state kind k from buf, which holds its
+/* Writes this rank's piece [pb, pe) of tensor i of state kind k from shard, which holds its
  * shard of the tensor's unit from element sb on, and sums it. *ok goes 0 at the first
  * failure (err says it); the rank then still joins the (collective) writes, writing
  * nothing. */
@@ -213,7 +219,7 @@ static void write_piece(save_run *s, int k, int i, size_t sb, size_t pb, size_t 
     const model_tensor *t = s->tl.list[i].t;
     shard_overlap ov;
     shard_intersect(pb, pe, t->offset, t->numel, &ov);
-    const float *src = s->buf + (ov.count ? ov.flat_offset - sb : 0);
+    const float *src = s->shard + (ov.count ? ov.flat_offset - sb : 0);
     const double tw = MPI_Wtime();
     if (ckpt_h5_write_range(&s->f, &s->ds[di], ov.tensor_offset, *ok ? ov.count : 0, src, err,
                             errlen) != 0)
@@ -233,8 +239,8 @@ static void write_piece(save_run *s, int k, int i, size_t sb, size_t pb, size_t 
     s->prof[2] += MPI_Wtime() - ts;
 }
 
-/* The data: per state kind and unit, this rank's shard once from the engine, then its
- * piece of every tensor the shard overlaps; then the kept files. Ranks do not wait for
+/* The data: per state kind and unit, this rank's shard once from the engine (or as staged
+ * at the step), then its piece of every tensor the shard overlaps; then the kept files. Ranks do not wait for
  * each other between datasets (they agree once, after the last): a rank whose write
  * failed keeps joining the calls with nothing to write, as H5Dwrite is collective. */
 static int save_data(save_run *s, char *err, size_t errlen) {
@@ -248,11 +254,18 @@ static int save_data(save_run *s, char *err, size_t errlen) {
             fsdp_shard_range(s->e, u, &sb, &se);
             ckpt_my_piece(s->e, s->topo, u, &pb, &pe);
             const double tc = MPI_Wtime();
-            fsdp_get_state(s->e, u, (fsdp_state_kind)k, s->buf);
+            if (s->staged) {
+                s->shard = s->staged->shard[k * lay->n_units + u];
+            } else {
+                fsdp_get_state(s->e, u, (fsdp_state_kind)k, s->buf);
+                s->shard = s->buf;
+            }
             s->prof[0] += MPI_Wtime() - tc;
             for (int i = 0; i < s->tl.n; i++) {
                 if (s->tl.list[i].unit != u) continue;
                 write_piece(s, k, i, sb, pb, pe, &ok, err, errlen);
+                ckpt_fault_save_write_error(s->rank, s->st->step, done + 1, s->nd, s->tmp, &ok,
+                                            err, errlen);
                 ckpt_fault_save_dataset_written(s->rank, s->st->step, ++done, s->nd, s->tmp);
             }
         }
@@ -347,10 +360,10 @@ static void save_report(const save_run *s, int keep) {
     const double t1 = MPI_Wtime();
     if (s->rank != 0) return;
     const double *prof = s->prof;
-    printf("checkpoint: saved step %lld to %s: %s in %.3f s = %.2f GB/s (create %.3f s, "
+    printf("checkpoint: saved step %lld to %s%s: %s in %.3f s = %.2f GB/s (create %.3f s, "
            "data %.3f s [rank 0: copy %.3f, write %.3f, checksum %.3f, wait %.3f], close %.3f s, "
            "fsync+rename %.3f s; %d ranks, %s)\n",
-           (long long)s->st->step, s->final, ckpt_bytes_str((double)s->bytes).s, t1 - s->t0,
+           (long long)s->st->step, s->final, s->staged ? " in the background" : "", ckpt_bytes_str((double)s->bytes).s, t1 - s->t0,
            s->bytes / 1e9 / (t1 - s->t0), s->t_data - s->t0, s->t_close - s->t_data, prof[0],
            prof[1], prof[2], prof[3], s->t_commit - s->t_close, t1 - s->t_commit,
            s->topo->world_size, s->f.io_mode);
@@ -381,12 +394,12 @@ static void save_undo(save_run *s, char *err, size_t errlen) {
 
 /* The protocol, each step agreed by every rank before the next. */
 static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
-                const ckpt_state *st, const hf_files *hf, const char *dir, int keep, char *err,
-                size_t errlen) {
+                const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                MPI_Comm comm, const ckpt_staging *staged, char *err, size_t errlen) {
     /* a full disk or a file-size limit must fail the write (EFBIG), not kill the rank */
     signal(SIGXFSZ, SIG_IGN);
     save_run s;
-    save_init(&s, e, topo, cfg, st, hf, dir);
+    save_init(&s, e, topo, cfg, st, hf, dir, comm, staged);
     if (save_name(&s, err, errlen) != 0) return -1; /* nothing written yet */
     save_alloc(&s);
     int rc = save_check(&s, err, errlen);
@@ -399,13 +412,20 @@ static int save(fsdp_engine *e, const topology *topo, const job_config *cfg,
     return rc;
 }
 
+int ckpt_save_over(fsdp_engine *e, const topology *topo, const job_config *cfg,
+                   const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
+                   MPI_Comm comm, const ckpt_staging *staged, char *err, size_t errlen) {
+    char what[80];
+    snprintf(what, sizeof what, "checkpoint save of step %lld%s", (long long)st->step,
+             staged ? " (background)" : "");
+    ckpt_guard_begin(what, ckpt_save_bytes(e, cfg, hf));
+    const int rc = save(e, topo, cfg, st, hf, dir, keep, comm, staged, err, errlen);
+    shlm_guard_end();
+    return rc;
+}
+
 int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
                     const ckpt_state *st, const hf_files *hf, const char *dir, int keep,
                     char *err, size_t errlen) {
-    char what[64];
-    snprintf(what, sizeof what, "checkpoint save of step %lld", (long long)st->step);
-    ckpt_guard_begin(what, ckpt_save_bytes(e, cfg, hf));
-    const int rc = save(e, topo, cfg, st, hf, dir, keep, err, errlen);
-    shlm_guard_end();
-    return rc;
+    return ckpt_save_over(e, topo, cfg, st, hf, dir, keep, topo->world, NULL, err, errlen);
 }

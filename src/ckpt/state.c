@@ -35,8 +35,11 @@
 
 /* ---------------------------------------------------------------- state */
 
-/* FT_STR: fsdp.strategy, a strategy's name; FT_PATH: a file's name, any text */
-typedef enum field_type { FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR, FT_PATH } field_type;
+/* FT_STR: fsdp.strategy, a strategy's name; FT_PATH: a file's name, any text; FT_TEXT:
+ * data.train_sources, lines of text (src/data/data_mix.h) */
+typedef enum field_type {
+    FT_INT, FT_I64, FT_U64, FT_FLOAT, FT_DOUBLE, FT_STR, FT_PATH, FT_TEXT
+} field_type;
 
 /* A root attribute every save writes and every open reads back, range-checked, and that
  * the state checksum covers. Its bounds are the job key's named `key` where one exists
@@ -76,6 +79,7 @@ static const state_attr state_attrs[] = {
     {"data.train", FT_PATH, ST(data_train), NULL, 0, 0, 4, 0},
     {"data.train_bytes", FT_U64, ST(data_bytes), NULL, 0, (double)UINT64_MAX, 4, 0},
     {"data.train_fingerprint", FT_U64, ST(data_fingerprint), NULL, 0, (double)UINT64_MAX, 4, 0},
+    {"data.train_sources", FT_TEXT, ST(data_sources), NULL, 0, 0, 5, 0},
     /* LoRA: the adapters the datasets are, the frozen base they were trained on */
     {"lora.rank", FT_INT, ST(lora_rank), KEY("lora.rank"), 5, 0},
     {"lora.targets", FT_INT, ST(lora_targets), NULL, 0, (1 << MODEL_N_TARGETS) - 1, 5, 0},
@@ -101,7 +105,8 @@ static double field_value(const ckpt_record *r, const state_attr *a) {
     case FT_FLOAT: return *(const float *)p;
     case FT_DOUBLE: return *(const double *)p;
     case FT_STR:
-    case FT_PATH: break;
+    case FT_PATH:
+    case FT_TEXT: break;
     }
     return 0;
 }
@@ -123,7 +128,8 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
         snprintf(out, outlen, "%016llx", (unsigned long long)bits);
         return;
     case FT_STR:
-    case FT_PATH: snprintf(out, outlen, "%s", p); return;
+    case FT_PATH:
+    case FT_TEXT: snprintf(out, outlen, "%s", p); return;
     }
 }
 
@@ -132,7 +138,7 @@ static void field_text(const ckpt_record *r, const state_attr *a, char *out, siz
 static int check_value(const char *path, const state_attr *a, double v, const char *shown,
                        const char *suffix, char *err, size_t errlen) {
     char why[256];
-    if (a->type == FT_PATH) return 0;
+    if (a->type == FT_PATH || a->type == FT_TEXT) return 0;
     if (a->type == FT_STR) {
         fsdp_strategy sg;
         if (strategy_from_name(shown, &sg, why, sizeof why) == 0) return 0;
@@ -191,12 +197,20 @@ int ckpt_record_check(const char *path, const ckpt_record *r, const char *suffix
 /* ---------------------------------------------------------------- the shape */
 
 /* The [model] keys of family f that a file of format `version` holds: every one from
- * version 4 on; before, the Llama shape of that version (tie_word_embeddings from 3). */
+ * version 5 on; version 4 all but RoPE's scaling (rope_type and its parameters: a format-4
+ * file's model has plain RoPE, the keys' defaults); before, the Llama shape of that
+ * version (tie_word_embeddings from 3). */
 static int shape_key_stored(const model_family *f, int i, int version) {
     static const char *const before_4[] = {"dim", "n_layers", "n_heads", "n_kv_heads",
                                            "head_dim", "ffn_dim", "vocab_size", "max_seq_len",
                                            "norm_eps", "rope_theta", "init_std"};
+    static const char *const from_5[] = {"rope_type", "rope_factor", "rope_low_freq_factor",
+                                         "rope_high_freq_factor",
+                                         "rope_original_max_position_embeddings"};
     const char *k = f->keys[i].key;
+    if (version >= 5) return 1;
+    for (size_t j = 0; j < sizeof from_5 / sizeof from_5[0]; j++)
+        if (strcmp(k, from_5[j]) == 0) return 0;
     if (version >= 4) return 1;
     if (version >= 3 && strcmp(k, "tie_word_embeddings") == 0) return 1;
     for (size_t j = 0; j < sizeof before_4 / sizeof before_4[0]; j++)
@@ -381,15 +395,19 @@ int ckpt_record_read(ckpt_h5_file *f, int version, ckpt_record *r, char *err, si
             free(str);
             break;
         case FT_PATH:
+        case FT_TEXT: {
+            const size_t cap = a->type == FT_PATH ? sizeof r->st.data_train
+                                                  : sizeof r->st.data_sources;
             if (present) rc = ckpt_h5_attr_read_str(f, "/", a->name, &str, err, errlen);
-            if (rc == 0 && str && strlen(str) >= sizeof r->st.data_train) {
+            if (rc == 0 && str && strlen(str) >= cap) {
                 io_set_err(err, errlen, "%s: attribute %s is %zu characters long (a corrupt or "
                         "edited checkpoint)", f->path, a->name, strlen(str));
                 rc = -1;
             }
-            if (rc == 0) snprintf(p, sizeof r->st.data_train, "%s", str ? str : "");
+            if (rc == 0) snprintf(p, cap, "%s", str ? str : "");
             free(str);
             break;
+        }
         }
         if (rc != 0) return -1;
     }
@@ -409,18 +427,19 @@ static int cmp_ds_path(const void *a, const void *b) {
 uint64_t ckpt_state_checksum(const ckpt_record *r, int version, ckpt_ds_entry *ds, int n) {
     qsort(ds, (size_t)n, sizeof *ds, cmp_ds_path);
     /* every line is shorter than 320 bytes (paths < 256, numbers < 24 digits) but the
-     * data.train file's (the field's size) */
+     * data.train file's and its sources' (the fields' sizes) */
     const size_t cap = (size_t)(N_STATE_ATTRS + r->m.family->n_keys + n + 2) * 320 +
-                       sizeof r->st.data_train;
+                       sizeof r->st.data_train + sizeof r->st.data_sources;
     size_t len = 0;
-    char *text = calloc(cap, 1);
+    char *text = calloc(cap, 1), *val = malloc(sizeof r->st.data_sources);
     SHLM_CHECK_ALLOC(text);
-    char val[sizeof r->st.data_train];
+    SHLM_CHECK_ALLOC(val);
     for (int i = 0; i < N_STATE_ATTRS; i++) {
         if (state_attrs[i].since > version) continue;
-        field_text(r, &state_attrs[i], val, sizeof val);
+        field_text(r, &state_attrs[i], val, sizeof r->st.data_sources);
         len += (size_t)snprintf(text + len, cap - len, "%s=%s\n", state_attrs[i].name, val);
     }
+    free(val);
     len += shape_checksum_text(&r->m, version, text + len, cap - len);
     for (int i = 0; i < n; i++) {
         char dims[48];

@@ -108,6 +108,24 @@ static void print_bytes(char *out, size_t len, double b) {
     else snprintf(out, len, "%.1f kB", b / 1e3);
 }
 
+
+/* A mixture's files as the checkpoint keeps them: each one's weight, position and file. */
+static void print_mixture(const ckpt_state *st) {
+    data_mix_saved saved[DATA_MIX_MAX];
+    int n = 0;
+    char why[400];
+    printf("  %-20s %s\n", "data.train", st->data_train);
+    if (data_mix_state_parse(st->data_sources, saved, &n, why, sizeof why) != 0) {
+        printf("  %-20s unreadable: %s\n", "", why);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        printf("  %-20s weight %.4f, %llu windows taken (%llu since the weights took effect), "
+               "%s (%llu bytes, fingerprint %016llx)\n", i ? "" : "sources", saved[i].weight,
+               (unsigned long long)saved[i].drawn, (unsigned long long)saved[i].sched,
+               saved[i].path, (unsigned long long)saved[i].bytes,
+               (unsigned long long)saved[i].fingerprint);
+}
 static int ckpt_info(int argc, char **argv) {
     const char *arg = NULL;
     int show_job = 0;
@@ -158,21 +176,28 @@ static int ckpt_info(int argc, char **argv) {
                    "lora", st.lora_rank, tg, st.lora_dora ? " (DoRA)" : "", st.lora_base,
                    (unsigned long long)st.lora_base_fingerprint);
         }
+        if (st.data_sources[0]) /* a mixture (src/data/data_mix.h) */
+            print_mixture(&st);
         printf("  %-20s %s\n", "strategy", st.strategy);
         printf("  %-20s %d (shard group %d, replica group %d)\n", "world_size", st.world_size,
                st.shard_size, st.replica_size);
-        char shape[600] = "", v[64];
+        /* the model line: the keys of the shape; the settings line: the family's other
+         * [model] keys (norms, RoPE, initialisation) */
+        char shape[600] = "", settings[600] = "", v[64];
         const model_family *fam = m.family;
         for (int k = 0; k < fam->n_keys; k++) {
             const key_def *key = &fam->keys[k];
-            if (!(key->flags & (KF_LAYOUT | KF_SHAPE)) && strcmp(key->key, "max_seq_len") != 0)
-                continue;
+            char *line = (key->flags & (KF_LAYOUT | KF_SHAPE)) ||
+                                 strcmp(key->key, "max_seq_len") == 0
+                             ? shape
+                             : settings;
             key_format(key, model_shape_cdata(&m), v, sizeof v);
-            snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%s %s",
-                     shape[0] ? ", " : "", key->key, v);
+            snprintf(line + strlen(line), sizeof shape - strlen(line), "%s%s %s",
+                     line[0] ? ", " : "", key->key, v);
         }
         printf("  %-20s %s: %s; %lld parameters\n", "model", fam->name, shape,
                (long long)model_shape_param_count(&m));
+        printf("  %-20s %s\n", "model settings", settings);
         printf("  %-20s %s (shardlm %s, %s)\n", "job", job_path, version, created);
     }
     uint64_t total = 0;

@@ -36,7 +36,8 @@ static void data_usage(FILE *out) {
             "                      chat ({\"messages\": [{\"role\", \"content\"}, ...]} per line; the\n"
             "                      loss covers the assistant turns)\n"
             "  --chat-template C   auto (default: the model's own, which must be ChatML,\n"
-            "                      Qwen2.5's or Llama-2's), chatml, qwen2.5, llama2, or none\n"
+            "                      Qwen2.5's, Llama-2's or Llama-3.1's), chatml, qwen2.5,\n"
+            "                      llama2, llama3, or none\n"
             "                      (prompt-response without a template: bos, prompt, response,\n"
             "                      eos)\n"
             "  --max-doc-len N     documents longer than N tokens are truncated to N (default)\n"
@@ -253,7 +254,8 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     if (strcmp(name, "none") == 0) {
         if (o->format == TOKEN_FORMAT_CHAT)
             return cli_fail("data", 2,
-                            "--format chat needs a chat template (auto, chatml, qwen2.5 or llama2)");
+                            "--format chat needs a chat template (auto, chatml, qwen2.5, llama2 or "
+                            "llama3)");
         return 0;
     }
     /* auto with a model that has no template: prompt-response pairs become plain
@@ -261,7 +263,8 @@ static int resolve_prep(const prep_args *a, const tokenizer *tok, prepare_option
     if (strcmp(name, "auto") == 0 && !tokenizer_chat_template(tok)) {
         if (o->format == TOKEN_FORMAT_CHAT)
             return cli_fail("data", 1,
-                            "%s has no chat template: give --chat-template chatml, qwen2.5 or llama2",
+                            "%s has no chat template: give --chat-template chatml, qwen2.5, llama2 or "
+                            "llama3",
                             tokenizer_path(tok));
         return 0;
     }
@@ -382,7 +385,9 @@ static int data_prepare(int argc, char **argv, int render) {
                                   .chat_template = !o.tmpl ? TOKEN_TEMPLATE_NONE
                                                    : o.tmpl->format == CHAT_CHATML
                                                        ? TOKEN_TEMPLATE_CHATML
-                                                       : TOKEN_TEMPLATE_LLAMA2};
+                                                   : o.tmpl->format == CHAT_LLAMA2
+                                                       ? TOKEN_TEMPLATE_LLAMA2
+                                                       : TOKEN_TEMPLATE_LLAMA3};
     if (rc == 0 && !render &&
         token_file_write(a.paths[1], p.ids.ids, (const uint8_t *)p.flags.data, p.ids.n, width,
                          vocab, &meta, err, sizeof err) != 0)

@@ -4,9 +4,9 @@
 #ifndef SHLM_COMMANDS_H
 #define SHLM_COMMANDS_H
 
-/* shardlm train JOB.ini [--set section.key=value ...]   (src/run/train.c; every rank) */
+/* shardlm train JOB.ini [--set section.key=value ...]   (src/cli/cmd_train.c; every rank) */
 int cmd_train(int argc, char **argv);
-/* shardlm eval JOB.ini [--ckpt CKPT] [--set section.key=value ...]   (src/run/train.c; every rank) */
+/* shardlm eval JOB.ini [--ckpt CKPT] [--set section.key=value ...]   (src/cli/cmd_train.c; every rank) */
 int cmd_eval(int argc, char **argv);
 /* shardlm data prepare --tokenizer T [--width 2|4] IN.txt OUT.bin
  * (src/cli/cmd_data.c; a plain process, needs no MPI) */

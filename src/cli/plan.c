@@ -42,7 +42,8 @@ static size_t point_bytes(const job_config *cfg, const topology_options *topt, s
     job_point jp = {p->strategy, 0, 0, p->micro_batch, p->ac};
     topology_group_sizes(p->ranks, &t, &jp.S, &jp.R);
     job_plan plan;
-    job_plan_build(&plan, cfg, &jp, act, ops, 0, 0);
+    const job_gen sample = job_sample_gen(cfg);
+    job_plan_build(&plan, cfg, &jp, act, ops, 0, 0, &sample);
     size_t total = plan.plan.total;
     job_plan_free(&plan);
     return total;
@@ -238,7 +239,8 @@ int cmd_plan(int argc, char **argv) {
     if (ops && ops->scratch_bytes && !ops->available()) ops = NULL;
     const job_point pt = job_point_of(&cfg, topt.strategy, S, R);
     job_plan jp;
-    job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0);
+    const job_gen sample = job_sample_gen(&cfg);
+    job_plan_build(&jp, &cfg, &pt, act, ops, 0, 0, &sample);
     const shard_plan *pl = &jp.plan;
     long long P = model_shape_param_count(&cfg.model);
 
@@ -257,7 +259,8 @@ int cmd_plan(int argc, char **argv) {
         "fp32 master weights (shard)", "fp32 gradient (shard)",
         "AdamW exp_avg + exp_avg_sq (shard)", "LoRA: the frozen base (shard, fsdp.param_dtype)",
         "gathered parameter buffers",
-        "full-unit gradient buffers for reduce-scatter", "activations, their gradients, FP8 operands",
+        "full-unit gradient buffers for reduce-scatter",
+        "activations, their gradients, FP8 operands, the closing sample's KV cache",
         "the ops' scratch and the matmul library's workspace"};
     for (int k = PLAN_MASTER; k <= PLAN_FROZEN; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);
@@ -272,6 +275,10 @@ int cmd_plan(int argc, char **argv) {
         : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
                                       : "not counted: no GPU visible to size it");
     row("total_bytes", pl->total, "every row above: what train's fit check compares");
+    if (cfg.ckpt_async) /* src/ckpt/async.c: the same shards, in host memory */
+        row("ckpt_staging_bytes", pl->bytes[PLAN_MASTER] + pl->bytes[PLAN_MOMENTS],
+            "host memory of checkpoint.async's staging (master + moments), apart from the "
+            "above; a run saves synchronously where the host lacks it");
     printf("per optimizer step, bytes each rank sends\n");
     row("shard_group_bytes", pl->shard_wire_per_micro * (size_t)accum,
         "all-gather + reduce-scatter in the shard group");

@@ -1,5 +1,5 @@
-/* Chat templates (see chat_template.h): ChatML and Llama-2 chat by name or recognised in a
- * model's template, rendered as their Hugging Face Jinja templates render them, into
+/* Chat templates (see chat_template.h): ChatML, Llama-2 chat and Llama-3.1's by name or
+ * recognised in a model's template, rendered as their Hugging Face Jinja templates render them, into
  * pieces with the assistant turns marked trained. */
 #include "src/data/chat_template.h"
 
@@ -132,6 +132,159 @@ static const char qwen25_text[] =
     "' }}\n"
     "{%- endif %}";
 #define QWEN_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+/* Llama-3.1's template (tokenizer_config.json's chat_template of Llama-3.1-8B-Instruct), as
+ * canonical() makes it. Without tools (and custom_tools, builtin_tools, date_string, which
+ * shardlm never passes) it is the llama3 rendering of chat_template.h. */
+static const char llama31_text[] =
+    "{{- bos_token }}\n"
+    "{%- if custom_tools is defined %}\n"
+    "    {%- set tools = custom_tools %}\n"
+    "{%- endif %}\n"
+    "{%- if not tools_in_user_message is defined %}\n"
+    "    {%- set tools_in_user_message = true %}\n"
+    "{%- endif %}\n"
+    "{%- if not date_string is defined %}\n"
+    "    {%- set date_string = \"26 Jul 2024\" %}\n"
+    "{%- endif %}\n"
+    "{%- if not tools is defined %}\n"
+    "    {%- set tools = none %}\n"
+    "{%- endif %}\n"
+    "\n"
+    "{#- This block extracts the system message, so we can slot it into the right place. #}\n"
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content']|trim %}\n"
+    "    {%- set messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set system_message = \"\" %}\n"
+    "{%- endif %}\n"
+    "\n"
+    "{#- System message + builtin tools #}\n"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\n"
+    "\n"
+    "\" }}\n"
+    "{%- if builtin_tools is defined or tools is not none %}\n"
+    "    {{- \"Environment: ipython\n"
+    "\" }}\n"
+    "{%- endif %}\n"
+    "{%- if builtin_tools is defined %}\n"
+    "    {{- \"Tools: \" + builtin_tools | reject('equalto',"
+    " 'code_interpreter') | join(\", \") + \"\n"
+    "\n"
+    "\"}}\n"
+    "{%- endif %}\n"
+    "{{- \"Cutting Knowledge Date: December 2023\n"
+    "\" }}\n"
+    "{{- \"Today Date: \" + date_string + \"\n"
+    "\n"
+    "\" }}\n"
+    "{%- if tools is not none and not tools_in_user_message %}\n"
+    "    {{- \"You have access to the following functions. To call"
+    " a function, please respond with JSON for a function call.\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\":"
+    " dictionary of argument name and its value}.' }}\n"
+    "    {{- \"Do not use variables.\n"
+    "\n"
+    "\" }}\n"
+    "    {%- for t in tools %}\n"
+    "        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\n"
+    "\n"
+    "\" }}\n"
+    "    {%- endfor %}\n"
+    "{%- endif %}\n"
+    "{{- system_message }}\n"
+    "{{- \"<|eot_id|>\" }}\n"
+    "\n"
+    "{#- Custom tools are passed in a user message with some extra guidance #}\n"
+    "{%- if tools_in_user_message and not tools is none %}\n"
+    "    {#- Extract the first user message so we can plug it in here #}\n"
+    "    {%- if messages | length != 0 %}\n"
+    "        {%- set first_user_message = messages[0]['content']|trim %}\n"
+    "        {%- set messages = messages[1:] %}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception(\"Cannot put tools in the first user"
+    " message when there's no first user message!\") }}\n"
+    "{%- endif %}\n"
+    "    {{- '<|start_header_id|>user<|end_header_id|>\n"
+    "\n"
+    "' -}}\n"
+    "    {{- \"Given the following functions, please respond with a JSON"
+    " for a function call \" }}\n"
+    "    {{- \"with its proper arguments that best answers the given prompt.\n"
+    "\n"
+    "\" }}\n"
+    "    {{- 'Respond in the format {\"name\": function name, \"parameters\":"
+    " dictionary of argument name and its value}.' }}\n"
+    "    {{- \"Do not use variables.\n"
+    "\n"
+    "\" }}\n"
+    "    {%- for t in tools %}\n"
+    "        {{- t | tojson(indent=4) }}\n"
+    "        {{- \"\n"
+    "\n"
+    "\" }}\n"
+    "    {%- endfor %}\n"
+    "    {{- first_user_message + \"<|eot_id|>\"}}\n"
+    "{%- endif %}\n"
+    "\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message.role == 'ipython' or message.role == 'tool'"
+    " or 'tool_calls' in message) %}\n"
+    "        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n"
+    "\n"
+    "'+ message['content'] | trim + '<|eot_id|>' }}\n"
+    "    {%- elif 'tool_calls' in message %}\n"
+    "        {%- if not message.tool_calls|length == 1 %}\n"
+    "            {{- raise_exception(\"This model only supports single"
+    " tool-calls at once!\") }}\n"
+    "        {%- endif %}\n"
+    "        {%- set tool_call = message.tool_calls[0].function %}\n"
+    "        {%- if builtin_tools is defined and tool_call.name in builtin_tools %}\n"
+    "            {{- '<|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "' -}}\n"
+    "            {{- \"<|python_tag|>\" + tool_call.name + \".call(\" }}\n"
+    "            {%- for arg_name, arg_val in tool_call.arguments | items %}\n"
+    "                {{- arg_name + '=\"' + arg_val + '\"' }}\n"
+    "                {%- if not loop.last %}\n"
+    "                    {{- \", \" }}\n"
+    "                {%- endif %}\n"
+    "                {%- endfor %}\n"
+    "            {{- \")\" }}\n"
+    "        {%- else  %}\n"
+    "            {{- '<|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "' -}}\n"
+    "            {{- '{\"name\": \"' + tool_call.name + '\", ' }}\n"
+    "            {{- '\"parameters\": ' }}\n"
+    "            {{- tool_call.arguments | tojson }}\n"
+    "            {{- \"}\" }}\n"
+    "        {%- endif %}\n"
+    "        {%- if builtin_tools is defined %}\n"
+    "            {#- This means we're in ipython mode #}\n"
+    "            {{- \"<|eom_id|>\" }}\n"
+    "        {%- else %}\n"
+    "            {{- \"<|eot_id|>\" }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message.role == \"tool\" or message.role == \"ipython\" %}\n"
+    "        {{- \"<|start_header_id|>ipython<|end_header_id|>\n"
+    "\n"
+    "\" }}\n"
+    "        {%- if message.content is mapping or message.content is iterable %}\n"
+    "            {{- message.content | tojson }}\n"
+    "        {%- else %}\n"
+    "            {{- message.content }}\n"
+    "        {%- endif %}\n"
+    "        {{- \"<|eot_id|>\" }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|start_header_id|>assistant<|end_header_id|>\n"
+    "\n"
+    "' }}\n"
+    "{%- endif %}";
+#define LLAMA3_BOS "<|begin_of_text|>"
+#define LLAMA3_SYSTEM_HEAD "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
 
 int chat_template_named(chat_template *t, const char *name, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
@@ -149,8 +302,12 @@ int chat_template_named(chat_template *t, const char *name, char *err, size_t er
         t->format = CHAT_LLAMA2;
         snprintf(t->bos, sizeof t->bos, "<s>");
         snprintf(t->eos, sizeof t->eos, "</s>");
+    } else if (strcmp(name, "llama3") == 0) {
+        t->format = CHAT_LLAMA3;
+        snprintf(t->bos, sizeof t->bos, LLAMA3_BOS);
     } else {
-        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2, qwen2.5)", name);
+        set_err(err, errlen, "unknown chat template '%s' (known: chatml, llama2, llama3, "
+                "qwen2.5)", name);
         return -1;
     }
     snprintf(t->source, sizeof t->source, "%s (built in)", name);
@@ -183,10 +340,11 @@ static int eat(const char **s, const char *prefix) {
 }
 
 /* Which known text canonical text c is: 0 chatml (its default system prompt malloc'd into
- * *system, NULL for none), 1 llama2, -1 none. */
+ * *system, NULL for none), 1 llama2, 2 llama3, -1 none. */
 static int known_text(const char *c, char **system) {
     *system = NULL;
     if (strcmp(c, llama2_text) == 0) return CHAT_LLAMA2;
+    if (strcmp(c, llama31_text) == 0) return CHAT_LLAMA3;
     if (strcmp(c, qwen25_text) == 0) {
         *system = strdup(QWEN_SYSTEM);
         return *system ? CHAT_CHATML : -1;
@@ -227,24 +385,30 @@ int chat_template_recognise(chat_template *t, const char *text, const char *bos,
     free(c);
     if (kind < 0) {
         set_err(err, errlen, "%s: its chat template is not one shardlm renders (the plain and "
-                "SmolLM2-style ChatML, Qwen2.5's, Llama-2's [INST]): --chat-template chatml, "
-                "qwen2.5 or llama2 uses one of those instead", where);
+                "SmolLM2-style ChatML, Qwen2.5's, Llama-2's [INST], Llama-3.1's): --chat-template "
+                "chatml, qwen2.5, llama2 or llama3 uses one of those instead", where);
         return -1;
     }
     t->format = (chat_format)kind;
     if (t->format == CHAT_LLAMA2 && (copy_token(t->bos, sizeof t->bos, bos, "bos", err, errlen) ||
                                      copy_token(t->eos, sizeof t->eos, eos, "eos", err, errlen)))
         return -1;
-    snprintf(t->source, sizeof t->source, "%s (%s%s)", where,
-             t->format == CHAT_CHATML ? "chatml" : "llama2",
+    if (t->format == CHAT_LLAMA3) snprintf(t->bos, sizeof t->bos, LLAMA3_BOS);
+    static const char *const names[] = {[CHAT_CHATML] = "chatml", [CHAT_LLAMA2] = "llama2",
+                                        [CHAT_LLAMA3] = "llama3"};
+    snprintf(t->source, sizeof t->source, "%s (%s%s)", where, names[t->format],
              t->default_system ? " with a default system prompt" : "");
     return 0;
 }
 
 /* The template's two special strings. */
 static void specials(const chat_template *t, const char *s[2]) {
-    s[0] = t->format == CHAT_CHATML ? "<|im_start|>" : t->bos;
-    s[1] = t->format == CHAT_CHATML ? "<|im_end|>" : t->eos;
+    s[0] = t->format == CHAT_CHATML   ? "<|im_start|>"
+           : t->format == CHAT_LLAMA3 ? "<|start_header_id|>"
+                                      : t->bos;
+    s[1] = t->format == CHAT_CHATML   ? "<|im_end|>"
+           : t->format == CHAT_LLAMA3 ? "<|eot_id|>"
+                                      : t->eos;
 }
 
 int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, char *err,
@@ -261,8 +425,8 @@ int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, 
         const char *text = tokenizer_chat_template(tok);
         if (!text) {
             set_err(err, errlen, "%s: the model has no chat template (tokenizer_config.json's "
-                    "chat_template, chat_template.jinja); --chat-template chatml|qwen2.5|llama2 picks "
-                    "one", tokenizer_path(tok));
+                    "chat_template, chat_template.jinja); --chat-template "
+                    "chatml|qwen2.5|llama2|llama3 picks one", tokenizer_path(tok));
             return -1;
         }
         if (chat_template_recognise(t, text, b, e, tokenizer_chat_template_path(tok), err,
@@ -280,6 +444,12 @@ int chat_template_for(chat_template *t, const tokenizer *tok, const char *name, 
     else if (t->format == CHAT_LLAMA2 && (!b || !e || t->open_id < 0 || t->close_id < 0))
         set_err(err, errlen, "%s: the llama2 chat template needs a bos and an eos token, which "
                 "this tokenizer does not have", tokenizer_path(tok));
+    else if (t->format == CHAT_LLAMA3 &&
+             (t->open_id < 0 || t->close_id < 0 || tokenizer_token_id(tok, LLAMA3_BOS) < 0 ||
+              tokenizer_token_id(tok, "<|end_header_id|>") < 0))
+        set_err(err, errlen, "%s: the llama3 chat template needs the tokens <|begin_of_text|>, "
+                "<|start_header_id|>, <|end_header_id|> and <|eot_id|>, which this tokenizer "
+                "does not have", tokenizer_path(tok));
     else
         return 0;
     chat_template_free(t);
@@ -438,6 +608,35 @@ static int render_llama2(const chat_template *t, const chat_message *m, int n,
     return rc ? -1 : 0;
 }
 
+/* One llama3 turn: the header of role, content stripped, <|eot_id|>; content and
+ * <|eot_id|> trained or not. */
+static int put_llama3_turn(const chat_template *t, doc_pieces *out, const char *role,
+                           const char *content, int trained) {
+    size_t len = strlen(content);
+    const char *c = py_strip(content, &len);
+    return put_special(t, out, 0, 0) || put_text(t, out, role, strlen(role), 0) ||
+           put_text(t, out, "<|end_header_id|>\n\n", 19, 0) ||
+           put_text(t, out, c, len, trained) || put_special(t, out, 1, trained);
+}
+
+static int render_llama3(const chat_template *t, const chat_message *m, int n, int gen,
+                         doc_pieces *out, char *err, size_t errlen) {
+    const int first = n > 0 && strcmp(m[0].role, "system") == 0;
+    size_t len = first ? strlen(m[0].content) : 0;
+    const char *sys = first ? py_strip(m[0].content, &len) : "";
+    int rc = put_text(t, out, t->bos, strlen(t->bos), 0) || put_special(t, out, 0, 0) ||
+             put_text(t, out, "system<|end_header_id|>\n\n", 25, 0) ||
+             put_text(t, out, LLAMA3_SYSTEM_HEAD, strlen(LLAMA3_SYSTEM_HEAD), 0) ||
+             put_text(t, out, sys, len, 0) || put_special(t, out, 1, 0);
+    for (int i = first; rc == 0 && i < n; i++)
+        rc = put_llama3_turn(t, out, m[i].role, m[i].content, strcmp(m[i].role, "assistant") == 0);
+    if (rc == 0 && gen)
+        rc = put_special(t, out, 0, 0) ||
+             put_text(t, out, "assistant<|end_header_id|>\n\n", 28, 0);
+    if (rc) set_err(err, errlen, "out of memory rendering a conversation");
+    return rc ? -1 : 0;
+}
+
 int chat_render_pieces(const chat_template *t, const chat_message *m, int n,
                        int add_generation_prompt, doc_pieces *out, char *err, size_t errlen) {
     for (int i = 0; i < n; i++)
@@ -450,6 +649,8 @@ int chat_render_pieces(const chat_template *t, const chat_message *m, int n,
         }
     if (t->format == CHAT_CHATML)
         return render_chatml(t, m, n, add_generation_prompt, out, err, errlen);
+    if (t->format == CHAT_LLAMA3)
+        return render_llama3(t, m, n, add_generation_prompt, out, err, errlen);
     return render_llama2(t, m, n, out, err, errlen);
 }
 

@@ -113,28 +113,37 @@ uint64_t data_loader_sample(const data_loader *dl, uint64_t step_start, int m, i
     return step_start + ((uint64_t)m * dl->micro_batch + b) * (uint64_t)dl->world + dl->rank;
 }
 
+int data_loader_read_row(data_loader *dl, uint64_t window, int32_t *in, int32_t *tg,
+                         int32_t *ds, char *err, size_t errlen) {
+    const int T = dl->seq_len;
+    const uint64_t w = window * (uint64_t)T;
+    if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0 ||
+        token_file_read_flags(dl->tf, w, (size_t)T + 1, dl->flags, err, errlen) != 0)
+        return -1;
+    memcpy(in, dl->window, (size_t)T * sizeof *in);
+    for (int t = 0; t < T; t++)
+        tg[t] = data_loader_target_trained(dl->flags[t + 1], dl->doc_mask) ? dl->window[t + 1] : -1;
+    if (dl->doc_mask) {
+        int32_t start = 0;
+        for (int t = 0; t < T; t++) {
+            if (dl->flags[t] & TOKEN_DOC_START) start = t;
+            ds[t] = start;
+        }
+    }
+    return 0;
+}
+
 int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
                       int32_t *targets, int32_t *doc_start, char *err, size_t errlen) {
     const int T = dl->seq_len;
     const size_t n = (size_t)dl->micro_batch * T;
     if (token_file_check(dl->tf, err, errlen) != 0) goto fail;
     for (int b = 0; b < dl->micro_batch; b++) {
-        const uint64_t w = data_loader_window(dl, data_loader_sample(dl, step_start, m, b)) * (uint64_t)T;
-        if (token_file_read(dl->tf, w, (size_t)T + 1, dl->window, err, errlen) != 0 ||
-            token_file_read_flags(dl->tf, w, (size_t)T + 1, dl->flags, err, errlen) != 0)
+        const size_t row = (size_t)b * T;
+        const uint64_t w = data_loader_window(dl, data_loader_sample(dl, step_start, m, b));
+        if (data_loader_read_row(dl, w, inputs + row, targets + row,
+                                 dl->doc_mask ? doc_start + row : NULL, err, errlen) != 0)
             goto fail;
-        int32_t *in = inputs + (size_t)b * T, *tg = targets + (size_t)b * T;
-        memcpy(in, dl->window, (size_t)T * sizeof *inputs);
-        for (int t = 0; t < T; t++)
-            tg[t] = data_loader_target_trained(dl->flags[t + 1], dl->doc_mask) ? dl->window[t + 1]
-                                                                                : -1;
-        if (dl->doc_mask) {
-            int32_t *ds = doc_start + (size_t)b * T, start = 0;
-            for (int t = 0; t < T; t++) {
-                if (dl->flags[t] & TOKEN_DOC_START) start = t;
-                ds[t] = start;
-            }
-        }
     }
     return 0;
 fail:
@@ -144,26 +153,45 @@ fail:
     return -1;
 }
 
+/* Every token trained and no document start but token 0's, which is never a target:
+ * every target of every window counts. */
+static int all_targets_trained(const data_loader *dl) {
+    const token_file *tf = dl->tf;
+    return tf->trained == tf->count && (!dl->doc_mask || tf->documents <= 1) && !tf->flags;
+}
+
+int data_loader_window_targets(data_loader *dl, uint64_t window, int64_t *out, char *err,
+                               size_t errlen) {
+    const int T = dl->seq_len;
+    if (all_targets_trained(dl)) {
+        *out = T;
+        return 0;
+    }
+    const size_t words = ((size_t)T + 63) / 64;
+    uint64_t *trained = dl->bits, *doc = dl->bits + words;
+    /* the targets of window w are its tokens 1..T */
+    if (token_file_read_bits(dl->tf, window * (uint64_t)T + 1, (size_t)T, trained, doc, err,
+                             errlen) != 0)
+        return -1;
+    int64_t total = 0;
+    for (size_t k = 0; k < words; k++)
+        total += __builtin_popcountll(data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
+    *out = total;
+    return 0;
+}
+
 int data_loader_count_targets(data_loader *dl, uint64_t first, uint64_t n, int64_t *out,
                               char *err, size_t errlen) {
-    const int T = dl->seq_len;
-    const token_file *tf = dl->tf;
-    /* every token trained and no document start but token 0's, which is never a target:
-     * every target of every window counts */
-    if (tf->trained == tf->count && (!dl->doc_mask || tf->documents <= 1) && !tf->flags) {
-        *out = (int64_t)(n * (uint64_t)T);
+    if (all_targets_trained(dl)) {
+        *out = (int64_t)(n * (uint64_t)dl->seq_len);
         return 0;
     }
     int64_t total = 0;
-    const size_t words = ((size_t)T + 63) / 64;
-    uint64_t *trained = dl->bits, *doc = dl->bits + words;
     for (uint64_t g = first; g < first + n; g++) {
-        /* the targets of window w are its tokens 1..T */
-        const uint64_t w = data_loader_window(dl, g) * (uint64_t)T;
-        if (token_file_read_bits(tf, w + 1, (size_t)T, trained, doc, err, errlen) != 0) return -1;
-        for (size_t k = 0; k < words; k++)
-            total += __builtin_popcountll(
-                data_loader_targets_trained(trained[k], doc[k], dl->doc_mask));
+        int64_t k;
+        if (data_loader_window_targets(dl, data_loader_window(dl, g), &k, err, errlen) != 0)
+            return -1;
+        total += k;
     }
     *out = total;
     return 0;

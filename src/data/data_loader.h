@@ -71,6 +71,13 @@ int data_loader_reposition(uint64_t p, uint64_t n_tokens, int t_old, int t_new, 
 int data_loader_batch(data_loader *dl, uint64_t step_start, int m, int32_t *inputs,
                       int32_t *targets, int32_t *doc_start, char *err, size_t errlen);
 
+/* One row from window `window` (not a global sample: no permutation, no rank): inputs
+ * in, targets tg and, with doc_mask, document starts ds (seq_len each; ds may be NULL
+ * without doc_mask), by the rules of data_loader_batch. No token_file_check. Returns 0,
+ * or -1 with one line in err when the file cannot be read (the row then undefined). */
+int data_loader_read_row(data_loader *dl, uint64_t window, int32_t *in, int32_t *tg,
+                         int32_t *ds, char *err, size_t errlen);
+
 /* The rule for one target: the flags of the token it predicts (TOKEN_* of io/tokens.h)
  * say whether the loss covers it: its loss-mask bit, and under doc_mask not a document's
  * first token. The same rule on 64 tokens' bits at once, for counting (the tests hold the
@@ -88,5 +95,9 @@ static inline uint64_t data_loader_targets_trained(uint64_t trained, uint64_t do
  * Returns 0, or -1 with one line in err when the file cannot be read. */
 int data_loader_count_targets(data_loader *dl, uint64_t first, uint64_t n, int64_t *out,
                               char *err, size_t errlen);
+
+/* The trained targets of one window (by index), by the same rule. */
+int data_loader_window_targets(data_loader *dl, uint64_t window, int64_t *out, char *err,
+                               size_t errlen);
 
 #endif

@@ -1,5 +1,6 @@
 /* `data prepare`'s input formats, record by record into documents, and the documents
- * into token-file ids and flags, with the max_doc_len policy (data_prepare.h). */
+ * into token-file ids and flags, with the max_doc_len policy; generate's prompt file
+ * (data_prepare.h). */
 #include "src/data/data_prepare.h"
 
 #include <cjson/cJSON.h>
@@ -122,29 +123,26 @@ static int prompt_response_doc(tokenizer *tok, const prepare_options *o, const c
     return pair_doc(tok, o, prompt, response, d, err, errlen);
 }
 
-static int chat_doc(const prepare_options *o, const cJSON *rec, doc_pieces *d,
-                    chat_message **msgs, int *cap, char *err, size_t errlen) {
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(rec, "messages");
-    if (!list) {
-        snprintf(err, errlen, "missing \"messages\"");
-        return -1;
-    }
+/* rec's "messages" (list, not NULL) into (*msgs)[0, *n) (the strings are rec's), grown
+ * as needed (*cap). */
+static int read_messages(const cJSON *list, chat_message **msgs, int *cap, int *n, char *err,
+                         size_t errlen) {
     if (!cJSON_IsArray(list) || cJSON_GetArraySize(list) == 0) {
         snprintf(err, errlen, "\"messages\" must be a non-empty array, not %s",
                  cJSON_IsArray(list) ? "an empty one" : json_type(list));
         return -1;
     }
-    const int n = cJSON_GetArraySize(list);
-    if (n > *cap) {
-        chat_message *g = realloc(*msgs, (size_t)n * sizeof *g);
+    const int len = cJSON_GetArraySize(list);
+    if (len > *cap) {
+        chat_message *g = realloc(*msgs, (size_t)len * sizeof *g);
         if (!g) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
         *msgs = g;
-        *cap = n;
+        *cap = len;
     }
-    int i = 0, assistants = 0;
+    int i = 0;
     const cJSON *m;
     cJSON_ArrayForEach(m, list) {
         char where[32];
@@ -157,12 +155,28 @@ static int chat_doc(const prepare_options *o, const cJSON *rec, doc_pieces *d,
         if (get_string(m, "role", 1, &c->role, where, err, errlen) ||
             get_string(m, "content", 1, &c->content, where, err, errlen))
             return -1;
-        if (strcmp(c->role, "assistant") == 0) {
-            assistants++;
-            if (chat_text_is_blank(c->content)) {
-                snprintf(err, errlen, "%sempty assistant message: nothing to train on", where);
-                return -1;
-            }
+    }
+    *n = i;
+    return 0;
+}
+
+static int chat_doc(const prepare_options *o, const cJSON *rec, doc_pieces *d,
+                    chat_message **msgs, int *cap, char *err, size_t errlen) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(rec, "messages");
+    if (!list) {
+        snprintf(err, errlen, "missing \"messages\"");
+        return -1;
+    }
+    int n, assistants = 0;
+    if (read_messages(list, msgs, cap, &n, err, errlen) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        const chat_message *c = &(*msgs)[i];
+        if (strcmp(c->role, "assistant") != 0) continue;
+        assistants++;
+        if (chat_text_is_blank(c->content)) {
+            snprintf(err, errlen, "message %d: empty assistant message: nothing to train on",
+                     i + 1);
+            return -1;
         }
     }
     if (chat_render_pieces(o->tmpl, *msgs, n, 0, d, err, errlen) != 0) return -1;
@@ -190,16 +204,28 @@ static int json_blank(const char *s, size_t len) {
     return 1;
 }
 
-/* One JSONL record into d. */
-static int record_doc(tokenizer *tok, const prepare_options *o, const char *line, size_t len,
-                      doc_pieces *d, byte_buf *scratch, chat_message **msgs, int *cap,
-                      char *err, size_t errlen) {
+/* The next line of data[*a, len) (without its newline) in *s, *n; its number in *line.
+ * 0 past the end. */
+static int next_line(const char *data, size_t len, size_t *a, const char **s, size_t *n,
+                     uint64_t *line) {
+    if (*a >= len) return 0;
+    const char *nl = memchr(data + *a, '\n', len - *a);
+    const size_t b = nl ? (size_t)(nl - data) : len;
+    *s = data + *a;
+    *n = b - *a;
+    *a = b + 1;
+    ++*line;
+    return 1;
+}
+
+/* One JSONL line as a JSON object: UTF-8, no NUL (raw or \u0000: it would cut a text
+ * short), no key given twice (it would be read as the first). NULL with err. */
+static cJSON *parse_record(const char *line, size_t len, char *err, size_t errlen) {
     size_t bad = bad_utf8_at(line, len);
     if (bad) {
         snprintf(err, errlen, "invalid UTF-8 " IO_AT_BYTE, bad);
-        return -1;
+        return NULL;
     }
-    /* a NUL (raw or \u0000) would cut a text short, a key given twice be read as the first */
     size_t at;
     char why[512];
     cJSON *rec = json_text_parse(line, len, JSON_TEXT_NO_NUL | JSON_TEXT_UNIQUE_KEYS, &at, why,
@@ -207,12 +233,24 @@ static int record_doc(tokenizer *tok, const prepare_options *o, const char *line
     if (!rec) {
         if (at < len) snprintf(err, errlen, "%s " IO_AT_BYTE, why, at + 1);
         else snprintf(err, errlen, "%s", why);
-        return -1;
+        return NULL;
     }
-    int rc = -1;
     if (!cJSON_IsObject(rec)) {
         snprintf(err, errlen, "a record must be a JSON object, not %s", json_type(rec));
-    } else if (o->format == TOKEN_FORMAT_JSONL_TEXT) {
+        cJSON_Delete(rec);
+        return NULL;
+    }
+    return rec;
+}
+
+/* One JSONL record into d. */
+static int record_doc(tokenizer *tok, const prepare_options *o, const char *line, size_t len,
+                      doc_pieces *d, byte_buf *scratch, chat_message **msgs, int *cap,
+                      char *err, size_t errlen) {
+    cJSON *rec = parse_record(line, len, err, errlen);
+    if (!rec) return -1;
+    int rc = -1;
+    if (o->format == TOKEN_FORMAT_JSONL_TEXT) {
         const char *text;
         rc = get_string(rec, "text", 1, &text, "", err, errlen);
         if (rc == 0 && !text[0]) {
@@ -251,18 +289,14 @@ int prepare_records(tokenizer *tok, const prepare_options *o, const char *path,
         }
         records = 1;
     } else {
-        for (size_t a = 0; rc == 0 && a < len;) {
-            const char *nl = memchr(data + a, '\n', len - a);
-            const size_t b = nl ? (size_t)(nl - data) : len;
-            line++;
-            if (!json_blank(data + a, b - a)) {
-                doc_pieces_clear(&d);
-                rc = record_doc(tok, o, data + a, b - a, &d, &scratch, &msgs, &cap, why,
-                                sizeof why);
-                if (rc == 0 && visit(ctx, line, &d, err, errlen) != 0) rc = -2;
-                records++;
-            }
-            a = b + 1;
+        const char *s;
+        size_t a = 0, n;
+        while (rc == 0 && next_line(data, len, &a, &s, &n, &line)) {
+            if (json_blank(s, n)) continue;
+            doc_pieces_clear(&d);
+            rc = record_doc(tok, o, s, n, &d, &scratch, &msgs, &cap, why, sizeof why);
+            if (rc == 0 && visit(ctx, line, &d, err, errlen) != 0) rc = -2;
+            records++;
         }
         if (rc == 0 && records == 0) {
             io_set_err(err, errlen, "%s: no records (every line is blank)", path);
@@ -272,6 +306,43 @@ int prepare_records(tokenizer *tok, const prepare_options *o, const char *path,
     if (rc == -1) io_set_err(err, errlen, "%s:%llu: %s", path, (unsigned long long)line, why);
     doc_pieces_free(&d);
     free(scratch.data);
+    free(msgs);
+    return rc == 0 ? 0 : -1;
+}
+
+int prompt_records(const char *path, const char *data, size_t len, prompt_visit visit,
+                   void *ctx, char *err, size_t errlen) {
+    chat_message *msgs = NULL;
+    int cap = 0, rc = 0;
+    char why[1024] = "";
+    uint64_t line = 0, records = 0;
+    const char *s;
+    size_t a = 0, n;
+    while (rc == 0 && next_line(data, len, &a, &s, &n, &line)) {
+        if (json_blank(s, n)) continue;
+        records++;
+        cJSON *rec = parse_record(s, n, why, sizeof why);
+        rc = rec ? 0 : -1;
+        const cJSON *list = rec ? cJSON_GetObjectItemCaseSensitive(rec, "messages") : NULL;
+        const char *prompt = NULL;
+        if (rc == 0) rc = get_string(rec, "prompt", 0, &prompt, "", why, sizeof why);
+        if (rc == 0 && !prompt == !list) {
+            snprintf(why, sizeof why, "a prompt line holds \"prompt\" (a string) or "
+                     "\"messages\" (an array of {\"role\", \"content\"}), %s",
+                     prompt ? "not both" : "neither here");
+            rc = -1;
+        }
+        int n_msgs = 0;
+        if (rc == 0 && list) rc = read_messages(list, &msgs, &cap, &n_msgs, why, sizeof why);
+        if (rc == 0 && visit(ctx, line, prompt, list ? msgs : NULL, n_msgs, err, errlen) != 0)
+            rc = -2;
+        cJSON_Delete(rec);
+    }
+    if (rc == 0 && records == 0) {
+        io_set_err(err, errlen, "%s: no prompts (every line is blank)", path);
+        rc = -2;
+    }
+    if (rc == -1) io_set_err(err, errlen, "%s:%llu: %s", path, (unsigned long long)line, why);
     free(msgs);
     return rc == 0 ? 0 : -1;
 }

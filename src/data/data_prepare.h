@@ -1,6 +1,7 @@
 /* The input formats of `shardlm data prepare`: a file read record by record into
  * documents (src/data/doc_pieces.h), and the documents tokenized into what a token file holds:
- * ids, per id a loss-mask bit and a document-start bit, and the counts `data info` shows.
+ * ids, per id a loss-mask bit and a document-start bit, and the counts `data info` shows;
+ * and generate's prompt file, read with the same record rules (below).
  *
  *   text             the whole file is one document
  *   jsonl-text       {"text": ...} per line, each a document
@@ -56,6 +57,18 @@ typedef struct prepared {
 int prepare_file(tokenizer *tok, const prepare_options *o, const char *path, const char *data,
                  size_t len, prepared *out, char *err, size_t errlen);
 void prepared_free(prepared *p);
+
+/* generate's prompt file (`generate --prompts`): JSONL, {"prompt": TEXT} or {"messages":
+ * [{"role", "content"}, ...]} per line (the chat format's records), blank lines skipped.
+ * Calls visit for each line in file order with its number and either its prompt (msgs
+ * NULL) or its messages (prompt NULL; msgs[0, n) valid during the call); visit returns 0
+ * to go on or -1 (with err set) to stop. Returns 0, or -1 with one line in err naming
+ * path:line (or visit's): a line that is no JSON object, holds neither field or both, or
+ * a message without a string role and content; a file of blank lines. */
+typedef int (*prompt_visit)(void *ctx, uint64_t line, const char *prompt,
+                            const chat_message *msgs, int n, char *err, size_t errlen);
+int prompt_records(const char *path, const char *data, size_t len, prompt_visit visit,
+                   void *ctx, char *err, size_t errlen);
 
 /* The standard Alpaca prompt (Stanford Alpaca's PROMPT_DICT, as llama-recipes and
  * torchtune use it) for an instruction and an optional input ("" or NULL: none),

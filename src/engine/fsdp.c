@@ -947,6 +947,19 @@ void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
     if (s && s->n) e->ops->to_host(out, state_ptr(e, u, kind), s->n * sizeof(float));
 }
 
+void fsdp_get_state_async(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
+    if (!e->ops->to_host_async) {
+        fsdp_get_state(e, u, kind, out);
+        return;
+    }
+    const flat_state *s = e->units[u].trained;
+    if (s && s->n) e->ops->to_host_async(out, state_ptr(e, u, kind), s->n * sizeof(float));
+}
+
+void fsdp_get_state_wait(fsdp_engine *e) {
+    if (e->ops->to_host_wait) e->ops->to_host_wait();
+}
+
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in) {
     unit_state *us = &e->units[u];
     const flat_state *s = us->trained;

@@ -1,7 +1,8 @@
 /* The FSDP engine: owns each rank's shard of the fp32 master weights, gradients and
  * AdamW moments of every unit of a model (model.h) or, with LoRA, of the units' adapters
  * beside the frozen base's shards, and serves the model gathered parameters according to
- * the strategy (docs/ARCHITECTURE.md "Strategies"): gather, keep, free, prefetch, reduce. What it allocates and the order it prefetches in are the
+ * the strategy (docs/engine.md "Strategies"): gather, keep, free, prefetch, reduce. What it
+ * allocates and the order it prefetches in are the
  * shard plan's (shard_plan.h): the engine derives no size of its own. */
 #ifndef SHLM_FSDP_H
 #define SHLM_FSDP_H
@@ -101,6 +102,10 @@ typedef enum fsdp_state_kind {
 
 /* Copies this rank's shard of unit u's state `kind` to host `out` (shard length). */
 void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out);
+/* The same, queued where the backend copies asynchronously (ops->to_host_async: out must
+ * then be ops->host_alloc memory) and landed by fsdp_get_state_wait; else at once. */
+void fsdp_get_state_async(fsdp_engine *e, int u, fsdp_state_kind kind, float *out);
+void fsdp_get_state_wait(fsdp_engine *e);
 /* Overwrites this rank's shard of unit u's state `kind` from host `in`. */
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in);
 /* Shorthands for the master weights. */

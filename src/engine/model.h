@@ -196,6 +196,10 @@ typedef struct model_spec {
     /* What the backend's ops allocate for themselves running this model at B x T
      * (ops->scratch_bytes at the family's op shapes; 0 when the backend has none). */
     size_t (*op_scratch_bytes)(const void *cfg, const shlm_ops *ops, int B, int T);
+    /* Bytes the family's KV-cache generator (src/model/family.h's decode side) allocates
+     * through ops->alloc for `rows` sequences of up to `cap` tokens each, its caches
+     * included, each buffer rounded up to `align` bytes. */
+    size_t (*generator_bytes)(const void *cfg, shlm_dtype act, int rows, int cap, size_t align);
 } model_spec;
 
 /* A family over one shape, with its layout and passes made once. */

@@ -15,11 +15,11 @@ const char *const plan_category_names[PLAN_N_CATEGORIES] = {
 static size_t round_up(size_t b, size_t align) { return (b + align - 1) / align * align; }
 
 /* The schedule of pass `mp`: next unit after each use; a release keeps the unit when
- * NO_SHARD holds every unit, or when SHARD_GRAD_OP in training will use it again later
- * in the pass (a block from its forward to its backward, a tied embedding from its lookup
- * to the head). */
+ * NO_SHARD or generation's hold keeps every unit, or when SHARD_GRAD_OP in training will
+ * use it again later in the pass (a block from its forward to its backward, a tied
+ * embedding from its lookup to the head). */
 static void make_pass(plan_pass *out, const model_pass *mp, int n_units, fsdp_strategy st,
-                      int with_backward) {
+                      int hold, int with_backward) {
     const size_t n = (size_t)n_units * 3;
     out->next = malloc(n * sizeof *out->next);
     out->keep = calloc(n, 1);
@@ -32,7 +32,8 @@ static void make_pass(plan_pass *out, const model_pass *mp, int n_units, fsdp_st
         if (i + 1 < mp->n) out->next[k] = mp->uses[i + 1].unit;
         int later = 0;
         for (int j = i + 1; j < mp->n; j++) later |= mp->uses[j].unit == a->unit;
-        out->keep[k] = st == FSDP_NO_SHARD || (st == FSDP_SHARD_GRAD_OP && with_backward && later);
+        out->keep[k] = st == FSDP_NO_SHARD || hold ||
+                       (st == FSDP_SHARD_GRAD_OP && with_backward && later);
     }
 }
 
@@ -67,7 +68,8 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
         if (ts > plan->max_shard) plan->max_shard = ts;
     }
     plan->direct = S == 1 && p->act == SHLM_F32 && p->param_dtype == SHLM_F32;
-    plan->keep_gathered = p->strategy == FSDP_SHARD_GRAD_OP || p->strategy == FSDP_NO_SHARD;
+    plan->keep_gathered = p->strategy == FSDP_SHARD_GRAD_OP || p->strategy == FSDP_NO_SHARD ||
+                          p->hold;
     plan->gather_slots = plan->keep_gathered || plan->direct ? 0 : PLAN_SLOTS;
     plan->grad_slots = S > 1 && grads ? PLAN_SLOTS : 0;
     plan->grad_staging = plan->grad_slots && p->reduce_dtype == SHLM_BF16;
@@ -86,8 +88,8 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
             if (rest > plan->fp8_rest) plan->fp8_rest = rest;
         }
     }
-    make_pass(&plan->pass[0], &m->eval_pass, plan->n_units, p->strategy, 0);
-    make_pass(&plan->pass[1], &m->train_pass, plan->n_units, p->strategy, 1);
+    make_pass(&plan->pass[0], &m->eval_pass, plan->n_units, p->strategy, p->hold, 0);
+    make_pass(&plan->pass[1], &m->train_pass, plan->n_units, p->strategy, p->hold, 1);
 
     /* bytes per category, and the arena: each buffer as the backend rounds it */
     const size_t align = p->ops && p->ops->alloc_align ? p->ops->alloc_align : 1;
@@ -141,6 +143,11 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     const lora_config *lc = plan->lora ? &m->lora : NULL;
     b[PLAN_ACTIVATIONS] = f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, lc, 1);
     arena += f->activation_bytes(m->cfg, p->act, p->B, p->T, p->ac, p->matmul, lc, align);
+    if (p->gen_rows > 0) {
+        plan->gen_bytes = f->generator_bytes(m->cfg, p->act, p->gen_rows, p->gen_cap, 1);
+        b[PLAN_ACTIVATIONS] += plan->gen_bytes;
+        arena += f->generator_bytes(m->cfg, p->act, p->gen_rows, p->gen_cap, align);
+    }
     b[PLAN_OP_SCRATCH] = f->op_scratch_bytes(m->cfg, p->ops, p->B, p->T);
     plan->arena = arena;
     plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS] + b[PLAN_FROZEN];

@@ -29,7 +29,7 @@ typedef enum plan_category {
     PLAN_GRAD_BUFFERS, /* full-unit fp32 gradient slots, their bf16 staging, the bf16
                         * staging of the replica all-reduce */
     PLAN_ACTIVATIONS,  /* the model's activations and their gradients (and FP8's operand
-                        * buffers) */
+                        * buffers), and a KV-cache generator's caches and step buffers */
     PLAN_OP_SCRATCH,   /* the ops' own scratch and the matmul library's workspace */
     PLAN_N_CATEGORIES
 } plan_category;
@@ -55,6 +55,12 @@ typedef struct plan_params {
                                * are not carved from the arena); only with S > 1 */
     int fp8_all_gather;       /* fsdp.fp8_all_gather: the gather makes the FP8 matrices'
                                * codes where it applies (shard_plan.fp8_weights) */
+    int hold;                 /* generation: every unit is gathered once and kept until the
+                               * master changes (a buffer per unit whatever the strategy, no
+                               * release frees one), so a decode step gathers nothing */
+    int gen_rows, gen_cap;    /* a KV-cache generator of gen_rows sequences of up to gen_cap
+                               * tokens (model_spec.generator_bytes, counted with the
+                               * activations); 0 rows: none */
 } plan_params;
 
 /* One unit's sizes: its flat buffer of the model's tensors (the base), and with LoRA its
@@ -85,7 +91,7 @@ typedef struct shard_plan {
     int lora;           /* the base is frozen and the adapters train (model_desc_lora) */
     int direct;         /* one shard, fp32 everywhere: the master (a frozen base's store)
                          * is the gathered unit */
-    int keep_gathered;  /* SHARD_GRAD_OP, NO_SHARD: one gathered buffer per unit */
+    int keep_gathered;  /* SHARD_GRAD_OP, NO_SHARD, p.hold: one gathered buffer per unit */
     int gather_slots;   /* shared gathered buffers (PLAN_SLOTS or 0), max_padded each */
     int grad_slots;     /* full-unit gradient slots (PLAN_SLOTS or 0), max_grad_padded
                          * each */
@@ -108,6 +114,7 @@ typedef struct shard_plan {
     size_t buffers;     /* gathered + grad buffers */
     size_t total;       /* every category */
     size_t registered;  /* of PLAN_GATHERED: buffers the comm backend registers */
+    size_t gen_bytes;   /* of PLAN_ACTIVATIONS: the KV-cache generator's (p.gen_rows) */
     size_t arena;       /* what the backend's arena holds: every engine and activation
                          * buffer rounded to ops->alloc_align, registered ones excepted */
     size_t shard_wire_per_micro;  /* bytes a rank sends in the shard group per micro-batch

@@ -18,6 +18,7 @@
 #include "io/hf_model.h"
 #include "src/base/listen_addr.h"
 #include "src/base/numbers.h"
+#include "src/data/data_mix.h"
 #include "src/families/families.h"
 #include "src/job/lora_keys.h"
 #include "src/tokenizer/tokenizer.h"
@@ -166,7 +167,9 @@ static const key_def keys[] = {
 
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL,
      KF_REQUIRED | KF_TRAINING | KF_PATH,
-     "the training token file (shardlm data prepare); not needed by eval and generate"},
+     "the training token file (shardlm data prepare), or a weighted mixture of several: "
+     "PATH:WEIGHT, PATH:WEIGHT, ... (weights > 0, normalised); not needed by eval and "
+     "generate"},
     {"data", "val", KT_STRING, F(data_val), "", NOLIM, NULL, KF_PATH,
      "the validation token file; empty: none"},
     {"data", "shuffle", KT_BOOL, F(shuffle), "true", NOLIM, NULL, 0,
@@ -211,7 +214,7 @@ static const key_def keys[] = {
     {"log", "telemetry_interval_ms", KT_INT, F(telemetry_interval_ms), "500", 0, 60000, NULL, 0,
      "NVML sampling period of the GPU telemetry, ms (0: off; else at least 10)"},
 
-    /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/ARCHITECTURE.md "Checkpoints") */
+    /* [checkpoint]: <dir>/step_<N>.h5, <dir>/latest (docs/checkpoints.md "Checkpoints") */
     {"checkpoint", "dir", KT_STRING, F(ckpt_dir), "", NOLIM, NULL, KF_PATH,
      "where step_<N>.h5 and latest go; empty: no checkpoints, and the trained weights are "
      "not kept"},
@@ -245,11 +248,18 @@ static const key_def keys[] = {
     {"checkpoint", "allow_data_change", KT_BOOL, F(allow_data_change), "false", NOLIM, NULL, 0,
      "a resume may train on another data.train file than the checkpoint's: the next step "
      "takes the checkpoint's next sample index in the new file"},
+    {"checkpoint", "allow_mix_change", KT_BOOL, F(allow_mix_change), "false", NOLIM, NULL, 0,
+     "a resume may change the files or weights of a data.train mixture: each file the "
+     "checkpoint knows continues from its position there, a new one from its start, and the "
+     "new weights apply from the next step as from a fresh start"},
     /* how a save writes (io/ckpt_hdf5.h; benchmarks/RESULTS.md measures them); reads take
      * direct I/O wherever the file system allows it */
     {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
      "saves write each rank's bytes with O_DIRECT (falling back to MPI-IO where the file "
      "system refuses it); false: H5Dwrite through MPI-IO"},
+    {"checkpoint", "async", KT_BOOL, F(ckpt_async), "false", NOLIM, NULL, 0,
+     "saves copy the step's state to host memory and write it in the background while "
+     "training goes on (one save at a time; synchronous where MPI or the host cannot)"},
     {"checkpoint", "collective_io", KT_BOOL, F(ckpt_collective_io), "false", NOLIM, NULL, 0,
      "saves through MPI-IO use collective buffering (two-phase I/O) instead of each rank "
      "writing its own bytes"},
@@ -1053,9 +1063,36 @@ static int resolve(loader *ld, char *err, size_t errlen) {
     }
     /* paths written in the job file are relative to its directory, so a job runs the
      * same from any working directory; a --set path is the shell's, relative to the
-     * working directory */
+     * working directory. data.train is one file or a weighted list of them
+     * (src/data/data_mix.h): each of its paths is joined */
+    const int i_train = idx("data", "train");
+    if (st[i_train].set && c->data_train[0]) {
+        static data_mix_list l; /* 17 KB: not on the stack */
+        char why4[700];
+        origin(ld, i_train, at, sizeof at);
+        if (data_mix_parse(c->data_train, &l, why4, sizeof why4) != 0) {
+            io_set_err(err, errlen, "%s: [data] train: %s", at, why4);
+            return -1;
+        }
+        for (int k = 0; k < l.n && st[i_train].line > 0; k++) {
+            char joined[2100];
+            int n = join_job_dir(c->path, l.e[k].path, joined, sizeof joined);
+            if (n < 0 || (size_t)n >= sizeof l.e[k].path) {
+                io_set_err(err, errlen, "%s: [data] train: path longer than %zu characters once "
+                        "joined to the job file's directory", at, sizeof l.e[k].path - 1);
+                return -1;
+            }
+            memcpy(l.e[k].path, joined, (size_t)n + 1);
+        }
+        if (data_mix_format(&l, c->data_train, sizeof c->data_train) < 0) {
+            io_set_err(err, errlen, "%s: [data] train: the list is longer than %zu characters "
+                    "once its paths are joined to the job file's directory, or a joined path "
+                    "holds ',' (which separates the files)", at, sizeof c->data_train - 1);
+            return -1;
+        }
+    }
     for (int i = 0; i < N_KEYS; i++) {
-        if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0) continue;
+        if (!(keys[i].flags & KF_PATH) || !st[i].set || st[i].line == 0 || i == i_train) continue;
         char *field = (char *)c + keys[i].offset;
         /* checkpoint.resume is a path or one of two words; data.tokenizer a path or bytes;
          * log.tensorboard a path or auto */

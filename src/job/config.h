@@ -103,7 +103,10 @@ typedef struct job_config {
     int allow_global_batch_change; /* ... train.global_batch (sample index kept) */
     int allow_seq_len_change;      /* ... train.seq_len (position re-expressed in tokens) */
     int allow_data_change;         /* ... data.train's file (the sample index kept) */
+    int allow_mix_change;          /* ... a mixture's files or weights (each file's position
+                                    * kept, the new weights from the next step) */
     int ckpt_direct_io;      /* saves write with O_DIRECT (io/ckpt_hdf5.h) */
+    int ckpt_async;          /* saves written by a thread while training goes on */
     int ckpt_collective_io;  /* saves through MPI-IO use collective buffering */
     int ckpt_alignment;      /* datasets of at least this many bytes start at a multiple of
                               * it; 0 = HDF5's packing */

@@ -15,8 +15,16 @@ job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R
     return (job_point){strategy, S, R, c->micro_batch, c->activation_checkpointing};
 }
 
+job_gen job_sample_gen(const job_config *c) {
+    if (c->sample_tokens <= 0) return (job_gen){0, 0, 0};
+    const size_t prompt = c->sample_prompt[0] ? strlen(c->sample_prompt) : 1; /* "\n" */
+    const double want = (double)prompt + 2 + c->sample_tokens;
+    return (job_gen){1, want < c->seq_len ? (int)want : c->seq_len, 0};
+}
+
 void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
-                    const shlm_ops *ops, int forward_only, int registered_gathers) {
+                    const shlm_ops *ops, int forward_only, int registered_gathers,
+                    const job_gen *gen) {
     model_shape_desc_open(&jp->md, &c->model);
     adapters_open(&jp->md, &c->lora);
     plan_params p = {.strategy = pt->strategy,
@@ -34,7 +42,10 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
                      .matmul = c->matmul,
                      .ops = ops,
                      .registered_gathers = registered_gathers,
-                     .fp8_all_gather = c->fp8_all_gather};
+                     .fp8_all_gather = c->fp8_all_gather,
+                     .hold = gen ? gen->hold : 0,
+                     .gen_rows = gen ? gen->rows : 0,
+                     .gen_cap = gen ? gen->cap : 0};
     shard_plan_build(&jp->plan, &jp->md, &p);
 }
 

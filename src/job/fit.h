@@ -28,12 +28,28 @@ typedef struct job_point {
 /* The job's own point: its strategy, micro-batch and checkpointing on groups S x R. */
 job_point job_point_of(const job_config *c, fsdp_strategy strategy, int S, int R);
 
+/* What generation adds to a job's plan: a KV-cache generator of `rows` sequences of up to
+ * `cap` tokens each (no rows: none), and whether the engine holds every unit gathered for
+ * the whole generation (plan_params.hold). */
+typedef struct job_gen {
+    int rows, cap, hold;
+} job_gen;
+
+/* The generator of a training run's closing sample (train.sample_tokens > 0; else none):
+ * one row whose cache holds the prompt and the sample, the prompt counted as its text's
+ * bytes + 2 (no tokenizer here makes more tokens of a text: byte-level ones at most one a
+ * byte, SentencePiece's pieces one a byte or character and its dummy prefix, and a bos),
+ * at most train.seq_len. Beyond its cache a sample recomputes its window each token. */
+job_gen job_sample_gen(const job_config *c);
+
 /* Builds the plan of job c at point pt on a backend of act dtype `act` (ops: the op
  * scratch and the arena's rounding; may be NULL). forward_only: eval and generate (no
  * gradient state; every block recomputed, so nothing is kept for a backward).
- * registered_gathers: the comm backend registers gathered buffers itself. */
+ * registered_gathers: the comm backend registers gathered buffers itself. gen: what
+ * generation adds (NULL: nothing). */
 void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm_dtype act,
-                    const shlm_ops *ops, int forward_only, int registered_gathers);
+                    const shlm_ops *ops, int forward_only, int registered_gathers,
+                    const job_gen *gen);
 void job_plan_free(job_plan *jp);
 
 /* The host memory one of `ranks` ranks of this node may allocate, in *bytes: MemAvailable

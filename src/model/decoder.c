@@ -373,6 +373,7 @@ const model_spec decoder_spec = {
     .init_slice = spec_init_slice,
     .activation_bytes = spec_activation_bytes,
     .op_scratch_bytes = spec_op_scratch_bytes,
+    .generator_bytes = decoder_generator_bytes,
 };
 
 decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, int T,
@@ -399,7 +400,7 @@ decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, i
     m->qkv_dim = (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim;
     m->att_dim = cfg->n_heads * cfg->head_dim;
     char why[256];
-    const shlm_rope_params rp = {.type = SHLM_ROPE_DEFAULT, .theta = (double)cfg->rope_theta};
+    const shlm_rope_params rp = decoder_rope_params(cfg);
     if (shlm_rope_init(&m->rope, cfg->head_dim, &rp, why, sizeof why) != 0) SHLM_FATAL("%s", why);
     m->chunk_rows = (int)sizes_of(cfg, B, T).chunk_rows;
     m->x = calloc((size_t)cfg->n_layers + 1, sizeof(void *));
@@ -880,4 +881,47 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
     PROF(m, PROF_ENGINE, m->src.release(m->src.ctx, hu, MODEL_HEAD));
     if (n_valid) *n_valid = valid;
     return loss_sum;
+}
+
+/* ---- what the KV-cache decode shares (decoder.h) ---- */
+
+decoder_parts decoder_parts_of(const decoder *m) {
+    return (decoder_parts){&m->cfg, m->ops, m->src, &m->rope, m->head};
+}
+
+const void *decoder_part_ptr(const decoder *m, const void *p, int l, decoder_part part) {
+    static const int block[] = {[DECODER_LN1] = BK_LN1, [DECODER_QKV] = BK_Q,
+                                [DECODER_QKV_BIAS] = BK_QB, [DECODER_O] = BK_O,
+                                [DECODER_LN2] = BK_LN2, [DECODER_GATE_UP] = BK_GATE,
+                                [DECODER_DOWN] = BK_DOWN};
+    if (part == DECODER_NORM) return wptr(m, p, m->head, m->head_norm);
+    if (part == DECODER_OUT) return wptr(m, p, m->head, m->head_out);
+    return wptr(m, p, decoder_unit_block(l), block[part]);
+}
+
+void decoder_linear(decoder *m, const void *p, int l, decoder_part part, void *out,
+                    const void *inp, int N, const void *residual) {
+    const decoder_config *c = &m->cfg;
+    const int d = c->dim, F = c->ffn_dim;
+    int k, C, OC; /* k: the product in fp8_first's order, as product_fwd takes it */
+    switch (part) {
+    case DECODER_QKV: k = 0, C = d, OC = m->qkv_dim; break;
+    case DECODER_O: k = 1, C = m->att_dim, OC = d; break;
+    case DECODER_GATE_UP: k = 2, C = d, OC = 2 * F; break;
+    case DECODER_DOWN: k = 3, C = F, OC = d; break;
+    default: SHLM_FATAL("decoder_linear: part %d is not a product", (int)part);
+    }
+    /* LoRA's adapters apply as in the forward, without dropout (an evaluation) */
+    const int lo = m->lora_on && lora_linear_on(&m->lora, l, k);
+    const void *ap = lo ? adapters_of(m, decoder_unit_block(l)) : NULL;
+    if (lo) lora_linear_begin(&m->lora, NULL, 0);
+    /* FP8's operand buffers and LoRA's hold the model's B·T rows */
+    const int most = m->matmul == MODEL_MATMUL_BF16 && !lo ? N : m->B * m->T;
+    for (int r0 = 0; r0 < N; r0 += most) {
+        const int rows = N - r0 < most ? N - r0 : most;
+        const size_t at = (size_t)r0 * m->esz;
+        product_fwd(m, l, k, p, ap, (char *)out + at * OC, (const char *)inp + at * C, rows, rows,
+                    C, OC, residual ? (const char *)residual + at * OC : NULL, &no_transpose, NULL);
+        progress(m);
+    }
 }

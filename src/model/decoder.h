@@ -37,13 +37,21 @@ typedef struct decoder_config {
                               * tie_word_embeddings; 0: a separate lm_head.weight */
     int qkv_bias;     /* 1: the q, k and v projections have biases (Qwen2's
                        * self_attn.{q,k,v}_proj.bias), added after the product, before RoPE */
+    /* RoPE's frequency rule and its parameters (kernels/rope_freq.h, with rope_theta);
+     * the parameters a type does not use are 0 */
+    shlm_rope_type rope_type;
+    float rope_factor;              /* linear, llama3 */
+    float rope_low_freq_factor;     /* llama3 */
+    float rope_high_freq_factor;    /* llama3 */
+    int rope_original_max_pos;      /* llama3: original_max_position_embeddings */
 } decoder_config;
 
 /* ---- the [model] keys of a decoder shape, in this order (checkpoints store them so) ---- */
 enum decoder_key {
     DK_DIM, DK_N_LAYERS, DK_N_HEADS, DK_N_KV_HEADS, DK_HEAD_DIM, DK_FFN_DIM, DK_VOCAB_SIZE,
     DK_MAX_SEQ_LEN, DK_NORM_EPS, DK_ROPE_THETA, DK_INIT_STD, DK_TIE_WORD_EMBEDDINGS,
-    DK_QKV_BIAS, DK_N
+    DK_QKV_BIAS, DK_ROPE_TYPE, DK_ROPE_FACTOR, DK_ROPE_LOW_FREQ_FACTOR, DK_ROPE_HIGH_FREQ_FACTOR,
+    DK_ROPE_ORIGINAL_MAX_POS, DK_N
 };
 #define DECODER_F(field) offsetof(decoder_config, field), sizeof(((decoder_config *)0)->field)
 /* The rows of a family's key table; a family gives its own defaults of the RoPE base and
@@ -81,9 +89,30 @@ enum decoder_key {
     {"model", "qkv_bias", KT_BOOL, DECODER_F(qkv_bias), QKV_BIAS_DEFAULT, 0, 0, NULL,           \
      KF_MODEL | KF_LAYOUT,                                                                      \
      "the q, k and v projections have biases (added after the product, before RoPE; no "       \
-     "weight decay)"}
+     "weight decay)"},                                                                          \
+    {"model", "rope_type", KT_ENUM, DECODER_F(rope_type), "default", 0, 0,                      \
+     "default|linear|llama3", KF_MODEL,                                                         \
+     "RoPE's frequencies: default (rope_theta alone), linear (divided by rope_factor), llama3 " \
+     "(Llama-3.1's bands: the rope_* keys below)"},                                             \
+    {"model", "rope_factor", KT_FLOAT, DECODER_F(rope_factor), "0", 0, 1e6, NULL, KF_MODEL,     \
+     "rope_type linear and llama3: how much longer the context is than the one trained "        \
+     "(config.json's factor); 0 with default"},                                                 \
+    {"model", "rope_low_freq_factor", KT_FLOAT, DECODER_F(rope_low_freq_factor), "0", 0, 1e6,   \
+     NULL, KF_MODEL,                                                                            \
+     "rope_type llama3: wavelengths past original_max_position_embeddings / this are divided "  \
+     "by rope_factor; 0 otherwise"},                                                            \
+    {"model", "rope_high_freq_factor", KT_FLOAT, DECODER_F(rope_high_freq_factor), "0", 0, 1e6, \
+     NULL, KF_MODEL,                                                                            \
+     "rope_type llama3: wavelengths under original_max_position_embeddings / this are kept "    \
+     "(between the two: interpolated); 0 otherwise"},                                           \
+    {"model", "rope_original_max_position_embeddings", KT_INT,                                  \
+     DECODER_F(rope_original_max_pos), "0", 0, 1 << 24, NULL, KF_MODEL,                         \
+     "rope_type llama3: the context the model was first trained with; 0 otherwise"}
 /* config.json's names of the keys above (NULL: not there) */
 extern const char *const decoder_hf_names[DK_N];
+
+/* RoPE's type and parameters of a shape, as kernels/rope_freq.h takes them. */
+shlm_rope_params decoder_rope_params(const decoder_config *c);
 
 /* The derived fields: head_dim = dim / n_heads; without set[DK_N_KV_HEADS], n_kv_heads =
  * n_heads. */
@@ -91,12 +120,17 @@ void decoder_derive(decoder_config *c, const unsigned char *set);
 /* family.h's validate for a decoder shape (blame indices are enum decoder_key's). */
 int decoder_validate(const decoder_config *c, char *err, size_t errlen, int blame[2]);
 /* config.json's LlamaConfig members every decoder family reads alike (hidden_size, ...,
- * rope_theta top level or in rope_parameters, tie_word_embeddings, hidden_act silu); a
- * family checks its own members (biases, RoPE scaling, sliding windows) itself. init_std
- * keeps c's value. */
+ * tie_word_embeddings, hidden_act silu) and RoPE's in either form: rope_theta and
+ * rope_scaling (null, or {rope_type (or type), factor, low_freq_factor, high_freq_factor,
+ * original_max_position_embeddings}) at the top, as the Hub's files have them, or
+ * transformers 5's rope_parameters {rope_type, rope_theta, ...}; a rope type other than
+ * default, linear and llama3 is refused naming it. A family checks its own members
+ * (biases, sliding windows) itself. init_std keeps c's value. */
 int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *err,
                     size_t errlen);
-/* The members decoder_hf_read reads, written into j (rope_theta where j keeps it). */
+/* The members decoder_hf_read reads, written into j: RoPE's in the form j has (inside
+ * rope_parameters when j holds that object, else rope_theta and rope_scaling at the top,
+ * null for default; a rope_scaling object's "type" member kept under that name). */
 void decoder_hf_write(const decoder_config *c, cJSON *j);
 /* family.h's hf_unused: lm_head.weight of a tied model, a layer's
  * self_attn.rotary_emb.inv_freq (recomputed from the RoPE settings). */
@@ -153,6 +187,57 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
 size_t decoder_activation_bytes(const decoder *m);
 const model_layout *decoder_get_layout(const decoder *m);
 
+/* ---- what the KV-cache decode (decoder_decode.c) shares with the forward ---- */
+/* The parts of a block or of the head a decode reads from an acquired unit. */
+typedef enum decoder_part {
+    DECODER_LN1,      /* input_layernorm.weight (d) */
+    DECODER_QKV,      /* q|k|v_proj.weight, the fused product ((nh+2·nkv)·hd x d) */
+    DECODER_QKV_BIAS, /* q|k|v_proj.bias (qkv_bias) */
+    DECODER_O,        /* o_proj.weight */
+    DECODER_LN2,      /* post_attention_layernorm.weight */
+    DECODER_GATE_UP,  /* gate|up_proj.weight, the fused product (2F x d) */
+    DECODER_DOWN,     /* down_proj.weight */
+    DECODER_NORM,     /* the head's model.norm.weight */
+    DECODER_OUT       /* the head's output projection (lm_head, or the tied embedding) */
+} decoder_part;
+/* What a model computes with. */
+typedef struct decoder_parts {
+    const decoder_config *cfg;
+    const shlm_ops *ops;
+    model_param_source src;
+    const shlm_rope *rope;  /* RoPE's frequencies, as the forward rotates */
+    int head;               /* the head's unit */
+} decoder_parts;
+decoder_parts decoder_parts_of(const decoder *m);
+/* Part `part` of the acquired unit p (act dtype): of block l's unit, or of the head's
+ * (DECODER_NORM, DECODER_OUT; l ignored). */
+const void *decoder_part_ptr(const decoder *m, const void *p, int l, decoder_part part);
+/* out(N, OC) = inp(N, C) · Wᵀ (+ residual: NULL, or as matmul_fwd's) for block l's
+ * product `part` (DECODER_QKV, _O, _GATE_UP, _DOWN) of the acquired unit p, in the
+ * model's matmul recipe exactly as its forward runs it, with the product's LoRA adapters
+ * where it has them (no dropout); any N (an FP8 recipe or LoRA takes the rows in slices of
+ * the model's B·T). */
+void decoder_linear(decoder *m, const void *p, int l, decoder_part part, void *out,
+                    const void *inp, int N, const void *residual);
+
+/* ---- the KV-cache generator (family.h's decode side; decoder_decode.c) ---- */
+typedef struct decoder_gen decoder_gen;
+/* Rows of up to cap tokens over model m (m outlives it). A call feeds at most
+ * rows·min(cap, DECODER_GEN_CHUNK) tokens through the model at once: a prefill of many
+ * rows goes DECODER_GEN_CHUNK tokens a row at a time, the keys and values of each part
+ * appended before the next attends to them. */
+enum { DECODER_GEN_CHUNK = 64 };
+decoder_gen *decoder_gen_create(decoder *m, int rows, int cap);
+void decoder_gen_destroy(decoder_gen *g);
+void decoder_gen_prefill(decoder_gen *g, int n, const int *rows,
+                         const int32_t *const *prompts, const int *lens, float *logits);
+void decoder_gen_decode(decoder_gen *g, int n, const int *rows, const int32_t *tokens,
+                        float *logits);
+size_t decoder_gen_bytes(const decoder_gen *g);
+/* model_spec.generator_bytes of a decoder shape */
+size_t decoder_generator_bytes(const void *cfg, shlm_dtype act, int rows, int cap,
+                               size_t align);
+
 /* ---- profile mode: each op timed between two synchronisations ---- */
 enum {
     PROF_MATMUL_FWD, PROF_MATMUL_BWD, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE,
@@ -173,7 +258,10 @@ void decoder_take_profile(decoder *m, double *seconds);
     .init_count = decoder_init_count, .param_count = decoder_family_param_count,      \
     .flops_per_token = decoder_family_flops, .vocab_size = decoder_family_vocab_size, \
     .max_seq_len = decoder_family_max_seq_len,                                       \
-    .set_max_seq_len = decoder_family_set_max_seq_len, .hf_unused = decoder_hf_unused
+    .set_max_seq_len = decoder_family_set_max_seq_len, .hf_unused = decoder_hf_unused, \
+    .gen_create = decoder_family_gen_create, .gen_destroy = decoder_family_gen_destroy, \
+    .gen_prefill = decoder_family_gen_prefill, .gen_decode = decoder_family_gen_decode, \
+    .gen_bytes = decoder_family_gen_bytes
 void *decoder_family_create(const void *shape, const shlm_ops *ops, int B, int T,
                             const model_opts *o, model_param_source src);
 void decoder_family_destroy(void *impl);
@@ -188,5 +276,12 @@ double decoder_family_flops(const void *shape, int T);
 int decoder_family_vocab_size(const void *shape);
 int decoder_family_max_seq_len(const void *shape);
 void decoder_family_set_max_seq_len(void *shape, int T);
+void *decoder_family_gen_create(void *impl, int rows, int cap);
+void decoder_family_gen_destroy(void *gen);
+void decoder_family_gen_prefill(void *gen, int n, const int *rows,
+                                const int32_t *const *prompts, const int *lens, float *logits);
+void decoder_family_gen_decode(void *gen, int n, const int *rows, const int32_t *tokens,
+                               float *logits);
+size_t decoder_family_gen_bytes(const void *gen);
 
 #endif

@@ -23,6 +23,46 @@ const char *const decoder_hf_names[DK_N] = {
     [DK_INIT_STD] = NULL, /* no config.json holds it */
     [DK_TIE_WORD_EMBEDDINGS] = "tie_word_embeddings",
     [DK_QKV_BIAS] = NULL, /* the family's architecture says it (Qwen2: always) */
+    /* in rope_scaling (or rope_parameters, transformers 5's form) */
+    [DK_ROPE_TYPE] = "rope_scaling.rope_type",
+    [DK_ROPE_FACTOR] = "rope_scaling.factor",
+    [DK_ROPE_LOW_FREQ_FACTOR] = "rope_scaling.low_freq_factor",
+    [DK_ROPE_HIGH_FREQ_FACTOR] = "rope_scaling.high_freq_factor",
+    [DK_ROPE_ORIGINAL_MAX_POS] = "rope_scaling.original_max_position_embeddings",
+};
+
+/* model.rope_type is a KT_ENUM over shlm_rope_type: its choices in the enum's order */
+_Static_assert(sizeof(shlm_rope_type) == sizeof(int), "rope_type is an int-sized enum");
+_Static_assert(SHLM_ROPE_DEFAULT == 0 && SHLM_ROPE_LINEAR == 1 && SHLM_ROPE_LLAMA3 == 2,
+               "model.rope_type's choices are default|linear|llama3");
+
+shlm_rope_params decoder_rope_params(const decoder_config *c) {
+    return (shlm_rope_params){.type = c->rope_type,
+                              .theta = (double)c->rope_theta,
+                              .factor = (double)c->rope_factor,
+                              .low_freq_factor = (double)c->rope_low_freq_factor,
+                              .high_freq_factor = (double)c->rope_high_freq_factor,
+                              .original_max_position_embeddings = c->rope_original_max_pos};
+}
+
+/* shlm_rope_check's fields as [model] keys */
+static const int rope_key[SHLM_ROPE_N_FIELDS] = {
+    [SHLM_ROPE_F_HEAD_DIM] = DK_HEAD_DIM,
+    [SHLM_ROPE_F_THETA] = DK_ROPE_THETA,
+    [SHLM_ROPE_F_TYPE] = DK_ROPE_TYPE,
+    [SHLM_ROPE_F_FACTOR] = DK_ROPE_FACTOR,
+    [SHLM_ROPE_F_LOW_FREQ_FACTOR] = DK_ROPE_LOW_FREQ_FACTOR,
+    [SHLM_ROPE_F_HIGH_FREQ_FACTOR] = DK_ROPE_HIGH_FREQ_FACTOR,
+    [SHLM_ROPE_F_ORIGINAL_MAX_POS] = DK_ROPE_ORIGINAL_MAX_POS,
+};
+static const char *const rope_key_names[SHLM_ROPE_N_FIELDS] = {
+    [SHLM_ROPE_F_HEAD_DIM] = "head_dim",
+    [SHLM_ROPE_F_THETA] = "rope_theta",
+    [SHLM_ROPE_F_TYPE] = "rope_type",
+    [SHLM_ROPE_F_FACTOR] = "rope_factor",
+    [SHLM_ROPE_F_LOW_FREQ_FACTOR] = "rope_low_freq_factor",
+    [SHLM_ROPE_F_HIGH_FREQ_FACTOR] = "rope_high_freq_factor",
+    [SHLM_ROPE_F_ORIGINAL_MAX_POS] = "rope_original_max_position_embeddings",
 };
 
 void decoder_derive(decoder_config *c, const unsigned char *set) {
@@ -66,8 +106,95 @@ int decoder_validate(const decoder_config *c, char *err, size_t errlen, int blam
         BAD(DK_HEAD_DIM, DK_DIM, "[model] head_dim = %d is not dim / n_heads = %d (the only "
             "head width shardlm implements)", c->head_dim, c->dim / c->n_heads);
     if (c->head_dim % 2 != 0) BAD(-1, -1, "head_dim (%d) must be even for RoPE", c->head_dim);
+    /* RoPE's type and parameters: kernels/rope_freq.h's rules, then no parameter the type
+     * does not use (a factor given without its type would change nothing, silently) */
+    const shlm_rope_params rp = decoder_rope_params(c);
+    shlm_rope_field f;
+    char why[256];
+    if (shlm_rope_check(c->head_dim, &rp, rope_key_names, &f, why, sizeof why) != 0)
+        BAD(rope_key[f], f == SHLM_ROPE_F_TYPE ? -1 : DK_ROPE_TYPE, "[model] %s", why);
+    const int llama3 = c->rope_type == SHLM_ROPE_LLAMA3;
+    const struct {
+        shlm_rope_field f;
+        int used;
+        double v;
+    } unused[] = {
+        {SHLM_ROPE_F_FACTOR, c->rope_type != SHLM_ROPE_DEFAULT, c->rope_factor},
+        {SHLM_ROPE_F_LOW_FREQ_FACTOR, llama3, c->rope_low_freq_factor},
+        {SHLM_ROPE_F_HIGH_FREQ_FACTOR, llama3, c->rope_high_freq_factor},
+        {SHLM_ROPE_F_ORIGINAL_MAX_POS, llama3, c->rope_original_max_pos},
+    };
+    for (size_t i = 0; i < sizeof unused / sizeof unused[0]; i++)
+        if (!unused[i].used && unused[i].v != 0)
+            BAD(rope_key[unused[i].f], DK_ROPE_TYPE, "[model] %s = %g is not used by rope_type "
+                "%s (0, or a rope_type that takes it)", rope_key_names[unused[i].f], unused[i].v,
+                shlm_rope_type_name(c->rope_type));
     return 0;
 #undef BAD
+}
+
+/* The object of config.json that says RoPE's type: rope_scaling where it is one (the Hub's
+ * form; transformers 5 takes it over rope_parameters too), else transformers 5's
+ * rope_parameters, else NULL (none: default). */
+static const cJSON *rope_type_object(const cJSON *j, const char **name) {
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(j, *name = "rope_scaling");
+    if (cJSON_IsObject(o)) return o;
+    o = cJSON_GetObjectItemCaseSensitive(j, *name = "rope_parameters");
+    return cJSON_IsObject(o) ? o : NULL;
+}
+
+/* RoPE's type and the parameters it uses (rope_type_object's; a rope_scaling that is
+ * neither null nor an object, or one without a type, is refused) into c. */
+static int read_rope_scaling(const cJSON *j, const char *path, decoder_config *c, char *err,
+                             size_t errlen) {
+    const char *name;
+    const cJSON *o = rope_type_object(j, &name);
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs) && !cJSON_IsObject(rs)) {
+        io_set_err(err, errlen, "%s: rope_scaling must be null or an object", path);
+        return -1;
+    }
+    c->rope_type = SHLM_ROPE_DEFAULT;
+    c->rope_factor = c->rope_low_freq_factor = c->rope_high_freq_factor = 0;
+    c->rope_original_max_pos = 0;
+    if (!o) return 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "rope_type");
+    if (!t) t = cJSON_GetObjectItemCaseSensitive(o, "type"); /* the older name */
+    if (!cJSON_IsString(t)) {
+        if (o == rs) { /* transformers 5's rope_parameters may hold rope_theta alone */
+            io_set_err(err, errlen, "%s: rope_scaling has no \"rope_type\" (a string)", path);
+            return -1;
+        }
+        return 0;
+    }
+    if (shlm_rope_type_parse(t->valuestring, &c->rope_type) != 0) {
+        io_set_err(err, errlen, "%s: %s.rope_type \"%.40s\" is not supported (shardlm implements "
+                   "%s)", path, name, t->valuestring, shlm_rope_type_names());
+        return -1;
+    }
+    char where[1200];
+    snprintf(where, sizeof where, "%s: %s", path, name);
+    double factor = 0, low = 0, high = 0;
+    int orig = 0;
+    if ((c->rope_type != SHLM_ROPE_DEFAULT &&
+         hf_json_double(o, "factor", 0, &factor, where, err, errlen)) ||
+        (c->rope_type == SHLM_ROPE_LLAMA3 &&
+         (hf_json_double(o, "low_freq_factor", 0, &low, where, err, errlen) ||
+          hf_json_double(o, "high_freq_factor", 0, &high, where, err, errlen) ||
+          hf_json_int(o, "original_max_position_embeddings", 0, &orig, where, err, errlen))))
+        return -1;
+    c->rope_factor = (float)factor;
+    c->rope_low_freq_factor = (float)low;
+    c->rope_high_freq_factor = (float)high;
+    c->rope_original_max_pos = orig;
+    /* what shlm_rope_init needs, in config.json's names (head_dim is checked later) */
+    const shlm_rope_params p = {c->rope_type, 1.0, factor, low, high, orig};
+    char why[256];
+    if (shlm_rope_check(2, &p, NULL, NULL, why, sizeof why) != 0) {
+        io_set_err(err, errlen, "%s: %s", where, why);
+        return -1;
+    }
+    return 0;
 }
 
 int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *err,
@@ -99,6 +226,7 @@ int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *e
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
     if (cJSON_IsObject(rp) && hf_json_double(rp, "rope_theta", theta, &theta, path, err, errlen))
         return -1;
+    if (read_rope_scaling(j, path, c, err, errlen) != 0) return -1;
     if (hf_json_bool(j, "tie_word_embeddings", &c->tie_word_embeddings, path, err, errlen))
         return -1;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "hidden_act");
@@ -110,6 +238,50 @@ int decoder_hf_read(const cJSON *j, const char *path, decoder_config *c, char *e
     c->norm_eps = (float)eps;
     c->rope_theta = (float)theta;
     return 0;
+}
+
+/* RoPE's type and parameters into the object rope_type_object reads, in its form: a
+ * rope_scaling object of the source keeps "type" where it named the type so; none (a
+ * config.json of the Hub's form, or a new one): rope_scaling. A rope_scaling is null for
+ * default. The parameters the type does not use are removed. */
+static void write_rope_scaling(const decoder_config *c, cJSON *j) {
+    const char *name;
+    cJSON *o = (cJSON *)rope_type_object(j, &name);
+    if ((!o || strcmp(name, "rope_scaling") == 0) && c->rope_type == SHLM_ROPE_DEFAULT) {
+        hf_json_put(j, "rope_scaling", cJSON_CreateNull());
+        return;
+    }
+    if (!o) {
+        o = cJSON_CreateObject();
+        hf_json_put(j, "rope_scaling", o);
+    }
+    /* a rope_theta inside rope_scaling (transformers 5 writes one there too) follows the
+     * top-level one */
+    if (strcmp(name, "rope_scaling") == 0 && cJSON_HasObjectItem(o, "rope_theta"))
+        hf_json_put(o, "rope_theta", cJSON_CreateNumber(hf_float_decimal(c->rope_theta)));
+    const char *type = shlm_rope_type_name(c->rope_type);
+    const int old_name = cJSON_HasObjectItem(o, "type") && !cJSON_HasObjectItem(o, "rope_type");
+    hf_json_put(o, old_name ? "type" : "rope_type", cJSON_CreateString(type));
+    if (cJSON_HasObjectItem(o, "type") && !old_name) hf_json_put(o, "type", cJSON_CreateString(type));
+    const int llama3 = c->rope_type == SHLM_ROPE_LLAMA3;
+    const struct {
+        const char *key;
+        int used;
+        cJSON *v;
+    } member[] = {
+        {"factor", c->rope_type != SHLM_ROPE_DEFAULT, hf_json_float(c->rope_factor)},
+        {"low_freq_factor", llama3, hf_json_float(c->rope_low_freq_factor)},
+        {"high_freq_factor", llama3, hf_json_float(c->rope_high_freq_factor)},
+        {"original_max_position_embeddings", llama3, cJSON_CreateNumber(c->rope_original_max_pos)},
+    };
+    for (size_t i = 0; i < sizeof member / sizeof member[0]; i++) {
+        if (member[i].used) {
+            hf_json_put(o, member[i].key, member[i].v);
+        } else {
+            cJSON_DeleteItemFromObjectCaseSensitive(o, member[i].key);
+            cJSON_Delete(member[i].v);
+        }
+    }
 }
 
 void decoder_hf_write(const decoder_config *c, cJSON *j) {
@@ -126,6 +298,7 @@ void decoder_hf_write(const decoder_config *c, cJSON *j) {
     const double theta = hf_float_decimal(c->rope_theta);
     if (cJSON_IsObject(rp)) hf_json_put(rp, "rope_theta", cJSON_CreateNumber(theta));
     else hf_json_put(j, "rope_theta", cJSON_CreateNumber(theta));
+    write_rope_scaling(c, j);
     hf_json_put(j, "hidden_act", cJSON_CreateString("silu"));
     hf_json_put(j, "tie_word_embeddings", cJSON_CreateBool(c->tie_word_embeddings));
     if (!cJSON_GetObjectItemCaseSensitive(j, "initializer_range"))
@@ -187,3 +360,16 @@ int decoder_family_max_seq_len(const void *shape) {
 void decoder_family_set_max_seq_len(void *shape, int T) {
     ((decoder_config *)shape)->max_seq_len = T;
 }
+void *decoder_family_gen_create(void *impl, int rows, int cap) {
+    return decoder_gen_create(impl, rows, cap);
+}
+void decoder_family_gen_destroy(void *gen) { decoder_gen_destroy(gen); }
+void decoder_family_gen_prefill(void *gen, int n, const int *rows,
+                                const int32_t *const *prompts, const int *lens, float *logits) {
+    decoder_gen_prefill(gen, n, rows, prompts, lens, logits);
+}
+void decoder_family_gen_decode(void *gen, int n, const int *rows, const int32_t *tokens,
+                               float *logits) {
+    decoder_gen_decode(gen, n, rows, tokens, logits);
+}
+size_t decoder_family_gen_bytes(const void *gen) { return decoder_gen_bytes(gen); }

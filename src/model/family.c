@@ -94,3 +94,42 @@ size_t model_activation_bytes(const model *m) { return m->family->activation_byt
 void model_set_profile(model *m, int on) { m->family->set_profile(m->impl, on); }
 
 void model_take_profile(model *m, double *seconds) { m->family->take_profile(m->impl, seconds); }
+
+struct model_gen {
+    const model_family *family;
+    void *impl;
+    int rows, cap;
+};
+
+model_gen *model_gen_create(model *m, int rows, int cap) {
+    if (!m->family->gen_create) return NULL;
+    if (rows < 1 || cap < 1) SHLM_FATAL("model_gen_create: %d rows of %d tokens", rows, cap);
+    model_gen *g = calloc(1, sizeof *g);
+    SHLM_CHECK_ALLOC(g);
+    g->family = m->family;
+    g->impl = m->family->gen_create(m->impl, rows, cap);
+    g->rows = rows;
+    g->cap = cap;
+    return g;
+}
+
+void model_gen_destroy(model_gen *g) {
+    if (!g) return;
+    g->family->gen_destroy(g->impl);
+    free(g);
+}
+
+int model_gen_rows(const model_gen *g) { return g->rows; }
+int model_gen_cap(const model_gen *g) { return g->cap; }
+
+void model_gen_prefill(model_gen *g, int n, const int *rows, const int32_t *const *prompts,
+                       const int *lens, float *logits) {
+    g->family->gen_prefill(g->impl, n, rows, prompts, lens, logits);
+}
+
+void model_gen_decode(model_gen *g, int n, const int *rows, const int32_t *tokens,
+                      float *logits) {
+    g->family->gen_decode(g->impl, n, rows, tokens, logits);
+}
+
+size_t model_gen_bytes(const model_gen *g) { return g->family->gen_bytes(g->impl); }

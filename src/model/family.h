@@ -8,9 +8,11 @@
  * Shape side: the family's [model] keys (fields of its shape struct, key_def's), its
  * presets, config.json in and out, derived fields and validation, parameter count and
  * training FLOPs per token, the default chat template. Engine side: model_spec (units,
- * passes, initial values, activation bytes: src/engine/model.h). Compute side: create a
- * model for micro-batches of B x T with its options, a training pass, a forward pass,
- * destroy. */
+ * passes, initial values, activation and generator bytes: src/engine/model.h). Compute
+ * side: create a model for micro-batches of B x T with its options, a training pass, a
+ * forward pass, destroy. Decode side: a KV-cache generator over a model (its ops, parameter
+ * source and matmul recipe) for rows of sequences: prefill prompts of any lengths, one
+ * token per row per step, the next-token logits of each. */
 #ifndef SHLM_FAMILY_H
 #define SHLM_FAMILY_H
 
@@ -146,6 +148,27 @@ typedef struct model_family {
     /* Elements spec->init_slice has written in this process (the start-up line: none when
      * weights were imported or resumed). */
     uint64_t (*init_count)(void);
+
+    /* ---- decode side: generation with a KV cache (optional: NULL gen_create, and
+     * generation recomputes each token's window through forward) ----
+     * A generator serves rows 0..rows-1, each a sequence whose keys and values it caches
+     * (up to cap tokens a row, act dtype: bf16 on a GPU, fp32 on the cpu), computing with
+     * impl's ops, parameter source and matmul recipe: the forward's arithmetic, one
+     * pass over the units (embedding, blocks, head) per call. Logits are host fp32, V per
+     * row named, in the order named. */
+    void *(*gen_create)(void *impl, int rows, int cap);
+    void (*gen_destroy)(void *gen);
+    /* Rows rows[0..n) (ascending, distinct) start over with prompts[i] (lens[i] tokens,
+     * 1 <= lens[i] <= cap): their caches hold the prompts after it; logits gets each
+     * one's next-token logits. Prompts of different lengths go together. */
+    void (*gen_prefill)(void *gen, int n, const int *rows, const int32_t *const *prompts,
+                        const int *lens, float *logits);
+    /* Rows rows[0..n) (ascending, distinct; each holding fewer than cap tokens) take one
+     * more token each, tokens[i], at their own next position; logits as gen_prefill's. */
+    void (*gen_decode)(void *gen, int n, const int *rows, const int32_t *tokens,
+                       float *logits);
+    /* Bytes it allocated (what spec->generator_bytes counts). */
+    size_t (*gen_bytes)(const void *gen);
 } model_family;
 
 /* ---- shapes ---- */
@@ -180,5 +203,19 @@ double model_forward(model *m, const model_batch *b, int *n_valid, float *logits
 size_t model_activation_bytes(const model *m);
 void model_set_profile(model *m, int on);
 void model_take_profile(model *m, double *seconds);
+
+/* ---- generators (the decode side; m must outlive its generator) ---- */
+typedef struct model_gen model_gen;
+/* m's generator of `rows` sequences of up to `cap` tokens each, or NULL when m's family
+ * has none. */
+model_gen *model_gen_create(model *m, int rows, int cap);
+void model_gen_destroy(model_gen *g); /* NULL is fine */
+int model_gen_rows(const model_gen *g);
+int model_gen_cap(const model_gen *g);
+void model_gen_prefill(model_gen *g, int n, const int *rows, const int32_t *const *prompts,
+                       const int *lens, float *logits);
+void model_gen_decode(model_gen *g, int n, const int *rows, const int32_t *tokens,
+                      float *logits);
+size_t model_gen_bytes(const model_gen *g);
 
 #endif

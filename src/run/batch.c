@@ -22,10 +22,9 @@ void batch_rows_alloc(batch_rows *b, const job_config *c) {
     }
 }
 
-void batch_rows_keys(batch_rows *b, const data_loader *dl, uint64_t seed, uint64_t step_start,
-                     int m) {
-    for (int r = 0; b->row_keys && r < dl->micro_batch; r++)
-        b->row_keys[r] = rng_hash64(seed ^ rng_hash64(data_loader_sample(dl, step_start, m, r)));
+void batch_rows_keys(batch_rows *b, const data_mix *dm, uint64_t seed, int m) {
+    for (int r = 0; b->row_keys && r < dm->micro_batch; r++)
+        b->row_keys[r] = rng_hash64(seed ^ rng_hash64(data_mix_sample(dm, m, r)));
 }
 
 void batch_rows_free(batch_rows *b) {

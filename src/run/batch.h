@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "src/data/data_loader.h"
+#include "src/data/data_mix.h"
 #include "src/job/config.h"
 
 /* One micro-batch's rows as the data loader fills them: inputs, targets and (with
@@ -21,9 +21,9 @@ typedef struct batch_rows {
 void batch_rows_alloc(batch_rows *b, const job_config *c);
 void batch_rows_free(batch_rows *b);
 
-/* The dropout keys of micro-batch m of the step starting at global sample step_start: row
- * b's is a hash of (train.seed, its global sample), the same on any world size. */
-void batch_rows_keys(batch_rows *b, const data_loader *dl, uint64_t seed, uint64_t step_start,
-                     int m);
+/* The dropout keys of micro-batch m of dm's planned step (data_mix_step): row b's is a hash
+ * of (train.seed, its global sample: data_mix_sample), the same on any world size and the
+ * same whichever source of a mixture the row comes from. */
+void batch_rows_keys(batch_rows *b, const data_mix *dm, uint64_t seed, int m);
 
 #endif

@@ -15,6 +15,7 @@
 #include "kernels/comm/comm_watchdog.h"
 #include "src/base/signals.h"
 #include "src/engine/optim.h"
+#include "src/job/fit.h"
 #include "src/run/batch.h"
 #include "src/run/faults.h"
 #include "src/run/sample.h"
@@ -35,7 +36,7 @@ typedef struct loop {
     watch *w;
     const ckpt_state *st0;     /* where the run started: step, data position, tokens */
     nonfinite_hook hook;       /* SHLM_TEST_NONFINITE (src/run/faults.h) */
-    data_loader dl;            /* the checkpoint's data stream: same order, next sample */
+    data_mix mix;              /* the checkpoint's data stream: same order, next sample */
     batch_rows br;
     lr_schedule sch;
     adamw_hparams hp;
@@ -45,7 +46,13 @@ typedef struct loop {
     long long tokens_per_step;
     size_t device_peak;        /* device memory in use, sampled after each step */
     uint64_t wire[2];          /* bytes sent in the shard, replica group by the steps */
+    ckpt_async *async;         /* checkpoint.async: saves in the background; NULL: saved
+                                * synchronously */
     loop_profile prof;
+    /* a mixture's sources in the metrics: their file names (the paths where two share a
+     * name) and tokens taken */
+    const char *source_names[DATA_MIX_MAX];
+    long long source_tokens[DATA_MIX_MAX];
 } loop;
 
 /* One step's outcome. */
@@ -70,10 +77,31 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
     char err[1536] = "";
     if (any_rank_failed(nonfinite_hook_get(r->rank, &L->hook, err, sizeof err) == 0, err))
         return -1;
-    if (data_loader_init(&L->dl, &r->train_tf, c->seq_len, st0->shuffle, st0->seed, r->rank,
-                         r->world, c->micro_batch, err, sizeof err) != 0)
+    /* a mixture continues from each source's position in the checkpoint (resume_rules
+     * checked the files and weights against the job's) */
+    data_mix_saved *saved = calloc(DATA_MIX_MAX, sizeof *saved);
+    SHLM_CHECK_ALLOC(saved);
+    int n_saved = 0;
+    if (data_mix_state_parse(st0->data_sources, saved, &n_saved, err, sizeof err) != 0)
+        SHLM_FATAL("data.train_sources: %s", err);
+    const token_file *tfs[DATA_MIX_MAX];
+    double weights[DATA_MIX_MAX];
+    for (int i = 0; i < r->train_list.n; i++)
+        tfs[i] = &r->train_tf[i], weights[i] = r->train_list.e[i].weight;
+    if (data_mix_init(&L->mix, tfs, weights, r->train_list.n, c->seq_len, st0->shuffle,
+                      st0->seed, r->rank, r->world, c->micro_batch, c->doc_mask,
+                      n_saved ? saved : NULL, err, sizeof err) != 0)
         SHLM_FATAL("%s", err);
-    L->dl.doc_mask = c->doc_mask;
+    free(saved);
+    for (int i = 0; i < r->train_list.n; i++) {
+        const char *path = r->train_list.e[i].path, *slash = strrchr(path, '/');
+        L->source_names[i] = slash ? slash + 1 : path;
+    }
+    for (int i = 0; i < r->train_list.n; i++)
+        for (int k = 0; k < i; k++)
+            if (strcmp(L->source_names[i], L->source_names[k]) == 0)
+                for (int j = 0; j < r->train_list.n; j++)
+                    L->source_names[j] = r->train_list.e[j].path;
     L->first = (int)st0->step;
     L->end = c->stop_after > 0 ? c->stop_after : c->steps;
     batch_rows_alloc(&L->br, c);
@@ -88,6 +116,14 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
     L->tokens_per_step = (long long)c->global_batch * c->seq_len;
     watch_set_range(w, L->first, L->end);
     model_set_profile(r->model, c->profile);
+    if (c->ckpt_dir[0] && c->ckpt_async && L->first < L->end) {
+        /* the staging is allocated after the engine: MemAvailable counts what it took */
+        double avail = -1;
+        char what[256] = "host memory unknown";
+        if (fit_host_memory(r->local_size, &avail, what, sizeof what) != 0) avail = -1;
+        (void)checkpoint_async_open(&L->async, r->ops, r->engine, &r->topo, c, &r->hf, avail,
+                                    what);
+    }
     if (r->rank == 0) {
         printf("model: %lld parameters, %.3g FLOP/token; %d micro-batch(es) of %d x %d per rank "
                "per step; run dir %s\n",
@@ -117,8 +153,7 @@ static void step_gradients(loop *L, int s, step_result *o) {
     const uint64_t step_start =
         L->st0->data_position + (uint64_t)(s - L->first) * c->global_batch;
     int64_t n_step = 0;
-    if (data_loader_count_targets(&L->dl, step_start, (uint64_t)c->global_batch, &n_step, o->err,
-                                  sizeof o->err) != 0) {
+    if (data_mix_step(&L->mix, step_start, c->global_batch, &n_step, o->err, sizeof o->err) != 0) {
         o->data_failed = 1; /* zeroed rows (what a failed batch leaves) keep this rank in the
                              * step's collectives; the step-end check ends the run */
         memset(in, 0, L->br.n * sizeof *in);
@@ -131,11 +166,11 @@ static void step_gradients(loop *L, int s, step_result *o) {
     const float scale = n_step > 0 ? (float)r->world / (float)n_step : 0.0f;
     for (int m = 0; m < r->grad_accum; m++) {
         if (!o->data_failed &&
-            data_loader_batch(&L->dl, step_start, m, in, tg, ds, o->err, sizeof o->err) != 0)
+            data_mix_batch(&L->mix, m, in, tg, ds, o->err, sizeof o->err) != 0)
             o->data_failed = 1;
         int valid = 0;
         if (m == r->grad_accum - 1) fsdp_last_micro_batch(r->engine);
-        batch_rows_keys(&L->br, &L->dl, L->st0->seed, step_start, m);
+        batch_rows_keys(&L->br, &L->mix, L->st0->seed, m);
         const model_batch mb = {in, tg, ds, c->micro_batch, c->seq_len, L->br.row_keys};
         o->sums[0] += model_forward_backward(r->model, &mb, scale, &valid);
         o->sums[1] += valid;
@@ -258,8 +293,10 @@ static void report_nonfinite(const loop *L, int s, const step_result *o, double 
 }
 
 /* The checkpoint of step s + 1 (checkpoint.dir): every N steps, at the end and on a stop
- * signal. -1 when the save failed (message printed): the run ends. */
-static int step_save(loop *L, int s, float lr) {
+ * signal (`final`: saved before the run exits, after the save in flight, if any); in the
+ * background with checkpoint.async but for the final one. -1 when the save (or the one in
+ * flight) failed (message printed): the run ends. */
+static int step_save(loop *L, int s, float lr, int final) {
     run *r = L->r;
     const job_config *c = &r->cfg;
     const ckpt_state *st0 = L->st0;
@@ -274,8 +311,12 @@ static int step_save(loop *L, int s, float lr) {
     st.seq_len = c->seq_len;
     st.lr_last = lr;
     snprintf(st.data_train, sizeof st.data_train, "%s", c->data_train);
-    st.data_bytes = r->train_tf.size;
-    st.data_fingerprint = r->train_tf.fingerprint;
+    /* one file: its identity; a mixture: each source's, with its position */
+    const int mix = L->mix.n > 1;
+    st.data_bytes = mix ? 0 : r->train_tf[0].size;
+    st.data_fingerprint = mix ? 0 : r->train_tf[0].fingerprint;
+    if (data_mix_state_text(&L->mix, &r->train_list, st.data_sources, sizeof st.data_sources) != 0)
+        SHLM_FATAL("the data mixture's state does not fit the checkpoint's attribute");
     st.lora_rank = c->lora.rank;
     st.lora_targets = (int)c->lora.targets;
     st.lora_dora = c->lora.dora;
@@ -283,9 +324,21 @@ static int step_save(loop *L, int s, float lr) {
     if (c->lora.rank > 0) run_base_name(c, st.lora_base, sizeof st.lora_base);
     st.lora_base_fingerprint = c->lora.rank > 0 ? r->base_fingerprint : 0;
     char err[1536] = "";
-    if (checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir, c->ckpt_keep, err,
-                        sizeof err) == 0)
-        return 0;
+    int rc;
+    if (L->async && !final) {
+        rc = checkpoint_async_save(L->async, &st, err, sizeof err);
+    } else {
+        /* the last save of the run is written before it exits: the one in flight first */
+        if (checkpoint_async_in_flight(L->async) && r->rank == 0) {
+            printf("checkpoint: step %d waits for the save in flight, then saves\n", s + 1);
+            fflush(stdout);
+        }
+        rc = checkpoint_async_wait(L->async, err, sizeof err);
+        if (rc == 0)
+            rc = checkpoint_save(r->engine, &r->topo, c, &st, &r->hf, c->ckpt_dir,
+                                 c->ckpt_keep, err, sizeof err);
+    }
+    if (rc == 0) return 0;
     any_rank_failed(0, err);
     return -1;
 }
@@ -350,10 +403,12 @@ static int loop_close(loop *L, int rc, int stopped_at) {
     if (r->rank == 0 && rc == 0)
         printf("comm per step (rank 0, sent): shard_group_bytes=%llu replica_group_bytes=%llu\n",
                (unsigned long long)(L->wire[0] / ran), (unsigned long long)(L->wire[1] / ran));
+    checkpoint_async_close(L->async);
     run_plan_check_end(r, L->device_peak);
     if (rc == 0 && run_check_base(r) != 0) rc = -1;
     batch_rows_free(&L->br);
-    data_loader_free(&L->dl);
+    if (r->rank == 0) data_mix_print_summary(&L->mix, &r->train_list, stdout);
+    data_mix_free(&L->mix);
     watch_summary(L->w, rc == 0);
     if (rc != 0) return rc;
     char err[1536] = "";
@@ -398,8 +453,22 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
                            .tokens_seen = st0->tokens_seen +
                                           L.tokens_per_step * (s + 1 - L.first),
                            .skipped = o.nonfinite};
+        if (L.mix.n > 1) {
+            for (int i = 0; i < L.mix.n; i++) L.source_tokens[i] = data_mix_tokens(&L.mix, i);
+            sm.n_sources = L.mix.n;
+            sm.source_names = L.source_names;
+            sm.source_tokens = L.source_tokens;
+        }
         watch_step(w, &sm, &rec, last || stop_sig || o.nonfinite ||
                                      (s + 1) % c->log_every == 0 || !isnan(val));
+        /* a background save that failed ends the run at the first step boundary after it,
+         * on every rank, as a failed synchronous save does */
+        char err[1536] = "";
+        if (checkpoint_async_poll(L.async, err, sizeof err) != 0) {
+            any_rank_failed(0, err);
+            rc = -1;
+            break;
+        }
         if (o.nonfinite_stop) {
             report_nonfinite(&L, s, &o, loss);
             rc = -1;
@@ -407,7 +476,7 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
         }
         if (c->ckpt_dir[0] &&
             (last || stop_sig || (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0)) &&
-            step_save(&L, s, o.lr) != 0) {
+            step_save(&L, s, o.lr, last || stop_sig) != 0) {
             rc = -1;
             break;
         }

@@ -12,6 +12,7 @@
 #include "kernels/ops.h"
 #include "src/job/config.h"
 #include "src/data/data_loader.h"
+#include "src/data/data_mix.h"
 #include "src/job/fit.h"
 #include "src/engine/fsdp.h"
 #include "src/ckpt/hf_files.h"
@@ -27,12 +28,18 @@ typedef struct run {
     const shlm_ops *ops;
     const shlm_comm *comm;
     topology topo;
-    token_file train_tf, val_tf;
+    data_mix_list train_list; /* data.train: one file or a weighted mixture */
+    token_file train_tf[DATA_MIX_MAX]; /* its files, train_list.n of them open */
+    token_file val_tf;
     int have_val;
     job_plan plan;            /* what the engine, the model and the ops allocate */
     int have_plan;
     fsdp_engine *engine;
     model *model;             /* the job's family's model (src/model/family.h) */
+    model_gen *gen;           /* its KV-cache generator (generate, a training run's closing
+                               * sample), or NULL */
+    int gen_held;             /* every unit stays gathered through a generation (the
+                               * plan's hold, NO_SHARD's buffers, or one fp32 shard) */
     size_t allocated_at_setup;/* ops->allocated_bytes() after set-up (backends that count) */
     size_t device_base;       /* device memory in use before the arena (mem_info) */
     tokenizer *tok;           /* data.tokenizer (every rank opens it) */
@@ -44,9 +51,27 @@ typedef struct run {
 
 /* Loads the job and builds everything; returns 0 or -1 (message already printed).
  * need_train_data = 0: a forward-only command (eval, generate: JOB_FORWARD, an engine
- * without gradients or moments, no activations kept for a backward). */
+ * without gradients or moments, no activations kept for a backward). A training run
+ * whose job samples at its end (train.sample_tokens) gets its closing sample's generator
+ * (job_sample_gen). */
 int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train_data);
 void run_teardown(run *r);
+
+/* run_setup in two halves, for a command that reads its input with the job's tokenizer
+ * before anything is allocated (generate): run_setup_begin loads the job and opens the
+ * ranks' backends, data and tokenizer; run_setup_end makes the plan (with `gen`'s
+ * generator: NULL for none), checks it fits, and allocates the engine, the model and the
+ * generator. Each returns 0 or -1 (message printed), as run_setup. */
+typedef struct run_gen_request {
+    int rows;       /* the generator's rows (0: none) */
+    int shrink;     /* fewer rows, halving down to 1, where that makes the plan fit */
+    int cap;        /* tokens each row's cache holds */
+    int hold;       /* keep every unit gathered through the generation where that fits
+                     * (tried first), else gather unit by unit each step */
+} run_gen_request;
+int run_setup_begin(run *r, const char *job_path, int n_sets, char *const *sets,
+                    int need_train_data);
+int run_setup_end(run *r, int need_train_data, const run_gen_request *gen);
 
 /* 0 when the job's tokenizer spells only ids the model has (its vocabulary is at most
  * model.vocab_size), else -1 with one line naming the tokenizer's file and the model's

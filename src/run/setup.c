@@ -59,11 +59,36 @@ static int open_job_tokens(token_file *tf, const char *path, const char *key,
     return 0;
 }
 
+/* data.train's files (job_config_load checked the list), each against the model, and a
+ * mixture's against each other: their ids must be of one vocabulary. */
+static int open_train(run *r, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    data_mix_list *l = &r->train_list;
+    char why[700];
+    if (data_mix_parse(c->data_train, l, why, sizeof why) != 0) {
+        snprintf(err, errlen, "[data] train: %s", why);
+        return -1;
+    }
+    for (int i = 0; i < l->n; i++) {
+        if (open_job_tokens(&r->train_tf[i], l->e[i].path, "[data] train", c, err, errlen) != 0) {
+            l->n = i; /* the ones open, for run_teardown */
+            return -1;
+        }
+        const token_file *a = &r->train_tf[0], *b = &r->train_tf[i];
+        if (b->vocab_size != a->vocab_size) {
+            snprintf(err, errlen, "[data] train: %.400s has a vocabulary of %u ids, %.400s of %u: "
+                     "the files of a mixture must come from one tokenizer (shardlm data info "
+                     "shows each file's)", a->path, a->vocab_size, b->path, b->vocab_size);
+            l->n = i + 1;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 static int open_data(run *r, char *err, size_t errlen, int need_train) {
     const job_config *c = &r->cfg;
-    if (need_train &&
-        open_job_tokens(&r->train_tf, c->data_train, "[data] train", c, err, errlen) != 0)
-        return -1;
+    if (need_train && open_train(r, err, errlen) != 0) return -1;
     if (c->data_val[0]) {
         if (open_job_tokens(&r->val_tf, c->data_val, "[data] val", c, err, errlen) != 0)
             return -1;
@@ -228,11 +253,13 @@ static int setup_data(run *r, int need_train) {
         r->val_tf.count - 1 < (uint64_t)c->seq_len)
         c->seq_len = (int)(r->val_tf.count - 1);
     if (need_train) {
-        data_loader probe;
-        ok = data_loader_init(&probe, &r->train_tf, c->seq_len, c->shuffle, c->seed, r->rank,
-                              r->world, c->micro_batch, err, sizeof err) == 0;
-        if (ok) data_loader_free(&probe);
-        if (any_rank_failed(ok, err)) return -1;
+        for (int i = 0; i < r->train_list.n; i++) {
+            data_loader probe;
+            ok = data_loader_init(&probe, &r->train_tf[i], c->seq_len, c->shuffle, c->seed,
+                                  r->rank, r->world, c->micro_batch, err, sizeof err) == 0;
+            if (ok) data_loader_free(&probe);
+            if (any_rank_failed(ok, err)) return -1;
+        }
     }
     if (r->have_val) {
         data_loader probe;
@@ -244,9 +271,33 @@ static int setup_data(run *r, int need_train) {
     return 0;
 }
 
-/* The device, the plan, the fit check, then the engine and the model: what the plan
- * says, allocated once and checked against it. */
-static int setup_engine(run *r, int need_train) {
+/* The plan of the first of the set-up's choices that fits in `avail` bytes (< 0: unknown,
+ * the first choice): a generation's held weights before unit-by-unit gathers, and its rows
+ * halved down to 1 when it may have fewer. 0, or -1 with the last choice's refusal in err
+ * (r->plan is that choice's). */
+static int plan_that_fits(run *r, int need_train, const run_gen_request *gen,
+                          const job_point *pt, int registered, double avail, const char *where,
+                          char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    const int rows = gen ? gen->rows : 0;
+    for (int hold = rows > 0 && gen->hold; hold >= 0; hold--)
+        for (int n = rows;; n /= 2) {
+            const job_gen g = {n, n > 0 ? gen->cap : 0, hold};
+            if (r->have_plan) job_plan_free(&r->plan);
+            job_plan_build(&r->plan, c, pt, r->ops->act_dtype, r->ops, !need_train, registered,
+                           &g);
+            r->have_plan = 1;
+            if (avail < 0 || fit_check_memory(&r->plan.plan, avail, where, c->path, r->world,
+                                              err, errlen) == 0)
+                return 0;
+            if (n <= 1 || !gen->shrink) break;
+        }
+    return -1;
+}
+
+/* The device, the plan, the fit check, then the engine, the model and a generation's
+ * generator: what the plan says, allocated once and checked against it. */
+static int setup_engine(run *r, int need_train, const run_gen_request *gen) {
     job_config *c = &r->cfg;
     char err[1536] = "";
     int ok;
@@ -265,13 +316,9 @@ static int setup_engine(run *r, int need_train) {
     r->comm->set_delay_us(NULL, c->comm_delay_us);
     /* weights are set by the caller: imported, resumed, or from the seed (load_initial) */
     fsdp_options opt = {.prefetch = c->prefetch, .trace = c->trace, .defer_init = 1};
-    /* the plan: what the engine, the model and the ops will allocate, built once */
     const job_point pt = job_point_of(c, r->topo.strategy, r->topo.shard_size,
                                       r->topo.replica_size);
     const int registered = r->comm->gather_buffers_enabled && r->comm->gather_buffers_enabled();
-    job_plan_build(&r->plan, c, &pt, r->ops->act_dtype, r->ops, !need_train, registered);
-    r->have_plan = 1;
-    const shard_plan *pl = &r->plan.plan;
     /* the communicators before the fit check: on a device they take memory (NCCL's
      * channels), which must be in use when the free memory is read */
     opt.shard_group = r->comm->group_create(r->topo.shard);
@@ -291,8 +338,11 @@ static int setup_engine(run *r, int need_train) {
     } else if (!r->ops->mem_info && fit_host_memory(r->local_size, &avail, where, sizeof where) != 0) {
         avail = -1;
     }
-    ok = avail < 0 || fit_check_memory(pl, avail, where, c->path, r->world, err, sizeof err) == 0;
+    /* the plan: what the engine, the model and the ops will allocate, built once */
+    ok = plan_that_fits(r, need_train, gen, &pt, registered, avail, where, err, sizeof err) == 0;
     if (any_rank_failed(ok, err)) return -1;
+    const shard_plan *pl = &r->plan.plan;
+    r->gen_held = pl->direct || pl->p.hold || pl->p.strategy == FSDP_NO_SHARD;
     /* one device arena for everything the plan allocates through the ops; the ops' scratch
      * (attention's backward, the matmul library's workspace) is allocated before step 1
      * too, beside the arena */
@@ -307,21 +357,34 @@ static int setup_engine(run *r, int need_train) {
     const model_opts mo = job_model_opts(c, pl->p.ac);
     r->model = model_create(&c->model, r->ops, c->micro_batch, c->seq_len, &mo,
                             fsdp_param_source(r->engine));
+    if (pl->p.gen_rows > 0) r->gen = model_gen_create(r->model, pl->p.gen_rows, pl->p.gen_cap);
     measured[PLAN_ACTIVATIONS] = r->ops->allocated_bytes
                                      ? r->ops->allocated_bytes() - before_model
-                                     : model_activation_bytes(r->model);
+                                     : model_activation_bytes(r->model) +
+                                           (r->gen ? model_gen_bytes(r->gen) : 0);
     startup_mark(STARTUP_ALLOC);
     r->allocated_at_setup = r->ops->allocated_bytes ? r->ops->allocated_bytes() : 0;
     plan_check_setup(r, measured);
     return 0;
 }
 
-int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
+int run_setup_begin(run *r, const char *job_path, int n_sets, char *const *sets,
+                    int need_train) {
     memset(r, 0, sizeof *r);
     if (setup_job(r, job_path, n_sets, sets, need_train) != 0) return -1;
     if (setup_backend(r) != 0) return -1;
-    if (setup_data(r, need_train) != 0) return -1;
-    return setup_engine(r, need_train);
+    return setup_data(r, need_train);
+}
+
+int run_setup_end(run *r, int need_train, const run_gen_request *gen) {
+    return setup_engine(r, need_train, gen);
+}
+
+int run_setup(run *r, const char *job_path, int n_sets, char *const *sets, int need_train) {
+    if (run_setup_begin(r, job_path, n_sets, sets, need_train) != 0) return -1;
+    const job_gen sample = need_train ? job_sample_gen(&r->cfg) : (job_gen){0, 0, 0};
+    const run_gen_request gen = {sample.rows, 0, sample.cap, 0};
+    return run_setup_end(r, need_train, &gen);
 }
 
 int run_check_tokenizer(const run *r, char *err, size_t errlen) {
@@ -341,11 +404,12 @@ int run_check_tokenizer(const run *r, char *err, size_t errlen) {
 void run_teardown(run *r) {
     hf_files_free(&r->hf);
     tokenizer_free(r->tok);
+    model_gen_destroy(r->gen);
     model_destroy(r->model);
     fsdp_destroy(r->engine);
     if (r->have_plan) job_plan_free(&r->plan);
     topology_free(&r->topo);
-    token_file_close(&r->train_tf);
+    for (int i = 0; i < r->train_list.n; i++) token_file_close(&r->train_tf[i]);
     if (r->have_val) token_file_close(&r->val_tf);
     job_config_free(&r->cfg);
 }

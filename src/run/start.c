@@ -3,8 +3,10 @@
 #include "src/run/run.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "kernels/check.h"
 #include "src/base/startup.h"
 #include "src/engine/optim.h"
 #include "src/job/lora_keys.h"
@@ -15,10 +17,95 @@
  * refused unless allowed, naming both files or values and the key; an allowed change
  * adjusts *st (the data position in windows of the new length; the schedule's new
  * cosine). tf: the training file. Local: every rank reaches the same verdict. */
-static int resume_rules(const job_config *c, const char *path, const token_file *tf,
-                        ckpt_state *st, char *err, size_t errlen) {
+/* The mixture's part of the resume rules: a checkpoint of a mixture resumes a job of a
+ * mixture (and one file one file); the same files (by size and fingerprint) with the same
+ * weights continue as they were; other files or weights only under
+ * checkpoint.allow_mix_change, which rewrites st->data_sources: each job file the
+ * checkpoint knows keeps its position, a new one starts at 0, and the weights' schedule
+ * restarts (every source's count since the weights took effect is 0). */
+static int mix_rules(const run *r, const char *path, data_mix_saved *saved,
+                     data_mix_saved *next, ckpt_state *st, char *err, size_t errlen);
+static int resume_mix_rules(const run *r, const char *path, ckpt_state *st, char *err,
+                            size_t errlen) {
+    const job_config *c = &r->cfg;
+    const data_mix_list *l = &r->train_list;
+    const int saved_mix = st->data_sources[0] != '\0', job_mix = l->n > 1;
+    if (!saved_mix && !job_mix) return 0;
+    if (saved_mix != job_mix) {
+        snprintf(err, errlen, "%.200s was saved training on %s %.300s; this job's data.train is "
+                 "%s %.300s: the data positions of one file and of a mixture do not translate; "
+                 "resume with data.train = %.300s", path, saved_mix ? "the mixture" : "the file",
+                 st->data_train, job_mix ? "the mixture" : "the file", c->data_train,
+                 st->data_train);
+        return -1;
+    }
+    data_mix_saved *saved = calloc(2 * DATA_MIX_MAX, sizeof *saved), *next = saved + DATA_MIX_MAX;
+    SHLM_CHECK_ALLOC(saved);
+    const int rc = mix_rules(r, path, saved, next, st, err, errlen);
+    free(saved);
+    return rc;
+}
+
+/* resume_mix_rules for two mixtures, with room for the checkpoint's sources (saved) and
+ * the job's (next) */
+static int mix_rules(const run *r, const char *path, data_mix_saved *saved,
+                     data_mix_saved *next, ckpt_state *st, char *err, size_t errlen) {
+    const job_config *c = &r->cfg;
+    const data_mix_list *l = &r->train_list;
+    int n = 0;
+    char why[400];
+    if (data_mix_state_parse(st->data_sources, saved, &n, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%.200s: attribute data.train_sources: %s (a corrupt or edited "
+                 "checkpoint)", path, why);
+        return -1;
+    }
+    char diff[1400] = "";
+    if (n != l->n)
+        snprintf(diff, sizeof diff, "%d files there, %d here", n, l->n);
+    for (int i = 0; i < l->n && !diff[0]; i++) {
+        const token_file *tf = &r->train_tf[i];
+        if (saved[i].bytes != tf->size || saved[i].fingerprint != tf->fingerprint)
+            snprintf(diff, sizeof diff, "file %d is %.300s (%llu bytes, fingerprint %016llx) "
+                     "there, %.300s (%llu bytes, fingerprint %016llx) here", i + 1, saved[i].path,
+                     (unsigned long long)saved[i].bytes, (unsigned long long)saved[i].fingerprint,
+                     l->e[i].path, (unsigned long long)tf->size,
+                     (unsigned long long)tf->fingerprint);
+        else if (saved[i].weight != l->e[i].weight)
+            snprintf(diff, sizeof diff, "%.300s's weight is %.4g there, %.4g here (normalised)",
+                     l->e[i].path, saved[i].weight, l->e[i].weight);
+    }
+    if (!diff[0]) return 0;
+    if (!c->allow_mix_change) {
+        snprintf(err, errlen, "%.200s was saved training on the mixture %.300s; this job's "
+                 "data.train differs: %s; set checkpoint.allow_mix_change = true to keep each "
+                 "file's position and apply this job's weights from the next step, or resume "
+                 "with data.train = %.300s", path, st->data_train, diff, st->data_train);
+        return -1;
+    }
+    for (int i = 0; i < l->n; i++) {
+        const token_file *tf = &r->train_tf[i];
+        next[i] = (data_mix_saved){0, 0, tf->size, tf->fingerprint, l->e[i].weight, ""};
+        snprintf(next[i].path, sizeof next[i].path, "%s", l->e[i].path);
+        for (int k = 0; k < n; k++)
+            if (saved[k].bytes == tf->size && saved[k].fingerprint == tf->fingerprint)
+                next[i].drawn = saved[k].drawn;
+    }
+    if (data_mix_saved_text(next, l->n, st->data_sources, sizeof st->data_sources) != 0) {
+        snprintf(err, errlen, "%.200s: the mixture's state does not fit the checkpoint", path);
+        return -1;
+    }
+    snprintf(st->data_train, sizeof st->data_train, "%s", c->data_train);
+    return 0;
+}
+
+static int resume_rules(const run *r, const char *path, ckpt_state *st, char *err,
+                        size_t errlen) {
+    const job_config *c = &r->cfg;
+    const token_file *tf = &r->train_tf[0];
     const uint64_t n_tokens = tf->count;
-    if (st->data_bytes && !c->allow_data_change &&
+    const int mix = r->train_list.n > 1;
+    if (resume_mix_rules(r, path, st, err, errlen) != 0) return -1;
+    if (!mix && st->data_bytes && !c->allow_data_change &&
         (st->data_bytes != tf->size || st->data_fingerprint != tf->fingerprint)) {
         snprintf(err, errlen, "%.200s was saved training on %.200s (%llu bytes, fingerprint "
                  "%016llx); this job's data.train %.200s is another file (%llu bytes, fingerprint "
@@ -37,6 +124,12 @@ static int resume_rules(const job_config *c, const char *path, const token_file 
                      "checkpoint.allow_seq_len_change = true to continue at the same token, or "
                      "resume with train.seq_len = %d", path, st->seq_len, c->seq_len, st->seq_len,
                      st->seq_len);
+            return -1;
+        }
+        if (mix) {
+            snprintf(err, errlen, "%s: checkpoint.allow_seq_len_change cannot apply to a "
+                     "data.train mixture: each file's position counts windows of %d tokens; "
+                     "resume with train.seq_len = %d", path, st->seq_len, st->seq_len);
             return -1;
         }
         if (st->shuffle) {
@@ -195,7 +288,7 @@ static int load_initial_weights(run *r, ckpt_state *st) {
         ckpt_state peek;
         if (checkpoint_read_state(path, r->topo.world, &peek, err, sizeof err) != 0)
             return any_rank_failed(0, err);
-        int ok = resume_rules(c, path, &r->train_tf, &peek, err, sizeof err) == 0;
+        int ok = resume_rules(r, path, &peek, err, sizeof err) == 0;
         if (any_rank_failed(ok, err)) return -1;
         if (fsdp_lora(r->engine) && lora_start(r, 1, err, sizeof err) != 0)
             return any_rank_failed(0, err);
@@ -205,10 +298,15 @@ static int load_initial_weights(run *r, ckpt_state *st) {
             checkpoint_read_hf_path(path, r->topo.world, &r->hf, err, sizeof err) != 0)
             return any_rank_failed(0, err);
         const ckpt_state saved = *st;
-        if (resume_rules(c, path, &r->train_tf, st, err, sizeof err) != 0)
+        if (resume_rules(r, path, st, err, sizeof err) != 0)
             return any_rank_failed(0, err); /* the file changed since it was first read */
-        if (r->rank == 0 && st->data_bytes &&
-            (st->data_bytes != r->train_tf.size || st->data_fingerprint != r->train_tf.fingerprint))
+        if (r->rank == 0 && strcmp(saved.data_sources, st->data_sources) != 0)
+            printf("checkpoint: data.train's mixture changed (checkpoint.allow_mix_change): "
+                   "each file the checkpoint knows continues from its position there, the "
+                   "weights apply from the next step\n");
+        if (r->rank == 0 && st->data_bytes && r->train_list.n == 1 &&
+            (st->data_bytes != r->train_tf[0].size ||
+             st->data_fingerprint != r->train_tf[0].fingerprint))
             printf("checkpoint: data.train is not the checkpoint's file %s "
                    "(checkpoint.allow_data_change): the next step takes sample %llu of %s\n",
                    st->data_train, (unsigned long long)st->data_position, c->data_train);

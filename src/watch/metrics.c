@@ -144,15 +144,35 @@ static void row_int(metrics_row *r, const char *key, const char *tag, long long 
     row_num(r, key, tag, "%.0f", (double)v);
 }
 
-/* ', "key": ' and a string as JSON (hosts and ids hold no quotes, but escape anyway) */
-static void row_str(metrics_row *r, const char *key, const char *s) {
-    row_text(r, ", \"%s\": \"", key);
+/* A string as JSON (hosts and ids hold no quotes, but escape anyway) */
+static void row_json_string(metrics_row *r, const char *s) {
+    row_text(r, "\"");
     for (; s && *s; s++) {
         if (*s == '"' || *s == '\\') row_text(r, "\\%c", *s);
         else if ((unsigned char)*s < 0x20) row_text(r, "\\u%04x", *s);
         else row_text(r, "%c", *s);
     }
     row_text(r, "\"");
+}
+
+/* ', "key": ' and a string as JSON */
+static void row_str(metrics_row *r, const char *key, const char *s) {
+    row_text(r, ", \"%s\": ", key);
+    row_json_string(r, s);
+}
+
+/* ', "tokens_seen_by_source": {"NAME": N, ...}', each also data/tokens_seen/NAME */
+static void row_sources(metrics_row *r, const step_metrics *s) {
+    row_text(r, ", \"tokens_seen_by_source\": {");
+    for (int i = 0; i < s->n_sources && i < METRICS_ROW_SOURCES; i++) {
+        char *tag = r->source_tags[i];
+        snprintf(tag, METRICS_SOURCE_TAG, "data/tokens_seen/%s", s->source_names[i]);
+        row_text(r, "%s", i ? ", " : "");
+        row_json_string(r, s->source_names[i]);
+        row_text(r, ": ");
+        row_value(r, tag, "%.0f", (double)s->source_tokens[i]);
+    }
+    row_text(r, "}");
 }
 
 static void row_telemetry(metrics_row *r, const step_record *g) {
@@ -226,6 +246,7 @@ void metrics_row_build(const step_metrics *s, metrics_row *r) {
     row_num(r, "fastest_comm_ms", "straggler/fastest_comm_ms", "%.3f", s->fastest_comm_ms);
     row_num(r, "fastest_compute_ms", "straggler/fastest_compute_ms", "%.3f",
             s->fastest_step_ms - s->fastest_comm_ms);
+    if (s->n_sources > 0) row_sources(r, s);
     if (s->gpu && s->gpu->gpus > 0) row_telemetry(r, s->gpu);
     row_text(r, "}\n");
 }

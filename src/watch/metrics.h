@@ -43,13 +43,19 @@ typedef struct step_metrics {
     double unix_time;       /* when the row was written */
     const char *run_id, *job_hash;
     const step_record *gpu; /* GPU telemetry since the previous row; NULL = none */
+    /* a data.train mixture: tokens taken from each source so far (resumed steps
+     * included), under its name; n_sources 0 for one file */
+    int n_sources;
+    const char *const *source_names;
+    const long long *source_tokens;
 } step_metrics;
 
 /* One logged step as metrics.jsonl's row and as TensorBoard scalars, both made by
  * metrics_row_build: the one place that names a row's fields, their JSON formats and
  * their tags. A scalar's value is its JSON text read back, so the two agree by
  * construction (TensorBoard keeps a float: the JSON value rounded to float32). */
-enum { METRICS_ROW_TEXT = 16384, METRICS_ROW_SCALARS = 64 };
+enum { METRICS_ROW_TEXT = 32768, METRICS_ROW_SCALARS = 80, METRICS_ROW_SOURCES = 16,
+       METRICS_SOURCE_TAG = 320 };
 typedef struct metrics_row {
     char json[METRICS_ROW_TEXT];  /* the line, ending in '\n' */
     size_t len;
@@ -57,6 +63,7 @@ typedef struct metrics_row {
     tfevents_scalar scalars[METRICS_ROW_SCALARS];
     int n_scalars;
     char gpu_tags[2 * TEL_N][48]; /* the telemetry's tags, gpu/<field>/mean_lo and _hi */
+    char source_tags[METRICS_ROW_SOURCES][METRICS_SOURCE_TAG]; /* data/tokens_seen/<name> */
 } metrics_row;
 
 /* The row of s. Its fields and their tags (README "Watching a run" lists them):
@@ -64,6 +71,7 @@ typedef struct metrics_row {
  * perf/tokens_per_s, perf/tokens_per_s_per_gpu, perf/tflops_per_gpu, perf/mfu,
  * perf/step_ms, perf/comm_exposed_ms, perf/comm_shard_ms, perf/comm_replica_ms;
  * mem/peak_bytes; progress/elapsed_s, progress/eta_s, progress/tokens_to_go;
+ * data/tokens_seen/<source> per source of a mixture (JSON: tokens_seen_by_source);
  * straggler/{slowest,fastest}_{rank,step_ms,comm_ms,compute_ms}; and, with telemetry,
  * gpu/<field>/mean_lo and mean_hi, the window mean of the GPU lowest and highest in it.
  * The step, train.steps, the strings and the rest of the telemetry are JSON only. */

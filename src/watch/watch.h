@@ -5,7 +5,7 @@
  * ETA, tokens), MFU against the device table, the step-end reduction with the straggler
  * (src/watch/step_reduce.h), GPU telemetry (src/watch/telemetry.h) and the Prometheus exporter
  * (src/watch/prometheus.h) on each node's local rank 0, the start-up breakdown and the closing
- * summary (src/watch/run_summary.h). docs/ARCHITECTURE.md "Watching a run". */
+ * summary (src/watch/run_summary.h). docs/watch.md "Watching a run". */
 #ifndef SHLM_WATCH_H
 #define SHLM_WATCH_H
 

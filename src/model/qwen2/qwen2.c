@@ -20,14 +20,14 @@ _Static_assert(sizeof qwen2_keys / sizeof qwen2_keys[0] == DK_N, "one row per de
 
 /* Qwen2.5's config.json (the base models): dim, layers, heads, kv heads, head_dim, ffn,
  * vocab, max_seq (max_position_embeddings), eps, theta, init_std (initializer_range),
- * tied, qkv_bias. The 7B's vocabulary is 152,064 rows (padded), the smaller ones'
- * 151,936. */
+ * tied, qkv_bias, RoPE scaling (none). The 7B's vocabulary is 152,064 rows (padded), the
+ * smaller ones' 151,936. */
 static const decoder_config qwen25_0_5b = {896, 24, 14, 2, 64, 4864, 151936, 32768, 1e-6f,
-                                           1e6f, 0.02f, 1, 1};
+                                           1e6f, 0.02f, 1, 1, SHLM_ROPE_DEFAULT, 0, 0, 0, 0};
 static const decoder_config qwen25_1_5b = {1536, 28, 12, 2, 128, 8960, 151936, 131072, 1e-6f,
-                                           1e6f, 0.02f, 1, 1};
+                                           1e6f, 0.02f, 1, 1, SHLM_ROPE_DEFAULT, 0, 0, 0, 0};
 static const decoder_config qwen25_7b = {3584, 28, 28, 4, 128, 18944, 152064, 131072, 1e-6f,
-                                         1e6f, 0.02f, 0, 1};
+                                         1e6f, 0.02f, 0, 1, SHLM_ROPE_DEFAULT, 0, 0, 0, 0};
 static const model_preset qwen2_presets[] = {
     {"qwen2.5-0.5b", &qwen25_0_5b},
     {"qwen2.5-1.5b", &qwen25_1_5b},
@@ -46,6 +46,14 @@ static int validate(const void *shape, char *err, size_t errlen, int blame[2]) {
         blame[0] = DK_QKV_BIAS;
         snprintf(err, errlen, "[model] qkv_bias = false: Qwen2's q, k and v projections always "
                  "have biases");
+        return -1;
+    }
+    /* RoPE scaling (config.json's rope_scaling, a job's rope_type) is the Llama family's:
+     * no Qwen2 checkpoint this family is tested against has any */
+    if (c->rope_type != SHLM_ROPE_DEFAULT) {
+        blame[0] = DK_ROPE_TYPE;
+        snprintf(err, errlen, "[model] rope_type = %s: the qwen2 family takes plain RoPE only "
+                 "(rope_theta; rope scaling is not supported)", shlm_rope_type_name(c->rope_type));
         return -1;
     }
     return 0;
@@ -82,18 +90,6 @@ static int hf_read(const cJSON *j, const char *path, void *shape, char *err, siz
     if (decoder_hf_read(j, path, c, err, errlen) != 0) return -1;
     c->qkv_bias = 1;
     if (refuse_sliding_window(j, path, err, errlen) != 0) return -1;
-    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(j, "rope_parameters");
-    const cJSON *rt = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "rope_type") : NULL;
-    if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") != 0) {
-        io_set_err(err, errlen, "%s: rope_parameters.rope_type \"%s\" is not supported (only "
-                   "plain RoPE)", path, rt->valuestring);
-        return -1;
-    }
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs)) {
-        io_set_err(err, errlen, "%s: rope_scaling is not supported (only plain RoPE)", path);
-        return -1;
-    }
     return 0;
 }
 
@@ -107,7 +103,6 @@ static int hf_write(const void *shape, cJSON *j, char *err, size_t errlen) {
     hf_json_put(j, "model_type", cJSON_CreateString(model_types[0]));
     decoder_hf_write(c, j);
     hf_json_put(j, "use_sliding_window", cJSON_CreateBool(0));
-    hf_json_put(j, "rope_scaling", cJSON_CreateNull());
     return 0;
 }
 
