@@ -47,8 +47,8 @@ int ckpt_record_check(const char *path, const ckpt_record *r, const char *suffix
 /* Reads every state attribute and the shape of a file of format `version` into *r,
  * unchecked but for what a C type cannot hold. Local. */
 int ckpt_record_read(ckpt_h5_file *f, int version, ckpt_record *r, char *err, size_t errlen);
-/* Writes the root attributes of a save: the record, a placeholder state checksum (set once
- * the datasets' checksums are known), and what is only informative: versions, the time,
+/* Writes the root attributes of a save: the record, a state checksum of 0 (rewritten
+ * once the datasets' checksums are known), and what is only informative: versions, the time,
  * the job's text and path, AdamW's hyper-parameters. Collective (HDF5 metadata). */
 int ckpt_root_attrs_write(ckpt_h5_file *f, const ckpt_record *rec, const job_config *cfg,
                           char *err, size_t errlen);

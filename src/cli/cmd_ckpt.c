@@ -711,8 +711,9 @@ static int ckpt_export(int argc, char **argv) {
     if (st.lora_rank > 0) {
         char ignored[64];
         ckpt_h5_close(&x.f, ignored, sizeof ignored);
-        snprintf(err, sizeof err, "%.1200s holds LoRA adapters (lora.rank = %d), not a model: "
-                 "exporting them is not implemented", x.path, st.lora_rank);
+        snprintf(err, sizeof err, "%.1200s holds LoRA adapters (lora.rank = %d) without their base: "
+                 "ckpt export writes whole models only; use the checkpoint with --ckpt "
+                 "(eval, generate) beside the base's model.init_from", x.path, st.lora_rank);
         return fail(1, err);
     }
     const double t0 = MPI_Wtime();
