@@ -39,6 +39,13 @@
 #   fp8-accum      the fp8 phase's shape with 16 micro-batches accumulated a step (the
 #                  optimizer amortized as in multi-GPU runs of a large global batch):
 #                  shardlm bf16 and fp8-tensorwise (~3 on one GPU)
+#   lora           LoRA r 16 on the seven projections of every block at the record's shape:
+#                  shardlm's full fine-tune and LoRA (lora.rank 16, alpha 32, bf16 frozen
+#                  base), PyTorch FSDP2 + Hugging Face PEFT eager and torch.compile
+#                  (anchor --lora 16; PEFT and accelerate from .gpu/pylib when PYTHON lacks
+#                  them) (~5 on one GPU)
+#   generate       benchmarks/bench_generate_gpu.sh: 7B-shaped greedy decode with the KV
+#                  cache against the decode bound and PyTorch torch.compile; one GPU (~3)
 #   all            every phase above, in that order
 # Options:
 #   --gpus N          use GPUs 0..N-1 (default: every visible GPU)
@@ -83,11 +90,11 @@ while [ $# -gt 0 ]; do
     *) phases="$phases $1"; shift ;;
     esac
 done
-[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum all; see --help)"
+[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate all; see --help)"
 for n in ${gpus:-1} "$repeat" ${scal_gb:-1} "$run_timeout"; do
     case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
 done
-all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum"
+all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate"
 expanded=""
 for p in $phases; do
     case " $all_phases all " in *" $p "*) ;; *) die "unknown phase '$p' (one of: $all_phases all)" ;; esac
@@ -243,9 +250,11 @@ shardlm_run() { # PHASE PAIR STRATEGY AC [MATMUL [VARIANT KEY=VALUE...]]
         --pair "$pair" --system shardlm --model "$model" --seq "$seq" --gpus "$G" --strategy "$st" \
         --ac "$ac" --mb "$mb" --matmul "${matmul:-bf16}${variant:++$variant}" --log "$runs/$name.log"
 }
+anchor_lora=0 # a phase's local: the anchor's --lora rank (0: full fine-tune)
 anchor_run() { # PHASE PAIR STRATEGY AC eager|compile [FLOAT8]: FLOAT8 the anchor's --float8 recipe
     local phase=$1 pair=$2 st=$3 ac=$4 mode=$5 f8=${6:-} name=$1-$2-torch-$5${6:+-float8-$6}
     local -a extra=()
+    [ "$anchor_lora" -gt 0 ] && name=$name-lora$anchor_lora
     if [ "$cpu" = 1 ]; then
         [ "$mode" = compile ] && { echo "  (torch.compile left out with --cpu: minutes of CPU compilation)"; return; }
         extra=(--device cpu --warmup 2 --steps 3)
@@ -255,6 +264,7 @@ anchor_run() { # PHASE PAIR STRATEGY AC eager|compile [FLOAT8]: FLOAT8 the ancho
     [ "$mode" = compile ] && extra+=(--compile)
     local label=bf16
     [ -n "$f8" ] && extra+=(--float8 "$f8") && label="float8 $f8"
+    [ "$anchor_lora" -gt 0 ] && extra+=(--lora "$anchor_lora") && label="lora r$anchor_lora"
     [ "$f8" = tensorwise ] && [ "$f8_gather" = 1 ] && extra+=(--float8-all-gather) &&
         label="$label, fp8 all-gather"
     rm -f "$runs/$name.json"
@@ -316,6 +326,26 @@ phase_shard_grad_op() {
 phase_small() {
     shape 1b 8
     pair small "$model" FULL_SHARD none eager compile
+}
+phase_lora() {
+    shape 7b 1
+    local anchor_lora=16 m
+    smi_start lora
+    shardlm_run lora "$model" FULL_SHARD none
+    shardlm_run lora "$model" FULL_SHARD none "" lora16 lora.rank=16 lora.alpha=32 lora.targets=all
+    if need_python; then
+        "$PY" -c 'import peft' 2>/dev/null || [ ! -d "$src/.gpu/pylib" ] ||
+            export PYTHONPATH="$src/.gpu/pylib${PYTHONPATH:+:$PYTHONPATH}"
+        for m in eager compile; do anchor_run lora "$model" FULL_SHARD none "$m"; done
+    fi
+    smi_stop lora
+}
+phase_generate() {
+    [ "$cpu" = 1 ] && { say "generate: needs a GPU (--cpu): left out"; return; }
+    say "+ TOKENS=256 PYTHON=$PY sh $src/benchmarks/bench_generate_gpu.sh $SHLM"
+    [ "$dry" = 1 ] && return
+    TOKENS=256 PYTHON=$PY sh "$src/benchmarks/bench_generate_gpu.sh" "$SHLM" | tee "$OUT/generate.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 }
 phase_fp8() {
     shape 7b $([ "$G" -ge 2 ] && echo 2 || echo 1)

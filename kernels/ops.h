@@ -138,6 +138,19 @@ typedef struct shlm_ops {
     void (*host_free)(void *p);
     void (*to_host_async)(void *host_dst, const void *src, size_t bytes);
     void (*to_host_wait)(void);
+    /* Optional (NULL on cpu): the device work queued between graph_begin and graph_end is
+     * recorded instead of run, as one graph that graph_launch queues again at once (the same
+     * kernels with the same arguments on the same pointers; the data they read is read when
+     * the graph runs). Between the two only ops that queue device work may be called: no
+     * to_device, to_host, sync, alloc or free, and no op that grows the scratch (run the
+     * same ops once before recording, so the scratch already has their size). graph_end
+     * returns NULL when the backend could not record (nothing recorded ran: queue the ops
+     * again as usual). A generator replays its decode step this way: a step is a few
+     * hundred short kernels, each launch costing the host about what it costs the GPU. */
+    void (*graph_begin)(void);
+    void *(*graph_end)(void);
+    void (*graph_launch)(void *graph);
+    void (*graph_free)(void *graph);
 
     /* ---- dtype conversion ---- */
     /* act[i] = (act_dtype) f32[i], round-to-nearest-even when act is bf16 */

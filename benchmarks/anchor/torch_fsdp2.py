@@ -27,6 +27,13 @@ before its backward (FSDP2 reduce-scatters each one's gradients, as torchtitan's
 accumulation does), then one clip and one optimizer step, as shardlm's train.global_batch =
 K x micro_batch x ranks.
 
+--lora R: LoRA as llama-recipes' use_peft and torchtune's lora recipes run it under FSDP:
+Hugging Face PEFT's get_peft_model(LoraConfig(r=R, lora_alpha=2R, lora_dropout=0,
+target_modules=the seven projections)) before fully_shard; the frozen base stored in bf16
+(shardlm's fsdp.param_dtype for a frozen base), the adapters in fp32 (bf16 in the products by
+the same MixedPrecisionPolicy), AdamW and clipping over the adapters alone. PEFT (and the
+accelerate it imports) from PYTHONPATH when python lacks them.
+
 Metric (shardlm's, src/watch/metrics.c): a step is timed from a device synchronisation to the
 loss on the host; the slowest rank's time of each step counts; the mean over the steps
 after --warmup. tokens/s/GPU = grad_accum x micro_batch x seq / step. FLOPs/token = 6 N + 12 L d T
@@ -42,6 +49,7 @@ Usage:
       --model llama2-7b --micro-batch 2 [--grad-accum 1] [--seq 4096] \
       [--strategy FULL_SHARD|SHARD_GRAD_OP] \
       [--ac none|full] [--compile] [--float8 tensorwise|rowwise [--float8-all-gather]]
+      [--lora R]
       [--warmup 3] [--steps 5] [--json FILE]
   python3 benchmarks/anchor/torch_fsdp2.py --model tiny --device cpu   # one process, gloo
   python3 benchmarks/anchor/torch_fsdp2.py --model llama2-7b --count   # shape only, no step
@@ -93,6 +101,8 @@ def parse_args(argv):
                     help="torchao float8 training of the decoder layers' linear layers with this recipe")
     ap.add_argument("--float8-all-gather", action="store_true",
                     help="with --float8 tensorwise: FSDP2 all-gathers the weights in float8")
+    ap.add_argument("--lora", type=int, default=0, metavar="R",
+                    help="train LoRA adapters of rank R (PEFT) over a frozen bf16 base")
     ap.add_argument("--warmup", type=int, default=3, help="first steps left out of the means")
     ap.add_argument("--steps", type=int, default=5, help="timed steps after the warm-up")
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -238,9 +248,19 @@ def build(a, shape, seq, dev):
     if model.lm_head.weight is model.model.embed_tokens.weight:
         die("the embedding and the LM head are tied; shardlm's are not", 1)
     n_float8 = float8_layers(a, model, dev) if a.float8 else 0
+    if a.lora:
+        from peft import LoraConfig, get_peft_model
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        model = get_peft_model(model, LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0,
+                                                 target_modules=targets, task_type="CAUSAL_LM"))
+        for p in model.parameters():
+            if not p.requires_grad:
+                p.data = p.data.to(torch.bfloat16)
+        layers = model.base_model.model.model.layers
+    else:
+        layers = model.model.layers
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     reshard = a.strategy == "FULL_SHARD"
-    layers = model.model.layers
     for i, layer in enumerate(layers):
         if a.ac == "full":
             layer = checkpoint_wrapper(layer, preserve_rng_state=False)
@@ -254,8 +274,9 @@ def build(a, shape, seq, dev):
 
 def make_optimizer(model, impl):
     import torch
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    trained = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trained if p.ndim >= 2]
+    no_decay = [p for p in trained if p.ndim < 2]
     groups = [dict(params=decay, weight_decay=WEIGHT_DECAY), dict(params=no_decay, weight_decay=0.0)]
     kw = dict(lr=LR, betas=BETAS, eps=EPS)
     if impl == "fused":
@@ -283,6 +304,7 @@ def main(argv):
     cuda = dev.type == "cuda"
     opt_impl = "fused" if cuda else "foreach"
     opt = make_optimizer(model, opt_impl)
+    trained = [p for p in model.parameters() if p.requires_grad]
     gen = torch.Generator(device=dev)
     gen.manual_seed(1234 + rank)
     device_name = torch.cuda.get_device_name(dev) if cuda else "cpu"
@@ -312,9 +334,9 @@ def main(argv):
             norm = torch.nn.utils.get_total_norm(grads, 2.0, False, True)
             if hasattr(norm, "full_tensor"):
                 norm = norm.full_tensor()
-            torch.nn.utils.clip_grads_with_norm_(model.parameters(), GRAD_CLIP, norm, True)
+            torch.nn.utils.clip_grads_with_norm_(trained, GRAD_CLIP, norm, True)
         else:  # torch before 2.6
-            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP, foreach=True)
+            norm = torch.nn.utils.clip_grad_norm_(trained, GRAD_CLIP, foreach=True)
         try:
             opt.step()
         except (RuntimeError, NotImplementedError) as e:
@@ -332,7 +354,7 @@ def main(argv):
 
     header = (f"# torch_fsdp2: {a.model} ({n_params:,} parameters), seq {seq}, "
               f"micro-batch {a.micro_batch} x {a.grad_accum} accumulated, {world} x {device_name}, "
-              f"{a.strategy}, ac {a.ac}, "
+              f"{a.strategy}, ac {a.ac}, {f'LoRA r {a.lora} (PEFT), ' if a.lora else ''}"
               f"{'torch.compile per layer' if a.compile else 'eager'}, bf16 params / fp32 reduce, "
               f"{float8_text(a, n_float8, dev, torchao) if a.float8 else 'matmuls bf16'}, "
               f"attention {model.config._attn_implementation}; torch {torch.__version__}, "
@@ -340,7 +362,7 @@ def main(argv):
     if rank == 0:
         print(header, flush=True)
         print("#  step  loss(rank0)   grad_norm     step_ms", flush=True)
-    result = dict(anchor="torch_fsdp2", name=a.name, model=a.model, n_params=n_params,
+    result = dict(anchor="torch_fsdp2", name=a.name, model=a.model, n_params=n_params, lora=a.lora,
                   n_layers=shape["n_layers"], dim=shape["dim"], seq=seq,
                   micro_batch=a.micro_batch, grad_accum=a.grad_accum,
                   world=world, strategy=a.strategy, ac=a.ac, compile=a.compile,

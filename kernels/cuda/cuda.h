@@ -51,6 +51,12 @@ void *shlm_cuda_host_alloc(size_t bytes);                      /* pinned; NULL w
 void shlm_cuda_host_free(void *p);
 void shlm_cuda_to_host_async(void *host_dst, const void *src, size_t bytes); /* side stream */
 void shlm_cuda_to_host_wait(void);
+/* Recording the backend stream's work as a graph (ops.h graph_begin .. graph_free;
+ * graph.cu) */
+void shlm_cuda_graph_begin(void);
+void *shlm_cuda_graph_end(void);
+void shlm_cuda_graph_launch(void *graph);
+void shlm_cuda_graph_free(void *graph);
 /* Called about every 0.2 ms while the host waits for the stream (sync, copies to and
  * from the host, sum_squares): the NCCL comm backend runs its watchdog there, so a
  * stream stuck behind a collective that never finishes ends the job instead of hanging

@@ -44,6 +44,10 @@ extern "C" const shlm_ops shlm_ops_cuda = {
     .host_free = shlm_cuda_host_free,
     .to_host_async = shlm_cuda_to_host_async,
     .to_host_wait = shlm_cuda_to_host_wait,
+    .graph_begin = shlm_cuda_graph_begin,
+    .graph_end = shlm_cuda_graph_end,
+    .graph_launch = shlm_cuda_graph_launch,
+    .graph_free = shlm_cuda_graph_free,
 
     .f32_to_act = shlm_cuda_f32_to_act,
     .round_to_bf16 = shlm_cuda_round_to_bf16,

@@ -829,11 +829,20 @@ static const shlm_fp8_matrix *src_fp8_weight(void *ctx, int u, int k) {
     return &e->units[u].fp8[k];
 }
 
+static int src_held(void *ctx) {
+    const fsdp_engine *e = ctx;
+    if (e->direct) return 1;
+    if (!e->pp->hold) return 0;
+    for (int u = 0; u < e->n_units; u++)
+        if (!e->units[u].gathered || e->units[u].slot >= 0) return 0;
+    return 1;
+}
+
 model_param_source fsdp_param_source(fsdp_engine *e) {
     return (model_param_source){.ctx = e, .acquire = src_acquire, .release = src_release,
                                 .adapter = e->lora ? src_adapter : NULL, .grad = src_grad,
                                 .grad_ready = src_grad_ready, .progress = src_progress,
-                                .fp8_weight = src_fp8_weight};
+                                .held = src_held, .fp8_weight = src_fp8_weight};
 }
 
 void fsdp_begin_pass(fsdp_engine *e, int with_backward) { e->with_backward = with_backward; }

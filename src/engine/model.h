@@ -130,6 +130,11 @@ typedef struct model_param_source {
     /* Optional (may be NULL): called between the ops of a unit so collectives in flight
      * advance while the model computes (MPI progresses inside MPI calls). */
     void (*progress)(void *ctx);
+    /* Optional (may be NULL): 1 when every unit is gathered and stays so until the weights
+     * change (generation's hold, or one fp32 shard used in place): acquire, adapter and
+     * release then queue no device work and return the same pointers on every pass, so a
+     * caller may record a pass (ops.h graph_begin) and replay it while the weights stay. */
+    int (*held)(void *ctx);
     /* Optional (NULL, or returning NULL: the model quantizes the acquired weights itself):
      * unit u's FP8 matrix k (the layout's fp8[k]) as E4M3 codes with one tensorwise scale,
      * bit for bit what fp8_quantize of the acquired act-dtype matrix gives, valid from

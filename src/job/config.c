@@ -291,6 +291,9 @@ static const key_def keys[] = {
     {"cuda", "attention", KT_ENUM, F(cuda_attention), "sm90", NOLIM, "sm90|mma_sync", 0,
      "sm90: the Hopper wgmma attention kernels where they apply (head_dim 64 or 128, compute "
      "capability 9.0), the portable mma.sync ones elsewhere; mma_sync: those alone"},
+    {"cuda", "graphs", KT_BOOL, F(cuda_graphs), "true", NOLIM, NULL, 0,
+     "generation records a decode step once as a CUDA graph and replays it for each next "
+     "token (a step is hundreds of short kernels); false: every op launched by itself"},
 
     /* [nccl]: the nccl backend's options (its init, kernels/comm.h) */
     {"nccl", "cta_policy", KT_ENUM, F(nccl_cta_policy), "default", NOLIM, "default|efficiency",
@@ -1319,7 +1322,7 @@ int job_key_check(const char *name, double v, char *why, size_t whylen) {
 
 model_opts job_model_opts(const job_config *c, model_ac ac) {
     return (model_opts){.ac = ac, .matmul = c->matmul, .fp8_fast_accum = c->fp8_fast_accum,
-                        .lora = c->lora};
+                        .lora = c->lora, .eager_decode = !c->cuda_graphs};
 }
 
 uint64_t job_config_hash(const job_config *cfg) {

@@ -121,6 +121,7 @@ typedef struct job_config {
 
     /* [cuda] */
     shlm_attention_kernels cuda_attention;
+    int cuda_graphs;         /* generation replays a recorded decode step */
 
     /* [nccl] */
     shlm_nccl_cta_policy nccl_cta_policy;

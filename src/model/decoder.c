@@ -147,6 +147,7 @@ struct decoder {
     model_matmul matmul;  /* the blocks' linear layers: act dtype, or FP8 through fp8 */
     fp8_linear fp8;       /* FP8's formats and operand buffers (recipes other than bf16) */
     int lora_on;          /* LoRA: the parameters are frozen, the products' adapters train */
+    int eager_decode;     /* model_opts.eager_decode */
     lora_linear lora;     /* the adapters' buffers and arithmetic (lora_on) */
     float *sink;          /* (d) LoRA: where a frozen norm's weight gradient goes, unread */
     int profile;          /* time every op (decoder_set_profile) */
@@ -411,6 +412,7 @@ decoder *decoder_create(const decoder_config *cfg, const shlm_ops *ops, int B, i
     m->head_norm = cfg->tie_word_embeddings ? 1 : 0; /* tied: after embed_tokens */
     m->head_out = cfg->tie_word_embeddings ? 0 : 1;
     m->lora_on = o->lora.rank > 0;
+    m->eager_decode = o->eager_decode;
     m->act_bytes = layout_acts(m, cfg, m->esz, B, T, ac, m->matmul, m->lora_on ? &o->lora : NULL,
                                1).bytes;
     return m;
@@ -886,7 +888,7 @@ double decoder_forward(decoder *m, const model_batch *b, int *n_valid, float *lo
 /* ---- what the KV-cache decode shares (decoder.h) ---- */
 
 decoder_parts decoder_parts_of(const decoder *m) {
-    return (decoder_parts){&m->cfg, m->ops, m->src, &m->rope, m->head};
+    return (decoder_parts){&m->cfg, m->ops, m->src, &m->rope, m->head, m->eager_decode};
 }
 
 const void *decoder_part_ptr(const decoder *m, const void *p, int l, decoder_part part) {

@@ -207,6 +207,7 @@ typedef struct decoder_parts {
     model_param_source src;
     const shlm_rope *rope;  /* RoPE's frequencies, as the forward rotates */
     int head;               /* the head's unit */
+    int eager_decode;       /* model_opts.eager_decode */
 } decoder_parts;
 decoder_parts decoder_parts_of(const decoder *m);
 /* Part `part` of the acquired unit p (act dtype): of block l's unit, or of the head's

@@ -44,6 +44,11 @@ struct decoder_gen {
     int *sel, *fed, *real, *last_i, *pass_rows; /* (rows) a prefill's bookkeeping */
     float **dst;            /* (rows) */
     uint16_t *bf16_h;       /* (V) a row of bf16 logits on its way to fp32 */
+    /* a decode step recorded (ops->graph_begin) for the rows graph_rows[0..graph_n), and the
+     * rows of the last decode step run op by op (recorded when the next has the same) */
+    void *graph;
+    int graph_n, seen_n;
+    int *graph_rows, *seen_rows;
 };
 
 /* Allocation (g != NULL) or counting of the generator's backend buffers: one walk, so the
@@ -117,7 +122,8 @@ decoder_gen *decoder_gen_create(decoder *m, int rows, int cap) {
     g->len = calloc((size_t)rows, sizeof *g->len);
     g->tok_h = malloc((size_t)g->n_max * sizeof *g->tok_h);
     g->pos_h = malloc((size_t)rows * sizeof *g->pos_h);
-    int **ints[] = {&g->sel, &g->fed, &g->real, &g->last_i, &g->pass_rows};
+    int **ints[] = {&g->sel, &g->fed, &g->real, &g->last_i, &g->pass_rows, &g->graph_rows,
+                    &g->seen_rows};
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
         *ints[i] = malloc((size_t)rows * sizeof(int));
         SHLM_CHECK_ALLOC(*ints[i]);
@@ -135,6 +141,7 @@ decoder_gen *decoder_gen_create(decoder *m, int rows, int cap) {
 void decoder_gen_destroy(decoder_gen *g) {
     if (!g) return;
     const shlm_ops *o = g->p.ops;
+    if (g->graph) o->graph_free(g->graph);
     for (int l = 0; l < g->p.cfg->n_layers; l++) {
         o->free(g->k[l]);
         o->free(g->v[l]);
@@ -143,7 +150,7 @@ void decoder_gen_destroy(decoder_gen *g) {
                    g->last, g->logits, g->tokens_dev, g->pos_dev};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) o->free(dev[i]);
     void *host[] = {g->k, g->v, g->len, g->tok_h, g->pos_h, g->sel, g->fed, g->real,
-                    g->last_i, g->pass_rows, g->dst, g->bf16_h};
+                    g->last_i, g->pass_rows, g->graph_rows, g->seen_rows, g->dst, g->bf16_h};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     free(g);
 }
@@ -178,24 +185,13 @@ static void attend(decoder_gen *g, int l, int n, const int *rows, int Tn) {
     }
 }
 
-/* One pass: row rows[i] takes Tn tokens tok[i·Tn ..], the first real[i] of them its own
- * (the rest padding, never attended to by them, whose cache slots the row's next tokens
- * overwrite), after the len[rows[i]] it holds (len + Tn <= cap). dst[i] (host, V floats)
- * receives the logits after its token last_i[i] when last_i[i] >= 0. */
-static void feed(decoder_gen *g, int n, const int *rows, int Tn, const int32_t *tok,
-                 const int *real, const int *last_i, float *const *dst) {
+/* The device work of a pass (feed): embedding, blocks, and the head over the rows whose
+ * logits are wanted, into g->logits. Queues only device work (ops.h graph_begin). */
+static void queue_pass(decoder_gen *g, int n, const int *rows, int Tn, const int *last_i) {
     const decoder_config *c = g->p.cfg;
     const shlm_ops *o = g->p.ops;
     const model_param_source *src = &g->p.src;
     const int N = n * Tn, d = c->dim, V = c->vocab_size;
-    for (int i = 0; i < n; i++) {
-        if (g->len[rows[i]] + Tn > g->cap)
-            SHLM_FATAL("decoder_gen: row %d holds %d tokens; %d more pass its cache of %d",
-                       rows[i], (int)g->len[rows[i]], Tn, g->cap);
-        g->pos_h[i] = g->len[rows[i]];
-    }
-    o->to_device(g->tokens_dev, tok, (size_t)N * sizeof(int32_t));
-    o->to_device(g->pos_dev, g->pos_h, (size_t)n * sizeof(int32_t));
     const void *p = src->acquire(src->ctx, DECODER_UNIT_EMBED, MODEL_FWD);
     o->embedding_fwd(g->x, g->tokens_dev, p, N, d); /* the embedding is unit 0's tensor 0 */
     src->release(src->ctx, DECODER_UNIT_EMBED, MODEL_FWD);
@@ -217,7 +213,6 @@ static void feed(decoder_gen *g, int n, const int *rows, int Tn, const int32_t *
         decoder_linear(g->m, p, l, DECODER_DOWN, g->x, g->h, N, g->xmid);
         src->release(src->ctx, u, MODEL_FWD);
     }
-    for (int i = 0; i < n; i++) g->len[rows[i]] += real[i];
     /* the head over the wanted rows' last tokens only (RMSNorm and the product are per row:
      * the forward's values for them) */
     int nw = 0;
@@ -231,6 +226,66 @@ static void feed(decoder_gen *g, int n, const int *rows, int Tn, const int32_t *
     o->rmsnorm_fwd(g->ln, g->rstd, g->last, decoder_part_ptr(g->m, p, 0, DECODER_NORM), nw, d,
                    c->norm_eps, NULL);
     o->matmul_fwd(g->logits, g->ln, decoder_part_ptr(g->m, p, 0, DECODER_OUT), nw, d, V, NULL);
+    src->release(src->ctx, g->p.head, MODEL_HEAD);
+}
+
+/* Whether this pass runs as a recorded decode step: one token for each of the rows of the
+ * step before (the step after a step run op by op is recorded, then replayed while the rows
+ * stay), on a backend that records, with the weights held (model_param_source.held). Any
+ * other pass drops the recording. */
+static int replayable(decoder_gen *g, int n, const int *rows, int Tn) {
+    const shlm_ops *o = g->p.ops;
+    const model_param_source *src = &g->p.src;
+    const int ok = Tn == 1 && !g->p.eager_decode && o->graph_begin && src->held && src->held(src->ctx);
+    const size_t rb = (size_t)n * sizeof *rows;
+    if (g->graph && !(ok && g->graph_n == n && !memcmp(g->graph_rows, rows, rb))) {
+        o->graph_free(g->graph);
+        g->graph = NULL;
+    }
+    const int seen = ok && g->seen_n == n && !memcmp(g->seen_rows, rows, rb);
+    g->seen_n = Tn == 1 ? n : 0;
+    if (Tn == 1) memcpy(g->seen_rows, rows, rb);
+    return g->graph != NULL || seen;
+}
+
+/* One pass: row rows[i] takes Tn tokens tok[i·Tn ..], the first real[i] of them its own
+ * (the rest padding, never attended to by them, whose cache slots the row's next tokens
+ * overwrite), after the len[rows[i]] it holds (len + Tn <= cap). dst[i] (host, V floats)
+ * receives the logits after its token last_i[i] when last_i[i] >= 0. */
+static void feed(decoder_gen *g, int n, const int *rows, int Tn, const int32_t *tok,
+                 const int *real, const int *last_i, float *const *dst) {
+    const shlm_ops *o = g->p.ops;
+    const int N = n * Tn, V = g->p.cfg->vocab_size;
+    for (int i = 0; i < n; i++) {
+        if (g->len[rows[i]] + Tn > g->cap)
+            SHLM_FATAL("decoder_gen: row %d holds %d tokens; %d more pass its cache of %d",
+                       rows[i], (int)g->len[rows[i]], Tn, g->cap);
+        g->pos_h[i] = g->len[rows[i]];
+    }
+    o->to_device(g->tokens_dev, tok, (size_t)N * sizeof(int32_t));
+    o->to_device(g->pos_dev, g->pos_h, (size_t)n * sizeof(int32_t));
+    int nw = 0;
+    for (int i = 0; i < n; i++) nw += last_i[i] >= 0;
+    if (replayable(g, n, rows, Tn)) {
+        if (g->graph) {
+            o->graph_launch(g->graph);
+        } else {
+            o->graph_begin();
+            queue_pass(g, n, rows, Tn, last_i);
+            g->graph = o->graph_end();
+            if (g->graph) {
+                g->graph_n = n;
+                memcpy(g->graph_rows, rows, (size_t)n * sizeof *rows);
+                o->graph_launch(g->graph);
+            } else {
+                queue_pass(g, n, rows, Tn, last_i);
+            }
+        }
+    } else {
+        queue_pass(g, n, rows, Tn, last_i);
+    }
+    for (int i = 0; i < n; i++) g->len[rows[i]] += real[i];
+    if (nw == 0) return;
     for (int i = 0, j = 0; i < n; i++) {
         if (last_i[i] < 0) continue;
         const char *row = (const char *)g->logits + (size_t)j++ * V * g->esz;
@@ -241,7 +296,6 @@ static void feed(decoder_gen *g, int n, const int *rows, int Tn, const int32_t *
             for (int v = 0; v < V; v++) dst[i][v] = shlm_bf16_to_f32(g->bf16_h[v]);
         }
     }
-    src->release(src->ctx, g->p.head, MODEL_HEAD);
 }
 
 void decoder_gen_prefill(decoder_gen *g, int n, const int *rows,

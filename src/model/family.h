@@ -58,6 +58,8 @@ typedef struct model_opts {
     lora_config lora;   /* rank 0: none; else the parameters are frozen and the adapters
                          * (src/engine/model.h "LoRA") train: the parameter source's grad()
                          * is the adapters' */
+    int eager_decode;   /* a generator launches every op of a decode step itself (else it
+                         * records the step once where the backend can: ops.h graph_begin) */
 } model_opts;
 
 /* One micro-batch as a model takes it: host arrays of B·T. targets: < 0 is ignored; NULL
