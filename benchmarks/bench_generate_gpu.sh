@@ -22,7 +22,8 @@ preset = llama2-7b
 backend = cuda
 JOB
 echo "# generate on one GPU: Llama-2-7B shape, random weights, bf16, 1 sequence, 4-token prompt, greedy, $n_new new tokens"
-echo "# commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?), $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+build=$(sed -n 's/^commit //p' "$(dirname "$shlm")/BUILD-INFO" 2>/dev/null)
+echo "# binaries of ${build:-$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?)}, $(date -u +%Y-%m-%d), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
 
 # shardlm NAME GRAPHS: sets s_n, s_s
 shardlm() {
@@ -44,8 +45,8 @@ a_n=$3 a_s=$5 a_tps=$7
 bound=$(sed -n 's/^bound_tokens_per_s //p' "$work/anchor.log")
 echo "# $(echo "$a_line" | sed 's/.*(\(.*\))/anchor: \1/'); copy $(sed -n 's/^copy_gbs //p' "$work/anchor.log") GB/s, $(sed -n 's/^bytes_per_token //p' "$work/anchor.log") bytes a token: bound $bound tokens/s"
 printf '# %-40s %7s %9s %9s %9s %7s\n' system tokens seconds tokens/s "% bound" ratio
-row() { printf '  %-40s %7s %9.3f %9.2f %8.1f%% %7.2f\n' "$1" "$2" "$3" "$(echo "$2 / $3" | bc -l)" \
-    "$(echo "100 * $2 / $3 / $bound" | bc -l)" "$(echo "$2 / $3 / $a_tps" | bc -l)"; }
+row() { awk -v name="$1" -v n="$2" -v s="$3" -v b="$bound" -v a="$a_tps" \
+    'BEGIN { printf "  %-40s %7d %9.3f %9.2f %8.1f%% %7.2f\n", name, n, s, n / s, 100 * n / s / b, n / s / a }'; }
 row "PyTorch torch.compile, static cache" "$a_n" "$a_s"
 row "shardlm generate (KV cache, CUDA graph)" "$g_n" "$g_s"
 row "shardlm generate, cuda.graphs = false" "$e_n" "$e_s"

@@ -1264,7 +1264,14 @@ static void test_matmul(void) {
         matmul_case(256, 4096, 6144, 0, 1, 0);  /* fused QKV, GQA (32 q + 2·8 kv heads of 128) */
         matmul_case(128, 11008, 4096, 0, 1, 0); /* down_proj */
         matmul_case(64, 4096, 32000, 0, 1, 0);  /* lm_head */
+        /* a decode step's few rows (cuda: gemv.cu): one, a batch, the most it takes */
+        matmul_case(1, 4096, 12288, 0, 1, 0);
+        matmul_case(3, 11008, 4096, 0, 1, 0);
+        matmul_case(8, 4096, 32000, 0, 1, 0);
     }
+    matmul_case(1, 264, 37, 0, 0, 0); /* a few rows, an odd count of outputs */
+    matmul_case(5, 40, 17, 0, 0, 0);
+    matmul_case(9, 64, 24, 0, 0, 0);  /* past the few-row kernel */
 }
 
 /* ---- bias ---- */

@@ -246,6 +246,7 @@ extern "C" void shlm_cuda_matmul_fwd(void *out, const void *inp, const void *wei
         else if (residual != out) shlm_cuda_copy(out, residual, (size_t)N * OC * sizeof(bf16));
         return;
     }
+    if (shlm_cuda_gemv(out, inp, weight, N, C, OC, residual)) return; /* a few rows */
     lt_matmul(1, 0, OC, N, C, weight, C, inp, C, residual ? residual : out, out, OC, 0,
               residual ? 1.0f : 0.0f);
     CUDA_CHECK_LAST();
