@@ -157,8 +157,17 @@ else
         "model.rope_type and its parameters, data.train_sources, and lora.rank, lora.targets," \
         "lora.dora, lora.base, lora.base_fingerprint)"
 fi
-case_file v6 attr format_version 6
-resume_case v6 "checkpoint format version 6, this shardlm reads 1 to 5"
+case_file v5 v5
+train v5 --set "checkpoint.resume=$work/v5.h5" --set train.stop_after=12
+if [ $? -ne 0 ]; then
+    tail -n 3 "$work/v5.err"
+    fail "a format-5 checkpoint (before lora.alpha, lora.rslora, lora.dropout) does not resume"
+else
+    echo "ckpt_metadata: ok: a format-5 checkpoint resumes (its state checksum without" \
+        "lora.alpha, lora.rslora, lora.dropout)"
+fi
+case_file v7 attr format_version 7
+resume_case v7 "checkpoint format version 7, this shardlm reads 1 to 6"
 
 echo "ckpt_metadata: $fails failure(s) ($(($(date +%s) - t_start)) s)"
 [ "$fails" -eq 0 ] && rm -rf "$work" || echo "ckpt_metadata: work directory kept: $work"

@@ -19,6 +19,8 @@ that a range check, not the checksum, is what has to catch an edit.
                                                keys: model.rope_type and its parameters;
                                                no data.train_sources; no lora.*
                                                attributes), restamped
+  corrupt.py v5 FILE                           make it a format-5 file (no lora.alpha,
+                                               lora.rslora, lora.dropout), restamped
   corrupt.py restamp FILE                      recompute the state checksum
   corrupt.py poison FILE DATASET               element 0 = NaN, checksums recomputed
   corrupt.py reshape FILE DATASET N            a 1-D dataset of N zeros instead, checksums ok
@@ -45,8 +47,11 @@ def h5():
 
 # the state attributes of format 4 (the training file)
 DATA_ATTRS = ("data.train", "data.train_bytes", "data.train_fingerprint", "data.train_sources")
-# the state attributes of LoRA's adapters and base (format 5)
-LORA_ATTRS = ("lora.rank", "lora.targets", "lora.dora", "lora.base", "lora.base_fingerprint")
+# the state attributes of LoRA's scale and dropout (format 6)
+FORMAT6_ATTRS = ("lora.alpha", "lora.rslora", "lora.dropout")
+# the state attributes of LoRA's adapters and base (format 5), and format 6's
+LORA_ATTRS = ("lora.rank", "lora.targets", "lora.dora", "lora.base",
+              "lora.base_fingerprint") + FORMAT6_ATTRS
 # what format 5 added: a data.train mixture's sources, LoRA's attributes
 FORMAT5_ATTRS = ("data.train_sources",) + LORA_ATTRS
 # the [model] keys a format-3 file holds (the Llama shape; format 2 without the last)
@@ -138,8 +143,9 @@ def main(argv):
                     model_attrs_after(f, 1):
                 del f.attrs[name]
             f.attrs.modify("format_version", np.int64(1))
-        elif cmd in ("v2", "v3", "v4"):
-            gone = (FORMAT5_ATTRS + tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4"
+        elif cmd in ("v2", "v3", "v4", "v5"):
+            gone = (FORMAT6_ATTRS if cmd == "v5"
+                    else FORMAT5_ATTRS + tuple("model." + k for k in FORMAT5_MODEL_KEYS) if cmd == "v4"
                     else DATA_ATTRS + LORA_ATTRS + model_attrs_after(f, int(cmd[1])))
             for name in gone:
                 del f.attrs[name]

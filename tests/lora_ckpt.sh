@@ -81,7 +81,7 @@ why=$(sums_problem "$work/A/ck" "$work/C/ck")
 if grep -q 'proj.weight ' "$work/info.txt" || ! grep -q 'lora_magnitude_vector' "$work/info.txt"; then
     fail "the checkpoint does not hold the adapters alone: $work/info.txt"
 fi
-grep -q "^  lora  .*rank 4 on q k v o gate up down (DoRA); frozen base initialised from train.seed = 1337" \
+grep -q "^  lora  .*rank 4 on q k v o gate up down (DoRA), alpha 8, dropout 0; frozen base initialised from train.seed = 1337" \
     "$work/info.txt" || fail "ckpt info does not name the adapters and their base: $(grep lora "$work/info.txt")"
 
 # ---- generate: the KV cache applies the adapters as the forward does ----

@@ -2,6 +2,7 @@
 #include "src/base/rng.h"
 
 #include <math.h>
+#include <string.h>
 
 uint64_t rng_hash64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -34,3 +35,13 @@ uint64_t rng_next(rng_state *r) {
 }
 
 double rng_uniform(rng_state *r) { return to_unit(rng_next(r)); }
+
+uint64_t rng_fingerprint_f32(uint64_t first, const float *x, size_t n) {
+    uint64_t h = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        h += rng_hash64(rng_hash64(first + i) ^ bits);
+    }
+    return h;
+}

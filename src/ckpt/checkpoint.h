@@ -97,6 +97,10 @@ typedef struct ckpt_state {
     int lora_rank, lora_targets, lora_dora;
     char lora_base[1024];
     uint64_t lora_base_fingerprint;
+    /* LoRA's scale and dropout (format 6; 0 in older files and in full training):
+     * lora.alpha, lora.rslora, lora.dropout, what a PEFT export's adapter_config.json says */
+    float lora_alpha, lora_dropout;
+    int lora_rslora;
     /* read back only: */
     char strategy[16];
     int world_size, shard_size, replica_size;

@@ -16,9 +16,12 @@
  * model.tie_word_embeddings (older files are untied) and the /hf group of Hugging Face
  * files; 4: model.family and every [model] key of that family (older files are Llama
  * shapes: the keys of version 3, the others at their defaults), and data.train,
- * data.train_bytes, data.train_fingerprint (the training file); versions 1 to 3 are read
- * too (version 1's state range-checked, without a checksum to compare) */
-enum { CKPT_FORMAT_VERSION = 5, CKPT_FORMAT_OLDEST = 1 };
+ * data.train_bytes, data.train_fingerprint (the training file); 5: the RoPE scaling keys,
+ * data.train_sources, lora.rank, lora.targets, lora.dora, lora.base,
+ * lora.base_fingerprint; 6: lora.alpha, lora.rslora, lora.dropout (what an export of the
+ * adapters needs); every older version is read too (version 1's state range-checked,
+ * without a checksum to compare) */
+enum { CKPT_FORMAT_VERSION = 6, CKPT_FORMAT_OLDEST = 1 };
 
 /* The group of the Hugging Face files kept for export (format 3 on). */
 #define CKPT_HF_GROUP "/hf"

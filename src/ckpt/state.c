@@ -86,6 +86,10 @@ static const state_attr state_attrs[] = {
     {"lora.dora", FT_INT, ST(lora_dora), NULL, 0, 1, 5, 0},
     {"lora.base", FT_PATH, ST(lora_base), NULL, 0, 0, 5, 0},
     {"lora.base_fingerprint", FT_U64, ST(lora_base_fingerprint), NULL, 0, (double)UINT64_MAX, 5, 0},
+    /* LoRA's arithmetic, for an export (0 in a full fine-tune's and in format-5 files) */
+    {"lora.alpha", FT_FLOAT, ST(lora_alpha), NULL, 0, 1e6, 6, 0},
+    {"lora.rslora", FT_INT, ST(lora_rslora), NULL, 0, 1, 6, 0},
+    {"lora.dropout", FT_FLOAT, ST(lora_dropout), NULL, 0, 1, 6, 0},
     /* the sharding it was saved with (informative: any other loads it) */
     {"fsdp.strategy", FT_STR, ST(strategy), NULL, 0, 0, 1, 0},
     {"world_size", FT_INT, ST(world_size), NULL, 1, NODES, 1, 0},

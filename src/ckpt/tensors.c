@@ -62,6 +62,21 @@ int ckpt_open_dataset(ckpt_h5_file *f, const ckpt_tensors *l, int k, int i,
     return 0;
 }
 
+int ckpt_read_chunks(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t lo, uint64_t hi,
+                     uint64_t n_calls, float *buf, ckpt_chunk_fn fn, void *ctx, char *err,
+                     size_t errlen) {
+    int ok = 1;
+    for (uint64_t c = 0; c < n_calls; c++) {
+        uint64_t a = lo + c * CKPT_CHUNK_ELEMS;
+        uint64_t cnt = a < hi ? (hi - a < CKPT_CHUNK_ELEMS ? hi - a : CKPT_CHUNK_ELEMS) : 0;
+        if (cnt == 0) a = 0;
+        /* keep joining the collective reads after a local failure, so no rank hangs */
+        if (ckpt_h5_read_range(f, d, a, ok ? cnt : 0, buf, err, errlen) != 0) ok = 0;
+        else if (ok && cnt && fn && fn(ctx, buf, a, cnt, err, errlen) != 0) ok = 0;
+    }
+    return ok ? 0 : -1;
+}
+
 /* ---------------------------------------------------------------- pieces */
 
 void ckpt_my_piece(fsdp_engine *e, const topology *t, int u, size_t *begin, size_t *end) {

@@ -48,4 +48,20 @@ void ckpt_dataset_path(const ckpt_tensors *l, int k, int i, char *path, size_t p
 int ckpt_open_dataset(ckpt_h5_file *f, const ckpt_tensors *l, int k, int i,
                       ckpt_h5_dataset *d, uint64_t *checksum, char *err, size_t errlen);
 
+/* Elements moved per read of a whole dataset: bounds memory for 70B-sized tensors. */
+enum { CKPT_CHUNK_ELEMS = 1 << 24 };
+
+/* What ckpt_read_chunks calls on each chunk read: elements [first, first + count). 0, or -1
+ * with err. */
+typedef int (*ckpt_chunk_fn)(void *ctx, const float *x, uint64_t first, uint64_t count,
+                             char *err, size_t errlen);
+
+/* Reads dataset d's elements [lo, hi) in chunks through buf (CKPT_CHUNK_ELEMS floats),
+ * collectively: every rank makes the same number of calls (n_calls), each rank's range
+ * may be empty. Calls fn (when not NULL) on every chunk read. 0, or -1 with err (this
+ * rank's failure; the rank still joined every read). */
+int ckpt_read_chunks(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t lo, uint64_t hi,
+                     uint64_t n_calls, float *buf, ckpt_chunk_fn fn, void *ctx, char *err,
+                     size_t errlen);
+
 #endif

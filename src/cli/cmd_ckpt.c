@@ -1,6 +1,7 @@
 /* `shardlm ckpt info|verify|export`: what a checkpoint holds, whether every checksum
  * matches, and its weights as a Hugging Face directory (safetensors, config.json,
- * generation_config.json and the tokenizer files the checkpoint kept). */
+ * generation_config.json and the tokenizer files the checkpoint kept); a LoRA
+ * checkpoint's as a PEFT adapter directory, or merged into its base (--merged). */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 
 #include "io/ckpt_hdf5.h"
 #include "io/hf_model.h"
+#include "io/peft_adapter.h"
 #include "io/safe_file.h"
 #include "io/safetensors.h"
 #include "kernels/check.h"
@@ -23,15 +25,14 @@
 #include "src/base/numbers.h"
 #include "src/ckpt/checkpoint.h"
 #include "src/ckpt/hf_files.h"
+#include "src/ckpt/lora_export.h"
 #include "src/ckpt/tensors.h"
 #include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
+#include "src/engine/adapters.h"
 #include "src/job/lora_keys.h"
 #include "src/model/family.h"
 #include "src/tokenizer/tokenizer.h"
-
-/* Elements moved per read: bounds memory for 70B-sized tensors. */
-enum { CHUNK_ELEMS = 1 << 24 };
 
 static void ckpt_usage(FILE *out) {
     fprintf(out,
@@ -40,7 +41,15 @@ static void ckpt_usage(FILE *out) {
             "       shardlm ckpt export CKPT DIR [--dtype f32|bf16|f16] [--shard-size BYTES]\n"
             "                                          a Hugging Face directory: safetensors,\n"
             "                                          config.json, generation_config.json and\n"
-            "                                          the tokenizer files the checkpoint kept\n"
+            "                                          the tokenizer files the checkpoint kept;\n"
+            "                                          of a LoRA checkpoint, a PEFT adapter\n"
+            "                                          (adapter_config.json, fp32\n"
+            "                                          adapter_model.safetensors)\n"
+            "       shardlm ckpt export --merged CKPT DIR [--base DIR] [--dtype ...]\n"
+            "                                          [--shard-size ...]\n"
+            "                                          a LoRA checkpoint's adapters merged into\n"
+            "                                          its base (the recorded model.init_from,\n"
+            "                                          or --base: same fingerprint), as a model\n"
             "  CKPT is a step_<N>.h5 file or a checkpoint directory (its `latest` is used).\n"
             "  Run alone or under mpirun (verify and export then read in parallel).\n");
 }
@@ -66,27 +75,6 @@ static int open_ckpt(const char *arg, ckpt_h5_file *f, char *path, size_t pathle
     char ignored[64];
     ckpt_h5_close(f, ignored, sizeof ignored);
     return -1;
-}
-
-/* Reads dataset d's elements [lo, hi) in chunks through buf (CHUNK_ELEMS floats),
- * collectively: every rank makes the same number of calls (n_calls), each rank's range
- * may be empty. Calls fn on every chunk read. */
-typedef int (*chunk_fn)(void *ctx, const float *x, uint64_t first, uint64_t count, char *err,
-                        size_t errlen);
-
-static int read_chunks(ckpt_h5_file *f, ckpt_h5_dataset *d, uint64_t lo, uint64_t hi,
-                       uint64_t n_calls, float *buf, chunk_fn fn, void *ctx, char *err,
-                       size_t errlen) {
-    int ok = 1;
-    for (uint64_t c = 0; c < n_calls; c++) {
-        uint64_t a = lo + c * CHUNK_ELEMS;
-        uint64_t cnt = a < hi ? (hi - a < CHUNK_ELEMS ? hi - a : CHUNK_ELEMS) : 0;
-        if (cnt == 0) a = 0;
-        /* keep joining the collective reads after a local failure, so no rank hangs */
-        if (ckpt_h5_read_range(f, d, a, ok ? cnt : 0, buf, err, errlen) != 0) ok = 0;
-        else if (ok && cnt && fn && fn(ctx, buf, a, cnt, err, errlen) != 0) ok = 0;
-    }
-    return ok ? 0 : -1;
 }
 
 /* Sums a chunk; a NaN or an infinity fails it (a load would refuse the dataset). */
@@ -172,8 +160,10 @@ static int ckpt_info(int argc, char **argv) {
         if (st.lora_rank > 0) {
             char tg[128];
             lora_targets_text((unsigned)st.lora_targets, tg, sizeof tg);
-            printf("  %-20s adapters of rank %d on %s%s; frozen base %s (fingerprint %016llx)\n",
-                   "lora", st.lora_rank, tg, st.lora_dora ? " (DoRA)" : "", st.lora_base,
+            printf("  %-20s adapters of rank %d on %s%s, alpha %g%s, dropout %g; frozen base %s "
+                   "(fingerprint %016llx)\n", "lora", st.lora_rank, tg,
+                   st.lora_dora ? " (DoRA)" : "", st.lora_alpha,
+                   st.lora_rslora ? " (rsLoRA)" : "", st.lora_dropout, st.lora_base,
                    (unsigned long long)st.lora_base_fingerprint);
         }
         if (st.data_sources[0]) /* a mixture (src/data/data_mix.h) */
@@ -267,7 +257,7 @@ static int ckpt_verify(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     ckpt_tensors dl;
     ckpt_tensors_of_shape(&dl, &m, &st);
-    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
+    float *buf = malloc((size_t)CKPT_CHUNK_ELEMS * sizeof(float));
     SHLM_CHECK_ALLOC(buf);
     int ok = 1, bad = 0, n = 0;
     uint64_t total = 0;
@@ -281,9 +271,10 @@ static int ckpt_verify(int argc, char **argv) {
             uint64_t lo = d.numel * (uint64_t)me / (uint64_t)world;
             uint64_t hi = d.numel * (uint64_t)(me + 1) / (uint64_t)world;
             uint64_t most = (d.numel + (uint64_t)world - 1) / (uint64_t)world;
-            uint64_t calls = (most + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
+            uint64_t calls = (most + CKPT_CHUNK_ELEMS - 1) / CKPT_CHUNK_ELEMS;
             ckpt_h5_sum s = {0, 0};
-            int rok = read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err, sizeof err) == 0;
+            int rok = ckpt_read_chunks(&f, &d, lo, hi, calls, buf, sum_chunk, &s, err,
+                                       sizeof err) == 0;
             /* the lowest failing rank's message is the one printed */
             rok = ranks_agree(MPI_COMM_WORLD, rok, err, sizeof err) == 0;
             uint64_t sums[2] = {s.s1, s.s2};
@@ -450,15 +441,26 @@ static int cmp_name(const void *a, const void *b) {
 }
 
 /* Why name is an earlier export's weights that an export of n_files files (named files[]:
- * model.safetensors alone, or shards and their index) does not write; NULL when it is
- * not: any other file, or one this export writes. Shards are named as transformers names
- * them, model-00001-of-00003.safetensors. */
-static const char *stale_reason(const char *name, char *const *files, int n_files) {
+ * model.safetensors alone, or shards and their index; peft: a PEFT adapter's
+ * adapter_model.safetensors) does not write; NULL when it is not: any other file, or one
+ * this export writes. Shards are named as transformers names them,
+ * model-00001-of-00003.safetensors. A model's weights and an adapter's files are each
+ * the other form's stale files: transformers loads a directory with adapter_config.json
+ * as an adapter. */
+static const char *stale_reason(const char *name, char *const *files, int n_files, int peft) {
+    static const char *const model_stale = "the weights of an earlier model export; this one "
+                                           "is a PEFT adapter";
+    if (strcmp(name, PEFT_WEIGHTS_FILE) == 0 || strcmp(name, PEFT_CONFIG_FILE) == 0)
+        return peft ? NULL : "an earlier PEFT adapter export's; this one is a whole model, which "
+                             "transformers would load as the adapter";
     if (strcmp(name, "model.safetensors") == 0)
-        return n_files > 1 ? "the weights of an earlier single-file export; this one is sharded"
-                           : NULL;
+        return peft ? model_stale
+               : n_files > 1 ? "the weights of an earlier single-file export; this one is sharded"
+                             : NULL;
     if (strcmp(name, "model.safetensors.index.json") == 0)
-        return n_files == 1 ? "the index of an earlier sharded export; this one is one file" : NULL;
+        return peft ? model_stale
+               : n_files == 1 ? "the index of an earlier sharded export; this one is one file"
+                              : NULL;
     int k, of, end = 0;
     char canon[64];
     if (sscanf(name, "model-%d-of-%d.safetensors%n", &k, &of, &end) != 2 || name[end] ||
@@ -476,14 +478,17 @@ static const char *stale_reason(const char *name, char *const *files, int n_file
  * work), and the earlier export's weights it would leave (stale_reason) are listed in
  * *st, to be removed once the export has succeeded; one that is neither a regular file
  * nor a symbolic link (a directory, a FIFO) could not be, and is refused. */
-static int plan_export_dir(const char *dir, char *const *files, int n_files, stale_weights *st,
-                           char *err, size_t errlen) {
+static int plan_export_dir(const char *dir, char *const *files, int n_files, int peft,
+                           stale_weights *st, char *err, size_t errlen) {
     char path[2200];
     static const char *const others[] = {"model.safetensors.index.json", "config.json",
                                          "generation_config.json"};
-    for (int j = 0; j < n_files + 3; j++) {
-        if (j == n_files && n_files == 1) continue; /* one file: no index */
-        snprintf(path, sizeof path, "%s/%s", dir, j < n_files ? files[j] : others[j - n_files]);
+    static const char *const adapter_others[] = {PEFT_CONFIG_FILE};
+    const int n_others = peft ? 1 : 3;
+    for (int j = 0; j < n_files + n_others; j++) {
+        if (j == n_files && n_files == 1 && !peft) continue; /* one file: no index */
+        snprintf(path, sizeof path, "%s/%s", dir,
+                 j < n_files ? files[j] : (peft ? adapter_others : others)[j - n_files]);
         if (safe_file_check_target(path, err, errlen) != 0) return -1;
     }
     DIR *d = opendir(dir);
@@ -494,7 +499,7 @@ static int plan_export_dir(const char *dir, char *const *files, int n_files, sta
     int rc = 0;
     struct dirent *de;
     while (rc == 0 && (de = readdir(d))) {
-        if (!stale_reason(de->d_name, files, n_files)) continue;
+        if (!stale_reason(de->d_name, files, n_files, peft)) continue;
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
         if (fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0) continue;
@@ -506,7 +511,7 @@ static int plan_export_dir(const char *dir, char *const *files, int n_files, sta
         } else if (st->names = g, st->n++, !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode)) {
             snprintf(err, errlen, "%.1100s is %s where an earlier export's weights would be (%s): "
                      "it cannot be removed; remove it or export elsewhere", path,
-                     safe_file_kind(sb.st_mode), stale_reason(de->d_name, files, n_files));
+                     safe_file_kind(sb.st_mode), stale_reason(de->d_name, files, n_files, peft));
             rc = -1;
         }
     }
@@ -518,16 +523,17 @@ static int plan_export_dir(const char *dir, char *const *files, int n_files, sta
 /* After a successful export (rank 0): removes what plan_export_dir listed, one line
  * each (a symbolic link is removed, never what it points to). */
 static int remove_stale_weights(const char *dir, const stale_weights *st, char *const *files,
-                                int n_files, char *err, size_t errlen) {
+                                int n_files, int peft, char *err, size_t errlen) {
     for (int i = 0; i < st->n; i++) {
         char path[2200];
         snprintf(path, sizeof path, "%s/%s", dir, st->names[i]);
         if (unlink(path) != 0 && errno != ENOENT) {
             snprintf(err, errlen, "%.1100s: cannot remove it (%s): %s", path,
-                     stale_reason(st->names[i], files, n_files), strerror(errno));
+                     stale_reason(st->names[i], files, n_files, peft), strerror(errno));
             return -1;
         }
-        printf("export: removed %s (%s)\n", path, stale_reason(st->names[i], files, n_files));
+        printf("export: removed %s (%s)\n", path,
+               stale_reason(st->names[i], files, n_files, peft));
     }
     return 0;
 }
@@ -538,7 +544,13 @@ typedef struct export_run {
     char path[2048];            /* the checkpoint file */
     const char *out;            /* the directory written */
     safetensors_dtype dtype;
-    ckpt_tensors dl;            /* the checkpoint's tensors, exported in this order */
+    ckpt_tensors dl;            /* the tensors exported, in this order: the checkpoint's
+                                 * (a model, or a LoRA checkpoint's adapters), or with
+                                 * merge the base's */
+    const char *prefix;         /* before each tensor's name in the file (a PEFT adapter's
+                                 * PEFT_KEY_PREFIX) */
+    int peft;                   /* the form written: a PEFT adapter directory (else a model) */
+    lora_merge *merge;          /* --merged: the tensors come from here (rank 0) */
     int *file_of;               /* (dl.n): the safetensors file each tensor goes to */
     char (*fname)[64];          /* (n_files) */
     int n_files;
@@ -546,23 +558,35 @@ typedef struct export_run {
     int me;
 } export_run;
 
+/* The options of `ckpt export` (export_args). */
+typedef struct export_opts {
+    const char *arg, *dtype, *base;
+    int dtype_given, shard_given, merged;
+    unsigned long long shard_size;
+} export_opts;
+
 /* The arguments of `ckpt export`: 0, or the exit status (a usage problem). */
-static int export_args(int argc, char **argv, const char **arg, const char **out,
-                       const char **dt, unsigned long long *shard_size) {
+static int export_args(int argc, char **argv, const char **out, export_opts *o) {
     for (int i = 0; i < argc; i++) {
-        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc) *dt = argv[++i];
+        if (strcmp(argv[i], "--dtype") == 0 && i + 1 < argc)
+            o->dtype = argv[++i], o->dtype_given = 1;
+        else if (strcmp(argv[i], "--merged") == 0) o->merged = 1;
+        else if (strcmp(argv[i], "--base") == 0 && i + 1 < argc) o->base = argv[++i];
         else if (strcmp(argv[i], "--shard-size") == 0 && i + 1 < argc) {
             long long bytes;
             char msg[320];
             if (num_option_int("--shard-size", argv[++i], 1, LLONG_MAX, &bytes, msg, sizeof msg))
                 return fail(2, msg);
-            *shard_size = (unsigned long long)bytes;
+            o->shard_size = (unsigned long long)bytes;
+            o->shard_given = 1;
         } else if (argv[i][0] == '-') return ckpt_usage(stderr), 2;
-        else if (!*arg) *arg = argv[i];
+        else if (!o->arg) o->arg = argv[i];
         else if (!*out) *out = argv[i];
         else return ckpt_usage(stderr), 2;
     }
-    if (!*arg || !*out) return ckpt_usage(stderr), 2;
+    if (!o->arg || !*out) return ckpt_usage(stderr), 2;
+    if (o->base && !o->merged)
+        return fail(2, "--base DIR goes with --merged (the base to merge into)");
     return 0;
 }
 
@@ -584,7 +608,9 @@ static void plan_files(export_run *x, unsigned long long shard_size) {
     x->fname = calloc((size_t)x->n_files, sizeof *x->fname);
     SHLM_CHECK_ALLOC(x->fname);
     for (int j = 0; j < x->n_files; j++) {
-        if (x->n_files == 1) snprintf(x->fname[j], sizeof x->fname[j], "model.safetensors");
+        if (x->n_files == 1)
+            snprintf(x->fname[j], sizeof x->fname[j], "%s",
+                     x->peft ? PEFT_WEIGHTS_FILE : "model.safetensors");
         else snprintf(x->fname[j], sizeof x->fname[j], "model-%05d-of-%05d.safetensors", j + 1,
                       x->n_files);
     }
@@ -605,7 +631,10 @@ static int begin_file(export_run *x, safetensors_writer *w, int i, const char *c
     SHLM_CHECK_ALLOC(nds);
     SHLM_CHECK_ALLOC(shapes);
     for (int j = 0; j < n; j++) {
-        names[j] = x->dl.list[first + j].t->name;
+        char *name = malloc(strlen(x->prefix) + sizeof x->dl.list[first + j].t->name);
+        SHLM_CHECK_ALLOC(name);
+        sprintf(name, "%s%s", x->prefix, x->dl.list[first + j].t->name);
+        names[j] = name;
         dts[j] = x->dtype;
         nds[j] = x->dl.list[first + j].t->ndim;
         shapes[j] = x->dl.list[first + j].t->shape;
@@ -614,6 +643,7 @@ static int begin_file(export_run *x, safetensors_writer *w, int i, const char *c
     snprintf(fp, sizeof fp, "%s/%s", x->out, x->fname[x->file_of[i]]);
     const int rc = safetensors_writer_begin(w, fp, n, names, dts, nds, shapes, 3, meta_k, meta_v,
                                             err, errlen);
+    for (int j = 0; j < n; j++) free((char *)names[j]);
     free(names);
     free(dts);
     free(nds);
@@ -621,14 +651,66 @@ static int begin_file(export_run *x, safetensors_writer *w, int i, const char *c
     return rc;
 }
 
-/* Every tensor of /model into the safetensors files: rank 0 reads each whole, chunk by
- * chunk, checks its checksum and writes it; the others join each (collective) read. 1, or
- * 0 with err on rank 0 (and the failed file abandoned). */
+/* Rank 0: tensor i of the merge (src/ckpt/lora_export.h) into whole (its numel), then
+ * into the open file in the export's dtype, chunk by chunk. 0, or -1 with err. */
+static int write_merged(export_run *x, int i, safetensors_writer *w, float *whole, void *conv,
+                        char *err, size_t errlen) {
+    const model_tensor *t = x->dl.list[i].t;
+    if (lora_merge_tensor(x->merge, t, whole, err, errlen) != 0) return -1;
+    export_sink sink = {w, x->dtype, conv, {0, 0}};
+    for (uint64_t a = 0; a < t->numel; a += CKPT_CHUNK_ELEMS) {
+        const uint64_t cnt = t->numel - a < CKPT_CHUNK_ELEMS ? t->numel - a : CKPT_CHUNK_ELEMS;
+        if (export_chunk(&sink, whole + a, a, cnt, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+/* Tensor i of the checkpoint into the open file: rank 0 reads it whole, chunk by chunk,
+ * checks its checksum and writes it (while ok); the others join each (collective) read.
+ * 1, or 0 with err (on rank 0; every rank when the dataset cannot be opened). */
+static int copy_dataset(export_run *x, int i, safetensors_writer *w, float *buf, void *conv,
+                        int ok, char *err, size_t errlen) {
+    const int me = x->me;
+    ckpt_h5_dataset d;
+    uint64_t stored = 0;
+    const int rok = ckpt_open_dataset(&x->f, &x->dl, FSDP_STATE_MASTER, i, &d, &stored, err,
+                                      errlen) == 0;
+    if (ranks_agree(MPI_COMM_WORLD, rok, err, errlen) != 0) {
+        ckpt_h5_close_dataset(&d);
+        return 0;
+    }
+    export_sink sink = {w, x->dtype, conv, {0, 0}};
+    uint64_t calls = (d.numel + CKPT_CHUNK_ELEMS - 1) / CKPT_CHUNK_ELEMS;
+    int cok = ckpt_read_chunks(&x->f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
+                               me == 0 ? export_chunk : NULL, &sink, err, errlen) == 0;
+    /* a tensor read whole (not cut short by a failed write) must match its checksum:
+     * only then is a mismatch the source's fault */
+    if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
+        snprintf(err, errlen, "%.1000s: dataset %.256s is corrupt: checksum mismatch", x->path,
+                 d.path);
+        cok = 0;
+    }
+    ckpt_h5_close_dataset(&d);
+    return ok && cok;
+}
+
+/* Every tensor of the list into the safetensors files, from the checkpoint (copy_dataset)
+ * or, merged, made whole by rank 0 (write_merged). 1, or 0 with err on rank 0 (and the
+ * failed file abandoned). */
 static int write_tensors(export_run *x, const char *const *meta_v, char *err, size_t errlen) {
     const int me = x->me, nt = x->dl.n;
-    float *buf = malloc((size_t)CHUNK_ELEMS * sizeof(float));
-    void *conv = safetensors_dtype_size(x->dtype) == 2 ? malloc((size_t)CHUNK_ELEMS * 2) : NULL;
+    float *buf = malloc((size_t)CKPT_CHUNK_ELEMS * sizeof(float));
+    void *conv =
+        safetensors_dtype_size(x->dtype) == 2 ? malloc((size_t)CKPT_CHUNK_ELEMS * 2) : NULL;
     SHLM_CHECK_ALLOC(buf);
+    float *whole = NULL; /* merged: the largest tensor */
+    if (x->merge && me == 0) {
+        size_t most = 1;
+        for (int i = 0; i < nt; i++)
+            if (x->dl.list[i].t->numel > most) most = x->dl.list[i].t->numel;
+        whole = malloc(most * sizeof(float));
+        SHLM_CHECK_ALLOC(whole);
+    }
     safetensors_writer w;
     memset(&w, 0, sizeof w);
     int ok = 1, open_file = -1;
@@ -637,29 +719,8 @@ static int write_tensors(export_run *x, const char *const *meta_v, char *err, si
             ok = begin_file(x, &w, i, meta_v, err, errlen) == 0;
             open_file = x->file_of[i];
         }
-        ckpt_h5_dataset d;
-        uint64_t stored = 0;
-        const int rok = ckpt_open_dataset(&x->f, &x->dl, FSDP_STATE_MASTER, i, &d, &stored,
-                                          err, errlen) == 0;
-        if (ranks_agree(MPI_COMM_WORLD, rok, err, errlen) != 0) {
-            ckpt_h5_close_dataset(&d);
-            ok = 0;
-            break;
-        }
-        /* rank 0 reads the whole tensor, chunk by chunk; the others join each call */
-        export_sink sink = {&w, x->dtype, conv, {0, 0}};
-        uint64_t calls = (d.numel + CHUNK_ELEMS - 1) / CHUNK_ELEMS;
-        int cok = read_chunks(&x->f, &d, 0, me == 0 && ok ? d.numel : 0, calls, buf,
-                              me == 0 ? export_chunk : NULL, &sink, err, errlen) == 0;
-        /* a tensor read whole (not cut short by a failed write) must match its checksum:
-         * only then is a mismatch the source's fault */
-        if (me == 0 && ok && cok && ckpt_h5_sum_final(&sink.sum, d.numel) != stored) {
-            snprintf(err, errlen, "%.1000s: dataset %.256s is corrupt: checksum mismatch",
-                     x->path, d.path);
-            cok = 0;
-        }
-        ckpt_h5_close_dataset(&d);
-        if (!cok) ok = 0;
+        if (!x->merge) ok = copy_dataset(x, i, &w, buf, conv, ok, err, errlen);
+        else if (me == 0 && ok) ok = write_merged(x, i, &w, whole, conv, err, errlen) == 0;
         MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
         if (!ok) break;
         if (me == 0 && (i + 1 == nt || x->file_of[i + 1] != open_file))
@@ -670,6 +731,7 @@ static int write_tensors(export_run *x, const char *const *meta_v, char *err, si
     if (me == 0 && !ok) safetensors_writer_abort(&w);
     free(buf);
     free(conv);
+    free(whole);
     return ok;
 }
 
@@ -690,50 +752,108 @@ static int write_index(const export_run *x, char *err, size_t errlen) {
     return rc;
 }
 
+/* A LoRA checkpoint's adapter_config.json (PEFT's names for its targets, over the base's
+ * layout) from its state. */
+static void export_peft_config(const model_shape *m, const ckpt_state *st, peft_config *pc) {
+    memset(pc, 0, sizeof *pc);
+    pc->r = st->lora_rank;
+    pc->lora_alpha = st->lora_alpha;
+    pc->lora_dropout = st->lora_dropout;
+    pc->use_rslora = st->lora_rslora;
+    pc->use_dora = st->lora_dora;
+    snprintf(pc->base_model, sizeof pc->base_model, "%s", st->lora_base);
+    model_desc md;
+    model_shape_desc_open(&md, m);
+    for (int t = 0; t < MODEL_N_TARGETS && pc->n_modules < PEFT_MAX_MODULES; t++)
+        if ((st->lora_targets & 1 << t) &&
+            adapters_module_name(&md.lay, t, pc->modules[pc->n_modules], 64) == 0)
+            pc->n_modules++;
+    model_desc_close(&md);
+}
+
+/* What the checkpoint and the options say to write: the form (x->peft, x->merge's need)
+ * and, for --merged, the merge opened (the base checked). 0, or -1 with err (every rank). */
+static int export_form(export_run *x, const export_opts *o, const model_shape *m,
+                       const ckpt_state *st, char *err, size_t errlen) {
+    if (st->lora_rank == 0) {
+        if (!o->merged) return 0;
+        snprintf(err, errlen, "--merged: %.1200s is a full checkpoint (no LoRA adapters to merge): "
+                 "export it without --merged", x->path);
+        return -1;
+    }
+    if (st->lora_alpha <= 0) {
+        snprintf(err, errlen, "%.1200s holds LoRA adapters but not lora.alpha (a format-%d file, "
+                 "from before checkpoints kept it): the adapters' scale is unknown, so neither "
+                 "a PEFT adapter nor a merged model can be written", x->path, st->format_version);
+        return -1;
+    }
+    if (!o->merged) {
+        if (o->dtype_given || o->shard_given) {
+            snprintf(err, errlen, "%s: a LoRA checkpoint exports as a PEFT adapter, one "
+                     "%s of fp32 tensors (the master weights); --merged writes a model",
+                     o->dtype_given ? "--dtype" : "--shard-size", PEFT_WEIGHTS_FILE);
+            return -1;
+        }
+        x->peft = 1;
+        x->prefix = PEFT_KEY_PREFIX;
+        return 0;
+    }
+    const char *base = o->base ? o->base : st->lora_base;
+    char cfg[1200];
+    snprintf(cfg, sizeof cfg, "%s/config.json", base);
+    int found = x->me != 0 || access(cfg, R_OK) == 0;
+    MPI_CHECK(MPI_Bcast(&found, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!found) {
+        snprintf(err, errlen, "--merged: the base %.600s%s is not a Hugging Face directory (no "
+                 "readable config.json): name the base %.400s was trained on with --base DIR",
+                 base, o->base ? "" : " that the checkpoint records", x->path);
+        return -1;
+    }
+    return lora_merge_open(&x->merge, &x->f, x->path, m, st, base, err, errlen);
+}
+
 static int ckpt_export(int argc, char **argv) {
-    const char *arg = NULL, *dt = "f32";
-    unsigned long long shard_size = 5000000000ull; /* transformers' default max_shard_size */
-    export_run x = {.f = {.file = -1, .dxpl = -1}, .me = rank_of()};
-    const int usage = export_args(argc, argv, &arg, &x.out, &dt, &shard_size);
+    /* shard size: transformers' default max_shard_size */
+    export_opts o = {.dtype = "f32", .shard_size = 5000000000ull};
+    export_run x = {.f = {.file = -1, .dxpl = -1}, .prefix = "", .me = rank_of()};
+    const int usage = export_args(argc, argv, &x.out, &o);
     if (usage) return usage;
     const char *torch_dtype;
-    if (strcmp(dt, "f32") == 0) x.dtype = SAFETENSORS_F32, torch_dtype = "float32";
-    else if (strcmp(dt, "bf16") == 0) x.dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
-    else if (strcmp(dt, "f16") == 0) x.dtype = SAFETENSORS_F16, torch_dtype = "float16";
+    if (strcmp(o.dtype, "f32") == 0) x.dtype = SAFETENSORS_F32, torch_dtype = "float32";
+    else if (strcmp(o.dtype, "bf16") == 0) x.dtype = SAFETENSORS_BF16, torch_dtype = "bfloat16";
+    else if (strcmp(o.dtype, "f16") == 0) x.dtype = SAFETENSORS_F16, torch_dtype = "float16";
     else return fail(2, "--dtype must be f32, bf16 or f16");
 
     char err[1536] = "";
     const int me = x.me;
     model_shape m;
     ckpt_state st;
-    if (open_ckpt(arg, &x.f, x.path, sizeof x.path, &m, &st, err, sizeof err) != 0)
+    if (open_ckpt(o.arg, &x.f, x.path, sizeof x.path, &m, &st, err, sizeof err) != 0)
         return fail(1, err);
-    if (st.lora_rank > 0) {
-        char ignored[64];
-        ckpt_h5_close(&x.f, ignored, sizeof ignored);
-        snprintf(err, sizeof err, "%.1200s holds LoRA adapters (lora.rank = %d) without their base: "
-                 "ckpt export writes whole models only; use the checkpoint with --ckpt "
-                 "(eval, generate) beside the base's model.init_from", x.path, st.lora_rank);
-        return fail(1, err);
-    }
     const double t0 = MPI_Wtime();
-    int ok = me != 0 || safe_file_mkdir_p(x.out, err, sizeof err) == 0;
-    MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    int ok = export_form(&x, &o, &m, &st, err, sizeof err) == 0;
+    if (ok) {
+        ok = me != 0 || safe_file_mkdir_p(x.out, err, sizeof err) == 0;
+        MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
+        if (!ok && me != 0) snprintf(err, sizeof err, "cannot create the output directory");
+    }
     if (!ok) {
+        lora_merge_close(x.merge);
         char ignored[64];
         ckpt_h5_close(&x.f, ignored, sizeof ignored);
-        return fail(1, me == 0 ? err : "cannot create the output directory");
+        return fail(1, err);
     }
 
-    ckpt_tensors_of_shape(&x.dl, &m, &st);
-    plan_files(&x, shard_size);
+    /* merged: the base's tensors; else the checkpoint's (a LoRA checkpoint's: its adapters) */
+    ckpt_tensors_of_shape(&x.dl, &m, x.merge ? NULL : &st);
+    plan_files(&x, x.peft ? ULLONG_MAX : o.shard_size);
     /* the names the export writes: free or regular files, and what an earlier export left
      * beside them (removed once this one has succeeded) */
     char **names = malloc((size_t)x.n_files * sizeof *names);
     SHLM_CHECK_ALLOC(names);
     for (int j = 0; j < x.n_files; j++) names[j] = x.fname[j];
     stale_weights stale = {0};
-    ok = me != 0 || plan_export_dir(x.out, names, x.n_files, &stale, err, sizeof err) == 0;
+    ok = me != 0 || plan_export_dir(x.out, names, x.n_files, x.peft, &stale, err, sizeof err) == 0;
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)st.step);
@@ -741,29 +861,42 @@ static int ckpt_export(int argc, char **argv) {
     if (ok) ok = write_tensors(&x, meta_v, err, sizeof err);
     if (me == 0 && ok && x.n_files > 1) ok = write_index(&x, err, sizeof err) == 0;
     /* the new weights are whole: an earlier export's other ones go */
-    if (me == 0 && ok) ok = remove_stale_weights(x.out, &stale, names, x.n_files, err, sizeof err) == 0;
+    if (me == 0 && ok)
+        ok = remove_stale_weights(x.out, &stale, names, x.n_files, x.peft, err, sizeof err) == 0;
     stale_weights_free(&stale);
     free(names);
-    /* the files the checkpoint kept (collective: every rank reads and checks them) */
-    hf_files hf = {0};
-    if (ok) ok = checkpoint_read_hf(&x.f, &hf, err, sizeof err) == 0;
     char written[512] = "";
-    if (me == 0 && ok) {
-        ok = export_hf_files(x.out, &hf, &m, torch_dtype, written, sizeof written, err,
-                             sizeof err) == 0;
+    if (x.peft) {
+        /* a PEFT adapter: its adapter_config.json beside the tensors */
+        peft_config pc;
+        export_peft_config(&m, &st, &pc);
+        if (me == 0 && ok) {
+            ok = peft_config_write(x.out, &pc, err, sizeof err) == 0;
+            snprintf(written, sizeof written, "%s", PEFT_CONFIG_FILE);
+        }
+    } else {
+        /* the files the checkpoint kept (collective: every rank reads and checks them) */
+        hf_files hf = {0};
+        if (ok) ok = checkpoint_read_hf(&x.f, &hf, err, sizeof err) == 0;
+        if (me == 0 && ok) {
+            ok = export_hf_files(x.out, &hf, &m, torch_dtype, written, sizeof written, err,
+                                 sizeof err) == 0;
+        }
+        hf_files_free(&hf);
     }
-    hf_files_free(&hf);
     MPI_CHECK(MPI_Bcast(&ok, 1, MPI_INT, 0, MPI_COMM_WORLD));
     if (me == 0 && ok) {
         double dtime = MPI_Wtime() - t0;
-        printf("export: %s (step %lld) -> %s: %d tensors in %d file%s (%s), %s; %.3f GB in "
-               "%.3f s = %.2f GB/s\n", x.path, (long long)st.step, x.out, x.dl.n, x.n_files,
-               x.n_files > 1 ? "s + model.safetensors.index.json" : "", dt, written,
-               x.total / 1e9, dtime, x.total / 1e9 / dtime);
+        printf("export: %s (step %lld) -> %s%s: %d tensors in %d file%s (%s), %s; %.3f GB in "
+               "%.3f s = %.2f GB/s\n", x.path, (long long)st.step, x.out,
+               x.peft ? " (PEFT adapter)" : x.merge ? " (adapters merged into the base)" : "",
+               x.dl.n, x.n_files, x.n_files > 1 ? "s + model.safetensors.index.json" : "",
+               x.peft ? "f32" : o.dtype, written, x.total / 1e9, dtime, x.total / 1e9 / dtime);
     }
     free(x.fname);
     free(x.file_of);
     ckpt_tensors_free(&x.dl);
+    lora_merge_close(x.merge);
     char ignored[64];
     ckpt_h5_close(&x.f, ignored, sizeof ignored);
     if (!ok) return fail(1, me == 0 ? err : "export failed");

@@ -1075,11 +1075,7 @@ uint64_t fsdp_base_fingerprint(fsdp_engine *e) {
         const flat_state *b = &e->units[u].base;
         fsdp_get_base_shard(e, u, host);
         const size_t end = b->end < b->numel ? b->end : b->numel;
-        for (size_t i = b->begin; i < end; i++) {
-            uint32_t bits;
-            memcpy(&bits, &host[i - b->begin], sizeof bits);
-            h += rng_hash64(rng_hash64(at + i) ^ bits);
-        }
+        if (end > b->begin) h += rng_fingerprint_f32(at + b->begin, host, end - b->begin);
         at += b->numel;
     }
     free(host);

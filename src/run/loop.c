@@ -320,6 +320,9 @@ static int step_save(loop *L, int s, float lr, int final) {
     st.lora_rank = c->lora.rank;
     st.lora_targets = (int)c->lora.targets;
     st.lora_dora = c->lora.dora;
+    st.lora_alpha = c->lora.rank > 0 ? c->lora.alpha : 0;
+    st.lora_rslora = c->lora.rank > 0 ? c->lora.rslora : 0;
+    st.lora_dropout = c->lora.rank > 0 ? c->lora.dropout : 0;
     st.lora_base[0] = '\0';
     if (c->lora.rank > 0) run_base_name(c, st.lora_base, sizeof st.lora_base);
     st.lora_base_fingerprint = c->lora.rank > 0 ? r->base_fingerprint : 0;
