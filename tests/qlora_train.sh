@@ -16,8 +16,11 @@
 # falls by 0.1) and the base must not: rank 0's fingerprint of the stored codes and scales
 # as loaded and after the last step must be equal, and equal across the runs of one form.
 # The NF4 base must differ from the fp32 base it quantizes (the same seed without nf4: its
-# step-1 loss is more than 1e-4 apart). Then one error line each, before any step, for
-# lora.base_dtype = nf4 and lora.double_quant without a rank, and double_quant without nf4.
+# step-1 loss is more than 1e-4 apart). A checkpoint of the reference's job saved by 2 ranks
+# after step 6 resumes on 4 to the reference's losses of steps 7-12 (1e-6), and is refused,
+# naming both bases, on the fp32 base and on the NF4 base without double quant. Then one
+# error line each, before any step, for lora.base_dtype = nf4 and lora.double_quant without
+# a rank, and double_quant without nf4.
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/qlora_train.sh
@@ -134,6 +137,50 @@ else
         echo "$test_name: ok: step 1's loss $a on the NF4 base, $b on the fp32 base"
     fi
 fi
+
+# ---- a QLoRA checkpoint: 2 ranks stop after step 6 and save; 4 ranks resume it to step 12
+# within 1e-6 of the reference's steps 7-12; a resume on the fp32 base, or on the NF4 base
+# without double quant, is refused naming both bases ----
+run ck_B 2 --set train.micro_batch=4 --set train.stop_after=6 --set "checkpoint.dir=$work/ck"
+rc=$?
+[ $rc -eq 0 ] || fail "ck_B: exit $rc"
+run ck_C 4 --set train.micro_batch=1 --set "checkpoint.dir=$work/ck"
+rc=$?
+if [ $rc -ne 0 ]; then
+    fail "ck_C: exit $rc"
+elif ! grep -q "loaded weights and optimizer of $work/ck/step_6.h5" "$work/ck_C.log"; then
+    fail "ck_C did not resume from step_6.h5"
+else
+    steps "$work/dq_ref/metrics.jsonl" loss | sed -n '7,12p' >"$work/ref.tail"
+    steps "$work/ck_C/metrics.jsonl" loss >"$work/ck_C.tail"
+    rel=$(awk '
+        FNR == NR { ref[$1] = $2; next }
+        { n++; a = ref[$1] + 0; b = $2 + 0; d = a - b; if (d < 0) d = -d
+          if (a < 0) a = -a; r = d / a; if (r > m) m = r }
+        END { if (n != 6) print "missing"; else printf "%.3e\n", m }' "$work/ref.tail" "$work/ck_C.tail")
+    if [ "$rel" = missing ] || awk -v r="$rel" -v t="$tol_loss" 'BEGIN { exit !(r > t) }'; then
+        fail "ck_C: losses of steps 7-12 vs the reference: $rel (tolerance $tol_loss)"
+    else
+        echo "$test_name: ok: 2 ranks -> 4: steps 7-12 within $rel of the reference"
+    fi
+fi
+# resumed NAME PATTERN ARGS...: a resume of the checkpoint (its latest) refused before any step
+resumed() {
+    name=$1
+    pattern=$2
+    shift 2
+    mkdir -p "$work/$name" && cp -R "$work/ck" "$work/$name/ck"
+    echo "+ $SHLM train $job ... --set checkpoint.dir=$work/$name/ck $*"
+    "$SHLM" train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+        --set train.steps=$steps --set lora.rank=4 --set lora.targets=all \
+        --set "checkpoint.dir=$work/$name/ck" "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null
+    refused_before_step1 "$name" $? "$pattern"
+}
+resumed on_fp32_base "(initialised from train.seed = 1337) is another"
+resumed on_plain_nf4 "(initialised from train.seed = 1337, stored as NF4) is another" \
+    --set lora.base_dtype=nf4 --set lora.double_quant=false
+grep -q "the frozen base (initialised from train.seed = 1337, stored as NF4 with double quant" \
+    "$work/on_plain_nf4.err" || fail "on_plain_nf4: the checkpoint's base is not named"
 
 # ---- bad input: one line, before the first step ----
 bad() {
