@@ -24,6 +24,9 @@ void base_nf4_unit_plan(const model_unit *lu, int S, int double_quant, size_t pa
     for (int k = 0; k < lu->n_tensors; k++) {
         const model_tensor *t = &lu->tensors[k];
         if (t->target < 0) continue;
+        if (out->n_nf4 == MODEL_N_TARGETS)
+            SHLM_FATAL("base_nf4_unit_plan: a unit with more than %d projection weights (%s)",
+                       MODEL_N_TARGETS, t->name);
         if (t->offset > pos) {
             out->run_offset[out->n_runs] = pos;
             out->run_count[out->n_runs++] = t->offset - pos;
