@@ -14,6 +14,7 @@ shardlm cuts them), one line each:
   loss plain L     every projection weight W replaced by bitsandbytes'
                    dequantize_4bit(quantize_4bit(W, blocksize=64, quant_type="nf4"))
   loss dq L        the same with compress_statistics=True (double quant)
+  ids dq I...      and its 8 greedy tokens after the prompt 5 6 ... 12 (generate)
 """
 import os
 import struct
@@ -27,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 PROJ = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 T = 256
+PROMPT = [5, 6, 7, 8, 9, 10, 11, 12]
 
 
 def read_ids(path):
@@ -78,6 +80,11 @@ def main(work, val):
                         mod.weight.copy_(bnb.dequantize_4bit(q, state).reshape(w.shape))
         m = PeftModel.from_pretrained(m, peft_dir).eval()
         print(f"loss {case} {loss(m, ids):.9g}", flush=True)
+        if case == "dq":
+            with torch.no_grad():
+                out = m.generate(input_ids=torch.tensor([PROMPT]), max_new_tokens=8,
+                                 do_sample=False, eos_token_id=None, pad_token_id=0)
+            print(f"ids {case}", *(int(v) for v in out[0, len(PROMPT):]), flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
 # to 1e-4 relative: lora.base_dtype = param_dtype (fp32) the first, nf4 with
 # lora.double_quant = false the second on 1 rank and on 3 (FULL_SHARD: a matrix's blocks
 # spread over the ranks unevenly), nf4 (double quant) the third on 1 rank and on 2. The
-# three references must be more than 1e-4 apart (each case tells the forms apart).
+# three references must be more than 1e-4 apart (each case tells the forms apart). generate
+# on the double-quant base (2 ranks, through the KV cache) must give the reference's 8
+# greedy tokens after its prompt.
 # Skipped (77) without a python3 that has torch and transformers (tests/pyenv.sh), peft in
 # $SHLM_PEFT or bitsandbytes in $SHLM_BITSANDBYTES (tests/setup_pyenv.sh installs them), or
 # without an MPI launcher. About 20 s on 2 cores.
@@ -84,5 +86,16 @@ check plain_1r 1 plain --set lora.base_dtype=nf4 --set lora.double_quant=false
 check plain_3r 3 plain --set lora.base_dtype=nf4 --set lora.double_quant=false
 check dq_1r 1 dq --set lora.base_dtype=nf4
 check dq_2r 2 dq --set lora.base_dtype=nf4
+
+want=$(sed -n 's/^ids dq //p' "$work/reference.log")
+if step gen_dq_2r sh "$mpi" 2 "$SHLM" generate "$work/eval.ini" --set lora.base_dtype=nf4 \
+    --prompt-ids 5,6,7,8,9,10,11,12 --tokens 8 --temperature 0 --ids; then
+    got=$(sed -n 's/^generated ids: //p' "$work/gen_dq_2r.log")
+    if [ -n "$want" ] && [ "$got" = "$want" ]; then
+        echo "$test_name: ok: gen_dq_2r: greedy tokens equal the reference's: $got"
+    else
+        fail "gen_dq_2r: greedy tokens '$got', the reference's '$want'"
+    fi
+fi
 
 test_end
