@@ -7,8 +7,9 @@
 # strategy, 2 to 4 ranks, bf16 parameters and reductions, accumulation and tied
 # embeddings; (c) activation checkpointing none > selective > full, each equal to plan's
 # row, with identical losses; (c') the FP8 recipes' operand buffers, exactly; (d)
-# llama2-70b on 1024 ranks plans in under 2 s; (a', b) LoRA: llama2-7b's adapters and
-# frozen base, and the small model's allocations and comm with LoRA and DoRA; (e) plan's own
+# llama2-70b on 1024 ranks plans in under 2 s; (a', a'', b) LoRA and QLoRA: llama2-7b's
+# adapters and frozen base (bf16, NF4), and the small model's allocations and comm with LoRA,
+# DoRA and NF4 bases; (e) plan's own
 # errors; (f) the verdict and the changes it offers; (g) llama2-7b on the cpu backend of a
 # machine it does not fit: plan says so and train refuses before allocating; (h) the
 # Llama-3.x presets' parameter counts and README.md's figures of them.
@@ -103,6 +104,23 @@ else
     fi
 fi
 
+# ---- (a'') the same as QLoRA (lora.base_dtype = nf4, double quant): the seven
+# projections (32 x (4 x 4096² + 3 x 4096 x 11008) values, 12352 quanta of 64 x 256 a
+# block, 772 a rank) at 0.5 + 1/64 + 4/16384 bytes a value, the rest of the base (norms,
+# embedding, head) in bf16 ----
+PJ7=6476005376
+run "$SHLM" plan "$SHLM_SRCDIR/jobs/llama2-7b.ini" --ranks 16 --set lora.rank=16 \
+    --set lora.targets=all --set fsdp.param_dtype=bf16 --set lora.base_dtype=nf4
+if [ $rc -ne 0 ]; then
+    cat "$T/err"
+    fail "plan llama2-7b QLoRA --ranks 16 exited $rc"
+else
+    check "llama2-7b QLoRA: frozen_bytes ~ (0.5159 PJ + 2 (P - PJ)) / 16" "$(row frozen_bytes)" \
+        $(((PJ7 / 2 + PJ7 / 64 + PJ7 / 4096 + 2 * (P7 - PJ7)) / 16))
+    check "llama2-7b QLoRA: master_bytes ~ 4 x adapters / 16 (as LoRA's)" "$(row master_bytes)" \
+        $((4 * A7 / 16))
+fi
+
 # ---- the small model, trained for 2 steps on the bundled corpus ----
 run "$SHLM" data prepare --tokenizer bytes "$SHLM_SRCDIR/jobs/data/shakespeare-train.txt" \
     "$T/train.bin"
@@ -172,6 +190,10 @@ train_vs_plan full4 4
 train_vs_plan lora2 2 --set lora.rank=4 --set lora.targets=all --set fsdp.param_dtype=bf16
 train_vs_plan lora4_sgo_dora 4 --set fsdp.strategy=SHARD_GRAD_OP --set lora.rank=2 \
     --set lora.dora=true --set "lora.targets=q v down"
+# QLoRA: the NF4 blocks (double quant, then plain with bf16 rest) and the gathers' staging
+train_vs_plan qlora2 2 --set lora.rank=4 --set lora.targets=all --set lora.base_dtype=nf4
+train_vs_plan qlora4_sgo_plain 4 --set fsdp.strategy=SHARD_GRAD_OP --set lora.rank=2 \
+    --set lora.base_dtype=nf4 --set lora.double_quant=false --set fsdp.param_dtype=bf16
 s2=$(field sharded_state_bytes "$T/full2.train")
 s4=$(field sharded_state_bytes "$T/full4.train")
 if [ -n "$s2" ] && [ -n "$s4" ]; then

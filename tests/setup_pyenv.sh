@@ -38,9 +38,10 @@ wheels="mistral-common chatterbot-corpus==1.3.3 torchao==0.18.0 qwen-token-count
 # tests keep the environment they were written against (transformers imports bitsandbytes
 # and protobuf whenever they are there): DIR:SPEC... per line.
 # tensorboard's event-file reader and text plugin, and what they import beyond numpy
-# (tests/tensorboard.sh); bitsandbytes 0.50.2 (MIT), NF4's reference (tests/nf4_ref.sh);
-# peft 0.21.2 (Apache-2.0), LoRA's reference (tests/lora_peft_ref.sh; it imports torch,
-# transformers and accelerate, which the environment has)
+# (tests/tensorboard.sh); bitsandbytes 0.50.2 (MIT), NF4's reference (tests/nf4_ref.sh,
+# tests/qlora_peft_ref.sh); peft 0.21.2 (Apache-2.0), LoRA's reference
+# (tests/lora_peft_ref.sh, tests/qlora_peft_ref.sh; it imports torch, transformers and
+# accelerate, which the environment has)
 apart="$SHLM_TENSORBOARD:tensorboard==2.21.0:protobuf==7.36.2:absl-py==2.5.1:markdown==3.11.3:werkzeug==3.1.9:markupsafe==3.0.4
 $SHLM_BITSANDBYTES:bitsandbytes==0.50.2
 $SHLM_PEFT:peft==0.21.2"

@@ -255,9 +255,12 @@ int cmd_plan(int argc, char **argv) {
            "activation checkpointing %s\n", cfg.micro_batch, cfg.seq_len, accum, global,
            job_choice_name("fsdp.activation_checkpointing", (int)cfg.activation_checkpointing));
     printf("per rank memory (bytes)\n");
-    static const char *const what_row[PLAN_N_CATEGORIES] = {
+    const char *const what_row[PLAN_N_CATEGORIES] = {
         "fp32 master weights (shard)", "fp32 gradient (shard)",
-        "AdamW exp_avg + exp_avg_sq (shard)", "LoRA: the frozen base (shard, fsdp.param_dtype)",
+        "AdamW exp_avg + exp_avg_sq (shard)",
+        cfg.lora.base_nf4 ? "QLoRA: the frozen base (shard; the projections NF4, the rest in "
+                            "fsdp.param_dtype)"
+                          : "LoRA: the frozen base (shard, fsdp.param_dtype)",
         "gathered parameter buffers",
         "full-unit gradient buffers for reduce-scatter",
         "activations, their gradients, FP8 operands, the closing sample's KV cache",

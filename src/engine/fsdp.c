@@ -42,6 +42,10 @@ typedef struct gather_slot {
                            * matrices (plan->fp8_rest act elements a rank), all-gathered */
     int rest_from_comm;
     shlm_comm_req *rest_req; /* its all-gather in flight: buf needs them unpacked */
+    uint8_t *nf4;         /* plan->nf4_staging: an NF4 unit's gathered blocks (S of them) */
+    int nf4_from_comm;
+    int nf4_pending;      /* req gathers NF4 blocks into nf4: the unit's buffer needs them
+                           * unpacked (finish_nf4_gather) */
     int unit;             /* unit held, -1 when free */
     shlm_comm_req *req;   /* gather in flight */
 } gather_slot;
@@ -65,7 +69,8 @@ typedef struct flat_state {
     size_t numel, padded;           /* logical and padded flat length */
     size_t begin, end, n;           /* this rank's shard [begin, end), n = end - begin */
     float *master, *grad, *m, *v;   /* (n) fp32 shards (trained) */
-    void *store;                    /* (n) param_dtype shard (frozen) */
+    void *store;                    /* (n) param_dtype shard (frozen), or with NF4 the rank's
+                                     * block (base_nf4.h) */
 } flat_state;
 
 typedef struct unit_state {
@@ -196,6 +201,11 @@ static void wait_req(fsdp_engine *e, shlm_comm_req **req) {
     *req = NULL;
 }
 
+/* Whether unit u's frozen base is stored as NF4 blocks (plan->nf4). */
+static int nf4_unit(const fsdp_engine *e, int u) {
+    return e->plan->nf4 && e->plan->nf4[u].n_nf4 > 0;
+}
+
 /* A flat buffer of numel elements padded to `padded`, and this rank's shard of it. */
 static void flat_init(const fsdp_engine *e, flat_state *f, size_t numel, size_t padded) {
     f->numel = numel;
@@ -272,7 +282,8 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     e->measured[PLAN_MOMENTS] = since(e, m0, 0);
     m0 = mark(e);
     for (int u = 0; u < e->n_units && e->lora; u++)
-        e->units[u].base.store = balloc(e, e->units[u].base.n * shlm_dtype_size(e->pdt));
+        e->units[u].base.store = balloc(e, nf4_unit(e, u) ? plan->nf4[u].block_bytes
+                                                        : e->units[u].base.n * shlm_dtype_size(e->pdt));
     e->measured[PLAN_FROZEN] = since(e, m0, 0);
     m0 = mark(e);
     size_t registered = 0;
@@ -289,6 +300,11 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     for (int k = 0; k < plan->gather_slots; k++) {
         e->slots[k].buf = gather_buffer_alloc(e, plan->max_padded * e->esz, &e->slots[k].buf_from_comm);
         if (e->slots[k].buf_from_comm) registered += plan->max_padded * e->esz;
+    }
+    for (int k = 0; k < N_SLOTS && plan->nf4_staging; k++) {
+        gather_slot *g = &e->slots[k];
+        g->nf4 = gather_buffer_alloc(e, plan->nf4_staging, &g->nf4_from_comm);
+        if (g->nf4_from_comm) registered += plan->nf4_staging;
     }
     if (plan->fp8_weights) {
         const size_t staging = (size_t)e->S * plan->fp8_rest * e->esz;
@@ -352,11 +368,33 @@ static void store_to_host(fsdp_engine *e, const flat_state *f, float *host) {
     free(h);
 }
 
-/* The largest shard of any flat buffer of the engine (host staging). */
+/* The whole unit u of an NF4 base, host fp32 (the unit's values, every rank): its block
+ * made from it (base_nf4_block_make) into the store. */
+static void nf4_store_from_host(fsdp_engine *e, int u, const float *host) {
+    const base_nf4_unit *nu = &e->plan->nf4[u];
+    uint8_t *block = malloc(nu->block_bytes);
+    SHLM_CHECK_ALLOC(block);
+    int bad_tensor;
+    size_t bad_index;
+    if (base_nf4_block_make(nu, e->shard_rank, shlm_dtype_size(e->pdt), host, block, &bad_tensor,
+                            &bad_index) != 0)
+        SHLM_FATAL("NF4 base: %s holds a NaN or an infinity at value %zu: nothing to quantize it "
+                   "by", e->md->lay.units[u].tensors[bad_tensor].name, bad_index);
+    e->ops->to_device(e->units[u].base.store, block, nu->block_bytes);
+    free(block);
+}
+
+/* The elements of unit u's base that fsdp_set_base_shard takes on this rank: its shard, or
+ * (NF4) the whole unit. */
+static size_t base_host_numel(const fsdp_engine *e, int u) {
+    return nf4_unit(e, u) ? e->units[u].base.numel : e->units[u].base.n;
+}
+
+/* The largest shard of any flat buffer of the engine, or whole NF4 unit (host staging). */
 static size_t max_flat_shard(const fsdp_engine *e) {
     size_t m = 1;
     for (int u = 0; u < e->n_units; u++) {
-        if (e->units[u].base.n > m) m = e->units[u].base.n;
+        if (base_host_numel(e, u) > m) m = base_host_numel(e, u);
         if (e->units[u].adapter.n > m) m = e->units[u].adapter.n;
     }
     return m;
@@ -367,6 +405,12 @@ void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
     SHLM_CHECK_ALLOC(host);
     for (int u = 0; u < e->n_units; u++) {
         flat_state *b = &e->units[u].base;
+        if (nf4_unit(e, u)) { /* quantized from the whole unit */
+            e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, 0, b->numel, host);
+            nf4_store_from_host(e, u, host);
+            e->units[u].gathered = 0;
+            continue;
+        }
         e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, b->begin, b->end, host);
         if (e->lora) store_from_host(e, b, host);
         else e->ops->to_device(b->master, host, b->n * sizeof(float));
@@ -409,6 +453,7 @@ void fsdp_destroy(fsdp_engine *e) {
         wait_req(e, &e->slots[k].rest_req);
         registered_free(e, e->slots[k].codes, e->slots[k].codes_from_comm);
         registered_free(e, e->slots[k].rest, e->slots[k].rest_from_comm);
+        registered_free(e, e->slots[k].nf4, e->slots[k].nf4_from_comm);
         e->ops->free(e->gslots[k].buf);
         e->ops->free(e->gslots[k].bf16);
     }
@@ -548,6 +593,33 @@ static void move_rest(fsdp_engine *e, int u, int r, void *buf, void *staging, in
     }
 }
 
+/* Rank r's NF4 block of unit u (backend memory) into the unit's gathered buffer buf (act):
+ * the rest cast from param_dtype, the matrices dequantized (with bf16 param_dtype on an fp32
+ * act rounded to bf16: what a bf16 gather gives). */
+static void unpack_nf4(fsdp_engine *e, int u, int r, uint8_t *block, void *buf) {
+    base_nf4_piece pc[BASE_NF4_MAX_PIECES];
+    const int n = base_nf4_pieces(&e->plan->nf4[u], r, shlm_dtype_size(e->pdt), block, pc);
+    for (int i = 0; i < n; i++) {
+        char *dst = (char *)buf + pc[i].dst * e->esz;
+        if (!pc[i].q.n) {
+            cast_frozen(e, dst, block + pc[i].src, pc[i].count);
+            continue;
+        }
+        e->ops->nf4_dequantize(dst, &pc[i].q, 0, pc[i].q.n);
+        if (e->ops->act_dtype == SHLM_F32 && e->pdt == SHLM_BF16)
+            e->ops->round_to_bf16((float *)(void *)dst, pc[i].q.n);
+    }
+}
+
+/* After slot g's all-gather of an NF4 unit's blocks: every rank's unpacked into the unit's
+ * buffer. */
+static void finish_nf4_gather(fsdp_engine *e, gather_slot *g) {
+    if (!g->nf4_pending) return;
+    g->nf4_pending = 0;
+    const size_t bytes = e->plan->nf4[g->unit].block_bytes;
+    for (int r = 0; r < e->S; r++) unpack_nf4(e, g->unit, r, g->nf4 + (size_t)r * bytes, gathered_buf(e, g->unit));
+}
+
 /* After slot g's all-gathers: the other ranks' rest unpacked into its buffer. */
 static void finish_fp8_gather(fsdp_engine *e, gather_slot *g) {
     if (!g->rest_req) return;
@@ -568,6 +640,8 @@ static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot
     if (fp8) {
         if (e->fp8_stale) fp8_refresh_scales(e);
         cast_shard_fp8(e, u, buf, g->codes);
+    } else if (nf4_unit(e, u)) { /* S == 1: the block unpacks at once */
+        if (e->S == 1) unpack_nf4(e, u, 0, s->store, buf);
     } else if (e->lora) {
         cast_frozen(e, (char *)buf + s->begin * e->esz, s->store, s->n);
     } else {
@@ -586,6 +660,11 @@ static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot
             g->rest_req = e->comm->iall_gather(e->shard_g, NULL, g->rest, e->plan->fp8_rest,
                                                e->ops->act_dtype);
         }
+    } else if (nf4_unit(e, u)) { /* the blocks, as bytes (block_bytes is a multiple of 4) */
+        const size_t bytes = e->plan->nf4[u].block_bytes;
+        e->ops->copy(g->nf4 + (size_t)e->shard_rank * bytes, s->store, bytes);
+        req = e->comm->iall_gather(e->shard_g, NULL, g->nf4, bytes / 2, SHLM_BF16);
+        g->nf4_pending = 1;
     } else {
         req = e->comm->iall_gather(e->shard_g, NULL, buf, s->n, e->ops->act_dtype);
     }
@@ -608,8 +687,8 @@ static void issue_gather(fsdp_engine *e, int u) {
         int k = free_slot(e);
         if (k < 0) return;
         e->slots[k].unit = u;
-        e->slots[k].req = start_gather(e, u, s->own, NULL, &e->slots[k].areq);
         s->slot = k;
+        e->slots[k].req = start_gather(e, u, s->own, &e->slots[k], &e->slots[k].areq);
         return;
     }
     int k = free_slot(e);
@@ -641,6 +720,7 @@ static void drop_slots(fsdp_engine *e) {
         wait_req(e, &g->req);
         wait_req(e, &g->areq);
         wait_req(e, &g->rest_req);
+        g->nf4_pending = 0;
         if (g->unit >= 0) {
             e->units[g->unit].slot = -1;
             e->units[g->unit].gathered = 0;
@@ -669,6 +749,7 @@ static const void *src_acquire(void *ctx, int u, model_phase phase) {
             wait_req(e, &e->slots[s->slot].req);
             wait_req(e, &e->slots[s->slot].areq);
             finish_fp8_gather(e, &e->slots[s->slot]);
+            finish_nf4_gather(e, &e->slots[s->slot]);
             shlm_range_pop(e->ops);
             if (s->own) { /* own buffer: the slot only carried the request */
                 e->slots[s->slot].unit = -1;
@@ -986,19 +1067,23 @@ const model_layout *fsdp_layout(const fsdp_engine *e) { return model_desc_traine
 const model_layout *fsdp_base_layout(const fsdp_engine *e) { return &e->md->lay; }
 
 void fsdp_base_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end) {
-    *begin = e->units[u].base.begin;
-    *end = e->units[u].base.end;
+    *begin = nf4_unit(e, u) ? 0 : e->units[u].base.begin;
+    *end = nf4_unit(e, u) ? e->units[u].base.numel : e->units[u].base.end;
 }
 
 void fsdp_get_base_shard(fsdp_engine *e, int u, float *out) {
     const flat_state *b = &e->units[u].base;
+    if (nf4_unit(e, u))
+        SHLM_FATAL("fsdp_get_base_shard: unit %d of the base is stored as NF4 blocks, which a "
+                   "rank cannot read back as an fp32 range (gather it)", u);
     if (e->lora) store_to_host(e, b, out);
     else e->ops->to_host(out, b->master, b->n * sizeof(float));
 }
 
 void fsdp_set_base_shard(fsdp_engine *e, int u, const float *in) {
     unit_state *us = &e->units[u];
-    if (e->lora) store_from_host(e, &us->base, in);
+    if (nf4_unit(e, u)) nf4_store_from_host(e, u, in);
+    else if (e->lora) store_from_host(e, &us->base, in);
     else e->ops->to_device(us->base.master, in, us->base.n * sizeof(float));
     if (us->own || us->slot >= 0) us->gathered = 0;
     e->fp8_stale = 1;
@@ -1073,6 +1158,16 @@ uint64_t fsdp_base_fingerprint(fsdp_engine *e) {
     uint64_t h = 0, at = 0; /* at: the unit's first element in the whole model */
     for (int u = 0; u < e->n_units; u++) {
         const flat_state *b = &e->units[u].base;
+        if (nf4_unit(e, u)) { /* its codes and scales as stored (base_nf4_fingerprint) */
+            const base_nf4_unit *nu = &e->plan->nf4[u];
+            uint8_t *block = malloc(nu->block_bytes);
+            SHLM_CHECK_ALLOC(block);
+            e->ops->to_host(block, b->store, nu->block_bytes);
+            h += base_nf4_fingerprint(nu, e->shard_rank, shlm_dtype_size(e->pdt), block, at);
+            free(block);
+            at += b->numel;
+            continue;
+        }
         fsdp_get_base_shard(e, u, host);
         const size_t end = b->end < b->numel ? b->end : b->numel;
         if (end > b->begin) h += rng_fingerprint_f32(at + b->begin, host, end - b->begin);

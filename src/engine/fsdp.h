@@ -115,17 +115,23 @@ void fsdp_set_shard(fsdp_engine *e, int u, const float *in);
 const model_layout *fsdp_layout(const fsdp_engine *e);
 
 /* ---- the base: the model's own tensors, trained (full training: the same as above) or
- * frozen (LoRA: stored in fsdp.param_dtype) ---- */
+ * frozen (LoRA: stored in fsdp.param_dtype; QLoRA: a unit with projections as NF4 blocks,
+ * src/engine/base_nf4.h) ---- */
 int fsdp_lora(const fsdp_engine *e); /* 1: the base is frozen, the adapters train */
 const model_layout *fsdp_base_layout(const fsdp_engine *e);
+/* The range of unit u's flat buffer that fsdp_set_base_shard takes on this rank: its
+ * shard, or for a unit stored as NF4 the whole unit (every rank quantizes each matrix whole
+ * and keeps its quanta: the codes one rank would make). */
 void fsdp_base_shard_range(const fsdp_engine *e, int u, size_t *begin, size_t *end);
 /* This rank's shard of unit u's base as host fp32 (a bf16 store widened), and set from
- * one (a frozen store rounds to param_dtype, to nearest even). Local. */
+ * that range (a frozen store rounds to param_dtype, to nearest even; an NF4 unit
+ * quantizes). Local. A unit stored as NF4 has no such shard to read: get aborts on it. */
 void fsdp_get_base_shard(fsdp_engine *e, int u, float *out);
 void fsdp_set_base_shard(fsdp_engine *e, int u, const float *in);
-/* A 64-bit fingerprint of the base's values as stored: Σ hash(i, bits of x_i) over every
- * element i of the model (layout order), modulo 2^64, the same at every world size and
- * strategy. Collective over the shard group. */
+/* A 64-bit fingerprint of the base as stored: Σ hash(i, bits of x_i) over every element i
+ * of the model (layout order), and for a unit stored as NF4 its codes and scales as stored
+ * (base_nf4_fingerprint: the same bits give the same values on every backend), modulo
+ * 2^64, the same at every world size and strategy. Collective over the shard group. */
 uint64_t fsdp_base_fingerprint(fsdp_engine *e);
 
 /* Schedule trace: one JSON object per event ({"seq", "t_us", "unit", "event"}) with

@@ -160,6 +160,10 @@ typedef struct lora_config {
     unsigned targets;  /* 1 << model_target per adapted projection */
     int rslora;        /* scale alpha / √r */
     int dora;          /* a trained magnitude per output row */
+    int base_nf4;      /* lora.base_dtype = nf4 (QLoRA): the projections' weights are stored
+                        * and gathered as NF4 (src/engine/base_nf4.h), the rest of the base in
+                        * fsdp.param_dtype */
+    int double_quant;  /* with base_nf4: the NF4 absmaxes quantized again (kernels/nf4.h) */
 } lora_config;
 
 /* One adapted projection inside a fused product (model_fp8_weight: q|k|v, o, gate|up,

@@ -14,6 +14,16 @@ const char *const plan_category_names[PLAN_N_CATEGORIES] = {
 
 static size_t round_up(size_t b, size_t align) { return (b + align - 1) / align * align; }
 
+/* A rank's store of unit u's frozen base: its NF4 block, or its shard in param_dtype (ps
+ * bytes an element). */
+static size_t frozen_bytes(const shard_plan *plan, int u, size_t ps) {
+    if (plan->nf4 && plan->nf4[u].n_nf4) return plan->nf4[u].block_bytes;
+    return plan->units[u].shard * ps;
+}
+
+/* Whether unit u's base is gathered as NF4 blocks. */
+static int nf4_unit(const shard_plan *plan, int u) { return plan->nf4 && plan->nf4[u].n_nf4 > 0; }
+
 /* The schedule of pass `mp`: next unit after each use; a release keeps the unit when
  * NO_SHARD or generation's hold keeps every unit, or when SHARD_GRAD_OP in training will
  * use it again later in the pass (a block from its forward to its backward, a tied
@@ -46,6 +56,16 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     plan->units = calloc((size_t)plan->n_units, sizeof *plan->units);
     SHLM_CHECK_ALLOC(plan->units);
     plan->lora = model_desc_lora(m);
+    const size_t ps = shlm_dtype_size(p->param_dtype);
+    if (plan->lora && m->lora.base_nf4) {
+        plan->nf4 = calloc((size_t)plan->n_units, sizeof *plan->nf4);
+        SHLM_CHECK_ALLOC(plan->nf4);
+        for (int u = 0; u < plan->n_units; u++) {
+            base_nf4_unit_plan(&m->lay.units[u], S, m->lora.double_quant, ps, &plan->nf4[u]);
+            if (S > 1 && plan->nf4[u].n_nf4 && (size_t)S * plan->nf4[u].block_bytes > plan->nf4_staging)
+                plan->nf4_staging = (size_t)S * plan->nf4[u].block_bytes;
+        }
+    }
     /* gathered: both flat buffers of a unit; trained: the adapters' (LoRA) or the base's */
     size_t sum_gathered = 0, sum_trained = 0, sum_frozen = 0;
     for (int u = 0; u < plan->n_units; u++) {
@@ -62,12 +82,12 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
         shard_plan_trained(plan, u, &tn, &tp, &ts);
         sum_gathered += x->padded + x->a_padded;
         sum_trained += ts;
-        if (plan->lora) sum_frozen += x->shard;
+        if (plan->lora) sum_frozen += frozen_bytes(plan, u, ps);
         if (x->padded + x->a_padded > plan->max_padded) plan->max_padded = x->padded + x->a_padded;
         if (tp > plan->max_grad_padded) plan->max_grad_padded = tp;
         if (ts > plan->max_shard) plan->max_shard = ts;
     }
-    plan->direct = S == 1 && p->act == SHLM_F32 && p->param_dtype == SHLM_F32;
+    plan->direct = S == 1 && p->act == SHLM_F32 && p->param_dtype == SHLM_F32 && !plan->nf4;
     plan->keep_gathered = p->strategy == FSDP_SHARD_GRAD_OP || p->strategy == FSDP_NO_SHARD ||
                           p->hold;
     plan->gather_slots = plan->keep_gathered || plan->direct ? 0 : PLAN_SLOTS;
@@ -94,12 +114,11 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     /* bytes per category, and the arena: each buffer as the backend rounds it */
     const size_t align = p->ops && p->ops->alloc_align ? p->ops->alloc_align : 1;
     size_t *b = plan->bytes, arena = 0, arena_state = 0, arena_frozen = 0;
-    const size_t ps = shlm_dtype_size(p->param_dtype);
     for (int u = 0; u < plan->n_units; u++) {
         size_t tn, tp, ts;
         shard_plan_trained(plan, u, &tn, &tp, &ts);
         if (tn) arena_state += round_up(ts * 4, align);
-        if (plan->lora) arena_frozen += round_up(plan->units[u].shard * ps, align);
+        if (plan->lora) arena_frozen += round_up(frozen_bytes(plan, u, ps), align);
     }
     b[PLAN_MASTER] = sum_trained * 4;
     arena += arena_state;
@@ -108,7 +127,7 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
         b[PLAN_MOMENTS] = 2 * sum_trained * 4;
         arena += 3 * arena_state;
     }
-    b[PLAN_FROZEN] = sum_frozen * ps;
+    b[PLAN_FROZEN] = sum_frozen;
     arena += arena_frozen;
     size_t gathered_arena = 0;
     if (plan->keep_gathered && !plan->direct) {
@@ -126,6 +145,10 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
         gathered_arena += (size_t)plan->gather_slots * round_up(plan->max_padded, align) +
                           round_up(amaxes, align) + round_up(scales, align);
         if (staging) gathered_arena += (size_t)plan->gather_slots * round_up(staging, align);
+    }
+    if (plan->nf4_staging) { /* the gathers in flight (at most PLAN_SLOTS) land there */
+        b[PLAN_GATHERED] += (size_t)PLAN_SLOTS * plan->nf4_staging;
+        gathered_arena += (size_t)PLAN_SLOTS * round_up(plan->nf4_staging, align);
     }
     if (p->registered_gathers && S > 1) plan->registered = b[PLAN_GATHERED];
     else arena += gathered_arena;
@@ -166,6 +189,8 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
             /* FP8 weights: a byte an element, and the staged rest in act dtype */
             if (!held[u] && plan->fp8_weights && m->lay.units[u].n_fp8 > 0)
                 gathers += plan->units[u].padded + (size_t)S * plan->fp8_rest * es;
+            else if (!held[u] && nf4_unit(plan, u)) /* NF4: the blocks, then the adapters */
+                gathers += (size_t)S * plan->nf4[u].block_bytes + plan->units[u].a_padded * es;
             else if (!held[u])
                 gathers += (plan->units[u].padded + plan->units[u].a_padded) * es;
             held[u] = shard_plan_keeps(plan, 1, u, mp->uses[i].phase);
@@ -206,6 +231,7 @@ int shard_plan_rest_pieces(const model_unit *lu, size_t begin, size_t end, plan_
 
 void shard_plan_free(shard_plan *plan) {
     free(plan->units);
+    free(plan->nf4);
     for (int k = 0; k < 2; k++) {
         free(plan->pass[k].next);
         free(plan->pass[k].keep);

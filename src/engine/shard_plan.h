@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "kernels/ops.h"
+#include "src/engine/base_nf4.h"
 #include "src/engine/model.h"
 #include "src/engine/topology.h"
 
@@ -24,8 +25,10 @@ typedef enum plan_category {
     PLAN_MASTER = 0,   /* fp32 master weights (shard) of what trains */
     PLAN_GRAD,         /* fp32 gradient (shard) */
     PLAN_MOMENTS,      /* AdamW exp_avg + exp_avg_sq (shard) */
-    PLAN_FROZEN,       /* LoRA: the frozen base (shard, fsdp.param_dtype) */
-    PLAN_GATHERED,     /* gathered-parameter buffers (act dtype): per unit or PLAN_SLOTS */
+    PLAN_FROZEN,       /* LoRA: the frozen base (shard, fsdp.param_dtype; with NF4 the
+                        * blocks of base_nf4.h) */
+    PLAN_GATHERED,     /* gathered-parameter buffers (act dtype): per unit or PLAN_SLOTS;
+                        * with NF4 and S > 1 also PLAN_SLOTS buffers of S blocks */
     PLAN_GRAD_BUFFERS, /* full-unit fp32 gradient slots, their bf16 staging, the bf16
                         * staging of the replica all-reduce */
     PLAN_ACTIVATIONS,  /* the model's activations and their gradients (and FP8's operand
@@ -89,6 +92,10 @@ typedef struct shard_plan {
     size_t max_grad_padded, max_shard; /* the largest trained flat buffer, padded and its
                                         * shard */
     int lora;           /* the base is frozen and the adapters train (model_desc_lora) */
+    base_nf4_unit *nf4; /* lora.base_dtype = nf4: each unit's stored base (a unit with
+                         * n_nf4 = 0 is stored and gathered as without NF4); NULL: none */
+    size_t nf4_staging; /* nf4 with S > 1: the bytes of the S blocks of the largest one,
+                         * what one gather of an NF4 unit lands in (PLAN_SLOTS of them) */
     int direct;         /* one shard, fp32 everywhere: the master (a frozen base's store)
                          * is the gathered unit */
     int keep_gathered;  /* SHARD_GRAD_OP, NO_SHARD, p.hold: one gathered buffer per unit */

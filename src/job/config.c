@@ -164,6 +164,13 @@ static const key_def keys[] = {
     {"lora", "init_from", KT_STRING, F(lora_init_from), "", NOLIM, NULL, KF_PATH,
      "a PEFT adapter directory (adapter_config.json, adapter_model.safetensors) the adapters "
      "start from, for train, eval and generate; empty: A random, B zero"},
+    {"lora", "base_dtype", KT_ENUM, F(lora.base_nf4), "param_dtype", NOLIM, "param_dtype|nf4", 0,
+     "how the frozen base is stored and gathered: in fsdp.param_dtype, or nf4 (QLoRA: the "
+     "blocks' projection weights as 4-bit NormalFloat in blocks of 64, as bitsandbytes "
+     "quantizes them at load; embeddings, norms and lm head stay in param_dtype)"},
+    {"lora", "double_quant", KT_BOOL, F(lora.double_quant), "true", NOLIM, NULL, 0,
+     "base_dtype = nf4: quantize the blocks' absmaxes again (8-bit, groups of 256), as QLoRA "
+     "does"},
 
     {"data", "train", KT_STRING, F(data_train), NULL, NOLIM, NULL,
      KF_REQUIRED | KF_TRAINING | KF_PATH,
@@ -877,6 +884,7 @@ static int resolve_lora(loader *ld, char *err, size_t errlen) {
     const int i_drop = idx("lora", "dropout"), i_tg = idx("lora", "targets");
     const int i_rs = idx("lora", "rslora"), i_dora = idx("lora", "dora");
     const int i_init = idx("lora", "init_from");
+    const int i_bd = idx("lora", "base_dtype"), i_dq = idx("lora", "double_quant");
     lora_config *L = &c->lora;
     if (lora_targets_parse(c->lora_targets, &L->targets, bad, sizeof bad) != 0) {
         origin(ld, i_tg, at, sizeof at);
@@ -928,10 +936,11 @@ static int resolve_lora(loader *ld, char *err, size_t errlen) {
         }
         *L = (lora_config){.rank = pc.r, .alpha = (float)pc.lora_alpha,
                            .dropout = st[i_drop].set ? L->dropout : (float)pc.lora_dropout,
-                           .targets = mask, .rslora = pc.use_rslora, .dora = pc.use_dora};
+                           .targets = mask, .rslora = pc.use_rslora, .dora = pc.use_dora,
+                           .base_nf4 = L->base_nf4, .double_quant = L->double_quant};
         lora_targets_text(mask, c->lora_targets, sizeof c->lora_targets);
     } else if (L->rank == 0) {
-        const int given[] = {i_alpha, i_drop, i_tg, i_rs, i_dora};
+        const int given[] = {i_alpha, i_drop, i_tg, i_rs, i_dora, i_bd, i_dq};
         for (size_t i = 0; i < sizeof given / sizeof given[0]; i++) {
             if (!st[given[i]].set) continue;
             origin(ld, given[i], at, sizeof at);
@@ -946,6 +955,13 @@ static int resolve_lora(loader *ld, char *err, size_t errlen) {
     } else if (!st[i_alpha].set) {
         L->alpha = 2.0f * (float)L->rank;
     }
+    if (st[i_dq].set && !L->base_nf4) {
+        origin(ld, i_dq, at, sizeof at);
+        io_set_err(err, errlen, "%s: [lora] double_quant = %s needs [lora] base_dtype = nf4 (it "
+                   "quantizes NF4's scales)", at, L->double_quant ? "true" : "false");
+        return -1;
+    }
+    if (!L->base_nf4) L->double_quant = 0;
     if (L->dora && L->dropout > 0 && c->use == JOB_TRAIN) {
         origin2(ld, i_drop, i_dora, at, sizeof at);
         io_set_err(err, errlen, "%s: [lora] dora with dropout = %g: training DoRA with dropout "

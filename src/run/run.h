@@ -102,7 +102,8 @@ int run_validate(run *r, double *loss, double *scored);
 int run_load_initial(run *r, ckpt_state *st);
 
 /* LoRA: the frozen base as a person names it: model.init_from, or "initialised from
- * train.seed = N" (what a LoRA checkpoint keeps as lora.base). */
+ * train.seed = N", and with lora.base_dtype = nf4 ", stored as NF4[ with double quant]"
+ * (what a LoRA checkpoint keeps as lora.base). */
 void run_base_name(const job_config *c, char *out, size_t outlen);
 
 /* LoRA: checks that the frozen base is what was loaded (its fingerprint as at the start),

@@ -213,8 +213,11 @@ static int lora_start(run *r, int adapters_follow, char *err, size_t errlen) {
 }
 
 void run_base_name(const job_config *c, char *out, size_t outlen) {
-    if (c->init_from[0]) snprintf(out, outlen, "%s", c->init_from);
-    else snprintf(out, outlen, "initialised from train.seed = %llu", (unsigned long long)c->seed);
+    const char *as = !c->lora.base_nf4     ? ""
+                     : c->lora.double_quant ? ", stored as NF4 with double quant"
+                                            : ", stored as NF4";
+    if (c->init_from[0]) snprintf(out, outlen, "%s%s", c->init_from, as);
+    else snprintf(out, outlen, "initialised from train.seed = %llu%s", (unsigned long long)c->seed, as);
 }
 
 /* Whether checkpoint path (its state st) holds what this job trains: the same adapters
