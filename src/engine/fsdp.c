@@ -1,5 +1,6 @@
 /* The FSDP engine (see fsdp.h): flat padded units, shard ranges, gathered-buffer slots
- * with prefetch, gradient reduce-scatter and replica all-reduce, AdamW on shards. */
+ * with prefetch, gradient reduce-scatter and replica all-reduce, AdamW on shards (on the
+ * device, or offloaded to the host: offload.h). */
 #include "src/engine/fsdp.h"
 
 #include <math.h>
@@ -524,7 +525,6 @@ static void cast_trained(fsdp_engine *e, void *dst, const flat_state *f) {
     if (e->offload && e->odt != SHLM_F32) cast_store(e, dst, f->store, e->odt, f->n);
     else cast_params(e, dst, trained_values(e, f), f->n);
 }
-
 
 /* The index among every unit's FP8 matrices of unit u's holding element `offset` of it,
  * or -1: the amax it adds to. */
