@@ -135,6 +135,27 @@ int main(void) {
               strstr(err, "shardlm plan job.ini --ranks 2") && !strchr(err, '\n'),
           "133.56 GiB needed, 16.99 free: refused in one line: %s", err);
 
+    /* fsdp.offload: the host's share against the offloaded state (and on the cpu backend
+     * the plan's total beside it); nothing to check without the offload */
+    memset(&pl, 0, sizeof pl);
+    pl.bytes[PLAN_GRAD] = (size_t)(1.0 * GIB); /* master and moments: 3 GiB */
+    pl.host_bytes = (size_t)(3.5 * GIB);
+    check(fit_check_host(&pl, 0, 1 * GIB, "w", "job.ini", err, sizeof err) == 0,
+          "no offload: no host check");
+    pl.offload = 1;
+    check(fit_check_host(&pl, 0, 3.5 * GIB, "w", "job.ini", err, sizeof err) == 0,
+          "3.5 GiB offloaded, 3.5 free: fits");
+    rc = fit_check_host(&pl, 0, 3.4 * GIB, "this machine's available memory", "job.ini", err,
+                        sizeof err);
+    check(rc == -1 && strstr(err, "job.ini: fsdp.offload = optimizer needs 3.50 GiB of host memory per rank") &&
+              strstr(err, "master and AdamW moments 3.00, gradient and upload staging 0.50)") &&
+              strstr(err, "but 3.40 GiB are free per rank (this machine's available memory)") &&
+              !strchr(err, '\n'),
+          "3.5 GiB offloaded, 3.4 free: refused in one line: %s", err);
+    rc = fit_check_host(&pl, 2 * GIB, 5 * GIB, "w", "job.ini", err, sizeof err);
+    check(rc == -1 && strstr(err, "needs 5.50 GiB") && strstr(err, "the plan's other buffers 2.00"),
+          "on the cpu backend the plan's 2 GiB count too: 5.5 of 5 refused: %s", err);
+
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpl);
     if (system(cmd) != 0) fprintf(stderr, "test_fit: could not remove %s\n", tmpl);

@@ -1,30 +1,18 @@
 /* cpu backend optimizer and reductions over flat fp32 buffers: fused AdamW with
- * decoupled weight decay, the sum of squares (for the gradient norm) and accumulation. */
+ * decoupled weight decay (the host AdamW, host_adamw.h), the sum of squares (for the
+ * gradient norm) and accumulation. */
 #include "kernels/cpu/cpu.h"
 
 #include <math.h>
 
-#include "kernels/check.h"
+#include "kernels/host_adamw.h"
 
+/* The host AdamW itself: the optimizer offload runs the same function, so the two agree
+ * bit for bit by construction. */
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int step, float *amax) {
-    if (step < 1) SHLM_FATAL("adamw: step %d, but steps count from 1", step);
-    /* bias corrections in double: 1 − β2^t is ~1e-3 at t = 1, where fp32 pow loses digits */
-    const float bc1 = (float)(1.0 / (1.0 - pow((double)beta1, step)));
-    const float bc2 = (float)(1.0 / (1.0 - pow((double)beta2, step)));
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i] * grad_scale;
-        float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float mhat = mi * bc1, vhat = vi * bc2;
-        /* decay uses the weight before this step's update, as torch.optim.AdamW does */
-        param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + weight_decay * param[i]);
-    }
-    if (amax) shlm_cpu_fp8_param_amax(amax, param, n);
+    host_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step, amax);
 }
 
 /* Fixed block boundaries (a function of n only) and a sequential sum of the block

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/check.h"
+#include "kernels/host_adamw.h"
 
 /* The parameters of a format: mantissa bits, exponent bias, largest finite value. */
 typedef struct fp8_spec {
@@ -138,12 +139,7 @@ static float param_scale(const float *amax, int round) {
     return spec_of(SHLM_FP8_E4M3).fmax / fmaxf(a, 1e-12f);
 }
 
-void shlm_cpu_fp8_param_amax(float *amax, const float *p, size_t n) {
-    float m = *amax;
-#pragma omp parallel for reduction(max : m) schedule(static)
-    for (size_t i = 0; i < n; i++) m = fmaxf(m, fabsf(p[i])); /* NaN ignored */
-    *amax = m;
-}
+void shlm_cpu_fp8_param_amax(float *amax, const float *p, size_t n) { host_abs_max(amax, p, n); }
 
 void shlm_cpu_fp8_param_scale(float *scale_inv, const float *amax, int round) {
     *scale_inv = 1.0f / param_scale(amax, round);

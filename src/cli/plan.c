@@ -261,11 +261,12 @@ int cmd_plan(int argc, char **argv) {
         cfg.lora.base_nf4 ? "QLoRA: the frozen base (shard; the projections NF4, the rest in "
                             "fsdp.param_dtype)"
                           : "LoRA: the frozen base (shard, fsdp.param_dtype)",
+        "fsdp.offload: the trained shard's device copy the gather reads",
         "gathered parameter buffers",
         "full-unit gradient buffers for reduce-scatter",
         "activations, their gradients, FP8 operands, the closing sample's KV cache",
         "the ops' scratch and the matmul library's workspace"};
-    for (int k = PLAN_MASTER; k <= PLAN_FROZEN; k++)
+    for (int k = PLAN_MASTER; k <= PLAN_PARAM_COPY; k++)
         row(plan_category_names[k], pl->bytes[k], what_row[k]);
     row("sharded_state_bytes", pl->state, "");
     printf("  %-24s %16.0f  %10.3f GiB  %s16 P / S with P = %lld, S = %d\n", "16P/S",
@@ -278,6 +279,17 @@ int cmd_plan(int argc, char **argv) {
         : strcmp(backend, "cpu") == 0 ? "none on the cpu backend"
                                       : "not counted: no GPU visible to size it");
     row("total_bytes", pl->total, "every row above: what train's fit check compares");
+    const int per_node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
+    const int offload = pl->offload;
+    const size_t host_bytes = pl->host_bytes, total = pl->total;
+    if (offload) {
+        row("host_bytes", host_bytes,
+            "fsdp.offload: master, AdamW moments, gradient and upload staging in host memory "
+            "(page-locked on a device), apart from the above");
+        printf("  %-24s %16.0f  %10.3f GiB  %d ranks per node\n", "host_bytes_per_node",
+               (double)host_bytes * per_node, (double)host_bytes * per_node / 1073741824.0,
+               per_node);
+    }
     if (cfg.ckpt_async) /* src/ckpt/async.c: the same shards, in host memory */
         row("ckpt_staging_bytes", pl->bytes[PLAN_MASTER] + pl->bytes[PLAN_MOMENTS],
             "host memory of checkpoint.async's staging (master + moments), apart from the "
@@ -307,8 +319,18 @@ int cmd_plan(int argc, char **argv) {
             snprintf(what, sizeof what, "this machine's GPU");
     } else if (strcmp(backend, "cpu") == 0) {
         /* what train's fit check compares with (src/job/fit.h) */
-        int per_node = topt.ranks_per_node > 0 ? topt.ranks_per_node : ranks;
         if (fit_host_memory(per_node, &cap, what, sizeof what) != 0) cap = 0;
+    }
+    /* fsdp.offload: the host's share against its state (and on the cpu backend everything
+     * else, which is host memory too), as train's fit check compares them */
+    double host_cap = 0;
+    char host_what[200];
+    if (offload && fit_host_memory(per_node, &host_cap, host_what, sizeof host_what) == 0) {
+        const double need = (double)host_bytes + (strcmp(backend, "cpu") == 0 ? (double)total : 0);
+        printf("verdict: host memory: %s %s: fsdp.offload needs %.2f GiB per rank%s, %.2f GiB "
+               "per node\n", need <= host_cap ? "fits" : "does not fit", host_what,
+               need / 1073741824.0, strcmp(backend, "cpu") == 0 ? " (the plan's total included)" : "",
+               need * per_node / 1073741824.0);
     }
     if (cap > 0) {
         plan_point now = {ranks, cfg.micro_batch, topt.strategy, pt.ac};

@@ -1,5 +1,6 @@
 /* The FSDP engine (see fsdp.h): flat padded units, shard ranges, gathered-buffer slots
- * with prefetch, gradient reduce-scatter and replica all-reduce, AdamW on shards. */
+ * with prefetch, gradient reduce-scatter and replica all-reduce, AdamW on shards (on the
+ * device, or offloaded to the host: offload.h). */
 #include "src/engine/fsdp.h"
 
 #include <math.h>
@@ -13,7 +14,9 @@
 #include "src/base/rng.h"
 #include "src/base/shard.h"
 #include "src/base/startup.h"
+#include "kernels/host_adamw.h"
 #include "src/engine/adapters.h"
+#include "src/engine/offload.h"
 
 enum { N_SLOTS = PLAN_SLOTS }; /* at most two gathered units (FULL_SHARD, HYBRID_SHARD) */
 
@@ -63,14 +66,15 @@ typedef struct grad_slot {
 } grad_slot;
 
 /* One flat buffer of a unit (shard_plan.h plan_unit): its model tensors (the base) or its
- * adapters (LoRA). Trained: fp32 master, gradient and moments; frozen: its values in
- * fsdp.param_dtype (store), nothing else. */
+ * adapters (LoRA). Trained: fp32 master, gradient and moments (offloaded: master and
+ * moments in host memory, and store the device's copy the gather reads, in the plan's
+ * offload_dtype); frozen: its values in fsdp.param_dtype (store), nothing else. */
 typedef struct flat_state {
     size_t numel, padded;           /* logical and padded flat length */
     size_t begin, end, n;           /* this rank's shard [begin, end), n = end - begin */
     float *master, *grad, *m, *v;   /* (n) fp32 shards (trained) */
-    void *store;                    /* (n) param_dtype shard (frozen), or with NF4 the rank's
-                                     * block (base_nf4.h) */
+    void *store;                    /* (n) param_dtype shard (frozen), the offloaded master's
+                                     * device copy, or with NF4 the rank's block (base_nf4.h) */
 } flat_state;
 
 typedef struct unit_state {
@@ -108,6 +112,9 @@ struct fsdp_engine {
     int direct;                     /* one shard, fp32 everywhere: master is the gathered unit */
     int lora;                       /* the base is frozen, the adapters train (plan->lora) */
     shlm_dtype pdt;                 /* fsdp.param_dtype: a frozen base's store */
+    int offload;                    /* plan->offload: master and moments on the host */
+    shlm_dtype odt;                 /* plan->offload_dtype: the device copy's dtype */
+    offload_host *off;              /* offload: the host buffers and copies */
     gather_slot slots[N_SLOTS];
     grad_slot gslots[N_SLOTS];
     int gslot_next;                 /* round-robin victim */
@@ -172,6 +179,12 @@ static void *gather_buffer_alloc(fsdp_engine *e, size_t bytes, int *from_comm) {
         }
     }
     return balloc(e, bytes);
+}
+
+/* n fp32 of a trained shard's master or moment: the backend's memory, or offloaded the
+ * host's. */
+static float *state_alloc(fsdp_engine *e, size_t n) {
+    return e->offload ? offload_alloc(e->off, n) : balloc(e, n * sizeof(float));
 }
 
 /* Bytes allocated so far: the backend's count plus what the comm backend registered,
@@ -252,6 +265,9 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     e->direct = plan->direct;
     e->lora = plan->lora;
     e->pdt = plan->p.param_dtype;
+    e->offload = plan->offload;
+    e->odt = plan->offload_dtype;
+    if (e->offload) e->off = offload_create(ops, e->odt, plan->max_shard);
     e->units = calloc((size_t)e->n_units, sizeof(unit_state));
     SHLM_CHECK_ALLOC(e->units);
     for (int u = 0; u < e->n_units; u++) {
@@ -266,7 +282,7 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     const int grads = !plan->p.forward_only;
     alloc_mark m0 = mark(e);
     for (int u = 0; u < e->n_units; u++)
-        if (e->units[u].trained) e->units[u].trained->master = balloc(e, e->units[u].trained->n * sizeof(float));
+        if (e->units[u].trained) e->units[u].trained->master = state_alloc(e, e->units[u].trained->n);
     e->measured[PLAN_MASTER] = since(e, m0, 0);
     m0 = mark(e);
     for (int u = 0; u < e->n_units && grads; u++)
@@ -276,8 +292,8 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
     for (int u = 0; u < e->n_units && grads; u++) {
         flat_state *t = e->units[u].trained;
         if (!t) continue;
-        t->m = balloc(e, t->n * sizeof(float));
-        t->v = balloc(e, t->n * sizeof(float));
+        t->m = state_alloc(e, t->n);
+        t->v = state_alloc(e, t->n);
     }
     e->measured[PLAN_MOMENTS] = since(e, m0, 0);
     m0 = mark(e);
@@ -285,6 +301,11 @@ fsdp_engine *fsdp_create(const model_desc *md, const shard_plan *plan, const shl
         e->units[u].base.store = balloc(e, nf4_unit(e, u) ? plan->nf4[u].block_bytes
                                                         : e->units[u].base.n * shlm_dtype_size(e->pdt));
     e->measured[PLAN_FROZEN] = since(e, m0, 0);
+    m0 = mark(e);
+    for (int u = 0; u < e->n_units && e->offload; u++)
+        if (e->units[u].trained)
+            e->units[u].trained->store = balloc(e, e->units[u].trained->n * shlm_dtype_size(e->odt));
+    e->measured[PLAN_PARAM_COPY] = since(e, m0, 0);
     m0 = mark(e);
     size_t registered = 0;
     for (int u = 0; u < e->n_units && e->keep_gathered && !e->direct; u++) {
@@ -390,6 +411,24 @@ static size_t base_host_numel(const fsdp_engine *e, int u) {
     return nf4_unit(e, u) ? e->units[u].base.numel : e->units[u].base.n;
 }
 
+/* A trained shard's master to and from host fp32; offloaded it is host memory, and setting
+ * it refreshes the device copy. */
+static void master_to_host(fsdp_engine *e, const flat_state *f, float *out) {
+    if (!f->n) return;
+    if (e->offload) memcpy(out, f->master, f->n * sizeof(float));
+    else e->ops->to_host(out, f->master, f->n * sizeof(float));
+}
+
+static void master_from_host(fsdp_engine *e, flat_state *f, const float *in) {
+    if (!f->n) return;
+    if (!e->offload) {
+        e->ops->to_device(f->master, in, f->n * sizeof(float));
+        return;
+    }
+    memcpy(f->master, in, f->n * sizeof(float));
+    offload_upload(e->off, f->store, f->master, f->n);
+}
+
 /* The largest shard of any flat buffer of the engine, or whole NF4 unit (host staging). */
 static size_t max_flat_shard(const fsdp_engine *e) {
     size_t m = 1;
@@ -413,7 +452,7 @@ void fsdp_init_weights(fsdp_engine *e, uint64_t seed) {
         }
         e->md->spec->init_slice(&e->md->lay, e->md->cfg, seed, u, b->begin, b->end, host);
         if (e->lora) store_from_host(e, b, host);
-        else e->ops->to_device(b->master, host, b->n * sizeof(float));
+        else master_from_host(e, b, host);
         e->units[u].gathered = 0;
     }
     free(host);
@@ -429,17 +468,23 @@ void fsdp_init_adapters(fsdp_engine *e, uint64_t seed) {
         flat_state *a = &e->units[u].adapter;
         if (!a->numel) continue;
         adapters_init_slice(&e->md->adapters, seed, u, a->begin, a->end, host);
-        e->ops->to_device(a->master, host, a->n * sizeof(float));
+        master_from_host(e, a, host);
         e->units[u].gathered = 0;
     }
     free(host);
 }
 
-static void flat_free(fsdp_engine *e, flat_state *f) {
-    e->ops->free(f->master);
+static void flat_free(fsdp_engine *e, flat_state *f, int trained) {
+    if (e->offload && trained) {
+        offload_free(e->off, f->master);
+        offload_free(e->off, f->m);
+        offload_free(e->off, f->v);
+    } else {
+        e->ops->free(f->master);
+        e->ops->free(f->m);
+        e->ops->free(f->v);
+    }
     e->ops->free(f->grad);
-    e->ops->free(f->m);
-    e->ops->free(f->v);
     e->ops->free(f->store);
 }
 
@@ -460,13 +505,14 @@ void fsdp_destroy(fsdp_engine *e) {
     for (int u = 0; u < e->n_units; u++) {
         unit_state *s = &e->units[u];
         wait_req(e, &s->replica_req); /* a step abandoned midway */
-        flat_free(e, &s->base);
-        flat_free(e, &s->adapter);
+        flat_free(e, &s->base, s->trained == &s->base);
+        flat_free(e, &s->adapter, s->trained == &s->adapter);
         registered_free(e, s->own, s->own_from_comm);
     }
     e->ops->free(e->replica_bf16);
     registered_free(e, e->fp8_amax, e->fp8_from_comm[0]);
     registered_free(e, e->fp8_scale_inv, e->fp8_from_comm[1]);
+    offload_destroy(e->off);
     e->comm->group_free(e->shard_g);
     e->comm->group_free(e->replica_g);
     free(e->units);
@@ -482,13 +528,13 @@ static void *gathered_buf(fsdp_engine *e, int u) {
     unit_state *s = &e->units[u];
     if (s->own) return s->own;
     if (s->slot >= 0) return e->slots[s->slot].buf;
-    return e->lora ? s->base.store : s->base.master;
+    return e->lora || e->offload ? s->base.store : s->base.master;
 }
 
 /* Its gathered adapters: after the base's padded elements, or (direct) their master. */
 static void *gathered_adapter(fsdp_engine *e, int u) {
     unit_state *s = &e->units[u];
-    if (!s->own && s->slot < 0) return s->adapter.master;
+    if (!s->own && s->slot < 0) return e->offload ? s->adapter.store : s->adapter.master;
     return (char *)gathered_buf(e, u) + s->base.padded * e->esz;
 }
 
@@ -502,22 +548,42 @@ static void cast_params(fsdp_engine *e, void *dst, const float *master, size_t n
     }
 }
 
-/* n elements of a frozen store (param_dtype) at dst in act: the values a trained master
- * rounded to param_dtype would gather as. */
-static void cast_frozen(fsdp_engine *e, void *dst, const void *store, size_t n) {
-    if (e->pdt == e->ops->act_dtype) e->ops->copy(dst, store, n * e->esz);
-    else if (e->pdt == SHLM_BF16) e->ops->bf16_to_f32(dst, store, n); /* fp32 act */
-    else e->ops->f32_to_act(dst, store, n);                           /* bf16 act */
+/* n elements of a store in dtype dt (a frozen base's, param_dtype; an offloaded master's
+ * device copy, offload_dtype) at dst in act: the values a trained master rounded to
+ * param_dtype would gather as. */
+static void cast_store(fsdp_engine *e, void *dst, const void *store, shlm_dtype dt, size_t n) {
+    if (dt == e->ops->act_dtype) e->ops->copy(dst, store, n * e->esz);
+    else if (dt == SHLM_BF16) e->ops->bf16_to_f32(dst, store, n); /* fp32 act */
+    else e->ops->f32_to_act(dst, store, n);                       /* bf16 act */
 }
 
-/* Unit u's FP8 matrix holding element `offset` of it, or NULL: the amax it adds to. */
-static float *fp8_amax_of(fsdp_engine *e, int u, size_t offset) {
+/* The device fp32 values of a trained flat buffer's shard: its master, or offloaded its
+ * device copy (fp32 where a caller needs floats: shard_plan's offload_dtype). */
+static const float *trained_values(const fsdp_engine *e, const flat_state *f) {
+    return e->offload ? (const float *)f->store : f->master;
+}
+
+/* A trained shard cast to the gathered dtype at dst: from the master as cast_params does,
+ * or from a bf16 device copy, which holds those values already. */
+static void cast_trained(fsdp_engine *e, void *dst, const flat_state *f) {
+    if (e->offload && e->odt != SHLM_F32) cast_store(e, dst, f->store, e->odt, f->n);
+    else cast_params(e, dst, trained_values(e, f), f->n);
+}
+
+/* The index among every unit's FP8 matrices of unit u's holding element `offset` of it,
+ * or -1: the amax it adds to. */
+static int fp8_index_of(const fsdp_engine *e, int u, size_t offset) {
     const model_unit *lu = &e->md->lay.units[u];
     for (int k = 0; e->plan->fp8_weights && k < lu->n_fp8; k++)
         if (offset >= lu->fp8[k].offset &&
             offset < lu->fp8[k].offset + (size_t)lu->fp8[k].rows * lu->fp8[k].cols)
-            return &e->fp8_amax[e->units[u].fp8_base + k];
-    return NULL;
+            return e->units[u].fp8_base + k;
+    return -1;
+}
+
+static float *fp8_amax_of(fsdp_engine *e, int u, size_t offset) {
+    const int k = fp8_index_of(e, u, offset);
+    return k >= 0 ? &e->fp8_amax[k] : NULL;
 }
 
 /* From the amaxes of this rank's parts of every FP8 matrix: the largest over the shard
@@ -555,7 +621,7 @@ static void fp8_refresh_scales(fsdp_engine *e) {
         for (int k = 0; k < e->md->lay.units[u].n_fp8; k++)
             if (fp8_part(e, u, k, &ov))
                 e->ops->fp8_param_amax(&e->fp8_amax[s->fp8_base + k],
-                                       s->base.master + ov.shard_offset, ov.count);
+                                       trained_values(e, &s->base) + ov.shard_offset, ov.count);
     }
     fp8_finish_scales(e);
 }
@@ -569,13 +635,13 @@ static void cast_shard_fp8(fsdp_engine *e, int u, void *buf, uint8_t *codes) {
     shard_overlap ov;
     for (int k = 0; k < lu->n_fp8; k++)
         if (fp8_part(e, u, k, &ov))
-            e->ops->fp8_param_cast(codes + ov.flat_offset, s->master + ov.shard_offset, ov.count,
+            e->ops->fp8_param_cast(codes + ov.flat_offset, trained_values(e, s) + ov.shard_offset, ov.count,
                                    &e->fp8_amax[us->fp8_base + k], e->fp8_round);
     plan_piece pc[PLAN_MAX_REST_PIECES];
     const int n = shard_plan_rest_pieces(lu, s->begin, s->end, pc);
     for (int i = 0; i < n; i++)
-        cast_params(e, (char *)buf + pc[i].offset * e->esz, s->master + (pc[i].offset - s->begin),
-                    pc[i].count);
+        cast_params(e, (char *)buf + pc[i].offset * e->esz,
+                    trained_values(e, s) + (pc[i].offset - s->begin), pc[i].count);
 }
 
 /* Copies shard group rank r's elements of unit u outside its FP8 matrices between buf (at
@@ -643,11 +709,11 @@ static shlm_comm_req *start_gather(fsdp_engine *e, int u, void *buf, gather_slot
     } else if (nf4_unit(e, u)) { /* S == 1: the block unpacks at once */
         if (e->S == 1) unpack_nf4(e, u, 0, s->store, buf);
     } else if (e->lora) {
-        cast_frozen(e, (char *)buf + s->begin * e->esz, s->store, s->n);
+        cast_store(e, (char *)buf + s->begin * e->esz, s->store, e->pdt, s->n);
     } else {
-        cast_params(e, (char *)buf + s->begin * e->esz, s->master, s->n);
+        cast_trained(e, (char *)buf + s->begin * e->esz, s);
     }
-    if (a->numel) cast_params(e, (char *)abuf + a->begin * e->esz, a->master, a->n);
+    if (a->numel) cast_trained(e, (char *)abuf + a->begin * e->esz, a);
     trace(e, u, EV_GATHER_ISSUE);
     if (e->S == 1) return NULL;
     range(e, "all-gather unit", u);
@@ -982,17 +1048,63 @@ double fsdp_finish_grads(fsdp_engine *e) {
     return sqrt(sq);
 }
 
+/* The next unit after u with a trained shard, or -1. */
+static int next_trained(const fsdp_engine *e, int u) {
+    for (u++; u < e->n_units; u++)
+        if (e->units[u].trained) return u;
+    return -1;
+}
+
+/* fsdp.offload: the step on the host after the backward's last reduction (the global norm,
+ * so the clipping factor, is known), unit by unit: each unit's gradient shard comes over
+ * while the unit before is updated, and each unit's device copy goes back once updated.
+ * The AdamW is the cpu backend's own function, tensor by tensor as the device path splits
+ * it: the same bits. */
+static void offload_optimizer_step(fsdp_engine *e, float lr, float grad_scale,
+                                   const adamw_hparams *h, int step) {
+    const model_layout *tl = model_desc_trained(e->md);
+    float *amax = NULL; /* the FP8 matrices' amaxes, made on the host as the master changes */
+    if (e->plan->fp8_weights) {
+        amax = calloc((size_t)e->plan->n_fp8, sizeof(float));
+        SHLM_CHECK_ALLOC(amax);
+    }
+    int next = next_trained(e, -1);
+    if (next >= 0) offload_grad_queue(e->off, e->units[next].trained->grad, e->units[next].trained->n);
+    for (int u = next; u >= 0; u = next) {
+        flat_state *s = e->units[u].trained;
+        const float *g = offload_grad_take(e->off);
+        next = next_trained(e, u);
+        if (next >= 0)
+            offload_grad_queue(e->off, e->units[next].trained->grad, e->units[next].trained->n);
+        const model_unit *lu = &tl->units[u];
+        for (int k = 0; k < lu->n_tensors; k++) {
+            const model_tensor *t = &lu->tensors[k];
+            shard_overlap ov;
+            if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
+            const size_t o = ov.shard_offset;
+            const int a = e->lora ? -1 : fp8_index_of(e, u, t->offset);
+            host_adamw(s->master + o, g + o, s->m + o, s->v + o, ov.count, lr, h->beta1,
+                       h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f, grad_scale,
+                       step, a >= 0 ? &amax[a] : NULL);
+        }
+        offload_upload(e->off, s->store, s->master, s->n);
+    }
+    if (amax) e->ops->to_device(e->fp8_amax, amax, (size_t)e->plan->n_fp8 * sizeof(float));
+    free(amax);
+}
+
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step) {
     shlm_range_push(e->ops, "optimizer");
     /* the FP8 matrices' amaxes come out of the step that writes them */
     if (e->plan->fp8_weights) e->ops->zero(e->fp8_amax, (size_t)e->plan->n_fp8 * sizeof(float));
+    if (e->offload) offload_optimizer_step(e, lr, grad_scale, h, step);
     const model_layout *tl = model_desc_trained(e->md);
     for (int u = 0; u < e->n_units; u++) {
         unit_state *us = &e->units[u];
         const flat_state *s = us->trained;
         const model_unit *lu = &tl->units[u];
-        for (int k = 0; s && k < lu->n_tensors; k++) {
+        for (int k = 0; s && !e->offload && k < lu->n_tensors; k++) {
             const model_tensor *t = &lu->tensors[k];
             shard_overlap ov;
             if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
@@ -1011,6 +1123,8 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
 void fsdp_measured_bytes(const fsdp_engine *e, size_t out[PLAN_N_ENGINE]) {
     memcpy(out, e->measured, sizeof e->measured);
 }
+
+size_t fsdp_host_bytes(const fsdp_engine *e) { return e->off ? offload_host_bytes(e->off) : 0; }
 
 
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica) {
@@ -1034,11 +1148,13 @@ static float *state_ptr(fsdp_engine *e, int u, fsdp_state_kind kind) {
 
 void fsdp_get_state(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
     const flat_state *s = e->units[u].trained;
-    if (s && s->n) e->ops->to_host(out, state_ptr(e, u, kind), s->n * sizeof(float));
+    if (!s || !s->n) return;
+    if (e->offload) memcpy(out, state_ptr(e, u, kind), s->n * sizeof(float));
+    else e->ops->to_host(out, state_ptr(e, u, kind), s->n * sizeof(float));
 }
 
 void fsdp_get_state_async(fsdp_engine *e, int u, fsdp_state_kind kind, float *out) {
-    if (!e->ops->to_host_async) {
+    if (!e->ops->to_host_async || e->offload) { /* offloaded: host memory already */
         fsdp_get_state(e, u, kind, out);
         return;
     }
@@ -1052,8 +1168,10 @@ void fsdp_get_state_wait(fsdp_engine *e) {
 
 void fsdp_set_state(fsdp_engine *e, int u, fsdp_state_kind kind, const float *in) {
     unit_state *us = &e->units[u];
-    const flat_state *s = us->trained;
-    if (s && s->n) e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
+    flat_state *s = us->trained;
+    if (kind == FSDP_STATE_MASTER && s) master_from_host(e, s, in);
+    else if (s && s->n && e->offload) memcpy(state_ptr(e, u, kind), in, s->n * sizeof(float));
+    else if (s && s->n) e->ops->to_device(state_ptr(e, u, kind), in, s->n * sizeof(float));
     if (kind == FSDP_STATE_MASTER && (us->own || us->slot >= 0)) us->gathered = 0;
     if (kind == FSDP_STATE_MASTER) e->fp8_stale = 1;
 }
@@ -1077,14 +1195,14 @@ void fsdp_get_base_shard(fsdp_engine *e, int u, float *out) {
         SHLM_FATAL("fsdp_get_base_shard: unit %d of the base is stored as NF4 blocks, which a "
                    "rank cannot read back as an fp32 range (gather it)", u);
     if (e->lora) store_to_host(e, b, out);
-    else e->ops->to_host(out, b->master, b->n * sizeof(float));
+    else master_to_host(e, b, out);
 }
 
 void fsdp_set_base_shard(fsdp_engine *e, int u, const float *in) {
     unit_state *us = &e->units[u];
     if (nf4_unit(e, u)) nf4_store_from_host(e, u, in);
     else if (e->lora) store_from_host(e, &us->base, in);
-    else e->ops->to_device(us->base.master, in, us->base.n * sizeof(float));
+    else master_from_host(e, &us->base, in);
     if (us->own || us->slot >= 0) us->gathered = 0;
     e->fp8_stale = 1;
 }
@@ -1095,9 +1213,9 @@ int fsdp_lora(const fsdp_engine *e) { return e->lora; }
  * each row's L2 norm, summed in double in row order (the same on every rank and at every
  * world size), for the elements of this rank's adapter shard. */
 static void unit_magnitudes(fsdp_engine *e, int u, const void *p, float *host, void *wbuf) {
-    const flat_state *a = &e->units[u].adapter;
+    flat_state *a = &e->units[u].adapter;
     const model_unit *bu = &e->md->lay.units[u], *au = &e->md->adapters.units[u];
-    e->ops->to_host(host, a->master, a->n * sizeof(float));
+    master_to_host(e, a, host);
     for (int k = 0; k < bu->n_fp8; k++) {
         const lora_product *pr = &e->md->lora_products[u][k];
         for (int j = 0; j < pr->n_sites; j++) {
@@ -1120,7 +1238,7 @@ static void unit_magnitudes(fsdp_engine *e, int u, const void *p, float *host, v
             }
         }
     }
-    e->ops->to_device(a->master, host, a->n * sizeof(float));
+    master_from_host(e, a, host);
 }
 
 void fsdp_lora_magnitudes(fsdp_engine *e) {

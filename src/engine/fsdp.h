@@ -74,7 +74,8 @@ void fsdp_last_micro_batch(fsdp_engine *e);
  * all-reduce across replicas) and returns the global L2 norm of the gradient. */
 double fsdp_finish_grads(fsdp_engine *e);
 /* One AdamW step (1-based `step`) on this rank's shards, gradients scaled by
- * grad_scale (clipping); weight decay only on matrices. */
+ * grad_scale (clipping); weight decay only on matrices. Offloaded (plan->offload) on the
+ * host, unit by unit, each unit's device copy refreshed once updated. */
 void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw_hparams *h,
                          int step);
 
@@ -83,6 +84,9 @@ void fsdp_optimizer_step(fsdp_engine *e, float lr, float grad_scale, const adamw
  * keeps one, plus buffers the comm backend registered: what the plan check compares with
  * plan->bytes. */
 void fsdp_measured_bytes(const fsdp_engine *e, size_t out[PLAN_N_ENGINE]);
+/* Host bytes the optimizer offload allocated on this rank (0 without it): what the plan's
+ * host_bytes says. */
+size_t fsdp_host_bytes(const fsdp_engine *e);
 /* Counters of the shard and replica groups' collectives on this rank; blocked_ns is the
  * time spent waiting on them, not hidden by compute (exposed comm). */
 void fsdp_comm_stats(const fsdp_engine *e, shlm_comm_stats *shard, shlm_comm_stats *replica);

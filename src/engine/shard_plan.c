@@ -9,7 +9,8 @@
 #include "src/base/shard.h"
 
 const char *const plan_category_names[PLAN_N_CATEGORIES] = {
-    "master_bytes", "grad_bytes", "moments_bytes", "frozen_bytes", "gathered_bytes",
+    "master_bytes", "grad_bytes", "moments_bytes", "frozen_bytes", "param_copy_bytes",
+    "gathered_bytes",
     "grad_buffer_bytes", "activation_bytes", "op_scratch_bytes"};
 
 static size_t round_up(size_t b, size_t align) { return (b + align - 1) / align * align; }
@@ -108,24 +109,36 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
             if (rest > plan->fp8_rest) plan->fp8_rest = rest;
         }
     }
+    plan->offload = p->offload && grads;
+    plan->offload_dtype = plan->fp8_weights ? SHLM_F32 : p->param_dtype;
     make_pass(&plan->pass[0], &m->eval_pass, plan->n_units, p->strategy, p->hold, 0);
     make_pass(&plan->pass[1], &m->train_pass, plan->n_units, p->strategy, p->hold, 1);
 
     /* bytes per category, and the arena: each buffer as the backend rounds it */
     const size_t align = p->ops && p->ops->alloc_align ? p->ops->alloc_align : 1;
-    size_t *b = plan->bytes, arena = 0, arena_state = 0, arena_frozen = 0;
+    size_t *b = plan->bytes, arena = 0, arena_state = 0, arena_frozen = 0, arena_copy = 0;
+    const size_t os = shlm_dtype_size(plan->offload_dtype);
     for (int u = 0; u < plan->n_units; u++) {
         size_t tn, tp, ts;
         shard_plan_trained(plan, u, &tn, &tp, &ts);
         if (tn) arena_state += round_up(ts * 4, align);
+        if (tn) arena_copy += round_up(ts * os, align);
         if (plan->lora) arena_frozen += round_up(frozen_bytes(plan, u, ps), align);
     }
-    b[PLAN_MASTER] = sum_trained * 4;
-    arena += arena_state;
-    if (grads) {
+    if (plan->offload) { /* the master and the moments live on the host */
         b[PLAN_GRAD] = sum_trained * 4;
-        b[PLAN_MOMENTS] = 2 * sum_trained * 4;
-        arena += 3 * arena_state;
+        b[PLAN_PARAM_COPY] = sum_trained * os;
+        arena += arena_state + arena_copy;
+        plan->host_bytes = 3 * sum_trained * 4 + 2 * plan->max_shard * 4 +
+                           (plan->offload_dtype == SHLM_F32 ? 0 : plan->max_shard * os);
+    } else {
+        b[PLAN_MASTER] = sum_trained * 4;
+        arena += arena_state;
+        if (grads) {
+            b[PLAN_GRAD] = sum_trained * 4;
+            b[PLAN_MOMENTS] = 2 * sum_trained * 4;
+            arena += 3 * arena_state;
+        }
     }
     b[PLAN_FROZEN] = sum_frozen;
     arena += arena_frozen;
@@ -173,7 +186,8 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
     }
     b[PLAN_OP_SCRATCH] = f->op_scratch_bytes(m->cfg, p->ops, p->B, p->T);
     plan->arena = arena;
-    plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS] + b[PLAN_FROZEN];
+    plan->state = b[PLAN_MASTER] + b[PLAN_GRAD] + b[PLAN_MOMENTS] + b[PLAN_FROZEN] +
+                  b[PLAN_PARAM_COPY];
     plan->buffers = b[PLAN_GATHERED] + b[PLAN_GRAD_BUFFERS];
     for (int c = 0; c < PLAN_N_CATEGORIES; c++) plan->total += b[c];
 

@@ -22,11 +22,13 @@ enum { PLAN_FP8_SCALE_STRIDE = 4 };
 /* Where a rank's bytes go. The engine's categories are allocated by fsdp_create, the
  * activations by the model, the op scratch by the backend (ops->scratch_reserve). */
 typedef enum plan_category {
-    PLAN_MASTER = 0,   /* fp32 master weights (shard) of what trains */
+    PLAN_MASTER = 0,   /* fp32 master weights (shard) of what trains; 0 offloaded */
     PLAN_GRAD,         /* fp32 gradient (shard) */
-    PLAN_MOMENTS,      /* AdamW exp_avg + exp_avg_sq (shard) */
+    PLAN_MOMENTS,      /* AdamW exp_avg + exp_avg_sq (shard); 0 offloaded */
     PLAN_FROZEN,       /* LoRA: the frozen base (shard, fsdp.param_dtype; with NF4 the
                         * blocks of base_nf4.h) */
+    PLAN_PARAM_COPY,   /* offload: the trained shard in offload_dtype, which the gather
+                        * reads (the master is in host memory) */
     PLAN_GATHERED,     /* gathered-parameter buffers (act dtype): per unit or PLAN_SLOTS;
                         * with NF4 and S > 1 also PLAN_SLOTS buffers of S blocks */
     PLAN_GRAD_BUFFERS, /* full-unit fp32 gradient slots, their bf16 staging, the bf16
@@ -61,6 +63,9 @@ typedef struct plan_params {
     int hold;                 /* generation: every unit is gathered once and kept until the
                                * master changes (a buffer per unit whatever the strategy, no
                                * release frees one), so a decode step gathers nothing */
+    int offload;              /* fsdp.offload = optimizer: the master and the moments in
+                               * host memory, AdamW on the host (src/engine/offload.h);
+                               * nothing to offload without a gradient (forward_only) */
     int gen_rows, gen_cap;    /* a KV-cache generator of gen_rows sequences of up to gen_cap
                                * tokens (model_spec.generator_bytes, counted with the
                                * activations); 0 rows: none */
@@ -115,9 +120,17 @@ typedef struct shard_plan {
     size_t fp8_rest;    /* fp8_weights with S > 1: the most elements of any rank's shard of
                          * a unit with FP8 matrices that lie outside them (its norms, biases), which
                          * the gather carries in act dtype: each slot stages S of these */
+    int offload;        /* p.offload and a gradient: master and moments in host memory */
+    shlm_dtype offload_dtype; /* the device's copy of the trained shard: p.param_dtype, or
+                               * fp32 where the gather makes FP8 codes from it
+                               * (fp8_weights: the cast takes fp32) */
+    size_t host_bytes;  /* offload: host memory per rank, page-locked on a device: master,
+                         * exp_avg, exp_avg_sq (the trained shards, fp32), two gradient
+                         * shards in flight from the device (max_shard fp32 each) and, with a
+                         * bf16 copy, its upload staging (max_shard bf16) */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];
-    size_t state;       /* master + grad + moments + frozen */
+    size_t state;       /* master + grad + moments + frozen + param copy (on the device) */
     size_t buffers;     /* gathered + grad buffers */
     size_t total;       /* every category */
     size_t registered;  /* of PLAN_GATHERED: buffers the comm backend registers */

@@ -135,6 +135,9 @@ static const key_def keys[] = {
      "the blocks' weights e4m3 from the fp32 master (one scale per weight, from one amax "
      "pass per step): the codes quantizing the bf16 weights would give, at less traffic; "
      "false: gather bf16 and quantize in each product"},
+    {"fsdp", "offload", KT_ENUM, F(offload), "none", NOLIM, "none|optimizer", 0,
+     "optimizer: the fp32 master and the AdamW moments in host memory, AdamW on the host's "
+     "cores; the device keeps the gradient and a fsdp.param_dtype copy of the weights"},
     {"fsdp", "activation_checkpointing", KT_ENUM, F(activation_checkpointing), "none", NOLIM,
      "none|full|selective", 0,
      "none, selective (recompute norms, attention, SwiGLU) or full (recompute each block)"},

@@ -70,6 +70,7 @@ typedef struct job_config {
     shlm_dtype reduce_dtype; /* dtype of gradient reductions */
     int prefetch;            /* gather the next unit while the current one computes */
     int fp8_all_gather;      /* fp8-tensorwise: the gather makes the weights' e4m3 codes */
+    int offload;             /* 1: the optimizer's state in host memory (plan_params.offload) */
     model_ac activation_checkpointing;
     int shard_group_size;    /* 0 = the strategy's own group */
     int trace;               /* write the per-rank schedule trace to run_dir */

@@ -43,6 +43,7 @@ void job_plan_build(job_plan *jp, const job_config *c, const job_point *pt, shlm
                      .ops = ops,
                      .registered_gathers = registered_gathers,
                      .fp8_all_gather = c->fp8_all_gather,
+                     .offload = c->offload,
                      .hold = gen ? gen->hold : 0,
                      .gen_rows = gen ? gen->rows : 0,
                      .gen_cap = gen ? gen->cap : 0};
@@ -153,6 +154,20 @@ int fit_check_memory(const shard_plan *pl, double avail, const char *what,
              "%.200s --ranks %d says which fits)", job_path, pl->total / GIB, pl->state / GIB,
              pl->buffers / GIB, pl->bytes[PLAN_ACTIVATIONS] / GIB,
              pl->bytes[PLAN_OP_SCRATCH] / GIB, avail / GIB, what, job_path, world);
+    return -1;
+}
+
+int fit_check_host(const shard_plan *pl, double also, double avail, const char *what,
+                   const char *job_path, char *err, size_t errlen) {
+    if (!pl->offload || (double)pl->host_bytes + also <= avail) return 0;
+    char besides[96] = "";
+    if (also > 0) snprintf(besides, sizeof besides, ", and the plan's other buffers %.2f", also / GIB);
+    snprintf(err, errlen,
+             "%s: fsdp.offload = optimizer needs %.2f GiB of host memory per rank (master and "
+             "AdamW moments %.2f, gradient and upload staging %.2f%s) but %.2f GiB are free per "
+             "rank (%s): add nodes or use fsdp.offload = none", job_path,
+             (pl->host_bytes + also) / GIB, (double)pl->bytes[PLAN_GRAD] * 3 / GIB,
+             (pl->host_bytes - (double)pl->bytes[PLAN_GRAD] * 3) / GIB, besides, avail / GIB, what);
     return -1;
 }
 

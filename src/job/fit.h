@@ -71,6 +71,15 @@ int fit_host_memory_at(const char *root, int ranks, double *bytes, char *what,
 int fit_check_memory(const shard_plan *plan, double avail, const char *what,
                      const char *job_path, int world, char *err, size_t errlen);
 
+/* The fit check of fsdp.offload = optimizer's host memory (plan->host_bytes; nothing to
+ * check without it), before anything is allocated: host_bytes plus `also` (what the same
+ * memory holds besides: the plan's total on the cpu backend, whose buffers are host memory;
+ * 0 on a device) against the `avail` bytes fit_host_memory gives a rank, `what` saying
+ * what they are. 0, or -1 with one line in err naming the job, the bytes needed and those
+ * available, and what helps. Local. */
+int fit_check_host(const shard_plan *plan, double also, double avail, const char *what,
+                   const char *job_path, char *err, size_t errlen);
+
 /* The plan check of one rank: measured[c] against plan->bytes[c] for the engine's
  * categories and the activations (the op scratch is the backend's, measured on a device
  * by its memory's drop). Returns the number of categories that differ and prints one

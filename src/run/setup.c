@@ -103,13 +103,21 @@ static int open_data(run *r, char *err, size_t errlen, int need_train) {
 static void plan_check_setup(const run *r, const size_t measured[PLAN_N_CATEGORIES]) {
     const shard_plan *pl = &r->plan.plan;
     int bad = fit_check_allocated(pl, measured, r->rank);
+    const size_t host = fsdp_host_bytes(r->engine); /* fsdp.offload's host memory */
+    if (host != pl->host_bytes) {
+        printf("plan check: rank %d: host_bytes allocated %zu bytes, the plan says %zu\n",
+               r->rank, host, pl->host_bytes);
+        bad++;
+    }
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
     if (r->rank != 0) return;
     printf("memory per rank (allocated): sharded_state_bytes=%zu buffer_bytes=%zu "
-           "activation_bytes=%zu\n", measured[PLAN_MASTER] + measured[PLAN_GRAD] + measured[PLAN_MOMENTS],
+           "activation_bytes=%zu\n", measured[PLAN_MASTER] + measured[PLAN_GRAD] + measured[PLAN_MOMENTS] +
+           measured[PLAN_PARAM_COPY],
            measured[PLAN_GATHERED] + measured[PLAN_GRAD_BUFFERS], measured[PLAN_ACTIVATIONS]);
     printf("memory per rank by category (allocated):");
     for (int k = 0; k <= PLAN_ACTIVATIONS; k++) printf(" %s=%zu", plan_category_names[k], measured[k]);
+    if (pl->offload) printf(" host_bytes=%zu", host);
     printf("\nplan check: %s (%s)\n", bad ? "allocated differs from the plan" : "allocated == plan",
            r->ops->allocated_bytes ? "the backend's count" : "bytes requested");
 }
@@ -271,13 +279,21 @@ static int setup_data(run *r, int need_train) {
     return 0;
 }
 
+/* The host memory a rank may allocate for fsdp.offload: fit_host_memory's share of the
+ * node's (avail, < 0 when unknown) and where the figure comes from. */
+typedef struct host_room {
+    double avail;
+    char what[256];
+} host_room;
+
 /* The plan of the first of the set-up's choices that fits in `avail` bytes (< 0: unknown,
- * the first choice): a generation's held weights before unit-by-unit gathers, and its rows
- * halved down to 1 when it may have fewer. 0, or -1 with the last choice's refusal in err
- * (r->plan is that choice's). */
+ * the first choice) and whose offloaded state fits host->avail (< 0: unknown; on the cpu
+ * backend the same memory as avail, so the two are summed): a generation's held weights
+ * before unit-by-unit gathers, and its rows halved down to 1 when it may have fewer. 0, or
+ * -1 with the last choice's refusal in err (r->plan is that choice's). */
 static int plan_that_fits(run *r, int need_train, const run_gen_request *gen,
                           const job_point *pt, int registered, double avail, const char *where,
-                          char *err, size_t errlen) {
+                          const host_room *host, char *err, size_t errlen) {
     const job_config *c = &r->cfg;
     const int rows = gen ? gen->rows : 0;
     for (int hold = rows > 0 && gen->hold; hold >= 0; hold--)
@@ -287,8 +303,11 @@ static int plan_that_fits(run *r, int need_train, const run_gen_request *gen,
             job_plan_build(&r->plan, c, pt, r->ops->act_dtype, r->ops, !need_train, registered,
                            &g);
             r->have_plan = 1;
-            if (avail < 0 || fit_check_memory(&r->plan.plan, avail, where, c->path, r->world,
-                                              err, errlen) == 0)
+            const double also = r->ops->mem_info ? 0 : (double)r->plan.plan.total;
+            if ((host->avail < 0 || fit_check_host(&r->plan.plan, also, host->avail, host->what,
+                                                   c->path, err, errlen) == 0) &&
+                (avail < 0 || fit_check_memory(&r->plan.plan, avail, where, c->path, r->world,
+                                               err, errlen) == 0))
                 return 0;
             if (n <= 1 || !gen->shrink) break;
         }
@@ -338,8 +357,12 @@ static int setup_engine(run *r, int need_train, const run_gen_request *gen) {
     } else if (!r->ops->mem_info && fit_host_memory(r->local_size, &avail, where, sizeof where) != 0) {
         avail = -1;
     }
+    host_room host = {-1, ""};
+    if (c->offload && fit_host_memory(r->local_size, &host.avail, host.what, sizeof host.what) != 0)
+        host.avail = -1;
     /* the plan: what the engine, the model and the ops will allocate, built once */
-    ok = plan_that_fits(r, need_train, gen, &pt, registered, avail, where, err, sizeof err) == 0;
+    ok = plan_that_fits(r, need_train, gen, &pt, registered, avail, where, &host, err,
+                        sizeof err) == 0;
     if (any_rank_failed(ok, err)) return -1;
     const shard_plan *pl = &r->plan.plan;
     r->gen_held = pl->direct || pl->p.hold || pl->p.strategy == FSDP_NO_SHARD;
