@@ -668,7 +668,7 @@ static void unpack_nf4(fsdp_engine *e, int u, int r, uint8_t *block, void *buf) 
     for (int i = 0; i < n; i++) {
         char *dst = (char *)buf + pc[i].dst * e->esz;
         if (!pc[i].q.n) {
-            cast_frozen(e, dst, block + pc[i].src, pc[i].count);
+            cast_store(e, dst, block + pc[i].src, e->pdt, pc[i].count);
             continue;
         }
         e->ops->nf4_dequantize(dst, &pc[i].q, 0, pc[i].q.n);
