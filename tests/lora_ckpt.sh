@@ -17,7 +17,8 @@
 #  losses (only the order of fp32 sums differs).
 #  a changed base: resuming B's checkpoint with another train.seed (whose initialisation
 #  is another base) is refused with one line naming both bases, before any step; so is a
-#  resume with other [lora] keys.
+#  resume with other [lora] keys (rank, targets, dora; alpha and rslora, which scale the
+#  adapters).
 #
 # Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
 #   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/lora_ckpt.sh
@@ -153,5 +154,9 @@ bad other_base "frozen base (initialised from train.seed = 1337" --set lora.dora
 grep -q "(initialised from train.seed = 7) is another" "$work/other_base.err" ||
     fail "other_base: the job's base is not named"
 bad other_adapters "holds adapters of lora.rank = 4, targets = q k v o gate up down, dora = 1"
+bad other_alpha "holds adapters trained with lora.alpha = 8, rslora = false; this job has lora.alpha = 16, rslora = false" \
+    --set lora.dora=true --set lora.alpha=16
+bad other_rslora "holds adapters trained with lora.alpha = 8, rslora = false; this job has lora.alpha = 8, rslora = true" \
+    --set lora.dora=true --set lora.rslora=true
 
 test_end

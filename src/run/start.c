@@ -221,7 +221,8 @@ void run_base_name(const job_config *c, char *out, size_t outlen) {
 }
 
 /* Whether checkpoint path (its state st) holds what this job trains: the same adapters
- * (lora.rank, targets, dora), or none for a full fine-tune, and for LoRA the same frozen
+ * (lora.rank, targets, dora, and from format 6 alpha and rslora), or none for a full
+ * fine-tune, and for LoRA the same frozen
  * base (by fingerprint, lora_start's, taken before). 0, or -1 with err naming both. */
 static int lora_matches(const run *r, const char *path, const ckpt_state *st, char *err,
                         size_t errlen) {
@@ -236,6 +237,16 @@ static int lora_matches(const run *r, const char *path, const ckpt_state *st, ch
                  "keys", path, st->lora_rank ? "adapters of" : "a full fine-tune,",
                  st->lora_rank, st->lora_rank ? theirs : "-", st->lora_dora, lc->rank,
                  lc->rank ? mine : "-", lc->dora);
+        return -1;
+    }
+    /* the scale alpha / r (alpha / √r with rslora) the adapters were trained at; format 6
+     * on (older files do not say, and keep the job's) */
+    if (lc->rank > 0 && st->format_version >= 6 &&
+        (st->lora_alpha != lc->alpha || st->lora_rslora != lc->rslora)) {
+        snprintf(err, errlen, "%.400s holds adapters trained with lora.alpha = %g, rslora = %s; this "
+                 "job has lora.alpha = %g, rslora = %s, which scales them otherwise: set the "
+                 "checkpoint's", path, (double)st->lora_alpha, st->lora_rslora ? "true" : "false",
+                 (double)lc->alpha, lc->rslora ? "true" : "false");
         return -1;
     }
     if (lc->rank > 0 && st->lora_base_fingerprint != r->base_fingerprint) {
