@@ -245,6 +245,45 @@ maxrel() {
     ' "$2" "$3" 2>/dev/null || echo missing
 }
 
+# rows_maxrel REF RUN N: the largest relative difference of the values of the "step value"
+# rows of file RUN to REF's of the same steps, or "missing" unless RUN holds N rows
+rows_maxrel() {
+    awk -v want="$3" '
+        FNR == NR { ref[$1] = $2; next }
+        { n++; a = ref[$1] + 0; b = $2 + 0; d = a - b; if (d < 0) d = -d
+          if (a < 0) a = -a; r = d / a; if (r > m) m = r }
+        END { if (n != want) print "missing"; else printf "%.3e\n", m }' "$1" "$2"
+}
+
+# follows RUN REF N TOL_LOSS TOL_NORM: run RUN's loss and gradient norm ($work/RUN/
+# metrics.jsonl) within those relative tolerances of run REF's over N steps (no comparison
+# when RUN is REF), and its loss lower by 0.1 at step N than at step 1; fails otherwise
+follows() {
+    if [ "$1" != "$2" ]; then
+        for fl_key in loss grad_norm; do
+            fl_tol=$4
+            [ $fl_key = loss ] || fl_tol=$5
+            fl_d=$(maxrel $fl_key "$work/$2/metrics.jsonl" "$work/$1/metrics.jsonl" "$3")
+            if [ "$fl_d" = missing ] || awk -v d="$fl_d" -v t="$fl_tol" 'BEGIN { exit !(d > t) }'; then
+                fail "$1: $fl_key differs from $2's by $fl_d relative (tolerance $fl_tol)"
+            else
+                echo "$test_name: ok: $1: $fl_key within $fl_d of $2's"
+            fi
+        done
+    fi
+    fl_first=$(steps "$work/$1/metrics.jsonl" loss | head -n 1 | cut -d' ' -f2)
+    fl_last=$(steps "$work/$1/metrics.jsonl" loss | tail -n 1 | cut -d' ' -f2)
+    awk -v a="$fl_first" -v b="$fl_last" 'BEGIN { exit !(b < a - 0.1) }' ||
+        fail "$1: the loss did not fall ($fl_first at step 1, $fl_last at step $3)"
+}
+
+# lora_fingerprints RUN: the frozen base's fingerprint as run RUN loaded it and after its
+# training (its log $work/RUN.log), space-separated
+lora_fingerprints() {
+    echo "$(sed -n 's/^lora: the frozen base (.*) has fingerprint \([0-9a-f]*\)$/\1/p' "$work/$1.log")" \
+        "$(sed -n "s/^lora: the frozen base's fingerprint after training \([0-9a-f]*\) .*/\1/p" "$work/$1.log")"
+}
+
 # last_steps FILE KEY: "step value", the last value logged for each step (a run resumed
 # from a checkpoint logs the steps after it again)
 last_steps() {

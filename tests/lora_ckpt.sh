@@ -124,11 +124,7 @@ for np in 1 3; do
     run "R$np" $np --set "checkpoint.dir=$work/R$np/ck" || continue
     steps "$work/A/metrics.jsonl" loss | sed -n '5,8p' >"$work/A.loss"
     steps "$work/R$np/metrics.jsonl" loss >"$work/R$np.loss"
-    rel=$(awk '
-        FNR == NR { ref[$1] = $2; next }
-        { n++; a = ref[$1] + 0; b = $2 + 0; d = a - b; if (d < 0) d = -d
-          if (a < 0) a = -a; r = d / a; if (r > m) m = r }
-        END { if (n != 4) print "missing"; else printf "%.3e\n", m }' "$work/A.loss" "$work/R$np.loss")
+    rel=$(rows_maxrel "$work/A.loss" "$work/R$np.loss" 4)
     if [ "$rel" = missing ] || awk -v r="$rel" -v t="$tol" 'BEGIN { exit !(r > t) }'; then
         fail "R$np: losses of steps 5-8 vs the 4-rank run: $rel (tolerance $tol)"
     else

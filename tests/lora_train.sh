@@ -52,12 +52,6 @@ run() {
     sh "$mpi" "$np" "$SHLM" "$@" >"$work/$name.log" 2>&1 </dev/null
 }
 
-# fingerprints NAME: "LOADED AFTER" from rank 0's lines
-fingerprints() {
-    echo "$(sed -n 's/^lora: the frozen base (.*) has fingerprint \([0-9a-f]*\)$/\1/p' "$work/$1.log")" \
-        "$(sed -n "s/^lora: the frozen base's fingerprint after training \([0-9a-f]*\) .*/\1/p" "$work/$1.log")"
-}
-
 # check NAME RC REF: NAME ran, its curve is REF's, its adapters trained, its base did not
 base_ref=
 check() {
@@ -66,23 +60,8 @@ check() {
         fail "$1: exit $2"
         return
     fi
-    if [ "$1" != "$3" ]; then
-        for key in loss grad_norm; do
-            tol=$tol_loss
-            [ $key = loss ] || tol=$tol_norm
-            d=$(maxrel $key "$work/$3/metrics.jsonl" "$work/$1/metrics.jsonl" $steps)
-            if [ "$d" = missing ] || awk -v d="$d" -v t="$tol" 'BEGIN { exit !(d > t) }'; then
-                fail "$1: $key differs from $3's by $d relative (tolerance $tol)"
-            else
-                echo "$test_name: ok: $1: $key within $d of $3's"
-            fi
-        done
-    fi
-    first=$(steps "$work/$1/metrics.jsonl" loss | head -n 1 | cut -d' ' -f2)
-    last=$(steps "$work/$1/metrics.jsonl" loss | tail -n 1 | cut -d' ' -f2)
-    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.1) }' ||
-        fail "$1: the loss did not fall ($first at step 1, $last at step $steps)"
-    fp=$(fingerprints "$1")
+    follows "$1" "$3" $steps $tol_loss $tol_norm
+    fp=$(lora_fingerprints "$1")
     set -- "$1" $fp
     if [ $# -ne 3 ] || [ "$2" != "$3" ]; then
         fail "$1: the base's fingerprint as loaded and after training: '$fp'"
