@@ -16,11 +16,14 @@
 #   transformers +    get_peft_model(LoraConfig(the same)), torch.optim.AdamW over the
 #   PEFT              adapters, each step timed around forward, loss, backward, clip,
 #                     optimizer step and zero_grad
-# tokens/s: MICRO·SEQ ÷ the mean step time of steps 3..STEPS (the first two are warm-up).
+# tokens/s: MICRO·SEQ ÷ the mean step time of steps 3..STEPS (the first two are warm-up);
+# each system's step times are printed.
 # Exits non-zero when a side fails or when the first step's loss of shardlm's LoRA run or
 # of its full fine-tune differs from PEFT's by more than 1e-4 relative (B is zero at
 # initialisation, so all three are the base's loss on the same first batch).
-#   [STEPS=N] [MICRO=B] [SEQ=T] [THREADS=T] benchmarks/bench_lora_cpu.sh [SHARDLM]
+# ROUNDS=R runs the three R times in turn (shardlm LoRA, PEFT, shardlm full) and averages
+# every round's steps, so a change of the machine's load falls on all three.
+#   [STEPS=N] [MICRO=B] [SEQ=T] [THREADS=T] [ROUNDS=R] benchmarks/bench_lora_cpu.sh [SHARDLM]
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/tests/pyenv.sh"
@@ -29,6 +32,7 @@ steps=${STEPS:-8}
 micro=${MICRO:-1}
 seq=${SEQ:-256}
 threads=${THREADS:-$(nproc)}
+rounds=${ROUNDS:-1}
 warm=2
 lr=2e-4
 model=$SHLM_SMOLLM2
@@ -63,25 +67,29 @@ threads = $threads
 EOF
 
 echo "# LoRA fine-tuning: SmolLM2-135M-Instruct, fp32, CPU, 1 rank, $threads threads, seq $seq, micro-batch $micro," \
-    "$steps steps (mean of $((warm + 1))-$steps), LoRA r 16 alpha 32 on q k v o gate up down, AdamW lr $lr, clip 1.0"
+    "$steps steps (mean of steps $((warm + 1))-$steps, $rounds round(s)), LoRA r 16 alpha 32 on q k v o gate up down, AdamW lr $lr, clip 1.0"
 echo "# commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo ?), $(date -u +%Y-%m-%d), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
 
-# shardlm NAME ARGS...: trains the job into $work/NAME; sets s_loss (step 1) and s_ms (the
-# mean step_ms after the warm-up)
+# Each system appends the step times after the warm-up to $work/NAME.ms (one a line) and
+# its first step's loss to $work/NAME.loss, once per round.
+# shardlm NAME ARGS...: trains the job into $work/NAME.ROUND
 shardlm() {
     name=$1
     shift
-    "$shlm" train "$work/job.ini" --set "log.run_dir=$work/$name" "$@" >"$work/$name.log" 2>&1 ||
-        { echo "# $name: shardlm failed:"; tail -n 3 "$work/$name.log"; exit 1; }
-    set -- $(awk -v warm=$warm '
-        { step = $0; sub(/.*"step": /, "", step); sub(/,.*/, "", step)
-          loss = $0; sub(/.*"loss": /, "", loss); sub(/,.*/, "", loss)
-          ms = $0; sub(/.*"step_ms": /, "", ms); sub(/,.*/, "", ms)
-          if (step == 1) l1 = loss
-          if (step > warm) { sum += ms; n++ } }
-        END { if (n) printf "%s %.3f\n", l1, sum / n }' "$work/$name/metrics.jsonl")
-    [ $# -eq 2 ] || { echo "# $name: no steps in $work/$name/metrics.jsonl"; exit 1; }
-    s_loss=$1 s_ms=$2
+    run=$work/$name.$round
+    "$shlm" train "$work/job.ini" --set "log.run_dir=$run" "$@" >"$run.log" 2>&1 ||
+        { echo "# $name: shardlm failed:"; tail -n 3 "$run.log"; exit 1; }
+    sed 's/^{"step": \([0-9]*\), "loss": \([^,]*\),.*"step_ms": \([^,]*\),.*/step \1 \2 \3/' \
+        "$run/metrics.jsonl" >"$run.steps"
+    collect "$name" "$run.steps"
+}
+
+# collect NAME FILE: FILE's lines "step N LOSS MS" into $work/NAME.ms and $work/NAME.loss
+collect() {
+    awk -v warm=$warm -v ms="$work/$1.ms" -v loss="$work/$1.loss" '$1 == "step" {
+        if ($2 == 1) print $3 >>loss
+        if ($2 > warm) { print $4 >>ms; n++ } } END { exit n == 0 }' "$2" ||
+        { echo "# $1: no steps after the warm-up in $2"; exit 1; }
 }
 
 reference() { PYTHONPATH="$SHLM_PEFT${PYTHONPATH:+:$PYTHONPATH}" "$SHLM_PY" - "$here" "$model" \
@@ -127,32 +135,40 @@ for s in range(steps):
 EOF
 }
 
-reference >"$work/ref.txt" 2>"$work/ref.err" || { echo "# transformers + PEFT failed:"; tail -n 3 "$work/ref.err"; exit 1; }
-set -- $(awk -v warm=$warm '$1 == "step" { if ($2 == 1) l1 = $3; if ($2 > warm) { sum += $4; n++ } }
-    END { if (n) printf "%s %.3f\n", l1, sum / n }' "$work/ref.txt")
-[ $# -eq 2 ] || { echo "# transformers + PEFT: no steps"; exit 1; }
-r_loss=$1 r_ms=$2
-shardlm lora --set lora.rank=16 --set lora.alpha=32 --set lora.targets=all --set lora.dropout=0
-l_loss=$s_loss l_ms=$s_ms
-shardlm full
-f_loss=$s_loss f_ms=$s_ms
+round=1
+while [ "$round" -le "$rounds" ]; do
+    shardlm lora --set lora.rank=16 --set lora.alpha=32 --set lora.targets=all --set lora.dropout=0
+    reference >"$work/peft.$round.txt" 2>"$work/peft.$round.err" ||
+        { echo "# transformers + PEFT failed:"; tail -n 3 "$work/peft.$round.err"; exit 1; }
+    collect peft "$work/peft.$round.txt"
+    shardlm full
+    round=$((round + 1))
+done
+mean() { awk '{ s += $1; n++ } END { printf "%.3f", s / n }' "$work/$1.ms"; }
+l_ms=$(mean lora) f_ms=$(mean full) r_ms=$(mean peft)
 
 tps() { echo "$micro * $seq * 1000 / $1" | bc -l; }
 printf '# %-30s %10s %10s %10s %14s\n' system tokens/s step_ms ratio "step 1 loss"
-printf '  %-30s %10.1f %10.1f %10s %14s\n' "shardlm LoRA" "$(tps "$l_ms")" "$l_ms" "" "$l_loss"
+printf '  %-30s %10.1f %10.1f %10s %14s\n' "shardlm LoRA" "$(tps "$l_ms")" "$l_ms" "" \
+    "$(head -n 1 "$work/lora.loss")"
 printf '  %-30s %10.1f %10.1f %10.2f %14s\n' "shardlm full fine-tune" "$(tps "$f_ms")" "$f_ms" \
-    "$(echo "$f_ms / $l_ms" | bc -l)" "$f_loss"
+    "$(echo "$f_ms / $l_ms" | bc -l)" "$(head -n 1 "$work/full.loss")"
 printf '  %-30s %10.1f %10.1f %10.2f %14s\n' "transformers + PEFT" "$(tps "$r_ms")" "$r_ms" \
-    "$(echo "$r_ms / $l_ms" | bc -l)" "$r_loss"
+    "$(echo "$r_ms / $l_ms" | bc -l)" "$(head -n 1 "$work/peft.loss")"
 echo "# ratio: shardlm LoRA's tokens/s over the row's; step 1 loss: the base's on the first batch"
+for name in lora full peft; do
+    echo "# $name step ms: $(paste -s -d ' ' "$work/$name.ms")"
+done
 status=0
-for c in "LoRA $l_loss" "full fine-tune $f_loss"; do
-    d=$(awk -v a="${c##* }" -v b="$r_loss" 'BEGIN { d = (a - b) / b; if (d < 0) d = -d; printf "%.2e", d }')
+for name in lora full; do
+    # the largest relative difference from PEFT's first loss over the rounds
+    d=$(paste "$work/$name.loss" "$work/peft.loss" | awk '{ d = ($1 - $2) / $2; if (d < 0) d = -d
+        if (d > m) m = d } END { printf "%.2e", m }')
     if awk -v d="$d" 'BEGIN { exit !(d > 1e-4) }'; then
-        echo "# WRONG: shardlm ${c% *}'s first loss differs from PEFT's by $d relative (over 1e-4)"
+        echo "# WRONG: shardlm $name's first loss differs from PEFT's by $d relative (over 1e-4)"
         status=1
     else
-        echo "# ok: shardlm ${c% *}'s first loss is PEFT's within $d relative"
+        echo "# ok: shardlm $name's first loss is PEFT's within $d relative"
     fi
 done
 exit $status
