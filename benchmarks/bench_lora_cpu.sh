@@ -8,8 +8,8 @@
 # windows s·MICRO .. s·MICRO+MICRO-1 of SEQ+1 tokens every SEQ tokens (docs/data.md) on both
 # sides. STEPS steps (default 8) of MICRO sequences (default 1) of SEQ tokens (default 256);
 # LoRA rank 16, alpha 32, dropout 0 on all seven projections; AdamW lr 2e-4 constant,
-# betas (0.9, 0.95), eps 1e-8, weight decay 0.1, gradient norm clipped at 1.0 (shardlm's
-# defaults, which PEFT's side sets the same).
+# betas (0.9, 0.95), eps 1e-8, weight decay 0.1 (shardlm decays its adapters: every one is a
+# matrix), the gradient norm of the trained parameters clipped at 1.0, on both sides.
 #   shardlm LoRA      `lora.rank=16 lora.alpha=32 lora.targets=all`: its own step time
 #                     (metrics.jsonl step_ms)
 #   shardlm full      the same job without [lora]: every parameter trains
@@ -115,7 +115,6 @@ peft = get_peft_model(m, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, task_
                                                     "gate_proj", "up_proj", "down_proj"]))
 peft.train()
 params = [p for p in peft.parameters() if p.requires_grad]
-# every adapter is a matrix: all decay, as shardlm decays its adapters
 opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 for s in range(steps):
     # window i: tokens i*T .. i*T+T; a target whose trained bit is 0 is ignored
