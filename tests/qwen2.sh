@@ -69,14 +69,15 @@ fi
 # fp32 mean loss over val.bin's windows of 32 tokens as shardlm cuts them (window w: tokens
 # 32w .. 32w + 32) and the 8 greedy tokens after the prompt 1, 2, 3
 reference() {
-    "$SHLM_PY" - "$1" "$work/val.bin" 2>"$work/reference.err" <<'EOF'
-import struct, sys
+    SHLM_TESTS="$SHLM_SRCDIR/tests" "$SHLM_PY" - "$1" "$work/val.bin" 2>"$work/reference.err" <<'EOF'
+import os, sys
 import torch
 import torch.nn.functional as F
 from transformers import AutoModelForCausalLM
-raw = open(sys.argv[2], "rb").read()
-width, n = struct.unpack("<I", raw[12:16])[0], struct.unpack("<Q", raw[16:24])[0]
-ids = struct.unpack(f"<{n}{'I' if width == 4 else 'H'}", raw[96:96 + n * width])
+sys.path.insert(0, os.environ["SHLM_TESTS"])
+import sft_data
+ids = sft_data.read(sys.argv[2])[1]
+n = len(ids)
 m = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).eval()
 T, total, count = 32, 0.0, 0
 with torch.no_grad():
