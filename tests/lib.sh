@@ -245,6 +245,16 @@ maxrel() {
     ' "$2" "$3" 2>/dev/null || echo missing
 }
 
+# train_on NAME NP ARGS...: `shardlm train ARGS` on NP ranks (tests/mpi_test.sh), the
+# command printed, its output in $work/NAME.log; returns its exit status
+train_on() {
+    to_name=$1
+    to_np=$2
+    shift 2
+    echo "+ sh tests/mpi_test.sh $to_np $SHLM train $*"
+    sh "$SHLM_SRCDIR/tests/mpi_test.sh" "$to_np" "$SHLM" train "$@" >"$work/$to_name.log" 2>&1 </dev/null
+}
+
 # rows_maxrel REF RUN N: the largest relative difference of the values of the "step value"
 # rows of file RUN to REF's of the same steps, or "missing" unless RUN holds N rows
 rows_maxrel() {

@@ -42,12 +42,10 @@ run() {
     name=$1
     np=$2
     shift 2
-    set -- train "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
+    train_on "$name" "$np" "$job" --set "data.train=$work/train.bin" --set "log.run_dir=$work/$name" \
         --set train.steps=8 --set train.lr=1e-2 --set train.global_batch=12 \
         --set train.micro_batch=1 --set lora.rank=4 --set lora.targets=all --set lora.dora=true \
         "$@"
-    echo "+ sh $mpi $np $SHLM $*"
-    sh "$mpi" "$np" "$SHLM" "$@" >"$work/$name.log" 2>&1 </dev/null
     rc=$?
     skip_without_launcher $rc
     if [ $rc -ne 0 ]; then

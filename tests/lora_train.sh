@@ -26,7 +26,6 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
-mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/equiv.ini"
 steps=12
 tol_loss=1e-6
@@ -45,11 +44,9 @@ run() {
     name=$1
     np=$2
     shift 2
-    set -- train "$job" --set "data.train=$data" --set "log.run_dir=$work/$name" \
+    train_on "$name" "$np" "$job" --set "data.train=$data" --set "log.run_dir=$work/$name" \
         --set train.steps=$steps --set train.lr=1e-2 --set lora.rank=4 --set lora.targets=all \
         "$@"
-    echo "+ sh $mpi $np $SHLM $*"
-    sh "$mpi" "$np" "$SHLM" "$@" >"$work/$name.log" 2>&1 </dev/null
 }
 
 # check NAME RC REF: NAME ran, its curve is REF's, its adapters trained, its base did not
