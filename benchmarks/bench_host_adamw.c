@@ -44,7 +44,7 @@ static void run_adamw(void *ctx) {
     /* a tiny lr keeps the values where they are over the repeats */
     const int t = ++b->step;
     if (b->isa == HOST_ADAMW_N) {
-        host_adamw(b->p, b->g, b->m, b->v, b->n, 1e-8f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t, NULL);
+        host_adamw(b->p, b->g, b->m, b->v, b->n, 1e-8f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t, NULL, NULL);
         return;
     }
 #pragma omp parallel
@@ -53,7 +53,7 @@ static void run_adamw(void *ctx) {
         const size_t per = (b->n + nt - 1) / nt, i0 = k * per < b->n ? k * per : b->n;
         const size_t i1 = i0 + per < b->n ? i0 + per : b->n;
         host_adamw_isa_run((host_adamw_isa)b->isa, b->p + i0, b->g + i0, b->m + i0, b->v + i0,
-                           i1 - i0, 1e-8f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t);
+                           i1 - i0, 1e-8f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, t, NULL);
     }
 }
 

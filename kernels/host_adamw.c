@@ -14,6 +14,7 @@
 #include <math.h>
 #include <omp.h>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -104,6 +105,63 @@ __attribute__((target("avx512f"))) static void adamw_avx512(const adamw_coef *c,
 }
 #endif
 
+/* The bf16 copy of [i0, i1): shlm_f32_to_bf16 (bf16.h) element by element, and its AVX2 and
+ * AVX-512 twins, which compute the same rule on integer lanes (the same bits). */
+static void bf16_scalar(uint16_t *dst, const float *src, size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; i++) dst[i] = shlm_f32_to_bf16(src[i]);
+}
+
+#ifdef HOST_ADAMW_X86
+__attribute__((target("avx2"))) static void bf16_avx2(uint16_t *dst, const float *src,
+                                                      size_t i0, size_t i1) {
+    const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF), inf = _mm256_set1_epi32(0x7F800000),
+                  round = _mm256_set1_epi32(0x7FFF), one = _mm256_set1_epi32(1),
+                  quiet = _mm256_set1_epi32(0x0040);
+    size_t i = i0;
+    for (; i + 8 <= i1; i += 8) {
+        const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(u, _mm256_add_epi32(round, _mm256_and_si256(hi, one))), 16);
+        /* |u| > inf as signed 32-bit integers: both sides are non-negative */
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+        const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+        /* 16-bit halves, each 128-bit lane packed in place, then the lanes' low quads joined */
+        const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    bf16_scalar(dst, src, i, i1);
+}
+
+__attribute__((target("avx512f"))) static void bf16_avx512(uint16_t *dst, const float *src,
+                                                           size_t i0, size_t i1) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000),
+                  round = _mm512_set1_epi32(0x7FFF), one = _mm512_set1_epi32(1),
+                  quiet = _mm512_set1_epi32(0x0040);
+    size_t i = i0;
+    for (; i + 16 <= i1; i += 16) {
+        const __m512i u = _mm512_castps_si512(_mm512_loadu_ps(src + i));
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __m512i rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(u, _mm512_add_epi32(round, _mm512_and_si512(hi, one))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        const __m512i r = _mm512_mask_blend_epi32(nan, rounded, _mm512_or_si512(hi, quiet));
+        _mm256_storeu_si256((__m256i *)(dst + i), _mm512_cvtepi32_epi16(r));
+    }
+    bf16_scalar(dst, src, i, i1);
+}
+#endif
+
+typedef void (*bf16_kernel)(uint16_t *, const float *, size_t, size_t);
+
+static bf16_kernel bf16_kernel_of(host_adamw_isa isa) {
+#ifdef HOST_ADAMW_X86
+    if (isa == HOST_ADAMW_AVX512) return bf16_avx512;
+    if (isa == HOST_ADAMW_AVX2) return bf16_avx2;
+#endif
+    return bf16_scalar;
+}
+
 typedef void (*adamw_kernel)(const adamw_coef *, float *, const float *, float *, float *,
                              size_t, size_t);
 
@@ -144,18 +202,38 @@ host_adamw_isa host_adamw_isa_best(void) {
 
 void host_adamw_isa_run(host_adamw_isa isa, float *param, const float *grad, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, float grad_scale, int step) {
+                        float weight_decay, float grad_scale, int step, uint16_t *copy) {
     if (!host_adamw_isa_supported(isa))
         SHLM_FATAL("adamw: instruction set %s is not supported here", host_adamw_isa_name(isa));
     const adamw_coef c = coef_of(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
     kernel_of(isa)(&c, param, grad, m, v, 0, n);
+    if (copy) bf16_kernel_of(isa)(copy, param, 0, n);
+}
+
+/* A thread's run [i0, i1) in blocks small enough to stay in its core's cache between the
+ * update and the copy's rounding, which then reads no memory. */
+enum { COPY_BLOCK = 4096 };
+
+static void update_run(adamw_kernel k, bf16_kernel b, const adamw_coef *c, float *param,
+                       const float *grad, float *m, float *v, uint16_t *copy, size_t i0,
+                       size_t i1) {
+    if (!copy) {
+        k(c, param, grad, m, v, i0, i1);
+        return;
+    }
+    for (size_t j0 = i0; j0 < i1; j0 += COPY_BLOCK) {
+        const size_t j1 = j0 + COPY_BLOCK < i1 ? j0 + COPY_BLOCK : i1;
+        k(c, param, grad, m, v, j0, j1);
+        b(copy, param, j0, j1);
+    }
 }
 
 void host_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                int step, float *amax) {
+                int step, float *amax, uint16_t *copy) {
     const adamw_coef c = coef_of(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
     const adamw_kernel k = kernel_of(host_adamw_isa_best());
+    const bf16_kernel b = bf16_kernel_of(host_adamw_isa_best());
     /* each thread one contiguous run, a multiple of 64 elements (a cache line of each of
      * the four arrays) except the last: the elements are independent, so any split gives
      * the same bits */
@@ -164,9 +242,20 @@ void host_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
         const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
         const size_t per = ((n + nt - 1) / nt + 63) / 64 * 64;
         const size_t i0 = t * per < n ? t * per : n, i1 = i0 + per < n ? i0 + per : n;
-        if (i1 > i0) k(&c, param, grad, m, v, i0, i1);
+        if (i1 > i0) update_run(k, b, &c, param, grad, m, v, copy, i0, i1);
     }
     if (amax) host_abs_max(amax, param, n);
+}
+
+void host_bf16_copy(uint16_t *dst, const float *src, size_t n) {
+    const bf16_kernel b = bf16_kernel_of(host_adamw_isa_best());
+#pragma omp parallel
+    {
+        const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+        const size_t per = ((n + nt - 1) / nt + 63) / 64 * 64;
+        const size_t i0 = t * per < n ? t * per : n, i1 = i0 + per < n ? i0 + per : n;
+        if (i1 > i0) b(dst, src, i0, i1);
+    }
 }
 
 void host_abs_max(float *amax, const float *p, size_t n) {

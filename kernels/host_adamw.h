@@ -7,6 +7,7 @@
 #define SHLM_HOST_ADAMW_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum host_adamw_isa {
     HOST_ADAMW_SCALAR = 0,
@@ -28,15 +29,20 @@ host_adamw_isa host_adamw_isa_best(void);
  *   param −= lr·(m·bc1 / (√(v·bc2) + eps) + weight_decay·param),
  * bc1 = 1/(1−β1^step), bc2 = 1/(1−β2^step) worked out in double, then rounded to fp32.
  * amax (or NULL): *amax = max(*amax, max |param_i|) over the updated weights, NaN ignored
- * (host_abs_max). Aborts when step < 1. */
+ * (host_abs_max). copy (or NULL): the updated weights rounded to bf16 (shlm_f32_to_bf16),
+ * written while they are in cache: the optimizer offload's device copy. Aborts when step < 1. */
 void host_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                 float beta1, float beta2, float eps, float weight_decay, float grad_scale,
-                int step, float *amax);
+                int step, float *amax, uint16_t *copy);
 /* The same with a given instruction set (which must be supported), on the calling thread
- * alone: what the tests compare. */
+ * alone, without amax: what the tests compare. */
 void host_adamw_isa_run(host_adamw_isa isa, float *param, const float *grad, float *m, float *v,
                         size_t n, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, float grad_scale, int step);
+                        float weight_decay, float grad_scale, int step, uint16_t *copy);
+
+/* dst = src rounded to bf16 (shlm_f32_to_bf16's bits), with the widest instruction set, on
+ * all the OpenMP threads. */
+void host_bf16_copy(uint16_t *dst, const float *src, size_t n);
 
 /* *amax = max(*amax, max |p_i|) over n, NaN ignored (the caller zeroes it first). */
 void host_abs_max(float *amax, const float *p, size_t n);

@@ -138,6 +138,13 @@ typedef struct shlm_ops {
     void (*host_free)(void *p);
     void (*to_host_async)(void *host_dst, const void *src, size_t bytes);
     void (*to_host_wait)(void);
+    /* Optional (NULL on cpu, where to_device serves): a host -> backend copy from page-locked
+     * memory queued on a second side stream after the work queued so far on the backend's
+     * stream; the work queued on the backend's stream after the call runs after the copy.
+     * The host source must stay unchanged until to_device_wait, which returns once every
+     * such copy has landed. The optimizer offload's uploads (src/engine/offload.c). */
+    void (*to_device_async)(void *dst, const void *host_src, size_t bytes);
+    void (*to_device_wait)(void);
     /* Optional (NULL on cpu): the device work queued between graph_begin and graph_end is
      * recorded instead of run, as one graph that graph_launch queues again at once (the same
      * kernels with the same arguments on the same pointers; the data they read is read when

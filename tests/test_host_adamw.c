@@ -2,7 +2,9 @@
  * threaded entry point, against the scalar reference below (the cpu backend's AdamW loop as
  * it was written before the host AdamW took it over), bit for bit, on lengths that leave
  * every kind of tail (1..SIMD width+1, odd, a multiple plus one), several steps in a row
- * with and without weight decay, clipping's grad_scale and values spanning magnitudes. */
+ * with and without weight decay, clipping's grad_scale and values spanning magnitudes; the
+ * bf16 copy written beside the update (the optimizer offload's) against shlm_f32_to_bf16,
+ * and on the values where rounding is delicate (ties, the top of the range, NaN, inf). */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
 #elif defined(__GNUC__)
@@ -13,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/host_adamw.h"
 #include "src/base/rng.h"
 #include "tests/check.h"
@@ -65,18 +68,22 @@ static int same(const float *a, const float *b, size_t n) { return memcmp(a, b, 
  * reference; returns whether every buffer matched after every step */
 static int agrees(int isa, size_t n, int steps, float wd, float grad_scale, uint64_t seed) {
     state ref = make(n, seed), got = make(n, seed);
+    uint16_t *copy = malloc(n * sizeof *copy);
     int ok = 1;
     for (int t = 1; t <= steps && ok; t++) {
         for (size_t i = 0; i < n; i++) ref.g[i] = got.g[i] = value(seed + 10 + (uint64_t)t, i);
         reference(ref.p, ref.g, ref.m, ref.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, wd, grad_scale, t);
+        uint16_t *c = t % 2 ? copy : NULL; /* with and without the copy */
         if (isa == HOST_ADAMW_N)
             host_adamw(got.p, got.g, got.m, got.v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, wd, grad_scale,
-                       t, NULL);
+                       t, NULL, c);
         else
             host_adamw_isa_run((host_adamw_isa)isa, got.p, got.g, got.m, got.v, n, 3e-3f, 0.9f,
-                               0.95f, 1e-8f, wd, grad_scale, t);
+                               0.95f, 1e-8f, wd, grad_scale, t, c);
         ok = same(ref.p, got.p, n) && same(ref.m, got.m, n) && same(ref.v, got.v, n);
+        for (size_t i = 0; c && i < n && ok; i++) ok = c[i] == shlm_f32_to_bf16(ref.p[i]);
     }
+    free(copy);
     drop(&ref);
     drop(&got);
     return ok;
@@ -105,12 +112,56 @@ int main(void) {
     }
     printf("# widest instruction set here: %s\n", host_adamw_isa_name(host_adamw_isa_best()));
 
+    /* the copy's rounding where it is delicate: ties to even both ways, the largest finite
+     * values (rounding up to inf), subnormals, zeros, inf and NaNs (a payload that truncation
+     * would turn into inf); for each instruction set through an update that leaves finite
+     * weights as they are (lr 0, no decay, zero moments), then NaN and inf through the
+     * threaded copy alone */
+    {
+        uint32_t bits[] = {0x3F808000u, 0x3F818000u, 0x3F807FFFu, 0x3F808001u, 0x7F7FFFFFu,
+                           0xFF7F8000u, 0x7F7F7FFFu, 0x00000001u, 0x80008000u, 0x00018000u,
+                           0x00000000u, 0x80000000u, 0x3F800000u, 0xC0490FDBu, 0x477FE000u,
+                           0x33800000u, 0x7F800000u, 0xFF800000u, 0x7F800001u, 0xFFC00000u,
+                           0x7FBFFFFFu, 0x7F80FFFFu};
+        enum { N_FINITE = 16, N_BITS = sizeof bits / sizeof bits[0], N = 3 * N_BITS + 5 };
+        float x[N], zero[N], m[N], v[N], p[N];
+        uint16_t got[N], want[N];
+        for (int i = 0; i < N; i++) {
+            const uint32_t b = bits[i % N_BITS];
+            memcpy(&x[i], &b, 4);
+            zero[i] = 0.0f;
+            want[i] = shlm_f32_to_bf16(x[i]);
+        }
+        for (int isa = 0; isa < HOST_ADAMW_N; isa++) {
+            if (!host_adamw_isa_supported((host_adamw_isa)isa)) continue;
+            int ok = 1;
+            for (int n = 1; n <= N; n++) {
+                int k = 0;
+                for (int i = 0; i < N; i++)
+                    if (i % N_BITS < N_FINITE) p[k++] = x[i];
+                const int nf = k < n ? k : n;
+                memset(m, 0, sizeof m);
+                memset(v, 0, sizeof v);
+                host_adamw_isa_run((host_adamw_isa)isa, p, zero, m, v, (size_t)nf, 0.0f, 0.9f,
+                                   0.95f, 1e-8f, 0.0f, 1.0f, 1, got);
+                for (int i = 0; i < nf; i++) ok &= got[i] == shlm_f32_to_bf16(p[i]);
+            }
+            check(ok, "%s: the copy of ties, range ends and subnormals is shlm_f32_to_bf16's",
+                  host_adamw_isa_name((host_adamw_isa)isa));
+        }
+        host_bf16_copy(got, x, N);
+        check(!memcmp(got, want, sizeof want), "host_bf16_copy equals shlm_f32_to_bf16 on %d "
+              "values, inf and NaN among them", (int)N);
+        check(want[16] == 0x7F80u && want[18] == 0x7FC0u && want[4] == 0x7F80u,
+              "the rule itself: inf stays inf, a NaN stays a NaN, the top rounds to inf");
+    }
+
     /* the amax over the updated weights */
     state s = make(1001, 7);
     for (size_t i = 0; i < 1001; i++) s.g[i] = value(8, i);
     s.p[500] = -40.0f;
     float amax = 0.0f;
-    host_adamw(s.p, s.g, s.m, s.v, 1001, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, &amax);
+    host_adamw(s.p, s.g, s.m, s.v, 1001, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1, &amax, NULL);
     float want = 0.0f;
     for (size_t i = 0; i < 1001; i++) want = fmaxf(want, fabsf(s.p[i]));
     check(amax == want && amax > 39.0f, "amax is the largest |weight| after the update (%g)",

@@ -12,7 +12,7 @@
 void shlm_cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                     float beta1, float beta2, float eps, float weight_decay, float grad_scale,
                     int step, float *amax) {
-    host_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step, amax);
+    host_adamw(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, grad_scale, step, amax, NULL);
 }
 
 /* Fixed block boundaries (a function of n only) and a sequential sum of the block

@@ -51,6 +51,8 @@ void *shlm_cuda_host_alloc(size_t bytes);                      /* pinned; NULL w
 void shlm_cuda_host_free(void *p);
 void shlm_cuda_to_host_async(void *host_dst, const void *src, size_t bytes); /* side stream */
 void shlm_cuda_to_host_wait(void);
+void shlm_cuda_to_device_async(void *dst, const void *host_src, size_t bytes); /* side stream */
+void shlm_cuda_to_device_wait(void);
 /* out(N, OC) = inp(N, C)·Wᵀ (+ residual, which may be out) for a few rows, bf16 (gemv.cu):
  * 1 when queued; 0 (nothing queued) unless 1 <= N <= SHLM_GEMV_MAX_ROWS, C a multiple of 8
  * and inp and weight 16-byte aligned */

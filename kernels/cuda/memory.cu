@@ -302,3 +302,28 @@ extern "C" void shlm_cuda_to_host_async(void *host_dst, const void *src, size_t 
 extern "C" void shlm_cuda_to_host_wait(void) {
     if (g_download_stream) shlm_cuda_host_wait(g_download_stream);
 }
+
+/* The side stream of the asynchronous uploads: each copy waits for the work queued on the
+ * backend's stream so far (which may still read what it overwrites), and the backend's
+ * stream waits for the copy before anything queued after it. */
+static cudaStream_t g_upload_stream;
+static cudaEvent_t g_upload_after, g_upload_done;
+
+extern "C" void shlm_cuda_to_device_async(void *dst, const void *host_src, size_t bytes) {
+    if (bytes == 0) return;
+    if (!g_upload_stream) {
+        CUDA_CHECK(cudaStreamCreateWithFlags(&g_upload_stream, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g_upload_after, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&g_upload_done, cudaEventDisableTiming));
+    }
+    cudaStream_t s = shlm_cuda_stream();
+    CUDA_CHECK(cudaEventRecord(g_upload_after, s));
+    CUDA_CHECK(cudaStreamWaitEvent(g_upload_stream, g_upload_after, 0));
+    CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, g_upload_stream));
+    CUDA_CHECK(cudaEventRecord(g_upload_done, g_upload_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s, g_upload_done, 0));
+}
+
+extern "C" void shlm_cuda_to_device_wait(void) {
+    if (g_upload_stream) shlm_cuda_host_wait(g_upload_stream);
+}

@@ -1057,7 +1057,8 @@ static int next_trained(const fsdp_engine *e, int u) {
 
 /* fsdp.offload: the step on the host after the backward's last reduction (the global norm,
  * so the clipping factor, is known), unit by unit: each unit's gradient shard comes over
- * while the unit before is updated, and each unit's device copy goes back once updated.
+ * while the unit before is updated, and each unit's device copy goes back while the next
+ * is updated (the next forward's gathers wait for it on the device).
  * The AdamW is the cpu backend's own function, tensor by tensor as the device path splits
  * it: the same bits. */
 static void offload_optimizer_step(fsdp_engine *e, float lr, float grad_scale,
@@ -1077,17 +1078,25 @@ static void offload_optimizer_step(fsdp_engine *e, float lr, float grad_scale,
         if (next >= 0)
             offload_grad_queue(e->off, e->units[next].trained->grad, e->units[next].trained->n);
         const model_unit *lu = &tl->units[u];
+        /* the bf16 copy written by the update, tensor by tensor in the shard's order, and
+         * rounded from the master between tensors (the shard's padding) */
+        uint16_t *copy = offload_upload_staging(e->off);
+        size_t done = 0;
         for (int k = 0; k < lu->n_tensors; k++) {
             const model_tensor *t = &lu->tensors[k];
             shard_overlap ov;
             if (!shard_intersect(s->begin, s->end, t->offset, t->numel, &ov)) continue;
             const size_t o = ov.shard_offset;
+            if (o < done) SHLM_FATAL("offload: unit %d's tensors overlap or are out of order", u);
+            if (copy && o > done) host_bf16_copy(copy + done, s->master + done, o - done);
             const int a = e->lora ? -1 : fp8_index_of(e, u, t->offset);
             host_adamw(s->master + o, g + o, s->m + o, s->v + o, ov.count, lr, h->beta1,
                        h->beta2, h->eps, t->weight_decay ? h->weight_decay : 0.0f, grad_scale,
-                       step, a >= 0 ? &amax[a] : NULL);
+                       step, a >= 0 ? &amax[a] : NULL, copy ? copy + o : NULL);
+            done = o + ov.count;
         }
-        offload_upload(e->off, s->store, s->master, s->n);
+        if (copy && s->n > done) host_bf16_copy(copy + done, s->master + done, s->n - done);
+        offload_upload_queue(e->off, s->store, s->master, s->n);
     }
     if (amax) e->ops->to_device(e->fp8_amax, amax, (size_t)e->plan->n_fp8 * sizeof(float));
     free(amax);

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/bf16.h"
 #include "kernels/check.h"
+#include "kernels/host_adamw.h"
 
 struct offload_host {
     const shlm_ops *ops;
@@ -13,8 +13,8 @@ struct offload_host {
     size_t max_shard;
     size_t bytes;          /* host bytes allocated (state and staging) */
     float *grad[2];        /* (max_shard) gradient shards from the device */
-    uint16_t *upload;      /* (max_shard) a bf16 copy's staging; NULL for fp32 */
-    unsigned queued, taken;
+    uint16_t *upload[2];   /* (max_shard) a bf16 copy's staging, alternately; NULL for fp32 */
+    unsigned queued, taken, uploads;
 };
 
 /* Page-locked where the backend has it (the device copies into it at full speed), else,
@@ -50,15 +50,19 @@ offload_host *offload_create(const shlm_ops *ops, shlm_dtype copy_dtype, size_t 
     o->copy_dtype = copy_dtype;
     o->max_shard = max_shard;
     for (int k = 0; k < 2; k++) o->grad[k] = host_alloc(o, max_shard * sizeof(float));
-    if (copy_dtype != SHLM_F32) o->upload = host_alloc(o, max_shard * sizeof(uint16_t));
+    for (int k = 0; k < 2 && copy_dtype != SHLM_F32; k++)
+        o->upload[k] = host_alloc(o, max_shard * sizeof(uint16_t));
     return o;
 }
 
 void offload_destroy(offload_host *o) {
     if (!o) return;
     if (o->ops->to_host_wait) o->ops->to_host_wait(); /* a step abandoned midway */
-    for (int k = 0; k < 2; k++) host_free(o, o->grad[k]);
-    host_free(o, o->upload);
+    offload_upload_wait(o);
+    for (int k = 0; k < 2; k++) {
+        host_free(o, o->grad[k]);
+        host_free(o, o->upload[k]);
+    }
     free(o);
 }
 
@@ -73,21 +77,47 @@ void offload_free(offload_host *o, float *p) { host_free(o, p); }
 
 size_t offload_host_bytes(const offload_host *o) { return o->bytes; }
 
+static void check_shard(const offload_host *o, size_t n) {
+    if (n > o->max_shard) SHLM_FATAL("offload: a shard of %zu elements, staging for %zu", n, o->max_shard);
+}
+
 void offload_upload(offload_host *o, void *copy, const float *master, size_t n) {
     if (!n) return;
+    check_shard(o, n);
+    offload_upload_wait(o); /* the staging, and the copy, free of queued uploads */
     if (o->copy_dtype == SHLM_F32) {
         o->ops->to_device(copy, master, n * sizeof(float));
         return;
     }
-    if (n > o->max_shard) SHLM_FATAL("offload: a shard of %zu elements, staging for %zu", n, o->max_shard);
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) o->upload[i] = shlm_f32_to_bf16(master[i]);
-    o->ops->to_device(copy, o->upload, n * sizeof(uint16_t));
+    host_bf16_copy(o->upload[0], master, n);
+    o->ops->to_device(copy, o->upload[0], n * sizeof(uint16_t));
+}
+
+uint16_t *offload_upload_staging(offload_host *o) { return o->upload[o->uploads % 2]; }
+
+void offload_upload_queue(offload_host *o, void *copy, const float *master, size_t n) {
+    check_shard(o, n);
+    const void *src = o->copy_dtype == SHLM_F32 ? (const void *)master : o->upload[o->uploads % 2];
+    const size_t bytes = n * (o->copy_dtype == SHLM_F32 ? sizeof(float) : sizeof(uint16_t));
+    o->uploads++;
+    if (!n) return;
+    if (!o->ops->to_device_async) {
+        o->ops->to_device(copy, src, bytes);
+        return;
+    }
+    /* the upload before this one ran while the caller filled this staging: once it has
+     * landed, the other staging (offload_upload_staging's next answer) is free */
+    o->ops->to_device_wait();
+    o->ops->to_device_async(copy, src, bytes);
+}
+
+void offload_upload_wait(offload_host *o) {
+    if (o->ops->to_device_wait) o->ops->to_device_wait();
 }
 
 void offload_grad_queue(offload_host *o, const float *dev_grad, size_t n) {
     if (o->queued - o->taken >= 2) SHLM_FATAL("offload: a third gradient shard queued");
-    if (n > o->max_shard) SHLM_FATAL("offload: a shard of %zu elements, staging for %zu", n, o->max_shard);
+    check_shard(o, n);
     float *dst = o->grad[o->queued++ % 2];
     if (!n) return;
     if (o->ops->to_host_async) o->ops->to_host_async(dst, dev_grad, n * sizeof(float));

@@ -17,7 +17,7 @@ typedef struct offload_host offload_host;
 
 /* For a rank whose largest trained shard is max_shard elements, whose device copy is in
  * copy_dtype (fp32 or bf16): the staging of two gradient shards and, for a bf16 copy, of
- * one upload. */
+ * two uploads. */
 offload_host *offload_create(const shlm_ops *ops, shlm_dtype copy_dtype, size_t max_shard);
 /* Frees the staging; the state from offload_alloc goes first, through offload_free. */
 void offload_destroy(offload_host *o);
@@ -29,8 +29,20 @@ void offload_free(offload_host *o, float *p);
 size_t offload_host_bytes(const offload_host *o);
 
 /* The device copy (n elements of copy_dtype) from host fp32 `master`: bf16 rounds to
- * nearest even, as the gather of a device master rounds (the same values). Synchronous. */
+ * nearest even, as the gather of a device master rounds (the same values). Synchronous,
+ * after the uploads queued before. */
 void offload_upload(offload_host *o, void *copy, const float *master, size_t n);
+
+/* The optimizer step's uploads, one unit after another: the caller writes the unit's bf16
+ * copy into offload_upload_staging (NULL for an fp32 copy, sent from the master itself:
+ * host_adamw's `copy`), then offload_upload_queue sends it to `copy` on the device, on a
+ * side stream where the backend has one (ops->to_device_async; the device work queued after
+ * runs after it), else at once. The queue first waits for the upload queued before it,
+ * which ran while the caller filled this staging, so at most one is in flight and the
+ * staging the next call returns is free. offload_upload_wait waits for the one in flight. */
+uint16_t *offload_upload_staging(offload_host *o);
+void offload_upload_queue(offload_host *o, void *copy, const float *master, size_t n);
+void offload_upload_wait(offload_host *o);
 
 /* Gradient shards to the host, in order: offload_grad_queue starts the copy of a device
  * shard (queued behind the backend's work on a side stream where it has one, else copied

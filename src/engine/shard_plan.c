@@ -130,7 +130,7 @@ void shard_plan_build(shard_plan *plan, const model_desc *m, const plan_params *
         b[PLAN_PARAM_COPY] = sum_trained * os;
         arena += arena_state + arena_copy;
         plan->host_bytes = 3 * sum_trained * 4 + 2 * plan->max_shard * 4 +
-                           (plan->offload_dtype == SHLM_F32 ? 0 : plan->max_shard * os);
+                           (plan->offload_dtype == SHLM_F32 ? 0 : 2 * plan->max_shard * os);
     } else {
         b[PLAN_MASTER] = sum_trained * 4;
         arena += arena_state;

@@ -127,7 +127,7 @@ typedef struct shard_plan {
     size_t host_bytes;  /* offload: host memory per rank, page-locked on a device: master,
                          * exp_avg, exp_avg_sq (the trained shards, fp32), two gradient
                          * shards in flight from the device (max_shard fp32 each) and, with a
-                         * bf16 copy, its upload staging (max_shard bf16) */
+                         * bf16 copy, its two upload stagings (max_shard bf16 each) */
     plan_pass pass[2];  /* [0] forward only, [1] forward and backward */
     size_t bytes[PLAN_N_CATEGORIES];
     size_t state;       /* master + grad + moments + frozen + param copy (on the device) */
