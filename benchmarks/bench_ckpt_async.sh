@@ -1,8 +1,10 @@
 #!/bin/sh
 # What a checkpoint costs the training, saved synchronously and in the background
-# (checkpoint.async), on the CPU backend: the tiny model (jobs/tiny.ini, preset tiny) on
-# one rank with one thread, its steps made short (sequence 16, one sequence a step) so that
-# a synchronous save costs several steps, saved every --every steps.
+# (checkpoint.async): by default on the CPU backend, the tiny model (jobs/tiny.ini, preset
+# tiny) on one rank with one thread, its steps made short (sequence 16, one sequence a step)
+# so that a synchronous save costs several steps, saved every --every steps. --job and
+# --set (after those defaults, so they win) run another shape: benchmarks/gpu_suite.sh's
+# ckpt-async phase runs a 7B-wide model on a GPU this way.
 #
 # A step's time here is the wall time between two consecutive logged steps (elapsed_s of
 # metrics.jsonl), which includes whatever the loop did between them: the synchronous
@@ -13,12 +15,15 @@
 #   - sync:  the save's cost, the mean over the saves of (the step after the save) - M,
 #            in steps (goal: at least 5, the regime the claim is about);
 #   - async: the steps overlapping each save (its window), their mean time / M (goal: at
-#            most 1.2), and the worst save's.
+#            most 1.2), the worst save's, and the save's cost: the mean over the saves of
+#            the window's time beyond M per step, in steps, which the last line also gives
+#            as a share of the synchronous save's cost.
 # Every checkpoint is verified (`shardlm ckpt verify`); a failed run or checkpoint fails
 # the benchmark (exit 1); a ratio off its goal only with --strict.
 #
 # usage: benchmarks/bench_ckpt_async.sh [--shardlm PATH] [--dir DIR] [--steps N]
 #                                       [--every N] [--trials N] [--strict] [--keep]
+#                                       [--job FILE] [--set KEY=VALUE]...
 set -u
 
 shardlm=./shardlm
@@ -28,6 +33,8 @@ every=150
 trials=2
 strict=0
 keep=0
+job=""
+sets=""
 while [ $# -gt 0 ]; do
     case $1 in
     --shardlm) shardlm=$2; shift 2 ;;
@@ -37,10 +44,13 @@ while [ $# -gt 0 ]; do
     --trials) trials=$2; shift 2 ;;
     --strict) strict=1; shift ;;
     --keep) keep=1; shift ;;
+    --job) job=$2; shift 2 ;;
+    --set) sets="$sets --set $2"; shift 2 ;;
     *) sed -n '2,/^set -u/p' "$0" | sed 's/^# \{0,1\}//; /^set -u/d'; exit 2 ;;
     esac
 done
 here=$(cd "$(dirname "$0")" && pwd)
+job=${job:-$here/../jobs/tiny.ini}
 mpi="$here/../tests/mpi_test.sh"
 [ -x "$shardlm" ] || { echo "bench_ckpt_async: no shardlm at $shardlm (use --shardlm)"; exit 2; }
 if [ -z "$dir" ]; then
@@ -55,12 +65,13 @@ fi
 run() {
     name=$1-$2
     rm -rf "$dir/$name"
-    sh "$mpi" 1 "$shardlm" train "$here/../jobs/tiny.ini" --set "data.train=$dir/train.bin" \
+    # $sets unquoted: split into --set KEY=VALUE words (values without spaces)
+    sh "$mpi" 1 "$shardlm" train "$job" --set "data.train=$dir/train.bin" \
         --set data.val= --set train.sample_tokens=0 --set log.every=1 \
         --set "train.steps=$steps" --set train.seq_len=16 --set train.micro_batch=1 \
         --set train.global_batch=1 --set runtime.threads=1 --set "checkpoint.every=$every" \
         --set "checkpoint.dir=$dir/$name/ck" --set "log.run_dir=$dir/$name" \
-        --set "checkpoint.async=$1" >"$dir/$name.log" 2>&1 </dev/null || {
+        --set "checkpoint.async=$1" $sets >"$dir/$name.log" 2>&1 </dev/null || {
         echo "bench_ckpt_async: the $1 run failed:" >&2
         tail -n 20 "$dir/$name.log" >&2
         return 1
@@ -76,7 +87,7 @@ run() {
 }
 
 # measure MODE TRIAL: "median_ms sync_cost_steps overlap_ratio worst_ratio overlapped_steps
-# free_steps"
+# free_steps async_cost_steps"
 measure() {
     name=$1-$2
     # "step interval_s" from metrics.jsonl; "step seconds" of each save from the log
@@ -110,37 +121,38 @@ measure() {
             m = window_median(1e9)            # windows of one step: the steps after a save
             m = window_median(m)
             m = window_median(m)
-            cost = 0; k = 0; sum = 0; cnt = 0; worst = 0
+            cost = 0; k = 0; sum = 0; cnt = 0; worst = 0; extra = 0
             for (s = every; s < last; s += every) {
                 if (!(s in dur) || !((s + 1) in iv)) continue
                 cost += iv[s + 1] - m; k++
                 ws = 0; wc = 0
                 for (q = s + 1; q <= s + win[s] && q <= last; q++) { ws += iv[q]; wc++ }
                 if (wc > 0 && ws / wc / m > worst) worst = ws / wc / m
-                sum += ws; cnt += wc
+                sum += ws; cnt += wc; extra += ws - wc * m
             }
-            printf "%.2f %.2f %.3f %.3f %d %d\n", 1e3 * m, k ? cost / k / m : 0,
-                   cnt ? sum / cnt / m : 0, worst, cnt, free
+            printf "%.2f %.2f %.3f %.3f %d %d %.3f\n", 1e3 * m, k ? cost / k / m : 0,
+                   cnt ? sum / cnt / m : 0, worst, cnt, free, k ? extra / k / m : 0
         }' "$dir/$name.saves" "$dir/$name.elapsed"
 }
 
 echo "# bench_ckpt_async: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores; $($shardlm --version)"
-echo "# tiny model (jobs/tiny.ini), 1 rank, 1 thread, seq 16, 1 sequence a step, $steps steps, saved every $every"
+echo "# $(basename "$job"), 1 rank, $steps steps, saved every $every; settings: seq 16, 1 sequence a step, 1 thread$sets"
 echo "#   (a checkpoint: fp32 weights and both AdamW moments); file system of $dir:" \
     "$(df -hT "$dir" | awk 'NR == 2 { print $1 " " $2 ", " $5 " free" }')"
-printf "#%6s %6s %10s %16s %16s %14s %10s %10s\n" mode trial median_ms sync_cost_steps overlap_ratio \
-    worst_ratio overlapped free
+printf "#%6s %6s %10s %16s %16s %14s %10s %10s %16s\n" mode trial median_ms sync_cost_steps overlap_ratio \
+    worst_ratio overlapped free async_cost_steps
 fails=0
 for trial in $(seq 1 "$trials"); do
     for mode in false true; do
         run "$mode" "$trial" || { fails=$((fails + 1)); continue; }
         set -- $(measure "$mode" "$trial")
         if [ "$mode" = false ]; then
-            printf "%7s %6s %10s %16s %16s %14s %10s %10s\n" sync "$trial" "$1" "$2" - - - "$6"
+            printf "%7s %6s %10s %16s %16s %14s %10s %10s %16s\n" sync "$trial" "$1" "$2" - - - "$6" -
             echo "$2" >>"$dir/sync_costs"
         else
-            printf "%7s %6s %10s %16s %16s %14s %10s %10s\n" async "$trial" "$1" - "$3" "$4" "$5" "$6"
+            printf "%7s %6s %10s %16s %16s %14s %10s %10s %16s\n" async "$trial" "$1" - "$3" "$4" "$5" "$6" "$7"
             echo "$3" >>"$dir/ratios"
+            echo "$7" >>"$dir/async_costs"
         fi
     done
 done
@@ -148,8 +160,10 @@ done
 median() { sort -n | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 cost=$(median <"$dir/sync_costs")
 ratio=$(median <"$dir/ratios")
+acost=$(median <"$dir/async_costs")
 echo "# medians over the trials: synchronous save = $cost steps (goal >= 5); steps overlapping a" \
-    "background save = $ratio x the median step (goal <= 1.2)"
+    "background save = $ratio x the median step (goal <= 1.2); a background save costs $acost" \
+    "steps, $(awk -v a="$acost" -v c="$cost" 'BEGIN { printf "%.1f%%", (c > 0 ? 100 * a / c : 0) }') of the synchronous save's cost"
 ok=$(awk -v c="$cost" -v r="$ratio" 'BEGIN { print (c >= 5 && r <= 1.2) ? 1 : 0 }')
 [ "$keep" -eq 1 ] || rm -rf "$dir"
 if [ "$ok" -ne 1 ]; then

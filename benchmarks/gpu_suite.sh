@@ -46,6 +46,11 @@
 #                  them) (~5 on one GPU)
 #   generate       benchmarks/bench_generate_gpu.sh: 7B-shaped greedy decode with the KV
 #                  cache against the decode bound and PyTorch torch.compile; one GPU (~3)
+#   ckpt-async     benchmarks/bench_ckpt_async.sh on one GPU: Llama-2-7B's width with 8 of
+#                  its 32 blocks (a 23 GB checkpoint: two fit the 64 GB disk of the machines
+#                  lent, where the 7B's 81 GB does not), seq 4096, 8 sequences a step, one
+#                  save at step 35 of 70: its cost in steps saved synchronously and in the
+#                  background (~4)
 #   all            every phase above, in that order
 # Options:
 #   --gpus N          use GPUs 0..N-1 (default: every visible GPU)
@@ -90,11 +95,11 @@ while [ $# -gt 0 ]; do
     *) phases="$phases $1"; shift ;;
     esac
 done
-[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate all; see --help)"
+[ -n "$phases" ] || die "no phase given (tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate ckpt-async all; see --help)"
 for n in ${gpus:-1} "$repeat" ${scal_gb:-1} "$run_timeout"; do
     case $n in '' | *[!0-9]* | 0) die "not a whole number >= 1: '$n'" ;; esac
 done
-all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate"
+all_phases="tests record shard-grad-op small kernels comm scaling weak-scaling fp8 fp8-variants fp8-accum lora generate ckpt-async"
 expanded=""
 for p in $phases; do
     case " $all_phases all " in *" $p "*) ;; *) die "unknown phase '$p' (one of: $all_phases all)" ;; esac
@@ -345,6 +350,20 @@ phase_generate() {
     say "+ TOKENS=256 PYTHON=$PY sh $src/benchmarks/bench_generate_gpu.sh $SHLM"
     [ "$dry" = 1 ] && return
     TOKENS=256 PYTHON=$PY sh "$src/benchmarks/bench_generate_gpu.sh" "$SHLM" | tee "$OUT/generate.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed=1
+}
+phase_ckpt_async() {
+    [ "$cpu" = 1 ] && { say "ckpt-async: the GPU shape (--cpu): left out; the CPU figure is bench_ckpt_async.sh's default"; return; }
+    local data cmd
+    data=$(tokens 32000) || { failed=1; return; }
+    cmd="sh $src/benchmarks/bench_ckpt_async.sh --shardlm $SHLM --dir $work/ckpt-async --steps 70 --every 35
+        --trials 1 --job $src/jobs/llama2-7b.ini --set data.train=$data --set model.n_layers=8
+        --set train.seq_len=4096 --set train.global_batch=8 --set train.micro_batch=1
+        --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 --set train.warmup_steps=1
+        --set runtime.threads=0 --set checkpoint.keep=1"
+    say "+ $(echo $cmd)"
+    [ "$dry" = 1 ] && return
+    $cmd | tee "$OUT/ckpt-async.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || failed=1
 }
 phase_fp8() {
