@@ -49,7 +49,7 @@
 #   ckpt-async     benchmarks/bench_ckpt_async.sh on one GPU: Llama-2-7B's width with 8 of
 #                  its 32 blocks (a 23 GB checkpoint: two fit the 64 GB disk of the machines
 #                  lent, where the 7B's 81 GB does not), seq 4096, 8 sequences a step, one
-#                  save at step 35 of 70: its cost in steps saved synchronously and in the
+#                  save at step 30 of 60: its cost in steps saved synchronously and in the
 #                  background (~4)
 #   all            every phase above, in that order
 # Options:
@@ -356,7 +356,7 @@ phase_ckpt_async() {
     [ "$cpu" = 1 ] && { say "ckpt-async: the GPU shape (--cpu): left out; the CPU figure is bench_ckpt_async.sh's default"; return; }
     local data cmd
     data=$(tokens 32000) || { failed=1; return; }
-    cmd="sh $src/benchmarks/bench_ckpt_async.sh --shardlm $SHLM --dir $work/ckpt-async --steps 70 --every 35
+    cmd="sh $src/benchmarks/bench_ckpt_async.sh --shardlm $SHLM --dir $work/ckpt-async --steps 60 --every 30
         --trials 1 --job $src/jobs/llama2-7b.ini --set data.train=$data --set model.n_layers=8
         --set train.seq_len=4096 --set train.global_batch=8 --set train.micro_batch=1
         --set fsdp.param_dtype=bf16 --set fsdp.reduce_dtype=fp32 --set train.warmup_steps=1
