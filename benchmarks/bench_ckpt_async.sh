@@ -65,11 +65,16 @@ fi
 run() {
     name=$1-$2
     rm -rf "$dir/$name"
-    # $sets unquoted: split into --set KEY=VALUE words (values without spaces)
-    sh "$mpi" 1 "$shardlm" train "$job" --set "data.train=$dir/train.bin" \
+    # the defaults a --set does not name (shardlm refuses a key set twice), then the --sets;
+    # unquoted: split into --set KEY=VALUE words (values without spaces)
+    defaults=""
+    for kv in "data.train=$dir/train.bin" train.seq_len=16 train.micro_batch=1 \
+        train.global_batch=1 runtime.threads=1; do
+        case "$sets " in *"--set ${kv%%=*}="*) ;; *) defaults="$defaults --set $kv" ;; esac
+    done
+    sh "$mpi" 1 "$shardlm" train "$job" $defaults \
         --set data.val= --set train.sample_tokens=0 --set log.every=1 \
-        --set "train.steps=$steps" --set train.seq_len=16 --set train.micro_batch=1 \
-        --set train.global_batch=1 --set runtime.threads=1 --set "checkpoint.every=$every" \
+        --set "train.steps=$steps" --set "checkpoint.every=$every" \
         --set "checkpoint.dir=$dir/$name/ck" --set "log.run_dir=$dir/$name" \
         --set "checkpoint.async=$1" $sets >"$dir/$name.log" 2>&1 </dev/null || {
         echo "bench_ckpt_async: the $1 run failed:" >&2
