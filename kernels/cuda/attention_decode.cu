@@ -82,7 +82,6 @@ template <int HDP, int ROWS>
 __global__ void __launch_bounds__(DEC_THREADS)
     decode_kernel(bf16 *out, float *part_acc, float *part_ml, const bf16 *qkv, const bf16 *kc,
                   const bf16 *vc, const int32_t *pos, dec_args a) {
-    pdl_launch_dependents(); /* the product after may start loading its weights */
     constexpr int SS = HDP + 8;          /* shared row stride of a K or V tile */
     constexpr int CG = HDP / 8;          /* 8-column groups of a row */
     constexpr int NKS = DEC_THREADS / CG; /* P·V: key strides */
@@ -277,7 +276,6 @@ __global__ void __launch_bounds__(DEC_THREADS)
 __global__ void decode_merge_kernel(bf16 *out, const float *part_acc, const float *part_ml,
                                     const int32_t *pos, int B, int Tn, int cap, int nh, int hd,
                                     int chunk, int splits) {
-    pdl_launch_dependents(); /* the product after may start loading its weights */
     const int lane = threadIdx.x & 31;
     const size_t o = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (o >= (size_t)B * Tn * nh) return;

@@ -163,25 +163,6 @@ __device__ __forceinline__ void grid_stride_x4(size_t n, bool vec, Group group, 
     for (size_t k = done + i; k < n; k += stride) one(k);
 }
 
-/* Programmatic dependent launch (sm_90; no-ops before it, and for a kernel not launched
- * with the attribute): a kernel that calls pdl_launch_dependents lets the next kernel on
- * the stream, when launched with cudaLaunchAttributeProgrammaticStreamSerialization, start
- * once all of this grid's blocks have called it; that kernel does work that depends on
- * nothing before (loading weights) and then pdl_wait, which returns when the kernels before
- * it have completed and their writes are visible. What a decode step's products gain: their
- * launch and first weight loads overlap the small kernel before them. */
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -5,9 +5,7 @@
  * leave a good part of that bandwidth unused there. Each warp takes GEMV_R output rows
  * and streams their weight rows 16 bytes a lane, GEMV_U loads a row in flight, x read
  * through the cache (every warp reads all of it); then a warp sum. The order of the sum is
- * fixed: the same inputs give the same bits. Launched as a programmatic dependent
- * (cuda_common.cuh pdl_wait): each warp's first weight loads are in flight while the kernel
- * before still runs. */
+ * fixed: the same inputs give the same bits. */
 #include "kernels/cuda/cuda_common.cuh"
 
 enum { GEMV_WARPS = 8, GEMV_R = 2, GEMV_U = 4, GEMV_STEP = 32 * 8 };
@@ -28,7 +26,7 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                      int OC) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int o0 = (blockIdx.x * GEMV_WARPS + warp) * GEMV_R;
-    if (o0 >= OC) return; /* writes nothing: needs no pdl_wait */
+    if (o0 >= OC) return;
     const bf16 *wr[GEMV_R];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) wr[r] = w + (size_t)min(o0 + r, OC - 1) * C;
@@ -37,9 +35,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
     for (int r = 0; r < GEMV_R; r++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[r][t] = 0.0f;
-    /* the first loads depend on no kernel before: issued before pdl_wait (launch) */
-    uint4 wv[GEMV_U][GEMV_R];
-    const auto load = [&](int c0) {
+    for (int c0 = lane * 8; c0 < C; c0 += GEMV_STEP * GEMV_U) {
+        uint4 wv[GEMV_U][GEMV_R];
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++) {
             const int c = c0 + u * GEMV_STEP;
@@ -48,11 +45,6 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
                 wv[u][r] = c < C ? __ldcs(reinterpret_cast<const uint4 *>(wr[r] + c))
                                  : make_uint4(0, 0, 0, 0);
         }
-    };
-    load(lane * 8);
-    pdl_wait();
-    for (int c0 = lane * 8; c0 < C; c0 += GEMV_STEP * GEMV_U) {
-        if (c0 != lane * 8) load(c0);
 #pragma unroll
         for (int u = 0; u < GEMV_U; u++) {
             const int c = c0 + u * GEMV_STEP;
@@ -93,16 +85,8 @@ __global__ void __launch_bounds__(GEMV_WARPS * 32)
 template <int NT>
 static void launch(bf16 *out, const bf16 *x, const bf16 *w, const bf16 *residual, int C, int OC) {
     const int per_block = GEMV_WARPS * GEMV_R;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)((OC + per_block - 1) / per_block));
-    cfg.blockDim = dim3(GEMV_WARPS * 32);
-    cfg.stream = shlm_cuda_stream();
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr.val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_bf16_kernel<NT>, out, x, w, residual, C, OC));
+    gemv_bf16_kernel<NT><<<(OC + per_block - 1) / per_block, GEMV_WARPS * 32, 0,
+                           shlm_cuda_stream()>>>(out, x, w, residual, C, OC);
 }
 
 extern "C" int shlm_cuda_gemv(void *out, const void *inp, const void *weight, int N, int C,

@@ -11,7 +11,6 @@ enum { RMS_THREADS = 256 };
 __global__ void __launch_bounds__(RMS_THREADS)
     rmsnorm_fwd_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
                        float eps, bool vec, unsigned *amax_bits) {
-    pdl_launch_dependents(); /* the product after may start loading its weights */
     __shared__ float red[32];
     const size_t row = blockIdx.x;
     const bf16 *x = inp + row * C;
@@ -63,7 +62,6 @@ template <int VPT>
 __global__ void __launch_bounds__(512)
     rmsnorm_fwd_reg_kernel(bf16 *out, float *rstd, const bf16 *inp, const bf16 *weight, int C,
                            float eps, unsigned *amax_bits) {
-    pdl_launch_dependents(); /* the product after may start loading its weights */
     __shared__ float red[32];
     const size_t row = blockIdx.x;
     const bf16 *x = inp + row * C;

@@ -21,7 +21,6 @@ __device__ __forceinline__ void for_each_item(int N, int F, Item item) {
 /* amax_bits: ops.h's amax of what the kernel stores, or NULL (every kernel here) */
 template <int VEC>
 __global__ void swiglu_fwd_kernel(bf16 *out, const bf16 *gu, int N, int F, unsigned *amax_bits) {
-    pdl_launch_dependents(); /* the product after may start loading its weights */
     __shared__ float red[32];
     float m = 0.0f;
     for_each_item<VEC>(N, F, [&](size_t r, int j) {
