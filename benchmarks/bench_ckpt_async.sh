@@ -141,7 +141,7 @@ measure() {
 }
 
 echo "# bench_ckpt_async: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(hostname), $(nproc) cores; $($shardlm --version)"
-echo "# $(basename "$job"), 1 rank, $steps steps, saved every $every; settings: seq 16, 1 sequence a step, 1 thread$sets"
+echo "# $(basename "$job"), 1 rank, $steps steps, saved every $every; defaults a --set may replace: seq 16, 1 sequence a step, 1 thread${sets:+; given:$sets}"
 echo "#   (a checkpoint: fp32 weights and both AdamW moments); file system of $dir:" \
     "$(df -hT "$dir" | awk 'NR == 2 { print $1 " " $2 ", " $5 " free" }')"
 printf "#%6s %6s %10s %16s %16s %14s %10s %10s %16s\n" mode trial median_ms sync_cost_steps overlap_ratio \
