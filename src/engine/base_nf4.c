@@ -221,10 +221,13 @@ uint64_t base_nf4_fingerprint(const base_nf4_unit *nu, int r, size_t param_size,
         const shlm_nf4 *q = &pc[i].q;
         if (!q->n) continue;
         const uint64_t first = at + pc[i].dst;
+        uint64_t h = 0; /* a sum mod 2^64: the same over any split of the threads */
+#pragma omp parallel for reduction(+ : h) schedule(static)
         for (size_t v = 0; v < q->n; v++) {
             const uint8_t byte = q->codes[v / 2];
-            c.h += term(first + v, SALT_CODE, v % 2 ? byte & 15 : byte >> 4);
+            h += term(first + v, SALT_CODE, v % 2 ? byte & 15 : byte >> 4);
         }
+        c.h += h;
         for (size_t b = 0; b < shlm_nf4_blocks(q->n); b++) {
             uint32_t bits = 0;
             if (q->absmax) memcpy(&bits, &q->absmax[b], 4);

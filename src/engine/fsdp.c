@@ -385,6 +385,7 @@ static void store_to_host(fsdp_engine *e, const flat_state *f, float *host) {
     uint16_t *h = malloc((f->n ? f->n : 1) * sizeof(uint16_t));
     SHLM_CHECK_ALLOC(h);
     e->ops->to_host(h, f->store, f->n * sizeof(uint16_t));
+#pragma omp parallel for schedule(static)
     for (size_t i = 0; i < f->n; i++) host[i] = shlm_bf16_to_f32(h[i]);
     free(h);
 }
