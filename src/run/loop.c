@@ -473,7 +473,13 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
             break;
         }
         if (o.nonfinite_stop) {
-            report_nonfinite(&L, s, &o, loss);
+            /* a save still in flight is of an earlier step: where it failed (a save refuses
+             * non-finite weights, which make this step's loss non-finite too), its line is
+             * the run's, as in a run that saves synchronously */
+            if (checkpoint_async_wait(L.async, err, sizeof err) != 0)
+                any_rank_failed(0, err);
+            else
+                report_nonfinite(&L, s, &o, loss);
             rc = -1;
             break;
         }
