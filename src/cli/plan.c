@@ -290,7 +290,8 @@ int cmd_plan(int argc, char **argv) {
                (double)host_bytes * per_node, (double)host_bytes * per_node / 1073741824.0,
                per_node);
     }
-    if (cfg.ckpt_async) /* src/ckpt/async.c: the same shards, in host memory */
+    /* src/ckpt/async.c: the same shards, in host memory, where the run saves at all */
+    if (cfg.ckpt_async && cfg.ckpt_dir[0])
         row("ckpt_staging_bytes", pl->bytes[PLAN_MASTER] + pl->bytes[PLAN_MOMENTS],
             "host memory of checkpoint.async's staging (master + moments), apart from the "
             "above; a run saves synchronously where the host lacks it");
