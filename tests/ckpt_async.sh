@@ -7,7 +7,10 @@
 #          h5py through tests/ckpt_same.py; created_utc and the job text's
 #          checkpoint.async line aside); the staging the run allocates is what
 #          `shardlm plan` counts (ckpt_staging_bytes), and plan counts none for a job
-#          that sets no checkpoint.dir (nothing saved, nothing staged);
+#          that sets no checkpoint.dir or no checkpoint.every (nothing saved before the
+#          last step, nothing staged);
+#  last:   a run whose only save is its last (synchronous, as every run's last save is)
+#          allocates no staging and says nothing of the background;
 #  resume: resuming from the background step_8.h5 gives the uninterrupted run's losses and
 #          gradient norms of steps 9-12 and its step-12 checkpoint, bit for bit;
 #  kill:   a rank killed (SIGKILL, test hook SHLM_TEST_KILL_IN_SAVE) while the background
@@ -84,16 +87,19 @@ if train run; then
     # the staging the run allocated is the one `shardlm plan` counts
     staged=$(sed -n 's/^checkpoint: saved in the background: .* per rank (\([0-9]*\) bytes;.*/\1/p' \
         "$work/async.log")
-    echo "+ $SHLM plan $job --ranks 2 --set checkpoint.dir=$work/async/ck"
-    planned=$("$SHLM" plan "$job" --ranks 2 --set "checkpoint.dir=$work/async/ck" |
-        awk '$1 == "ckpt_staging_bytes" { print $2 }')
+    echo "+ $SHLM plan $job --ranks 2 --set checkpoint.dir=$work/async/ck --set checkpoint.every=4"
+    planned=$("$SHLM" plan "$job" --ranks 2 --set "checkpoint.dir=$work/async/ck" \
+        --set checkpoint.every=4 | awk '$1 == "ckpt_staging_bytes" { print $2 }')
     [ -n "$staged" ] && [ "$staged" = "$planned" ] ||
         fail "plan: ckpt_staging_bytes '$planned', the run's staging '$staged' bytes"
-    echo "+ $SHLM plan $job --ranks 2"
-    "$SHLM" plan "$job" --ranks 2 >"$work/plan-nodir.out" 2>&1 ||
-        fail "plan without checkpoint.dir failed: $(tail -n 3 "$work/plan-nodir.out")"
-    ! grep -q "ckpt_staging_bytes" "$work/plan-nodir.out" ||
-        fail "plan: ckpt_staging_bytes counted for a job that sets no checkpoint.dir"
+    for sets in "" "--set checkpoint.dir=$work/async/ck"; do
+        echo "+ $SHLM plan $job --ranks 2 $sets"
+        # shellcheck disable=SC2086 # the --set words
+        "$SHLM" plan "$job" --ranks 2 $sets >"$work/plan-none.out" 2>&1 ||
+            fail "plan $sets failed: $(tail -n 3 "$work/plan-none.out")"
+        ! grep -q "ckpt_staging_bytes" "$work/plan-none.out" ||
+            fail "plan: ckpt_staging_bytes counted for a job that saves nothing in the background ($sets)"
+    done
 else
     tail -n 20 "$work/run.log"
     fail "the run with checkpoint.async = true failed"
@@ -108,6 +114,17 @@ if train run --set checkpoint.async=false; then
 else
     tail -n 20 "$work/run.log"
     fail "the run with checkpoint.async = false failed"
+fi
+
+# ---- last: train.stop_after=4, saved at step 4 only ----
+if train last --set train.stop_after=4; then
+    grep -q "^checkpoint: saved step 4 to $work/last/ck/step_4.h5: " "$work/last.log" ||
+        fail "last: step 4 was not saved synchronously"
+    ! grep -q "in the background\|saving synchronously" "$work/last.log" ||
+        fail "last: $(grep "in the background\|saving synchronously" "$work/last.log" | head -n 1)"
+else
+    tail -n 20 "$work/last.log"
+    fail "the run stopped after 4 steps failed"
 fi
 
 # ---- resume: from the background step_8.h5 to step 12 ----

@@ -116,7 +116,7 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
     L->tokens_per_step = (long long)c->global_batch * c->seq_len;
     watch_set_range(w, L->first, L->end);
     model_set_profile(r->model, c->profile);
-    if (c->ckpt_dir[0] && c->ckpt_async && L->first < L->end) {
+    if (checkpoint_async_used(c, L->first, L->end)) {
         /* the staging is allocated after the engine: MemAvailable counts what it took */
         double avail = -1;
         char what[256] = "host memory unknown";
