@@ -198,7 +198,10 @@ train inflight 2 loss:5:1 --set checkpoint.every=2 --set checkpoint.async=true \
 unset SHLM_TEST_SLOW_SAVE SHLM_TEST_WRITE_ERROR
 if error_named inflight "checkpoint save of step 4 failed" "SHLM_TEST_WRITE_ERROR"; then
     last=$(tail -n 1 "$work/inflight/metrics.jsonl" | sed 's/^{"step": \([0-9]*\),.*/\1/')
-    left=$(ls "$work/inflight/ck" | grep '^step_4' | tr '\n' ' ')
+    left=""
+    for f in "$work/inflight/ck"/step_4.h5*; do
+        [ -e "$f" ] && left="$left ${f##*/}"
+    done
     [ "$last" = 5 ] && [ "$(cat "$work/inflight/ck/latest")" = step_2.h5 ] && [ -z "$left" ] &&
         ok "inflight: stopped at step 5 with the failed save's line; latest names step_2.h5" ||
         fail "inflight: last logged step $last (want 5), latest '$(cat "$work/inflight/ck/latest")', left: $left"

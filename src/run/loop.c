@@ -473,9 +473,8 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
             break;
         }
         if (o.nonfinite_stop) {
-            /* a save still in flight is of an earlier step: where it failed (a save refuses
-             * non-finite weights, which make this step's loss non-finite too), its line is
-             * the run's, as in a run that saves synchronously */
+            /* a save still in flight is of an earlier step: where it failed, its line is
+             * the run's one line, as a run that saves synchronously stopped there */
             if (checkpoint_async_wait(L.async, err, sizeof err) != 0)
                 any_rank_failed(0, err);
             else
