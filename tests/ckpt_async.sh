@@ -1,10 +1,16 @@
 #!/bin/sh
 # Checkpoints saved in the background (checkpoint.async = true), on the CPU backend with
 # 2 ranks, saving every 4 steps:
-#  same:   the background saves of steps 4 and 8 hold the same bytes as the synchronous
-#          saves of the same steps (every dataset and attribute, read by h5py through
-#          tests/ckpt_same.py; created_utc and the job text's checkpoint.async line aside);
-#          the staging the run allocates is what `shardlm plan` counts (ckpt_staging_bytes);
+#  same:   a run that leaves checkpoint.async at its default saves in the background,
+#          and its saves of steps 4 and 8 hold the same bytes as the synchronous saves
+#          (checkpoint.async=false) of the same steps (every dataset and attribute, read by
+#          h5py through tests/ckpt_same.py; created_utc and the job text's
+#          checkpoint.async line aside); the staging the run allocates is what
+#          `shardlm plan` counts (ckpt_staging_bytes), and plan counts none for a job
+#          that sets no checkpoint.dir or no checkpoint.every (nothing saved before the
+#          last step, nothing staged);
+#  last:   a run whose only save is its last (synchronous, as every run's last save is)
+#          allocates no staging and says nothing of the background;
 #  resume: resuming from the background step_8.h5 gives the uninterrupted run's losses and
 #          gradient norms of steps 9-12 and its step-12 checkpoint, bit for bit;
 #  kill:   a rank killed (SIGKILL, test hook SHLM_TEST_KILL_IN_SAVE) while the background
@@ -14,10 +20,15 @@
 #          non-zero exit, `latest` on step_4.h5, nothing saved after it;
 #  signal: SIGUSR1 to the launcher while the save of step 4 is in flight (made slow by
 #          SHLM_TEST_SLOW_SAVE): the save completes, the step it stopped at is saved and
-#          named by `latest`, exit 0.
+#          named by `latest`, exit 0;
+#  fallback: where the host cannot hold the staging (one byte short on rank 1, or its
+#          allocation refused there) or MPI gives no MPI_THREAD_MULTIPLE, every rank
+#          saves synchronously and rank 0 says why in one line; a host that holds exactly
+#          the staging saves in the background (tests/test_ckpt_async on 2 ranks).
 #
-# Run by `make check` (env SHLM, SHLM_SRCDIR, MPIRUN), or by hand from a build directory:
-#   SHLM=./shardlm SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_async.sh
+# Run by `make check` (env SHLM, SHLM_SRCDIR, SHLM_BUILDDIR, MPIRUN), or by hand from a
+# build directory:
+#   SHLM=./shardlm SHLM_BUILDDIR=. SHLM_SRCDIR=/path/to/src sh /path/to/src/tests/ckpt_async.sh
 # Exit 0 pass, 1 fail, 77 skip (no MPI launcher, or no python3 with h5py). The work
 # directory is kept on failure.
 set -u
@@ -25,6 +36,7 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 SHLM_SRCDIR=${SHLM_SRCDIR:-$(dirname "$here")}
 SHLM=${SHLM:-./shardlm}
+SHLM_BUILDDIR=${SHLM_BUILDDIR:-.}
 mpi="$SHLM_SRCDIR/tests/mpi_test.sh"
 job="$SHLM_SRCDIR/tests/jobs/ckpt.ini"
 
@@ -65,7 +77,7 @@ latest_is() { # NAME FILE
 
 # ---- same: background and synchronous saves of the same steps, run in the same
 # directories one after the other (the job texts then differ only by checkpoint.async) ----
-if train run --set checkpoint.async=true; then
+if train run; then
     mv "$work/run" "$work/async"
     mv "$work/run.log" "$work/async.log"
     for n in 4 8; do
@@ -75,11 +87,19 @@ if train run --set checkpoint.async=true; then
     # the staging the run allocated is the one `shardlm plan` counts
     staged=$(sed -n 's/^checkpoint: saved in the background: .* per rank (\([0-9]*\) bytes;.*/\1/p' \
         "$work/async.log")
-    echo "+ $SHLM plan $job --ranks 2 --set checkpoint.async=true"
-    planned=$("$SHLM" plan "$job" --ranks 2 --set checkpoint.async=true |
-        awk '$1 == "ckpt_staging_bytes" { print $2 }')
+    echo "+ $SHLM plan $job --ranks 2 --set checkpoint.dir=$work/async/ck --set checkpoint.every=4"
+    planned=$("$SHLM" plan "$job" --ranks 2 --set "checkpoint.dir=$work/async/ck" \
+        --set checkpoint.every=4 | awk '$1 == "ckpt_staging_bytes" { print $2 }')
     [ -n "$staged" ] && [ "$staged" = "$planned" ] ||
         fail "plan: ckpt_staging_bytes '$planned', the run's staging '$staged' bytes"
+    for sets in "" "--set checkpoint.dir=$work/async/ck"; do
+        echo "+ $SHLM plan $job --ranks 2 $sets"
+        # shellcheck disable=SC2086 # the --set words
+        "$SHLM" plan "$job" --ranks 2 $sets >"$work/plan-none.out" 2>&1 ||
+            fail "plan $sets failed: $(tail -n 3 "$work/plan-none.out")"
+        ! grep -q "ckpt_staging_bytes" "$work/plan-none.out" ||
+            fail "plan: ckpt_staging_bytes counted for a job that saves nothing in the background ($sets)"
+    done
 else
     tail -n 20 "$work/run.log"
     fail "the run with checkpoint.async = true failed"
@@ -94,6 +114,17 @@ if train run --set checkpoint.async=false; then
 else
     tail -n 20 "$work/run.log"
     fail "the run with checkpoint.async = false failed"
+fi
+
+# ---- last: train.stop_after=4, saved at step 4 only ----
+if train last --set train.stop_after=4; then
+    grep -q "^checkpoint: saved step 4 to $work/last/ck/step_4.h5: " "$work/last.log" ||
+        fail "last: step 4 was not saved synchronously"
+    ! grep -q "in the background\|saving synchronously" "$work/last.log" ||
+        fail "last: $(grep "in the background\|saving synchronously" "$work/last.log" | head -n 1)"
+else
+    tail -n 20 "$work/last.log"
+    fail "the run stopped after 4 steps failed"
 fi
 
 # ---- resume: from the background step_8.h5 to step 12 ----
@@ -178,5 +209,30 @@ else
     "$SHLM" ckpt verify "$work/signal/ck/step_4.h5" >/dev/null 2>&1 ||
         fail "signal: step_4.h5 does not verify"
 fi
+
+# ---- fallback: synchronous saves where the host or MPI cannot give the background ----
+# fallback MODE PATTERN...: tests/test_ckpt_async MODE on 2 ranks passes and prints every
+# PATTERN (a line of rank 0's, whole)
+fallback() {
+    fb=$1
+    shift
+    echo "+ sh $mpi 2 $SHLM_BUILDDIR/tests/test_ckpt_async $fb"
+    sh "$mpi" 2 "$SHLM_BUILDDIR/tests/test_ckpt_async" "$fb" >"$work/fallback-$fb.log" 2>&1 </dev/null
+    fb_rc=$?
+    skip_without_launcher $fb_rc
+    [ $fb_rc -eq 0 ] || { cat "$work/fallback-$fb.log"; fail "fallback $fb: exit $fb_rc"; return; }
+    for p in "$@"; do
+        grep -qx -e "$p" "$work/fallback-$fb.log" ||
+            { cat "$work/fallback-$fb.log"; fail "fallback $fb: no line '$p'"; return; }
+    done
+    grep '^checkpoint: ' "$work/fallback-$fb.log" | sed "s/^/fallback $fb: /"
+}
+sync_line="checkpoint: checkpoint.async = true, but"
+fallback memory \
+    "$sync_line its staging needs .* per rank, more than the test's bound: saving synchronously" \
+    "$sync_line the host refused .* of staging memory on rank 1: saving synchronously" \
+    "checkpoint: saved in the background: .* of host staging per rank (.*)"
+fallback thread \
+    "$sync_line this MPI library gives no MPI_THREAD_MULTIPLE, .*: saving synchronously"
 
 test_end

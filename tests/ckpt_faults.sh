@@ -2,7 +2,8 @@
 # Checkpoint faults, on the CPU backend with 2 ranks:
 #  1. a rank killed (SIGKILL) in the middle of a save (test hook SHLM_TEST_KILL_IN_SAVE)
 #     leaves `latest` on the previous checkpoint; resuming from it reproduces the
-#     uninterrupted run bit for bit;
+#     uninterrupted run bit for bit; with synchronous saves (checkpoint.async=false), then
+#     with the save in the background (the rank's writer killed, its whole process with it);
 #  2. a flipped byte in a tensor is reported on load naming the dataset, non-zero exit
 #     (resume on 2 ranks, resume on 4 ranks for an optimizer dataset, `ckpt verify`,
 #     `generate`);
@@ -109,29 +110,38 @@ train ref 2 || fail "reference run failed"
 losses "$work/ref/metrics.jsonl" 11 40 >"$work/ref.loss"
 
 # ---- 1. SIGKILL of rank 1 halfway through the save of step 20 ----
-PRE="env SHLM_TEST_KILL_IN_SAVE=1:20" train kill 2 --set "checkpoint.dir=$work/kill/ck" \
-    --set checkpoint.every=10
-# the temporary file has an unpredictable name: step_20.h5.tmp.<16 hex digits>
-left=$(cd "$work/kill/ck" && ls step_20.h5.tmp.* 2>/dev/null)
-expect_fail kill "rank 1 raises SIGKILL after" &&
-    [ "$(cat "$work/kill/ck/latest")" = step_10.h5 ] && [ ! -e "$work/kill/ck/step_20.h5" ] &&
-    [ -n "$left" ] &&
-    ok "killed mid-save: latest names step_10.h5, step_20.h5 never appeared (its $left did)" ||
-    fail "killed mid-save: latest='$(cat "$work/kill/ck/latest" 2>/dev/null)'; $(ls "$work/kill/ck")"
-train resume 2 --set "checkpoint.dir=$work/kill/ck" --set checkpoint.every=10 ||
-    fail "resume after the kill failed"
-grep -q "loaded weights and optimizer of $work/kill/ck/step_10.h5" "$work/resume.log" ||
-    fail "the resumed run did not load step_10.h5"
-[ -n "$left" ] && grep -q "removed $work/kill/ck/$left (left by a failed save)" "$work/resume.log" &&
-    [ ! -e "$work/kill/ck/$left" ] && ok "the resumed run's first save removed $left" ||
-    fail "the killed save's temporary file was not removed: $(ls "$work/kill/ck")"
-losses "$work/resume/metrics.jsonl" 11 40 >"$work/resume.loss"
-if [ "$(wc -l <"$work/ref.loss")" -eq 30 ] && cmp -s "$work/ref.loss" "$work/resume.loss"; then
-    ok "resumed from step_10.h5: losses of steps 11-40 identical to the uninterrupted run"
-else
-    fail "losses after resuming from the killed save differ from the reference"
-fi
-[ "$(cat "$work/kill/ck/latest")" = step_40.h5 ] || fail "latest after the resumed run"
+# killed NAME ASYNC: the case with checkpoint.async=ASYNC, in $work/NAME, resumed in
+# $work/NAME-resume
+killed() {
+    k=$1
+    PRE="env SHLM_TEST_KILL_IN_SAVE=1:20" train "$k" 2 --set "checkpoint.dir=$work/$k/ck" \
+        --set checkpoint.every=10 --set "checkpoint.async=$2"
+    # the temporary file has an unpredictable name: step_20.h5.tmp.<16 hex digits>
+    left=$(cd "$work/$k/ck" && ls step_20.h5.tmp.* 2>/dev/null)
+    expect_fail "$k" "rank 1 raises SIGKILL after" &&
+        [ "$(cat "$work/$k/ck/latest")" = step_10.h5 ] && [ ! -e "$work/$k/ck/step_20.h5" ] &&
+        [ -n "$left" ] &&
+        ok "$k: killed mid-save: latest names step_10.h5, step_20.h5 never appeared (its $left did)" ||
+        fail "$k: killed mid-save: latest='$(cat "$work/$k/ck/latest" 2>/dev/null)'; $(ls "$work/$k/ck")"
+    train "$k-resume" 2 --set "checkpoint.dir=$work/$k/ck" --set checkpoint.every=10 \
+        --set "checkpoint.async=$2" || fail "$k: resume after the kill failed"
+    grep -q "loaded weights and optimizer of $work/$k/ck/step_10.h5" "$work/$k-resume.log" ||
+        fail "$k: the resumed run did not load step_10.h5"
+    [ -n "$left" ] && grep -q "removed $work/$k/ck/$left (left by a failed save)" "$work/$k-resume.log" &&
+        [ ! -e "$work/$k/ck/$left" ] && ok "$k: the resumed run's first save removed $left" ||
+        fail "$k: the killed save's temporary file was not removed: $(ls "$work/$k/ck")"
+    losses "$work/$k-resume/metrics.jsonl" 11 40 >"$work/$k-resume.loss"
+    if [ "$(wc -l <"$work/ref.loss")" -eq 30 ] && cmp -s "$work/ref.loss" "$work/$k-resume.loss"; then
+        ok "$k: resumed from step_10.h5: losses of steps 11-40 identical to the uninterrupted run"
+    else
+        fail "$k: losses after resuming from the killed save differ from the reference"
+    fi
+    [ "$(cat "$work/$k/ck/latest")" = step_40.h5 ] || fail "$k: latest after the resumed run"
+}
+killed kill false
+killed kill_async true
+grep -q "^checkpoint: saved step 10 to .* in the background" "$work/kill_async.log" ||
+    fail "kill_async: step 10 was not saved in the background"
 
 # ---- 2. flipped bytes ----
 mkdir -p "$work/flip"

@@ -15,15 +15,23 @@
 #             communicators: nobody is missing, every rank answers, the line says so
 #  ok:        shlm_timed_allreduce gives MPI_Allreduce's results
 #  badkey:    runtime.comm_timeout_s=abc is refused at start-up with one line
-#  save2:     2 ranks saving every step; rank 1 stops itself once the file of step 3's
-#             save exists (SHLM_TEST_STOP_IN_SAVE=1:3): rank 0 waits inside HDF5's
-#             collectives (no timed wait of ours); the line names the save, its phase and
-#             rank 1, and `latest` still names step_2.h5, which ckpt verify accepts
-#  load2:     the same directory resumed, rank 1 stopped once the load has opened the
+#  save2:     2 ranks saving every step synchronously (checkpoint.async=false); rank 1
+#             stops itself once the file of step 3's save exists
+#             (SHLM_TEST_STOP_IN_SAVE=1:3): rank 0 waits inside HDF5's collectives (no
+#             timed wait of ours); the line names the save, its phase and rank 1, and
+#             `latest` still names step_2.h5, which ckpt verify accepts
+#  save2_async: the same with the saves in the background (checkpoint.async=true): rank 1
+#             stops (its training and its writer) while step 3's save is in flight and
+#             rank 0 trains on: one line naming rank 1 (rank 0's writer waits in the
+#             save, its training in step 4's collectives: either may raise it), `latest`
+#             still names step_2.h5, which ckpt verify accepts
+#  load2:     the directory of save2 resumed, rank 1 stopped once the load has opened the
 #             file (SHLM_TEST_STOP_IN_LOAD=1): the line names the load and rank 1
 #  slow2:     rank 1 takes twice the timeout more to write its data in step 2's save
 #             (SHLM_TEST_SLOW_SAVE=1:2), alive all the while: the run must finish, every
-#             checkpoint saved (a slow disk is not a hang)
+#             checkpoint saved (a slow disk is not a hang); synchronous saves
+#  slow2_async: the same in the background: step 3's save waits for step 2's, rank 0
+#             saying so, and the run finishes with every checkpoint saved
 #
 # `hung_rank.sh cuda` (tests/gpu/hung_rank.sh, `make check-gpu`, 2 GPUs) runs the NCCL
 # backend's cases instead, with a timeout of 10 s: a stuck NCCL collective leaves the
@@ -195,32 +203,59 @@ ck="$work/ck"
 # shellcheck disable=SC2046 # train's words
 expect_hang save2 2 SHLM_TEST_STOP_IN_SAVE=1:3 "checkpoint save of step 3 (writing the metadata)" \
     "did not complete within $T s" "rank 1 did not arrive" "runtime.comm_timeout_s" -- \
-    $(train save2) --set "checkpoint.dir=$ck" --set checkpoint.every=1
-latest=$(cat "$ck/latest" 2>/dev/null)
-if [ "$latest" != "step_2.h5" ]; then
-    fail "save2: latest names '$latest', want step_2.h5 (the last save that completed)"
-elif ! "$SHLM" ckpt verify "$ck/step_2.h5" >"$work/verify.out" 2>&1; then
-    fail "save2: ckpt verify refuses $ck/step_2.h5"
-    sed 's/^/    /' "$work/verify.out"
-else
-    echo "save2: latest still names step_2.h5, which ckpt verify accepts"
-fi
+    $(train save2) --set "checkpoint.dir=$ck" --set checkpoint.every=1 --set checkpoint.async=false
+# latest_step2 NAME DIR: DIR's `latest` names step_2.h5 (the last save that completed),
+# which ckpt verify accepts
+latest_step2() {
+    latest=$(cat "$2/latest" 2>/dev/null)
+    if [ "$latest" != "step_2.h5" ]; then
+        fail "$1: latest names '$latest', want step_2.h5 (the last save that completed)"
+    elif ! "$SHLM" ckpt verify "$2/step_2.h5" >"$work/verify.out" 2>&1; then
+        fail "$1: ckpt verify refuses $2/step_2.h5"
+        sed 's/^/    /' "$work/verify.out"
+    else
+        echo "$1: latest still names step_2.h5, which ckpt verify accepts"
+    fi
+}
+latest_step2 save2 "$ck"
+# shellcheck disable=SC2046
+expect_hang save2_async 2 SHLM_TEST_STOP_IN_SAVE=1:3 "did not complete within $T s" \
+    "rank 1 did not arrive" "runtime.comm_timeout_s" -- \
+    $(train save2_async) --set "checkpoint.dir=$work/async-ck" --set checkpoint.every=1 \
+    --set checkpoint.async=true
+grep -q "^checkpoint: saved step 2 to .* in the background" "$work/save2_async.out" ||
+    fail "save2_async: step 2 was not saved in the background"
+latest_step2 save2_async "$work/async-ck"
 # shellcheck disable=SC2046
 expect_hang load2 2 SHLM_TEST_STOP_IN_LOAD=1 "checkpoint load of step_2.h5 (reading the data)" \
     "rank 1 did not arrive" -- $(train load2) --set "checkpoint.dir=$ck" --set checkpoint.every=1
 
-echo "+ env SHLM_TEST_SLOW_SAVE=1:2 sh $mpi 2 $(train slow2) --set checkpoint.dir=$work/slow-ck --set checkpoint.every=1 --set train.steps=6"
-# shellcheck disable=SC2046
-SHLM_TEST_SLOW_SAVE=1:2 sh "$mpi" 2 $(train slow2) --set "checkpoint.dir=$work/slow-ck" \
-    --set checkpoint.every=1 --set train.steps=6 >"$work/slow2.out" 2>"$work/slow2.err" </dev/null
-rc=$?
-latest=$(cat "$work/slow-ck/latest" 2>/dev/null)
-if [ $rc -ne 0 ] || [ "$latest" != "step_6.h5" ] || grep -q '^shardlm: error' "$work/slow2.err"; then
-    fail "slow2: exit $rc, latest '$latest' (want 0 and step_6.h5)"
-    sed 's/^/    stderr: /' "$work/slow2.err" | head -n 20
-else
-    echo "slow2: $(grep 'saved step 2 ' "$work/slow2.out" | sed 's/.*: 1/1/')"
-fi
+# slow NAME ASYNC: the slow2 case with checkpoint.async=ASYNC
+slow() {
+    # shellcheck disable=SC2046 # train's words
+    set -- "$1" "$2" $(train "$1") --set "checkpoint.dir=$work/$1-ck" --set checkpoint.every=1 \
+        --set train.steps=6 --set "checkpoint.async=$2"
+    name=$1 async=$2
+    shift 2
+    echo "+ env SHLM_TEST_SLOW_SAVE=1:2 sh $mpi 2 $*"
+    SHLM_TEST_SLOW_SAVE=1:2 sh "$mpi" 2 "$@" >"$work/$name.out" 2>"$work/$name.err" </dev/null
+    rc=$?
+    latest=$(cat "$work/$name-ck/latest" 2>/dev/null)
+    if [ $rc -ne 0 ] || [ "$latest" != "step_6.h5" ] || grep -q '^shardlm: error' "$work/$name.err"; then
+        fail "$name: exit $rc, latest '$latest' (want 0 and step_6.h5)"
+        sed 's/^/    stderr: /' "$work/$name.err" | head -n 20
+        return
+    fi
+    saved=$(grep -c '^checkpoint: saved step [1-6] ' "$work/$name.out")
+    [ "$saved" -eq 6 ] || fail "$name: $saved saves reported, want 6"
+    if [ "$async" = true ]; then
+        grep -q '^checkpoint: step 3 waited .* for the save of step 2 in flight' "$work/$name.out" ||
+            fail "$name: step 3's save did not wait for the slow save of step 2"
+    fi
+    echo "$name: $(grep 'saved step 2 ' "$work/$name.out" | sed 's/.*: 1/1/')"
+}
+slow slow2 false
+slow slow2_async true
 
 echo "hung_rank: $(($(date +%s) - t_start)) s"
 if [ $fails -ne 0 ]; then

@@ -12,12 +12,16 @@
 #         mpirun, which waits for node2's daemon until TCP gives up, exits non-zero too
 #         (node1's net.ipv4.tcp_retries2 is 3 here, seconds; the default 15 is ~15 min);
 #         then node2 "crashes" (its processes are killed) and its link comes back.
-# After each: `latest` names a checkpoint that `shardlm ckpt verify` accepts, and the run
-# resumes from it on the 2 nodes to step 40; every step's loss and gradient norm (the
-# resumed run's where steps were run twice) and the step-40 checksums equal an
-# uninterrupted run's bit for bit. The loss lands 8 steps before the next save: a save
-# under way is not under the deadline (docs/operations.md "Collective deadlines"; with
-# node2 gone in the middle of one, the survivors waited 200 s inside MPI-IO).
+# Both with synchronous saves (checkpoint.async=false): the loss lands 8 steps after the
+# save of step 10 completed and before the next. Then both again with the saves in the
+# background (kill_async, link_async): the save of step 20 is in flight when node2 is
+# lost at step 22 (rank 0's writer takes 2 T more over its data, SHLM_TEST_SLOW_SAVE=0:20),
+# the survivors end within the same bound (link: with one shardlm line naming ranks 2,3),
+# and `latest` still names step_10.h5.
+# After each: `latest` names a checkpoint that `shardlm ckpt verify` accepts (step_10.h5),
+# and the run resumes from it on the 2 nodes to step 40; every step's loss and gradient
+# norm (the resumed run's where steps were run twice) and the step-40 checksums equal an
+# uninterrupted run's bit for bit.
 #
 # Skipped (77) where the nodes cannot be made or without an MPI launcher. Run by
 # `make check` (env SHLM, SHLM_SRCDIR), or by hand from a build directory:
@@ -61,55 +65,72 @@ echo "ref: the uninterrupted run"
 train ref
 wait $pid || { tail -n 15 "$work/ref.err"; fail "ref: exit $?"; exit 1; }
 
-# lose CASE: runs CASE (kill or link) as the header says
+# lose CASE ASYNC: runs CASE (kill or link) as the header says, with checkpoint.async=ASYNC,
+# in $work/CASE (sync) or $work/CASE_async
 lose() {
-    case=$1
+    case=$1 async=$2
+    name=$case
+    at=12
     t0=$(date +%s)
-    train "$case" --set runtime.comm_delay_us=20000
-    n=$(wait_step "$work/$case" 12 $pid)
-    [ "$n" -ge 12 ] || { fail "$case: the run did not reach step 12"; cat "$work/$case.err"; return; }
+    if [ "$async" = true ]; then
+        name=${case}_async at=22
+        SHLM_TEST_SLOW_SAVE=0:20 NODES_FORWARD=SHLM_TEST_SLOW_SAVE
+        export SHLM_TEST_SLOW_SAVE NODES_FORWARD
+    fi
+    train "$name" --set runtime.comm_delay_us=20000 --set "checkpoint.async=$async"
+    unset SHLM_TEST_SLOW_SAVE NODES_FORWARD
+    n=$(wait_step "$work/$name" $at $pid)
+    [ "$n" -ge $at ] || { fail "$name: the run did not reach step $at"; cat "$work/$name.err"; return; }
     t1=$(date +%s)
+    if [ "$async" = true ] && grep -q "^checkpoint: saved step 20 " "$work/$name.out"; then
+        fail "$name: the save of step 20 ended before node2 was lost (no save in flight to test)"
+    fi
     if [ "$case" = kill ]; then
         echo "+ node_kill node2 shardlm   # after step $n"
-        node_kill node2 shardlm || fail "$case: node2's ranks outlived SIGKILL"
+        node_kill node2 shardlm || fail "$name: node2's ranks outlived SIGKILL"
     else
         echo "+ node_link node2 down   # after step $n"
-        node_link node2 down || fail "$case: cannot take node2's link down"
+        node_link node2 down || fail "$name: cannot take node2's link down"
     fi
     # the deadline, the roll call's grace (at most 5 s) and 10 s for the abort
-    node_ranks_end "$case" node1 "$t1" $((T + 5 + 10))
+    node_ranks_end "$name" node1 "$t1" $((T + 5 + 10))
     wait $pid
     rc=$?
     ended=$(($(date +%s) - t1))
-    [ $rc -ne 0 ] || fail "$case: mpirun exited 0"
+    [ $rc -ne 0 ] || fail "$name: mpirun exited 0"
     if [ "$case" = kill ]; then
-        named=$(grep -E 'process rank [23] with PID [0-9]+ on node node2 exited on signal 9' "$work/$case.err")
+        named=$(grep -E 'process rank [23] with PID [0-9]+ on node node2 exited on signal 9' "$work/$name.err")
     else
-        named=$(grep '^shardlm: error: .* did not complete within '"$T"' s .*ranks 2,3 did not arrive' "$work/$case.err")
-        node_kill node2 || fail "$case: node2's processes outlived SIGKILL"
-        node_link node2 up || fail "$case: cannot bring node2's link up"
+        named=$(grep '^shardlm: error: .* did not complete within '"$T"' s .*ranks 2,3 did not arrive' "$work/$name.err")
+        lines=$(grep -c '^shardlm: error: ' "$work/$name.err")
+        [ "$lines" -eq 1 ] || fail "$name: $lines 'shardlm: error:' lines, want 1"
+        node_kill node2 || fail "$name: node2's processes outlived SIGKILL"
+        node_link node2 up || fail "$name: cannot bring node2's link up"
     fi
     if [ -z "$named" ]; then
-        sed 's/^/    stderr: /' "$work/$case.err" | head -n 20
-        fail "$case: nothing names the lost ranks of node2"
+        sed 's/^/    stderr: /' "$work/$name.err" | head -n 20
+        fail "$name: nothing names the lost ranks of node2"
     fi
-    echo "$case: node1's ranks ended $gone s after node2 was lost, mpirun exited $rc after $ended s:"
+    echo "$name: node1's ranks ended $gone s after node2 was lost, mpirun exited $rc after $ended s:"
     echo "    $named" | cut -c 1-300
-    latest=$(cat "$work/$case/ckpt/latest" 2>/dev/null)
-    if ! "$SHLM" ckpt verify "$work/$case/ckpt" >"$work/$case.verify" 2>&1; then
-        cat "$work/$case.verify"
-        fail "$case: latest ($latest) does not verify"
+    latest=$(cat "$work/$name/ckpt/latest" 2>/dev/null)
+    [ "$latest" = step_10.h5 ] || fail "$name: latest names '$latest', want step_10.h5"
+    if ! "$SHLM" ckpt verify "$work/$name/ckpt" >"$work/$name.verify" 2>&1; then
+        cat "$work/$name.verify"
+        fail "$name: latest ($latest) does not verify"
     fi
-    train "$case"
-    wait $pid || { tail -n 15 "$work/$case.err"; fail "$case: the resume exited $?"; return; }
-    grep "^checkpoint: loaded .*$latest" "$work/$case.out" >/dev/null || fail "$case: the resume did not load $latest"
-    why=$(curves_problem ref "$case" 40)$(sums_problem "$work/ref/ckpt" "$work/$case/ckpt")
-    [ -z "$why" ] || fail "$case: $why"
-    echo "$case: resumed from $latest to step 40, equal to the uninterrupted run; $(($(date +%s) - t0)) s"
+    train "$name" --set "checkpoint.async=$async"
+    wait $pid || { tail -n 15 "$work/$name.err"; fail "$name: the resume exited $?"; return; }
+    grep "^checkpoint: loaded .*$latest" "$work/$name.out" >/dev/null || fail "$name: the resume did not load $latest"
+    why=$(curves_problem ref "$name" 40)$(sums_problem "$work/ref/ckpt" "$work/$name/ckpt")
+    [ -z "$why" ] || fail "$name: $why"
+    echo "$name: resumed from $latest to step 40, equal to the uninterrupted run; $(($(date +%s) - t0)) s"
 }
 
-lose kill
-lose link
+lose kill false
+lose link false
+lose kill true
+lose link true
 
 echo "nodes_lost: $(($(date +%s) - t_start)) s"
 [ $fails -eq 0 ] || exit 1

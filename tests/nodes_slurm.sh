@@ -20,7 +20,9 @@
 #              with a's final loss, every step and checksum equal;
 #  d. sweep:   slurm/strong-scaling-submit.sh --nodes 1,2: the report has a row for 2
 #              and for 4 ranks, and scaling.png is a PNG (where gnuplot is installed);
-#  e. down:    a chain of 2-node jobs with a checkpoint every 10 steps; at step 12 node2
+#  e. down:    a chain of 2-node jobs with a synchronous checkpoint every 10 steps
+#              (checkpoint.async=false: the save of step 10 is complete; a node lost
+#              while a background save is in flight: tests/nodes_lost.sh); at step 12 node2
 #              goes down (every process in it killed: slurmd, the job's step daemon, its
 #              ranks, munged). node1's ranks end within runtime.comm_timeout_s + 15 s,
 #              naming ranks 2,3, and job 1 within that + KillWait, not COMPLETED, while
@@ -236,7 +238,7 @@ echo "d: $(($(date +%s) - t0)) s"
 
 # ---- e. node2 goes down mid-job; the chain carries on from latest ----
 t0=$(date +%s)
-if chain e 3 --set checkpoint.every=10 --set "runtime.comm_timeout_s=$T"; then
+if chain e 3 --set checkpoint.every=10 --set checkpoint.async=false --set "runtime.comm_timeout_s=$T"; then
     # shellcheck disable=SC2086 # job ids
     set -- $ids
     j1=$1

@@ -16,9 +16,18 @@
 #           stops at step 3 (one error line, "on 1 of 4 ranks"), no hang;
 #  noshard: a NaN loss on rank 0 of 2 under NO_SHARD with skip: the replicas skip together
 #           (step 3's checkpoint equals step 2's);
-#  weights: NaN weights on rank 1 after the update of step 5: the save of step 5 refuses
-#           them naming the dataset, exit 1, `latest` names step_4.h5, step_3 and step_4
-#           are kept (keep = 2), no step_5 file or .tmp;
+#  weights: NaN weights on rank 1 after the update of step 5: the save of step 5
+#           (synchronous: checkpoint.async=false) refuses them naming the dataset, exit 1,
+#           `latest` names step_4.h5, step_3 and step_4 are kept (keep = 2), no step_5
+#           file or .tmp;
+#  weights_async: the same with the save of step 5 in the background: its failure ends
+#           the run when the save of step 6 waits for it (last logged step 6), the same
+#           checks hold;
+#  inflight: a NaN loss at step 5 while the background save of step 4 is still in flight
+#           (rank 0 takes 2 x runtime.comm_timeout_s more over its data,
+#           SHLM_TEST_SLOW_SAVE=0:4) and failing (SHLM_TEST_WRITE_ERROR=1:4): the run
+#           waits for the save and its line, the earlier failure, is the one line (as a
+#           synchronous run would say), `latest` names step_2.h5, no step_4 file is left;
 #  import:  a NaN in one tensor of a Hugging Face model.safetensors (model.init_from) and
 #           in one dataset of a shardlm checkpoint with every checksum recomputed
 #           (model.init_from and checkpoint.resume): refused naming the tensor, before
@@ -162,14 +171,40 @@ train noshard 2 loss:3:0 --set fsdp.strategy=NO_SHARD --set train.on_nonfinite=s
     fail "noshard: exit $rc, or step 3 changed the tensors"
 
 # ---- weights: the save refuses NaN tensors ----
-train weights 2 weights:5:1 --set checkpoint.every=1 --set checkpoint.keep=2 \
-    --set train.stop_after=8
-if error_named weights "checkpoint save of step 5 failed" "/model/model.embed_tokens.weight" \
-    "not finite"; then
-    [ "$(cat "$work/weights/ck/latest")" = step_4.h5 ] && [ -f "$work/weights/ck/step_3.h5" ] &&
-        [ -f "$work/weights/ck/step_4.h5" ] && no_step5 "$work/weights/ck" &&
-        ok "weights: the save of step 5 refused; latest names step_4.h5, steps 3 and 4 kept" ||
-        fail "weights: checkpoint directory: $(ls "$work/weights/ck" | tr '\n' ' ')"
+# weights NAME [--set ...]: the case in $work/NAME
+weights() {
+    w=$1
+    shift
+    train "$w" 2 weights:5:1 --set checkpoint.every=1 --set checkpoint.keep=2 \
+        --set train.stop_after=8 "$@"
+    if error_named "$w" "checkpoint save of step 5 failed" "/model/model.embed_tokens.weight" \
+        "not finite"; then
+        [ "$(cat "$work/$w/ck/latest")" = step_4.h5 ] && [ -f "$work/$w/ck/step_3.h5" ] &&
+            [ -f "$work/$w/ck/step_4.h5" ] && no_step5 "$work/$w/ck" &&
+            ok "$w: the save of step 5 refused; latest names step_4.h5, steps 3 and 4 kept" ||
+            fail "$w: checkpoint directory: $(ls "$work/$w/ck" | tr '\n' ' ')"
+    fi
+}
+weights weights --set checkpoint.async=false
+weights weights_async --set checkpoint.async=true
+last=$(tail -n 1 "$work/weights_async/metrics.jsonl" | sed 's/^{"step": \([0-9]*\),.*/\1/')
+[ "$last" = 6 ] || fail "weights_async: the last logged step is $last, want 6 (the save of step 6 waits for step 5's)"
+
+# ---- inflight: a non-finite step while a failing background save is in flight ----
+SHLM_TEST_SLOW_SAVE=0:4 SHLM_TEST_WRITE_ERROR=1:4
+export SHLM_TEST_SLOW_SAVE SHLM_TEST_WRITE_ERROR
+train inflight 2 loss:5:1 --set checkpoint.every=2 --set checkpoint.async=true \
+    --set runtime.comm_timeout_s=2
+unset SHLM_TEST_SLOW_SAVE SHLM_TEST_WRITE_ERROR
+if error_named inflight "checkpoint save of step 4 failed" "SHLM_TEST_WRITE_ERROR"; then
+    last=$(tail -n 1 "$work/inflight/metrics.jsonl" | sed 's/^{"step": \([0-9]*\),.*/\1/')
+    left=""
+    for f in "$work/inflight/ck"/step_4.h5*; do
+        [ -e "$f" ] && left="$left ${f##*/}"
+    done
+    [ "$last" = 5 ] && [ "$(cat "$work/inflight/ck/latest")" = step_2.h5 ] && [ -z "$left" ] &&
+        ok "inflight: stopped at step 5 with the failed save's line; latest names step_2.h5" ||
+        fail "inflight: last logged step $last (want 5), latest '$(cat "$work/inflight/ck/latest")', left: $left"
 fi
 
 # ---- import: a NaN weight in a Hugging Face directory and in a shardlm checkpoint ----

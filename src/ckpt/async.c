@@ -39,6 +39,12 @@ struct ckpt_async {
     char err[1536];
 };
 
+int checkpoint_async_used(const job_config *cfg, int first, int end) {
+    if (!cfg->ckpt_async || !cfg->ckpt_dir[0] || cfg->ckpt_every <= 0) return 0;
+    const long long next = ((long long)first / cfg->ckpt_every + 1) * cfg->ckpt_every;
+    return next < end;
+}
+
 uint64_t checkpoint_async_staging_bytes(fsdp_engine *e) {
     const model_layout *lay = fsdp_layout(e);
     uint64_t n = 0;

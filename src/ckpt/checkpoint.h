@@ -139,6 +139,11 @@ int checkpoint_save(fsdp_engine *e, const topology *topo, const job_config *cfg,
  */
 typedef struct ckpt_async ckpt_async;
 
+/* Whether a run of cfg that trains steps first+1..end saves in the background: with
+ * checkpoint.async, a checkpoint.dir and a save of checkpoint.every before step `end`
+ * (the last save and a stop signal's are synchronous, so a run without such a save would
+ * stage nothing). The one rule of train (src/run/loop.c) and `shardlm plan`. */
+int checkpoint_async_used(const job_config *cfg, int first, int end);
 /* The host staging bytes of this rank: its shards of the FSDP_STATE_N state kinds. */
 uint64_t checkpoint_async_staging_bytes(fsdp_engine *e);
 /* Starts saving in the background: the staging allocated (ops->host_alloc's page-locked

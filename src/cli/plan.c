@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "shlm_config.h"
+#include "src/ckpt/checkpoint.h"
 #include "src/cli/cli_fail.h"
 #include "src/cli/commands.h"
 #include "src/job/config.h"
@@ -290,7 +291,9 @@ int cmd_plan(int argc, char **argv) {
                (double)host_bytes * per_node, (double)host_bytes * per_node / 1073741824.0,
                per_node);
     }
-    if (cfg.ckpt_async) /* src/ckpt/async.c: the same shards, in host memory */
+    /* src/ckpt/async.c: the same shards, in host memory, where a fresh run of the job
+     * saves in the background */
+    if (checkpoint_async_used(&cfg, 0, cfg.stop_after > 0 ? cfg.stop_after : cfg.steps))
         row("ckpt_staging_bytes", pl->bytes[PLAN_MASTER] + pl->bytes[PLAN_MOMENTS],
             "host memory of checkpoint.async's staging (master + moments), apart from the "
             "above; a run saves synchronously where the host lacks it");

@@ -267,9 +267,11 @@ static const key_def keys[] = {
     {"checkpoint", "direct_io", KT_BOOL, F(ckpt_direct_io), "true", NOLIM, NULL, 0,
      "saves write each rank's bytes with O_DIRECT (falling back to MPI-IO where the file "
      "system refuses it); false: H5Dwrite through MPI-IO"},
-    {"checkpoint", "async", KT_BOOL, F(ckpt_async), "false", NOLIM, NULL, 0,
-     "saves copy the step's state to host memory and write it in the background while "
-     "training goes on (one save at a time; synchronous where MPI or the host cannot)"},
+    {"checkpoint", "async", KT_BOOL, F(ckpt_async), "true", NOLIM, NULL, 0,
+     "checkpoint.every's saves copy the step's state to host memory and write it in the "
+     "background while training goes on (one save at a time; the run's last save, a stop "
+     "signal's, and every save where MPI or the host cannot, are synchronous); false: every "
+     "save synchronous"},
     {"checkpoint", "collective_io", KT_BOOL, F(ckpt_collective_io), "false", NOLIM, NULL, 0,
      "saves through MPI-IO use collective buffering (two-phase I/O) instead of each rank "
      "writing its own bytes"},

@@ -116,7 +116,7 @@ static int loop_open(loop *L, run *r, const ckpt_state *st0, watch *w) {
     L->tokens_per_step = (long long)c->global_batch * c->seq_len;
     watch_set_range(w, L->first, L->end);
     model_set_profile(r->model, c->profile);
-    if (c->ckpt_dir[0] && c->ckpt_async && L->first < L->end) {
+    if (checkpoint_async_used(c, L->first, L->end)) {
         /* the staging is allocated after the engine: MemAvailable counts what it took */
         double avail = -1;
         char what[256] = "host memory unknown";
@@ -473,7 +473,12 @@ int run_train(run *r, const ckpt_state *st0, watch *w) {
             break;
         }
         if (o.nonfinite_stop) {
-            report_nonfinite(&L, s, &o, loss);
+            /* a save still in flight is of an earlier step: where it failed, its line is
+             * the run's one line, as a run that saves synchronously stopped there */
+            if (checkpoint_async_wait(L.async, err, sizeof err) != 0)
+                any_rank_failed(0, err);
+            else
+                report_nonfinite(&L, s, &o, loss);
             rc = -1;
             break;
         }
