@@ -118,7 +118,7 @@ done_ok() {
     wait_jobs "$2"
     echo "$1: job $2: $(job_field "$2" JobState), exit $(job_field "$2" ExitCode)"
     [ "$(job_field "$2" JobState)" = COMPLETED ] && [ "$(job_field "$2" ExitCode)" = 0:0 ] ||
-        { tail -n 20 "$3"; fail "$1: the job did not complete"; return 1; }
+        { job_tail "$3"; fail "$1: the job did not complete"; return 1; }
 }
 # two_nodes NAME OUT: OUT's rank lines are 4 ranks on node1, node2 with shard 2 x replica 2
 two_nodes() {
@@ -272,7 +272,7 @@ if chain e 3 --set checkpoint.every=10 --set "runtime.comm_timeout_s=$T"; then
     [ "$state" != COMPLETED ] || fail "e: job 1 COMPLETED although node2 went down"
     [ -n "$named" ] || fail "e: job 1's output does not name ranks 2,3 as lost"
     o=$work/shardlm-ckpt-$2.out
-    [ "$(job_field "$2" JobState)" = COMPLETED ] || { tail -n 20 "$o"; fail "e: job 2 did not complete"; }
+    [ "$(job_field "$2" JobState)" = COMPLETED ] || { job_tail "$o"; fail "e: job 2 did not complete"; }
     grep "^checkpoint: loaded .*$latest" "$o" || fail "e: job 2 did not resume from $latest"
     [ "$(job_field "$3" JobState)" = CANCELLED ] || fail "e: job 3 was not cancelled"
     why=$(curves_problem ref e 40)$(sums_problem "$work/ref/ckpt" "$work/e/checkpoints")
