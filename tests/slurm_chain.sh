@@ -124,7 +124,7 @@ wait_jobs "$ref"
 echo "a: job $ref: $(job_field "$ref" JobState), exit $(job_field "$ref" ExitCode), $(($(date +%s) - t0)) s"
 out=$work/shardlm-$ref.out
 [ "$(job_field "$ref" JobState)" = COMPLETED ] && [ "$(job_field "$ref" ExitCode)" = 0:0 ] ||
-    { tail -n 20 "$out"; fail "a: train.sbatch did not complete"; }
+    { job_tail "$out"; fail "a: train.sbatch did not complete"; }
 [ "$(steps "$work/ref/metrics.jsonl" loss | wc -l)" -eq 40 ] || fail "a: want 40 logged steps"
 grep -q "^+ mpirun -np 2 " "$out" || fail "a: the job did not launch with mpirun -np 2"
 grep -q "^checkpoint: saved step 40" "$out" || fail "a: no step-40 checkpoint"

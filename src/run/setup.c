@@ -18,6 +18,7 @@ static void print_topology(const run *r, const char *device) {
     char line[LINE];
     topology_describe(&r->topo, shlm_host(), device, line, LINE);
     char *all = r->rank == 0 ? malloc((size_t)LINE * r->world) : NULL;
+    if (r->rank == 0) SHLM_CHECK_ALLOC(all);
     MPI_CHECK(MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD));
     if (r->rank == 0) {
         for (int i = 0; i < r->world; i++) printf("%s\n", all + (size_t)i * LINE);

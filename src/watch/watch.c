@@ -155,6 +155,10 @@ static void start_telemetry(watch *w, MPI_Comm node, int node_rank, int node_siz
     if (!any) return;
     char *all = node_rank == 0 ? calloc((size_t)node_size, BUS_LEN) : NULL;
     int *ranks = node_rank == 0 ? calloc((size_t)node_size, sizeof(int)) : NULL;
+    if (node_rank == 0) {
+        SHLM_CHECK_ALLOC(all);
+        SHLM_CHECK_ALLOC(ranks);
+    }
     MPI_CHECK(MPI_Gather(bus, BUS_LEN, MPI_CHAR, all, BUS_LEN, MPI_CHAR, 0, node));
     MPI_CHECK(MPI_Gather(&r->rank, 1, MPI_INT, ranks, 1, MPI_INT, 0, node));
     if (node_rank == 0) {

@@ -17,7 +17,10 @@
 #                              one (socket, pid, seed and log under /run/munge) if none
 #                              does ($munge_started is then 1); the key
 #                              /etc/munge/munge.key is made if missing
-#   slurm_jobs_env             exports what every job gets from this environment
+#   slurm_jobs_env             exports what every job gets from this environment, and
+#                              lets its ranks dump core
+#   job_tail OUT               the last 20 lines of a job's output OUT, then the stack
+#                              of every thread of each core file beside it (gdb)
 #   wait_jobs ID...            until none of them is queued or running (120 s at most)
 #   job_field ID FIELD         JobState, ExitCode, ... from scontrol
 #   warn_after LABEL DIR N ID  once DIR/metrics.jsonl has N lines (60 s at most), job ID's
@@ -107,11 +110,31 @@ slurm_jobs_env() {
     OMPI_ALLOW_RUN_AS_ROOT=1
     OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
+    # a rank that crashes leaves a core in its job's directory for job_tail (Slurm gives
+    # the ranks the submitting shell's limits; a kernel.core_pattern that is a plain name,
+    # Debian's "core", writes it there): Open MPI's own report of a call through a NULL
+    # pointer shows no frame of the caller
+    # shellcheck disable=SC3045 # dash's and bash's ulimit both take -c
+    ulimit -c unlimited 2>/dev/null || :
     if [ -z "${OMPI_MCA_btl_vader_single_copy_mechanism:-}" ] && command -v ompi_info >/dev/null 2>&1 &&
         ompi_info --param btl vader --level 9 2>/dev/null | grep -q single_copy_mechanism; then
         OMPI_MCA_btl_vader_single_copy_mechanism=none
         export OMPI_MCA_btl_vader_single_copy_mechanism
     fi
+}
+
+job_tail() {
+    tail -n 20 "$1"
+    for jt_core in "$(dirname "$1")"/core "$(dirname "$1")"/core.[0-9]*; do
+        [ -f "$jt_core" ] || continue
+        if command -v gdb >/dev/null 2>&1; then
+            echo "+ gdb -batch -nx -ex 'thread apply all bt 30' $SHLM $jt_core"
+            gdb -batch -nx -ex 'thread apply all bt 30' "$SHLM" "$jt_core" 2>&1 |
+                grep -v -e '^\[New LWP' -e '^warning: ' -e '^$'
+        else
+            echo "$jt_core: a rank dumped core; no gdb here to show its stack (Debian: gdb)"
+        fi
+    done
 }
 
 wait_jobs() {
@@ -157,7 +180,7 @@ chain_verdict() {
             continue
         fi
         [ "$cv_state" = COMPLETED ] && [ "$cv_code" = 0:0 ] ||
-            { tail -n 20 "$cv_o"; fail "$cv_label: job $cv_k ($cv_j) did not exit 0"; break; }
+            { job_tail "$cv_o"; fail "$cv_label: job $cv_k ($cv_j) did not exit 0"; break; }
         if [ -n "$cv_prev" ]; then
             grep "^checkpoint: loaded .*step_$cv_prev.h5" "$cv_o" ||
                 fail "$cv_label: job $cv_k did not resume from step_$cv_prev.h5"
@@ -176,7 +199,7 @@ chain_verdict() {
                     fail "$cv_label: job $cv_k did not cancel the later jobs"
             fi
         else
-            tail -n 20 "$cv_o"
+            job_tail "$cv_o"
             fail "$cv_label: job $cv_k neither stopped on the signal nor reached step 40"
             break
         fi
