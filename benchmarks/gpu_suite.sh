@@ -50,7 +50,7 @@
 #                  its 32 blocks (a 23 GB checkpoint: two fit the 64 GB disk of the machines
 #                  lent, where the 7B's 81 GB does not), seq 4096, 8 sequences a step, one
 #                  save at step 30 of 60: its cost in steps saved synchronously and in the
-#                  background (~4)
+#                  background (~5)
 #   all            every phase above, in that order
 # Options:
 #   --gpus N          use GPUs 0..N-1 (default: every visible GPU)
