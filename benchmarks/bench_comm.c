@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
 #include "kernels/comm.h"
 #include "kernels/ops.h"
@@ -210,19 +211,6 @@ static int parse_args(int argc, char **argv, options *o) {
 /* What rank r contributes at element i of its send buffer: -1, 0 or 1. */
 static float value(int r, size_t i) { return (float)((unsigned)((r + 2 * (i % 3)) % 3)) - 1.0f; }
 
-static uint16_t bf16_of(float f) { /* exact for -1, 0, 1 and small integers */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float f32_of_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 enum { CHUNK = 1 << 22 }; /* elements staged on the host at a time */
 
 /* Writes value(r, first + k) for k < n into dev (backend memory) at element offset off. */
@@ -234,7 +222,7 @@ static void fill(const shlm_ops *ops, void *dev, size_t off, shlm_dtype dt, int 
         for (size_t k = 0; k < m; k++) {
             float x = value(r, first + done + k);
             if (dt == SHLM_F32) ((float *)stage)[k] = x;
-            else ((uint16_t *)stage)[k] = bf16_of(x);
+            else ((uint16_t *)stage)[k] = shlm_f32_to_bf16(x);
         }
         ops->to_device((char *)dev + (off + done) * es, stage, m * es);
     }
@@ -249,7 +237,7 @@ static reduced reduced_values(int S, shlm_comm_redop op, shlm_dtype dt) {
         float s = 0;
         for (int q = 0; q < S; q++) s += value(q, (size_t)m);
         if (op == SHLM_COMM_AVG) s /= (float)S; /* fp32 division, as the backends */
-        red.v[m] = dt == SHLM_BF16 ? f32_of_bf16(bf16_of(s)) : s;
+        red.v[m] = dt == SHLM_BF16 ? shlm_bf16_to_f32(shlm_f32_to_bf16(s)) : s;
     }
     return red;
 }
@@ -267,7 +255,7 @@ static long long count_wrong(const shlm_ops *ops, const void *dev, size_t off, s
         for (size_t k = 0; k < m; k++) {
             size_t j = first + done + k;
             float want = red ? red->v[j % 3] : value(src_rank, j);
-            float got = dt == SHLM_F32 ? ((float *)stage)[k] : f32_of_bf16(((uint16_t *)stage)[k]);
+            float got = dt == SHLM_F32 ? ((float *)stage)[k] : shlm_bf16_to_f32(((uint16_t *)stage)[k]);
             float diff = got > want ? got - want : want - got;
             if (!(diff <= tol)) wrong++;
         }
@@ -322,7 +310,7 @@ static void run_once(const bench *b, shlm_comm_op op, shlm_dtype dt, size_t coun
 static void spoil(const bench *b, void *dev, size_t off, shlm_dtype dt) {
     if (!b->o->corrupt || b->rank != b->S - 1) return;
     float bad = 1000.0f;
-    uint16_t badh = bf16_of(bad);
+    uint16_t badh = shlm_f32_to_bf16(bad);
     const size_t es = shlm_dtype_size(dt);
     b->ops->to_device((char *)dev + off * es, dt == SHLM_F32 ? (void *)&bad : (void *)&badh, es);
 }

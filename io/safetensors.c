@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "io/errmsg.h"
+#include "kernels/bf16.h"
 
 /* The reference implementation refuses headers over 100 MB; so do we, which also
  * bounds what a corrupt length field can make us allocate. */
@@ -84,12 +85,7 @@ float safetensors_f16_to_f32(uint16_t h) {
     return bits_f32(sign | ((exp + 112) << 23) | (mant << 13));
 }
 
-uint16_t safetensors_f32_to_bf16(float x) {
-    uint32_t u = f32_bits(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet nan */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
+uint16_t safetensors_f32_to_bf16(float x) { return shlm_f32_to_bf16(x); }
 
 uint16_t safetensors_f32_to_f16(float x) {
     uint32_t u = f32_bits(x);

@@ -210,6 +210,16 @@ void host_adamw_isa_run(host_adamw_isa isa, float *param, const float *grad, flo
     if (copy) bf16_kernel_of(isa)(copy, param, 0, n);
 }
 
+/* The calling OpenMP thread's run [i0, i1) of n elements: each thread one contiguous run, a
+ * multiple of 64 elements (a cache line of each of the arrays) except the last. The
+ * elements are independent, so any split gives the same bits. */
+static void thread_run(size_t n, size_t *i0, size_t *i1) {
+    const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+    const size_t per = ((n + nt - 1) / nt + 63) / 64 * 64;
+    *i0 = t * per < n ? t * per : n;
+    *i1 = *i0 + per < n ? *i0 + per : n;
+}
+
 /* A thread's run [i0, i1) in blocks small enough to stay in its core's cache between the
  * update and the copy's rounding, which then reads no memory. */
 enum { COPY_BLOCK = 4096 };
@@ -234,14 +244,10 @@ void host_adamw(float *param, const float *grad, float *m, float *v, size_t n, f
     const adamw_coef c = coef_of(lr, beta1, beta2, eps, weight_decay, grad_scale, step);
     const adamw_kernel k = kernel_of(host_adamw_isa_best());
     const bf16_kernel b = bf16_kernel_of(host_adamw_isa_best());
-    /* each thread one contiguous run, a multiple of 64 elements (a cache line of each of
-     * the four arrays) except the last: the elements are independent, so any split gives
-     * the same bits */
 #pragma omp parallel
     {
-        const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-        const size_t per = ((n + nt - 1) / nt + 63) / 64 * 64;
-        const size_t i0 = t * per < n ? t * per : n, i1 = i0 + per < n ? i0 + per : n;
+        size_t i0, i1;
+        thread_run(n, &i0, &i1);
         if (i1 > i0) update_run(k, b, &c, param, grad, m, v, copy, i0, i1);
     }
     if (amax) host_abs_max(amax, param, n);
@@ -251,9 +257,8 @@ void host_bf16_copy(uint16_t *dst, const float *src, size_t n) {
     const bf16_kernel b = bf16_kernel_of(host_adamw_isa_best());
 #pragma omp parallel
     {
-        const size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
-        const size_t per = ((n + nt - 1) / nt + 63) / 64 * 64;
-        const size_t i0 = t * per < n ? t * per : n, i1 = i0 + per < n ? i0 + per : n;
+        size_t i0, i1;
+        thread_run(n, &i0, &i1);
         if (i1 > i0) b(dst, src, i0, i1);
     }
 }

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kernels/bf16.h"
 #include "kernels/check.h"
 #include "kernels/comm.h"
 #include "kernels/comm/comm_watchdog.h"
@@ -65,22 +66,6 @@ static void sleep_until_ns(int64_t t) {
     }
 }
 
-static inline float bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-/* Round to nearest, ties to even; NaN stays a (quiet) NaN instead of rounding to Inf. */
-static inline uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* inout[i] = bf16(fp32(in[i]) + fp32(inout[i])). One fp32 addition is commutative
  * bit for bit, so the op is declared commutative and every rank's all_reduce result
  * is identical. */
@@ -88,7 +73,7 @@ static void bf16_sum_fn(void *in, void *inout, int *len, MPI_Datatype *dt) {
     (void)dt;
     const uint16_t *a = in;
     uint16_t *b = inout;
-    for (int i = 0; i < *len; i++) b[i] = f32_to_bf16(bf16_to_f32(a[i]) + bf16_to_f32(b[i]));
+    for (int i = 0; i < *len; i++) b[i] = shlm_f32_to_bf16(shlm_bf16_to_f32(a[i]) + shlm_bf16_to_f32(b[i]));
 }
 
 static void bf16_init(void) {
@@ -121,7 +106,7 @@ static void divide_by(void *x, size_t n, shlm_dtype dt, int S) {
         for (size_t i = 0; i < n; i++) f[i] /= s;
     } else {
         uint16_t *h = x;
-        for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16(bf16_to_f32(h[i]) / s);
+        for (size_t i = 0; i < n; i++) h[i] = shlm_f32_to_bf16(shlm_bf16_to_f32(h[i]) / s);
     }
 }
 
