@@ -222,8 +222,8 @@ void run_base_name(const job_config *c, char *out, size_t outlen) {
 
 /* Whether checkpoint path (its state st) holds what this job trains: the same adapters
  * (lora.rank, targets, dora, and from format 6 alpha and rslora), or none for a full
- * fine-tune, and for LoRA the same frozen
- * base (by fingerprint, lora_start's, taken before). 0, or -1 with err naming both. */
+ * fine-tune, and for LoRA the same frozen base (by fingerprint, lora_start's, taken
+ * before). 0, or -1 with err naming both. */
 static int lora_matches(const run *r, const char *path, const ckpt_state *st, char *err,
                         size_t errlen) {
     const lora_config *lc = &r->cfg.lora;
